@@ -1,0 +1,35 @@
+# packshard — developer entry points.  `make demo` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+DEMO_OUT ?= demo-out
+
+.PHONY: install demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev,bench]' pytest-xdist
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	PY=$(PY) OUT=$(DEMO_OUT) bash scripts/demo.sh
+
+test: install
+	$(PY) -m pytest -n 2 -q
+
+lint: install
+	$(VENV)/bin/ruff format --check packshard tests scripts
+	$(VENV)/bin/ruff check packshard tests scripts
+	$(VENV)/bin/mypy packshard
+
+bench: install
+	$(PY) scripts/bench_ingest.py
+	$(PY) scripts/bench_pack.py
+	$(PY) scripts/bench_verify.py
+	$(PY) scripts/bench_reader.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .mypy_cache .ruff_cache
