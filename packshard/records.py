@@ -136,3 +136,28 @@ class TokenizedBatch:
         """Return example ``i``'s ``(input_ids, labels)`` views."""
         lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
         return self.input_ids[lo:hi], self.labels[lo:hi]
+
+
+@dataclass(frozen=True, slots=True)
+class PackedRow:
+    """One packed row as stored in a shard (the contract's per-row columns).
+
+    ``cu_seqlens`` is ``[0, end_1, …, num_tokens]``; segment ``j`` spans
+    ``cu_seqlens[j]:cu_seqlens[j+1]`` and belongs to ``example_ids[j]``.
+    """
+
+    input_ids: np.ndarray  # int32 [num_tokens]
+    labels: np.ndarray  # int32 [num_tokens]
+    position_ids: np.ndarray  # int32 [num_tokens]
+    cu_seqlens: np.ndarray  # int32 [num_segments + 1]
+    example_ids: np.ndarray  # int64 [num_segments]
+
+    @property
+    def num_tokens(self) -> int:
+        """Number of tokens in the row."""
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_segments(self) -> int:
+        """Number of segments (examples or example parts) in the row."""
+        return int(self.cu_seqlens.shape[0]) - 1
