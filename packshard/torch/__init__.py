@@ -1,0 +1,61 @@
+"""Stream packed shards into a torch training loop.
+
+Import this subpackage explicitly (``from packshard.torch import …``): it needs torch, which
+``import packshard`` never loads.
+
+Typical loop::
+
+    ds = PackedIterableDataset("OUT", seed=0, tokenizer="tokenizer.json")
+    loader = ResumableLoader(ds, batch_size=8, collate_fn=collate_varlen, num_workers=2)
+    for batch in loader:
+        out = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                    **flash_attn_kwargs(batch))  # or a 4-D mask, see masks
+        ...
+        ckpt["data"] = loader.state_dict()  # the exact resume point
+"""
+
+from packshard.torch.collate import (
+    collate_padded,
+    collate_varlen,
+    count_loss_tokens,
+    flash_attn_kwargs,
+    loss_normalizers,
+    segment_mean_loss,
+    token_losses,
+)
+from packshard.torch.dataset import (
+    PackedDataset,
+    PackedIterableDataset,
+    ResumableLoader,
+    epoch_rows,
+    tokenizer_sha256,
+)
+from packshard.torch.masks import (
+    block_causal_mask,
+    document_mask_mod,
+    flex_block_mask,
+    padded_block_causal_mask,
+    seq_idx_block_causal_mask,
+    seq_idx_from_cu_seqlens,
+)
+
+__all__ = [
+    "PackedDataset",
+    "PackedIterableDataset",
+    "ResumableLoader",
+    "block_causal_mask",
+    "collate_padded",
+    "collate_varlen",
+    "count_loss_tokens",
+    "document_mask_mod",
+    "epoch_rows",
+    "flash_attn_kwargs",
+    "flex_block_mask",
+    "loss_normalizers",
+    "padded_block_causal_mask",
+    "segment_mean_loss",
+    "seq_idx_block_causal_mask",
+    "seq_idx_from_cu_seqlens",
+    "token_losses",
+    "tokenizer_sha256",
+]

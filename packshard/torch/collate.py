@@ -1,0 +1,225 @@
+"""Collate packed rows into the two batch shapes trainers take, and normalize their loss.
+
+Varlen (:func:`collate_varlen`): every row of the batch is laid end to end as one sequence
+``[1, T]``; the segment boundaries of all rows become one ``cu_seqlens``.  Three rows holding
+segments of 3+2, 4 and 1+2 tokens, padded to a multiple of 8::
+
+    input_ids     a a a b b c c c c d e e .  .  .  .          T = 16
+    position_ids  0 1 2 0 1 0 1 2 3 0 0 1 0  1  2  3
+    labels        - a a - b - c c c - - e -  -  -  -          (- = IGNORE_INDEX)
+    seq_idx       0 0 0 1 1 2 2 2 2 3 4 4 5  5  5  5
+    cu_seqlens    [0, 3, 5, 9, 10, 12, 16]                  max_seqlen = 4
+
+Padding (``pad_to_multiple_of``) forms its own last segment with positions 0, 1, … and no
+loss, so flash-attention varlen kernels, position-id based packing detection (Hugging Face)
+and SSM ``seq_idx`` all see a well-formed sequence.  ``static_cu_seqlens_len`` repeats the last
+boundary (empty segments) so the tensor keeps one shape across steps, as CUDA graphs and
+context parallelism need.
+
+Padded (:func:`collate_padded`): ``[B, max_seq_len]`` tensors, padding in no segment
+(``seq_idx`` -1, label -100, ``attention_mask`` 0); pair with ``masks.padded_block_causal_mask``.
+
+Loss.  Packing changes the effective batch: a step holds as many examples as fit, not a fixed
+count.  The usual token mean (sum of token losses / loss tokens in the batch) weights every
+*token* equally, so long examples weigh more than in an unpacked per-example mean.  To keep
+either objective exact across micro-batches and ranks, divide summed losses by a global count:
+:func:`loss_normalizers` gives the loss-token and example counts, :func:`segment_mean_loss`
+the per-example mean.  Labels are unshifted: token ``t`` is predicted from logits ``t-1``; the
+first label of every segment is -100, so no prediction crosses a seam.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from packshard.errors import UsageError
+from packshard.records import IGNORE_INDEX
+
+Row = dict[str, torch.Tensor]
+
+
+def _pad_1d(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
+    if x.shape[0] == length:
+        return x
+    return torch.cat([x, x.new_full((length - x.shape[0],), value)])
+
+
+def count_loss_tokens(labels: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Return the number of labels != IGNORE_INDEX in each segment of a flat sequence (int32)."""
+    valid = (labels.reshape(-1) != IGNORE_INDEX).to(torch.int64)
+    csum = torch.cat([valid.new_zeros(1), valid.cumsum(0)])
+    cu = cu_seqlens.to(torch.int64)
+    return (csum[cu[1:]] - csum[cu[:-1]]).to(torch.int32)
+
+
+def collate_varlen(
+    rows: list[Row],
+    pad_to_multiple_of: int | None = None,
+    static_cu_seqlens_len: int | None = None,
+    pad_token_id: int = 0,
+) -> dict[str, torch.Tensor | int]:
+    """Flatten rows into one ``[1, T]`` sequence with ``cu_seqlens`` over all their segments.
+
+    Returns ``input_ids``, ``labels``, ``position_ids`` (int64 ``[1, T]``), ``seq_idx`` (int32
+    ``[1, T]``), ``cu_seqlens`` (int32 ``[S + 1]``), ``max_seqlen`` (int),
+    ``num_loss_tokens_per_segment`` (int32 ``[S]``), ``example_ids`` (int64 ``[S]``, -1 for
+    padding and empty segments) and ``num_loss_tokens`` (int).
+    """
+    if not rows:
+        raise UsageError("collate_varlen got an empty batch")
+    ids = torch.cat([r["input_ids"] for r in rows]).to(torch.int64)
+    labels = torch.cat([r["labels"] for r in rows]).to(torch.int64)
+    positions = torch.cat([r["position_ids"] for r in rows]).to(torch.int64)
+    example_ids = torch.cat([r["example_ids"] for r in rows]).to(torch.int64)
+    bounds = [torch.zeros(1, dtype=torch.int64)]
+    offset = 0
+    for r in rows:
+        cu = r["cu_seqlens"].to(torch.int64)
+        bounds.append(cu[1:] + offset)
+        offset += int(cu[-1])
+    cu_seqlens = torch.cat(bounds)
+    total = offset
+    if pad_to_multiple_of and total % pad_to_multiple_of:
+        pad = pad_to_multiple_of - total % pad_to_multiple_of
+        ids = torch.cat([ids, ids.new_full((pad,), pad_token_id)])
+        labels = torch.cat([labels, labels.new_full((pad,), IGNORE_INDEX)])
+        positions = torch.cat([positions, torch.arange(pad, dtype=torch.int64)])
+        cu_seqlens = torch.cat([cu_seqlens, cu_seqlens.new_full((1,), total + pad)])
+        example_ids = torch.cat([example_ids, example_ids.new_full((1,), -1)])
+        total += pad
+    seqlens = cu_seqlens.diff()
+    num_segments = seqlens.shape[0]
+    seq_idx = torch.repeat_interleave(torch.arange(num_segments, dtype=torch.int32), seqlens)
+    loss_counts = count_loss_tokens(labels, cu_seqlens)
+    if static_cu_seqlens_len is not None:
+        if cu_seqlens.shape[0] > static_cu_seqlens_len:
+            raise UsageError(
+                f"batch has {num_segments} segments, more than static_cu_seqlens_len "
+                f"{static_cu_seqlens_len} allows (raise static_cu_seqlens_len)"
+            )
+        cu_seqlens = _pad_1d(cu_seqlens, static_cu_seqlens_len, total)
+        loss_counts = _pad_1d(loss_counts, static_cu_seqlens_len - 1, 0)
+        example_ids = _pad_1d(example_ids, static_cu_seqlens_len - 1, -1)
+    return {
+        "input_ids": ids.unsqueeze(0),
+        "labels": labels.unsqueeze(0),
+        "position_ids": positions.unsqueeze(0),
+        "seq_idx": seq_idx.unsqueeze(0),
+        "cu_seqlens": cu_seqlens.to(torch.int32),
+        "max_seqlen": int(seqlens.max()),
+        "num_loss_tokens_per_segment": loss_counts,
+        "num_loss_tokens": int(loss_counts.sum()),
+        "example_ids": example_ids,
+    }
+
+
+def collate_padded(
+    rows: list[Row], max_seq_len: int, pad_token_id: int = 0
+) -> dict[str, torch.Tensor]:
+    """Stack rows into ``[B, max_seq_len]`` tensors; padding belongs to no segment.
+
+    Returns ``input_ids``, ``labels``, ``position_ids`` (int64, padding: pad id, -100, 0),
+    ``attention_mask`` (int64, 1 on tokens), ``seq_idx`` (int32, -1 on padding), per-row
+    ``cu_seqlens`` (int32 ``[B, S_max + 1]``, padded with the row's token count),
+    ``num_loss_tokens_per_segment`` (int32 ``[B, S_max]``) and ``num_tokens`` (int64 ``[B]``).
+    """
+    if not rows:
+        raise UsageError("collate_padded got an empty batch")
+    batch = len(rows)
+    ids = torch.full((batch, max_seq_len), pad_token_id, dtype=torch.int64)
+    labels = torch.full((batch, max_seq_len), IGNORE_INDEX, dtype=torch.int64)
+    positions = torch.zeros((batch, max_seq_len), dtype=torch.int64)
+    seq_idx = torch.full((batch, max_seq_len), -1, dtype=torch.int32)
+    num_tokens = torch.tensor([r["input_ids"].shape[0] for r in rows], dtype=torch.int64)
+    width = max(r["cu_seqlens"].shape[0] for r in rows)
+    cu_all = torch.zeros((batch, width), dtype=torch.int32)
+    loss_counts = torch.zeros((batch, width - 1), dtype=torch.int32)
+    for b, r in enumerate(rows):
+        n = int(num_tokens[b])
+        if n > max_seq_len:
+            raise UsageError(f"row {b} has {n} tokens > max_seq_len {max_seq_len}")
+        ids[b, :n] = r["input_ids"]
+        labels[b, :n] = r["labels"]
+        positions[b, :n] = r["position_ids"]
+        cu = r["cu_seqlens"].to(torch.int64)
+        lens = cu.diff()
+        seq_idx[b, :n] = torch.repeat_interleave(
+            torch.arange(lens.shape[0], dtype=torch.int32), lens
+        )
+        cu_all[b] = _pad_1d(cu, width, n).to(torch.int32)
+        loss_counts[b, : lens.shape[0]] = count_loss_tokens(r["labels"], cu)
+    return {
+        "input_ids": ids,
+        "labels": labels,
+        "position_ids": positions,
+        "attention_mask": (seq_idx >= 0).to(torch.int64),
+        "seq_idx": seq_idx,
+        "cu_seqlens": cu_all,
+        "num_loss_tokens_per_segment": loss_counts,
+        "num_tokens": num_tokens,
+    }
+
+
+def flash_attn_kwargs(batch: dict[str, torch.Tensor | int]) -> dict[str, torch.Tensor | int]:
+    """Return a varlen batch's boundaries under the names Hugging Face's flash path takes.
+
+    ``model(input_ids=…, position_ids=…, **flash_attn_kwargs(batch))`` with
+    ``attn_implementation="flash_attention_2"`` runs one varlen kernel over all segments.
+    """
+    return {
+        "cu_seq_lens_q": batch["cu_seqlens"],
+        "cu_seq_lens_k": batch["cu_seqlens"],
+        "max_length_q": batch["max_seqlen"],
+        "max_length_k": batch["max_seqlen"],
+    }
+
+
+def loss_normalizers(batch: dict[str, torch.Tensor | int]) -> dict[str, torch.Tensor]:
+    """Return the denominators of the two usual objectives for one (micro-)batch.
+
+    ``num_loss_tokens``: divide the summed token losses by it (summed over micro-batches and
+    ranks) for the token mean.  ``num_examples``: segments with at least one loss token; divide
+    the summed :func:`segment_mean_loss` by it for the per-example mean.
+    """
+    counts = batch["num_loss_tokens_per_segment"]
+    assert isinstance(counts, torch.Tensor)
+    return {
+        "num_loss_tokens": counts.sum().to(torch.int64),
+        "num_examples": (counts > 0).sum().to(torch.int64),
+        "num_loss_tokens_per_segment": counts,
+    }
+
+
+def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Return each label's cross-entropy (``[..., T]``, 0 where no loss), shift included.
+
+    The loss of label ``t`` uses ``logits[..., t - 1, :]``; position 0 never has one.
+    """
+    shifted = F.pad(labels[..., 1:], (0, 1), value=IGNORE_INDEX)
+    flat = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(),
+        shifted.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
+    ).reshape(shifted.shape)
+    return F.pad(flat[..., :-1], (1, 0), value=0.0)
+
+
+def segment_mean_loss(
+    logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: torch.Tensor
+) -> torch.Tensor:
+    """Return the mean token loss of every segment (0 where it has no loss token).
+
+    ``logits`` ``[1, T, V]`` with flat ``cu_seqlens`` ``[S + 1]`` gives ``[S]``; a padded
+    batch ``[B, L, V]`` with ``cu_seqlens`` ``[B, S + 1]`` gives ``[B, S]``.
+    """
+    losses = token_losses(logits, labels)
+    cu = cu_seqlens.to(torch.int64).reshape(-1, cu_seqlens.shape[-1])
+    losses = losses.reshape(cu.shape[0], -1)
+    csum = F.pad(losses.double().cumsum(-1), (1, 0), value=0.0)
+    sums = csum.gather(1, cu[:, 1:]) - csum.gather(1, cu[:, :-1])
+    valid = F.pad((labels.reshape(cu.shape[0], -1) != IGNORE_INDEX).long().cumsum(-1), (1, 0))
+    counts = valid.gather(1, cu[:, 1:]) - valid.gather(1, cu[:, :-1])
+    means = (sums / counts.clamp(min=1)).to(losses.dtype)
+    return means.reshape(*cu_seqlens.shape[:-1], -1)

@@ -1,0 +1,303 @@
+"""Reader datasets: random access, manifest checks, distributed/worker split, exact resume."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from packshard.errors import ManifestError, UsageError  # noqa: E402
+from packshard.records import IGNORE_INDEX, PackedRow  # noqa: E402
+from packshard.torch import (  # noqa: E402
+    PackedDataset,
+    PackedIterableDataset,
+    ResumableLoader,
+    collate_varlen,
+    epoch_rows,
+)
+
+TOKENIZER_BYTES = b'{"model": "fixture tokenizer"}'
+TOKENIZER_SHA = hashlib.sha256(TOKENIZER_BYTES).hexdigest()
+
+
+def make_row(lengths: list[int], first_example: int, rng: np.random.Generator) -> PackedRow:
+    """A contract row: random tokens, prompt half unlabelled, first label of a segment -100."""
+    n = sum(lengths)
+    ids = rng.integers(5, 1000, size=n, dtype=np.int32)
+    labels = ids.copy()
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    positions = np.concatenate([np.arange(k, dtype=np.int32) for k in lengths])
+    for lo, k in zip(cu[:-1], lengths, strict=True):
+        labels[lo : lo + max(1, k // 2)] = IGNORE_INDEX
+    return PackedRow(
+        input_ids=ids,
+        labels=labels,
+        position_ids=positions,
+        cu_seqlens=cu,
+        example_ids=np.arange(first_example, first_example + len(lengths), dtype=np.int64),
+    )
+
+
+def write_out(
+    out: Path, shards: list[list[PackedRow]], *, max_seq_len: int = 64, version: int = 1
+) -> Path:
+    """Write a contract-compliant OUT folder (shards + manifest) from hand-made rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for k, rows in enumerate(shards):
+        cols = {
+            name: pa.array(
+                [getattr(r, name).tolist() for r in rows],
+                type=pa.list_(pa.int64() if name == "example_ids" else pa.int32()),
+            )
+            for name in ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
+        }
+        cols["num_tokens"] = pa.array([r.num_tokens for r in rows], pa.int32())
+        cols["num_loss_tokens"] = pa.array(
+            [int((r.labels != IGNORE_INDEX).sum()) for r in rows], pa.int32()
+        )
+        cols["max_seqlen"] = pa.array([int(np.diff(r.cu_seqlens).max()) for r in rows], pa.int32())
+        meta = {b"packshard.format_version": str(version).encode(), b"packshard.dataset_id": b"fx"}
+        table = pa.table(cols).replace_schema_metadata(meta)
+        name = f"shard-{k:05d}.parquet"
+        pq.write_table(table, out / name, row_group_size=3, compression="zstd")
+        entries.append(
+            {
+                "path": name,
+                "rows": len(rows),
+                "tokens": sum(r.num_tokens for r in rows),
+                "loss_tokens": int(sum(cols["num_loss_tokens"].to_pylist())),
+                "bytes": (out / name).stat().st_size,
+                "sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(),
+            }
+        )
+    manifest = {
+        "format_version": version,
+        "dataset_id": "fx",
+        "config": {"max_seq_len": max_seq_len},
+        "tokenizer": {"path": "tokenizer.json", "sha256": TOKENIZER_SHA},
+        "shards": entries,
+        "stats": {"rows": sum(e["rows"] for e in entries)},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2))
+    return out
+
+
+def fixture_rows(num_rows: int, seed: int = 0) -> list[PackedRow]:
+    rng = np.random.default_rng(seed)
+    rows, next_id = [], 0
+    for _ in range(num_rows):
+        lengths = rng.integers(1, 12, size=int(rng.integers(1, 5))).tolist()
+        rows.append(make_row(lengths, next_id, rng))
+        next_id += len(lengths)
+    return rows
+
+
+@pytest.fixture
+def out_11(tmp_path: Path) -> tuple[Path, list[PackedRow]]:
+    """11 rows over shards of 4, 4 and 3 rows (11 is odd: remainders matter)."""
+    rows = fixture_rows(11)
+    return write_out(tmp_path / "out", [rows[:4], rows[4:8], rows[8:]]), rows
+
+
+def test_packed_dataset_reads_rows_back_exactly(out_11):
+    out, rows = out_11
+    ds = PackedDataset(out)
+    assert len(ds) == 11
+    assert ds.max_seq_len == 64
+    for i in [0, 3, 4, 7, 8, 10, -1]:
+        got, want = ds[i], rows[i]
+        for name in ("input_ids", "labels", "position_ids", "example_ids"):
+            assert got[name].dtype == torch.int64
+            assert got[name].tolist() == getattr(want, name).tolist()
+        assert got["cu_seqlens"].dtype == torch.int32
+        assert got["cu_seqlens"].tolist() == want.cu_seqlens.tolist()
+    with pytest.raises(IndexError, match="row 11 out of range for 11 rows"):
+        ds[11]
+    assert ds.locate(5) == (1, 1)
+
+
+def test_rows_are_writable_copies(out_11):
+    out, rows = out_11
+    ds = PackedDataset(out)
+    row = ds[0]
+    row["input_ids"][0] = -7  # must not touch the decoded shard
+    assert ds[0]["input_ids"][0].item() == int(rows[0].input_ids[0])
+
+
+def test_unknown_format_version_is_refused(tmp_path):
+    out = write_out(tmp_path / "v2", [fixture_rows(2)], version=2)
+    with pytest.raises(ManifestError) as err:
+        PackedDataset(out)
+    assert str(err.value) == (
+        f"{out / 'manifest.json'}: format_version 2 is not supported by this packshard "
+        "(supports 1); upgrade packshard or re-pack the data"
+    )
+
+
+def test_missing_manifest_is_refused(tmp_path):
+    with pytest.raises(ManifestError, match="no manifest"):
+        PackedDataset(tmp_path)
+
+
+def test_shard_with_wrong_row_count_is_refused(out_11):
+    out, _ = out_11
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["shards"][1]["rows"] = 5
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    ds = PackedDataset(out)
+    ds[0]  # shard 0 is fine
+    with pytest.raises(ManifestError) as err:
+        ds[4]
+    assert str(err.value) == (
+        f"{out / 'shard-00001.parquet'}: 4 rows, but the manifest says 5 "
+        "(the folder is incomplete or was modified: run packshard verify)"
+    )
+
+
+def test_tokenizer_mismatch_names_both_hashes(out_11, tmp_path):
+    out, _ = out_11
+    other = tmp_path / "tok"
+    other.mkdir()
+    (other / "tokenizer.json").write_bytes(b'{"model": "another"}')
+    other_sha = hashlib.sha256(b'{"model": "another"}').hexdigest()
+    with pytest.raises(ManifestError) as err:
+        PackedDataset(out, tokenizer=other)
+    assert str(err.value) == (
+        f"{out / 'manifest.json'}: shards were packed with tokenizer sha256 {TOKENIZER_SHA}, "
+        f"but {other} has sha256 {other_sha} (train with the tokenizer the data was packed "
+        "with, or pack again with this one)"
+    )
+    with pytest.raises(ManifestError, match=f"but expected_tokenizer_sha256 has sha256 {'0' * 64}"):
+        PackedIterableDataset(out, expected_tokenizer_sha256="0" * 64)
+    (other / "tokenizer.json").write_bytes(TOKENIZER_BYTES)
+    assert len(PackedDataset(out, tokenizer=other / "tokenizer.json")) == 11
+    assert len(PackedDataset(out, expected_tokenizer_sha256=TOKENIZER_SHA.upper())) == 11
+
+
+def test_import_packshard_does_not_import_torch():
+    code = "import sys, packshard; assert 'torch' not in sys.modules, 'torch was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_epoch_rows_remainder_rules():
+    dropped = epoch_rows(11, seed=3, epoch=0, shuffle=True, world_size=2, drop_remainder=True)
+    assert dropped.shape == (2, 5)
+    assert len(set(dropped.ravel().tolist())) == 10
+    padded = epoch_rows(11, seed=3, epoch=0, shuffle=True, world_size=2, drop_remainder=False)
+    assert padded.shape == (2, 6)
+    flat = padded.T.ravel()  # the epoch's global order
+    assert sorted(flat[:11].tolist()) == list(range(11))
+    assert flat[11] == flat[0]  # the one padding row repeats the permutation's first row
+    plain = epoch_rows(5, seed=0, epoch=0, shuffle=False, world_size=2, drop_remainder=True)
+    assert plain.tolist() == [[0, 2], [1, 3]]
+
+
+def read_epoch(ds: PackedIterableDataset, num_workers: int, batch_size: int = 2) -> list[int]:
+    loader = ResumableLoader(
+        ds, batch_size=batch_size, collate_fn=collate_varlen, num_workers=num_workers
+    )
+    ids = []
+    for batch in loader:
+        ids.extend(e for e in batch["example_ids"].tolist() if e >= 0)
+    return ids
+
+
+def row_of_example(rows: list[PackedRow]) -> dict[int, int]:
+    return {int(e): i for i, r in enumerate(rows) for e in r.example_ids}
+
+
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_two_ranks_two_workers_read_each_row_once_per_epoch(out_11, drop_remainder):
+    out, rows = out_11
+    owner = row_of_example(rows)
+    epochs = []
+    for epoch in range(2):
+        per_rank = []
+        for rank in range(2):
+            ds = PackedIterableDataset(
+                out, seed=5, rank=rank, world_size=2, drop_remainder=drop_remainder
+            )
+            ds.set_epoch(epoch)
+            ids = read_epoch(ds, num_workers=2)
+            per_rank.append(list(dict.fromkeys(owner[e] for e in ids)))
+            assert per_rank[-1] == ds.rank_rows(epoch).tolist()  # strictly in order
+        assert len(per_rank[0]) == len(per_rank[1]) == (5 if drop_remainder else 6)
+        seen = per_rank[0] + per_rank[1]
+        if drop_remainder:
+            assert len(set(seen)) == 10  # each row once, one row (11 % 2) dropped
+        else:
+            assert set(seen) == set(range(11))  # every row, one repeated
+            assert len(seen) == 12
+        epochs.append(seen)
+    assert epochs[0] != epochs[1]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_after_k_batches_matches_uninterrupted_run(tmp_path, num_workers):
+    rows = fixture_rows(23, seed=4)
+    out = write_out(tmp_path / "out23", [rows[:10], rows[10:20], rows[20:]])
+
+    def make() -> PackedIterableDataset:
+        return PackedIterableDataset(out, seed=1, rank=1, world_size=2)
+
+    full_ds = make()
+    uninterrupted = []
+    for epoch in range(2):
+        full_ds.set_epoch(epoch)
+        uninterrupted.append(read_epoch(full_ds, num_workers))
+
+    ds = make()
+    loader = ResumableLoader(ds, batch_size=2, collate_fn=collate_varlen, num_workers=num_workers)
+    first = []
+    for k, batch in enumerate(loader):
+        first.extend(e for e in batch["example_ids"].tolist() if e >= 0)
+        if k == 1:
+            break
+    state = loader.state_dict()
+    assert state["epoch"] == 0 and state["consumed"] == 4  # of 11 rows on this rank
+
+    resumed_ds = make()
+    resumed_ds.load_state_dict(json.loads(json.dumps(state)))
+    resumed = first + read_epoch(resumed_ds, num_workers)
+    assert resumed == uninterrupted[0]
+    resumed_ds.set_epoch(1)
+    assert read_epoch(resumed_ds, num_workers) == uninterrupted[1]
+
+
+def test_finished_epoch_moves_on_without_set_epoch(out_11):
+    out, _ = out_11
+    ds = PackedIterableDataset(out, seed=2, world_size=1, rank=0)
+    first = [r["example_ids"][0].item() for r in ds]
+    assert ds.state_dict()["consumed"] == 11
+    second = [r["example_ids"][0].item() for r in ds]
+    assert ds.epoch == 1
+    assert sorted(first) == sorted(second) and first != second
+
+
+def test_resume_with_other_settings_is_refused(out_11):
+    out, _ = out_11
+    state = PackedIterableDataset(out, seed=1, rank=0, world_size=2).state_dict()
+    other = PackedIterableDataset(out, seed=1, rank=0, world_size=3)
+    with pytest.raises(UsageError) as err:
+        other.load_state_dict(state)
+    assert str(err.value) == (
+        "cannot resume: the saved state has world_size=2 but this dataset has world_size=3 "
+        "(resume with the same data and settings)"
+    )
+
+
+def test_too_few_rows_for_the_ranks_is_refused(tmp_path):
+    out = write_out(tmp_path / "small", [fixture_rows(2)])
+    with pytest.raises(UsageError, match="2 rows for 3 ranks leaves every rank empty"):
+        PackedIterableDataset(out, rank=0, world_size=3)
+    assert len(PackedIterableDataset(out, rank=2, world_size=3, drop_remainder=False)) == 1
