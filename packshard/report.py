@@ -1,0 +1,293 @@
+"""Show a :class:`~packshard.profile.ProfileReport`: rich tables, JSON, and one HTML page.
+
+The HTML page is self-contained (inline CSS and SVG, no script, nothing fetched) and reads
+top to bottom: the verdict, a bar chart of the useful-token share under each strategy, the
+two tables, then one length histogram per domain.  Histograms share the report's log-spaced
+bins (≈4 per doubling), so their x axes line up across domains::
+
+    count ▲            ┊ max_seq_len 4096
+          │    ▆█▅     ┊
+          │  ▃█████▃▁  ┊▁        bars past the line (orange) are examples that
+          └──┴──┴──┴──┴┴──┴─►    would be truncated, split or dropped
+             64 256 1K 4K  16K   tokens (log scale)
+
+Every string that comes from data (domain names) is HTML-escaped, in tables and in SVG.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from packshard.profile import STRATEGIES, DomainProfile, ProfileReport, report_to_dict
+
+STRATEGY_LABELS = {
+    "pad_to_max": "pad to max",
+    "random_batches": "random",
+    "bucketed": "bucketed",
+    "packed": "packed",
+}
+COLORS = {"bar": "#4878b0", "over": "#e0803a", "line": "#c0392b", "axis": "#555", "grid": "#ddd"}
+
+
+def format_count(n: int) -> str:
+    """Return ``n`` compactly: ``987``, ``12.3K``, ``4.56M``, ``7.89B``."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return str(n)
+
+
+def build_table(
+    report: ProfileReport,
+    title: str,
+    caption: str,
+    headers: Sequence[str],
+    cells: Callable[[DomainProfile], list[str]],
+) -> Table:
+    """Return a table with one row per domain and a bold total row, ``cells`` filling each."""
+    table = Table(title=title, caption=caption)
+    table.add_column("domain", overflow="fold", min_width=8, max_width=32)
+    for header in headers:
+        table.add_column(header, justify="right", no_wrap=True)
+    profiles = (*report.domains, report.total)
+    for i, d in enumerate(profiles):
+        table.add_row(
+            Text(d.name),
+            *cells(d),
+            style="bold" if d is report.total else None,
+            end_section=i == len(profiles) - 2,
+        )
+    return table
+
+
+def build_counts_table(report: ProfileReport) -> Table:
+    """Return the per-domain table of records, rejects and prompt/loss tokens."""
+
+    def cells(d: DomainProfile) -> list[str]:
+        tokens = (d.tokens, d.prompt_tokens, d.loss_tokens)
+        return [f"{d.records:,}", f"{d.rejected:,}", *map(format_count, tokens)] + [
+            f"{d.loss_share:.1%}"
+        ]
+
+    headers = ("records", "rejected", "tokens", "prompt", "loss", "loss %")
+    caption = f"loss = assistant tokens ({report.label_path}), each example's first excluded"
+    return build_table(report, "Records and tokens", caption, headers, cells)
+
+
+def build_lengths_table(report: ProfileReport) -> Table:
+    """Return the per-domain table of length percentiles and the share over max_seq_len."""
+
+    def cells(d: DomainProfile) -> list[str]:
+        s = d.lengths
+        if s is None:
+            return ["-"] * 7
+        values = (s.p50, s.p90, s.p95, s.p99, s.max)
+        return [*map(str, values), f"{s.mean:.0f}", f"{d.over_max_share:.1%}"]
+
+    title = f"Example lengths in tokens (max_seq_len {report.max_seq_len})"
+    caption = f"percentiles: {report.percentile_method}"
+    headers = ("P50", "P90", "P95", "P99", "max", "mean", "> max")
+    return build_table(report, title, caption, headers, cells)
+
+
+def build_utilization_table(report: ProfileReport) -> Table:
+    """Return the per-domain table of useful-token share under each strategy."""
+
+    def cells(d: DomainProfile) -> list[str]:
+        if not d.utilization:
+            return ["-"] * (len(STRATEGIES) + 2)
+        shares = [f"{d.strategy(s).fraction:.1%}" for s in STRATEGIES]
+        return [*shares, f"{d.strategy('packed').rows:,}", f"{d.lower_bound_rows:,}"]
+
+    title = f"Useful / computed tokens (batch_size {report.batch_size}, seed {report.seed})"
+    caption = (
+        "overlong examples count as truncated; rows: packed rows; "
+        "min rows: ⌈useful tokens / max_seq_len⌉"
+    )
+    headers = (*(STRATEGY_LABELS[s] for s in STRATEGIES), "rows", "min rows")
+    return build_table(report, title, caption, headers, cells)
+
+
+def render_profile_table(report: ProfileReport) -> Group:
+    """Return the three tables and the verdict as one renderable."""
+    return Group(
+        build_counts_table(report),
+        build_lengths_table(report),
+        build_utilization_table(report),
+        Text(report.verdict, style="bold"),
+    )
+
+
+def write_profile_json(report: ProfileReport, path: str | Path) -> None:
+    """Write the report as indented JSON with sorted keys."""
+    text = json.dumps(report_to_dict(report), indent=2, sort_keys=True, ensure_ascii=False)
+    Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def draw_histogram(d: DomainProfile, report: ProfileReport) -> str:
+    """Return an SVG histogram of ``d``'s lengths on a log axis with the max_seq_len line."""
+    width, height, left, right, top, bottom = 640, 190, 52, 16, 26, 34
+    plot_w, plot_h = width - left - right, height - top - bottom
+    edges = report.histogram_edges
+    first = next((i for i, c in enumerate(report.total.histogram) if c), 0)
+    start = 2 ** int(math.log2(edges[first]))  # the axis starts at a power of 2 below all data
+    lo, hi = math.log(start), math.log(edges[-1])
+
+    def x_of(v: float) -> float:
+        return left + (math.log(max(v, start)) - lo) / (hi - lo) * plot_w
+
+    head = (
+        f'<svg class="hist" data-domain="{escape(d.name)}" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" xmlns="http://www.w3.org/2000/svg">'
+        f"<title>{escape(d.name)}: example lengths</title>"
+    )
+    parts = [head]
+    baseline = top + plot_h
+    parts.append(
+        f'<line x1="{left}" y1="{baseline}" x2="{width - right}" y2="{baseline}" '
+        f'stroke="{COLORS["axis"]}"/>'
+    )
+    tick = 1
+    while tick <= edges[-1]:
+        if tick >= start:
+            x = x_of(tick)
+            label = f"{tick // 1024}K" if tick >= 1024 else str(tick)
+            parts.append(
+                f'<line x1="{x:.1f}" y1="{baseline}" x2="{x:.1f}" y2="{baseline + 4}" '
+                f'stroke="{COLORS["axis"]}"/><text x="{x:.1f}" y="{baseline + 16}" '
+                f'text-anchor="middle" class="tick">{label}</text>'
+            )
+        tick *= 4
+    parts.append(
+        f'<text x="{width - right}" y="{height - 2}" text-anchor="end" class="tick">'
+        "tokens per example (log scale)</text>"
+    )
+    peak = max(d.histogram, default=0)
+    if peak == 0:
+        parts.append(
+            f'<text x="{left + plot_w / 2}" y="{top + plot_h / 2}" text-anchor="middle">'
+            "no accepted examples</text>"
+        )
+    else:
+        parts.append(
+            f'<text x="{left - 6}" y="{top + 4}" text-anchor="end" class="tick">{peak:,}</text>'
+            f'<text x="{left - 6}" y="{baseline}" text-anchor="end" class="tick">0</text>'
+        )
+    for i, count in enumerate(d.histogram):
+        if count == 0:
+            continue
+        x0, x1 = x_of(edges[i]), x_of(edges[i + 1])
+        h = max(count / peak * plot_h, 1.0)
+        color = COLORS["over"] if edges[i] > report.max_seq_len else COLORS["bar"]
+        span = f"{edges[i]}" if edges[i + 1] - edges[i] == 1 else f"{edges[i]}–{edges[i + 1] - 1}"
+        parts.append(
+            f'<rect x="{x0:.1f}" y="{baseline - h:.1f}" width="{max(x1 - x0 - 0.5, 0.5):.1f}" '
+            f'height="{h:.1f}" fill="{color}"><title>{span} tokens: {count:,} examples'
+            "</title></rect>"
+        )
+    x = x_of(report.max_seq_len + 1)
+    anchor, dx = ("end", -4) if x > left + plot_w * 0.75 else ("start", 4)
+    parts.append(
+        f'<line class="max-seq-len" x1="{x:.1f}" y1="{top - 8}" x2="{x:.1f}" y2="{baseline}" '
+        f'stroke="{COLORS["line"]}" stroke-width="1.5" stroke-dasharray="5,3"/>'
+        f'<text x="{x + dx:.1f}" y="{top - 10}" text-anchor="{anchor}" fill="{COLORS["line"]}" '
+        f'class="tick">max_seq_len {report.max_seq_len:,}</text>'
+    )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def draw_utilization(d: DomainProfile) -> str:
+    """Return an SVG bar chart of the useful-token share under each strategy."""
+    width, label_w, row_h, bar_w = 640, 160, 30, 400
+    height = row_h * len(STRATEGIES) + 10
+    parts = [
+        f'<svg class="utilization" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" xmlns="http://www.w3.org/2000/svg">'
+        "<title>useful-token share per strategy</title>"
+    ]
+    for i, strategy in enumerate(STRATEGIES):
+        u = d.strategy(strategy)
+        y = 5 + i * row_h
+        color = COLORS["bar"] if strategy != "packed" else "#2e8b57"
+        parts.append(
+            f'<text x="{label_w - 8}" y="{y + 18}" text-anchor="end">'
+            f"{STRATEGY_LABELS[strategy]}</text>"
+            f'<rect x="{label_w}" y="{y + 4}" width="{bar_w}" height="20" fill="#eee"/>'
+            f'<rect x="{label_w}" y="{y + 4}" width="{u.fraction * bar_w:.1f}" height="20" '
+            f'fill="{color}"><title>{u.useful_tokens:,} useful of {u.computed_tokens:,} '
+            f"computed tokens</title></rect>"
+            f'<text x="{label_w + bar_w + 8}" y="{y + 18}">{u.fraction:.1%}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_table_html(table: Table) -> str:
+    """Return ``table``'s cells as an escaped HTML table (header row, then body rows)."""
+    columns = table.columns
+    head = "".join(f"<th>{escape(str(c.header))}</th>" for c in columns)
+    rows = []
+    for r in range(table.row_count):
+        cells = "".join(f"<td>{escape(str(list(c.cells)[r]))}</td>" for c in columns)
+        rows.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:980px;color:#222}
+h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}
+.verdict{font-size:1.1em;font-weight:600;background:#f3f7f3;padding:.6em .8em;border-left:4px
+ solid #2e8b57}
+table{border-collapse:collapse;margin:.5em 0}td,th{padding:3px 9px;text-align:right;
+ border-bottom:1px solid #ddd}td:first-child,th:first-child{text-align:left}
+tbody tr:last-child{font-weight:600;border-top:2px solid #999}
+svg text{font:12px system-ui,sans-serif}svg .tick{font-size:11px;fill:#555}
+.note{color:#666;font-size:.9em}
+"""
+
+
+def write_profile_html(report: ProfileReport, path: str | Path) -> None:
+    """Write a single self-contained HTML page (no script, no external resource)."""
+    total = report.total
+    histograms = [*report.domains, total] if len(report.domains) > 1 else list(report.domains)
+    sections = []
+    for d in histograms or [total]:
+        sections.append(
+            f"<h3>{escape(d.name)} <span class='note'>{d.examples:,} examples, "
+            f"{d.tokens:,} tokens, {d.over_max_share:.1%} over max_seq_len</span></h3>"
+            + draw_histogram(d, report)
+        )
+    chart = draw_utilization(total) if total.utilization else "<p>no accepted examples</p>"
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>packshard profile: max_seq_len {report.max_seq_len}</title>
+<style>{STYLE}</style></head><body>
+<h1>packshard profile</h1>
+<p class="note">max_seq_len {report.max_seq_len:,} · batch_size {report.batch_size} ·
+seed {report.seed} · {total.records:,} records, {total.rejected:,} rejected ·
+percentiles {escape(report.percentile_method)} · loss tokens from {escape(report.label_path)}</p>
+<p class="verdict">{escape(report.verdict)}</p>
+<h2>Useful tokens per strategy (all domains)</h2>
+{chart}
+<p class="note">useful = Σ min(length, max_seq_len); computed = rows × width of each padded
+batch, or packed rows × max_seq_len; lower bound {total.lower_bound_rows:,} rows.</p>
+<h2>Records and tokens per domain</h2>
+{render_table_html(build_counts_table(report))}
+<h2>Lengths per domain</h2>
+{render_table_html(build_lengths_table(report))}
+<h2>Utilization per domain</h2>
+{render_table_html(build_utilization_table(report))}
+<h2>Length histograms</h2>
+{"".join(sections)}
+</body></html>
+"""
+    Path(path).write_text(page, encoding="utf-8")

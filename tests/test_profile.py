@@ -1,0 +1,247 @@
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packshard.errors import UsageError
+from packshard.profile import (
+    compute_histogram_edges,
+    count_loss_tokens,
+    measure_lengths,
+    profile_chunks,
+    profile_lengths,
+    report_to_dict,
+)
+from packshard.records import IGNORE_INDEX, Reject, SourceRef, TokenizedBatch
+
+M = IGNORE_INDEX
+
+
+def profile(lengths, max_seq_len, batch_size=8, domains=None, loss=None, rejected=None, seed=0):
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if domains is None:
+        names, codes = ["chat"], np.zeros(len(lengths), dtype=np.int64)
+    else:
+        names = sorted(set(domains))
+        codes = np.array([names.index(d) for d in domains], dtype=np.int64)
+    loss = np.zeros_like(lengths) if loss is None else np.asarray(loss)
+    return profile_lengths(
+        lengths, loss, codes, names, rejected or {}, max_seq_len, batch_size, seed
+    )
+
+
+def fractions(d):
+    return {u.strategy: (u.useful_tokens, u.computed_tokens, u.rows) for u in d.utilization}
+
+
+def test_three_examples_by_hand():
+    # U = 8.  pad: 3 × 8 = 24.  One batch of 3, longest 5: 15 (any order).  BFD: 1 row.
+    report = profile([5, 2, 1], max_seq_len=8, batch_size=3)
+    assert fractions(report.total) == {
+        "pad_to_max": (8, 24, 3),
+        "random_batches": (8, 15, 3),
+        "bucketed": (8, 15, 3),
+        "packed": (8, 8, 1),
+    }
+    assert report.total.strategy("packed").fraction == 1.0
+    assert report.total.strategy("pad_to_max").fraction == pytest.approx(1 / 3)
+    assert report.total.lower_bound_rows == 1
+    assert report.verdict.startswith(
+        "packing removes 67% of computed tokens vs padding to max_seq_len 8 "
+        "(3 padded rows → 1 packed rows, fill 100.0%"
+    )
+
+
+def test_bucketed_batches_sort_and_keep_a_short_last_batch():
+    # clipped [3 3 3 1 8] → sorted [1 3 | 3 3 | 8]: 3·2 + 3·2 + 8·1 = 20 computed, U = 18
+    report = profile([3, 3, 3, 1, 9], max_seq_len=8, batch_size=2)
+    useful, computed, _ = fractions(report.total)["bucketed"]
+    assert (useful, computed) == (18, 20)
+    assert fractions(report.total)["pad_to_max"] == (18, 40, 5)
+
+
+def test_random_batches_follow_the_documented_seeded_permutation():
+    lengths = np.array([1, 8, 2, 7, 3, 6, 4], dtype=np.int64)
+    for seed in (0, 1, 7):
+        perm = np.random.default_rng(seed).permutation(len(lengths))
+        shuffled = lengths[perm]
+        batches = [shuffled[0:3], shuffled[3:6], shuffled[6:]]
+        expected = sum(int(b.max()) * len(b) for b in batches)
+        report = profile(lengths, max_seq_len=8, batch_size=3, seed=seed)
+        assert fractions(report.total)["random_batches"] == (31, expected, 7)
+
+
+def test_equal_lengths_waste_nothing_in_any_batching():
+    report = profile([4] * 10, max_seq_len=4, batch_size=3)
+    assert {u.strategy: u.fraction for u in report.total.utilization} == dict.fromkeys(
+        ("pad_to_max", "random_batches", "bucketed", "packed"), 1.0
+    )
+
+
+def test_overlong_examples_count_as_truncated():
+    report = profile([10, 4, 8], max_seq_len=8, batch_size=8)
+    t = report.total
+    assert (t.over_max, t.over_max_share) == (1, pytest.approx(1 / 3))
+    assert t.tokens == 22  # the raw lengths
+    assert fractions(t)["pad_to_max"] == (20, 24, 3)  # useful = 8 + 4 + 8
+    assert fractions(t)["packed"] == (20, 24, 3)
+    assert t.lower_bound_rows == 3  # ceil(20 / 8)
+
+
+def test_nearest_rank_percentiles():
+    s = measure_lengths(np.arange(1, 101))
+    assert (s.p50, s.p90, s.p95, s.p99, s.max, s.mean) == (50, 90, 95, 99, 100, 50.5)
+    s = measure_lengths(np.array([10, 20, 30]))
+    assert (s.p50, s.p90, s.p95, s.p99, s.max) == (20, 30, 30, 30, 30)
+    s = measure_lengths(np.array([7]))
+    assert (s.p50, s.p99, s.max) == (7, 7, 7)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=300))
+def test_percentiles_match_numpy_inverted_cdf(values):
+    s = measure_lengths(np.sort(np.array(values)))
+    expected = np.percentile(values, [50, 90, 95, 99], method="inverted_cdf")
+    assert [s.p50, s.p90, s.p95, s.p99] == [int(v) for v in expected]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 300), min_size=1, max_size=200),
+    st.integers(1, 9),
+    st.integers(0, 3),
+)
+def test_strategies_are_ordered_and_above_the_lower_bound(values, batch_size, seed):
+    report = profile(values, max_seq_len=256, batch_size=batch_size, seed=seed)
+    f = {u.strategy: u for u in report.total.utilization}
+    assert len({u.useful_tokens for u in f.values()}) == 1
+    assert 0 < f["pad_to_max"].fraction <= f["random_batches"].fraction <= 1.0
+    assert f["pad_to_max"].fraction <= f["bucketed"].fraction <= 1.0
+    if len(values) % batch_size == 0:  # with full batches sorted grouping is optimal
+        assert f["random_batches"].fraction <= f["bucketed"].fraction
+    assert f["packed"].rows >= report.total.lower_bound_rows
+    assert f["packed"].fraction <= 1.0
+
+
+def test_domains_add_up_to_the_total_and_reject_only_domains_appear():
+    domains = ["b", "a", "b", "a", "a", "c"]
+    report = profile(
+        [5, 12, 3, 7, 1, 9],
+        max_seq_len=8,
+        domains=domains,
+        loss=[2, 6, 1, 3, 0, 4],
+        rejected={"a": 2, "z<bad>": 3},
+    )
+    names = [d.name for d in report.domains]
+    assert names == ["a", "b", "c", "z<bad>"]
+    by = {d.name: d for d in report.domains}
+    for field in ("records", "examples", "rejected", "tokens", "loss_tokens", "over_max"):
+        assert sum(getattr(d, field) for d in report.domains) == getattr(report.total, field)
+    hist = np.sum([d.histogram for d in report.domains], axis=0)
+    assert hist.tolist() == list(report.total.histogram)
+    assert sum(report.total.histogram) == 6
+    a = by["a"]
+    assert (a.records, a.examples, a.rejected, a.tokens, a.loss_tokens) == (5, 3, 2, 20, 9)
+    assert (a.prompt_tokens, a.loss_share) == (11, pytest.approx(9 / 20))
+    assert a.lengths is not None and (a.lengths.p50, a.lengths.max) == (7, 12)
+    z = by["z<bad>"]
+    assert (z.records, z.examples, z.rejected, z.lengths, z.utilization) == (3, 0, 3, None, ())
+    assert report.total.records == 11
+
+
+def test_histogram_edges_are_log_spaced_and_cover_the_longest():
+    floor_2_pow_k_4 = [1, 2, 3, 4, 5, 6, 8, 9, 11, 13, 16, 19, 22]
+    assert compute_histogram_edges(16, 8).tolist() == floor_2_pow_k_4  # 9 is already there
+    assert compute_histogram_edges(16, 16).tolist() == sorted([*floor_2_pow_k_4, 17])
+    for longest, max_seq_len in ((1, 1), (7, 3), (4096, 4096), (100_000, 8192)):
+        edges = compute_histogram_edges(longest, max_seq_len)
+        assert edges[0] == 1 and edges[-1] > longest and np.all(np.diff(edges) > 0)
+        assert max_seq_len + 1 in edges
+
+
+def test_count_loss_tokens_excludes_each_first_token():
+    labels = np.array([5, 6, M, 8, 9, 10, M, M, 11], dtype=np.int32)
+    offsets = np.array([0, 3, 3, 6, 9])  # an empty example in the middle
+    assert count_loss_tokens(labels, offsets).tolist() == [1, 0, 2, 1]
+
+
+def make_chunk(lengths, labels, domains, rejects=()):
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    n = len(lengths)
+    batch = TokenizedBatch(
+        input_ids=np.arange(offsets[-1], dtype=np.int32),
+        labels=np.array(labels, dtype=np.int32),
+        offsets=offsets,
+        refs=tuple(SourceRef("x.jsonl", i + 1) for i in range(n)),
+        domains=tuple(domains),
+    )
+    rej = tuple(Reject(SourceRef("x.jsonl", 99), d, "invalid_json", "bad") for d in rejects)
+    return SimpleNamespace(batch=batch, rejects=rej, records=n + len(rej))
+
+
+def test_profile_chunks_accumulates_across_chunks():
+    chunks = [
+        make_chunk([3, 2], [M, 1, 2, 3, 4], ["chat", "code"], rejects=["chat"]),
+        make_chunk([4], [M, M, 7, 7], ["chat"], rejects=["lost"]),
+        make_chunk([], [], []),
+    ]
+    report = profile_chunks(chunks, max_seq_len=4, batch_size=2, label_path="generation")
+    by = {d.name: d for d in report.domains}
+    assert list(by) == ["chat", "code", "lost"]
+    assert (by["chat"].examples, by["chat"].tokens, by["chat"].loss_tokens) == (2, 7, 4)
+    assert (by["code"].tokens, by["code"].loss_tokens) == (2, 1)  # [3, 4]: first not counted
+    assert (by["chat"].rejected, by["lost"].rejected, report.total.records) == (1, 1, 5)
+    assert report.label_path == "generation"
+
+
+def test_empty_input_profiles_to_an_empty_report():
+    report = profile_chunks([], max_seq_len=16)
+    assert report.total.examples == 0 and report.domains == ()
+    assert report.verdict == "no accepted examples: nothing to pack"
+    json.dumps(report_to_dict(report))
+
+
+def test_bad_settings_raise_usage_errors():
+    with pytest.raises(UsageError, match=r"max_seq_len 0 and batch_size 8 must be positive"):
+        profile([1], max_seq_len=0)
+    with pytest.raises(UsageError, match="one entry per example"):
+        profile_lengths(np.ones(3), np.ones(2), np.zeros(3), ["a"], {}, 8)
+
+
+def test_report_dict_has_stable_keys_and_rounded_fractions():
+    report = profile([5, 2, 1], max_seq_len=8, batch_size=3, loss=[1, 1, 0])
+    data = report_to_dict(report)
+    assert sorted(data) == [
+        "batch_size",
+        "domains",
+        "histogram_edges",
+        "label_path",
+        "max_seq_len",
+        "overlong",
+        "percentile_method",
+        "seed",
+        "total",
+        "verdict",
+    ]
+    total = data["total"]
+    assert sorted(total) == sorted(
+        [
+            "name", "records", "examples", "rejected", "tokens", "loss_tokens", "prompt_tokens",
+            "loss_share", "over_max", "over_max_share", "lengths", "utilization",
+            "lower_bound_rows", "histogram",
+        ]
+    )  # fmt: skip
+    assert total["utilization"]["pad_to_max"] == {
+        "rows": 3,
+        "computed_tokens": 24,
+        "useful_tokens": 8,
+        "useful_fraction": 0.333333,
+    }
+    assert total["lengths"] == {"p50": 2, "p90": 5, "p95": 5, "p99": 5, "max": 5, "mean": 2.667}
+    assert data["domains"][0]["name"] == "chat"
+    assert json.loads(json.dumps(data)) == data
