@@ -75,6 +75,10 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+def _a(kind: str) -> str:
+    return "null" if kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
 def detect_format(value: dict[str, Any]) -> str:
     """Return the format name of a record from its keys; raise ``unknown_format`` otherwise."""
     get = value.get
@@ -137,7 +141,7 @@ def _messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, str])
     out = []
     for i, turn in enumerate(turns):
         if type(turn) is not dict:
-            why = f"{name}[{i}] is a {_kind(turn)}, expected an object"
+            why = f"{name}[{i}] is {_a(_kind(turn))}, expected an object"
             raise RecordError("invalid_message", f"{why} with '{role_key}' and '{text_key}'")
         raw_role = turn.get(role_key)
         text = turn.get(text_key)
@@ -260,7 +264,7 @@ def normalize_record(
     try:
         if type(value) is not dict:
             raise RecordError(
-                "not_an_object", f"record is a {_kind(value)}, expected a JSON object"
+                "not_an_object", f"record is {_a(_kind(value))}, expected a JSON object"
             )
         domain = value.get(domain_field)
         if type(domain) is not str or not domain:

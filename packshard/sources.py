@@ -196,18 +196,19 @@ def _reject(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
 
 
 def _type_name(value: Any) -> str:
+    """Name the JSON kind of a value with its article: ``a list``, ``a number``, ``null``."""
     if isinstance(value, bool):
-        return "boolean"
+        return "a boolean"
     if isinstance(value, int | float):
-        return "number"
-    names = {list: "list", str: "string", dict: "object", type(None): "null"}
+        return "a number"
+    names = {list: "a list", str: "a string", dict: "an object", type(None): "null"}
     return names.get(type(value), type(value).__name__)
 
 
 def _record(f: InputFile, line: int, domain: str, value: Any) -> RawRecord:
     if type(value) is dict:
         return RawRecord(SourceRef(f.path, line), domain, value)
-    reason = f"record is a {_type_name(value)}, expected a JSON object"
+    reason = f"record is {_type_name(value)}, expected a JSON object"
     return _reject(f, line, "not_an_object", reason)
 
 
@@ -222,11 +223,16 @@ def _parse_line(f: InputFile, line_no: int, domain: str, line: bytes) -> RawReco
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        return _reject(f, line_no, "invalid_json", f"invalid JSON: {exc.msg} at column {exc.colno}")
-    except (ValueError, RecursionError) as exc:
         return _reject(
-            f, line_no, "invalid_json", f"invalid JSON: {str(exc) or 'nested too deeply'}"
+            f,
+            line_no,
+            "invalid_json",
+            f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}",
         )
+    except RecursionError:
+        return _reject(f, line_no, "invalid_json", "invalid JSON: nested too deeply")
+    except ValueError as exc:
+        return _reject(f, line_no, "invalid_json", f"invalid JSON: {exc}")
     return _record(f, line_no, domain, value)
 
 
@@ -338,9 +344,14 @@ class _TextBuffer:
                 if cut and self.failure:
                     return None, self.failure
                 self.pos = exc.pos
-                return None, ("invalid_json", f"invalid JSON: {exc.msg} at line {self.line()}")
-            except (ValueError, RecursionError) as exc:
-                return None, ("invalid_json", f"invalid JSON: {str(exc) or 'nested too deeply'}")
+                return None, (
+                    "invalid_json",
+                    f"invalid JSON: {exc.msg.removesuffix(' at')} at line {self.line()}",
+                )
+            except RecursionError:
+                return None, ("invalid_json", "invalid JSON: nested too deeply")
+            except ValueError as exc:
+                return None, ("invalid_json", f"invalid JSON: {exc}")
             if end >= len(self.text) and not self.done:
                 self.grow()  # a number may continue in the next chunk
                 continue
