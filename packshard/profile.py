@@ -47,6 +47,9 @@ from packshard.records import IGNORE_INDEX
 
 if TYPE_CHECKING:
     from packshard.ingest import IngestChunk, IngestOptions
+    from packshard.sources import InputFile
+    from packshard.templates import ChatTemplate
+    from packshard.tokenize import TokenizerBundle
 
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "nearest-rank (numpy inverted_cdf)"
@@ -279,6 +282,14 @@ def count_loss_tokens(labels: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return running[offsets[1:]] - running[offsets[:-1]]
 
 
+def describe_label_paths(counts: Mapping[str, int], default: str) -> str:
+    """Return ``"offsets"`` for one label path, ``"offsets 950, none 50"`` for several."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    if len(ranked) <= 1:
+        return ranked[0][0] if ranked else default
+    return ", ".join(f"{name} {count:,}" for name, count in ranked)
+
+
 def profile_chunks(
     chunks: Iterable[IngestChunk],
     max_seq_len: int,
@@ -286,25 +297,28 @@ def profile_chunks(
     seed: int = 0,
     label_path: str = "offsets",
 ) -> ProfileReport:
-    """Profile an ingest stream, keeping per-example lengths, loss counts and domains only."""
+    """Profile an ingest stream, keeping per-example lengths, loss counts and domains only.
+
+    Loss counts come from ``batch.extra["loss_tokens"]`` when ingest provides them, else from
+    the labels.  The chunks' ``label_paths`` counts replace ``label_path`` when present.
+    """
     lengths: list[np.ndarray] = []
     losses: list[np.ndarray] = []
     codes: list[np.ndarray] = []
     index: dict[str, int] = {}
     rejected: Counter[str] = Counter()
+    paths: Counter[str] = Counter()
     for chunk in chunks:
         batch = chunk.batch
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         lengths.append(np.diff(offsets))
-        losses.append(count_loss_tokens(np.asarray(batch.labels), offsets))
-        codes.append(
-            np.fromiter(
-                (index.setdefault(d, len(index)) for d in batch.domains),
-                dtype=np.int64,
-                count=len(batch.domains),
-            )
-        )
+        loss = batch.extra.get("loss_tokens")
+        losses.append(count_loss_tokens(batch.labels, offsets) if loss is None else loss)
+        domains = batch.domains
+        code = (index.setdefault(d, len(index)) for d in domains)
+        codes.append(np.fromiter(code, dtype=np.int64, count=len(domains)))
         rejected.update(r.domain for r in chunk.rejects)
+        paths.update(chunk.label_paths)
     empty = np.zeros(0, dtype=np.int64)
     return profile_lengths(
         np.concatenate([empty, *lengths]),
@@ -315,26 +329,31 @@ def profile_chunks(
         max_seq_len,
         batch_size,
         seed,
-        label_path,
+        describe_label_paths(paths, label_path),
     )
 
 
 def profile_inputs(
-    files: Sequence[Any],
-    bundle: Any,
-    template: Any,
+    files: Sequence[InputFile],
+    bundle: TokenizerBundle,
+    template: ChatTemplate | None,
     options: IngestOptions,
     max_seq_len: int,
     batch_size: int = 8,
     seed: int = 0,
     progress: bool = False,
 ) -> ProfileReport:
-    """Tokenize ``files`` with ``bundle`` and ``template`` and profile the examples."""
-    from packshard.ingest import ingest
+    """Tokenize ``files`` through :func:`packshard.ingest.ingest` and profile the examples.
 
-    label_path = str(getattr(template, "label_spans", "offsets"))
+    Only three integers per example are kept (length, loss tokens, domain code), never the
+    tokens.  ``batch_size`` is the training batch size the batching strategies assume, not
+    ``options.batch_size`` (records per ingest chunk).
+    """
+    from packshard.ingest import ingest, ingest_label_path
+
     chunks = ingest(files, bundle, template, options, progress=progress)
-    return profile_chunks(chunks, max_seq_len, batch_size, seed, label_path)
+    default = ingest_label_path(template, options.loss)
+    return profile_chunks(chunks, max_seq_len, batch_size, seed, default)
 
 
 def report_to_dict(report: ProfileReport) -> dict[str, Any]:

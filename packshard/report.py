@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-from html import escape
 from collections.abc import Callable, Sequence
+from html import escape
 from pathlib import Path
 
 from rich.console import Group
@@ -72,10 +72,8 @@ def build_counts_table(report: ProfileReport) -> Table:
     """Return the per-domain table of records, rejects and prompt/loss tokens."""
 
     def cells(d: DomainProfile) -> list[str]:
-        tokens = (d.tokens, d.prompt_tokens, d.loss_tokens)
-        return [f"{d.records:,}", f"{d.rejected:,}", *map(format_count, tokens)] + [
-            f"{d.loss_share:.1%}"
-        ]
+        tokens = (format_count(t) for t in (d.tokens, d.prompt_tokens, d.loss_tokens))
+        return [f"{d.records:,}", f"{d.rejected:,}", *tokens, f"{d.loss_share:.1%}"]
 
     headers = ("records", "rejected", "tokens", "prompt", "loss", "loss %")
     caption = f"loss = assistant tokens ({report.label_path}), each example's first excluded"
@@ -185,7 +183,7 @@ def draw_histogram(d: DomainProfile, report: ProfileReport) -> str:
         if count == 0:
             continue
         x0, x1 = x_of(edges[i]), x_of(edges[i + 1])
-        h = max(count / peak * plot_h, 1.0)
+        h = max(count / peak * plot_h, 2.0)  # a single example stays visible
         color = COLORS["over"] if edges[i] > report.max_seq_len else COLORS["bar"]
         span = f"{edges[i]}" if edges[i + 1] - edges[i] == 1 else f"{edges[i]}–{edges[i + 1] - 1}"
         parts.append(
@@ -201,6 +199,11 @@ def draw_histogram(d: DomainProfile, report: ProfileReport) -> str:
         f'<text x="{x + dx:.1f}" y="{top - 10}" text-anchor="{anchor}" fill="{COLORS["line"]}" '
         f'class="tick">max_seq_len {report.max_seq_len:,}</text>'
     )
+    if d.over_max:
+        parts.append(
+            f'<text class="over" x="{x + dx:.1f}" y="{top + 6}" text-anchor="{anchor}" '
+            f'fill="{COLORS["over"]}">{d.over_max:,} over ({d.over_max_share:.1%})</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 

@@ -170,7 +170,7 @@ def test_count_loss_tokens_excludes_each_first_token():
     assert count_loss_tokens(labels, offsets).tolist() == [1, 0, 2, 1]
 
 
-def make_chunk(lengths, labels, domains, rejects=()):
+def make_chunk(lengths, labels, domains, rejects=(), paths=None):
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     n = len(lengths)
     batch = TokenizedBatch(
@@ -181,7 +181,7 @@ def make_chunk(lengths, labels, domains, rejects=()):
         domains=tuple(domains),
     )
     rej = tuple(Reject(SourceRef("x.jsonl", 99), d, "invalid_json", "bad") for d in rejects)
-    return SimpleNamespace(batch=batch, rejects=rej, records=n + len(rej))
+    return SimpleNamespace(batch=batch, rejects=rej, records=n + len(rej), label_paths=paths or {})
 
 
 def test_profile_chunks_accumulates_across_chunks():
@@ -190,13 +190,22 @@ def test_profile_chunks_accumulates_across_chunks():
         make_chunk([4], [M, M, 7, 7], ["chat"], rejects=["lost"]),
         make_chunk([], [], []),
     ]
-    report = profile_chunks(chunks, max_seq_len=4, batch_size=2, label_path="generation")
+    report = profile_chunks(chunks, max_seq_len=4, batch_size=2, label_path="generation_tags")
     by = {d.name: d for d in report.domains}
     assert list(by) == ["chat", "code", "lost"]
     assert (by["chat"].examples, by["chat"].tokens, by["chat"].loss_tokens) == (2, 7, 4)
     assert (by["code"].tokens, by["code"].loss_tokens) == (2, 1)  # [3, 4]: first not counted
     assert (by["chat"].rejected, by["lost"].rejected, report.total.records) == (1, 1, 5)
-    assert report.label_path == "generation"
+    assert report.label_path == "generation_tags"  # no chunk said otherwise
+
+
+def test_profile_chunks_prefers_ingest_loss_counts_and_label_paths():
+    chunk = make_chunk([3], [M, 1, 2], ["chat"], paths={"offsets": 3, "none": 1})
+    chunk.batch.extra["loss_tokens"] = np.array([1])
+    more = make_chunk([2], [M, 5], ["chat"], paths={"none": 1})
+    report = profile_chunks([chunk, more], max_seq_len=4)
+    assert report.total.loss_tokens == 2
+    assert report.label_path == "offsets 3, none 2"
 
 
 def test_empty_input_profiles_to_an_empty_report():
@@ -245,3 +254,36 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
     assert total["lengths"] == {"p50": 2, "p90": 5, "p95": 5, "p99": 5, "max": 5, "mean": 2.667}
     assert data["domains"][0]["name"] == "chat"
     assert json.loads(json.dumps(data)) == data
+
+
+@pytest.mark.shared_data
+def test_profile_inputs_on_real_chat_files(shared_data):
+    from packshard.ingest import IngestOptions
+    from packshard.profile import profile_inputs
+    from packshard.sources import expand_inputs
+    from packshard.templates import load_template
+    from packshard.tokenize import load_tokenizer
+
+    bundle = load_tokenizer(str(shared_data / "tokenizers" / "phi-3-mini"))
+    template = load_template(None, bundle)
+    chat = shared_data / "chat"
+    files = expand_inputs(
+        [
+            str(chat / "openai_cookbook_toy_chat_fine_tuning.jsonl"),
+            str(chat / "fastchat_dummy_conversation.json"),
+        ]
+    )
+    options = IngestOptions(batch_size=64)
+    report = profile_inputs(files, bundle, template, options, max_seq_len=2048, batch_size=4)
+    by = {d.name: d for d in report.domains}
+    assert set(by) == {"openai_cookbook_toy_chat_fine_tuning", "fastchat_dummy_conversation"}
+    assert by["fastchat_dummy_conversation"].records == 500
+    toy = by["openai_cookbook_toy_chat_fine_tuning"]
+    assert toy.records == 5
+    # record 5 is one 26,000-character assistant message: ≈12k phi-3 tokens, over 2048
+    assert toy.over_max == 1 and toy.lengths is not None and toy.lengths.max > 12_000
+    assert report.total.records == 505
+    assert 0 < report.total.loss_tokens < report.total.tokens
+    assert report.label_path == "offsets"
+    fill = report.total.strategy("packed").fraction
+    assert report.total.strategy("pad_to_max").fraction < fill <= 1.0

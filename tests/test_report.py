@@ -123,6 +123,9 @@ def test_histogram_bars_past_max_seq_len_are_marked(report, tmp_path):
     code = re.search(r'<svg class="hist" data-domain="code".*?</svg>', page, flags=re.S).group(0)
     bars = re.findall(r'fill="(#[0-9a-f]+)"><title>([^<]*)</title>', code)
     assert bars == [("#4878b0", "3 tokens: 1 examples"), ("#e0803a", "11–12 tokens: 1 examples")]
+    assert re.search(r'<text class="over"[^>]*>1 over \(50\.0%\)</text>', code)
+    chat = re.search(r'<svg class="hist" data-domain="chat".*?</svg>', page, flags=re.S).group(0)
+    assert 'class="over"' not in chat
 
 
 def test_single_domain_page_has_no_separate_total_histogram(tmp_path):
