@@ -301,3 +301,60 @@ def test_too_few_rows_for_the_ranks_is_refused(tmp_path):
     with pytest.raises(UsageError, match="2 rows for 3 ranks leaves every rank empty"):
         PackedIterableDataset(out, rank=0, world_size=3)
     assert len(PackedIterableDataset(out, rank=2, world_size=3, drop_remainder=False)) == 1
+
+
+@pytest.fixture(scope="module")
+def real_pack(tmp_path_factory) -> tuple[Path, Path]:
+    """A real ``pack`` output: the embedded demo chats, a throwaway BPE, 4 rows per shard."""
+    from packshard.demo import build_demo_tokenizer, demo_data_path
+    from packshard.pipeline import PackConfig, pack_dataset
+
+    root = tmp_path_factory.mktemp("real")
+    tok = build_demo_tokenizer(root / "tok")
+    config = PackConfig(
+        inputs=(str(demo_data_path()),),
+        tokenizer=str(tok),
+        out=str(root / "out"),
+        max_seq_len=256,
+        template="chatml",
+        shard_rows=4,
+    )
+    pack_dataset(config)
+    return root / "out", tok
+
+
+def test_reads_a_real_pack_output_back_consistently(real_pack):
+    out, tok = real_pack
+    ds = PackedDataset(out, tokenizer=tok)
+    manifest = ds.manifest
+    assert len(ds) == manifest["stats"]["rows"] and len(manifest["shards"]) > 1
+    index = pq.read_table(out / "examples.parquet").to_pylist()
+    by_id = {e["example_id"]: e for e in index}
+    seen, tokens = [], 0
+    for i in range(len(ds)):
+        r = ds[i]
+        cu = r["cu_seqlens"].tolist()
+        tokens += cu[-1]
+        assert cu[-1] == r["input_ids"].shape[0] <= ds.max_seq_len
+        for j, eid in enumerate(r["example_ids"].tolist()):
+            lo, hi = cu[j], cu[j + 1]
+            entry = by_id[eid]
+            assert ds.locate(i) == (entry["shard"], entry["row"])
+            assert hi - lo == entry["num_tokens"]
+            labels = r["labels"][lo:hi]
+            assert labels[0].item() == IGNORE_INDEX
+            assert int((labels != IGNORE_INDEX).sum()) == entry["num_loss_tokens"]
+            kept = labels != IGNORE_INDEX
+            assert torch.equal(labels[kept], r["input_ids"][lo:hi][kept])
+            assert r["position_ids"][lo:hi].tolist() == list(range(hi - lo))
+            seen.append(eid)
+    assert sorted(seen) == sorted(by_id)
+    assert tokens == manifest["stats"]["tokens"]
+    batch = collate_varlen([ds[i] for i in range(len(ds))], pad_to_multiple_of=64)
+    assert batch["num_loss_tokens"] == manifest["stats"]["loss_tokens"]
+    streamed = []
+    for rank in range(2):
+        it = PackedIterableDataset(out, rank=rank, world_size=2, drop_remainder=False)
+        streamed += [int(r["example_ids"][0]) for r in it]
+    first_ids = {int(ds[i]["example_ids"][0]) for i in range(len(ds))}
+    assert set(streamed) == first_ids
