@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from packshard import __version__
 from packshard.errors import UsageError
-from packshard.ingest import IngestOptions, ingest
+from packshard.ingest import IngestOptions, ingest, ingest_label_path
 from packshard.manifest import (
     EXAMPLES_NAME,
     FORMAT_VERSION,
@@ -228,7 +228,7 @@ def _pack_into(
             "eos_token_id": bundle.eos_token_id,
             "pad_token_id": bundle.pad_token_id,
         },
-        "template": _template_entry(template),
+        "template": _template_entry(template, config.loss),
         "inputs": [
             {"path": f.path, "sha256": sha, "records": stats.records_per_input[i]}
             for i, (f, sha) in enumerate(zip(files, fingerprints["inputs"], strict=True))
@@ -255,10 +255,10 @@ def _pack_into(
     return manifest
 
 
-def _template_entry(template: Any) -> dict[str, Any]:
+def _template_entry(template: Any, loss: str) -> dict[str, Any]:
     if template is None:
         return {"source": None, "sha256": None, "label_spans": "none"}
-    label_spans = "generation_tags" if template.has_generation else "offsets"
+    label_spans = ingest_label_path(template, loss)
     return {"source": template.source, "sha256": template.sha256, "label_spans": label_spans}
 
 
@@ -327,4 +327,3 @@ def pack_summary(result: PackResult) -> dict[str, Any]:
 def asdict_stats(stats: dict[str, Any]) -> dict[str, Any]:
     """Return the scalar entries of a manifest's stats block."""
     return {k: v for k, v in stats.items() if not isinstance(v, dict)}
-

@@ -54,7 +54,9 @@ class StatsCollector:
 
     def domain_codes(self, domains: Sequence[str]) -> np.ndarray:
         """Codes for a sequence of domain names (int32)."""
-        return np.fromiter((self.domain_code(d) for d in domains), dtype=np.int32, count=len(domains))
+        return np.fromiter(
+            (self.domain_code(d) for d in domains), dtype=np.int32, count=len(domains)
+        )
 
     def add_ingest(self, chunk: Any, domain_codes: np.ndarray) -> None:
         """Count a chunk's accepted and rejected records and its tokens per domain."""

@@ -1,0 +1,222 @@
+"""Structural seam audit of one shard, vectorised over all of its rows.
+
+For a shard with rows ``r`` and segments ``s`` (``cu_seqlens`` slices), every check is a few
+numpy operations over the flat list values — no Python loop over tokens or rows:
+
+* lists agree: ``input_ids``, ``labels`` and ``position_ids`` have the same offsets, and
+  ``num_tokens`` equals the row's list length, ≤ ``max_seq_len``;
+* ``cu_seqlens`` starts at 0, strictly increases, ends at ``num_tokens``, and has one more
+  entry than ``example_ids``;
+* positions restart at 0 at every segment start and count up by one (policy ``reset``);
+* the first label of every segment is ``-100``; every other label is ``-100`` or its token;
+* ``num_loss_tokens`` and ``max_seqlen`` match the row;
+* every example id matches the examples index (this shard, this row, token counts).
+
+Only when a check fails does Python touch individual rows, to name them in findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from packshard.findings import Finding, FindingList
+from packshard.records import IGNORE_INDEX
+from packshard.shards import list_values
+
+
+@dataclass(frozen=True, slots=True)
+class ExamplesIndex:
+    """The examples index as arrays ordered by example id (``example_id[i] == i`` when sound)."""
+
+    example_id: np.ndarray
+    shard: np.ndarray
+    row: np.ndarray
+    num_tokens: np.ndarray
+    num_loss_tokens: np.ndarray
+    sources: list[str]
+    lines: np.ndarray
+    position: dict[int, int]
+
+    @staticmethod
+    def from_table(table: pa.Table) -> ExamplesIndex:
+        """Build from ``examples.parquet``."""
+        ids = table["example_id"].to_numpy()
+        return ExamplesIndex(
+            example_id=ids,
+            shard=table["shard"].to_numpy(),
+            row=table["row"].to_numpy(),
+            num_tokens=table["num_tokens"].to_numpy(),
+            num_loss_tokens=table["num_loss_tokens"].to_numpy(),
+            sources=table["source"].to_pylist(),
+            lines=table["line"].to_numpy(),
+            position={int(e): i for i, e in enumerate(ids)},
+        )
+
+    def lookup(self, example_ids: np.ndarray) -> np.ndarray:
+        """Position of each id in the index, -1 where absent (vectorised for dense ids)."""
+        n = len(self.example_id)
+        if n and np.array_equal(self.example_id, np.arange(n)):
+            ids = np.asarray(example_ids, dtype=np.int64)
+            return np.where((ids >= 0) & (ids < n), ids, -1)
+        get = self.position.get
+        return np.array([get(int(e), -1) for e in example_ids], dtype=np.int64)
+
+    def where(self, example_id: int) -> str | None:
+        """``source:line`` of an example id, or None when the index lacks it."""
+        i = self.position.get(int(example_id))
+        return None if i is None else f"{self.sources[i]}:{int(self.lines[i])}"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardAudit:
+    """Per-row results of one shard's audit (the seam table)."""
+
+    rows: int
+    segments: np.ndarray  # per row
+    bad_rows: np.ndarray  # row indices with at least one finding
+    example_ids: np.ndarray  # every example id seen in the shard, in row order
+    tokens: int
+    loss_tokens: int
+
+
+def audit_shard(
+    table: pa.Table,
+    shard_name: str,
+    shard_index: int,
+    max_seq_len: int,
+    index: ExamplesIndex,
+    findings: FindingList,
+) -> ShardAudit:
+    """Check every row of a shard; add findings; return the per-row summary."""
+    ids, tok_off = list_values(table["input_ids"])
+    labels, lab_off = list_values(table["labels"])
+    pos, pos_off = list_values(table["position_ids"])
+    cu, cu_off = list_values(table["cu_seqlens"])
+    ex_ids, ex_off = list_values(table["example_ids"])
+    num_tokens = table["num_tokens"].to_numpy()
+    num_loss = table["num_loss_tokens"].to_numpy()
+    max_seqlen = table["max_seqlen"].to_numpy()
+    nrows = table.num_rows
+    bad = np.zeros(nrows, dtype=bool)
+
+    def report(rows: np.ndarray, message: str, kind: str, segs: np.ndarray | None = None) -> None:
+        bad[rows] = True
+        for k, r in enumerate(rows[:20]):
+            seg = None if segs is None else int(segs[k])
+            eid = None
+            if seg is not None and ex_off[r] + seg < ex_off[r + 1]:
+                eid = int(ex_ids[ex_off[r] + seg])
+            findings.add(
+                Finding(
+                    "structure",
+                    message,
+                    shard_name,
+                    int(r),
+                    seg,
+                    eid,
+                    index.where(eid) if eid is not None else None,
+                ),
+                kind,
+            )
+
+    row_len = np.diff(tok_off)
+    same = (np.array_equal(tok_off, lab_off), np.array_equal(tok_off, pos_off))
+    if not all(same):
+        rows = np.flatnonzero((np.diff(lab_off) != row_len) | (np.diff(pos_off) != row_len))
+        report(rows, "input_ids, labels and position_ids have different lengths", "lengths")
+        return ShardAudit(nrows, np.diff(ex_off), np.flatnonzero(bad), ex_ids, 0, 0)
+    rows = np.flatnonzero(num_tokens != row_len)
+    report(rows, "num_tokens does not match the row's length", "num_tokens")
+    rows = np.flatnonzero(row_len > max_seq_len)
+    report(rows, f"row holds more than max_seq_len {max_seq_len} tokens", "overfull")
+
+    nseg = np.diff(cu_off) - 1
+    rows = np.flatnonzero(nseg != np.diff(ex_off))
+    report(rows, "cu_seqlens and example_ids disagree on the number of segments", "nseg")
+    first = cu[cu_off[:-1]] if len(cu) else np.zeros(0, np.int32)
+    last = cu[cu_off[1:] - 1] if len(cu) else np.zeros(0, np.int32)
+    rows = np.flatnonzero((nseg < 1) | (first != 0) | (last != row_len))
+    report(rows, "cu_seqlens must start at 0 and end at num_tokens", "cu_ends")
+    step = np.diff(cu)
+    inner = np.ones(len(step), dtype=bool)
+    inner[cu_off[1:-1] - 1] = False  # steps that cross from one row's list to the next
+    broken = np.flatnonzero(inner & (step <= 0))
+    if broken.size:
+        rows = np.searchsorted(cu_off, broken, side="right") - 1
+        report(rows, "cu_seqlens is not strictly increasing", "cu_order", broken - cu_off[rows])
+    if bad.any():
+        return ShardAudit(nrows, nseg, np.flatnonzero(bad), ex_ids, int(row_len.sum()), 0)
+
+    # Segment starts in flat token coordinates.
+    cu_inner = np.ones(len(cu), dtype=bool)
+    cu_inner[cu_off[1:] - 1] = False  # drop each row's final entry
+    row_of_cu = np.repeat(np.arange(nrows), np.diff(cu_off))
+    seg_start = (cu + tok_off[row_of_cu])[cu_inner]
+    seg_len = np.diff(np.append(cu, 0))[cu_inner]
+    seg_row = row_of_cu[cu_inner]
+    seg_local = np.arange(len(seg_start)) - np.repeat(ex_off[:-1], nseg)
+    total = int(tok_off[-1])
+    expect_pos = np.arange(total, dtype=np.int64) - np.repeat(seg_start, seg_len)
+    wrong = np.flatnonzero(pos != expect_pos)
+    if wrong.size:
+        seg = np.searchsorted(seg_start, wrong, side="right") - 1
+        report(
+            seg_row[seg],
+            "position_ids do not restart at 0 at this segment",
+            "positions",
+            seg_local[seg],
+        )
+    unmasked = np.flatnonzero(labels[seg_start] != IGNORE_INDEX)
+    report(
+        seg_row[unmasked],
+        "first label of the segment is not -100 (a target crosses the seam)",
+        "seam_label",
+        seg_local[unmasked],
+    )
+    mismatch = np.flatnonzero((labels != IGNORE_INDEX) & (labels != ids))
+    if mismatch.size:
+        seg = np.searchsorted(seg_start, mismatch, side="right") - 1
+        report(
+            seg_row[seg], "a label is neither -100 nor its own token", "label_token", seg_local[seg]
+        )
+    is_loss = (labels != IGNORE_INDEX).astype(np.int64)
+    loss_per_row = np.add.reduceat(is_loss, tok_off[:-1]) if nrows and total else np.zeros(nrows)
+    loss_per_row[row_len == 0] = 0
+    report(
+        np.flatnonzero(loss_per_row != num_loss),
+        "num_loss_tokens does not match labels",
+        "num_loss",
+    )
+    seg_max = np.maximum.reduceat(seg_len, ex_off[:-1]) if len(seg_len) else np.zeros(nrows)
+    report(
+        np.flatnonzero(seg_max != max_seqlen), "max_seqlen is not the longest segment", "max_seqlen"
+    )
+
+    # Examples index agreement.
+    seg_loss = (
+        np.add.reduceat(is_loss, seg_start) - is_loss[seg_start] if len(seg_start) else seg_len
+    )
+    pos_in_index = index.lookup(ex_ids)
+    missing = np.flatnonzero(pos_in_index < 0)
+    report(
+        seg_row[missing], "example id not in examples.parquet", "index_missing", seg_local[missing]
+    )
+    ok = pos_in_index >= 0
+    p = np.where(ok, pos_in_index, 0)
+    disagree = ok & (
+        (index.shard[p] != shard_index)
+        | (index.row[p] != seg_row)
+        | (index.num_tokens[p] != seg_len)
+        | (index.num_loss_tokens[p] != seg_loss)
+    )
+    rows = np.flatnonzero(disagree)
+    report(
+        seg_row[rows],
+        "examples.parquet disagrees with the shard (shard, row or token counts)",
+        "index_disagree",
+        seg_local[rows],
+    )
+    return ShardAudit(nrows, nseg, np.flatnonzero(bad), ex_ids, total, int(is_loss.sum()))
