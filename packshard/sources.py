@@ -18,8 +18,8 @@ A record's ``line`` is the 1-based physical line for JSONL (blank lines skipped 
 The JSON array reader keeps a text buffer and calls ``JSONDecoder.raw_decode`` at the next
 element.  A decode error near the buffer's end (or an unterminated string) may just mean "not
 enough text yet": the buffer then grows by at least its own unread size and the element is
-decoded again, so a 50 MB element costs O(50 MB) of parsing, not O(50 MB × chunks).  A decode
-that ends exactly at the buffer's end also grows it, since a number may go on.
+decoded again, so a 50 MB element costs O(50 MB) of parsing, not O(50 MB × chunks).  A number
+that ends within 3 characters of the buffer's end also grows it, since "1." may be "1.5".
 
 Record-level problems never raise: the record carries a :class:`RecordError` (``invalid_json``,
 ``invalid_utf8``, ``not_an_object``, ``unreadable``).  A broken array or a broken compressed
@@ -352,8 +352,8 @@ class _TextBuffer:
                 return None, ("invalid_json", "invalid JSON: nested too deeply")
             except ValueError as exc:
                 return None, ("invalid_json", f"invalid JSON: {exc}")
-            if end >= len(self.text) and not self.done:
-                self.grow()  # a number may continue in the next chunk
+            if type(value) in (int, float) and end >= len(self.text) - 3 and not self.done:
+                self.grow()  # "1", "1.", "1e-" at the end may be a cut-off "1.5e-3"
                 continue
             self.pos = end
             return value, None
@@ -435,7 +435,8 @@ def read_records(f: InputFile, chunk_size: int = CHUNK_SIZE) -> Iterator[RawReco
 
     Bad records come back as records with ``error`` set (see the module docstring); only a
     file that cannot be opened raises :class:`InputError`.  ``chunk_size`` is the number of
-    bytes read (and at most decompressed) at a time.
+    bytes read (and, for ``.gz``, decompressed) at a time; Parquet is read in batches of
+    ``min(chunk_size, 1024)`` rows.
     """
     _, kind, codec = _split_ext(os.path.basename(f.path))
     if kind == ".parquet":

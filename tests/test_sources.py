@@ -7,6 +7,7 @@ import hashlib
 import json
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -294,11 +295,32 @@ def test_json_array_streams_with_any_chunk_size(
     assert summary(records) == [(i, v) for i, v in enumerate(ARRAY, 1)]
 
 
-@pytest.mark.parametrize("chunk_size", [1, 4, 1 << 20])
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(JSON_VALUES, max_size=12),
+    chunk_size=st.integers(1, 40),
+    indent=st.sampled_from([None, 0, 3]),
+)
+def test_json_array_property_any_chunk_size(
+    tmp_path_factory: pytest.TempPathFactory, values: list[Any], chunk_size: int, indent: int | None
+) -> None:
+    text = json.dumps(values, ensure_ascii=False, indent=indent)
+    path = write(tmp_path_factory.mktemp("p") / "x.json", text)
+    records = read(path, chunk_size=chunk_size)
+    assert [r.ref.line for r in records] == list(range(1, len(values) + 1))
+    for record, value in zip(records, values, strict=True):
+        if isinstance(value, dict):
+            assert record.error is None and record.value == value
+        else:
+            assert record.error.code == "not_an_object"
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 4, 1 << 20])
 def test_json_numbers_are_not_cut_at_chunk_edges(tmp_path: Path, chunk_size: int) -> None:
-    records = read(write(tmp_path / "a.json", "[12345678, {}, -0.5e-3]"), chunk_size=chunk_size)
-    kind = "record is a number, expected a JSON object"
-    assert summary(records) == [(1, ("not_an_object", kind)), (2, {}), (3, ("not_an_object", kind))]
+    text = "[12345678, {}, -0.5e-3, 0.0, 1.25e+3]"
+    records = read(write(tmp_path / "a.json", text), chunk_size=chunk_size)
+    kind = ("not_an_object", "record is a number, expected a JSON object")
+    assert summary(records) == [(1, kind), (2, {}), (3, kind), (4, kind), (5, kind)]
 
 
 @pytest.mark.parametrize(
