@@ -163,7 +163,7 @@ class SpillWriter:
                 )
                 parts, truncated = parts[keep], truncated[keep]
         self._write(ids, labels, offsets)
-        meta = {
+        meta: dict[str, np.ndarray] = {
             "loss_tokens": count_targets(labels, offsets).astype(np.int32),
             "source_index": source_index.astype(np.int32),
             "lines": lines,
