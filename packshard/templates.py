@@ -1,0 +1,426 @@
+r"""Render conversations through sandboxed chat templates and find the characters to train on.
+
+A chat template is untrusted code (it ships with a downloaded tokenizer), so it runs exactly
+as Hugging Face ``transformers`` runs it — ``ImmutableSandboxedEnvironment(trim_blocks=True,
+lstrip_blocks=True)``, the ``raise_exception``/``strftime_now`` globals, a ``tojson`` filter
+that neither escapes HTML nor sorts keys — with one difference: reaching for an unsafe
+attribute (``__class__``, ``__globals__``, ``mro`` …) raises instead of rendering as empty, and
+that becomes a :class:`TemplateError` before anything runs.  Message content is passed as
+data: ``{{name}}`` inside a message renders literally.
+
+Each example becomes a :class:`Rendered`: the text plus the character spans to train on,
+found on one of three label paths::
+
+    generation_tags  the template wraps assistant output in {% generation %} blocks; the
+                     blocks decide, character for character (transformers' assistant mask)
+    offsets          no blocks: each assistant message's content is found in the text in
+                     order, then the span runs on over whitespace and the special token that
+                     closes the turn (and a final EOS), so the model learns to stop:
+                         <|assistant|>\nSure.<|end|>\n<|endoftext|>
+                                        [-----------------------)
+    none             every token is trained (plain text, or --loss all)
+
+Plain records skip the template: prompt/completion renders ``prompt + completion + EOS`` and
+trains ``completion + EOS``; text renders ``[BOS] + text + EOS`` (BOS when the tokenizer adds
+one; no EOS when the tokenizer has none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+from packshard.errors import RecordError, TemplateError
+from packshard.records import Conversation
+from packshard.tokenize import TokenizerBundle
+
+LABEL_PATHS = ("generation_tags", "offsets", "none")
+CHATML = r"""{%- set ns = namespace(start=0) %}
+{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages and messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] + '\n\n' }}
+        {%- set ns.start = 1 %}
+    {%- endif %}
+    {{- '# Tools\n\nYou may call these functions:\n<tools>' }}
+    {%- for tool in tools %}
+        {{- '\n' + (tool | tojson) }}
+    {%- endfor %}
+    {{- '\n</tools><|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages[ns.start:] %}
+    {{- '<|im_start|>' + message['role'] + '\n' }}
+    {%- if message['role'] == 'assistant' %}
+        {%- generation %}
+        {{- message['content'] + '<|im_end|>' }}
+        {%- endgeneration %}
+        {{- '\n' }}
+    {%- else %}
+        {{- message['content'] + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
+BUILTINS = {"chatml": CHATML}
+
+
+class TemplateSecurityError(TemplateError):
+    """The template tried to leave the sandbox; nothing it asked for was executed."""
+
+
+@dataclass(slots=True)
+class _Recorder:
+    emitted: int = 0
+    blocks: list[tuple[int, str]] = field(default_factory=list)
+
+
+_RECORDER: ContextVar[_Recorder | None] = ContextVar("packshard_generation", default=None)
+
+
+class GenerationExtension(Extension):
+    """``{% generation %}…{% endgeneration %}``: record where the block's output lands."""
+
+    tags = {"generation"}  # noqa: RUF012 (jinja reads this class attribute)
+
+    def parse(self, parser: Any) -> nodes.Node:
+        """Compile the block into a call that records its output."""
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_generation")
+        return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _generation(self, caller: Any) -> str:
+        out = str(caller())
+        if (recorder := _RECORDER.get()) is not None:
+            recorder.blocks.append((recorder.emitted, out))
+        return out
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
+        raise SecurityError(
+            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
+        )
+
+
+class _Namespace(jinja2.utils.Namespace):
+    """``namespace()`` that refuses underscore names (no reaching into internals)."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # same signature trick as jinja's
+        self, rest = args[0], args[1:]
+        attrs = dict(*rest, **kwargs)
+        for name in attrs:
+            _Namespace._check(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _Namespace._check(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(f"namespace attribute {name!r} starts with an underscore")
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(str(message))
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+            sort_keys: bool = False) -> str:  # fmt: skip
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _environment() -> _Sandbox:
+    env = _Sandbox(trim_blocks=True, lstrip_blocks=True,
+                   extensions=[GenerationExtension, loopcontrols])  # fmt: skip
+    env.filters["tojson"] = _tojson
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
+                       namespace=_Namespace, dict=dict)  # fmt: skip
+    return env
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A compiled chat template and where it came from (recorded in the manifest)."""
+
+    source: str
+    text: str
+    sha256: str
+    has_generation: bool
+    compiled: jinja2.Template = field(repr=False, compare=False)
+
+    @property
+    def label_spans(self) -> str:
+        """The label path chat records take: ``generation_tags`` or ``offsets``."""
+        return "generation_tags" if self.has_generation else "offsets"
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """One rendered example: its text and the character spans ``[lo, hi)`` to train on."""
+
+    text: str
+    spans: tuple[tuple[int, int], ...]
+    label_path: str
+
+
+def compile_template(text: str, source: str) -> ChatTemplate:
+    """Compile ``text`` in the sandbox; ``source`` names it in errors and the manifest."""
+    env = _environment()
+    try:
+        tree = env.parse(text)
+        compiled = env.from_string(tree)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(
+            f"{source}:{exc.lineno}: template syntax error: {exc.message} "
+            "(fix the template or choose another with --template)"
+        ) from exc
+    has_generation = any(
+        isinstance(n.call, nodes.Call)
+        and isinstance(n.call.node, nodes.ExtensionAttribute)
+        and n.call.node.name == "_generation"
+        for n in tree.find_all(nodes.CallBlock)
+    )
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return ChatTemplate(source, text, digest, has_generation, compiled)
+
+
+def load_template(spec: str | None, bundle: TokenizerBundle) -> ChatTemplate | None:
+    """Load the chat template named by ``spec``.
+
+    ``None`` takes the tokenizer config's template (``None`` when it has none); ``"chatml"``
+    or ``"builtin:chatml"`` the built-in ChatML; anything else is a path to a Jinja file.
+    """
+    if spec is None:
+        if bundle.chat_template is None:
+            return None
+        return compile_template(bundle.chat_template, "tokenizer_config.json")
+    name = spec.removeprefix("builtin:")
+    if name in BUILTINS:
+        return compile_template(BUILTINS[name], f"builtin:{name}")
+    if spec.startswith("builtin:"):
+        known = ", ".join(sorted(BUILTINS))
+        raise TemplateError(f"{spec}: unknown built-in template (known: {known})")
+    path = Path(spec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TemplateError(
+            f"{spec}: cannot read chat template: {exc} (pass a .jinja file or --template chatml)"
+        ) from exc
+    return compile_template(text, spec)
+
+
+def _template_line(exc: BaseException) -> str:
+    line = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = f" (template line {tb.tb_lineno})"
+        tb = tb.tb_next
+    return line
+
+
+def render_chat(
+    template: ChatTemplate, messages: list[dict[str, Any]], tools: list[Any] | None,
+    variables: dict[str, Any],
+) -> tuple[str, list[tuple[int, int]]]:  # fmt: skip
+    """Render one conversation; return the text and the ``{% generation %}`` spans.
+
+    Raises:
+        TemplateSecurityError: the template reached outside the sandbox.
+        TemplateError: the template raised (``raise_exception``) or failed.
+
+    """
+    kwargs = dict(variables, messages=messages, tools=tools, documents=None,
+                  add_generation_prompt=False)  # fmt: skip
+    recorder = _Recorder()
+    token = _RECORDER.set(recorder)
+    try:
+        if not template.has_generation:
+            return template.compiled.render(**kwargs), []
+        parts: list[str] = []
+        for piece in template.compiled.generate(**kwargs):
+            recorder.emitted += len(piece)
+            parts.append(piece)
+    except SecurityError as exc:
+        raise TemplateSecurityError(
+            f"{template.source}: template tried to leave the sandbox: {exc}{_template_line(exc)}"
+        ) from exc
+    except TemplateError as exc:
+        raise TemplateError(f"template raised: {exc}{_template_line(exc)}") from exc
+    except Exception as exc:  # a template may fail in many ways; all are the template's
+        raise TemplateError(f"template failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _RECORDER.reset(token)
+    text = "".join(parts)
+    blocks = [(lo, out) for lo, out in recorder.blocks if out]
+    if any(text[lo : lo + len(out)] != out for lo, out in blocks):
+        raise TemplateError(
+            f"{template.source}: a {{% generation %}} block inside a macro, filter or set "
+            "block cannot be located in the output (move it to the top level)"
+        )
+    return text, [(lo, lo + len(out)) for lo, out in blocks]
+
+
+@lru_cache(maxsize=16)
+def _closer(markers: tuple[str, ...], eos: str | None) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    unique = sorted({m for m in markers if m}, key=lambda m: (-len(m), m))
+    alternatives = "|".join(re.escape(m) for m in unique)
+    marker = re.compile(rf"\s*(?:{alternatives})" if alternatives else r"(?!)")
+    final = re.compile(rf"\s*{re.escape(eos)}\s*\Z" if eos else r"(?!)")
+    return marker, final
+
+
+def locate_contents(text: str, messages: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
+    """Find each message's content in ``text``, in order; return ``{index: (lo, hi)}``.
+
+    A message not found (a template may drop roles it does not know, or strip content) is
+    left out; its search does not move the cursor.
+    """
+    found: dict[int, tuple[int, int]] = {}
+    pos = 0
+    for i, message in enumerate(messages):
+        content = message["content"]
+        for needle in (content, content.strip()):
+            if needle and (lo := text.find(needle, pos)) >= 0:
+                found[i] = (lo, lo + len(needle))
+                pos = lo + len(needle)
+                break
+    return found
+
+
+_STAND_IN = "\ue000packshard-empty-content\ue001"
+
+
+def _empty_content_at(
+    template: ChatTemplate, messages: list[dict[str, Any]], i: int, tools: list[Any] | None,
+    bundle: TokenizerBundle, text: str,
+) -> int | None:  # fmt: skip
+    """Where message ``i``'s empty content sits in ``text``: render a stand-in and find it."""
+    probe = [dict(m) for m in messages]
+    probe[i]["content"] = _STAND_IN
+    try:
+        probe_text, _ = render_chat(template, probe, tools, bundle.special_tokens_map)
+    except TemplateError:
+        return None
+    lo = probe_text.find(_STAND_IN)
+    return lo if lo >= 0 and probe_text[:lo] == text[:lo] else None
+
+
+def _resolve_loss(conv: Conversation, loss: str) -> str:
+    if loss != "auto":
+        return loss
+    if conv.text is not None:
+        return "all"
+    return "completion" if conv.format == "prompt_completion" else "assistant"
+
+
+def _trained_messages(conv: Conversation, loss: str) -> list[int]:
+    """Return the indices of the assistant messages the loss policy trains (maybe none)."""
+    picked = [i for i, m in enumerate(conv.messages) if m.role == "assistant"]
+    if loss == "last_assistant":
+        return picked[-1:]
+    if loss == "completion" and conv.completion_start is not None:
+        return [i for i in picked if i >= conv.completion_start]
+    return picked
+
+
+def render_example(
+    conv: Conversation, template: ChatTemplate | None, bundle: TokenizerBundle, loss: str
+) -> Rendered:
+    """Render one normalized record and choose its trained character spans.
+
+    Raises:
+        RecordError: ``template_error`` (the template raised, or an assistant message is
+            missing from its output) or ``no_assistant_turn`` (the loss policy needs one),
+            placed at ``conv.ref``.
+        TemplateError: a chat record but no template, or a sandbox escape (fatal).
+
+    """
+    loss = _resolve_loss(conv, loss)
+    eos = bundle.eos_token or ""
+
+    def reject(code: str, reason: str) -> RecordError:
+        return RecordError(code, reason, conv.ref.source, conv.ref.line)
+
+    if conv.text is not None:
+        if loss != "all":
+            raise reject("no_assistant_turn", f"plain text record has no assistant turn to "
+                         f"train with --loss {loss} (use --loss all or auto)")  # fmt: skip
+        bos = bundle.bos_token if bundle.add_bos_token and bundle.bos_token else ""
+        text = bos + conv.text + eos
+        return Rendered(text, ((0, len(text)),), "none")
+    if not conv.is_chat:
+        bos = bundle.bos_token if bundle.add_bos_token and bundle.bos_token else ""
+        head = bos + (conv.prompt or "")
+        text = head + (conv.completion or "") + eos
+        if loss == "all":
+            return Rendered(text, ((0, len(text)),), "none")
+        return Rendered(text, ((len(head), len(text)),), "offsets")
+    if template is None:
+        raise TemplateError(
+            f"{bundle.path}: the tokenizer has no chat template (use --template chatml or "
+            "--template FILE.jinja)"
+        )
+    messages = [{"role": m.role, "content": m.content} for m in conv.messages]
+    trained = _trained_messages(conv, loss)
+    if loss != "all" and not trained:
+        raise reject("no_assistant_turn", f"no assistant message to train with --loss {loss}")
+    tools = list(conv.tools) if conv.tools is not None else None
+    try:
+        text, blocks = render_chat(template, messages, tools, bundle.special_tokens_map)
+    except TemplateSecurityError:
+        raise
+    except TemplateError as exc:
+        raise reject("template_error", str(exc)) from exc
+    if loss == "all":
+        return Rendered(text, ((0, len(text)),), "none")
+    every = len(trained) == sum(m.role == "assistant" for m in conv.messages)
+    if template.has_generation and every:
+        return Rendered(text, tuple(blocks), "generation_tags")
+    where = locate_contents(text, messages)
+    for i in trained[:1] if template.has_generation else trained:
+        if i not in where and not messages[i]["content"].strip():  # empty: find a stand-in
+            if (lo := _empty_content_at(template, messages, i, tools, bundle, text)) is not None:
+                where[i] = (lo, lo)
+    if template.has_generation:  # keep the blocks from the first trained message on
+        first = where.get(trained[0])
+        kept = blocks[-1:] if first is None else [b for b in blocks if b[1] > first[0]]
+        return Rendered(text, tuple(kept), "generation_tags")
+    marker, final = _closer((*bundle.special_tokens, eos), bundle.eos_token)
+    spans = []
+    for i in trained:
+        if i not in where:
+            raise reject("template_error", f"message {i + 1} (assistant) does not appear in the "
+                         "rendered text; the template rewrites it (use a template with "
+                         "{% generation %} blocks via --template)")  # fmt: skip
+        lo, hi = where[i]
+        if m := marker.match(text, hi):
+            hi = m.end()
+            if m2 := final.match(text, hi):
+                hi = m2.end() - (len(m2.group()) - len(m2.group().rstrip()))
+        spans.append((lo, hi))
+    return Rendered(text, tuple(spans), "offsets")

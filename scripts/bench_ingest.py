@@ -1,0 +1,139 @@
+"""Benchmark: the full ingest stream against the tokenizer alone, on the same data.
+
+(a) ``Tokenizer.encode_batch`` on texts rendered beforehand (rendering not timed), in batches
+    of the same size ingest uses, ids read out of every encoding;
+(b) ``ingest`` end to end: read + normalize + render + tokenize + labels.
+
+Default data: every chat dataset of ``../shared/data`` with the phi-3-mini tokenizer and its
+config template, repeated until there are at least ``--min-tokens`` tokens; without that
+folder, a synthetic chat corpus and a byte-level BPE trained on the spot (built-in ChatML).
+Each side runs ``--rounds`` times, interleaved; the best round counts (the machine is shared).
+
+    python scripts/bench_ingest.py [--template PATH|chatml] [--min-tokens 2000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from packshard.ingest import IngestOptions, ingest  # noqa: E402
+from packshard.normalize import normalize_record  # noqa: E402
+from packshard.sources import InputFile, expand_inputs, read_records  # noqa: E402
+from packshard.templates import load_template, render_example  # noqa: E402
+from packshard.tokenize import load_tokenizer  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "data"
+
+
+def synthetic(folder: Path, records: int = 4000, seed: int = 0) -> tuple[str, list[str]]:
+    """Write a chat corpus and a trained byte-level BPE into ``folder``; return their paths."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
+             for _ in range(3000)]  # fmt: skip
+
+    def sentence(n: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(n)) + "."
+
+    data = folder / "chat.jsonl"
+    with data.open("w") as fh:
+        for _ in range(records):
+            msgs = [{"role": "system", "content": sentence(12)}]
+            for _ in range(rng.randint(1, 3)):
+                msgs.append({"role": "user", "content": sentence(rng.randint(10, 80))})
+                msgs.append({"role": "assistant", "content": sentence(rng.randint(20, 200))})
+            fh.write(json.dumps({"messages": msgs}) + "\n")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=4000, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tok.train_from_iterator((sentence(30) for _ in range(3000)), trainer=trainer)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {"eos_token": "<|endoftext|>", "bos_token": None, "add_bos_token": False}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(folder), [str(data)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument("--template", default=None)
+    parser.add_argument("--data", nargs="*", default=None)
+    parser.add_argument("--min-tokens", type=int, default=2_000_000)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    tmp = tempfile.TemporaryDirectory()
+    template_spec = args.template
+    if args.tokenizer and args.data:
+        tokenizer, data = args.tokenizer, args.data
+    elif (SHARED / "chat").is_dir():
+        tokenizer, data = str(SHARED / "tokenizers" / "phi-3-mini"), [str(SHARED / "chat")]
+    else:
+        tokenizer, data = synthetic(Path(tmp.name))
+        template_spec = template_spec or "chatml"
+    bundle = load_tokenizer(tokenizer)
+    template = load_template(template_spec, bundle)
+    options = IngestOptions(batch_size=args.batch_size)
+    files: list[InputFile] = expand_inputs(data)
+
+    texts = []  # rendering done once, outside the timed region
+    for f in files:
+        for raw in read_records(f):
+            try:
+                conv = normalize_record(raw)
+                texts.append(render_example(conv, template, bundle, "auto").text)
+            except Exception:  # rejected records are not tokenized by ingest either
+                continue
+    tokens_once = sum(len(e) for e in bundle.tokenizer.encode_batch(texts))
+    repeat = max(1, -(-args.min_tokens // max(tokens_once, 1)))
+    texts *= repeat
+    files = files * repeat
+    batches = [texts[i : i + args.batch_size] for i in range(0, len(texts), args.batch_size)]
+    tok = bundle.tokenizer
+
+    def run_raw() -> tuple[float, int]:
+        start, n = time.perf_counter(), 0
+        for batch in batches:
+            encs = tok.encode_batch(batch, add_special_tokens=False)
+            n += sum(len(e.ids) for e in encs)
+        return time.perf_counter() - start, n
+
+    def run_ingest() -> tuple[float, int]:
+        start, n = time.perf_counter(), 0
+        for chunk in ingest(files, bundle, template, options):
+            n += len(chunk.batch.input_ids)
+        return time.perf_counter() - start, n
+
+    best = {"raw": (float("inf"), 0), "ingest": (float("inf"), 0)}
+    for _ in range(args.rounds):
+        for name, fn in (("raw", run_raw), ("ingest", run_ingest)):
+            result = fn()
+            best[name] = min(best[name], result)
+    source = template.source if template is not None else "none"
+    print(f"data: {len(files) // repeat} files x{repeat}, {len(texts):,} examples; "
+          f"tokenizer {tokenizer}; template {source}; batch {args.batch_size}")  # fmt: skip
+    rates = {}
+    for name, (seconds, n) in best.items():
+        rates[name] = n / seconds
+        label = {"raw": "(a) encode_batch, pre-rendered", "ingest": "(b) ingest, end to end"}[name]
+        print(f"{label:34s} {n:>11,} tokens  {seconds:6.2f} s  {rates[name] / 1e6:6.2f} M tok/s")
+    print(f"ratio ingest / encode_batch: {rates['ingest'] / rates['raw']:.2f}x (target >= 0.80)")
+    tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
