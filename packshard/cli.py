@@ -17,19 +17,47 @@ import click
 from packshard.errors import EXIT_DATA, PackshardError
 
 SHARED_INGEST = [
-    click.option("--tokenizer", "-t", required=True, help="tokenizer.json, or a folder holding it with tokenizer_config.json."),
-    click.option("--template", default=None, help="Chat template: a .jinja file or 'chatml' (default: the tokenizer config's)."),
+    click.option(
+        "--tokenizer",
+        "-t",
+        required=True,
+        help="tokenizer.json, or a folder holding it with tokenizer_config.json.",
+    ),
+    click.option(
+        "--template",
+        default=None,
+        help="Chat template: a .jinja file or 'chatml' (default: the tokenizer config's).",
+    ),
     click.option("--max-seq-len", type=int, required=True, help="Row capacity in tokens."),
-    click.option("--format", "fmt", default="auto", show_default=True,
-                 type=click.Choice(["auto", "messages", "sharegpt", "alpaca", "prompt_completion", "text"]),
-                 help="Record format (detected per record by default)."),
-    click.option("--domain-field", default="domain", show_default=True, help="Record field naming its domain (else the file name)."),
-    click.option("--loss", default="auto", show_default=True,
-                 type=click.Choice(["auto", "assistant", "last_assistant", "all", "completion"]),
-                 help="Which tokens are trained."),
-    click.option("--on-error", default="skip", show_default=True, type=click.Choice(["skip", "fail"]),
-                 help="skip: bad records go to the rejects; fail: stop at the first (exit 1)."),
-]  # fmt: skip
+    click.option(
+        "--format",
+        "fmt",
+        default="auto",
+        show_default=True,
+        type=click.Choice(["auto", "messages", "sharegpt", "alpaca", "prompt_completion", "text"]),
+        help="Record format (detected per record by default).",
+    ),
+    click.option(
+        "--domain-field",
+        default="domain",
+        show_default=True,
+        help="Record field naming its domain (else the file name).",
+    ),
+    click.option(
+        "--loss",
+        default="auto",
+        show_default=True,
+        type=click.Choice(["auto", "assistant", "last_assistant", "all", "completion"]),
+        help="Which tokens are trained.",
+    ),
+    click.option(
+        "--on-error",
+        default="skip",
+        show_default=True,
+        type=click.Choice(["skip", "fail"]),
+        help="skip: bad records go to the rejects; fail: stop at the first (exit 1).",
+    ),
+]
 
 
 def _ingest_options(func: Any) -> Any:
@@ -45,7 +73,9 @@ def _console(stderr: bool = False) -> Any:
 
 
 def _fail(exc: PackshardError) -> NoReturn:
-    _console(stderr=True).print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    # One unwrapped line: messages start with ``file:line`` and must stay greppable.
+    click.secho("error:", fg="red", bold=True, err=True, nl=False)
+    click.echo(f" {exc}", err=True)
     sys.exit(exc.exit_code)
 
 
@@ -60,7 +90,7 @@ class _Group(click.Group):
 @click.group(cls=_Group)
 @click.version_option(package_name="packshard")
 def main() -> None:
-    """Pack chat fine-tuning data into audited, seam-safe Parquet shards.
+    r"""Pack chat fine-tuning data into audited, seam-safe Parquet shards.
 
     \b
     Example:
@@ -97,10 +127,22 @@ def main() -> None:
     default=None,
     help="Progress bar (default: when stderr is a terminal).",
 )
-def profile(data: tuple[str, ...], tokenizer: str, template: str | None, max_seq_len: int, fmt: str,
-            domain_field: str, loss: str, on_error: str, batch_size: int, seed: int,
-            json_path: str | None, html_path: str | None, progress: bool | None) -> None:  # fmt: skip
-    """Length quantiles per domain and the padding waste packing would remove.
+def profile(
+    data: tuple[str, ...],
+    tokenizer: str,
+    template: str | None,
+    max_seq_len: int,
+    fmt: str,
+    domain_field: str,
+    loss: str,
+    on_error: str,
+    batch_size: int,
+    seed: int,
+    json_path: str | None,
+    html_path: str | None,
+    progress: bool | None,
+) -> None:
+    r"""Length quantiles per domain and the padding waste packing would remove.
 
     \b
     Example:
@@ -183,11 +225,28 @@ def profile(data: tuple[str, ...], tokenizer: str, template: str | None, max_seq
     default=None,
     help="Progress bar (default: when stderr is a terminal).",
 )
-def pack(data: tuple[str, ...], tokenizer: str, template: str | None, max_seq_len: int, fmt: str,
-         domain_field: str, loss: str, on_error: str, out: str, strategy: str, overlong: str, seed: int,
-         group_by_domain: bool, shard_rows: int, shard_bytes: int, compression: str, overwrite: bool,
-         num_workers: int | None, progress: bool | None) -> None:  # fmt: skip
-    """Tokenize, pack and write Parquet shards with an examples index, rejects and a manifest.
+def pack(
+    data: tuple[str, ...],
+    tokenizer: str,
+    template: str | None,
+    max_seq_len: int,
+    fmt: str,
+    domain_field: str,
+    loss: str,
+    on_error: str,
+    out: str,
+    strategy: str,
+    overlong: str,
+    seed: int,
+    group_by_domain: bool,
+    shard_rows: int,
+    shard_bytes: int,
+    compression: str,
+    overwrite: bool,
+    num_workers: int | None,
+    progress: bool | None,
+) -> None:
+    r"""Tokenize, pack and write Parquet shards with an examples index, rejects and a manifest.
 
     \b
     Example:
@@ -196,19 +255,33 @@ def pack(data: tuple[str, ...], tokenizer: str, template: str | None, max_seq_le
     from packshard.pipeline import PackConfig, pack_dataset
 
     config = PackConfig(
-        inputs=data, tokenizer=tokenizer, out=out, max_seq_len=max_seq_len, template=template,
-        strategy=strategy, overlong=overlong, loss=loss, seed=seed, group_by_domain=group_by_domain,
-        format=fmt, domain_field=domain_field, on_error=on_error, shard_rows=shard_rows,
-        shard_bytes=shard_bytes, compression=compression, overwrite=overwrite, num_workers=num_workers,
-    )  # fmt: skip
+        inputs=data,
+        tokenizer=tokenizer,
+        out=out,
+        max_seq_len=max_seq_len,
+        template=template,
+        strategy=strategy,
+        overlong=overlong,
+        loss=loss,
+        seed=seed,
+        group_by_domain=group_by_domain,
+        format=fmt,
+        domain_field=domain_field,
+        on_error=on_error,
+        shard_rows=shard_rows,
+        shard_bytes=shard_bytes,
+        compression=compression,
+        overwrite=overwrite,
+        num_workers=num_workers,
+    )
     show = sys.stderr.isatty() if progress is None else progress
     result = pack_dataset(config, progress=show)
     from packshard.summaries import render_pack_summary
 
-    console = _console()
     for warning in result.warnings:
-        _console(stderr=True).print(f"[yellow]warning:[/] {warning}")
-    console.print(render_pack_summary(result))
+        click.secho("warning:", fg="yellow", err=True, nl=False)
+        click.echo(f" {warning}", err=True)
+    _console().print(render_pack_summary(result))
 
 
 @main.command()
@@ -251,10 +324,19 @@ def pack(data: tuple[str, ...], tokenizer: str, template: str | None, max_seq_le
     type=click.Path(dir_okay=False),
     help="Write the full report with the seam table.",
 )
-def verify(out: str, source: bool | None, source_root: str | None, tokenizer: str | None,
-           template: str | None, model: str, model_rows: int, sample: int | None, seed: int,
-           json_path: str | None) -> None:  # fmt: skip
-    """Audit a packed folder: integrity, structure, source, model equivalence and its control.
+def verify(
+    out: str,
+    source: bool | None,
+    source_root: str | None,
+    tokenizer: str | None,
+    template: str | None,
+    model: str,
+    model_rows: int,
+    sample: int | None,
+    seed: int,
+    json_path: str | None,
+) -> None:
+    r"""Audit a packed folder: integrity, structure, source, model equivalence and its control.
 
     Exit 0 when every check holds, 1 on any finding, 2 for usage or unreadable input.
 
@@ -265,11 +347,18 @@ def verify(out: str, source: bool | None, source_root: str | None, tokenizer: st
     from packshard.summaries import render_verify_summary
     from packshard.verify import VerifyOptions, verify_dataset, write_report_json
 
-    options = VerifyOptions(source=source, source_root=source_root, tokenizer=tokenizer,
-                            template=template, model=model, model_rows=model_rows, sample=sample,
-                            seed=seed)  # fmt: skip
+    options = VerifyOptions(
+        source=source,
+        source_root=source_root,
+        tokenizer=tokenizer,
+        template=template,
+        model=model,
+        model_rows=model_rows,
+        sample=sample,
+        seed=seed,
+    )
     report = verify_dataset(out, options)
-    _console().print(render_verify_summary(report))
+    _console().print(render_verify_summary(report), soft_wrap=True)  # findings stay one line each
     if json_path:
         write_report_json(report, json_path)
         click.echo(f"wrote {json_path}")
@@ -291,7 +380,7 @@ def verify(out: str, source: bool | None, source_root: str | None, tokenizer: st
     help="Also write the view as an HTML page.",
 )
 def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: str | None) -> None:
-    """Show one packed row: decoded segments, seams, trained tokens, positions, sources.
+    r"""Show one packed row: decoded segments, seams, trained tokens, positions, sources.
 
     \b
     Example:

@@ -209,8 +209,7 @@ def _compare(
                 continue
             ids, labels = batch.example(i)
             for pos in by_record[key]:
-                compared += 1
-                _compare_segment(
+                compared += _compare_segment(
                     tables,
                     manifest,
                     index,
@@ -241,14 +240,15 @@ def _compare_segment(
     labels: np.ndarray,
     row_cache: dict[tuple[int, int], Any],
     findings: FindingList,
-) -> None:
+) -> bool:
+    """Compare one packed segment with its re-ingested example; False when it cannot be read."""
     from packshard.shards import read_row
 
     shard, row = int(index.shard[pos]), int(index.row[pos])
     eid = int(index.example_id[pos])
     where = index.where(eid)
     if shard not in tables:
-        return
+        return False  # missing or unreadable shard: already an integrity finding
     name = manifest["shards"][shard]["path"]
     if (shard, row) not in row_cache:
         if row >= tables[shard].num_rows:
@@ -263,7 +263,7 @@ def _compare_segment(
                     where,
                 )
             )
-            return
+            return False
         row_cache[(shard, row)] = read_row(tables[shard], row)
     packed = row_cache[(shard, row)]
     segs = np.flatnonzero(packed.example_ids == eid)
@@ -271,7 +271,7 @@ def _compare_segment(
         findings.add(
             Finding("source", "example id not found in its row", name, row, None, eid, where)
         )
-        return
+        return False
     seg = int(segs[0])
     lo, hi = int(packed.cu_seqlens[seg]), int(packed.cu_seqlens[seg + 1])
     n = hi - lo
@@ -289,3 +289,4 @@ def _compare_segment(
         bad("labels differ from the source example's (loss policy not preserved)")
     if not np.array_equal(packed.position_ids[lo:hi], np.arange(n)):
         bad("positions differ from the example's positions alone")
+    return True

@@ -22,7 +22,7 @@ def _num(value: Any) -> str:
 
 
 def render_pack_summary(result: Any) -> Group:
-    """Counts, rows, fill rate and reject codes of a finished ``pack``."""
+    """Render the counts, rows, fill rate and reject codes of a finished ``pack``."""
     stats = result.manifest["stats"]
     table = Table(title=f"packed → {result.out}", show_header=False, title_justify="left")
     table.add_column("what", style="cyan")
@@ -64,7 +64,7 @@ def render_pack_summary(result: Any) -> Group:
 
 
 def render_verify_summary(report: Any) -> Group:
-    """One line per check, the control's leak size, and the first findings."""
+    """Render one line per check, the control's leak size, and the first findings."""
     table = Table(title=f"verify {report.out}", title_justify="left")
     table.add_column("check", style="cyan")
     table.add_column("status")
@@ -82,7 +82,8 @@ def render_verify_summary(report: Any) -> Group:
                 f"control: a naive causal mask over the same rows leaks — logits move by up to "
                 f"{model['control_max_delta']:.3g} (at least {model['control_min_delta']:.3g} per "
                 f"multi-segment row) vs ≤ {model['max_logit_delta']:.2g} with seams isolated; "
-                f"loss {_fmt(model.get('loss_naive'))} naive vs {_fmt(model.get('loss_true'))} true",
+                f"loss {_fmt(model.get('loss_naive'))} naive vs "
+                f"{_fmt(model.get('loss_true'))} true",
                 style="magenta",
             )
         )
@@ -93,8 +94,10 @@ def render_verify_summary(report: Any) -> Group:
         parts.append(Text(f"✗ {finding}", style="red"))
     hidden = len(findings) - min(len(findings.items), 30)
     if hidden > 0:
-        parts.append(Text(f"… and {hidden} more findings (use --json for all)", style="red"))
-    verdict = "OK: every seam holds" if report.ok else f"FAILED: {len(findings)} findings"
+        parts.append(
+            Text(f"… and {_count(hidden, 'more finding')} (use --json for all)", style="red")
+        )
+    verdict = "OK: every seam holds" if report.ok else f"FAILED: {_count(len(findings), 'finding')}"
     parts.append(Text(verdict, style="bold green" if report.ok else "bold red"))
     return Group(*parts)
 
@@ -113,4 +116,8 @@ def _detail(name: str, info: dict[str, Any]) -> str:
             f"{info['rows']} rows; max |Δlogit| packed vs alone {info['max_logit_delta']:.2g} "
             f"(atol {info['atol']:.0e}); neighbour mutation {_fmt(info.get('max_mutation_delta'))}"
         )
-    return f"{info.get('findings', 0)} findings"
+    return _count(int(info.get("findings", 0)), "finding")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

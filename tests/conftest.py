@@ -193,3 +193,60 @@ def run_pack(tmp_path: Path) -> Any:
         return packed
 
     return run
+
+
+@pytest.fixture
+def make_jsonl() -> Any:
+    """The :func:`write_jsonl` helper, for test modules."""
+    return write_jsonl
+
+
+# --- packed demo folders for the verify / inspect / CLI tests ---------------------------------
+
+
+def pack_demo_into(root: Path, tokenizer: Path, **options: object) -> Path:
+    """Pack a private copy of the embedded demo chats into ``root/out`` and return it.
+
+    The data file is copied under ``root`` so the manifest records an absolute path that
+    stays valid (and private to the caller) for the source check.
+    """
+    import shutil
+
+    from packshard.demo import demo_data_path
+    from packshard.pipeline import PackConfig, pack_dataset
+
+    data = root / "data" / "demo_chat.jsonl"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(demo_data_path(), data)
+    settings: dict[str, object] = {"max_seq_len": 256, "template": "chatml", "shard_rows": 4}
+    settings.update(options)
+    config = PackConfig(
+        inputs=(str(data),), tokenizer=str(tokenizer), out=str(root / "out"), **settings
+    )  # type: ignore[arg-type]
+    pack_dataset(config)
+    return root / "out"
+
+
+@pytest.fixture(scope="session")
+def packed_demo_tokenizer(tmp_path_factory) -> Path:
+    """The offline demo BPE (vocabulary 1,024), trained once per session."""
+    from packshard.demo import build_demo_tokenizer
+
+    return build_demo_tokenizer(tmp_path_factory.mktemp("packed_demo_tok"))
+
+
+@pytest.fixture(scope="session")
+def packed_demo(tmp_path_factory, packed_demo_tokenizer) -> Path:
+    """A good ``pack`` output of the demo chats: 256-token rows, 4 rows per shard (4 shards).
+
+    Never modify it: tests that corrupt a folder take ``packed_demo_copy``.
+    """
+    return pack_demo_into(tmp_path_factory.mktemp("packed_demo"), packed_demo_tokenizer)
+
+
+@pytest.fixture
+def packed_demo_copy(packed_demo, tmp_path) -> Path:
+    """A private copy of ``packed_demo`` for a test to corrupt."""
+    import shutil
+
+    return Path(shutil.copytree(packed_demo, tmp_path / "out"))
