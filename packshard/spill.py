@@ -10,7 +10,7 @@ memory (offset, length, loss tokens, source, line, part, domain, truncated, reco
      ^   ^   ^          ^
      offsets (int64, in memory, one per example + 1)
 
-Peak memory is the per-example arrays (~40 bytes an example) plus one chunk; tokens are read
+Peak memory is the per-example arrays (~48 bytes an example) plus one chunk; tokens are read
 back by gathering from the memory map, one shard at a time.
 
 Overlong policy, applied per chunk before spilling (``L`` = ``max_seq_len``):
@@ -51,6 +51,7 @@ class Spill:
     source_index: np.ndarray  # int32 [n]
     lines: np.ndarray  # int64 [n]
     parts: np.ndarray  # int32 [n]
+    starts: np.ndarray  # int64 [n], where the example begins in its record's tokens (split)
     domain_codes: np.ndarray  # int32 [n]
     truncated: np.ndarray  # bool [n]
     record_ids: np.ndarray  # int64 [n], one id per input record
@@ -83,8 +84,8 @@ class SpillWriter:
         self.max_seq_len = max_seq_len
         self.overlong = overlong
         self.split_at_rows = split_at_rows  # wrapped: keep overlong examples whole
-        self._tok = open(folder / "tokens.bin", "wb")  # noqa: SIM115 - closed in finish()
-        self._lab = open(folder / "labels.bin", "wb")  # noqa: SIM115
+        self._tok = open(folder / "tokens.bin", "wb")
+        self._lab = open(folder / "labels.bin", "wb")
         self._total = 0
         self._meta: dict[str, list[np.ndarray]] = {k: [] for k in _META}
         self._lengths: list[np.ndarray] = []
@@ -105,6 +106,7 @@ class SpillWriter:
         n = len(lengths)
         lines = np.fromiter((r.line for r in batch.refs), dtype=np.int64, count=n)
         parts = np.zeros(n, dtype=np.int32)
+        starts = np.zeros(n, dtype=np.int64)
         truncated = np.zeros(n, dtype=bool)
         rejects: list[Reject] = []
         limit = self.max_seq_len
@@ -137,6 +139,7 @@ class SpillWriter:
                 ids, labels, offsets, index, parts, truncated = _cut(
                     ids, labels, offsets, limit, over, split=self.overlong == "split"
                 )
+                starts = parts.astype(np.int64) * limit
                 self.tokens_truncated += int(lengths[over].sum() - limit * over.size) * (
                     self.overlong == "truncate"
                 )
@@ -161,13 +164,14 @@ class SpillWriter:
                     record_ids[keep],
                     lines[keep],
                 )
-                parts, truncated = parts[keep], truncated[keep]
+                parts, starts, truncated = parts[keep], starts[keep], truncated[keep]
         self._write(ids, labels, offsets)
         meta: dict[str, np.ndarray] = {
             "loss_tokens": count_targets(labels, offsets).astype(np.int32),
             "source_index": source_index.astype(np.int32),
             "lines": lines,
             "parts": parts,
+            "starts": starts,
             "domain_codes": domain_codes.astype(np.int32),
             "truncated": truncated,
             "record_ids": record_ids.astype(np.int64),
@@ -206,6 +210,7 @@ _META = {
     "source_index": np.int32,
     "lines": np.int64,
     "parts": np.int32,
+    "starts": np.int64,
     "domain_codes": np.int32,
     "truncated": np.bool_,
     "record_ids": np.int64,

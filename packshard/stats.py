@@ -98,7 +98,7 @@ class StatsCollector:
         return out
 
     def examples_table(self, spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo]) -> pa.Table:
-        """The examples index: one row per packed segment, sorted by example id."""
+        """Build the examples index: one row per packed segment, sorted by example id."""
         order = np.argsort(plan.example_id, kind="stable")
         ex = plan.seg_example[order]
         rows = plan.segment_rows()[order]
@@ -116,7 +116,7 @@ class StatsCollector:
                 "source": sources.cast(pa.string()),
                 "line": pa.array(spill.lines[ex], pa.int64()),
                 "part": pa.array(plan.seg_part[order], pa.int32()),
-                "token_offset": pa.array(plan.seg_start[order], pa.int64()),
+                "token_offset": pa.array(spill.starts[ex] + plan.seg_start[order], pa.int64()),
                 "domain": domains.cast(pa.string()),
                 "num_tokens": pa.array(plan.seg_length[order], pa.int32()),
                 "num_loss_tokens": pa.array(plan.seg_targets[order], pa.int32()),
@@ -134,7 +134,7 @@ class StatsCollector:
         ordering: dict[str, float],
         extra: dict[str, int],
     ) -> dict[str, Any]:
-        """The manifest's ``stats`` block: totals, ordering bias and per-domain counts."""
+        """Return the manifest's ``stats`` block: totals, ordering bias, per-domain counts."""
         ex = plan.seg_example
         ndom = len(self.domains)
         seg_domain = spill.domain_codes[ex]
@@ -171,11 +171,11 @@ class StatsCollector:
         rows = plan.num_rows
         stats: dict[str, Any] = {
             "records": sum(self.counts["records"].values()),
-            "records_packed": int(len(uniq_rec)),
+            "records_packed": len(uniq_rec),
             "rejected": sum(self.counts["rejected"].values()),
             "dropped": sum(self.counts["dropped"].values()),
             "truncated": int(spill.truncated[ex].sum()),
-            "split": int(len(split_rec)),
+            "split": len(split_rec),
             "examples": plan.num_segments,
             "rows": rows,
             "tokens": tokens_out_total,
