@@ -1,0 +1,301 @@
+"""pack end to end: hand-computed packs, real data round trips, determinism, atomic output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from packshard.records import IGNORE_INDEX as X
+
+# ``wN`` has id N, ``<eos>`` id 0: "w2 w3 w4" is [2, 3, 4, 0], every label a target.
+TEXTS = ["w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11", "w12", "w13 w14 w15 w16"]
+
+
+def text_file(tmp_path: Path, make_jsonl, texts: list[str], name: str = "t.jsonl") -> Path:
+    return make_jsonl(tmp_path / name, [{"text": t} for t in texts])
+
+
+def rows_by_examples(packed) -> dict[tuple[int, ...], object]:
+    return {tuple(int(e) for e in row.example_ids): row for row in packed.rows}
+
+
+def assert_row(row, ids, labels, positions, cu, example_ids) -> None:
+    assert row.input_ids.tolist() == ids
+    assert row.labels.tolist() == labels
+    assert row.position_ids.tolist() == positions
+    assert row.cu_seqlens.tolist() == cu
+    assert row.example_ids.tolist() == example_ids
+    for arr, dtype in ((row.input_ids, np.int32), (row.example_ids, np.int64)):
+        assert arr.dtype == dtype
+
+
+# --- hand-computed packs ----------------------------------------------------------------------
+
+
+def test_bfd_tiny_pack_by_hand(tmp_path, make_jsonl, word_tokenizer, run_pack):
+    # lengths 4 3 6 2 5, L = 8.  BFD, longest first: 6 opens A (room 2), 5 opens B (3),
+    # 4 opens C (4), 3 best-fits B (3 -> 0), 2 best-fits A (2 -> 0).
+    packed = run_pack([text_file(tmp_path, make_jsonl, TEXTS)], word_tokenizer, max_seq_len=8)
+    rows = rows_by_examples(packed)
+    assert sorted(rows) == [(0,), (2, 3), (4, 1)]
+    assert_row(
+        rows[(2, 3)],
+        [7, 8, 9, 10, 11, 0, 12, 0],
+        [X, 8, 9, 10, 11, 0, X, 0],
+        [0, 1, 2, 3, 4, 5, 0, 1],
+        [0, 6, 8],
+        [2, 3],
+    )
+    assert_row(
+        rows[(4, 1)],
+        [13, 14, 15, 16, 0, 5, 6, 0],
+        [X, 14, 15, 16, 0, X, 6, 0],
+        [0, 1, 2, 3, 4, 0, 1, 2],
+        [0, 5, 8],
+        [4, 1],
+    )
+    assert_row(rows[(0,)], [2, 3, 4, 0], [X, 3, 4, 0], [0, 1, 2, 3], [0, 4], [0])
+    table = pq.read_table(packed.out / "shard-00000.parquet")
+    by_first = {r.example_ids[0]: k for k, r in enumerate(packed.rows)}
+    got = {
+        name: [table[name][by_first[e]].as_py() for e in (2, 4, 0)]
+        for name in ("num_tokens", "num_loss_tokens", "max_seqlen")
+    }
+    assert got == {"num_tokens": [8, 8, 4], "num_loss_tokens": [6, 6, 3], "max_seqlen": [6, 5, 4]}
+    ex = packed.examples
+    assert ex["line"] == [1, 2, 3, 4, 5]
+    assert ex["part"] == [0] * 5 and ex["token_offset"] == [0] * 5
+    assert ex["num_tokens"] == [4, 3, 6, 2, 5]
+    assert ex["num_loss_tokens"] == [3, 2, 5, 1, 4]
+    assert ex["truncated"] == [False] * 5
+    stats = packed.manifest["stats"]
+    assert (stats["rows"], stats["lower_bound_rows"], stats["tokens"]) == (3, 3, 20)
+    assert (stats["loss_tokens"], stats["fill_rate"]) == (15, round(20 / 24, 6))
+    assert stats["tokens_in"] == 20 and stats["examples"] == 5
+
+
+BFD_FFD = ["w2 w3 w4 w5 w6", "w7 w8 w9 w10 w11", "w12 w13 w14", "w15"]  # lengths 6 6 4 2
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        # 6 -> A (room 4), 6 -> B (4); 4: A and B tie, BFD takes the row changed last (B),
+        # FFD the first (A); 2 goes to the row left with room.
+        ("bfd", [(0, 3), (1, 2)]),
+        ("ffd", [(0, 2), (1, 3)]),
+    ],
+)
+def test_bfd_and_ffd_differ_on_ties(
+    tmp_path, make_jsonl, word_tokenizer, run_pack, strategy, expected
+):
+    packed = run_pack(
+        [text_file(tmp_path, make_jsonl, BFD_FFD)],
+        word_tokenizer,
+        max_seq_len=10,
+        strategy=strategy,
+    )
+    rows = rows_by_examples(packed)
+    assert sorted(rows) == expected
+    lengths = {0: 6, 1: 6, 2: 4, 3: 2}
+    for key, row in rows.items():
+        assert row.cu_seqlens.tolist() == [0, lengths[key[0]], lengths[key[0]] + lengths[key[1]]]
+    assert packed.manifest["config"]["strategy"] == strategy
+
+
+def test_wrapped_tiny_pack_by_hand(tmp_path, make_jsonl, word_tokenizer, run_pack):
+    # Stream of 20 tokens cut every 9: record 3 (6 tokens at 7..13) and record 5 (5 tokens
+    # at 15..20) cross a cut and become parts 0 and 1.
+    packed = run_pack(
+        [text_file(tmp_path, make_jsonl, TEXTS)], word_tokenizer, max_seq_len=9, strategy="wrapped"
+    )
+    assert [
+        r.example_ids.tolist() for r in sorted(packed.rows, key=lambda r: r.example_ids[0])
+    ] == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6],
+    ]
+    rows = rows_by_examples(packed)
+    assert_row(
+        rows[(0, 1, 2)],
+        [2, 3, 4, 0, 5, 6, 0, 7, 8],
+        [X, 3, 4, 0, X, 6, 0, X, 8],
+        [0, 1, 2, 3, 0, 1, 2, 0, 1],
+        [0, 4, 7, 9],
+        [0, 1, 2],
+    )
+    assert_row(
+        rows[(3, 4, 5)],
+        [9, 10, 11, 0, 12, 0, 13, 14, 15],
+        [X, 10, 11, 0, X, 0, X, 14, 15],
+        [0, 1, 2, 3, 0, 1, 0, 1, 2],
+        [0, 4, 6, 9],
+        [3, 4, 5],
+    )
+    assert_row(rows[(6,)], [16, 0], [X, 0], [0, 1], [0, 2], [6])
+    ex = packed.examples
+    assert ex["line"] == [1, 2, 3, 3, 4, 5, 5]
+    assert ex["part"] == [0, 0, 0, 1, 0, 0, 1]
+    assert ex["token_offset"] == [0, 0, 0, 2, 0, 0, 3]
+    assert ex["num_tokens"] == [4, 3, 2, 4, 2, 3, 2]
+    stats = packed.manifest["stats"]
+    assert (stats["records"], stats["records_packed"], stats["split"]) == (5, 5, 2)
+    assert (stats["examples"], stats["rows"], stats["parts_dropped"]) == (7, 3, 0)
+
+
+def test_wrapped_drops_parts_without_targets(tmp_path, make_jsonl, word_tokenizer, run_pack):
+    # L = 8: record 1 is 7 tokens; record 2 ("w9" + eos) straddles the cut at 8, one token
+    # each side, and each one-token part's only label is the masked segment start.
+    texts = ["w2 w3 w4 w5 w6 w7", "w9", "w10 w11"]
+    packed = run_pack(
+        [text_file(tmp_path, make_jsonl, texts)], word_tokenizer, max_seq_len=8, strategy="wrapped"
+    )
+    assert sorted(r.input_ids.tolist() for r in packed.rows) == [[2, 3, 4, 5, 6, 7, 0], [10, 11, 0]]
+    stats = packed.manifest["stats"]
+    assert (stats["records"], stats["records_packed"], stats["dropped"]) == (3, 2, 1)
+    assert stats["parts_dropped"] == 2
+    assert stats["rejects_by_code"] == {"split_no_targets": 1}
+    [reject] = packed.rejects
+    assert (reject["line"], reject["code"]) == (2, "split_no_targets")
+    assert reject["source"].endswith("t.jsonl") and reject["domain"] == "t"
+    assert packed.examples["line"] == [1, 3]
+
+
+# --- real tokenizers and chat data: every example comes back exactly --------------------------
+
+
+def unpacked_examples(packed, inputs, tokenizer, template, **options):
+    """Re-ingest the inputs alone: ``{(source, line): (input_ids, labels)}`` and the rejects."""
+    from packshard.ingest import IngestOptions, ingest
+    from packshard.sources import expand_inputs
+    from packshard.templates import load_template
+    from packshard.tokenize import load_tokenizer
+
+    bundle = load_tokenizer(str(tokenizer))
+    tmpl = load_template(template, bundle)
+    files = expand_inputs([str(p) for p in inputs])
+    examples, rejects = {}, set()
+    for chunk in ingest(files, bundle, tmpl, IngestOptions(**options)):
+        batch = chunk.batch
+        for i, ref in enumerate(batch.refs):
+            ids, labels = batch.example(i)
+            examples[(ref.source, ref.line)] = (ids.copy(), labels.copy())
+        rejects |= {(r.ref.source, r.ref.line) for r in chunk.rejects}
+    return examples, rejects
+
+
+def assert_round_trip(packed, unpacked, ingest_rejects, overlong: str, wrapped: bool) -> None:
+    """Each packed record's parts give back its unpacked ids and labels (first label masked)."""
+    max_seq_len = packed.manifest["config"]["max_seq_len"]
+    ex = packed.examples
+    by_record = packed.records()
+    rejected = {(r["source"], r["line"]) for r in packed.rejects}
+    assert rejected.isdisjoint(by_record)
+    assert rejected | set(by_record) == set(unpacked) | ingest_rejects
+    assert ingest_rejects <= rejected
+    codes = {(r["source"], r["line"]): r["code"] for r in packed.rejects}
+    for key, (ids, labels) in unpacked.items():
+        if key not in by_record:
+            assert codes[key] in ("too_long", "truncated_no_targets", "split_no_targets"), key
+            if codes[key] == "too_long":
+                assert len(ids) > max_seq_len and overlong == "drop"
+            continue
+        covered = 0
+        for eid in by_record[key]:
+            seg_ids, seg_labels, positions = packed.segment(eid)
+            offset = ex["token_offset"][eid]
+            n = len(seg_ids)
+            assert n <= max_seq_len
+            assert np.array_equal(seg_ids, ids[offset : offset + n]), key
+            assert seg_labels[0] == X
+            assert np.array_equal(seg_labels[1:], labels[offset + 1 : offset + n]), key
+            assert np.array_equal(positions, np.arange(n))
+            assert ex["truncated"][eid] == (overlong == "truncate" and len(ids) > max_seq_len)
+            covered += n
+        parts = [ex["part"][e] for e in by_record[key]]
+        offsets = [ex["token_offset"][e] for e in by_record[key]]
+        if overlong == "truncate" and not wrapped:
+            assert (parts, offsets, covered) == ([0], [0], min(len(ids), max_seq_len))
+        elif packed.manifest["stats"]["parts_dropped"] == 0:
+            # parts 0, 1, … tile the example exactly: their concatenation is the original
+            assert parts == list(range(len(parts)))
+            assert covered == len(ids)
+            assert offsets == [sum(ex["num_tokens"][e] for e in by_record[key][:k])
+                               for k in range(len(parts))]  # fmt: skip
+            if not wrapped:
+                assert offsets == [max_seq_len * k for k in range(len(parts))]
+
+
+CHAT_FILES = [
+    "llamafactory_alpaca_en_demo.json",
+    "llamafactory_alpaca_zh_demo.json",
+    "codealpaca_code_alpaca_2k.json",
+    "llamafactory_identity.json",
+    "llamafactory_glaive_toolcall_en_demo.json",
+    "fastchat_dummy_conversation.json",
+    "openai_cookbook_toy_chat_fine_tuning.jsonl",
+    "anthropic_cookbook_json_mode_dataset.jsonl",
+]
+
+# (tokenizer, template, max_seq_len, overlong, strategy, files)
+SHARED_CASES = {
+    "phi3-config-split": ("phi-3-mini", None, 2048, "split", "bfd", CHAT_FILES),
+    "phi3-generation-truncate": (
+        "phi-3-mini",
+        "tokenizers/phi-3-mini/chat_template.training.jinja",
+        4096,
+        "truncate",
+        "ffd",
+        CHAT_FILES[3:],
+    ),
+    "phi2-chatml-drop": ("phi-2", "chatml", 2048, "drop", "bfd", CHAT_FILES[3:]),
+    "phi2-chatml-wrapped": ("phi-2", "chatml", 2048, "split", "wrapped", CHAT_FILES[5:]),
+}
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("case", sorted(SHARED_CASES))
+def test_real_data_round_trips(shared_data, run_pack, case):
+    tok_name, template, max_seq_len, overlong, strategy, names = SHARED_CASES[case]
+    tokenizer = shared_data / "tokenizers" / tok_name
+    if template is not None and template.endswith(".jinja"):
+        template = str(shared_data / template)
+    inputs = [shared_data / "chat" / name for name in names]
+    packed = run_pack(
+        inputs,
+        tokenizer,
+        template=template,
+        max_seq_len=max_seq_len,
+        overlong=overlong,
+        strategy=strategy,
+    )
+    unpacked, ingest_rejects = unpacked_examples(packed, inputs, tokenizer, template)
+    assert_round_trip(packed, unpacked, ingest_rejects, overlong, strategy == "wrapped")
+    stats = packed.manifest["stats"]
+    assert stats["records"] == len(unpacked) + len(ingest_rejects)
+    assert stats["tokens_in"] == sum(len(ids) for ids, _ in unpacked.values())
+    # the one 12k-token cookbook record and the 11.6k tool-call record exceed every L here
+    assert stats["split"] + stats["truncated"] + stats["rejects_by_code"].get("too_long", 0) >= 1
+    expected_spans = "offsets" if case == "phi3-config-split" else "generation_tags"
+    assert packed.manifest["template"]["label_spans"] == expected_spans
+
+
+@pytest.mark.shared_data
+def test_real_plain_text_with_phi2(shared_data, tmp_path, make_jsonl, run_pack):
+    source = json.loads((shared_data / "chat" / CHAT_FILES[0]).read_text(encoding="utf-8"))
+    texts = [{"text": r["output"], "domain": "prose" if k % 3 else "other"}
+             for k, r in enumerate(source[:300])]  # fmt: skip
+    path = make_jsonl(tmp_path / "plain.jsonl", texts)
+    tokenizer = shared_data / "tokenizers" / "phi-2"
+    packed = run_pack([path], tokenizer, max_seq_len=512, overlong="split", format="text")
+    unpacked, ingest_rejects = unpacked_examples(packed, [path], tokenizer, None, format="text")
+    assert ingest_rejects == set()
+    assert_round_trip(packed, unpacked, ingest_rejects, "split", False)
+    for ids, labels in unpacked.values():  # phi-2 adds no BOS and no EOS: text only, all trained
+        assert np.array_equal(ids, labels)
+    assert sorted(packed.manifest["stats"]["domains"]) == ["other", "prose"]
