@@ -48,7 +48,12 @@ def make_row(lengths: list[int], first_example: int, rng: np.random.Generator) -
 
 
 def write_out(
-    out: Path, shards: list[list[PackedRow]], *, max_seq_len: int = 64, version: int = 1
+    out: Path,
+    shards: list[list[PackedRow]],
+    *,
+    max_seq_len: int = 64,
+    version: int = 1,
+    position_policy: str | None = None,
 ) -> Path:
     """Write a contract-compliant OUT folder (shards + manifest) from hand-made rows."""
     out.mkdir(parents=True, exist_ok=True)
@@ -83,7 +88,8 @@ def write_out(
     manifest = {
         "format_version": version,
         "dataset_id": "fx",
-        "config": {"max_seq_len": max_seq_len},
+        "config": {"max_seq_len": max_seq_len}
+        | ({"position_ids": position_policy} if position_policy else {}),
         "tokenizer": {"path": "tokenizer.json", "sha256": TOKENIZER_SHA},
         "shards": entries,
         "stats": {"rows": sum(e["rows"] for e in entries)},
@@ -124,6 +130,31 @@ def test_packed_dataset_reads_rows_back_exactly(out_11):
     with pytest.raises(IndexError, match="row 11 out of range for 11 rows"):
         ds[11]
     assert ds.locate(5) == (1, 1)
+
+
+def test_reset_positions_are_derived_and_cached_shards_read_the_same(tmp_path):
+    rows = fixture_rows(9, seed=7)
+    out = write_out(tmp_path / "out", [rows[:5], rows[5:]], position_policy="reset")
+    stored = PackedDataset(write_out(tmp_path / "stored", [rows[:5], rows[5:]]))
+    derived = PackedDataset(out)
+    cache = tmp_path / "cache"
+    cached = PackedDataset(out, cache_dir=cache)
+    assert derived.derive_positions and not stored.derive_positions
+    for i in range(9):
+        want = stored[i]
+        for ds in (derived, cached):
+            got = ds[i]
+            assert set(got) == set(want)
+            for name in want:
+                assert got[name].dtype == want[name].dtype
+                assert torch.equal(got[name], want[name]), name
+    shas = [s["sha256"] for s in derived.manifest["shards"]]
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        f"{sha}-derived-positions.arrow" for sha in shas
+    )
+    (out / "shard-00001.parquet").write_bytes(b"not parquet any more")
+    reopened = PackedDataset(out, cache_dir=cache)  # served from the memory-mapped copy
+    assert torch.equal(reopened[8]["input_ids"], stored[8]["input_ids"])
 
 
 def test_rows_are_writable_copies(out_11):
@@ -327,6 +358,7 @@ def test_reads_a_real_pack_output_back_consistently(real_pack):
     out, tok = real_pack
     ds = PackedDataset(out, tokenizer=tok)
     manifest = ds.manifest
+    assert ds.derive_positions
     assert len(ds) == manifest["stats"]["rows"] and len(manifest["shards"]) > 1
     index = pq.read_table(out / "examples.parquet").to_pylist()
     by_id = {e["example_id"]: e for e in index}
@@ -348,6 +380,9 @@ def test_reads_a_real_pack_output_back_consistently(real_pack):
             assert torch.equal(labels[kept], r["input_ids"][lo:hi][kept])
             assert r["position_ids"][lo:hi].tolist() == list(range(hi - lo))
             seen.append(eid)
+        k, j = ds.locate(i)
+        stored = pq.read_table(ds.shard_paths[k], columns=["position_ids"])["position_ids"][j]
+        assert r["position_ids"].tolist() == stored.as_py()  # derived under policy "reset"
     assert sorted(seen) == sorted(by_id)
     assert tokens == manifest["stats"]["tokens"]
     batch = collate_varlen([ds[i] for i in range(len(ds))], pad_to_multiple_of=64)

@@ -30,6 +30,7 @@ first label of every segment is -100, so no prediction crosses a seam.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -68,50 +69,42 @@ def collate_varlen(
     """
     if not rows:
         raise UsageError("collate_varlen got an empty batch")
-    ids = torch.cat([r["input_ids"] for r in rows]).to(torch.int64)
-    labels = torch.cat([r["labels"] for r in rows]).to(torch.int64)
-    positions = torch.cat([r["position_ids"] for r in rows]).to(torch.int64)
-    example_ids = torch.cat([r["example_ids"] for r in rows]).to(torch.int64)
-    bounds = [torch.zeros(1, dtype=torch.int64)]
-    offset = 0
-    for r in rows:
-        cu = r["cu_seqlens"].to(torch.int64)
-        bounds.append(cu[1:] + offset)
-        offset += int(cu[-1])
-    cu_seqlens = torch.cat(bounds)
-    total = offset
-    if pad_to_multiple_of and total % pad_to_multiple_of:
-        pad = pad_to_multiple_of - total % pad_to_multiple_of
-        ids = torch.cat([ids, ids.new_full((pad,), pad_token_id)])
-        labels = torch.cat([labels, labels.new_full((pad,), IGNORE_INDEX)])
-        positions = torch.cat([positions, torch.arange(pad, dtype=torch.int64)])
-        cu_seqlens = torch.cat([cu_seqlens, cu_seqlens.new_full((1,), total + pad)])
-        example_ids = torch.cat([example_ids, example_ids.new_full((1,), -1)])
-        total += pad
-    seqlens = cu_seqlens.diff()
-    num_segments = seqlens.shape[0]
-    seq_idx = torch.repeat_interleave(torch.arange(num_segments, dtype=torch.int32), seqlens)
-    loss_counts = count_loss_tokens(labels, cu_seqlens)
+    total = sum(int(r["input_ids"].shape[0]) for r in rows)
+    pad = (-total) % pad_to_multiple_of if pad_to_multiple_of else 0
+    # Per-segment bookkeeping is small: numpy, few calls.  Token columns: one copy each.
+    tail = [[pad]] if pad else []  # padding is a segment of its own, example id -1
+    seqlens = np.concatenate([np.diff(r["cu_seqlens"].numpy()) for r in rows] + tail)
+    seqlens = seqlens.astype(np.int64)
+    example_ids = np.concatenate([r["example_ids"].numpy() for r in rows] + [[-1]] * bool(pad))
+    cu_seqlens = np.zeros(len(seqlens) + 1, dtype=np.int64)
+    np.cumsum(seqlens, out=cu_seqlens[1:])
+    out: dict[str, torch.Tensor | int] = {}
+    columns: dict[str, torch.Tensor] = {}
+    for name, fill in (("input_ids", pad_token_id), ("labels", IGNORE_INDEX), ("position_ids", 0)):
+        parts = [r[name] for r in rows]
+        if pad:
+            parts.append(torch.arange(pad) if name == "position_ids" else torch.full((pad,), fill))
+        out[name] = columns[name] = torch.cat(parts).to(torch.int64).unsqueeze(0)
+    labels = columns["labels"].numpy()[0]
+    loss_counts = np.add.reduceat(labels != IGNORE_INDEX, cu_seqlens[:-1], dtype=np.int64)
+    seq_idx = np.repeat(np.arange(len(seqlens), dtype=np.int32), seqlens)
     if static_cu_seqlens_len is not None:
-        if cu_seqlens.shape[0] > static_cu_seqlens_len:
+        if len(cu_seqlens) > static_cu_seqlens_len:
             raise UsageError(
-                f"batch has {num_segments} segments, more than static_cu_seqlens_len "
+                f"batch has {len(seqlens)} segments, more than static_cu_seqlens_len "
                 f"{static_cu_seqlens_len} allows (raise static_cu_seqlens_len)"
             )
-        cu_seqlens = _pad_1d(cu_seqlens, static_cu_seqlens_len, total)
-        loss_counts = _pad_1d(loss_counts, static_cu_seqlens_len - 1, 0)
-        example_ids = _pad_1d(example_ids, static_cu_seqlens_len - 1, -1)
-    return {
-        "input_ids": ids.unsqueeze(0),
-        "labels": labels.unsqueeze(0),
-        "position_ids": positions.unsqueeze(0),
-        "seq_idx": seq_idx.unsqueeze(0),
-        "cu_seqlens": cu_seqlens.to(torch.int32),
-        "max_seqlen": int(seqlens.max()),
-        "num_loss_tokens_per_segment": loss_counts,
-        "num_loss_tokens": int(loss_counts.sum()),
-        "example_ids": example_ids,
-    }
+        extra = static_cu_seqlens_len - len(cu_seqlens)
+        cu_seqlens = np.pad(cu_seqlens, (0, extra), constant_values=total + pad)
+        loss_counts = np.pad(loss_counts, (0, extra))
+        example_ids = np.pad(example_ids, (0, extra), constant_values=-1)
+    out["seq_idx"] = torch.from_numpy(seq_idx).unsqueeze(0)
+    out["cu_seqlens"] = torch.from_numpy(cu_seqlens.astype(np.int32))
+    out["max_seqlen"] = int(seqlens.max())
+    out["num_loss_tokens_per_segment"] = torch.from_numpy(loss_counts.astype(np.int32))
+    out["num_loss_tokens"] = int(loss_counts.sum())
+    out["example_ids"] = torch.from_numpy(example_ids.astype(np.int64))
+    return out
 
 
 def collate_padded(

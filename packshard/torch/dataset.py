@@ -11,7 +11,13 @@ column, never Python lists) and each row is a slice of them::
 
 ``__getitem__`` copies the slice once, widening ``input_ids``/``labels``/``position_ids`` to
 int64 (what Hugging Face models index embeddings and compute losses with); ``cu_seqlens`` stays
-int32 (what flash-attention varlen kernels take).
+int32 (what flash-attention varlen kernels take).  The copy keeps the shard buffers immutable
+(Arrow's are read-only; torch tensors over them would not be).  When the manifest records the
+position policy ``reset`` (the contract's only one, proven by ``verify``), ``position_ids`` is
+computed from ``cu_seqlens`` instead of decoded: Parquet decoding is the slow part of a cold
+read (about a third less work).  ``cache_dir`` keeps an uncompressed Arrow IPC copy of each
+decoded shard and memory-maps it, so later processes, DataLoader workers and epochs skip the
+decode and share one copy through the page cache.
 
 Streaming order (:class:`PackedIterableDataset`), for ``N`` rows, ``world_size`` ranks, epoch
 ``e``::
@@ -41,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
@@ -65,13 +72,38 @@ def tokenizer_sha256(tokenizer: str | os.PathLike[str]) -> str:
     return sha256_path(path)
 
 
+def _column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Return a list column's (offsets, values) as numpy views of its Arrow buffers."""
+    col = table.column(name)
+    arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return arr.offsets.to_numpy(), arr.values.to_numpy()
+
+
+def _read_table(path: Path, columns: list[str], cache: Path | None) -> pa.Table:
+    """Decode a shard's columns, or map its uncompressed Arrow IPC copy from ``cache``."""
+    if cache is not None and cache.is_file():
+        return pa.ipc.open_file(pa.memory_map(str(cache))).read_all()
+    table = pq.read_table(path, columns=columns, memory_map=True).combine_chunks()
+    if cache is None:
+        return table
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(tmp, cache)  # atomic: concurrent workers may race, each writes a full file
+    return pa.ipc.open_file(pa.memory_map(str(cache))).read_all()
+
+
 class _Shard:
-    """One decoded shard: per column, Arrow list offsets and values as numpy views."""
+    """One opened shard: per list column, Arrow offsets and values as numpy views."""
 
-    __slots__ = ("offsets", "values")
+    __slots__ = ("columns", "derive_positions")
 
-    def __init__(self, path: Path, expected_rows: int) -> None:
-        table = pq.read_table(path, columns=list(LIST_COLUMNS), memory_map=True)
+    def __init__(
+        self, path: Path, expected_rows: int, derive_positions: bool, cache: Path | None
+    ) -> None:
+        names = [c for c in LIST_COLUMNS if not (derive_positions and c == "position_ids")]
+        table = _read_table(path, names, cache)
         meta = table.schema.metadata or {}
         if META_FORMAT_VERSION not in meta:
             raise ManifestError(f"{path}: no packshard.format_version in the Parquet metadata")
@@ -81,20 +113,19 @@ class _Shard:
                 f"{path}: {table.num_rows} rows, but the manifest says {expected_rows} "
                 "(the folder is incomplete or was modified: run packshard verify)"
             )
-        self.offsets: dict[str, np.ndarray] = {}
-        self.values: dict[str, np.ndarray] = {}
-        for name in LIST_COLUMNS:
-            arr = table.column(name).combine_chunks()
-            self.offsets[name] = arr.offsets.to_numpy()
-            self.values[name] = arr.values.to_numpy()
+        self.derive_positions = derive_positions
+        self.columns = [(name, *_column(table, name)) for name in names]
 
     def row(self, i: int) -> Row:
         out: Row = {}
-        for name in LIST_COLUMNS:
-            off = self.offsets[name]
-            view = self.values[name][off[i] : off[i + 1]]
-            wide = np.int64 if name != "cu_seqlens" else np.int32
+        for name, offsets, values in self.columns:
+            view = values[offsets[i] : offsets[i + 1]]
+            wide = np.int32 if name == "cu_seqlens" else np.int64
             out[name] = torch.from_numpy(view.astype(wide))  # astype copies: writable tensor
+        if self.derive_positions:  # policy "reset": 0, 1, … from every segment start
+            cu = out["cu_seqlens"].numpy()
+            starts = np.repeat(cu[:-1].astype(np.int64), np.diff(cu))
+            out["position_ids"] = torch.from_numpy(np.arange(len(starts)) - starts)
         return out
 
 
@@ -105,6 +136,9 @@ class PackedDataset(Dataset[Row]):
         out: the folder ``packshard pack`` wrote.
         expected_tokenizer_sha256: refuse the folder unless it was packed with this tokenizer.
         tokenizer: a ``tokenizer.json`` or its folder; its SHA-256 is compared the same way.
+        cache_dir: keep an uncompressed Arrow IPC copy of every shard here (about 12 bytes a
+            token, named by the shard's SHA-256) and memory-map it: decoded once, then shared
+            through the page cache by all workers, epochs and runs.
 
     """
 
@@ -114,8 +148,10 @@ class PackedDataset(Dataset[Row]):
         *,
         expected_tokenizer_sha256: str | None = None,
         tokenizer: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.out = Path(out)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.manifest = load_manifest(self.out, validate=False)
         where = str(self.out / "manifest.json")
         packed_sha = str(self.manifest.get("tokenizer", {}).get("sha256", ""))
@@ -139,6 +175,10 @@ class PackedDataset(Dataset[Row]):
         self.starts = np.concatenate([[0], np.cumsum(self.shard_rows)]).astype(np.int64)
         self.max_seq_len = int(self.manifest.get("config", {}).get("max_seq_len", 0))
         self.dataset_id = str(self.manifest.get("dataset_id", ""))
+        self.derive_positions = self.manifest.get("config", {}).get("position_ids") == "reset"
+        self.shard_keys = [
+            str(s.get("sha256") or f"{self.dataset_id}-{k}") for k, s in enumerate(shards)
+        ]
         self._shards: dict[int, _Shard] = {}
 
     def __len__(self) -> int:
@@ -152,7 +192,13 @@ class PackedDataset(Dataset[Row]):
     def _shard(self, k: int) -> _Shard:
         shard = self._shards.get(k)
         if shard is None:
-            shard = self._shards[k] = _Shard(self.shard_paths[k], int(self.shard_rows[k]))
+            cache = None
+            if self.cache_dir is not None:
+                kind = "derived" if self.derive_positions else "stored"
+                cache = self.cache_dir / f"{self.shard_keys[k]}-{kind}-positions.arrow"
+            rows = int(self.shard_rows[k])
+            shard = _Shard(self.shard_paths[k], rows, self.derive_positions, cache)
+            self._shards[k] = shard
         return shard
 
     def locate(self, index: int) -> tuple[int, int]:
@@ -209,7 +255,7 @@ class PackedIterableDataset(IterableDataset[Row]):
             epoch's permutation; ``False`` repeats its first rows instead, so no row is skipped.
         batch_size: the DataLoader's batch size; needed for an exact order with worker
             processes (:class:`ResumableLoader` sets it).
-        expected_tokenizer_sha256, tokenizer: as for :class:`PackedDataset`.
+        expected_tokenizer_sha256, tokenizer, cache_dir: as for :class:`PackedDataset`.
 
     """
 
@@ -225,9 +271,13 @@ class PackedIterableDataset(IterableDataset[Row]):
         batch_size: int = 1,
         expected_tokenizer_sha256: str | None = None,
         tokenizer: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.data = PackedDataset(
-            out, expected_tokenizer_sha256=expected_tokenizer_sha256, tokenizer=tokenizer
+            out,
+            expected_tokenizer_sha256=expected_tokenizer_sha256,
+            tokenizer=tokenizer,
+            cache_dir=cache_dir,
         )
         self.shuffle, self.seed, self.drop_remainder = shuffle, seed, drop_remainder
         self.rank, self.world_size = resolve_rank(rank, world_size)
