@@ -82,7 +82,7 @@ class PackConfig:
     batch_size: int = 1024
 
     def recorded(self) -> dict[str, Any]:
-        """The manifest's ``config`` block (what determines the output's content)."""
+        """Return the manifest's ``config`` block (what determines the output's content)."""
         return {
             "max_seq_len": self.max_seq_len,
             "strategy": self.strategy,
@@ -285,7 +285,7 @@ def _write_shards(
     while row < plan.num_rows or (row == 0 and not shards and plan.num_rows == 0):
         csum = np.cumsum(row_tokens[row : row + config.shard_rows])
         take = int(np.searchsorted(csum, token_budget, side="left")) + 1
-        take = max(1, min(take, config.shard_rows, plan.num_rows - row))
+        take = max(1, min(take, config.shard_rows, plan.num_rows - row)) if plan.num_rows else 0
         block = plan.rows(row, row + take)
         table = assemble_rows(
             spill,
@@ -319,7 +319,7 @@ def _publish(tmp: Path, out: Path) -> None:
 
 
 def pack_summary(result: PackResult) -> dict[str, Any]:
-    """A flat summary of a pack result (used by the command line and benchmarks)."""
+    """Return a flat summary of a pack result (for the command line and benchmarks)."""
     stats = result.manifest["stats"]
     return {"out": str(result.out), "seconds": round(result.seconds, 3), **asdict_stats(stats)}
 
