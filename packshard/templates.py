@@ -13,11 +13,12 @@ found on one of three label paths::
 
     generation_tags  the template wraps assistant output in {% generation %} blocks; the
                      blocks decide, character for character (transformers' assistant mask)
-    offsets          no blocks: each assistant message's content is found in the text in
-                     order, then the span runs on over whitespace and the special token that
-                     closes the turn (and a final EOS), so the model learns to stop:
+    offsets          no blocks: each assistant message's content is found in the text (a
+                     second render with stand-in contents says where), then the span runs on
+                     over whitespace and the special token that closes the turn, plus a
+                     final EOS, so the model learns to stop:
                          <|assistant|>\nSure.<|end|>\n<|endoftext|>
-                                        [-----------------------)
+                                        [-----------)  [------------)
     none             every token is trained (plain text, or --loss all)
 
 Plain records skip the template: prompt/completion renders ``prompt + completion + EOS`` and
@@ -294,11 +295,12 @@ def _closer(markers: tuple[str, ...], eos: str | None) -> tuple[re.Pattern[str],
     return marker, final
 
 
-def locate_contents(text: str, messages: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
-    """Find each message's content in ``text``, in order; return ``{index: (lo, hi)}``.
+def search_contents(text: str, messages: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
+    """Find each message's content in ``text`` by search, in order: ``{index: (lo, hi)}``.
 
-    A message not found (a template may drop roles it does not know, or strip content) is
-    left out; its search does not move the cursor.
+    The fallback of :func:`locate_contents`.  A message not found (a template may drop roles
+    it does not know) is left out and does not move the cursor; stripped content is tried
+    when the exact content is missing.
     """
     found: dict[int, tuple[int, int]] = {}
     pos = 0
@@ -312,22 +314,38 @@ def locate_contents(text: str, messages: list[dict[str, Any]]) -> dict[int, tupl
     return found
 
 
-_STAND_IN = "\ue000packshard-empty-content\ue001"
+_STAND_IN = re.compile("\ue000([0-9]+)\ue001")
 
 
-def _empty_content_at(
-    template: ChatTemplate, messages: list[dict[str, Any]], i: int, tools: list[Any] | None,
-    bundle: TokenizerBundle, text: str,
-) -> int | None:  # fmt: skip
-    """Where message ``i``'s empty content sits in ``text``: render a stand-in and find it."""
-    probe = [dict(m) for m in messages]
-    probe[i]["content"] = _STAND_IN
+def locate_contents(
+    template: ChatTemplate, text: str, messages: list[dict[str, Any]], tools: list[Any] | None,
+    variables: dict[str, Any],
+) -> dict[int, tuple[int, int]]:  # fmt: skip
+    """Find where each message's content sits in ``text``: ``{index: (lo, hi)}``.
+
+    The conversation is rendered once more with every content replaced by a stand-in
+    (``\ue000<i>\ue001``).  The template text around the stand-ins is the same as around the
+    real contents, so each stand-in's place, shifted by the length differences before it,
+    is the content's place — even for an empty content, or one that also occurs in a role
+    header (``a`` in ``assistant``).  When the template rewrites content, renders it twice
+    or fails on the stand-ins, the contents are searched for instead.
+    """
+    probe = [{**m, "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]
     try:
-        probe_text, _ = render_chat(template, probe, tools, bundle.special_tokens_map)
+        probe_text, _ = render_chat(template, probe, tools, variables)
     except TemplateError:
-        return None
-    lo = probe_text.find(_STAND_IN)
-    return lo if lo >= 0 and probe_text[:lo] == text[:lo] else None
+        return search_contents(text, messages)
+    found: dict[int, tuple[int, int]] = {}
+    shift = 0
+    for match in _STAND_IN.finditer(probe_text):
+        i = int(match.group(1))
+        content = messages[i]["content"] if i < len(messages) else None
+        lo = match.start() + shift
+        if content is None or i in found or text[lo : lo + len(content)] != content:
+            return search_contents(text, messages)
+        found[i] = (lo, lo + len(content))
+        shift += len(content) - len(match.group())
+    return found
 
 
 def _resolve_loss(conv: Conversation, loss: str) -> str:
@@ -401,11 +419,7 @@ def render_example(
     every = len(trained) == sum(m.role == "assistant" for m in conv.messages)
     if template.has_generation and every:
         return Rendered(text, tuple(blocks), "generation_tags")
-    where = locate_contents(text, messages)
-    for i in trained[:1] if template.has_generation else trained:
-        if i not in where and not messages[i]["content"].strip():  # empty: find a stand-in
-            if (lo := _empty_content_at(template, messages, i, tools, bundle, text)) is not None:
-                where[i] = (lo, lo)
+    where = locate_contents(template, text, messages, tools, bundle.special_tokens_map)
     if template.has_generation:  # keep the blocks from the first trained message on
         first = where.get(trained[0])
         kept = blocks[-1:] if first is None else [b for b in blocks if b[1] > first[0]]
@@ -420,7 +434,8 @@ def render_example(
         lo, hi = where[i]
         if m := marker.match(text, hi):
             hi = m.end()
-            if m2 := final.match(text, hi):
-                hi = m2.end() - (len(m2.group()) - len(m2.group().rstrip()))
         spans.append((lo, hi))
+        if (m := final.match(text, hi)) and eos:  # the final EOS, not the gap before it
+            end = m.end() - (len(m.group()) - len(m.group().rstrip()))
+            spans.append((end - len(eos), end))
     return Rendered(text, tuple(spans), "offsets")
