@@ -392,3 +392,70 @@ def test_unsupported_format_version_is_refused(packed_demo_copy):
         f"{path}: format_version 2 is not supported by this packshard (supports 1); "
         "upgrade packshard or re-pack the data"
     )
+
+
+# --- the model check and its control ---------------------------------------------------------
+
+
+@pytest.mark.torch
+def test_model_check_holds_and_its_control_leaks(packed_demo):
+    pytest.importorskip("transformers")
+    report = verify_dataset(packed_demo, VerifyOptions(source=False))
+    assert report.ok, [str(f) for f in report.findings.items]
+    model = report.checks["model"]
+    assert model["status"] == "passed" and model["rows"] == 8
+    atol = model["atol"]
+    assert atol == 1e-4
+    # packed vs alone: float32 rounding only, far below the tolerance
+    assert model["max_logit_delta"] < atol / 10
+    assert model["max_loss_delta"] < atol
+    assert model["max_mutation_delta"] < atol
+    # the naive causal mask over the same rows: every multi-segment row leaks, far above it
+    assert model["control_detected"] is True
+    assert model["control_min_delta"] > 100 * atol
+    assert model["loss_naive"] != pytest.approx(model["loss_true"], abs=atol)
+    checked = [e for e in report.seam_table if e["max_logit_delta"] is not None]
+    assert len(checked) == 8
+    assert all(e["max_logit_delta"] < atol for e in checked)
+    assert all(e["control_delta"] > 100 * atol for e in checked if e["segments"] > 1)
+
+
+@pytest.mark.torch
+def test_a_plain_causal_mask_in_place_of_the_block_mask_fails(packed_demo, monkeypatch):
+    """If the packed forward leaked like naive concatenation, verify must say so."""
+    pytest.importorskip("transformers")
+    import packshard.equivalence as equivalence
+
+    block_mask = equivalence.build_block_mask
+
+    def leaking_mask(cu_seqlens: np.ndarray, causal_only: bool = False) -> Any:
+        return block_mask(cu_seqlens, causal_only=True)
+
+    monkeypatch.setattr(equivalence, "build_block_mask", leaking_mask)
+    report = verify_dataset(packed_demo, VerifyOptions(source=False, model_rows=2))
+    assert report.ok is False
+    assert report.checks["model"]["status"] == "failed"
+    assert report.checks["model"]["max_logit_delta"] > 100 * 1e-4
+    f = find(report, "model", "packed logits differ from alone by")
+    assert f.message.endswith("> 1e-04")
+    assert " segment 1: " in f.message and "row " in f.message
+    assert report.checks["integrity"]["status"] == report.checks["structure"]["status"] == "passed"
+
+
+@pytest.mark.torch
+def test_a_control_that_cannot_leak_is_itself_a_finding(packed_demo, monkeypatch):
+    """A check that cannot fail proves nothing: a blind control fails verify."""
+    pytest.importorskip("transformers")
+    import packshard.equivalence as equivalence
+
+    block_mask = equivalence.build_block_mask
+
+    def blind_control(cu_seqlens: np.ndarray, causal_only: bool = False) -> Any:
+        return block_mask(cu_seqlens, causal_only=False)
+
+    monkeypatch.setattr(equivalence, "build_block_mask", blind_control)
+    report = verify_dataset(packed_demo, VerifyOptions(source=False, model_rows=2))
+    assert report.ok is False
+    assert report.checks["model"]["control_detected"] is False
+    find(report, "model", "the naive causal control differs from alone by only")
+    find(report, "model", "the naive-mask control was not detected: verify is broken")
