@@ -9,6 +9,7 @@ numpy operations over the flat list values — no Python loop over tokens or row
   entry than ``example_ids``;
 * positions restart at 0 at every segment start and count up by one (policy ``reset``);
 * the first label of every segment is ``-100``; every other label is ``-100`` or its token;
+* token ids lie in ``[0, vocab_size)`` (the manifest's tokenizer);
 * ``num_loss_tokens`` and ``max_seqlen`` match the row;
 * every example id matches the examples index (this shard, this row, token counts).
 
@@ -89,8 +90,12 @@ def audit_shard(
     max_seq_len: int,
     index: ExamplesIndex,
     findings: FindingList,
+    vocab_size: int | None = None,
 ) -> ShardAudit:
-    """Check every row of a shard; add findings; return the per-row summary."""
+    """Check every row of a shard; add findings; return the per-row summary.
+
+    With ``vocab_size`` every token id must also lie in ``[0, vocab_size)``.
+    """
     ids, tok_off = list_values(table["input_ids"])
     labels, lab_off = list_values(table["labels"])
     pos, pos_off = list_values(table["position_ids"])
@@ -132,17 +137,25 @@ def audit_shard(
     report(rows, "num_tokens does not match the row's length", "num_tokens")
     rows = np.flatnonzero(row_len > max_seq_len)
     report(rows, f"row holds more than max_seq_len {max_seq_len} tokens", "overfull")
+    if vocab_size and len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+        outside = np.flatnonzero((ids < 0) | (ids >= vocab_size))
+        rows = np.unique(np.searchsorted(tok_off, outside, side="right") - 1)
+        report(rows, f"token id outside the vocabulary [0, {vocab_size})", "vocab")
 
     nseg = np.diff(cu_off) - 1
     rows = np.flatnonzero(nseg != np.diff(ex_off))
     report(rows, "cu_seqlens and example_ids disagree on the number of segments", "nseg")
-    first = cu[cu_off[:-1]] if len(cu) else np.zeros(0, np.int32)
-    last = cu[cu_off[1:] - 1] if len(cu) else np.zeros(0, np.int32)
+    # A row's first and last cu entry; -1 where its list is empty (never a valid value).
+    padded = np.append(cu, -1)
+    has_cu = nseg >= 0
+    first = np.where(has_cu, padded[np.where(has_cu, cu_off[:-1], len(cu))], -1)
+    last = np.where(has_cu, padded[np.where(has_cu, cu_off[1:] - 1, len(cu))], -1)
     rows = np.flatnonzero((nseg < 1) | (first != 0) | (last != row_len))
     report(rows, "cu_seqlens must start at 0 and end at num_tokens", "cu_ends")
     step = np.diff(cu)
     inner = np.ones(len(step), dtype=bool)
-    inner[cu_off[1:-1] - 1] = False  # steps that cross from one row's list to the next
+    cross = cu_off[1:-1] - 1  # steps that cross from one row's list to the next
+    inner[cross[(cross >= 0) & (cross < len(step))]] = False
     broken = np.flatnonzero(inner & (step <= 0))
     if broken.size:
         rows = np.searchsorted(cu_off, broken, side="right") - 1

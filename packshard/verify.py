@@ -199,11 +199,12 @@ def _check_structure(
     findings: FindingList,
 ) -> dict[int, ShardAudit]:
     max_seq_len = int(manifest.get("config", {}).get("max_seq_len", 0))
+    vocab_size = int(manifest.get("tokenizer", {}).get("vocab_size") or 0) or None
     empty = ExamplesIndex.from_table(_empty_index()) if index is None else index
     audits = {}
     for i, table in sorted(tables.items()):
         name = manifest["shards"][i]["path"]
-        audits[i] = audit_shard(table, name, i, max_seq_len, empty, findings)
+        audits[i] = audit_shard(table, name, i, max_seq_len, empty, findings, vocab_size)
     return audits
 
 

@@ -1,0 +1,272 @@
+"""The vectorised seam audit on hand-built shards: each fault, its finding and its place.
+
+The good shard (``-`` = -100)::
+
+    row 0  ids    10 11 12 | 20 21        cu [0, 3, 5]   examples [0, 1]
+           labels  -  11 12 |  -  21      positions 0 1 2 | 0 1
+    row 1  ids    30 31 32 33             cu [0, 4]      examples [2]
+           labels  -   -  32 33           positions 0 1 2 3
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from packshard.findings import FindingList
+from packshard.seams import ExamplesIndex, audit_shard
+from packshard.shards import SHARD_SCHEMA
+
+M = -100
+
+
+def good_rows() -> list[dict[str, Any]]:
+    return [
+        {
+            "input_ids": [10, 11, 12, 20, 21],
+            "labels": [M, 11, 12, M, 21],
+            "position_ids": [0, 1, 2, 0, 1],
+            "cu_seqlens": [0, 3, 5],
+            "example_ids": [0, 1],
+            "num_tokens": 5,
+            "num_loss_tokens": 3,
+            "max_seqlen": 3,
+        },
+        {
+            "input_ids": [30, 31, 32, 33],
+            "labels": [M, M, 32, 33],
+            "position_ids": [0, 1, 2, 3],
+            "cu_seqlens": [0, 4],
+            "example_ids": [2],
+            "num_tokens": 4,
+            "num_loss_tokens": 2,
+            "max_seqlen": 4,
+        },
+    ]
+
+
+def index(**overrides: list[Any]) -> ExamplesIndex:
+    columns: dict[str, list[Any]] = {
+        "example_id": [0, 1, 2],
+        "shard": [0, 0, 0],
+        "row": [0, 0, 1],
+        "num_tokens": [3, 2, 4],
+        "num_loss_tokens": [2, 1, 2],
+        "source": ["chat.jsonl"] * 3,
+        "line": [4, 9, 12],
+    }
+    columns.update(overrides)
+    return ExamplesIndex.from_table(pa.table(columns))
+
+
+def audit(rows: list[dict[str, Any]], idx: ExamplesIndex | None = None, max_seq_len: int = 8):
+    findings = FindingList()
+    table = pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+    result = audit_shard(table, "s.parquet", 0, max_seq_len, idx or index(), findings)
+    return result, [(f.message, f.row, f.segment, f.example_id, f.source) for f in findings.items]
+
+
+def test_good_shard_has_no_findings_and_its_totals():
+    result, found = audit(good_rows())
+    assert found == []
+    assert (result.rows, result.tokens, result.loss_tokens) == (2, 9, 5)
+    assert result.segments.tolist() == [2, 1]
+    assert result.example_ids.tolist() == [0, 1, 2]
+    assert result.bad_rows.tolist() == []
+
+
+def test_unmasked_seam_label():
+    rows = good_rows()
+    rows[0]["labels"][3] = 20
+    rows[0]["num_loss_tokens"] = 4
+    _, found = audit(rows)
+    assert found == [
+        (
+            "first label of the segment is not -100 (a target crosses the seam)",
+            0,
+            1,
+            1,
+            "chat.jsonl:9",
+        )
+    ]
+
+
+def test_first_label_of_the_row_counts_as_a_seam_too():
+    rows = good_rows()
+    rows[1]["labels"][0] = 30
+    rows[1]["num_loss_tokens"] = 3
+    _, found = audit(rows)
+    assert found[0][:4] == ("first label of the segment is not -100 (a target crosses the seam)",
+                            1, 0, 2)  # fmt: skip
+
+
+def test_label_that_is_not_its_token():
+    rows = good_rows()
+    rows[1]["labels"][3] = 34
+    _, found = audit(rows)
+    assert found == [("a label is neither -100 nor its own token", 1, 0, 2, "chat.jsonl:12")]
+
+
+def test_position_not_reset():
+    rows = good_rows()
+    rows[0]["position_ids"] = [0, 1, 2, 3, 4]
+    _, found = audit(rows)
+    assert found == [
+        ("position_ids do not restart at 0 at this segment", 0, 1, 1, "chat.jsonl:9"),
+        ("position_ids do not restart at 0 at this segment", 0, 1, 1, "chat.jsonl:9"),
+    ]
+
+
+def test_cu_seqlens_off_by_one_moves_the_seam():
+    rows = good_rows()
+    rows[0]["cu_seqlens"] = [0, 4, 5]
+    rows[0]["max_seqlen"] = 4
+    _, found = audit(rows)
+    messages = {(m, r, s) for m, r, s, _, _ in found}
+    assert messages == {
+        ("position_ids do not restart at 0 at this segment", 0, 0),
+        ("position_ids do not restart at 0 at this segment", 0, 1),
+        ("first label of the segment is not -100 (a target crosses the seam)", 0, 1),
+        ("examples.parquet disagrees with the shard (shard, row or token counts)", 0, 0),
+        ("examples.parquet disagrees with the shard (shard, row or token counts)", 0, 1),
+    }
+
+
+@pytest.mark.parametrize(
+    ("cu", "message"),
+    [
+        ([1, 3, 5], "cu_seqlens must start at 0 and end at num_tokens"),
+        ([0, 3, 6], "cu_seqlens must start at 0 and end at num_tokens"),
+        ([0, 3, 3, 5], "cu_seqlens and example_ids disagree on the number of segments"),
+        ([0], "cu_seqlens and example_ids disagree on the number of segments"),
+    ],
+)
+def test_bad_cu_seqlens_are_named(cu, message):
+    rows = good_rows()
+    rows[0]["cu_seqlens"] = cu
+    _, found = audit(rows)
+    assert (message, 0) in [(m, r) for m, r, *_ in found]
+
+
+def test_cu_seqlens_not_increasing_names_the_entry():
+    rows = good_rows()
+    rows[0]["input_ids"] += [22]
+    rows[0]["labels"] += [22]
+    rows[0]["position_ids"] += [2]
+    rows[0]["num_tokens"] = 6
+    rows[0]["cu_seqlens"] = [0, 3, 3, 6]
+    rows[0]["example_ids"] = [0, 1, 5]
+    _, found = audit(rows)
+    assert ("cu_seqlens is not strictly increasing", 0, 1) in [(m, r, s) for m, r, s, *_ in found]
+
+
+def test_empty_cu_seqlens_list_in_the_last_row_is_a_finding_not_a_crash():
+    rows = good_rows()
+    rows[1]["cu_seqlens"] = []
+    rows[1]["example_ids"] = []
+    _, found = audit(rows)
+    assert ("cu_seqlens must start at 0 and end at num_tokens", 1) in [(m, r) for m, r, *_ in found]
+
+
+def test_empty_row_is_a_finding():
+    rows = good_rows()
+    rows.append({k: ([] if isinstance(v, list) else 0) for k, v in rows[1].items()})
+    rows[2]["cu_seqlens"] = [0]
+    _, found = audit(rows)
+    assert [r for _, r, *_ in found] and {r for _, r, *_ in found} == {2}
+
+
+def test_lengths_that_disagree():
+    rows = good_rows()
+    rows[1]["labels"] = [M, M, 32]
+    _, found = audit(rows)
+    assert found == [
+        ("input_ids, labels and position_ids have different lengths", 1, None, None, None)
+    ]
+
+
+def test_counts_and_capacity():
+    rows = good_rows()
+    rows[0]["num_tokens"] = 6
+    rows[0]["num_loss_tokens"] = 2
+    rows[1]["max_seqlen"] = 3
+    _, found = audit(rows, max_seq_len=4)
+    assert [(m, r) for m, r, *_ in found] == [
+        ("num_tokens does not match the row's length", 0),
+        ("row holds more than max_seq_len 4 tokens", 0),
+    ]
+    rows[0]["num_tokens"] = 5
+    _, found = audit(rows)
+    assert [(m, r) for m, r, *_ in found] == [
+        ("num_loss_tokens does not match labels", 0),
+        ("max_seqlen is not the longest segment", 1),
+    ]
+
+
+def test_examples_index_disagreements():
+    _, found = audit(good_rows(), index(row=[0, 1, 0]))
+    assert [(m[:24], r, s, e) for m, r, s, e, _ in found] == [
+        ("examples.parquet disagre", 0, 1, 1),
+        ("examples.parquet disagre", 1, 0, 2),
+    ]
+    rows = good_rows()
+    rows[1]["example_ids"] = [7]
+    _, found = audit(rows)
+    assert found == [("example id not in examples.parquet", 1, 0, 7, None)]
+
+
+def test_sparse_example_ids_are_looked_up():
+    idx = index(example_id=[10, 11, 12])
+    rows = good_rows()
+    for row, ids in zip(rows, ([10, 11], [12]), strict=True):
+        row["example_ids"] = ids
+    _, found = audit(rows, idx)
+    assert found == []
+
+
+def test_findings_per_kind_are_capped_and_counted():
+    rows = good_rows() * 30
+    for row in rows[::2]:
+        row["labels"] = [M, 11, 12, 20, 21]
+        row["num_loss_tokens"] = 4
+    findings = FindingList()
+    table = pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+    audit_shard(table, "s.parquet", 0, 8, index(row=[0, 0, 1]), findings)
+    seams = [f for f in findings.items if f.message.startswith("first label")]
+    assert len(seams) == 20
+    assert [f.row for f in seams[:3]] == [0, 2, 4]
+    assert findings.count("structure") >= 30
+
+
+def test_shard_read_as_several_chunks_is_audited_like_one():
+    rows = good_rows()
+    table = pa.concat_tables(
+        [pa.Table.from_pylist(rows[:1], schema=SHARD_SCHEMA),
+         pa.Table.from_pylist(rows[1:], schema=SHARD_SCHEMA)]
+    )  # fmt: skip
+    assert table["input_ids"].num_chunks == 2
+    findings = FindingList()
+    result = audit_shard(table, "s.parquet", 0, 8, index(), findings)
+    assert len(findings) == 0 and result.tokens == 9
+    sliced = pa.Table.from_pylist(rows + rows, schema=SHARD_SCHEMA).slice(2)
+    findings = FindingList()
+    result = audit_shard(sliced, "s.parquet", 0, 8, index(), findings)
+    assert len(findings) == 0 and result.tokens == 9
+    assert np.array_equal(result.example_ids, [0, 1, 2])
+
+
+def test_token_ids_outside_the_vocabulary():
+    rows = good_rows()
+    rows[1]["input_ids"][1] = 64
+    findings = FindingList()
+    table = pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+    audit_shard(table, "s.parquet", 0, 8, index(), findings, vocab_size=64)
+    assert [(f.message, f.row) for f in findings.items] == [
+        ("token id outside the vocabulary [0, 64)", 1)
+    ]
+    findings = FindingList()
+    audit_shard(table, "s.parquet", 0, 8, index(), findings, vocab_size=65)
+    assert len(findings) == 0
