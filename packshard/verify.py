@@ -170,7 +170,7 @@ def _check_files(
         if key.startswith("shards/"):
             try:
                 table = pq.read_table(path, memory_map=True)
-            except Exception as exc:  # noqa: BLE001 - any decode failure is a finding
+            except Exception as exc:  # any decode failure is a finding
                 findings.add(Finding("integrity", f"{rel}: unreadable Parquet: {exc}"), "parquet")
                 continue
             meta = table.schema.metadata or {}
@@ -187,7 +187,7 @@ def _check_files(
     if ex_path.is_file():
         try:
             index = ExamplesIndex.from_table(pq.read_table(ex_path))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # any decode failure is a finding
             findings.add(Finding("integrity", f"{ex_path.name}: unreadable: {exc}"))
     return tables, index
 
@@ -231,7 +231,7 @@ def _check_counts(
     index: ExamplesIndex | None,
     findings: FindingList,
 ) -> None:
-    """Counting rule, per-shard counts, and every example exactly once."""
+    """Check the counting rule, per-shard counts, and every example exactly once."""
     stats = manifest.get("stats", {})
 
     def bad(message: str) -> None:
@@ -256,9 +256,12 @@ def _check_counts(
     records = stats.get("records")
     parts = [stats.get(k) for k in ("records_packed", "rejected", "dropped")]
     if None in parts or records != sum(parts):
-        bad(
-            f"counting rule broken: records={records} != records_packed + rejected + dropped = {parts}"
+        named = " + ".join(
+            f"{k} {v}"
+            for k, v in zip(("records_packed", "rejected", "dropped"), parts, strict=True)
         )
+        added = sum(p for p in parts if isinstance(p, int))
+        bad(f"counting rule broken: records={records} != {named} = {added}")
     inputs_total = sum(int(i.get("records", 0)) for i in manifest.get("inputs", []))
     if inputs_total != records:
         bad(f"inputs list {inputs_total} records but stats.records={records}")
@@ -268,9 +271,8 @@ def _check_counts(
         with open(rejects_path, encoding="utf-8") as fh:
             lines = sum(1 for line in fh if line.strip())
         if lines != parts[1] + parts[2]:
-            bad(
-                f"rejects.jsonl has {lines} lines, manifest says rejected + dropped = {parts[1] + parts[2]}"
-            )
+            expected = parts[1] + parts[2]
+            bad(f"rejects.jsonl has {lines} lines, manifest says rejected + dropped = {expected}")
     domains = stats.get("domains", {})
     for key in (
         "records",
@@ -310,9 +312,8 @@ def _check_counts(
             "missing_example",
         )
     if stats.get("examples") != len(index.example_id):
-        bad(
-            f"examples.parquet has {len(index.example_id)} rows, stats.examples={stats.get('examples')}"
-        )
+        rows = len(index.example_id)
+        bad(f"examples.parquet has {rows} rows, stats.examples={stats.get('examples')}")
 
 
 def _seam_table(manifest: dict[str, Any], audits: dict[int, ShardAudit]) -> list[dict[str, Any]]:
