@@ -58,7 +58,7 @@ class RowPlan:
         return np.repeat(np.arange(self.num_rows, dtype=np.int64), np.diff(self.row_offsets))
 
     def rows(self, start: int, stop: int) -> RowPlan:
-        """The sub-plan of rows ``start:stop`` with local row offsets."""
+        """Return the sub-plan of rows ``start:stop`` with local row offsets."""
         lo, hi = int(self.row_offsets[start]), int(self.row_offsets[stop])
         return replace(
             self,

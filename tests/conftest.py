@@ -250,3 +250,9 @@ def packed_demo_copy(packed_demo, tmp_path) -> Path:
     import shutil
 
     return Path(shutil.copytree(packed_demo, tmp_path / "out"))
+
+
+@pytest.fixture
+def check_pack() -> Any:
+    """The :func:`check_pack_output` helper, for outputs written another way (the CLI)."""
+    return check_pack_output

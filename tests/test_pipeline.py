@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 
+from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX as X
 
 # ``wN`` has id N, ``<eos>`` id 0: "w2 w3 w4" is [2, 3, 4, 0], every label a target.
@@ -299,3 +302,163 @@ def test_real_plain_text_with_phi2(shared_data, tmp_path, make_jsonl, run_pack):
     for ids, labels in unpacked.values():  # phi-2 adds no BOS and no EOS: text only, all trained
         assert np.array_equal(ids, labels)
     assert sorted(packed.manifest["stats"]["domains"]) == ["other", "prose"]
+
+
+# --- domains, determinism, seeds -----------------------------------------------------------
+
+
+def mixed_domains(tmp_path: Path, make_jsonl) -> list[Path]:
+    rng = np.random.default_rng(7)
+    records = []
+    for k in range(60):
+        words = " ".join(f"w{w}" for w in rng.integers(2, 400, size=int(rng.integers(1, 30))))
+        records.append({"text": words, "domain": ["code", "chat", "math"][k % 3]})
+    return [
+        make_jsonl(tmp_path / "mixed.jsonl", records),
+        make_jsonl(tmp_path / "plain.jsonl", [{"text": "w2 w3 w4"}] * 5),
+    ]
+
+
+def test_group_by_domain_keeps_rows_single_domain(tmp_path, make_jsonl, word_tokenizer, run_pack):
+    inputs = mixed_domains(tmp_path, make_jsonl)
+    mixed = run_pack(inputs, word_tokenizer, out=tmp_path / "mixed", max_seq_len=64)
+    grouped = run_pack(
+        inputs, word_tokenizer, out=tmp_path / "grouped", max_seq_len=64, group_by_domain=True
+    )
+    domain = grouped.examples["domain"]
+    assert all(len({domain[int(e)] for e in row.example_ids}) == 1 for row in grouped.rows)
+    mixed_domain = mixed.examples["domain"]
+    assert any(len({mixed_domain[int(e)] for e in row.example_ids}) > 1 for row in mixed.rows)
+    domains = grouped.manifest["stats"]["domains"]
+    assert sorted(domains) == ["chat", "code", "math", "plain"]
+    assert [domains[d]["records"] for d in ("chat", "code", "math", "plain")] == [20, 20, 20, 5]
+    assert grouped.manifest["config"]["group_by_domain"] is True
+    # same examples either way, numbered in input order
+    for key in ("source", "line", "num_tokens", "domain"):
+        assert grouped.examples[key] == mixed.examples[key]
+
+
+def test_same_inputs_give_byte_identical_output(tmp_path, make_jsonl, word_tokenizer, run_pack):
+    inputs = mixed_domains(tmp_path, make_jsonl)
+    options = {"max_seq_len": 48, "shard_rows": 7, "overlong": "split", "seed": 3}
+    a = run_pack(inputs, word_tokenizer, out=tmp_path / "a", **options)
+    b = run_pack(inputs, word_tokenizer, out=tmp_path / "b", **options)
+    assert len(a.manifest["shards"]) > 1
+    names = sorted(p.name for p in a.out.iterdir())
+    assert names == sorted(p.name for p in b.out.iterdir())
+    for name in names:
+        if name != "manifest.json":
+            assert (a.out / name).read_bytes() == (b.out / name).read_bytes(), name
+    a.manifest.pop("created_at")
+    b.manifest.pop("created_at")
+    assert a.manifest == b.manifest
+
+
+def test_seed_changes_row_order_only(tmp_path, make_jsonl, word_tokenizer, run_pack):
+    inputs = mixed_domains(tmp_path, make_jsonl)
+    a = run_pack(inputs, word_tokenizer, out=tmp_path / "a", max_seq_len=48, seed=0)
+    b = run_pack(inputs, word_tokenizer, out=tmp_path / "b", max_seq_len=48, seed=1)
+
+    def content(packed):
+        return [
+            (r.input_ids.tolist(), r.labels.tolist(), r.cu_seqlens.tolist(), r.example_ids.tolist())
+            for r in packed.rows
+        ]
+
+    assert content(a) != content(b)
+    assert sorted(content(a)) == sorted(content(b))
+    assert a.examples["example_id"] == b.examples["example_id"]
+    assert a.manifest["dataset_id"] != b.manifest["dataset_id"]
+    assert a.manifest["stats"]["ordering"] == b.manifest["stats"]["ordering"]
+
+
+# --- atomic output ------------------------------------------------------------------------------
+
+
+def pack_config(inputs, tokenizer, out, **options):
+    from packshard.pipeline import PackConfig
+
+    return PackConfig(
+        inputs=tuple(str(p) for p in inputs), tokenizer=str(tokenizer), out=str(out),
+        max_seq_len=options.pop("max_seq_len", 32), **options,
+    )  # fmt: skip
+
+
+def test_non_empty_out_is_refused_without_overwrite(
+    tmp_path, make_jsonl, word_tokenizer, check_pack
+):
+    from packshard.cli import main
+    from packshard.pipeline import pack_dataset
+
+    data = text_file(tmp_path, make_jsonl, TEXTS)
+    out = tmp_path / "out"
+    out.mkdir()
+    pack_dataset(pack_config([data], word_tokenizer, out))  # an empty folder is fine
+    with pytest.raises(UsageError) as info:
+        pack_dataset(pack_config([data], word_tokenizer, out))
+    assert str(info.value) == f"{out}: output folder exists and is not empty (use --overwrite)"
+    args = ["pack", str(data), "-t", str(word_tokenizer), "--max-seq-len", "32", "-o", str(out)]
+    result = CliRunner().invoke(main, [*args, "--no-progress"])
+    assert result.exit_code == 2
+    assert "output folder exists and is not empty (use --overwrite)" in result.output
+    result = CliRunner().invoke(main, [*args, "--no-progress", "--overwrite"])
+    assert result.exit_code == 0, result.output
+    check_pack(out)
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("exc", [OSError("disk full"), KeyboardInterrupt()])
+def test_interrupted_run_leaves_nothing(tmp_path, make_jsonl, word_tokenizer, monkeypatch, exc):
+    import packshard.pipeline as pipeline
+
+    data = text_file(tmp_path, make_jsonl, TEXTS)
+
+    def fail(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(pipeline, "write_shard", fail)
+    with pytest.raises(type(exc)):
+        pipeline.pack_dataset(pack_config([data], word_tokenizer, tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_interrupted_overwrite_keeps_the_old_output(
+    tmp_path, make_jsonl, word_tokenizer, monkeypatch
+):
+    import packshard.pipeline as pipeline
+
+    data = text_file(tmp_path, make_jsonl, TEXTS)
+    out = tmp_path / "out"
+    pipeline.pack_dataset(pack_config([data], word_tokenizer, out))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real_write = pipeline.write_shard
+    calls = []
+
+    def write_then_fail(*args, **kwargs):
+        calls.append(real_write(*args, **kwargs))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "write_shard", write_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.pack_dataset(pack_config([data], word_tokenizer, out, overwrite=True, seed=9))
+    assert len(calls) == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert leftovers(tmp_path) == []
+    # and a failed publish (rename) puts the old folder back
+    monkeypatch.setattr(pipeline, "write_shard", real_write)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(src).name.startswith(".out.partial-"):  # the publishing rename only
+            raise OSError("rename failed")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(pipeline.os, "replace", replace)
+    with pytest.raises(OSError, match="rename failed"):
+        pipeline.pack_dataset(pack_config([data], word_tokenizer, out, overwrite=True, seed=9))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert leftovers(tmp_path) == []
