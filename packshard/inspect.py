@@ -1,9 +1,10 @@
-"""``inspect``: one packed row as a person wants to see it.
+r"""``inspect``: one packed row as a person wants to see it.
 
 Each segment is shown with its example id, source ``file:line``, part, token count and
 positions, then its decoded text where trained tokens (labels ≠ -100) are highlighted and
 prompt tokens are dim.  Seams are drawn between segments, so a reader sees at a glance that
-every example starts at position 0 with a masked first label::
+every example starts at position 0 with a masked first label (brackets below stand for the
+green highlight of trained text)::
 
     ── segment 1 · example 17 · chat.jsonl:42 · 37 tokens · positions 0…36 ──
     <|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n[Hello!<|im_end|>]
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +62,7 @@ def _runs(tokenizer: Any, ids: np.ndarray, trained: np.ndarray) -> tuple[tuple[s
     cuts = np.flatnonzero(np.diff(trained.astype(np.int8))) + 1
     bounds = np.concatenate(([0], cuts, [len(ids)]))
     out = []
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in pairwise(bounds.tolist()):
         piece = ids[lo:hi].tolist()
         text = tokenizer.decode(piece, skip_special_tokens=False) if tokenizer else str(piece)
         out.append((text, bool(trained[lo])))
@@ -118,12 +120,12 @@ def _load_tokenizer(path: str) -> Any:
         from packshard.tokenize import load_tokenizer
 
         return load_tokenizer(path).tokenizer
-    except Exception:  # noqa: BLE001 - decoding is a convenience; fall back to ids
+    except Exception:  # decoding is a convenience: fall back to ids
         return None
 
 
 def render_row_console(view: RowView) -> Any:
-    """A rich renderable: a header per segment, trained text highlighted, seams drawn."""
+    """Build a rich renderable: a header per segment, trained text highlighted, seams drawn."""
     from rich.console import Group
     from rich.rule import Rule
     from rich.text import Text
@@ -133,7 +135,7 @@ def render_row_console(view: RowView) -> Any:
             f"{view.shard} row {view.row}: {view.num_tokens}/{view.max_seq_len} tokens, "
             f"{len(view.segments)} segments",
             style="bold",
-        )  # fmt: skip
+        )
     ]
     for seg in view.segments:
         if seg.index:
@@ -164,7 +166,8 @@ def write_row_html(view: RowView, path: str | Path) -> None:
             f"({seg.num_loss_tokens} trained) · positions {seg.positions[0]}…{seg.positions[1]}"
             f"</div><pre>{runs}</pre></div>"
         )
-    page = f"""<!doctype html><meta charset="utf-8"><title>{html.escape(view.shard)} row {view.row}</title>
+    title = f"{html.escape(view.shard)} row {view.row}"
+    page = f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}
 .seg{{border-left:4px solid #888;margin:0 0 .5em;padding:.3em .8em}}
 .seg+.seg{{border-top:3px dashed #c33;padding-top:.8em}}.h{{color:#246;font-size:.9em}}

@@ -1,0 +1,147 @@
+"""``inspect``: a known packed row shows its seams, segment headers, sources and positions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from packshard.cli import main
+from packshard.inspect import inspect_row, render_row_console, write_row_html
+from packshard.records import IGNORE_INDEX
+from packshard.tokenize import load_tokenizer
+
+SHARD = "shard-00001.parquet"
+
+
+def expected_segments(out: Path, shard: str, row: int) -> list[dict]:
+    """Segment facts of a stored row, read from the shard and the examples index."""
+    stored = pq.read_table(out / shard).slice(row, 1).to_pylist()[0]
+    index = {e["example_id"]: e for e in pq.read_table(out / "examples.parquet").to_pylist()}
+    cu = stored["cu_seqlens"]
+    segments = []
+    for s, eid in enumerate(stored["example_ids"]):
+        lo, hi = cu[s], cu[s + 1]
+        labels = stored["labels"][lo:hi]
+        segments.append(
+            {
+                "example_id": eid,
+                "source": f"{index[eid]['source']}:{index[eid]['line']}",
+                "num_tokens": hi - lo,
+                "trained": sum(1 for x in labels if x != IGNORE_INDEX),
+                "ids": stored["input_ids"][lo:hi],
+            }
+        )
+    return segments
+
+
+def render_text(view) -> str:
+    console = Console(width=400, record=True, color_system=None, file=open("/dev/null", "w"))
+    console.print(render_row_console(view))
+    return console.export_text()
+
+
+def test_known_row_view_matches_the_shard_and_index(packed_demo, packed_demo_tokenizer):
+    view = inspect_row(packed_demo, row=0, shard=1)
+    expected = expected_segments(packed_demo, SHARD, 0)
+    assert len(expected) == 2
+    assert (view.shard, view.row, view.max_seq_len) == (SHARD, 0, 256)
+    assert view.num_tokens == sum(e["num_tokens"] for e in expected)
+    tok = load_tokenizer(str(packed_demo_tokenizer)).tokenizer
+    for seg, want in zip(view.segments, expected, strict=True):
+        assert (seg.example_id, seg.source, seg.part) == (want["example_id"], want["source"], 0)
+        assert (seg.num_tokens, seg.num_loss_tokens) == (want["num_tokens"], want["trained"])
+        assert seg.positions == (0, want["num_tokens"] - 1)
+        assert "".join(text for text, _ in seg.runs) == tok.decode(
+            want["ids"], skip_special_tokens=False
+        )
+        assert seg.runs[0][0].startswith("<|im_start|>")
+        # the masked first label makes the first run context; runs then alternate
+        assert [trained for _, trained in seg.runs] == [i % 2 == 1 for i in range(len(seg.runs))]
+        assert len(seg.runs) >= 2
+
+
+def test_console_view_has_headers_seams_and_positions(packed_demo):
+    text = render_text(inspect_row(packed_demo, row=0, shard=1))
+    expected = expected_segments(packed_demo, SHARD, 0)
+    lines = text.splitlines()
+    total = sum(e["num_tokens"] for e in expected)
+    assert lines[0] == f"{SHARD} row 0: {total}/256 tokens, 2 segments"
+    for s, want in enumerate(expected):
+        n = want["num_tokens"]
+        header = (
+            f"segment {s} · example {want['example_id']} · {want['source']} · part 0 · "
+            f"{n} tokens ({want['trained']} trained) · positions 0…{n - 1}"
+        )
+        assert header in lines
+    seams = [i for i, line in enumerate(lines) if " seam " in line and set(line) <= set("─ seam")]
+    assert len(seams) == 1
+    assert lines[seams[0] + 1].startswith("segment 1 · ")
+    assert lines[-1] == "legend: trained tokens in green, context dim"
+
+
+def test_html_page_escapes_text(tmp_path, packed_demo_tokenizer):
+    from packshard.pipeline import PackConfig, pack_dataset
+
+    data = tmp_path / "a&b.jsonl"
+    hostile = '<script>alert("x")</script> & <b>bold</b>'
+    records = [
+        {
+            "messages": [
+                {"role": "user", "content": hostile},
+                {"role": "assistant", "content": "ok"},
+            ]
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": hostile},
+            ]
+        },
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "out"
+    pack_dataset(
+        PackConfig(inputs=(str(data),), tokenizer=str(packed_demo_tokenizer), out=str(out),
+                   max_seq_len=256, template="chatml")
+    )  # fmt: skip
+    page = tmp_path / "row.html"
+    result = CliRunner().invoke(main, ["inspect", str(out), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {page}" in result.stdout
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!doctype html>")
+    assert "<script>" not in html and "<b>" not in html
+    assert html.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;bold") == 2
+    assert "&lt;|im_start|&gt;" in html
+    assert f"{str(data).replace('&', '&amp;')}:1" in html and f"{data}:1" not in html
+    assert html.count('<div class="seg">') == 2
+    assert html.count('<span class="t">') >= 2  # trained runs are marked
+
+
+def test_write_row_html_directly(packed_demo, tmp_path):
+    view = inspect_row(packed_demo, row=1, shard=0)
+    page = tmp_path / "r.html"
+    write_row_html(view, page)
+    html = page.read_text(encoding="utf-8")
+    assert "<h1>shard-00000.parquet · row 1</h1>" in html
+    for seg in view.segments:
+        assert f"positions 0…{seg.num_tokens - 1}" in html
+
+
+def test_unloadable_tokenizer_falls_back_to_ids(packed_demo, tmp_path):
+    view = inspect_row(packed_demo, row=0, shard=0, tokenizer=str(tmp_path / "none"))
+    first = view.segments[0].runs[0][0]
+    assert first.startswith("[") and first.endswith("]")
+
+
+@pytest.mark.parametrize(("shard", "row"), [(-1, 0), (0, -1)])
+def test_negative_indices_are_refused(packed_demo, shard, row):
+    from packshard.errors import UsageError
+
+    with pytest.raises(UsageError, match="out of range"):
+        inspect_row(packed_demo, row=row, shard=shard)
