@@ -211,6 +211,7 @@ def profile(
     default="zstd",
     show_default=True,
     type=click.Choice(["zstd", "snappy", "none"]),
+    help="Parquet compression of the shards.",
 )
 @click.option(
     "--overwrite",
