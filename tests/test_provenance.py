@@ -1,0 +1,125 @@
+"""The source stage of verify: finding the inputs again, refusing changed ones, comparing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from packshard.verify import VerifyOptions, verify_dataset
+
+
+def source_findings(report) -> list[str]:
+    return [str(f) for f in report.findings.items if f.check == "source"]
+
+
+def packed_then_moved(tmp_path: Path, tokenizer: Path) -> tuple[Path, Path, Path]:
+    """Pack the demo, then move its input away: (out, recorded input path, new folder)."""
+    from conftest import pack_demo_into
+
+    out = pack_demo_into(tmp_path, tokenizer)
+    recorded = tmp_path / "data" / "demo_chat.jsonl"
+    moved = tmp_path / "moved"
+    (tmp_path / "data").rename(moved)
+    return out, recorded, moved
+
+
+def test_input_edited_after_packing(packed_demo_copy, tmp_path):
+    manifest = json.loads((packed_demo_copy / "manifest.json").read_text())
+    data = Path(manifest["inputs"][0]["path"])
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(data.read_text().replace("palindrome", "anagram"))
+    manifest["inputs"][0]["path"] = str(edited)
+    (packed_demo_copy / "manifest.json").write_text(json.dumps(manifest))
+    report = verify_dataset(packed_demo_copy, VerifyOptions(model="none"))
+    assert report.ok is False
+    assert source_findings(report) == [
+        f"[source] input {edited}: SHA-256 differs from the manifest"
+    ]
+
+
+def test_missing_input_skips_unless_required(tmp_path, packed_demo_tokenizer):
+    out, gone, _ = packed_then_moved(tmp_path, packed_demo_tokenizer)
+    report = verify_dataset(out, VerifyOptions(model="none"))
+    assert report.ok
+    assert report.checks["source"] == {
+        "status": "skipped",
+        "detail": f"input {gone} not found (give --source-root)",
+    }
+    report = verify_dataset(out, VerifyOptions(model="none", source=True))
+    assert report.ok is False
+    assert source_findings(report) == [f"[source] input {gone} not found (give --source-root)"]
+
+
+def test_source_root_finds_a_moved_input_by_name(tmp_path, packed_demo_tokenizer):
+    out, _, moved = packed_then_moved(tmp_path, packed_demo_tokenizer)
+    report = verify_dataset(out, VerifyOptions(model="none", source=True, source_root=str(moved)))
+    assert report.ok, source_findings(report)
+    assert report.checks["source"]["examples_compared"] == 64
+
+
+def test_sample_compares_that_many_records(packed_demo):
+    report = verify_dataset(packed_demo, VerifyOptions(model="none", sample=10, seed=3))
+    assert report.ok
+    assert report.checks["source"]["examples_compared"] == 10
+
+
+def test_given_tokenizer_and_template_must_match_the_recorded_hashes(
+    packed_demo, packed_demo_tokenizer, tmp_path, monkeypatch
+):
+    report = verify_dataset(
+        packed_demo,
+        VerifyOptions(model="none", tokenizer=str(packed_demo_tokenizer), template="chatml"),
+    )
+    assert report.ok
+
+    template = tmp_path / "other.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    report = verify_dataset(packed_demo, VerifyOptions(model="none", template=str(template)))
+    assert report.ok is False
+    (message,) = source_findings(report)
+    assert message.startswith(f"[source] template {template}: SHA-256 ")
+    assert message.endswith(
+        "recorded at pack time (the template was edited or replaced after packing)"
+    )
+
+    import packshard.demo
+
+    monkeypatch.setattr(packshard.demo, "VOCAB_SIZE", 600)
+    other = packshard.demo.build_demo_tokenizer(tmp_path / "other-tok")
+    report = verify_dataset(packed_demo, VerifyOptions(model="none", tokenizer=str(other)))
+    (message,) = source_findings(report)
+    assert message.startswith(f"[source] tokenizer {other}: SHA-256 ")
+
+
+def test_missing_tokenizer_skips_the_source_check(packed_demo, tmp_path):
+    report = verify_dataset(
+        packed_demo, VerifyOptions(model="none", tokenizer=str(tmp_path / "no-tokenizer"))
+    )
+    assert report.ok
+    assert report.checks["source"]["status"] == "skipped"
+    assert report.checks["source"]["detail"].endswith(
+        "not found (give --tokenizer or --source-root)"
+    )
+
+
+@pytest.mark.parametrize("field", ["line", "source"])
+def test_index_pointing_at_the_wrong_record_is_caught(packed_demo_copy, field):
+    """An examples index whose provenance is wrong names the record that is not packed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = packed_demo_copy / "examples.parquet"
+    table = pq.read_table(path)
+    column = table[field].to_pylist()
+    column[0] = column[0] + 1000 if field == "line" else column[0] + ".other"
+    table = table.set_column(
+        table.schema.get_field_index(field), field, pa.array(column, table.schema.field(field).type)
+    )
+    pq.write_table(table, path)
+    report = verify_dataset(packed_demo_copy, VerifyOptions(model="none"))
+    assert report.ok is False
+    found = source_findings(report)
+    assert any("record is neither packed nor in rejects.jsonl" in f for f in found), found
+    assert any("packed example has no record in the inputs" in f for f in found), found
