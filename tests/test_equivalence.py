@@ -45,6 +45,15 @@ def make_row(lengths, seed=0, reset=True, cu=None, vocab=VOCAB):
     )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: on a shared two-core machine, two spinning threads ran 8x slower."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="module")
 def model():
     return eq.build_tiny_model(VOCAB, seed=0)

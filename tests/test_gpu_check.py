@@ -17,6 +17,15 @@ pq = pytest.importorskip("pyarrow.parquet")
 pytestmark = pytest.mark.torch
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: on a shared two-core machine, two spinning threads ran 8x slower."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="module")
 def gc():
     spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
