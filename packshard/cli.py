@@ -161,13 +161,30 @@ def profile(
     options = IngestOptions(format=fmt, domain_field=domain_field, loss=loss, on_error=on_error)
     show = sys.stderr.isatty() if progress is None else progress
     report = profile_inputs(files, bundle, tmpl, options, max_seq_len, batch_size, seed, show)
-    _console().print(render_profile_table(report))
+    console = _console()
+    console.print(render_profile_table(report))
+    _print_rejects(console, report)
     if json_path:
         write_profile_json(report, json_path)
         click.echo(f"wrote {json_path}")
     if html_path:
         write_profile_html(report, html_path)
         click.echo(f"wrote {html_path}")
+
+
+def _print_rejects(console: Any, report: Any) -> None:
+    """List the first rejected records with file:line, and the count per code."""
+    if not report.reject_codes:
+        return
+    total = sum(n for _, n in report.reject_codes)
+    codes = ", ".join(f"{code} {n}" for code, n in report.reject_codes)
+    console.print(f"[yellow]{total} rejected record(s)[/] ({codes}):", highlight=False)
+    for reject in report.rejects:
+        console.print(f"  {reject.ref}: [{reject.code}] {reject.reason}", markup=False)
+    if total > len(report.rejects):
+        console.print(
+            f"  … and {total - len(report.rejects)} more (pack writes all to rejects.jsonl)"
+        )
 
 
 @main.command()

@@ -37,13 +37,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from packshard.errors import UsageError
-from packshard.records import IGNORE_INDEX
+from packshard.records import IGNORE_INDEX, Reject
 
 if TYPE_CHECKING:
     from packshard.ingest import IngestChunk, IngestOptions
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "nearest-rank (numpy inverted_cdf)"
+MAX_LISTED_REJECTS = 10
 STRATEGIES = ("pad_to_max", "random_batches", "bucketed", "packed")
 HISTOGRAM_BINS_PER_OCTAVE = 4
 """Histogram edges are ``floor(2**(k/4))`` (deduplicated): about 4 bins per doubling."""
@@ -138,6 +139,8 @@ class ProfileReport:
     histogram_edges: tuple[int, ...]
     verdict: str
     percentile_method: str = PERCENTILE_METHOD
+    rejects: tuple[Reject, ...] = ()  # the first MAX_LISTED_REJECTS, with file:line
+    reject_codes: tuple[tuple[str, int], ...] = ()  # every reject, counted per code
 
 
 def compute_histogram_edges(longest: int, max_seq_len: int) -> np.ndarray:
@@ -307,6 +310,8 @@ def profile_chunks(
     codes: list[np.ndarray] = []
     index: dict[str, int] = {}
     rejected: Counter[str] = Counter()
+    codes_seen: Counter[str] = Counter()
+    listed: list[Reject] = []
     paths: Counter[str] = Counter()
     for chunk in chunks:
         batch = chunk.batch
@@ -318,9 +323,11 @@ def profile_chunks(
         code = (index.setdefault(d, len(index)) for d in domains)
         codes.append(np.fromiter(code, dtype=np.int64, count=len(domains)))
         rejected.update(r.domain for r in chunk.rejects)
+        codes_seen.update(r.code for r in chunk.rejects)
+        listed.extend(chunk.rejects[: MAX_LISTED_REJECTS - len(listed)])
         paths.update(chunk.label_paths)
     empty = np.zeros(0, dtype=np.int64)
-    return profile_lengths(
+    report = profile_lengths(
         np.concatenate([empty, *lengths]),
         np.concatenate([empty, *losses]),
         np.concatenate([empty, *codes]),
@@ -331,6 +338,7 @@ def profile_chunks(
         seed,
         describe_label_paths(paths, label_path),
     )
+    return replace(report, rejects=tuple(listed), reject_codes=tuple(sorted(codes_seen.items())))
 
 
 def profile_inputs(
