@@ -71,15 +71,18 @@ def check_model(
         return {"status": "skipped", "detail": "no rows to check"}, None
     rows = [crop_row(read_row(tables[s], r), options.model_max_tokens) for s, r in picks]
     names = [f"{manifest['shards'][s]['path']} row {r}" for s, r in picks]
-    vocab = int(manifest.get("tokenizer", {}).get("vocab_size", 0)) or None
-    model = load_model(options.model, vocab or 1, seed=options.seed)
+    recorded = int(manifest.get("tokenizer", {}).get("vocab_size", 0) or 0)
+    largest = max((int(r.input_ids.max()) for r in rows if r.num_tokens), default=0)
+    vocab = max(recorded, largest + 1, 2)
+    model = load_model(options.model, vocab, seed=options.seed)
     report = check_rows(model, rows, names=names, seed=options.seed)
     for message in report.findings:
         findings.add(Finding("model", message), "model")
     if not report.control_detected and any(r.control_delta is not None for r in report.rows):
         findings.add(Finding("model", "the naive-mask control was not detected: verify is broken"))
     lookup = {(e["shard"], e["row"]): e for e in seam_table}
-    for (shard, row), result in zip(picks, report.rows, strict=False):
+    for result in report.rows:
+        shard, row = picks[result.row]
         entry = lookup.get((manifest["shards"][shard]["path"], row))
         if entry is not None:
             entry["max_logit_delta"] = result.max_logit_delta
