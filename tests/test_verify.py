@@ -459,3 +459,49 @@ def test_a_control_that_cannot_leak_is_itself_a_finding(packed_demo, monkeypatch
     assert report.checks["model"]["control_detected"] is False
     find(report, "model", "the naive causal control differs from alone by only")
     find(report, "model", "the naive-mask control was not detected: verify is broken")
+
+
+# --- real tokenizers and chat files -----------------------------------------------------------
+
+REAL_CONFIGS = {
+    "phi-3-mini config template": ("phi-3-mini", None),
+    "phi-3 training template": ("phi-3-mini", "phi-3-mini/chat_template.training.jinja"),
+    "phi-2 with chatml": ("phi-2", "chatml"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+@pytest.mark.torch
+@pytest.mark.parametrize("name", list(REAL_CONFIGS))
+def test_verify_passes_on_what_pack_makes_from_real_data(shared_data, tmp_path, name):
+    """Every real chat file packed together, per tokenizer, verifies clean with the model."""
+    pytest.importorskip("transformers")
+    from packshard.pipeline import PackConfig, pack_dataset
+
+    tokenizer, template = REAL_CONFIGS[name]
+    tokenizers = shared_data / "tokenizers"
+    if template is not None and template.endswith(".jinja"):
+        template = str(tokenizers / template)
+    inputs = tuple(str(p) for p in sorted((shared_data / "chat").iterdir()))
+    config = PackConfig(
+        inputs=inputs,
+        tokenizer=str(tokenizers / tokenizer),
+        template=template,
+        out=str(tmp_path / "out"),
+        max_seq_len=4096,
+    )
+    manifest = pack_dataset(config).manifest
+    recorded = {None: "tokenizer_config.json", "chatml": "builtin:chatml"}.get(template, template)
+    assert manifest["template"]["source"] == recorded
+    stats = manifest["stats"]
+    assert stats["records"] == 5412
+    assert stats["records_packed"] + stats["rejected"] + stats["dropped"] == 5412
+    assert stats["records_packed"] >= 5400  # only the over-long records are dropped
+    options = VerifyOptions(model_rows=4, model_max_tokens=1024)
+    report = verify_dataset(tmp_path / "out", options)
+    assert report.ok, [str(f) for f in report.findings.items]
+    assert report.checks["source"]["examples_compared"] == stats["examples"]
+    model = report.checks["model"]
+    assert model["control_detected"] and model["control_min_delta"] > 100 * model["atol"]
+    assert model["max_logit_delta"] < model["atol"]
