@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,9 +114,12 @@ def _loss_tokens(labels: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return counts
 
 
+_Item = tuple[int, SourceRef, str, Rendered]  # input position, place, domain, rendering
+
+
 def _tokenize(
     bundle: TokenizerBundle,
-    items: list[tuple[int, SourceRef, str, Rendered]],
+    items: list[_Item],
     rejects: list[tuple[int, Reject]],
     options: IngestOptions,
     records: int,
@@ -153,33 +157,18 @@ def _tokenize(
     return IngestChunk(batch, tuple(r for _, r in rejects), records, paths)
 
 
-def _records(files: Sequence[InputFile]) -> Iterator[RawRecord]:
-    for f in files:
-        yield from read_records(f)
-
-
-def ingest(
+def _render_batches(
     files: Sequence[InputFile],
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
     options: IngestOptions,
-    progress: bool = False,
-) -> Iterator[IngestChunk]:
-    """Stream ``files`` as tokenized, labelled chunks of ``options.batch_size`` records.
-
-    Raises:
-        RecordError: the first bad record, when ``options.on_error == "fail"``.
-        TemplateError: a chat record with no template, or a template escaping its sandbox.
-        UsageError: an option ingest does not know.
-
-    """
-    check_options(options)
-    bar = _Progress() if progress else None
-    items: list[tuple[int, SourceRef, str, Rendered]] = []
+) -> Iterator[tuple[list[_Item], list[tuple[int, Reject]]]]:
+    """Read, normalize and render ``batch_size`` records at a time (the pure-Python half)."""
+    items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
     seq = 0
-    try:
-        for raw in _records(files):
+    for f in files:
+        for raw in read_records(f):
             seq += 1
             try:
                 conv = normalize_record(raw, options.format, options.domain_field)
@@ -192,17 +181,58 @@ def ingest(
             else:
                 items.append((seq, conv.ref, conv.domain, rendered))
             if len(items) + len(rejects) >= options.batch_size:
-                chunk = _tokenize(bundle, items, rejects, options, len(items) + len(rejects))
+                yield items, rejects
                 items, rejects = [], []
+    if items or rejects:
+        yield items, rejects
+
+
+def ingest(
+    files: Sequence[InputFile],
+    bundle: TokenizerBundle,
+    template: ChatTemplate | None,
+    options: IngestOptions,
+    progress: bool = False,
+) -> Iterator[IngestChunk]:
+    """Stream ``files`` as tokenized, labelled chunks of ``options.batch_size`` records.
+
+    Batch ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
+    batch ``k + 1`` is rendered and chunk ``k - 1`` is consumed, so the Python work hides
+    behind tokenization where there are cores to spare.
+
+    Raises:
+        RecordError: the first bad record, when ``options.on_error == "fail"``.
+        TemplateError: a chat record with no template, or a template escaping its sandbox.
+        UsageError: an option ingest does not know.
+
+    """
+    check_options(options)
+    bar = _Progress() if progress else None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
+    pending: Future[IngestChunk] | None = None
+    batches = _render_batches(files, bundle, template, options)
+    try:
+        while True:
+            try:
+                batch = next(batches, None)
+            except RecordError:
+                if pending is not None:
+                    pending.result()  # an earlier record's failure is reported first
+                raise
+            done = pending.result() if pending is not None else None
+            pending = None
+            if batch is not None:
+                items, rejects = batch
+                pending = pool.submit(_tokenize, bundle, items, rejects, options,
+                                      len(items) + len(rejects))  # fmt: skip
+            if done is not None:
                 if bar is not None:
-                    bar.advance(chunk)
-                yield chunk
-        if items or rejects:
-            chunk = _tokenize(bundle, items, rejects, options, len(items) + len(rejects))
-            if bar is not None:
-                bar.advance(chunk)
-            yield chunk
+                    bar.advance(done)
+                yield done
+            if batch is None:
+                break
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
             bar.close()
 

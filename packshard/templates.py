@@ -171,6 +171,7 @@ class ChatTemplate:
     sha256: str
     has_generation: bool
     compiled: jinja2.Template = field(repr=False, compare=False)
+    flat_globals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def label_spans(self) -> str:
@@ -205,7 +206,7 @@ def compile_template(text: str, source: str) -> ChatTemplate:
         for n in tree.find_all(nodes.CallBlock)
     )
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return ChatTemplate(source, text, digest, has_generation, compiled)
+    return ChatTemplate(source, text, digest, has_generation, compiled, dict(compiled.globals))
 
 
 def load_template(spec: str | None, bundle: TokenizerBundle) -> ChatTemplate | None:
@@ -255,17 +256,28 @@ def render_chat(
         TemplateError: the template raised (``raise_exception``) or failed.
 
     """
-    kwargs = dict(variables, messages=messages, tools=tools, documents=None,
-                  add_generation_prompt=False)  # fmt: skip
+    compiled = template.compiled
+    env = compiled.environment
+    # Template.render would copy the globals (a ChainMap, slow to walk) on every call.
+    context = env.context_class(
+        env,
+        {**template.flat_globals, **variables, "messages": messages, "tools": tools,
+         "documents": None, "add_generation_prompt": False},
+        compiled.name,
+        compiled.blocks,
+    )  # fmt: skip
     recorder = _Recorder()
     token = _RECORDER.set(recorder)
     try:
-        if not template.has_generation:
-            return template.compiled.render(**kwargs), []
-        parts: list[str] = []
-        for piece in template.compiled.generate(**kwargs):
-            recorder.emitted += len(piece)
-            parts.append(piece)
+        try:
+            if not template.has_generation:
+                return "".join(compiled.root_render_func(context)), []
+            parts: list[str] = []
+            for piece in compiled.root_render_func(context):
+                recorder.emitted += len(piece)
+                parts.append(piece)
+        except Exception:
+            env.handle_exception()  # re-raises with template line numbers
     except SecurityError as exc:
         raise TemplateSecurityError(
             f"{template.source}: template tried to leave the sandbox: {exc}{_template_line(exc)}"
@@ -348,6 +360,20 @@ def locate_contents(
     return found
 
 
+def _locate_trained(
+    template: ChatTemplate, text: str, messages: list[dict[str, Any]], trained: list[int],
+    tools: list[Any] | None, bundle: TokenizerBundle,
+) -> dict[int, tuple[int, int]]:  # fmt: skip
+    """Place the trained messages; a content occurring exactly once needs no second render."""
+    where: dict[int, tuple[int, int]] = {}
+    for i in trained:
+        content = messages[i]["content"]
+        if not content or (lo := text.find(content)) < 0 or text.find(content, lo + 1) >= 0:
+            return locate_contents(template, text, messages, tools, bundle.special_tokens_map)
+        where[i] = (lo, lo + len(content))
+    return where
+
+
 def _resolve_loss(conv: Conversation, loss: str) -> str:
     if loss != "auto":
         return loss
@@ -419,7 +445,7 @@ def render_example(
     every = len(trained) == sum(m.role == "assistant" for m in conv.messages)
     if template.has_generation and every:
         return Rendered(text, tuple(blocks), "generation_tags")
-    where = locate_contents(template, text, messages, tools, bundle.special_tokens_map)
+    where = _locate_trained(template, text, messages, trained, tools, bundle)
     if template.has_generation:  # keep the blocks from the first trained message on
         first = where.get(trained[0])
         kept = blocks[-1:] if first is None else [b for b in blocks if b[1] > first[0]]
