@@ -2,6 +2,10 @@
 
     python scripts/bench_pack.py                 # 1M lengths vs TRL, 10M vs np.sort
     python scripts/bench_pack.py --n 100000      # a quicker TRL comparison
+    python scripts/bench_pack.py --skip-trl --e2e-tokens 500000   # quick end-to-end part
+
+Part 3 runs the whole ``pack`` (read, normalize, render, tokenize, spill, plan, write shards,
+manifest) against ``Tokenizer.encode_batch`` alone on the same texts rendered beforehand.
 
 Lengths are lognormal (median 300) rounded and clipped to [1, max_seq_len], seed fixed.
 Timings are warm (the JIT runs once before timing); fast ones are the best of --repeat runs.
@@ -10,15 +14,23 @@ Timings are warm (the JIT runs once before timing); fast ones are the best of --
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from packshard.packing import lower_bound_rows, plan_packs
+from packshard.pipeline import PackConfig, pack_dataset
+from packshard.sources import expand_inputs, read_records
+from packshard.templates import load_template, render_example
+from packshard.tokenize import load_tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +146,90 @@ def compare_with_sort(n: int, max_seq_len: int, repeat: int) -> list[Result]:
     return results
 
 
+def end_to_end_data(folder: Path, min_tokens: int) -> tuple[str, str | None, Path, str]:
+    """One JSONL of real chat data (or a synthetic corpus) repeated to ``min_tokens``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_ingest import SHARED, synthetic
+
+    if (SHARED / "chat").is_dir():
+        tokenizer, template, inputs = (
+            str(SHARED / "tokenizers" / "phi-3-mini"),
+            None,
+            [str(SHARED / "chat")],
+        )
+        label = "all shared chat datasets, phi-3-mini + its template"
+    else:
+        tokenizer, inputs = synthetic(folder)
+        template, label = "chatml", "synthetic chat corpus, trained BPE + built-in ChatML"
+    values = [raw.value for f in expand_inputs(inputs) for raw in read_records(f) if raw.value]
+    bundle = load_tokenizer(tokenizer)
+    tmpl = load_template(template, bundle)
+    once = 0
+    for value in values:
+        try:
+            conv = normalize_record_value(value)
+            once += len(bundle.tokenizer.encode(render_example(conv, tmpl, bundle, "auto").text,
+                                                add_special_tokens=False))  # fmt: skip
+        except Exception:
+            continue
+    repeat = max(1, -(-min_tokens // max(once, 1)))
+    data = folder / "e2e.jsonl"
+    with data.open("w") as fh:
+        for _ in range(repeat):
+            for value in values:
+                fh.write(json.dumps(value, ensure_ascii=False) + "\n")
+    return tokenizer, template, data, f"{label}, x{repeat}"
+
+
+def normalize_record_value(value: object) -> object:
+    from packshard.normalize import normalize_record
+    from packshard.records import RawRecord, SourceRef
+
+    return normalize_record(RawRecord(SourceRef("bench", 1), "bench", value))
+
+
+def compare_end_to_end(min_tokens: int, max_seq_len: int, repeat: int) -> list[Result]:
+    """Part 3: ``pack`` end to end against raw ``encode_batch`` on the same rendered texts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        tokenizer, template, data, label = end_to_end_data(folder, min_tokens)
+        bundle = load_tokenizer(tokenizer)
+        tmpl = load_template(template, bundle)
+        texts = []
+        for raw in read_records(expand_inputs([str(data)])[0]):
+            try:
+                texts.append(render_example(normalize_record_value(raw.value), tmpl, bundle,
+                                            "auto").text)  # fmt: skip
+            except Exception:
+                continue
+        batches = [texts[i : i + 1024] for i in range(0, len(texts), 1024)]
+
+        def raw_encode() -> None:
+            for batch in batches:
+                bundle.tokenizer.encode_batch(batch, add_special_tokens=False)
+
+        out = str(folder / "out")
+        config = PackConfig(inputs=(str(data),), tokenizer=tokenizer, template=template,
+                            out=out, max_seq_len=max_seq_len, overwrite=True)  # fmt: skip
+        tokens = sum(len(e) for b in batches for e in bundle.tokenizer.encode_batch(b))
+        raw_s = best_of(raw_encode, repeat)
+        pack_s = best_of(lambda: pack_dataset(config), repeat)
+        rows = pack_dataset(config).manifest["stats"]["rows"]
+    return [
+        Result(
+            f"pack end to end, {tokens:,} tokens ({label})",
+            pack_s,
+            raw_s,
+            "encode_batch",
+            f"{rows:,} rows",
+            f"{tokens / pack_s / 1e6:.2f} M tok/s vs {tokens / raw_s / 1e6:.2f} M tok/s raw; "
+            f"pack/raw = {raw_s / pack_s:.2f}×",
+            "≥0.7× raw throughput",
+            raw_s / pack_s >= 0.7,
+        )
+    ]
+
+
 def render(results: list[Result], console: Console) -> None:
     table = Table(title="packshard packing benchmark (warm, best of runs)")
     columns = ("comparison", "ours", "baseline", "ratio", "target", "ok", "rows (over ⌈Σ/L⌉)")
@@ -157,6 +253,7 @@ def main() -> None:
     parser.add_argument("--max-seq-len", type=int, default=4096)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-trl", action="store_true", help="skip the (slow) TRL run")
+    parser.add_argument("--e2e-tokens", type=int, default=2_000_000, help="tokens for part 3")
     args = parser.parse_args()
     console = Console(width=max(Console().width, 170))
     jit_s = warm_up()
@@ -165,6 +262,8 @@ def main() -> None:
     if not args.skip_trl:
         results += compare_with_trl(args.n, args.max_seq_len, args.repeat)
     results += compare_with_sort(args.n_sort, args.max_seq_len, args.repeat)
+    if args.e2e_tokens > 0:
+        results += compare_end_to_end(args.e2e_tokens, args.max_seq_len, args.repeat)
     render(results, console)
 
 
