@@ -7,10 +7,16 @@ DEMO_OUT ?= demo-out
 
 .PHONY: install demo test lint bench clean
 
+BENCH_STAMP := $(VENV)/.installed-bench
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev,bench]' pytest-xdist
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
 
 install: $(STAMP)
 
@@ -25,7 +31,7 @@ lint: install
 	$(VENV)/bin/ruff check packshard tests scripts
 	$(VENV)/bin/mypy packshard
 
-bench: install
+bench: $(BENCH_STAMP)
 	$(PY) scripts/bench_ingest.py
 	$(PY) scripts/bench_pack.py
 	$(PY) scripts/bench_verify.py
