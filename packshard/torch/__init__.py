@@ -15,6 +15,7 @@ Typical loop::
 """
 
 from packshard.torch.collate import (
+    collate_hf,
     collate_padded,
     collate_varlen,
     count_loss_tokens,
@@ -44,6 +45,7 @@ __all__ = [
     "PackedIterableDataset",
     "ResumableLoader",
     "block_causal_mask",
+    "collate_hf",
     "collate_padded",
     "collate_varlen",
     "count_loss_tokens",

@@ -168,6 +168,26 @@ def flash_attn_kwargs(batch: dict[str, torch.Tensor | int]) -> dict[str, torch.T
     }
 
 
+def collate_hf(rows: list[Row], flash: bool = False) -> dict[str, torch.Tensor | int]:
+    """Build a varlen batch with only the keys a Hugging Face model's ``forward`` accepts.
+
+    For ``Trainer(data_collator=collate_hf)``: ``input_ids``, ``labels`` and ``position_ids``
+    as ``[1, T]``, plus the flash-attention boundaries when ``flash`` is true.  Segments are
+    told apart by the position restarts, which transformers detects only when no KV cache is
+    built: set ``model.config.use_cache = False`` for training (with a cache, examples attend
+    across seams).
+    """
+    batch = collate_varlen(rows)
+    out: dict[str, torch.Tensor | int] = {
+        "input_ids": batch["input_ids"],
+        "labels": batch["labels"],
+        "position_ids": batch["position_ids"],
+    }
+    if flash:
+        out.update(flash_attn_kwargs(batch))
+    return out
+
+
 def loss_normalizers(batch: dict[str, torch.Tensor | int]) -> dict[str, torch.Tensor]:
     """Return the denominators of the two usual objectives for one (micro-)batch.
 
