@@ -79,10 +79,19 @@ class FindingList:
         else:
             self.overflow[key] = self.overflow.get(key, 0) + 1
 
+    def add_unlisted(self, check: str, kind: str, n: int) -> None:
+        """Count ``n`` more findings of a kind without building them (past the listing cap)."""
+        if n > 0:
+            key = f"{check}:{kind}"
+            self._seen[key] = self._seen.get(key, 0) + n
+            self.overflow[key] = self.overflow.get(key, 0) + n
+
     def count(self, check: str | None = None) -> int:
         """Total findings (listed and overflowed), optionally of one check."""
         listed = sum(1 for f in self.items if check is None or f.check == check)
-        extra = sum(n for k, n in self.overflow.items() if check is None or k.startswith(check))
+        extra = sum(
+            n for k, n in self.overflow.items() if check is None or k.split(":", 1)[0] == check
+        )
         return listed + extra
 
     def __len__(self) -> int:

@@ -54,12 +54,39 @@ def pick_rows(
     return sorted(chosen)
 
 
+def place_finding(
+    message: str,
+    picks: list[tuple[int, int]],
+    names: list[str],
+    rows: list[PackedRow],
+    index: Any = None,
+) -> Finding:
+    """Turn an equivalence message (``"NAME segment J: …"`` or ``"NAME: …"``) into a placed finding.
+
+    ``index`` (an :class:`~packshard.seams.ExamplesIndex`) adds the segment's ``file:line``.
+    """
+    for (_, row), name, packed in zip(picks, names, rows, strict=True):
+        shard_path = name.rsplit(" row ", 1)[0]
+        if message.startswith(f"{name}: "):
+            return Finding("model", message[len(name) + 2 :], shard_path, row)
+        if message.startswith(f"{name} segment "):
+            number, _, rest = message[len(name) + 9 :].partition(": ")
+            if not number.isdigit() or not rest:
+                break
+            seg = int(number)
+            eid = int(packed.example_ids[seg]) if seg < len(packed.example_ids) else None
+            source = index.where(eid) if index is not None and eid is not None else None
+            return Finding("model", rest, shard_path, row, seg, eid, source)
+    return Finding("model", message)
+
+
 def check_model(
     manifest: dict[str, Any],
     tables: dict[int, Any],
     options: Any,
     findings: FindingList,
     seam_table: list[dict[str, Any]],
+    index: Any = None,
 ) -> tuple[dict[str, Any], Any]:
     """Run the equivalence proof on sampled rows; add findings; fill the seam table's deltas."""
     try:
@@ -77,7 +104,7 @@ def check_model(
     model = load_model(options.model, vocab, seed=options.seed)
     report = check_rows(model, rows, names=names, seed=options.seed)
     for message in report.findings:
-        findings.add(Finding("model", message), "model")
+        findings.add(place_finding(message, picks, names, rows, index), "model")
     if not report.control_detected and any(r.control_delta is not None for r in report.rows):
         findings.add(Finding("model", "the naive-mask control was not detected: verify is broken"))
     lookup = {(e["shard"], e["row"]): e for e in seam_table}

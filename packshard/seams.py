@@ -23,52 +23,77 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from packshard.findings import Finding, FindingList
+from packshard.findings import MAX_PER_KIND, Finding, FindingList
 from packshard.records import IGNORE_INDEX
 from packshard.shards import list_values
 
 
 @dataclass(frozen=True, slots=True)
 class ExamplesIndex:
-    """The examples index as arrays ordered by example id (``example_id[i] == i`` when sound)."""
+    """The examples index as arrays, in file order (``example_id[i] == i`` when sound).
+
+    Sources are kept dictionary-encoded (one name per input file, a code per example), and
+    ids are looked up by position when dense, else by binary search: no per-example Python.
+    """
 
     example_id: np.ndarray
     shard: np.ndarray
     row: np.ndarray
     num_tokens: np.ndarray
     num_loss_tokens: np.ndarray
-    sources: list[str]
+    source_code: np.ndarray
+    source_names: tuple[str, ...]
     lines: np.ndarray
-    position: dict[int, int]
+    order: np.ndarray | None  # argsort of example_id; None when example_id[i] == i
 
     @staticmethod
     def from_table(table: pa.Table) -> ExamplesIndex:
         """Build from ``examples.parquet``."""
-        ids = table["example_id"].to_numpy()
+        ids = np.asarray(table["example_id"].to_numpy(), dtype=np.int64)
+        n = len(ids)
+        dense = n == 0 or (ids[0] == 0 and bool(np.all(np.diff(ids) == 1)))
+        source = table["source"].combine_chunks().fill_null("").dictionary_encode()
         return ExamplesIndex(
             example_id=ids,
             shard=table["shard"].to_numpy(),
             row=table["row"].to_numpy(),
             num_tokens=table["num_tokens"].to_numpy(),
             num_loss_tokens=table["num_loss_tokens"].to_numpy(),
-            sources=table["source"].to_pylist(),
+            source_code=source.indices.to_numpy(zero_copy_only=False),
+            source_names=tuple(source.dictionary.to_pylist()),
             lines=table["line"].to_numpy(),
-            position={int(e): i for i, e in enumerate(ids)},
+            order=None if dense else np.argsort(ids, kind="stable"),
         )
 
+    @property
+    def sources(self) -> list[str]:
+        """Each example's source path (one Python string per example: not for hot paths)."""
+        names = self.source_names
+        return [names[c] for c in self.source_code.tolist()]
+
+    @property
+    def dense(self) -> bool:
+        """True when ids are ``0 … n-1`` in order, as ``pack`` writes them."""
+        return self.order is None
+
     def lookup(self, example_ids: np.ndarray) -> np.ndarray:
-        """Position of each id in the index, -1 where absent (vectorised for dense ids)."""
+        """Position of each id in the index, -1 where absent."""
+        ids = np.asarray(example_ids, dtype=np.int64)
         n = len(self.example_id)
-        if n and np.array_equal(self.example_id, np.arange(n)):
-            ids = np.asarray(example_ids, dtype=np.int64)
+        if self.order is None:
             return np.where((ids >= 0) & (ids < n), ids, -1)
-        get = self.position.get
-        return np.array([get(int(e), -1) for e in example_ids], dtype=np.int64)
+        if n == 0:
+            return np.full(len(ids), -1, dtype=np.int64)
+        ordered = self.example_id[self.order]
+        at = np.minimum(np.searchsorted(ordered, ids), n - 1)
+        return np.where(ordered[at] == ids, self.order[at], -1)
 
     def where(self, example_id: int) -> str | None:
         """``source:line`` of an example id, or None when the index lacks it."""
-        i = self.position.get(int(example_id))
-        return None if i is None else f"{self.sources[i]}:{int(self.lines[i])}"
+        i = int(self.lookup(np.array([example_id]))[0])
+        if i < 0:
+            return None
+        return f"{self.source_names[int(self.source_code[i])]}:{int(self.lines[i])}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +102,14 @@ class ShardAudit:
 
     rows: int
     segments: np.ndarray  # per row
-    bad_rows: np.ndarray  # row indices with at least one finding
+    row_findings: np.ndarray  # per row: structural findings, listed or not
     example_ids: np.ndarray  # every example id seen in the shard, in row order
+
+    @property
+    def bad_rows(self) -> np.ndarray:
+        """Indices of the rows with at least one structural finding."""
+        return np.flatnonzero(self.row_findings)
+
     tokens: int
     loss_tokens: int
 
@@ -105,11 +136,11 @@ def audit_shard(
     num_loss = table["num_loss_tokens"].to_numpy()
     max_seqlen = table["max_seqlen"].to_numpy()
     nrows = table.num_rows
-    bad = np.zeros(nrows, dtype=bool)
+    counts = np.zeros(nrows, dtype=np.int64)
 
     def report(rows: np.ndarray, message: str, kind: str, segs: np.ndarray | None = None) -> None:
-        bad[rows] = True
-        for k, r in enumerate(rows[:20]):
+        np.add.at(counts, rows, 1)
+        for k, r in enumerate(rows[:MAX_PER_KIND]):
             seg = None if segs is None else int(segs[k])
             eid = None
             if seg is not None and ex_off[r] + seg < ex_off[r + 1]:
@@ -126,13 +157,14 @@ def audit_shard(
                 ),
                 kind,
             )
+        findings.add_unlisted("structure", kind, len(rows) - MAX_PER_KIND)
 
     row_len = np.diff(tok_off)
     same = (np.array_equal(tok_off, lab_off), np.array_equal(tok_off, pos_off))
     if not all(same):
         rows = np.flatnonzero((np.diff(lab_off) != row_len) | (np.diff(pos_off) != row_len))
         report(rows, "input_ids, labels and position_ids have different lengths", "lengths")
-        return ShardAudit(nrows, np.diff(ex_off), np.flatnonzero(bad), ex_ids, 0, 0)
+        return ShardAudit(nrows, np.diff(ex_off), counts, ex_ids, 0, 0)
     rows = np.flatnonzero(num_tokens != row_len)
     report(rows, "num_tokens does not match the row's length", "num_tokens")
     rows = np.flatnonzero(row_len > max_seq_len)
@@ -160,8 +192,8 @@ def audit_shard(
     if broken.size:
         rows = np.searchsorted(cu_off, broken, side="right") - 1
         report(rows, "cu_seqlens is not strictly increasing", "cu_order", broken - cu_off[rows])
-    if bad.any():
-        return ShardAudit(nrows, nseg, np.flatnonzero(bad), ex_ids, int(row_len.sum()), 0)
+    if counts.any():
+        return ShardAudit(nrows, nseg, counts, ex_ids, int(row_len.sum()), 0)
 
     # Segment starts in flat token coordinates.
     cu_inner = np.ones(len(cu), dtype=bool)
@@ -175,7 +207,7 @@ def audit_shard(
     expect_pos = np.arange(total, dtype=np.int64) - np.repeat(seg_start, seg_len)
     wrong = np.flatnonzero(pos != expect_pos)
     if wrong.size:
-        seg = np.searchsorted(seg_start, wrong, side="right") - 1
+        seg = np.unique(np.searchsorted(seg_start, wrong, side="right") - 1)  # one per segment
         report(
             seg_row[seg],
             "position_ids do not restart at 0 at this segment",
@@ -191,7 +223,7 @@ def audit_shard(
     )
     mismatch = np.flatnonzero((labels != IGNORE_INDEX) & (labels != ids))
     if mismatch.size:
-        seg = np.searchsorted(seg_start, mismatch, side="right") - 1
+        seg = np.unique(np.searchsorted(seg_start, mismatch, side="right") - 1)
         report(
             seg_row[seg], "a label is neither -100 nor its own token", "label_token", seg_local[seg]
         )
@@ -232,4 +264,4 @@ def audit_shard(
         "index_disagree",
         seg_local[rows],
     )
-    return ShardAudit(nrows, nseg, np.flatnonzero(bad), ex_ids, total, int(is_loss.sum()))
+    return ShardAudit(nrows, nseg, counts, ex_ids, total, int(is_loss.sum()))

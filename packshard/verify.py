@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from packshard.errors import ManifestError
-from packshard.findings import Finding, FindingList
+from packshard.findings import MAX_PER_KIND, Finding, FindingList
 from packshard.manifest import (
     META_DATASET_ID,
     META_FORMAT_VERSION,
@@ -119,9 +119,25 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
         from packshard.modelcheck import check_model
 
         report.checks["model"], report.equivalence = check_model(
-            manifest, tables, options, findings, report.seam_table
+            manifest, tables, options, findings, report.seam_table, index
         )
+    _count_placed(report)
     return report
+
+
+def _count_placed(report: VerifyReport) -> None:
+    """Add the listed source and model findings of each row to its seam-table entry."""
+    placed = [
+        (f.shard, f.row)
+        for f in report.findings.items
+        if f.check in ("source", "model") and f.shard is not None and f.row is not None
+    ]
+    if not placed:
+        return
+    entries = {(e["shard"], e["row"]): e for e in report.seam_table}
+    for key in placed:
+        if key in entries:
+            entries[key]["findings"] += 1
 
 
 def _read_manifest(folder: Path) -> dict[str, Any]:
@@ -244,7 +260,8 @@ def _check_counts(
             ("tokens", audit.tokens),
             ("loss_tokens", audit.loss_tokens),
         ):
-            if entry.get(key) != value and not len(audit.bad_rows):
+            complete = key == "rows" or not len(audit.bad_rows)  # totals need sound rows
+            if entry.get(key) != value and complete:
                 bad(f"{entry['path']}: manifest says {key}={entry.get(key)}, shard has {value}")
     total = {
         k: sum(int(s.get(k, 0)) for s in manifest.get("shards", []))
@@ -289,8 +306,17 @@ def _check_counts(
     if len(audits) != len(manifest.get("shards", [])) or index is None:
         return
     seen = np.concatenate([a.example_ids for a in audits.values()]) if audits else np.zeros(0)
-    uniq, counts = np.unique(seen, return_counts=True)
-    for eid in uniq[counts > 1][:20]:
+    seen = seen.astype(np.int64, copy=False)
+    n = len(index.example_id)
+    if index.dense and (not len(seen) or (seen.min() >= 0 and seen.max() < n)):
+        times = np.bincount(seen, minlength=n)  # O(n), the common case
+        duplicated, missing = np.flatnonzero(times > 1), np.flatnonzero(times == 0)
+    else:
+        uniq, counts = np.unique(seen, return_counts=True)
+        duplicated, missing = uniq[counts > 1], np.setdiff1d(index.example_id, uniq)
+    findings.add_unlisted("structure", "duplicate", len(duplicated) - MAX_PER_KIND)
+    findings.add_unlisted("structure", "missing_example", len(missing) - MAX_PER_KIND)
+    for eid in duplicated[:MAX_PER_KIND]:
         findings.add(
             Finding(
                 "structure",
@@ -300,8 +326,7 @@ def _check_counts(
             ),
             "duplicate",
         )
-    missing = np.setdiff1d(index.example_id, uniq)
-    for eid in missing[:20]:
+    for eid in missing[:MAX_PER_KIND]:
         findings.add(
             Finding(
                 "structure",
@@ -317,23 +342,28 @@ def _check_counts(
 
 
 def _seam_table(manifest: dict[str, Any], audits: dict[int, ShardAudit]) -> list[dict[str, Any]]:
-    rows = []
+    """One entry per stored row: segments, seams, structural findings (model deltas later)."""
+    table: list[dict[str, Any]] = []
     for i, audit in sorted(audits.items()):
-        bad = set(audit.bad_rows.tolist())
         name = manifest["shards"][i]["path"]
-        for r in range(audit.rows):
-            segs = int(audit.segments[r]) if r < len(audit.segments) else 0
-            rows.append(
-                {
-                    "shard": name,
-                    "row": r,
-                    "segments": segs,
-                    "seams_checked": max(segs - 1, 0),
-                    "max_logit_delta": None,
-                    "findings": int(r in bad),
-                }
+        segments = np.zeros(audit.rows, dtype=np.int64)
+        known = min(audit.rows, len(audit.segments))
+        segments[:known] = np.maximum(audit.segments[:known], 0)
+        seams = np.maximum(segments - 1, 0)
+        table.extend(
+            {
+                "shard": name,
+                "row": r,
+                "segments": s,
+                "seams_checked": c,
+                "max_logit_delta": None,
+                "findings": f,
+            }
+            for r, (s, c, f) in enumerate(
+                zip(segments.tolist(), seams.tolist(), audit.row_findings.tolist(), strict=True)
             )
-    return rows
+        )
+    return table
 
 
 def write_report_json(report: VerifyReport, path: str | Path) -> None:

@@ -75,7 +75,7 @@ def test_good_shard_has_no_findings_and_its_totals():
     assert (result.rows, result.tokens, result.loss_tokens) == (2, 9, 5)
     assert result.segments.tolist() == [2, 1]
     assert result.example_ids.tolist() == [0, 1, 2]
-    assert result.bad_rows.tolist() == []
+    assert result.bad_rows.tolist() == [] and result.row_findings.tolist() == [0, 0]
 
 
 def test_unmasked_seam_label():
@@ -114,10 +114,7 @@ def test_position_not_reset():
     rows = good_rows()
     rows[0]["position_ids"] = [0, 1, 2, 3, 4]
     _, found = audit(rows)
-    assert found == [
-        ("position_ids do not restart at 0 at this segment", 0, 1, 1, "chat.jsonl:9"),
-        ("position_ids do not restart at 0 at this segment", 0, 1, 1, "chat.jsonl:9"),
-    ]
+    assert found == [("position_ids do not restart at 0 at this segment", 0, 1, 1, "chat.jsonl:9")]
 
 
 def test_cu_seqlens_off_by_one_moves_the_seam():
@@ -238,7 +235,7 @@ def test_findings_per_kind_are_capped_and_counted():
     seams = [f for f in findings.items if f.message.startswith("first label")]
     assert len(seams) == 20
     assert [f.row for f in seams[:3]] == [0, 2, 4]
-    assert findings.count("structure") >= 30
+    assert findings.overflow["structure:seam_label"] == 10  # 30 rows: 20 listed, 10 counted
 
 
 def test_shard_read_as_several_chunks_is_audited_like_one():
@@ -270,3 +267,21 @@ def test_token_ids_outside_the_vocabulary():
     findings = FindingList()
     audit_shard(table, "s.parquet", 0, 8, index(), findings, vocab_size=65)
     assert len(findings) == 0
+
+
+def test_row_findings_count_every_fault_of_a_row():
+    rows = good_rows()
+    rows[0]["labels"][3] = 20  # seam label, and now num_loss_tokens is wrong too
+    result, found = audit(rows)
+    assert result.row_findings.tolist() == [2, 0] and result.bad_rows.tolist() == [0]
+    assert len(found) == 2
+
+
+def test_sparse_index_lookup_and_where():
+    idx = index(example_id=[12, 10, 11])
+    assert not idx.dense
+    assert idx.lookup(np.array([10, 11, 12, 13, -1])).tolist() == [1, 2, 0, -1, -1]
+    assert idx.where(12) == "chat.jsonl:4" and idx.where(99) is None
+    dense = index()
+    assert dense.dense and dense.where(2) == "chat.jsonl:12" and dense.where(3) is None
+    assert dense.sources == ["chat.jsonl"] * 3

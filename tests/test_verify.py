@@ -140,7 +140,9 @@ def test_unmasked_seam_label_is_caught_at_its_segment(packed_demo_copy):
     f = find(report, "structure", "first label of the segment is not -100", shard=SHARD, row=0)
     assert (f.segment, f.example_id, f.source) == (1, eid, index_source(out, eid))
     find(report, "source", "labels differ", shard=SHARD, row=0, segment=1, example_id=eid)
-    assert report.seam_table[4]["findings"] == 1  # shard 1 row 0 follows shard 0's four rows
+    # shard 1 row 0 follows shard 0's four rows: one structural and one source finding
+    assert report.seam_table[4]["findings"] == 2
+    assert sum(e["findings"] for e in report.seam_table) == 2
 
 
 def test_label_that_is_not_its_token_is_caught(packed_demo_copy):
@@ -236,6 +238,7 @@ def test_duplicated_example_is_caught(packed_demo_copy):
     f = find(report, "structure", "example appears more than once", example_id=eid)
     assert f.source == index_source(out, eid)
     find(report, "structure", "examples.parquet disagrees", shard=SHARD, row=4, segment=0)
+    find(report, "integrity", f"{SHARD}: manifest says rows=4, shard has 5")
 
 
 def test_missing_example_is_caught(packed_demo_copy):
@@ -436,9 +439,12 @@ def test_a_plain_causal_mask_in_place_of_the_block_mask_fails(packed_demo, monke
     assert report.ok is False
     assert report.checks["model"]["status"] == "failed"
     assert report.checks["model"]["max_logit_delta"] > 100 * 1e-4
-    f = find(report, "model", "packed logits differ from alone by")
+    f = find(report, "model", "packed logits differ from alone by", segment=1)
     assert f.message.endswith("> 1e-04")
-    assert " segment 1: " in f.message and "row " in f.message
+    assert f.shard is not None and f.shard.startswith("shard-") and f.row is not None
+    assert f.source == index_source(packed_demo, f.example_id)
+    entry = next(e for e in report.seam_table if (e["shard"], e["row"]) == (f.shard, f.row))
+    assert entry["findings"] >= 1 and entry["max_logit_delta"] > 100 * 1e-4
     assert report.checks["integrity"]["status"] == report.checks["structure"]["status"] == "passed"
 
 
