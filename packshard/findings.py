@@ -94,5 +94,9 @@ class FindingList:
         )
         return listed + extra
 
+    def count_kind(self, check: str, kind: str) -> int:
+        """Count the findings added of one kind (listed and overflowed)."""
+        return self._seen.get(f"{check}:{kind}", 0)
+
     def __len__(self) -> int:
         return self.count()

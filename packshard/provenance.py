@@ -129,7 +129,13 @@ def check_sources(
         return {"status": "failed", "findings": findings.count("source")}
     if index is None:
         return skip("examples.parquet unreadable")
-    compared = _compare(folder, manifest, tables, index, files, bundle, template, options, findings)
+    try:
+        compared = _compare(
+            folder, manifest, tables, index, files, bundle, template, options, findings
+        )
+    except PackshardError as exc:
+        findings.add(Finding("source", f"re-ingesting the inputs failed: {exc}"))
+        return {"status": "failed", "findings": findings.count("source")}
     return {
         "status": "passed" if findings.count("source") == 0 else "failed",
         "examples_compared": compared,

@@ -119,13 +119,14 @@ def audit_shard(
     shard_name: str,
     shard_index: int,
     max_seq_len: int,
-    index: ExamplesIndex,
+    index: ExamplesIndex | None,
     findings: FindingList,
     vocab_size: int | None = None,
 ) -> ShardAudit:
     """Check every row of a shard; add findings; return the per-row summary.
 
-    With ``vocab_size`` every token id must also lie in ``[0, vocab_size)``.
+    With ``vocab_size`` every token id must also lie in ``[0, vocab_size)``.  Without an
+    ``index`` (the examples index could not be read) the index agreement is not checked.
     """
     ids, tok_off = list_values(table["input_ids"])
     labels, lab_off = list_values(table["labels"])
@@ -153,7 +154,7 @@ def audit_shard(
                     int(r),
                     seg,
                     eid,
-                    index.where(eid) if eid is not None else None,
+                    index.where(eid) if eid is not None and index is not None else None,
                 ),
                 kind,
             )
@@ -240,6 +241,9 @@ def audit_shard(
         np.flatnonzero(seg_max != max_seqlen), "max_seqlen is not the longest segment", "max_seqlen"
     )
 
+    if index is None:  # examples.parquet missing or unreadable: already an integrity finding
+        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(is_loss.sum()))
+
     # Examples index agreement.
     seg_loss = (
         np.add.reduceat(is_loss, seg_start) - is_loss[seg_start] if len(seg_start) else seg_len
@@ -251,6 +255,8 @@ def audit_shard(
     )
     ok = pos_in_index >= 0
     p = np.where(ok, pos_in_index, 0)
+    if not len(index.example_id):
+        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(is_loss.sum()))
     disagree = ok & (
         (index.shard[p] != shard_index)
         | (index.row[p] != seg_row)

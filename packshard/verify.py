@@ -41,7 +41,7 @@ from packshard.manifest import (
     sha256_path,
 )
 from packshard.seams import ExamplesIndex, ShardAudit, audit_shard
-from packshard.shards import read_row
+from packshard.shards import SHARD_SCHEMA, read_row
 
 CHECKS = ("integrity", "structure", "source", "model")
 
@@ -107,14 +107,19 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     _check_counts(folder, manifest, audits, index, findings)
     report.checks["integrity"] = _status(findings, "integrity")
     report.seam_table = _seam_table(manifest, audits)
+    invalid = findings.count_kind("integrity", "schema") > 0
     if options.source is False:
         report.checks["source"] = {"status": "skipped", "detail": "--no-source"}
+    elif invalid:
+        report.checks["source"] = {"status": "skipped", "detail": "the manifest is invalid"}
     else:
         from packshard.provenance import check_sources
 
         report.checks["source"] = check_sources(folder, manifest, tables, index, options, findings)
     if options.model == "none":
         report.checks["model"] = {"status": "skipped", "detail": "--model none"}
+    elif invalid:
+        report.checks["model"] = {"status": "skipped", "detail": "the manifest is invalid"}
     else:
         from packshard.modelcheck import check_model
 
@@ -189,6 +194,10 @@ def _check_files(
             except Exception as exc:  # any decode failure is a finding
                 findings.add(Finding("integrity", f"{rel}: unreadable Parquet: {exc}"), "parquet")
                 continue
+            problem = _schema_problem(table.schema)
+            if problem:
+                findings.add(Finding("integrity", f"{rel}: {problem}"), "shard_schema")
+                continue
             meta = table.schema.metadata or {}
             if meta.get(META_FORMAT_VERSION) != str(manifest.get("format_version")).encode():
                 findings.add(
@@ -208,36 +217,32 @@ def _check_files(
     return tables, index
 
 
+def _schema_problem(schema: Any) -> str | None:
+    """Say what is wrong with a shard's columns, or None when they match the contract."""
+    missing = [c for c in SHARD_SCHEMA.names if c not in schema.names]
+    if missing:
+        return f"missing columns {', '.join(missing)} (not a format version 1 shard)"
+    for name in SHARD_SCHEMA.names:
+        want, got = SHARD_SCHEMA.field(name).type, schema.field(name).type
+        if got != want:
+            return f"column {name} is {got}, the contract says {want}"
+    return None
+
+
 def _check_structure(
     manifest: dict[str, Any],
     tables: dict[int, Any],
     index: ExamplesIndex | None,
     findings: FindingList,
 ) -> dict[int, ShardAudit]:
-    max_seq_len = int(manifest.get("config", {}).get("max_seq_len", 0))
+    # Without a recorded max_seq_len (an invalid manifest, already a finding) skip capacity.
+    max_seq_len = int(manifest.get("config", {}).get("max_seq_len") or np.iinfo(np.int32).max)
     vocab_size = int(manifest.get("tokenizer", {}).get("vocab_size") or 0) or None
-    empty = ExamplesIndex.from_table(_empty_index()) if index is None else index
     audits = {}
     for i, table in sorted(tables.items()):
         name = manifest["shards"][i]["path"]
-        audits[i] = audit_shard(table, name, i, max_seq_len, empty, findings, vocab_size)
+        audits[i] = audit_shard(table, name, i, max_seq_len, index, findings, vocab_size)
     return audits
-
-
-def _empty_index() -> Any:
-    import pyarrow as pa
-
-    return pa.table(
-        {
-            "example_id": pa.array([], pa.int64()),
-            "shard": pa.array([], pa.int32()),
-            "row": pa.array([], pa.int32()),
-            "num_tokens": pa.array([], pa.int32()),
-            "num_loss_tokens": pa.array([], pa.int32()),
-            "source": pa.array([], pa.string()),
-            "line": pa.array([], pa.int64()),
-        }
-    )
 
 
 def _check_counts(

@@ -511,3 +511,84 @@ def test_verify_passes_on_what_pack_makes_from_real_data(shared_data, tmp_path, 
     model = report.checks["model"]
     assert model["control_detected"] and model["control_min_delta"] > 100 * model["atol"]
     assert model["max_logit_delta"] < model["atol"]
+
+
+# --- broken folders give findings, never a crash ----------------------------------------------
+
+
+def _drop_labels(out: Path) -> None:
+    path = out / "shard-00000.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["labels"]), path)
+
+
+def _widen_num_tokens(out: Path) -> None:
+    path = out / "shard-00000.parquet"
+    table = pq.read_table(path)
+    at = table.schema.get_field_index("num_tokens")
+    pq.write_table(table.set_column(at, "num_tokens", table["num_tokens"].cast(pa.int64())), path)
+
+
+def _edit_manifest(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def edit(out: Path) -> None:
+        path = out / "manifest.json"
+        manifest = json.loads(path.read_text())
+        change(manifest)
+        path.write_text(json.dumps(manifest))
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "check", "message"),
+    [
+        (
+            lambda out: os.remove(out / "examples.parquet"),
+            "integrity",
+            "examples.parquet: listed in the manifest but missing",
+        ),
+        (
+            lambda out: (out / "examples.parquet").write_bytes(b"not parquet"),
+            "integrity",
+            "examples.parquet: unreadable: ",
+        ),
+        (
+            _drop_labels,
+            "integrity",
+            "shard-00000.parquet: missing columns labels (not a format version 1 shard)",
+        ),
+        (
+            _widen_num_tokens,
+            "integrity",
+            "shard-00000.parquet: column num_tokens is int64, the contract says int32",
+        ),
+        (
+            _edit_manifest(lambda m: m.pop("tokenizer")),
+            "integrity",
+            "manifest.json: (root): 'tokenizer' is a required property",
+        ),
+        (
+            _edit_manifest(lambda m: m["inputs"][0].pop("path")),
+            "integrity",
+            "manifest.json: inputs/0: 'path' is a required property",
+        ),
+        (
+            _edit_manifest(lambda m: m["template"].update(source=None)),
+            "source",
+            "re-ingesting the inputs failed: ",
+        ),
+    ],
+    ids=[
+        "no-index",
+        "garbage-index",
+        "missing-column",
+        "wrong-type",
+        "no-tokenizer",
+        "input-path",
+        "template-lost",
+    ],
+)
+def test_broken_folders_give_findings_not_crashes(packed_demo_copy, corrupt, check, message):
+    corrupt(packed_demo_copy)
+    report = verify_dataset(packed_demo_copy, FAST)
+    assert report.ok is False
+    find(report, check, message)
