@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from packshard.errors import UsageError
+from packshard.errors import InputError, UsageError
 from packshard.manifest import load_manifest
 from packshard.records import IGNORE_INDEX, PackedRow
 from packshard.shards import read_row
@@ -78,33 +78,32 @@ def inspect_row(
     shards = manifest["shards"]
     if not 0 <= shard < len(shards):
         raise UsageError(f"--shard {shard} out of range (the folder has {len(shards)} shards)")
-    table = pq.read_table(folder / shards[shard]["path"], memory_map=True)
+    path = folder / shards[shard]["path"]
+    if not path.is_file():
+        raise InputError(f"{path}: shard missing (run packshard verify {out} to audit the folder)")
+    try:
+        table = pq.read_table(path, memory_map=True)
+    except (OSError, ValueError) as exc:  # not Parquet, truncated
+        raise InputError(f"{path}: unreadable shard: {exc} (run packshard verify {out})") from exc
     if not 0 <= row < table.num_rows:
         raise UsageError(
             f"--row {row} out of range ({shards[shard]['path']} has {table.num_rows} rows)"
         )
     packed: PackedRow = read_row(table, row)
-    index = pq.read_table(folder / manifest["files"]["examples"]["path"])
-    ids = index["example_id"].to_numpy()
-    position = {int(e): i for i, e in enumerate(ids)}
-    sources, lines, parts = (
-        index["source"].to_pylist(),
-        index["line"].to_numpy(),
-        index["part"].to_numpy(),
-    )
+    where = _index_entries(folder / manifest["files"]["examples"]["path"], packed.example_ids)
     tok = _load_tokenizer(tokenizer or manifest["tokenizer"]["path"])
     segments = []
     for s in range(packed.num_segments):
         lo, hi = int(packed.cu_seqlens[s]), int(packed.cu_seqlens[s + 1])
         eid = int(packed.example_ids[s])
-        p = position.get(eid)
+        source, part = where.get(eid, ("?", 0))
         trained = packed.labels[lo:hi] != IGNORE_INDEX
         segments.append(
             SegmentView(
                 index=s,
                 example_id=eid,
-                source=f"{sources[p]}:{int(lines[p])}" if p is not None else "?",
-                part=int(parts[p]) if p is not None else 0,
+                source=source,
+                part=part,
                 num_tokens=hi - lo,
                 num_loss_tokens=int(trained.sum()),
                 positions=(int(packed.position_ids[lo]), int(packed.position_ids[hi - 1])),
@@ -113,6 +112,22 @@ def inspect_row(
         )
     return RowView(shards[shard]["path"], row, packed.num_tokens,
                    int(manifest["config"]["max_seq_len"]), tuple(segments))  # fmt: skip
+
+
+def _index_entries(path: Path, example_ids: np.ndarray) -> dict[int, tuple[str, int]]:
+    """Return ``{example_id: ("file:line", part)}`` for the given ids ({} if unreadable)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        index = pq.read_table(path, columns=["example_id", "source", "line", "part"])
+    except (OSError, ValueError, KeyError, pa.ArrowInvalid):
+        return {}
+    wanted = index.filter(pc.is_in(index["example_id"], pa.array(example_ids, pa.int64())))
+    return {
+        int(e["example_id"]): (f"{e['source']}:{e['line']}", int(e["part"]))
+        for e in wanted.to_pylist()
+    }
 
 
 def _load_tokenizer(path: str) -> Any:

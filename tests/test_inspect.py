@@ -145,3 +145,25 @@ def test_negative_indices_are_refused(packed_demo, shard, row):
 
     with pytest.raises(UsageError, match="out of range"):
         inspect_row(packed_demo, row=row, shard=shard)
+
+
+def test_missing_shard_is_a_usage_error(packed_demo_copy):
+    import os
+
+    os.remove(packed_demo_copy / "shard-00000.parquet")
+    result = CliRunner().invoke(main, ["inspect", str(packed_demo_copy)], prog_name="packshard")
+    assert result.exit_code == 2
+    path = packed_demo_copy / "shard-00000.parquet"
+    assert result.stderr == (
+        f"error: {path}: shard missing (run packshard verify {packed_demo_copy} to audit the "
+        "folder)\n"
+    )
+
+
+def test_missing_examples_index_still_shows_the_row(packed_demo_copy):
+    import os
+
+    os.remove(packed_demo_copy / "examples.parquet")
+    view = inspect_row(packed_demo_copy, row=0, shard=1)
+    assert [s.source for s in view.segments] == ["?", "?"]
+    assert view.segments[0].positions[0] == 0
