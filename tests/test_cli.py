@@ -244,3 +244,20 @@ def test_inspect_on_a_folder_without_manifest(tmp_path):
     result = run("inspect", tmp_path)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {tmp_path}/manifest.json: no manifest")
+
+
+@pytest.mark.torch
+def test_verify_json_with_the_model_fills_logit_deltas(packed_demo, tmp_path):
+    pytest.importorskip("transformers")
+    path = tmp_path / "audit.json"
+    result = run("verify", packed_demo, "--no-source", "--model-rows", "2", "--json", path)
+    assert result.exit_code == 0, result.output
+    assert "control: a naive causal mask over the same rows leaks" in result.stdout
+    report = json.loads(path.read_text())
+    checked = [e for e in report["seam_table"] if e["max_logit_delta"] is not None]
+    assert len(checked) == 2
+    assert all(e["segments"] >= 2 and e["max_logit_delta"] < 1e-4 for e in checked)
+    assert all(e["control_delta"] > 1e-2 for e in checked)
+    model = report["model"]
+    assert model["control_detected"] is True and len(model["rows"]) == 2
+    assert report["checks"]["model"]["status"] == "passed"
