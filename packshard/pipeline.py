@@ -6,7 +6,8 @@ Stages, each its own module::
       ─► plan_packs (lengths only) ─► drop target-less parts ─► shuffle rows (seed)
       ─► assemble_rows + write_shard, one shard at a time ─► examples index, rejects, manifest
 
-Memory holds the per-example integers and one shard; tokens wait on disk in the spill.
+Memory holds the per-example integers and one row group of a shard; tokens wait on disk in
+the spill.
 
 Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
@@ -22,12 +23,13 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packshard import __version__
@@ -45,7 +47,7 @@ from packshard.manifest import (
 )
 from packshard.packing import plan_packs
 from packshard.plan import RowPlan, finalize_plan, ordering_stats
-from packshard.shards import ShardInfo, assemble_rows, write_shard
+from packshard.shards import ROW_GROUP_ROWS, ShardInfo, assemble_rows, write_shard
 from packshard.sources import InputFile, expand_inputs
 from packshard.spill import OVERLONG_POLICIES, Spill, SpillWriter
 from packshard.stats import StatsCollector
@@ -281,22 +283,27 @@ def _write_shards(
     row_tokens = plan.row_tokens()
     shards: list[ShardInfo] = []
     token_budget = max(1, int(config.shard_bytes / BYTES_PER_TOKEN_ESTIMATE))
+
+    def row_groups(lo: int, hi: int) -> Iterator[pa.Table]:
+        for start in range(lo, max(hi, lo + 1), ROW_GROUP_ROWS):  # an empty plan: one table
+            block = plan.rows(start, min(start + ROW_GROUP_ROWS, hi))
+            yield assemble_rows(
+                spill,
+                block.row_offsets,
+                block.seg_example,
+                block.seg_start,
+                block.seg_length,
+                block.example_id,
+            )
+
     row = 0
     while row < plan.num_rows or (row == 0 and not shards and plan.num_rows == 0):
         csum = np.cumsum(row_tokens[row : row + config.shard_rows])
         take = int(np.searchsorted(csum, token_budget, side="left")) + 1
         take = max(1, min(take, config.shard_rows, plan.num_rows - row)) if plan.num_rows else 0
-        block = plan.rows(row, row + take)
-        table = assemble_rows(
-            spill,
-            block.row_offsets,
-            block.seg_example,
-            block.seg_start,
-            block.seg_length,
-            block.example_id,
-        )
         name = SHARD_PATTERN.format(index=len(shards))
-        shards.append(write_shard(table, tmp, name, dataset_id, config.compression))
+        groups = row_groups(row, row + take)
+        shards.append(write_shard(groups, tmp, name, dataset_id, config.compression))
         row += take
         if plan.num_rows == 0:
             break

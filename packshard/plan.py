@@ -136,6 +136,7 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
         is_target = np.asarray(spill.labels[gather] != IGNORE_INDEX, dtype=np.int64)
         is_target[base] = 0
         out[lo:hi] = np.add.reduceat(is_target, base) if len(seg) else 0
+        spill.release_pages()
         lo = hi
     return out
 

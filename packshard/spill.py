@@ -11,7 +11,9 @@ memory (offset, length, loss tokens, source, line, part, domain, truncated, reco
      offsets (int64, in memory, one per example + 1)
 
 Peak memory is the per-example arrays (~48 bytes an example) plus one chunk; tokens are read
-back by gathering from the memory map, one shard at a time.
+back one shard at a time with positioned reads (:meth:`Spill.read_ranges`), not through the
+memory map, so that the resident set does not grow to the size of the spill; sequential scans
+of the map drop its pages as they go (:meth:`Spill.release_pages`).
 
 Overlong policy, applied per chunk before spilling (``L`` = ``max_seq_len``):
 
@@ -29,6 +31,8 @@ With the ``wrapped`` strategy the planner splits at row ends instead, so ``split
 
 from __future__ import annotations
 
+import io
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +59,7 @@ class Spill:
     domain_codes: np.ndarray  # int32 [n]
     truncated: np.ndarray  # bool [n]
     record_ids: np.ndarray  # int64 [n], one id per input record
+    folder: Path | None = None  # where tokens.bin/labels.bin live (None: arrays in memory)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -63,6 +68,50 @@ class Spill:
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0]) - 1
+
+    def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return the tokens and labels of flat ranges ``[start, start + length)``, concatenated.
+
+        A file-backed spill is read with one positioned read per range straight into the
+        output arrays, never through the memory map: a shard's segments are scattered over
+        the whole spill (rows are shuffled), and mapping them in would leave every page the
+        kernel faults around them resident, the whole spill after the first shard.
+        """
+        lengths = np.asarray(lengths, dtype=np.int64)
+        out_start = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=out_start[1:])
+        total = int(out_start[-1])
+        if self.folder is None:
+            gather = np.repeat(np.asarray(starts) - out_start[:-1], lengths)
+            gather += np.arange(total, dtype=np.int64)
+            return (
+                np.asarray(self.tokens[gather], dtype=np.int32),
+                np.array(self.labels[gather], dtype=np.int32),
+            )
+        ids = np.empty(total, dtype=np.int32)
+        labels = np.empty(total, dtype=np.int32)
+        places = list(
+            zip(np.asarray(starts).tolist(), lengths.tolist(), out_start[:-1].tolist(), strict=True)
+        )
+        for name, out in (("tokens.bin", ids), ("labels.bin", labels)):
+            view = out.data.cast("B")
+            with open(self.folder / name, "rb", buffering=0) as fh:
+                for start, length, at in places:
+                    _read_into(fh, view[4 * at : 4 * (at + length)], 4 * start)
+        return ids, labels
+
+    def release_pages(self) -> None:
+        """Drop the spill's mapped pages from this process's resident set.
+
+        Pages of a read-only file mapping stay resident once touched, so gathering shard
+        after shard from shuffled rows would end with the whole spill counted in the
+        process's RSS (measured: +600 MiB for 84M tokens).  They are clean, so dropping them
+        costs nothing but a re-read from the page cache if touched again.
+        """
+        for arr in (self.tokens, self.labels):
+            mapped = getattr(arr.base, "obj", None)
+            if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+                mapped.madvise(mmap.MADV_DONTNEED)
 
 
 def count_targets(labels: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -202,6 +251,7 @@ class SpillWriter:
             labels=_memmap(self.folder / "labels.bin", self._total),
             offsets=offsets,
             **meta,
+            folder=self.folder,
         )
 
 
@@ -217,10 +267,23 @@ _META = {
 }
 
 
+def _read_into(fh: io.FileIO, view: memoryview, offset: int) -> None:
+    fh.seek(offset)
+    done = 0
+    while done < len(view):
+        got = fh.readinto(view[done:])
+        if not got:
+            raise EOFError(f"{fh.name}: spill file ends early at byte {offset + done}")
+        done += got
+
+
 def _memmap(path: Path, size: int) -> np.ndarray:
+    """Map ``size`` int32 values of ``path`` read-only (see :meth:`Spill.release_pages`)."""
     if size == 0:
         return np.zeros(0, dtype=np.int32)
-    return np.memmap(path, dtype=np.int32, mode="r", shape=(size,))
+    with open(path, "rb") as fh:
+        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mapped, dtype=np.int32, count=size)
 
 
 def _cut(

@@ -169,3 +169,18 @@ def test_pack_output_reads_with_pyarrow_and_datasets(
         "shard": "int32",
         "row": "int32",
     }
+
+
+def test_write_shard_from_row_groups_equals_one_table(tmp_path, monkeypatch):
+    import packshard.shards as shards
+
+    monkeypatch.setattr(shards, "ROW_GROUP_ROWS", 2)
+    table = assemble([[(7, 0, 5), (2, 0, 2)], [(4, 0, 6)], [(3, 0, 5)]], [[0, 1], [2], [3]])
+    whole = write_shard(table, tmp_path, "a.parquet", "00" * 16, "zstd")
+    parts = write_shard(
+        iter([table.slice(0, 2), table.slice(2)]), tmp_path, "b.parquet", "00" * 16, "zstd"
+    )
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert (parts.rows, parts.tokens, parts.loss_tokens) == (3, 18, 14)
+    assert parts.sha256 == whole.sha256 and parts.bytes == whole.bytes
+    assert pq.ParquetFile(tmp_path / "b.parquet").metadata.num_row_groups == 2
