@@ -1,0 +1,175 @@
+"""The manifest: contents of a real pack, schema, hashing, atomic writes, version checks."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+
+import pytest
+
+from packshard.errors import ManifestError
+from packshard.manifest import (
+    check_format_version,
+    compute_dataset_id,
+    load_manifest,
+    schema_errors,
+    sha256_path,
+    write_json_atomic,
+)
+
+
+def sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def demo_pack(tmp_path, demo_tokenizer, run_pack):
+    from packshard.demo import demo_data_path
+
+    return run_pack(
+        [demo_data_path()], demo_tokenizer, template="chatml", max_seq_len=256, shard_rows=6
+    )
+
+
+def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
+    from packshard import __version__
+    from packshard.demo import demo_data_path
+    from packshard.templates import CHATML
+    from packshard.tokenize import load_tokenizer
+
+    m = demo_pack.manifest
+    assert sorted(m) == [
+        "config", "created_at", "dataset_id", "files", "format_version", "inputs",
+        "packshard_version", "shards", "stats", "template", "tokenizer",
+    ]  # fmt: skip
+    assert m["format_version"] == 1 and m["packshard_version"] == __version__
+    assert re.fullmatch(r"[0-9a-f]{32}", m["dataset_id"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", m["created_at"])
+    assert m["config"] == {
+        "max_seq_len": 256, "strategy": "bfd", "overlong": "drop", "loss": "auto",
+        "position_ids": "reset", "seed": 0, "group_by_domain": False, "format": "auto",
+        "domain_field": "domain", "compression": "zstd", "shard_rows": 6,
+        "shard_bytes": 256 * 1024 * 1024,
+    }  # fmt: skip
+    bundle = load_tokenizer(str(demo_tokenizer))
+    assert m["tokenizer"] == {
+        "path": str(demo_tokenizer),
+        "sha256": sha(demo_tokenizer / "tokenizer.json"),
+        "vocab_size": bundle.tokenizer.get_vocab_size(with_added_tokens=True),
+        "bos_token_id": None,
+        "eos_token_id": bundle.tokenizer.token_to_id("<|im_end|>"),
+        "pad_token_id": bundle.tokenizer.token_to_id("<|endoftext|>"),
+    }
+    assert m["template"] == {
+        "source": "builtin:chatml",
+        "sha256": hashlib.sha256(CHATML.encode("utf-8")).hexdigest(),
+        "label_spans": "generation_tags",
+    }
+    data = demo_data_path()
+    lines = data.read_text(encoding="utf-8").splitlines()
+    assert m["inputs"] == [
+        {"path": str(data), "sha256": sha(data), "records": sum(1 for x in lines if x.strip())}
+    ]
+    assert m["files"] == {
+        "examples": {"path": "examples.parquet", "sha256": sha(demo_pack.out / "examples.parquet")},
+        "rejects": {"path": "rejects.jsonl", "sha256": sha(demo_pack.out / "rejects.jsonl")},
+    }
+    assert [s["path"] for s in m["shards"]] == [
+        f"shard-{k:05d}.parquet" for k in range(len(m["shards"]))
+    ]
+    assert sum(s["rows"] for s in m["shards"]) == m["stats"]["rows"]
+    assert all(0 < s["rows"] <= 6 for s in m["shards"])
+
+
+def test_manifest_stats(demo_pack):
+    stats = demo_pack.manifest["stats"]
+    assert set(stats["ordering"]) == {
+        "segments_per_row_mean",
+        "first_decile_mean_example_len",
+        "last_decile_mean_example_len",
+    }
+    assert stats["ordering"]["segments_per_row_mean"] == round(stats["examples"] / stats["rows"], 4)
+    # bfd fills rows longest first: the first rows hold the longest examples
+    ordering = stats["ordering"]
+    assert ordering["first_decile_mean_example_len"] > ordering["last_decile_mean_example_len"]
+    domains = stats["domains"]
+    assert sum(d["token_share_in"] for d in domains.values()) == pytest.approx(1, abs=1e-5)
+    assert sum(d["token_share_out"] for d in domains.values()) == pytest.approx(1, abs=1e-5)
+    for d in domains.values():
+        assert d["token_share_out"] == round(d["tokens"] / stats["tokens"], 6)
+    assert stats["rejects_by_code"] == {"invalid_json": 1}
+    assert 0 < stats["fill_rate"] <= 1
+
+
+def test_manifest_file_is_sorted_and_complete(demo_pack):
+    text = (demo_pack.out / "manifest.json").read_text(encoding="utf-8")
+    assert (
+        text == json.dumps(demo_pack.manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    )
+    assert load_manifest(demo_pack.out) == demo_pack.manifest
+
+
+BROKEN = [
+    (lambda m: m.pop("dataset_id"), "(root): 'dataset_id' is a required property"),
+    (lambda m: m["shards"][0].update(sha256="XYZ"), "shards/0/sha256: 'XYZ' does not match"),
+    (lambda m: m["shards"][0].update(path="../evil.parquet"), "shards/0/path: "),
+    (lambda m: m["shards"][0].update(path="/abs.parquet"), "shards/0/path: "),
+    (lambda m: m["stats"].update(fill_rate=1.5), "stats/fill_rate: 1.5 is greater than the max"),
+    (lambda m: m["config"].update(strategy="best"), "config/strategy: 'best' is not one of"),
+    (
+        lambda m: m["stats"]["domains"]["chat"].pop("records"),
+        "stats/domains/chat: 'records' is a required property",
+    ),
+    (lambda m: m["stats"].update(rows=-1), "stats/rows: -1 is less than the minimum of 0"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), BROKEN)
+def test_schema_rejects_broken_manifests(demo_pack, edit, message):
+    broken = copy.deepcopy(demo_pack.manifest)
+    edit(broken)
+    errors = schema_errors(broken)
+    assert len(errors) == 1 and errors[0].startswith(f"manifest.json: {message}"), errors
+
+
+def test_load_manifest_refuses_missing_and_unknown_versions(tmp_path, demo_pack):
+    with pytest.raises(ManifestError) as info:
+        load_manifest(tmp_path / "nowhere")
+    assert str(info.value) == (
+        f"{tmp_path / 'nowhere' / 'manifest.json'}: no manifest (is {tmp_path / 'nowhere'} a "
+        "packshard output folder? a run that was interrupted leaves none: pack again)"
+    )
+    newer = dict(demo_pack.manifest, format_version=2)
+    write_json_atomic(tmp_path / "manifest.json", newer)
+    with pytest.raises(ManifestError) as info:
+        load_manifest(tmp_path)
+    assert str(info.value) == (
+        f"{tmp_path / 'manifest.json'}: format_version 2 is not supported by this packshard "
+        "(supports 1); upgrade packshard or re-pack the data"
+    )
+    with pytest.raises(ManifestError, match=r"format_version is '1', expected an integer"):
+        check_format_version("1", "x")
+    with pytest.raises(ManifestError, match=r"format_version is True, expected an integer"):
+        check_format_version(True, "x")
+
+
+def test_write_json_atomic_and_hashes(tmp_path):
+    path = tmp_path / "m.json"
+    write_json_atomic(path, {"b": 1, "a": {"d": "é", "c": [2, 1]}})
+    assert path.read_text(encoding="utf-8") == (
+        '{\n  "a": {\n    "c": [\n      2,\n      1\n    ],\n    "d": "é"\n  },\n  "b": 1\n}\n'
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+    assert sha256_path(path, chunk=3) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_dataset_id_depends_on_config_and_inputs_only():
+    config = {"max_seq_len": 8, "seed": 0}
+    prints = {"inputs": ["a" * 64], "tokenizer": "b" * 64}
+    one = compute_dataset_id(config, prints)
+    assert one == compute_dataset_id(dict(reversed(config.items())), dict(prints))
+    assert len(one) == 32
+    assert one != compute_dataset_id({**config, "seed": 1}, prints)
+    assert one != compute_dataset_id(config, {**prints, "inputs": ["c" * 64]})
