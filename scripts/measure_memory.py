@@ -72,7 +72,7 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[20_000, 200_000])
     parser.add_argument("--median-words", type=int, default=60)
     parser.add_argument("--max-seq-len", type=int, default=4096)
-    parser.add_argument("--shard-rows", type=int, default=1024)
+    parser.add_argument("--shard-rows", type=int, default=8192)  # the CLI default
     parser.add_argument("--work", type=Path, default=None, help="Keep data and outputs here.")
     args = parser.parse_args()
 
