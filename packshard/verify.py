@@ -56,7 +56,7 @@ class VerifyOptions:
     template: str | None = None
     model: str = "tiny"  # "tiny", a local model folder, or "none"
     model_rows: int = 8
-    model_max_tokens: int = 4096
+    model_max_tokens: int = 2048  # longer rows are cut after a whole segment (see modelcheck)
     sample: int | None = None
     seed: int = 0
     progress: bool = False
