@@ -88,7 +88,7 @@ class PackConfig:
         return {
             "max_seq_len": self.max_seq_len,
             "strategy": self.strategy,
-            "overlong": self.overlong,
+            "overlong": "split" if self.strategy == "wrapped" else self.overlong,
             "loss": self.loss,
             "position_ids": "reset",
             "seed": self.seed,
@@ -128,7 +128,12 @@ def check_config(config: PackConfig) -> list[str]:
     out = Path(config.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
         raise UsageError(f"{out}: output folder exists and is not empty (use --overwrite)")
-    warnings = []
+    warnings: list[str] = []
+    if config.strategy == "wrapped" and config.overlong not in ("drop", "split"):
+        warnings.append(
+            f"--strategy wrapped splits every example at row ends; --overlong {config.overlong} "
+            "does not apply (the manifest records overlong=split)"
+        )
     split_like = config.overlong == "split" or config.strategy == "wrapped"
     if split_like and config.loss in ("auto", "assistant", "last_assistant"):
         warnings.append(
