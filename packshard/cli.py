@@ -60,6 +60,13 @@ SHARED_INGEST = [
 ]
 
 
+_progress_option = click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bar (default: when stderr is a terminal).",
+)
+
+
 def _ingest_options(func: Any) -> Any:
     for option in reversed(SHARED_INGEST):
         func = option(func)
@@ -122,11 +129,7 @@ def main() -> None:
     type=click.Path(dir_okay=False),
     help="Write an HTML page with histograms and charts.",
 )
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="Progress bar (default: when stderr is a terminal).",
-)
+@_progress_option
 def profile(
     data: tuple[str, ...],
     tokenizer: str,
@@ -238,11 +241,7 @@ def _print_rejects(console: Any, report: Any) -> None:
 @click.option(
     "--num-workers", type=int, default=None, help="Tokenizer threads (default: all cores)."
 )
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="Progress bar (default: when stderr is a terminal).",
-)
+@_progress_option
 def pack(
     data: tuple[str, ...],
     tokenizer: str,
