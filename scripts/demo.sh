@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo: profile -> pack -> verify -> inspect on the embedded chat data, fully offline.
+# The demo: profile -> pack -> inspect -> verify on the embedded chat data, fully offline.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-demo-out}
@@ -21,12 +21,12 @@ echo
 echo "== packshard pack"
 "$BIN" pack "$DATA" -t "$OUT/tokenizer" --template chatml --max-seq-len "$LEN" -o "$OUT/packed"
 
-echo
-echo "== packshard verify"
-"$BIN" verify "$OUT/packed" --json "$OUT/verify.json"
 
 echo
 echo "== packshard inspect (row 0)"
 "$BIN" inspect "$OUT/packed" --row 0 --html "$OUT/row0.html"
 echo
-echo "demo outputs are in $OUT/ (profile.html, packed/, verify.json, row0.html)"
+echo "== packshard verify"
+"$BIN" verify "$OUT/packed" --json "$OUT/verify.json"
+echo
+echo "demo outputs are in $OUT/ (profile.html, packed/, row0.html, verify.json)"

@@ -287,3 +287,35 @@ def test_profile_inputs_on_real_chat_files(shared_data):
     assert report.label_path == "offsets"
     fill = report.total.strategy("packed").fraction
     assert report.total.strategy("pad_to_max").fraction < fill <= 1.0
+
+
+def test_profile_plain_text_with_a_tokenizer_without_chat_template(shared_data, tmp_path):
+    """`profile` on `text` records with phi-2 (no chat template): every token but the first."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from packshard.cli import main
+
+    records = _json.loads((shared_data / "chat" / "codealpaca_code_alpaca_2k.json").read_text())
+    data = tmp_path / "code_text.jsonl"
+    data.write_text("".join(_json.dumps({"text": r["output"]}) + "\n" for r in records[:40]))
+    out = tmp_path / "profile.json"
+    tokenizer = str(shared_data / "tokenizers" / "phi-2")
+    result = CliRunner().invoke(
+        main, ["profile", str(data), "-t", tokenizer, "--max-seq-len", "256", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    report = _json.loads(out.read_text())
+    total = report["total"]
+    assert report["label_path"] == "none"
+    assert total["records"] == 40 and total["rejected"] == 0
+    assert total["loss_tokens"] == total["tokens"] - total["examples"]
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(shared_data / "tokenizers" / "phi-2" / "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    expected = sum(
+        len(tok.encode(r["output"], add_special_tokens=False).ids) + 1 for r in records[:40]
+    )
+    assert eos is not None and total["tokens"] == expected
