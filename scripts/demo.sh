@@ -21,7 +21,6 @@ echo
 echo "== packshard pack"
 "$BIN" pack "$DATA" -t "$OUT/tokenizer" --template chatml --max-seq-len "$LEN" -o "$OUT/packed"
 
-
 echo
 echo "== packshard inspect (row 0)"
 "$BIN" inspect "$OUT/packed" --row 0 --html "$OUT/row0.html"
