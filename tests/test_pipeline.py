@@ -504,3 +504,27 @@ def test_shard_bytes_caps_rows_per_shard(tmp_path, make_jsonl, word_tokenizer, r
     shards = packed.examples["shard"]
     assert sorted(shards.count(k) for k in range(3)) == [1, 2, 2]
     assert set(packed.examples["row"]) == {0}
+
+
+def test_output_does_not_depend_on_the_number_of_workers(tmp_path, make_jsonl, word_tokenizer):
+    """Separate processes (the tokenizer's thread pool is per process), 1 vs 2 workers."""
+    import subprocess
+    import sys
+
+    inputs = [str(p) for p in mixed_domains(tmp_path, make_jsonl)]
+    outs = []
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        args = [*inputs, "-t", str(word_tokenizer), "--max-seq-len", "48", "-o", str(out)]
+        args += ["--num-workers", str(workers), "--no-progress"]
+        code = "import sys; from packshard.cli import main; sys.argv[0] = 'packshard'; main()"
+        done = subprocess.run(
+            [sys.executable, "-c", code, "pack", *args], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        outs.append(out)
+    names = sorted(p.name for p in outs[0].iterdir())
+    assert names == sorted(p.name for p in outs[1].iterdir())
+    for name in names:
+        if name != "manifest.json":
+            assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
