@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from packshard.errors import RecordError, UsageError
-from packshard.normalize import normalize_record
+from packshard.normalize import is_encodable, normalize_record
 from packshard.records import (
     FORMATS,
     IGNORE_INDEX,
@@ -97,7 +97,7 @@ def _domain_of(raw: RawRecord, domain_field: str) -> str:
     value = raw.value
     if type(value) is dict:
         domain = value.get(domain_field)
-        if type(domain) is str and domain:
+        if type(domain) is str and domain and is_encodable(domain):
             return domain
     return raw.domain
 

@@ -15,7 +15,10 @@ system) and ``function``/``ipython`` (as tool); ShareGPT maps ``human``/``user``
 ``gpt``/``assistant``/``chatgpt``/``bard``/``model`` -> assistant, ``function_call`` -> assistant,
 ``observation``/``tool``/``function``/``ipython`` -> tool, and also reads ``role``/``content``
 turns.  Content is a string; OpenAI content-part lists made only of ``{"type": "text"}`` parts are
-joined with no separator; empty strings are kept (templates handle them).  A top-level ``system``
+joined with no separator; empty strings are kept (templates handle them).  A turn's other fields
+(``tool_calls``, ``tool_call_id``, ``name`` …, ``null`` ones dropped) travel in
+``Message.extra`` to the template, as ``transformers`` passes them; a turn with ``tool_calls``
+may have ``content: null`` (OpenAI style), read as ``""``.  A top-level ``system``
 string becomes a leading system message when the conversation has none (an empty one is
 ignored).  ``tools`` may be a list or a JSON string of one (``"[]"`` counts as no tools).
 
@@ -37,7 +40,8 @@ from packshard.records import FORMATS, Conversation, Message, RawRecord
 
 REJECT_CODES: dict[str, str] = {
     "invalid_json": "the line or array element is not valid JSON",
-    "invalid_utf8": "the line (or the file, for a JSON array) is not valid UTF-8",
+    "invalid_utf8": "the line (or the file, for a JSON array) is not valid UTF-8, or the rendered "
+    "text holds a lone surrogate (a JSON escape such as \\ud800 that is no Unicode character)",
     "not_an_object": "the JSON value is not an object",
     "unreadable": "a compressed stream or Parquet data broke; the rest of the file is not read",
     "unknown_format": "no known format key (messages, conversations, instruction+output, "
@@ -77,6 +81,17 @@ def _kind(value: Any) -> str:
 
 def _a(kind: str) -> str:
     return "null" if kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
+def is_encodable(text: str) -> bool:
+    """Tell whether ``text`` can be UTF-8 (JSON can spell lone surrogates; UTF-8 cannot)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def detect_format(value: dict[str, Any]) -> str:
@@ -154,8 +169,26 @@ def _messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, str])
                 "unknown_role",
                 f"{name}[{i}] has {what} (allowed: {allowed})",
             )
-        out.append(Message(role, _content(text, f"{name}[{i}] content")))
+        extra = _extra(turn) if len(turn) > 2 else ()
+        if text is None and extra:
+            calls = turn.get("tool_calls")
+            if calls is not None and type(calls) is not list:
+                raise RecordError(
+                    "invalid_message",
+                    f"{name}[{i}] 'tool_calls' must be a list, got {_kind(calls)}",
+                )
+            if calls:  # an OpenAI tool-calling turn: "content": null
+                text = ""
+        out.append(Message(role, _content(text, f"{name}[{i}] content"), extra))
     return out
+
+
+_TURN_KEYS = frozenset(("role", "content", "from", "value"))
+
+
+def _extra(turn: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Return the turn's other fields for the template, ``null`` ones dropped (as transformers)."""
+    return tuple((k, v) for k, v in turn.items() if k not in _TURN_KEYS and v is not None)
 
 
 def _with_system(value: dict[str, Any], messages: list) -> list:
@@ -269,6 +302,9 @@ def normalize_record(
         domain = value.get(domain_field)
         if type(domain) is not str or not domain:
             domain = raw.domain
+        elif not is_encodable(domain):
+            raise RecordError("invalid_utf8", f"'{domain_field}' holds a lone surrogate "
+                              f"({domain!a}), which no output file can store")  # fmt: skip
         if fmt == "auto":
             return _BUILDERS[detect_format(value)](value, ref, domain)
         builder = _BUILDERS.get(fmt)

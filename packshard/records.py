@@ -50,10 +50,17 @@ class RawRecord:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat turn.  ``role`` is one of :data:`ROLES`; ``content`` is plain text (data)."""
+    """One chat turn.  ``role`` is one of :data:`ROLES`; ``content`` is plain text (data).
+
+    ``extra`` holds the turn's other fields as ``(key, value)`` pairs, in record order
+    (``tool_calls``, ``tool_call_id``, ``name`` …); the template sees them beside ``role`` and
+    ``content``, as ``transformers`` shows a message dict.  Values may be lists or dicts, so a
+    message is not hashable when it has them.
+    """
 
     role: str
     content: str
+    extra: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

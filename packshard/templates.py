@@ -181,11 +181,17 @@ class ChatTemplate:
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
-    """One rendered example: its text and the character spans ``[lo, hi)`` to train on."""
+    """One rendered example: its text and the character spans ``[lo, hi)`` to train on.
+
+    ``bos_chars`` > 0: the text starts with the tokenizer's BOS, put there for the tokenizer
+    (plain records), so it becomes the BOS id and the rest is encoded as if alone — what
+    ``add_special_tokens=True`` gives; a SentencePiece "first" prefix then lands on the text.
+    """
 
     text: str
     spans: tuple[tuple[int, int], ...]
     label_path: str
+    bos_chars: int = 0
 
 
 def compile_template(text: str, source: str) -> ChatTemplate:
@@ -212,13 +218,15 @@ def compile_template(text: str, source: str) -> ChatTemplate:
 def load_template(spec: str | None, bundle: TokenizerBundle) -> ChatTemplate | None:
     """Load the chat template named by ``spec``.
 
-    ``None`` takes the tokenizer config's template (``None`` when it has none); ``"chatml"``
-    or ``"builtin:chatml"`` the built-in ChatML; anything else is a path to a Jinja file.
+    ``None`` takes the tokenizer's template (``None`` when it has none): its folder's
+    ``chat_template.jinja``, recorded by path, else its config's; ``"chatml"`` or
+    ``"builtin:chatml"`` the built-in ChatML; anything else is a path to a Jinja file.
     """
     if spec is None:
         if bundle.chat_template is None:
             return None
-        return compile_template(bundle.chat_template, "tokenizer_config.json")
+        source = bundle.chat_template_path or "tokenizer_config.json"
+        return compile_template(bundle.chat_template, source)
     name = spec.removeprefix("builtin:")
     if name in BUILTINS:
         return compile_template(BUILTINS[name], f"builtin:{name}")
@@ -342,7 +350,8 @@ def locate_contents(
     header (``a`` in ``assistant``).  When the template rewrites content, renders it twice
     or fails on the stand-ins, the contents are searched for instead.
     """
-    probe = [{**m, "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]
+    probe = [m if _calls(m) and not m["content"] else {**m, "content": f"\ue000{i}\ue001"}
+             for i, m in enumerate(messages)]  # fmt: skip
     try:
         probe_text, _ = render_chat(template, probe, tools, variables)
     except TemplateError:
@@ -364,14 +373,74 @@ def _locate_trained(
     template: ChatTemplate, text: str, messages: list[dict[str, Any]], trained: list[int],
     tools: list[Any] | None, bundle: TokenizerBundle,
 ) -> dict[int, tuple[int, int]]:  # fmt: skip
-    """Place the trained messages; a content occurring exactly once needs no second render."""
+    """Place the trained messages; a content occurring exactly once needs no second render.
+
+    A tool-calling turn is placed as a whole (:func:`locate_turn`), not by its content.
+    """
+    variables = bundle.special_tokens_map
     where: dict[int, tuple[int, int]] = {}
     for i in trained:
+        if _calls(messages[i]):
+            if (turn := locate_turn(template, text, messages, i, tools, variables)) is not None:
+                where[i] = turn
+            continue
         content = messages[i]["content"]
         if not content or (lo := text.find(content)) < 0 or text.find(content, lo + 1) >= 0:
-            return locate_contents(template, text, messages, tools, bundle.special_tokens_map)
+            found = locate_contents(template, text, messages, tools, variables)
+            return {**{i: found[i] for i in trained if i in found}, **where}
         where[i] = (lo, lo + len(content))
     return where
+
+
+def _calls(message: dict[str, Any]) -> bool:
+    return bool(message.get("tool_calls"))
+
+
+def locate_turn(
+    template: ChatTemplate, text: str, messages: list[dict[str, Any]], i: int,
+    tools: list[Any] | None, variables: dict[str, Any],
+) -> tuple[int, int] | None:  # fmt: skip
+    r"""Place all that message ``i`` renders after its role header: ``(lo, hi)``, or ``None``.
+
+        For a turn whose content is not all the model writes (tool calls, rendered from message
+        fields, often with no content at all).  The turn is what rendering ``messages[:i + 1]``
+        adds to rendering ``messages[:i]``, both prefixes of ``text``; trailing whitespace is left
+        out, the closing marker kept.  Its header ends where a plain assistant message in its
+        place would start its content (a stand-in says where), or earlier where the two renders
+        part::
+
+            before   <|im_start|>user
+    Weather?<|im_end|>
+
+            turn     <|im_start|>assistant
+    <tool_call>{...}</tool_call><|im_end|>
+
+                                              [--------------------------------)
+    """
+    try:
+        before, _ = render_chat(template, messages[:i], tools, variables)
+        upto, _ = render_chat(template, messages[: i + 1], tools, variables)
+        plain = [*messages[:i], {"role": messages[i]["role"], "content": "\ue000\ue001"}]
+        probe, _ = render_chat(template, plain, tools, variables)
+    except TemplateError:
+        return None
+    if not (upto.startswith(before) and text.startswith(upto)):
+        return None
+    head = probe.find("\ue000\ue001", len(before))
+    if head < 0:
+        return None
+    parted = len(before)
+    while parted < min(head, len(upto)) and probe[parted] == upto[parted]:
+        parted += 1
+    lo, hi = parted, len(upto.rstrip())
+    return (lo, hi) if hi > lo else None
+
+
+def _own_bos(bundle: TokenizerBundle) -> str:
+    """Return the BOS a plain record starts with: the tokenizer's, when it adds one."""
+    if bundle.add_bos_token and bundle.bos_token and bundle.bos_token_id is not None:
+        return bundle.bos_token
+    return ""
 
 
 def _resolve_loss(conv: Conversation, loss: str) -> str:
@@ -395,15 +464,32 @@ def _trained_messages(conv: Conversation, loss: str) -> list[int]:
 def render_example(
     conv: Conversation, template: ChatTemplate | None, bundle: TokenizerBundle, loss: str
 ) -> Rendered:
-    """Render one normalized record and choose its trained character spans.
+    r"""Render one normalized record and choose its trained character spans.
 
     Raises:
         RecordError: ``template_error`` (the template raised, or an assistant message is
-            missing from its output) or ``no_assistant_turn`` (the loss policy needs one),
-            placed at ``conv.ref``.
+            missing from its output), ``no_assistant_turn`` (the loss policy needs one) or
+            ``invalid_utf8`` (the text holds a lone surrogate, which JSON can spell as
+            ``"\ud800"`` with an escape but no tokenizer can encode), placed at ``conv.ref``.
         TemplateError: a chat record but no template, or a sandbox escape (fatal).
 
     """
+    rendered = _render_example(conv, template, bundle, loss)
+    text = rendered.text
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            where = f"\\u{ord(text[exc.start]):04x} at character {exc.start}"
+            raise RecordError("invalid_utf8", f"rendered text holds a lone surrogate {where} "
+                              "(a JSON escape that is not a Unicode character; fix the record)",
+                              conv.ref.source, conv.ref.line) from None  # fmt: skip
+    return rendered
+
+
+def _render_example(
+    conv: Conversation, template: ChatTemplate | None, bundle: TokenizerBundle, loss: str
+) -> Rendered:
     loss = _resolve_loss(conv, loss)
     eos = bundle.eos_token or ""
 
@@ -414,22 +500,23 @@ def render_example(
         if loss != "all":
             raise reject("no_assistant_turn", f"plain text record has no assistant turn to "
                          f"train with --loss {loss} (use --loss all or auto)")  # fmt: skip
-        bos = bundle.bos_token if bundle.add_bos_token and bundle.bos_token else ""
+        bos = _own_bos(bundle)
         text = bos + conv.text + eos
-        return Rendered(text, ((0, len(text)),), "none")
+        return Rendered(text, ((0, len(text)),), "none", len(bos))
     if not conv.is_chat:
-        bos = bundle.bos_token if bundle.add_bos_token and bundle.bos_token else ""
+        bos = _own_bos(bundle)
         head = bos + (conv.prompt or "")
         text = head + (conv.completion or "") + eos
         if loss == "all":
-            return Rendered(text, ((0, len(text)),), "none")
-        return Rendered(text, ((len(head), len(text)),), "offsets")
+            return Rendered(text, ((0, len(text)),), "none", len(bos))
+        return Rendered(text, ((len(head), len(text)),), "offsets", len(bos))
     if template is None:
         raise TemplateError(
             f"{bundle.path}: the tokenizer has no chat template (use --template chatml or "
             "--template FILE.jinja)"
         )
-    messages = [{"role": m.role, "content": m.content} for m in conv.messages]
+    messages = [{"role": m.role, "content": m.content, **dict(m.extra)} if m.extra
+                else {"role": m.role, "content": m.content} for m in conv.messages]  # fmt: skip
     trained = _trained_messages(conv, loss)
     if loss != "all" and not trained:
         raise reject("no_assistant_turn", f"no assistant message to train with --loss {loss}")
@@ -453,12 +540,19 @@ def render_example(
     marker, final = _closer((*bundle.special_tokens, eos), bundle.eos_token)
     spans = []
     for i in trained:
+        if i not in where and _calls(messages[i]):
+            raise reject(
+                "template_error",
+                f"message {i + 1} (assistant tool call) cannot be "
+                "located: the conversation rendered up to it is not a prefix of the "
+                "whole (use a template with {% generation %} blocks via --template)",
+            )
         if i not in where:
             raise reject("template_error", f"message {i + 1} (assistant) does not appear in the "
                          "rendered text; the template rewrites it (use a template with "
                          "{% generation %} blocks via --template)")  # fmt: skip
         lo, hi = where[i]
-        if m := marker.match(text, hi):
+        if not _calls(messages[i]) and (m := marker.match(text, hi)):
             hi = m.end()
         spans.append((lo, hi))
         if (m := final.match(text, hi)) and eos:  # the final EOS, not the gap before it

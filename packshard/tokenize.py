@@ -2,7 +2,8 @@ r"""Load a tokenizer offline and turn rendered text into token ids and labels, i
 
 Loading (:func:`load_tokenizer`) reads ``tokenizer.json`` with the Rust ``tokenizers`` library,
 never ``transformers``, and takes the special tokens, ``add_bos_token`` and the chat template
-from ``tokenizer_config.json`` (``special_tokens_map.json`` fills missing special tokens).
+from ``tokenizer_config.json`` (``special_tokens_map.json`` fills missing special tokens; a
+``chat_template.jinja`` file replaces the config's template).
 Three adjustments make the ids equal to what ``transformers`` (5.x) produces for the same
 folder, because that is what the model will see at inference:
 
@@ -75,6 +76,7 @@ class TokenizerBundle:
     config: dict[str, Any] = field(repr=False)
     special_tokens_map: dict[str, str] = field(default_factory=dict, repr=False)
     adjustments: tuple[str, ...] = ()
+    chat_template_path: str | None = None  # a chat_template.jinja beside tokenizer.json
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -104,24 +106,38 @@ def _pick_chat_template(value: Any) -> str | None:
 
 
 def _prefix_once(tok: tokenizers.Tokenizer, spec: dict[str, Any], config: dict[str, Any]) -> str:
-    """Apply the ``legacy: false`` SentencePiece prefix rule; return a note, or ''."""
+    """Apply the SentencePiece prefix rule ``transformers`` applies; return a note, or ''.
+
+    ``transformers`` 5 rebuilds a ``LlamaTokenizer`` as a ``Metaspace`` pre-tokenizer whose
+    prepend scheme comes from the config (``first``, or ``always`` with ``legacy: true``,
+    ``never`` with ``add_prefix_space: false``), whatever the tokenizer.json says; another
+    class keeps the file's pipeline unless the config says ``legacy: false``.
+    """
     norm = spec.get("normalizer") or {}
     steps = norm.get("normalizers", []) if norm.get("type") == "Sequence" else [norm]
     kinds = sorted(step.get("type", "") for step in steps)
-    if kinds != ["Prepend", "Replace"] or spec.get("pre_tokenizer") is not None:
+    prepends = kinds == ["Prepend", "Replace"] and spec.get("pre_tokenizer") is None
+    if prepends and not any(s.get("type") == "Prepend" and s.get("prepend") == "▁" for s in steps):
         return ""
-    if not any(s.get("type") == "Prepend" and s.get("prepend") == "▁" for s in steps):
-        return ""
+    pre = spec.get("pre_tokenizer") or {}
+    metaspace = not norm and pre.get("type") == "Metaspace" and pre.get("replacement") == "▁"
     legacy = config.get("legacy")
     llama = str(config.get("tokenizer_class", "")).startswith("LlamaTokenizer")
-    if not (legacy is False or (legacy is None and llama)):
+    if llama and (prepends or metaspace):
+        scheme = "always" if legacy else "first"
+    elif prepends and legacy is False:
+        scheme = "first"
+    else:
         return ""
-    scheme = "never" if config.get("add_prefix_space") is False else "first"
+    if config.get("add_prefix_space") is False:
+        scheme = "never"
+    if metaspace and pre.get("prepend_scheme") == scheme and pre.get("split") is False:
+        return ""
     tok.normalizer = None
     tok.pre_tokenizer = pre_tokenizers.Metaspace(
         replacement="▁", prepend_scheme=scheme, split=False
     )
-    return f"sentencepiece prefix space: {scheme} (legacy=false)"
+    return f"sentencepiece prefix space: {scheme} (legacy={'true' if legacy else 'false'})"
 
 
 def _post_processor_adds_bos(tok: tokenizers.Tokenizer, bos_id: int | None) -> bool:
@@ -136,7 +152,8 @@ def load_tokenizer(path: str) -> TokenizerBundle:
 
     A ``tokenizer_config.json`` beside the ``tokenizer.json`` supplies the special tokens,
     ``add_bos_token`` and the chat template; ``special_tokens_map.json`` fills the special
-    tokens the config lacks.
+    tokens the config lacks.  A ``chat_template.jinja`` there (how ``transformers`` saves
+    templates since 4.43) replaces the config's template, as it does in ``transformers``.
 
     Raises:
         TokenizerError: the file is missing, unreadable or not a tokenizer.
@@ -166,6 +183,15 @@ def load_tokenizer(path: str) -> TokenizerBundle:
         if (folder / "special_tokens_map.json").is_file()
         else {}
     )
+
+    chat_template = _pick_chat_template(config.get("chat_template"))
+    template_path = None
+    if (folder / "chat_template.jinja").is_file():  # transformers prefers it to the config's
+        template_path = str(folder / "chat_template.jinja")
+        try:
+            chat_template = Path(template_path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TokenizerError(f"{template_path}: cannot read chat template: {exc}") from exc
 
     adjustments: list[str] = []
     if tok.truncation is not None or tok.padding is not None:
@@ -210,11 +236,12 @@ def load_tokenizer(path: str) -> TokenizerBundle:
         add_bos_token=bool(add_bos)
         if isinstance(add_bos, bool)
         else _post_processor_adds_bos(tok, bos_id),
-        chat_template=_pick_chat_template(config.get("chat_template")),
+        chat_template=chat_template,
         special_tokens=tuple(t.content for _, t in sorted(added.items()) if t.special),
         config=config,
         special_tokens_map=named,
         adjustments=tuple(adjustments),
+        chat_template_path=template_path,
     )
 
 
@@ -265,31 +292,47 @@ def encode_rendered(
 
     Returns flat ``(input_ids int32, labels int32, offsets int64)``; example ``i`` owns
     ``[offsets[i], offsets[i+1])``.  An example whose ``label_path`` is ``"none"`` is trained on
-    every token; otherwise a token is trained when it overlaps one of ``spans``.
+    every token; otherwise a token is trained when it overlaps one of ``spans``.  An example
+    with ``bos_chars`` gets the BOS id, then the tokens of the text after those characters.
     """
     n = len(rendered)
     if n == 0:
         empty = np.zeros(0, dtype=np.int32)
         return empty, empty.copy(), np.zeros(1, dtype=np.int64)
+    cuts = [r.bos_chars for r in rendered]
     encs = bundle.tokenizer.encode_batch(
-        [r.text for r in rendered], add_special_tokens=add_special_tokens
+        [r.text[c:] if c else r.text for r, c in zip(rendered, cuts, strict=True)],
+        add_special_tokens=add_special_tokens,
     )
-    lengths = np.fromiter(map(len, encs), dtype=np.int64, count=n)
+    lead = np.fromiter((c > 0 for c in cuts), dtype=bool, count=n)  # a BOS id goes first
+    lengths = np.fromiter(map(len, encs), dtype=np.int64, count=n) + lead
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     total = int(offsets[-1])
-    ids = np.fromiter(chain.from_iterable(e.ids for e in encs), dtype=np.int32, count=total)
+    flat = chain.from_iterable(e.ids for e in encs)
+    ids = np.fromiter(flat, dtype=np.int32, count=total - int(lead.sum()))
+    if lead.any():
+        with_bos = np.full(total, bundle.bos_token_id, dtype=np.int32)
+        encoded = np.ones(total, dtype=bool)
+        encoded[offsets[:-1][lead]] = False
+        with_bos[encoded] = ids
+        ids = with_bos
 
     starts: list[int] = []
     ends: list[int] = []
-    for i, (r, enc) in enumerate(zip(rendered, encs, strict=True)):
-        base, length = int(offsets[i]), int(lengths[i])
+    for i, (r, enc, cut) in enumerate(zip(rendered, encs, cuts, strict=True)):
+        start, length = int(offsets[i]), int(lengths[i])
         if r.label_path == "none":
-            starts.append(base)
-            ends.append(base + length)
+            starts.append(start)
+            ends.append(start + length)
             continue
+        base = start + (1 if cut else 0)
         for lo, hi in r.spans:
-            t0, t1 = _span_tokens(enc, lo, hi, length)
+            lo, hi = lo - cut, hi - cut
+            if lo < 0 < hi + cut:  # the span covers the BOS
+                starts.append(start)
+                ends.append(base)
+            t0, t1 = _span_tokens(enc, max(lo, 0), hi, length - (base - start))
             if t1 > t0:
                 starts.append(base + t0)
                 ends.append(base + t1)
