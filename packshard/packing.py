@@ -12,45 +12,68 @@ plan is a pure function of ``(lengths, max_seq_len, strategy)``.  ``wrapped`` co
 examples in input order and cuts the stream every ``max_seq_len`` tokens; an example crossing
 a cut becomes consecutive segments (``seg_start`` > 0 for the later parts).
 
-How ``bfd`` runs in O(n + runs + L) for L = ``max_seq_len``, with no sort and no gather::
+How ``bfd`` runs in O(n + runs + L) for L = ``max_seq_len``, with no comparison sort::
 
-    lengths ──count──► hist[1..L]                        one sequential pass
-    walk l = L … 1, hist[l] times:
+    1 count   lengths ──► hist[1..L]                            one sequential read
+    2 place   walk l = L … 1, hist[l] times (the histogram is all it needs):
         room  1    2    3   …   l-1   l   l+1  …  c  …  L-1
         head  ·    b7   ·        ·    ·    ·     b3      ·     per-room stacks of rows
         bits  0    1    0        0    0    0     1       0     two-level bitmap of non-empty
                                       └── smallest set bit ≥ l ──┘  (word scan + ctz)
         pop b3 from room c; it takes q = min(c // l, left) copies of l at once
         (after one copy its room c-l is the new smallest fit, so it keeps winning);
-        push b3 onto room c - q·l.  No fit → open a new row (room L).
-    each such step is a *run* (row, first slot, count); runs of length l are consecutive
-    lengths ──second pass──► example i is the next copy of len[i] in its length's run, slot
-        p = row_offsets[row] + slot; (i, p) is dealt to bucket p >> 16 of the output arrays
-        (sequential streams), then each 2**16-slot bucket is permuted in place inside L2.
+        push b3 onto room c - q·l.  No fit → open a new row (room L).  Each such step
+        is a *run* (row, first slot, q); the runs of length l are consecutive.
+    3 sort    order = example indices, longest first, then by index: a stable counting
+              sort, one write stream per length (beside step 2, on another thread)
+    4 copy    the runs take consecutive blocks of order, in the order both were made:
+              run (row, slot, q) of length l:  p = row_offsets[row] + slot
+              seg_example[p : p+q] = order[src : src+q];  seg_length[p : p+q] = l
+
+Steps 3 and 4 write where the hardware cannot guess (one stream per length; a random row
+per run), so they prefetch: the sort fetches each stream's next cache line as it enters
+one, the copy fetches the destination 16 runs ahead; each pass lost about a third.  From
+2M examples on, every step but 2 is cut into 8 parts that a thread pool takes in turn (the
+kernels release the GIL): count and sort by input range, each part with its own histogram
+so its slots in ``order`` are known; copy by length range, found from ``first_run[l]`` and
+the count of longer examples.  Parts write disjoint slots: the plan does not depend on the
+number of threads.
 
 ``ffd`` keeps a max segment tree over the rows' room (leaves beyond the open rows hold L,
-so "the leftmost leaf ≥ l" is either an open row or the next new one): O(n log rows).
-Any-fit packers leave at most one row half empty, so rows ≤ 2·⌈Σlen / L⌉ + 1 bounds every
-array up front.
+so "the leftmost leaf ≥ l" is either an open row or the next new one): O(n log rows); its
+steps 1, 3 and 4 are those of ``bfd``.  Any-fit packers leave at most one row half empty,
+so rows ≤ 2·⌈Σlen / L⌉ + 1 bounds every array up front.
 
-Measured on 2 shared cores, lognormal lengths (median 300) clipped to L = 4096, warm JIT:
-1M lengths plan in ≈17 ms with ``bfd`` (TRL's ``pack_dataset`` bfd: ≈45 s, +0.46% rows);
-10M in ≈0.25 s quiet, ≈0.45 s under load, where numpy's AVX-512 sort of the same int64
-array takes ≈0.06-0.12 s: the plan writes 120 MB of output and reads the lengths twice, so
-it stays ≈4× a sort.  ``wrapped``: ≈0.1 s for 10M.  ``bfd`` rows exceed ⌈Σlen / L⌉ by
-≈0.003%.  JIT: ≈2 s to compile, 0.2-0.7 s to load from the on-disk cache (``cache=True``).
-``plan_packs_reference`` is the obviously-correct quadratic twin that the tests hold the
-kernels to, plan for plan.
+Measured on 2 shared cores, lognormal lengths (median 300) clipped to L = 4096, warm JIT,
+10M int64 lengths (2.3M runs, 1.19M rows; np.sort of the same array: ≈0.057 s):
+``bfd`` ≈0.070-0.075 s quiet (≈1.25× the sort); one thread: count 14 + place 24 + sort 33
++ copy 44 ≈ 0.115 s (≈2×), which is also what 2 threads get while another process holds a
+core.  The floor is memory: the plan reads the lengths twice (160 MB) and first-touches
+≈200 MB (output 120, order 40, runs and rows 37) where the sort reads 80 and touches 80;
+the kernel zeroing fresh pages alone costs ≈0.11 ms/MB (≈22 ms against ≈9).  1M lengths:
+≈9 ms (TRL's ``pack_dataset`` bfd: ≈45 s, +0.46% rows).  ``ffd`` ≈0.37 s and ``wrapped``
+≈0.1 s for 10M.  ``bfd`` rows exceed ⌈Σlen / L⌉ by ≈0.003%.  JIT: ≈2 s to compile,
+0.2-0.7 s to load from the on-disk cache (``cache=True``).  ``plan_packs_reference`` is the
+obviously-correct quadratic twin that the tests hold the kernels to, plan for plan.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
 from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
 
 from packshard.errors import UsageError
 
@@ -58,8 +81,31 @@ STRATEGIES = ("bfd", "ffd", "wrapped")
 
 _ctz: Any = trailing_zeros  # count trailing zero bits (LLVM cttz)
 _ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
-_SHIFT = 16  # a scatter bucket spans 2**16 slots: 768 KiB of output, inside L2
-_BUCKET = 1 << _SHIFT
+_LINE = 16  # int32 indices per 64-byte cache line
+_AHEAD = 16  # runs between prefetching a destination and writing it
+_WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_PARTS = 8  # each pass is cut into parts, taken in turn by the free threads
+_THREADED = 1 << 21  # from this many examples on, the parts run on threads (measured)
+
+
+@intrinsic
+def _prefetch_line(typingctx, array, index):  # pragma: no cover - compiled
+    """Ask for the cache line of ``array[index]`` for writing; a hint, it never faults."""
+
+    def codegen(context, builder, signature, args):
+        kind = signature.args[0]
+        view = context.make_array(kind)(context, builder, args[0])
+        at = cgutils.get_item_pointer(context, builder, kind, view, [args[1]], wraparound=False)
+        byte, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [byte], fnty)
+        builder.call(fn, [builder.bitcast(at, byte), i32(1), i32(3), i32(1)])  # write, keep, data
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
+
+
+_prefetch: Any = _prefetch_line  # called as _prefetch(array, index) inside kernels
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,31 +166,47 @@ def fill_rate(num_tokens: int, num_rows: int, max_seq_len: int) -> float:
 
 
 @njit(cache=True, nogil=True)
-def _count_lengths(lengths, max_seq_len, capped):  # pragma: no cover - compiled
-    hist = np.zeros(max_seq_len + 1, np.int64)
+def _count_lengths(lengths, max_seq_len, capped, hist):  # pragma: no cover - compiled
     total = 0
     for i in range(len(lengths)):
         v = lengths[i]
         if v < 1 or (capped and v > max_seq_len):
-            return hist, total, i
+            return total, i
         if capped:
             hist[v] += 1
         total += v
-    return hist, total, -1
+    return total, -1
 
 
 @njit(cache=True, nogil=True)
-def _place_best_fit(hist, max_seq_len, max_rows, run_bin, run_slot, run_count):  # pragma: no cover
+def _find_slots(hists):  # pragma: no cover - compiled
+    parts, width = hists.shape
+    above = np.zeros(width, np.int64)  # examples longer than each length
+    starts = np.zeros_like(hists)  # where part p's first example of each length goes in order
+    s = 0
+    for length in range(width - 1, 0, -1):
+        above[length] = s
+        for p in range(parts):
+            starts[p, length] = s
+            s += hists[p, length]
+    above[0] = s
+    return above, starts
+
+
+@njit(cache=True, nogil=True)
+def _place_best_fit(  # pragma: no cover - compiled
+    hist, max_seq_len, state, first_run, run_bin, run_slot, run_count
+):
     big = max_seq_len
     words = (big >> 6) + 1
     level0 = np.zeros(words, np.uint64)
     level1 = np.zeros((words >> 6) + 1, np.uint64)
     head = np.full(big, -1, np.int32)
-    nxt = np.empty(max_rows, np.int32)
-    count = np.zeros(max_rows, np.int64)
+    # state[b] = (next row with the same room, segments so far): one cache line per row
     rows = 0
     runs = 0
     for length in range(big, 0, -1):
+        first_run[length] = runs
         left = hist[length]
         while left > 0:
             room = big  # smallest room >= length among open rows, else a new row
@@ -170,40 +232,45 @@ def _place_best_fit(hist, max_seq_len, max_rows, run_bin, run_slot, run_count): 
                 room = big
                 b = rows
                 rows += 1
+                state[b, 1] = 0
             else:
                 b = head[room]
-                head[room] = nxt[b]
-                if nxt[b] < 0:
+                head[room] = state[b, 0]
+                if state[b, 0] < 0:
                     level0[room >> 6] &= ~(np.uint64(1) << np.uint64(room & 63))
                     if not level0[room >> 6]:
                         level1[room >> 12] &= ~(np.uint64(1) << np.uint64((room >> 6) & 63))
             take = min(room // length, left)
             run_bin[runs] = b
-            run_slot[runs] = count[b]
+            run_slot[runs] = state[b, 1]
             run_count[runs] = take
             runs += 1
-            count[b] += take
+            state[b, 1] += take
             left -= take
             room -= take * length
             if room > 0:
-                nxt[b] = head[room]
+                state[b, 0] = head[room]
                 if head[room] < 0:
                     level0[room >> 6] |= np.uint64(1) << np.uint64(room & 63)
                     level1[room >> 12] |= np.uint64(1) << np.uint64((room >> 6) & 63)
                 head[room] = b
-    return count[:rows], runs
+    first_run[0] = runs
+    return state[:rows, 1], runs
 
 
 @njit(cache=True, nogil=True)
-def _place_first_fit(hist, max_seq_len, max_rows, run_bin, run_slot, run_count):  # pragma: no cover
+def _place_first_fit(  # pragma: no cover - compiled
+    hist, max_seq_len, state, first_run, run_bin, run_slot, run_count
+):
     size = 1
-    while size < max_rows + 1:
+    while size < len(state) + 1:
         size *= 2
     tree = np.full(2 * size, max_seq_len, np.int64)  # leaf size + b: room of row b
     count = np.zeros(size, np.int64)
     rows = 0
     runs = 0
     for length in range(max_seq_len, 0, -1):
+        first_run[length] = runs
         left = hist[length]
         while left > 0:
             node = 1
@@ -224,53 +291,39 @@ def _place_first_fit(hist, max_seq_len, max_rows, run_bin, run_slot, run_count):
             while node:
                 tree[node] = max(tree[2 * node], tree[2 * node + 1])
                 node >>= 1
+    first_run[0] = runs
     return count[:rows], runs
 
 
 @njit(cache=True, nogil=True)
-def _scatter_runs(  # pragma: no cover - compiled
-    lengths, hist, row_offsets, runs, run_row, run_slot, run_count, seg_example, seg_length
-):
-    big = len(hist) - 1
-    n = len(lengths)
-    for r in range(runs):  # run_row becomes the run's first slot in the plan
-        run_row[r] = row_offsets[run_row[r]] + run_slot[r]
-    cursor = np.empty(big + 1, np.int64)  # next run of each length
-    r = 0
-    for length in range(big, 0, -1):
-        cursor[length] = r
-        placed = 0
-        while placed < hist[length]:
-            placed += run_count[r]
-            r += 1
-    pos = np.zeros(big + 1, np.int64)
-    end = np.zeros(big + 1, np.int64)
-    # Two passes keep the permutation inside the caches: deal (example, slot) keys into the
-    # bucket of _BUCKET consecutive slots they belong to, then permute each bucket in place.
-    fill = np.arange((n >> _SHIFT) + 1) << _SHIFT
-    for i in range(n):
+def _sort_by_length(lengths, first, start, order):  # pragma: no cover - compiled
+    for i in range(len(lengths)):  # example first + i goes to start[its length], then next
         length = lengths[i]
-        p = pos[length]
-        if p == end[length]:
-            r = cursor[length]
-            cursor[length] = r + 1
-            p = run_row[r]
-            end[length] = p + run_count[r]
-        pos[length] = p + 1
-        q = fill[p >> _SHIFT]
-        fill[p >> _SHIFT] = q + 1
-        seg_example[q] = (i << _SHIFT) | (p & (_BUCKET - 1))
-        seg_length[q] = length
-    keys = np.empty(_BUCKET, np.int64)
-    sizes = np.empty(_BUCKET, np.int32)
-    for base in range(0, n, _BUCKET):
-        m = min(_BUCKET, n - base)
-        keys[:m] = seg_example[base : base + m]
-        sizes[:m] = seg_length[base : base + m]
-        for q in range(m):
-            p = base + (keys[q] & (_BUCKET - 1))
-            seg_example[p] = keys[q] >> _SHIFT
-            seg_length[p] = sizes[q]
+        p = start[length]
+        if p % _LINE == 0:  # this length's stream enters a new cache line: fetch the next one
+            _prefetch(order, p + _LINE)
+        order[p] = first + i
+        start[length] = p + 1
+
+
+@njit(cache=True, nogil=True)
+def _copy_runs(  # pragma: no cover - compiled
+    order, hist, top, bottom, src, r, row_offsets, run_row, run_slot, run_count, out, out_length
+):
+    runs = len(run_count)
+    for length in range(top, bottom, -1):  # runs come longest first, in the order of `order`
+        stop = src + hist[length]
+        while src < stop:
+            if r + _AHEAD < runs:  # the destination is a random row: fetch it early
+                ahead = row_offsets[run_row[r + _AHEAD]] + run_slot[r + _AHEAD]
+                _prefetch(out, ahead)
+                _prefetch(out_length, ahead)
+            dst = row_offsets[run_row[r]] + run_slot[r]
+            for k in range(run_count[r]):
+                out[dst + k] = order[src + k]
+                out_length[dst + k] = length
+            src += run_count[r]
+            r += 1
 
 
 @njit(cache=True, nogil=True)
@@ -330,6 +383,13 @@ def _check_arguments(lengths: np.ndarray, max_seq_len: int, strategy: str) -> np
     return lengths
 
 
+def _run(pool: ThreadPoolExecutor | None, tasks: list[Callable[[], Any]]) -> list[Any]:
+    """Call the tasks, on the pool's threads if there is one (kernels release the GIL)."""
+    if pool is None:
+        return [task() for task in tasks]
+    return list(pool.map(lambda task: task(), tasks))
+
+
 def plan_packs(lengths: np.ndarray, max_seq_len: int, strategy: str = "bfd") -> PackPlan:
     """Pack examples of the given lengths into rows of at most ``max_seq_len`` tokens.
 
@@ -347,40 +407,87 @@ def plan_packs(lengths: np.ndarray, max_seq_len: int, strategy: str = "bfd") -> 
     lengths = _check_arguments(lengths, max_seq_len, strategy)
     big = int(max_seq_len)
     capped = strategy != "wrapped"
-    hist, total, bad = _count_lengths(lengths, big, capped)
-    if bad >= 0:
-        limit = f"1..{big}" if capped else "≥ 1"
-        raise UsageError(
-            f"example {bad} has length {int(lengths[bad])}, outside {limit} for strategy "
-            f"{strategy!r} (use --overlong truncate|split|drop)"
-        )
-    if not capped:
-        segments = _count_wrapped(lengths, big)
-        row_offsets = np.zeros(-(-total // big) + 1, np.int64)
-        seg_example = np.empty(segments, np.int64)
-        seg_start = np.empty(segments, np.int64)
-        seg_length = np.empty(segments, np.int32)
-        _cut_wrapped(lengths, big, row_offsets, seg_example, seg_start, seg_length)
-        return PackPlan(row_offsets, seg_example, seg_start, seg_length, big, strategy)
     n = len(lengths)
-    max_rows = min(n, 2 * (-(-total // big)) + 1)
-    run_row = np.empty(n, np.int64)
+    parts = _PARTS if capped else 1  # ``wrapped`` needs only the total
+    cuts = [n * p // parts for p in range(parts + 1)]
+    hists = np.zeros((parts, big + 1 if capped else 1), np.int64)
+    threads = min(_WORKERS, parts) if n >= _THREADED else 1
+    with ThreadPoolExecutor(threads) if threads > 1 else nullcontext() as pool:
+        counted = _run(
+            pool,
+            [
+                partial(_count_lengths, lengths[lo:hi], big, capped, hists[p])
+                for p, (lo, hi) in enumerate(pairwise(cuts))
+            ],
+        )
+        for first, (_, bad) in zip(cuts, counted, strict=False):
+            if bad >= 0:
+                limit = f"1..{big}" if capped else "≥ 1"
+                raise UsageError(
+                    f"example {first + bad} has length {int(lengths[first + bad])}, outside "
+                    f"{limit} for strategy {strategy!r} (use --overlong truncate|split|drop)"
+                )
+        total = sum(int(t) for t, _ in counted)
+        if not capped:
+            return _plan_wrapped(lengths, big, total)
+        return _plan_decreasing(pool, lengths, cuts, hists, total, big, strategy)
+
+
+def _plan_wrapped(lengths: np.ndarray, big: int, total: int) -> PackPlan:
+    segments = _count_wrapped(lengths, big)
+    row_offsets = np.zeros(-(-total // big) + 1, np.int64)
+    seg_example = np.empty(segments, np.int64)
+    seg_start = np.empty(segments, np.int64)
+    seg_length = np.empty(segments, np.int32)
+    _cut_wrapped(lengths, big, row_offsets, seg_example, seg_start, seg_length)
+    return PackPlan(row_offsets, seg_example, seg_start, seg_length, big, "wrapped")
+
+
+def _plan_decreasing(
+    pool: ThreadPoolExecutor | None,
+    lengths: np.ndarray,
+    cuts: list[int],
+    hists: np.ndarray,
+    total: int,
+    big: int,
+    strategy: str,
+) -> PackPlan:
+    n = len(lengths)
+    hist = hists.sum(axis=0)
+    above, starts = _find_slots(hists)
+    index = np.int32 if n < 2**31 else np.int64  # example and row numbers
+    order = np.empty(n, index)  # numpy's buffers get huge pages: first touches cost less
+    first_run = np.empty(big + 1, np.int64)
+    run_row = np.empty(n, index)  # runs ≤ examples; only the pages used are touched
     run_slot = np.empty(n, np.int32)
     run_count = np.empty(n, np.int32)
+    max_rows = min(n, 2 * (-(-total // big)) + 1)
+    state = np.empty((max_rows, 2), np.int32)  # per row: next row of equal room, segments
     place = _place_best_fit if strategy == "bfd" else _place_first_fit
-    counts, runs = place(hist, big, max_rows, run_row, run_slot, run_count)
+    placed, *_ = _run(  # placing needs only the histogram: it runs beside the sort
+        pool,
+        [partial(place, hist, big, state, first_run, run_row, run_slot, run_count)]
+        + [
+            partial(_sort_by_length, lengths[lo:hi], lo, starts[p], order)
+            for p, (lo, hi) in enumerate(pairwise(cuts))
+        ],
+    )
+    counts, runs = placed
     row_offsets = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=row_offsets[1:])
-    # Outputs are allocated by numpy, which asks the kernel for huge pages: first touch of
-    # 120 MB costs ≈10 ms that way against ≈45 ms through the JIT's own allocator.
     seg_example = np.empty(n, np.int64)
     seg_length = np.empty(n, np.int32)
-    _scatter_runs(
-        lengths, hist, row_offsets, runs, run_row, run_slot, run_count, seg_example, seg_length
-    )
-    return PackPlan(
-        row_offsets, seg_example, np.zeros(n, np.int64), seg_length, big, strategy=strategy
-    )
+    # Copy part p moves the lengths tops[p] down to tops[p + 1] + 1: about n / _PARTS examples.
+    targets = [n * p // _PARTS for p in range(_PARTS)]
+    tops = [max(0, big - int(k)) for k in np.searchsorted(above[::-1], targets)] + [0]
+    runs_of = (run_row[:runs], run_slot[:runs], run_count[:runs])
+
+    def copy(top: int, low: int) -> None:
+        src, run = int(above[top]), int(first_run[top])
+        _copy_runs(order, hist, top, low, src, run, row_offsets, *runs_of, seg_example, seg_length)
+
+    _run(pool, [partial(copy, top, low) for top, low in pairwise(tops)])
+    return PackPlan(row_offsets, seg_example, np.zeros(n, np.int64), seg_length, big, strategy)
 
 
 def plan_packs_reference(
