@@ -32,12 +32,12 @@ How ``bfd`` runs in O(n + runs + L) for L = ``max_seq_len``, with no comparison 
 
 Steps 3 and 4 write where the hardware cannot guess (one stream per length; a random row
 per run), so they prefetch: the sort fetches each stream's next cache line as it enters
-one, the copy fetches the destination 16 runs ahead; each pass lost about a third.  From
-2M examples on, every step but 2 is cut into 8 parts that a thread pool takes in turn (the
-kernels release the GIL): count and sort by input range, each part with its own histogram
-so its slots in ``order`` are known; copy by length range, found from ``first_run[l]`` and
-the count of longer examples.  Parts write disjoint slots: the plan does not depend on the
-number of threads.
+one, the copy fetches the destination 16 runs ahead (a third off the sort, a fifth off the
+copy).  From 2M examples on, every step but 2 is cut into 8 parts that a thread pool takes
+in turn (the kernels release the GIL): count and sort by input range, each part with its
+own histogram so its slots in ``order`` are known; copy by length range, found from
+``first_run[l]`` and the count of longer examples.  Parts write disjoint slots: the plan
+does not depend on the number of threads.
 
 ``ffd`` keeps a max segment tree over the rows' room (leaves beyond the open rows hold L,
 so "the leftmost leaf ≥ l" is either an open row or the next new one): O(n log rows); its
@@ -46,13 +46,13 @@ so rows ≤ 2·⌈Σlen / L⌉ + 1 bounds every array up front.
 
 Measured on 2 shared cores, lognormal lengths (median 300) clipped to L = 4096, warm JIT,
 10M int64 lengths (2.3M runs, 1.19M rows; np.sort of the same array: ≈0.057 s):
-``bfd`` ≈0.070-0.075 s quiet (≈1.25× the sort); one thread: count 14 + place 24 + sort 33
+``bfd`` ≈0.070-0.076 s quiet (1.2-1.3× the sort); one thread: count 14 + place 24 + sort 33
 + copy 44 ≈ 0.115 s (≈2×), which is also what 2 threads get while another process holds a
 core.  The floor is memory: the plan reads the lengths twice (160 MB) and first-touches
 ≈200 MB (output 120, order 40, runs and rows 37) where the sort reads 80 and touches 80;
 the kernel zeroing fresh pages alone costs ≈0.11 ms/MB (≈22 ms against ≈9).  1M lengths:
-≈9 ms (TRL's ``pack_dataset`` bfd: ≈45 s, +0.46% rows).  ``ffd`` ≈0.37 s and ``wrapped``
-≈0.1 s for 10M.  ``bfd`` rows exceed ⌈Σlen / L⌉ by ≈0.003%.  JIT: ≈2 s to compile,
+≈8-9 ms (TRL's ``pack_dataset`` bfd: ≈45 s, +0.46% rows).  ``ffd`` ≈0.37 s and ``wrapped``
+≈0.1 s for 10M.  ``bfd`` rows exceed ⌈Σlen / L⌉ by ≈0.003%.  JIT: ≈2.5 s to compile,
 0.2-0.7 s to load from the on-disk cache (``cache=True``).  ``plan_packs_reference`` is the
 obviously-correct quadratic twin that the tests hold the kernels to, plan for plan.
 """
