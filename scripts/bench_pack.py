@@ -204,9 +204,10 @@ def compare_end_to_end(min_tokens: int, max_seq_len: int, repeat: int) -> list[R
                 continue
         batches = [texts[i : i + 1024] for i in range(0, len(texts), 1024)]
 
-        def raw_encode() -> None:
+        def raw_encode() -> None:  # as in bench_ingest: the ids are read out of each encoding
             for batch in batches:
-                bundle.tokenizer.encode_batch(batch, add_special_tokens=False)
+                encs = bundle.tokenizer.encode_batch(batch, add_special_tokens=False)
+                sum(len(e.ids) for e in encs)
 
         out = str(folder / "out")
         config = PackConfig(inputs=(str(data),), tokenizer=tokenizer, template=template,
