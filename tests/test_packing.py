@@ -271,3 +271,21 @@ def test_bfd_is_near_the_lower_bound_on_realistic_lengths():
     plan = plan_packs(lengths, 4096)
     check_invariants(plan, lengths, 4096)
     assert plan.num_rows <= lower_bound_rows(lengths, 4096) * 1.001
+
+
+@pytest.mark.parametrize("strategy", ["bfd", "ffd"])
+def test_threaded_passes_give_the_same_plan_as_one_thread(monkeypatch, strategy):
+    """Large inputs run the passes on threads; the plan must not depend on it."""
+    from packshard import packing
+
+    rng = np.random.default_rng(11)
+    lengths = np.clip(np.round(rng.lognormal(np.log(40), 1.0, 20_000)), 1, 256).astype(np.int64)
+    monkeypatch.setattr(packing, "_THREADED", 1 << 62)
+    single = plan_packs(lengths, 256, strategy)
+    monkeypatch.setattr(packing, "_THREADED", 1)
+    monkeypatch.setattr(packing, "_WORKERS", 2)
+    threaded = plan_packs(lengths, 256, strategy)
+    reference = plan_packs_reference(lengths, 256, strategy)
+    for name in ("row_offsets", "seg_example", "seg_start", "seg_length"):
+        assert np.array_equal(getattr(single, name), getattr(threaded, name)), name
+        assert np.array_equal(getattr(threaded, name), getattr(reference, name)), name
