@@ -41,7 +41,7 @@ from packshard.manifest import (
     sha256_path,
 )
 from packshard.seams import ExamplesIndex, ShardAudit, audit_shard
-from packshard.shards import SHARD_SCHEMA, read_row
+from packshard.shards import SHARD_SCHEMA
 
 CHECKS = ("integrity", "structure", "source", "model")
 
@@ -377,7 +377,3 @@ def write_report_json(report: VerifyReport, path: str | Path) -> None:
         json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str) + "\n"
     )
 
-
-def sample_row(tables: dict[int, Any], shard: int, row: int) -> Any:
-    """Return one stored row as a PackedRow."""
-    return read_row(tables[shard], row)
