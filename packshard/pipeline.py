@@ -328,14 +328,3 @@ def _publish(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, out)
-
-
-def pack_summary(result: PackResult) -> dict[str, Any]:
-    """Return a flat summary of a pack result (for the command line and benchmarks)."""
-    stats = result.manifest["stats"]
-    return {"out": str(result.out), "seconds": round(result.seconds, 3), **asdict_stats(stats)}
-
-
-def asdict_stats(stats: dict[str, Any]) -> dict[str, Any]:
-    """Return the scalar entries of a manifest's stats block."""
-    return {k: v for k, v in stats.items() if not isinstance(v, dict)}
