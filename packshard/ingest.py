@@ -5,15 +5,32 @@ Every command that needs tokens (``profile``, ``pack``) reads them from :func:`i
     read_records ─► normalize_record ─► render_example ──┐  pure Python, one record at a time
          │                 │                  │          │
          └── RecordError ──┴──────────────────┘          ▼
-               (reject, or raise with on_error=fail)   batch of ``batch_size`` records
+               (reject, or raise with on_error=fail)   chunk of ``batch_size`` records
                                                           │
-                               encode_rendered ◄──────────┘  one encode_batch call (all cores)
+                                  encode_texts ◄──────────┘  encode_batch (all cores, no GIL)
                                      │
-                      no_trainable_tokens check (vectorised) ─► IngestChunk(batch, rejects)
+                                  label_encodings, no_trainable_tokens check (vectorised)
+                                     │
+                                     └─► IngestChunk(batch, rejects)
 
 A chunk covers ``batch_size`` consecutive input records (the last one fewer), so
 ``chunk.records == len(chunk.batch) + len(chunk.rejects)`` and summing ``records`` over the
 stream counts every record read.  Examples keep input order; so do rejects.
+
+Only ``encode_batch`` leaves the main thread.  Everything that holds the GIL (reading,
+rendering, labelling, and the consumer of the chunks) stays on it, so the tokenizer is
+never left waiting for a label pass; the first chunk is encoded in pieces of
+``FIRST_PIECE`` records so the cores start at once::
+
+    tokenize thread       [0a][0b]..[0h][encode 1            ][encode 2            ]..
+    main thread      [r0a][r0b][r0c]..[r0h][render 1][label 0, yield][render 2][label 1]..
+
+Measured on 2 cores (phi-3-mini, the shared chat data, 2.17M tokens): ``encode_batch`` alone
+0.95-0.99 s wall; rendering adds 0.25 CPU-s, labelling 0.17.  Ingest runs at 0.80-0.83x the
+throughput of ``encode_batch`` alone, against 0.71-0.73x when labelling followed each
+``encode_batch`` on the tokenize thread.  Worker processes (each rendering and encoding
+single-threaded) took 1.25-1.45 s against 1.2-1.3 s threaded even when forked: sending
+records and results costs what single-threaded encoding saves.
 
 An example is rejected as ``no_trainable_tokens`` when every label after its first token is
 ``IGNORE_INDEX``: once packed, the first label of a segment is masked at the seam, so such an
@@ -24,13 +41,14 @@ example, the number of trained labels after the first token (what the packed row
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tokenizers import Encoding
 
 from packshard.errors import RecordError, UsageError
 from packshard.normalize import is_encodable, normalize_record
@@ -45,7 +63,16 @@ from packshard.records import (
 )
 from packshard.sources import InputFile, read_records
 from packshard.templates import ChatTemplate, Rendered, render_example
-from packshard.tokenize import TokenizerBundle, encode_rendered
+from packshard.tokenize import TokenizerBundle, encode_texts, label_encodings
+
+IN_FLIGHT = 2  # chunks rendered but not yet labelled: one encoding, one queued
+FIRST_PIECE = 128  # records per encode_batch call in the first chunk
+
+
+def _encodings(parts: list[Future[list[Encoding]]]) -> list[Encoding]:
+    if len(parts) == 1:
+        return parts[0].result()
+    return [enc for part in parts for enc in part.result()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +144,15 @@ def _loss_tokens(labels: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 _Item = tuple[int, SourceRef, str, Rendered]  # input position, place, domain, rendering
 
 
-def _tokenize(
+def _label_batch(
     bundle: TokenizerBundle,
     items: list[_Item],
     rejects: list[tuple[int, Reject]],
     options: IngestOptions,
-    records: int,
+    encs: list[Encoding],
 ) -> IngestChunk:
-    ids, labels, offsets = encode_rendered(bundle, [item[3] for item in items])
+    records = len(items) + len(rejects)
+    ids, labels, offsets = label_encodings(bundle, [item[3] for item in items], encs)
     loss = _loss_tokens(labels, offsets)
     empty = np.flatnonzero(loss == 0)
     if empty.size:
@@ -157,34 +185,56 @@ def _tokenize(
     return IngestChunk(batch, tuple(r for _, r in rejects), records, paths)
 
 
-def _render_batches(
+class _Failed(Exception):
+    """A record failed with ``on_error=fail``; ``items`` were rendered before it, unencoded."""
+
+    def __init__(self, error: RecordError, items: list[_Item]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.items = items
+
+
+_Piece = tuple[list[_Item], list[tuple[int, Reject]], bool]
+
+
+def _render_pieces(
     files: Sequence[InputFile],
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
     options: IngestOptions,
-) -> Iterator[tuple[list[_Item], list[tuple[int, Reject]]]]:
-    """Read, normalize and render ``batch_size`` records at a time (the pure-Python half)."""
+) -> Iterator[_Piece]:
+    """Read, normalize and render records (the pure-Python half), a piece at a time.
+
+    A piece ending with ``True`` closes a chunk of ``batch_size`` records.  The first chunk
+    comes in pieces of ``FIRST_PIECE`` records, so the tokenizer starts after a few
+    milliseconds of rendering instead of a whole chunk's worth.
+    """
     items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
-    seq = 0
+    seq = count = 0  # records read, records in the open chunk
+    piece = min(FIRST_PIECE, options.batch_size)
     for f in files:
         for raw in read_records(f):
             seq += 1
+            count += 1
             try:
                 conv = normalize_record(raw, options.format, options.domain_field)
                 rendered = render_example(conv, template, bundle, options.loss)
             except RecordError as err:
                 if options.on_error == "fail":
-                    raise
+                    raise _Failed(err, items) from err
                 domain = _domain_of(raw, options.domain_field)
                 rejects.append((seq, Reject(raw.ref, domain, err.code, err.reason)))
             else:
                 items.append((seq, conv.ref, conv.domain, rendered))
-            if len(items) + len(rejects) >= options.batch_size:
-                yield items, rejects
+            if count >= options.batch_size:
+                yield items, rejects, True
+                items, rejects, count, piece = [], [], 0, options.batch_size
+            elif len(items) + len(rejects) >= piece:
+                yield items, rejects, False
                 items, rejects = [], []
-    if items or rejects:
-        yield items, rejects
+    if count:
+        yield items, rejects, True
 
 
 def ingest(
@@ -196,9 +246,9 @@ def ingest(
 ) -> Iterator[IngestChunk]:
     """Stream ``files`` as tokenized, labelled chunks of ``options.batch_size`` records.
 
-    Batch ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
-    batch ``k + 1`` is rendered and chunk ``k - 1`` is consumed, so the Python work hides
-    behind tokenization where there are cores to spare.
+    Chunk ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
+    chunk ``k + 1`` is rendered and chunk ``k - 1`` is labelled and consumed on this one;
+    at most ``IN_FLIGHT`` chunks are rendered ahead of the consumer.
 
     Raises:
         RecordError: the first bad record, when ``options.on_error == "fail"``.
@@ -209,27 +259,43 @@ def ingest(
     check_options(options)
     bar = _Progress() if progress else None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
-    pending: Future[IngestChunk] | None = None
-    batches = _render_batches(files, bundle, template, options)
+    pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[list[Encoding]]]]]
+    pending = deque()
+    items: list[_Item] = []
+    rejects: list[tuple[int, Reject]] = []
+    encoding: list[Future[list[Encoding]]] = []
+    pieces = _render_pieces(files, bundle, template, options)
     try:
         while True:
             try:
-                batch = next(batches, None)
-            except RecordError:
-                if pending is not None:
-                    pending.result()  # an earlier record's failure is reported first
-                raise
-            done = pending.result() if pending is not None else None
-            pending = None
-            if batch is not None:
-                items, rejects = batch
-                pending = pool.submit(_tokenize, bundle, items, rejects, options,
-                                      len(items) + len(rejects))  # fmt: skip
-            if done is not None:
+                piece = next(pieces, None)
+            except _Failed as failed:
+                # A record read before the failing one may have no token to train on: that
+                # failure comes first.  (With on_error=fail there are no rejects to keep.)
+                last = [item[3] for item in failed.items]
+                encoding.append(pool.submit(encode_texts, bundle, last))
+                for earlier in (*pending, (items + failed.items, rejects, encoding)):
+                    _label_batch(bundle, *earlier[:2], options, _encodings(earlier[2]))
+                raise failed.error from failed.error.__cause__
+            if piece is not None:
+                items += piece[0]
+                rejects += piece[1]
+                if piece[0]:
+                    rendered = [item[3] for item in piece[0]]
+                    encoding.append(pool.submit(encode_texts, bundle, rendered))
+                if not piece[2]:
+                    continue
+                pending.append((items, rejects, encoding))
+                items, rejects, encoding = [], [], []
+            while pending and (
+                piece is None or len(pending) > IN_FLIGHT or all(f.done() for f in pending[0][2])
+            ):
+                done = pending.popleft()
+                chunk = _label_batch(bundle, *done[:2], options, _encodings(done[2]))
                 if bar is not None:
-                    bar.advance(done)
-                yield done
-            if batch is None:
+                    bar.advance(chunk)
+                yield chunk
+            if piece is None:
                 break
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

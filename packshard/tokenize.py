@@ -295,15 +295,36 @@ def encode_rendered(
     every token; otherwise a token is trained when it overlaps one of ``spans``.  An example
     with ``bos_chars`` gets the BOS id, then the tokens of the text after those characters.
     """
+    if not rendered:
+        return label_encodings(bundle, rendered, [])
+    encs = encode_texts(bundle, rendered, add_special_tokens=add_special_tokens)
+    return label_encodings(bundle, rendered, encs)
+
+
+def encode_texts(
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], *, add_special_tokens: bool = False
+) -> list[tokenizers.Encoding]:
+    """Run one ``encode_batch`` over rendered examples (the text after any ``bos_chars``).
+
+    This is the half of :func:`encode_rendered` that runs without the GIL, on all cores;
+    :func:`label_encodings` is the other half.
+    """
+    texts = [r.text[r.bos_chars :] if r.bos_chars else r.text for r in rendered]
+    return bundle.tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
+
+
+def label_encodings(
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[tokenizers.Encoding]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flatten the encodings of ``rendered`` into ``(input_ids, labels, offsets)``.
+
+    See :func:`encode_rendered`; ``encs`` comes from :func:`encode_texts` on the same list.
+    """
     n = len(rendered)
     if n == 0:
         empty = np.zeros(0, dtype=np.int32)
         return empty, empty.copy(), np.zeros(1, dtype=np.int64)
     cuts = [r.bos_chars for r in rendered]
-    encs = bundle.tokenizer.encode_batch(
-        [r.text[c:] if c else r.text for r, c in zip(rendered, cuts, strict=True)],
-        add_special_tokens=add_special_tokens,
-    )
     lead = np.fromiter((c > 0 for c in cuts), dtype=bool, count=n)  # a BOS id goes first
     lengths = np.fromiter(map(len, encs), dtype=np.int64, count=n) + lead
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -320,19 +341,34 @@ def encode_rendered(
 
     starts: list[int] = []
     ends: list[int] = []
-    for i, (r, enc, cut) in enumerate(zip(rendered, encs, cuts, strict=True)):
-        start, length = int(offsets[i]), int(lengths[i])
+    rows = zip(rendered, encs, cuts, offsets[:-1].tolist(), lengths.tolist(), strict=True)
+    for r, enc, cut, start, length in rows:
         if r.label_path == "none":
             starts.append(start)
             ends.append(start + length)
             continue
         base = start + (1 if cut else 0)
+        m = length - (base - start)
         for lo, hi in r.spans:
             lo, hi = lo - cut, hi - cut
             if lo < 0 < hi + cut:  # the span covers the BOS
                 starts.append(start)
                 ends.append(base)
-            t0, t1 = _span_tokens(enc, max(lo, 0), hi, length - (base - start))
+            lo = max(lo, 0)
+            if hi <= lo:
+                continue
+            # Common case inline: both edge characters map to a token.
+            t0 = enc.char_to_token(lo)
+            t1 = enc.char_to_token(hi - 1) if t0 is not None else None
+            if t0 is None or t1 is None:
+                t0, t1 = _span_tokens(enc, lo, hi, m)
+            else:
+                while t1 + 1 < m:  # byte-fallback pieces of the last character
+                    chars = enc.token_to_chars(t1 + 1)
+                    if chars is None or chars[0] >= hi or chars[1] <= chars[0]:
+                        break
+                    t1 += 1
+                t1 += 1
             if t1 > t0:
                 starts.append(base + t0)
                 ends.append(base + t1)
