@@ -376,4 +376,3 @@ def write_report_json(report: VerifyReport, path: str | Path) -> None:
     Path(path).write_text(
         json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str) + "\n"
     )
-
