@@ -29,23 +29,42 @@ one; no EOS when the tokenizer has none).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from jinja2 import nodes
-from jinja2.ext import Extension, loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from packshard.errors import RecordError, TemplateError
 from packshard.records import Conversation
+from packshard.sandbox import (
+    RECORDER,
+    GenerationExtension,
+    Recorder,
+    SecurityError,
+    TemplateSecurityError,
+    make_environment,
+)
 from packshard.tokenize import TokenizerBundle
+
+__all__ = [
+    "BUILTINS",
+    "CHATML",
+    "LABEL_PATHS",
+    "ChatTemplate",
+    "GenerationExtension",
+    "Rendered",
+    "TemplateSecurityError",
+    "compile_template",
+    "load_template",
+    "locate_contents",
+    "render_chat",
+    "render_example",
+    "search_contents",
+]
 
 LABEL_PATHS = ("generation_tags", "offsets", "none")
 CHATML = r"""{%- set ns = namespace(start=0) %}
@@ -77,89 +96,6 @@ CHATML = r"""{%- set ns = namespace(start=0) %}
 {%- endif %}
 """
 BUILTINS = {"chatml": CHATML}
-
-
-class TemplateSecurityError(TemplateError):
-    """The template tried to leave the sandbox; nothing it asked for was executed."""
-
-
-@dataclass(slots=True)
-class _Recorder:
-    emitted: int = 0
-    blocks: list[tuple[int, str]] = field(default_factory=list)
-
-
-_RECORDER: ContextVar[_Recorder | None] = ContextVar("packshard_generation", default=None)
-
-
-class GenerationExtension(Extension):
-    """``{% generation %}…{% endgeneration %}``: record where the block's output lands."""
-
-    tags = {"generation"}  # noqa: RUF012 (jinja reads this class attribute)
-
-    def parse(self, parser: Any) -> nodes.Node:
-        """Compile the block into a call that records its output."""
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        call = self.call_method("_generation")
-        return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
-
-    def _generation(self, caller: Any) -> str:
-        out = str(caller())
-        if (recorder := _RECORDER.get()) is not None:
-            recorder.blocks.append((recorder.emitted, out))
-        return out
-
-
-class _Sandbox(ImmutableSandboxedEnvironment):
-    def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
-        raise SecurityError(
-            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
-        )
-
-
-class _Namespace(jinja2.utils.Namespace):
-    """``namespace()`` that refuses underscore names (no reaching into internals)."""
-
-    def __init__(*args: Any, **kwargs: Any) -> None:  # same signature trick as jinja's
-        self, rest = args[0], args[1:]
-        attrs = dict(*rest, **kwargs)
-        for name in attrs:
-            _Namespace._check(name)
-        jinja2.utils.Namespace.__init__(self, attrs)
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        _Namespace._check(name)
-        jinja2.utils.Namespace.__setitem__(self, name, value)
-
-    @staticmethod
-    def _check(name: Any) -> None:
-        if isinstance(name, str) and name.startswith("_"):
-            raise SecurityError(f"namespace attribute {name!r} starts with an underscore")
-
-
-def _raise_exception(message: str) -> None:
-    raise TemplateError(str(message))
-
-
-def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:  # fmt: skip
-    return json.dumps(
-        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-def _environment() -> _Sandbox:
-    env = _Sandbox(trim_blocks=True, lstrip_blocks=True,
-                   extensions=[GenerationExtension, loopcontrols])  # fmt: skip
-    env.filters["tojson"] = _tojson
-    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
-                       namespace=_Namespace, dict=dict)  # fmt: skip
-    return env
 
 
 @dataclass(frozen=True)
@@ -196,7 +132,7 @@ class Rendered:
 
 def compile_template(text: str, source: str) -> ChatTemplate:
     """Compile ``text`` in the sandbox; ``source`` names it in errors and the manifest."""
-    env = _environment()
+    env = make_environment()
     try:
         tree = env.parse(text)
         compiled = env.from_string(tree)
@@ -274,8 +210,8 @@ def render_chat(
         compiled.name,
         compiled.blocks,
     )  # fmt: skip
-    recorder = _Recorder()
-    token = _RECORDER.set(recorder)
+    recorder = Recorder()
+    token = RECORDER.set(recorder)
     try:
         try:
             if not template.has_generation:
@@ -295,7 +231,7 @@ def render_chat(
     except Exception as exc:  # a template may fail in many ways; all are the template's
         raise TemplateError(f"template failed: {type(exc).__name__}: {exc}") from exc
     finally:
-        _RECORDER.reset(token)
+        RECORDER.reset(token)
     text = "".join(parts)
     blocks = [(lo, out) for lo, out in recorder.blocks if out]
     if any(text[lo : lo + len(out)] != out for lo, out in blocks):
