@@ -15,11 +15,7 @@ truncated ``.gz``/``.zst`` is noticed instead of silently ending early::
 A record's ``line`` is the 1-based physical line for JSONL (blank lines skipped but counted), the
 1-based element index of a JSON array (1 for a lone object) and the 1-based Parquet row.
 
-The JSON array reader keeps a text buffer and calls ``JSONDecoder.raw_decode`` at the next
-element.  A decode error near the buffer's end (or an unterminated string) may just mean "not
-enough text yet": the buffer then grows by at least its own unread size and the element is
-decoded again, so a 50 MB element costs O(50 MB) of parsing, not O(50 MB × chunks).  A number
-that ends within 3 characters of the buffer's end also grows it, since "1." may be "1.5".
+Decompression and the growing JSON text buffer live in :mod:`packshard.streams`.
 
 Record-level problems never raise: the record carries a :class:`RecordError` (``invalid_json``,
 ``invalid_utf8``, ``not_an_object``, ``unreadable``).  A broken array or a broken compressed
@@ -30,30 +26,23 @@ read before it is still yielded, so counts add up.  Only a file that cannot be o
 
 from __future__ import annotations
 
-import codecs
 import glob
 import hashlib
 import json
 import os
-import re
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import zstandard
+from typing import Any
 
 from packshard.errors import InputError, RecordError
 from packshard.records import RawRecord, SourceRef
+from packshard.streams import StreamError, TextBuffer, iter_bytes
 
 CHUNK_SIZE = 1 << 20
 _EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"
 _CODECS = (".gz", ".zst")
 _TYPES = (".jsonl", ".json", ".parquet")
-_WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
-_MARGIN = 16  # a decode error this close to the buffer's end may be a cut-off token
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +51,6 @@ class InputFile:
 
     path: str
     real: Path
-
-
-class _StreamError(Exception):
-    """A compressed stream broke; its message is the reject reason."""
 
 
 def _split_ext(name: str) -> tuple[str, str, str]:
@@ -158,37 +143,6 @@ def sha256_file(path: str | os.PathLike[str], chunk_size: int = CHUNK_SIZE) -> s
     return digest.hexdigest()
 
 
-def _iter_bytes(fh: BinaryIO, codec: str, chunk_size: int) -> Iterator[bytes]:
-    """Yield the decompressed bytes; raise :class:`_StreamError` on a corrupt or cut stream."""
-    if not codec:
-        while chunk := fh.read(chunk_size):
-            yield chunk
-        return
-    fresh: Any = (
-        (lambda: zlib.decompressobj(wbits=31))
-        if codec == ".gz"
-        else (lambda: zstandard.ZstdDecompressor().decompressobj())
-    )
-    obj, open_member = fresh(), False
-    while data := fh.read(chunk_size):
-        while data:
-            open_member = True
-            try:
-                out = obj.decompress(data, chunk_size) if codec == ".gz" else obj.decompress(data)
-            except (zlib.error, zstandard.ZstdError) as exc:
-                raise _StreamError(f"corrupt {codec} stream ({exc})") from None
-            if out:
-                yield out
-            if obj.eof:  # a member/frame ended; another may follow
-                data, obj, open_member = obj.unused_data, fresh(), False
-                if codec == ".gz" and not data.strip(b"\0"):
-                    data = b""  # gzip allows zero padding after the last member
-            else:
-                data = obj.unconsumed_tail
-    if open_member:
-        raise _StreamError(f"the {codec} stream is truncated (it ends before its end marker)")
-
-
 def _reject(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
     return RawRecord(
         SourceRef(f.path, line), file_domain(f.path), None, RecordError(code, reason, f.path, line)
@@ -243,7 +197,7 @@ def _read_jsonl(f: InputFile, chunks: Iterator[bytes]) -> Iterator[RawRecord]:
             chunk = next(chunks)
         except StopIteration:
             break
-        except _StreamError as exc:
+        except StreamError as exc:
             reason = f"cannot decompress: {exc}; the rest of the file is not read"
             yield _reject(f, line_no + 1, "unreadable", reason)
             return
@@ -262,106 +216,9 @@ def _read_jsonl(f: InputFile, chunks: Iterator[bytes]) -> Iterator[RawRecord]:
         yield _parse_line(f, line_no + 1, domain, tail)
 
 
-class _TextBuffer:
-    """Decoded text of a JSON file, read on demand; ``failure`` is why reading stopped early."""
-
-    __slots__ = (
-        "_chunks",
-        "_decoder",
-        "_dropped_lines",
-        "_fed",
-        "_started",
-        "done",
-        "failure",
-        "pos",
-        "text",
-    )
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks, self._decoder = chunks, codecs.getincrementaldecoder("utf-8")()
-        self._fed, self._dropped_lines, self._started = 0, 0, False
-        self.text, self.pos, self.done = "", 0, False
-        self.failure: tuple[str, str] | None = None
-
-    def _append(self, piece: str) -> None:
-        if not self._started and piece:
-            self._started = True
-            if piece.startswith("\ufeff"):
-                piece = piece[1:]  # a UTF-8 byte order mark opens the file
-        self._dropped_lines += self.text.count("\n", 0, self.pos)
-        self.text, self.pos = self.text[self.pos :] + piece, 0
-
-    def fill(self) -> bool:
-        """Append the next piece of text; False once nothing more will come."""
-        if self.done:
-            return False
-        try:
-            chunk = next(self._chunks)
-        except StopIteration:
-            chunk, self.done = b"", True
-        except _StreamError as exc:
-            self.done, self.failure = True, ("unreadable", f"cannot decompress: {exc}")
-            return False
-        self._fed += len(chunk)
-        try:
-            self._append(self._decoder.decode(chunk, final=self.done))
-        except UnicodeDecodeError as exc:
-            offset = self._fed - len(exc.object) + exc.start
-            self._append(exc.object[: exc.start].decode("utf-8"))
-            reason = f"invalid UTF-8 at byte offset {offset} of the file ({exc.reason})"
-            self.done, self.failure = True, ("invalid_utf8", reason)
-        return True
-
-    def grow(self) -> None:
-        """Read until at least as much text again as is still unread (amortized linear)."""
-        want = len(self.text) - self.pos + len(self.text)
-        while len(self.text) - self.pos < want and self.fill():
-            pass
-
-    def peek(self) -> str:
-        """Skip whitespace and return the next character ('' at the end of the text)."""
-        while True:
-            self.pos = _WS.match(self.text, self.pos).end()  # type: ignore[union-attr]
-            if self.pos < len(self.text):
-                return self.text[self.pos]
-            if not self.fill():
-                return ""
-
-    def line(self) -> int:
-        """1-based line of the file at the current position."""
-        return self._dropped_lines + self.text.count("\n", 0, self.pos) + 1
-
-    def decode(self) -> tuple[Any, tuple[str, str] | None]:
-        """Decode the value at the position: ``(value, None)`` or ``(None, (code, why))``."""
-        while True:
-            try:
-                value, end = _DECODER.raw_decode(self.text, self.pos)
-            except json.JSONDecodeError as exc:
-                cut = exc.msg.startswith("Unterminated") or exc.pos >= len(self.text) - _MARGIN
-                if cut and not self.done:
-                    self.grow()
-                    continue
-                if cut and self.failure:
-                    return None, self.failure
-                self.pos = exc.pos
-                return None, (
-                    "invalid_json",
-                    f"invalid JSON: {exc.msg.removesuffix(' at')} at line {self.line()}",
-                )
-            except RecursionError:
-                return None, ("invalid_json", "invalid JSON: nested too deeply")
-            except ValueError as exc:
-                return None, ("invalid_json", f"invalid JSON: {exc}")
-            if type(value) in (int, float) and end >= len(self.text) - 3 and not self.done:
-                self.grow()  # "1", "1.", "1e-" at the end may be a cut-off "1.5e-3"
-                continue
-            self.pos = end
-            return value, None
-
-
 def _read_json(f: InputFile, chunks: Iterator[bytes]) -> Iterator[RawRecord]:
     buf, domain, stop = (
-        _TextBuffer(chunks),
+        TextBuffer(chunks),
         file_domain(f.path),
         "; the rest of the file is not read",
     )
@@ -447,5 +304,5 @@ def read_records(f: InputFile, chunk_size: int = CHUNK_SIZE) -> Iterator[RawReco
     except OSError as exc:
         raise InputError(f"{f.path}: cannot open ({exc.strerror or exc})") from None
     with fh:
-        chunks = _iter_bytes(fh, codec, chunk_size)
+        chunks = iter_bytes(fh, codec, chunk_size)
         yield from (_read_json if kind == ".json" else _read_jsonl)(f, chunks)
