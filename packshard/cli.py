@@ -97,7 +97,7 @@ class _Group(click.Group):
 @click.group(cls=_Group)
 @click.version_option(package_name="packshard")
 def main() -> None:
-    r"""Pack chat fine-tuning data into audited, seam-safe Parquet shards.
+    """Pack chat fine-tuning data into audited, seam-safe Parquet shards.
 
     \b
     Example:
@@ -145,7 +145,7 @@ def profile(
     html_path: str | None,
     progress: bool | None,
 ) -> None:
-    r"""Length quantiles per domain and the padding waste packing would remove.
+    """Length quantiles per domain and the padding waste packing would remove.
 
     \b
     Example:
@@ -263,7 +263,7 @@ def pack(
     num_workers: int | None,
     progress: bool | None,
 ) -> None:
-    r"""Tokenize, pack and write Parquet shards with an examples index, rejects and a manifest.
+    """Tokenize, pack and write Parquet shards with an examples index, rejects and a manifest.
 
     \b
     Example:
@@ -353,7 +353,7 @@ def verify(
     seed: int,
     json_path: str | None,
 ) -> None:
-    r"""Audit a packed folder: integrity, structure, source, model equivalence and its control.
+    """Audit a packed folder: integrity, structure, source, model equivalence and its control.
 
     Exit 0 when every check holds, 1 on any finding, 2 for usage or unreadable input.
 
@@ -397,7 +397,7 @@ def verify(
     help="Also write the view as an HTML page.",
 )
 def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: str | None) -> None:
-    r"""Show one packed row: decoded segments, seams, trained tokens, positions, sources.
+    """Show one packed row: decoded segments, seams, trained tokens, positions, sources.
 
     \b
     Example:
