@@ -53,3 +53,16 @@ def test_every_command_is_in_the_readme(name):
     assert re.search(rf"\bpackshard {name}\b", text), (
         f"{README.name} never shows `packshard {name}`: add a section with an example of it"
     )
+
+
+def test_help_examples_render_without_a_literal_backslash_b():
+    """A raw docstring would print click's verbatim marker as the two characters '\\b'."""
+    from click.testing import CliRunner
+
+    from packshard.cli import main
+
+    for args in ([], *([name] for name in main.commands)):
+        result = CliRunner().invoke(main, [*args, "--help"])
+        assert result.exit_code == 0
+        assert "\\b" not in result.output, args
+        assert "Example:\n" in result.output, args
