@@ -95,7 +95,8 @@ def check_sources(
     findings: FindingList,
 ) -> dict[str, Any]:
     """Re-ingest the recorded inputs and compare every (or a sample of) packed example."""
-    from packshard.sources import InputFile, sha256_file
+    from packshard.manifest import sha256_path
+    from packshard.sources import InputFile
 
     required = options.source is True
 
@@ -110,7 +111,7 @@ def check_sources(
         path = _locate(entry["path"], options.source_root)
         if path is None:
             return skip(f"input {entry['path']} not found (give --source-root)")
-        if sha256_file(path) != entry["sha256"]:
+        if sha256_path(path) != entry["sha256"]:
             findings.add(
                 Finding("source", f"input {entry['path']}: SHA-256 differs from the manifest")
             )

@@ -27,7 +27,6 @@ read before it is still yielded, so counts add up.  Only a file that cannot be o
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from packshard.errors import InputError, RecordError
+from packshard.manifest import sha256_path
 from packshard.records import RawRecord, SourceRef
 from packshard.streams import StreamError, TextBuffer, iter_bytes
 
@@ -135,12 +135,8 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
 
 
 def sha256_file(path: str | os.PathLike[str], chunk_size: int = CHUNK_SIZE) -> str:
-    """Return the SHA-256 of the file's bytes as lowercase hex, reading it in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """Return the SHA-256 of the file's bytes as lowercase hex (:func:`manifest.sha256_path`)."""
+    return sha256_path(path, chunk=chunk_size)
 
 
 def _reject(f: InputFile, line: int, code: str, reason: str) -> RawRecord:

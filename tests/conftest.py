@@ -258,3 +258,14 @@ def packed_demo_copy(packed_demo, tmp_path) -> Path:
 def check_pack() -> Any:
     """The :func:`check_pack_output` helper, for outputs written another way (the CLI)."""
     return check_pack_output
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread() -> Any:
+    """One intra-op torch thread: on two shared cores, two spinning threads ran 8x slower."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)

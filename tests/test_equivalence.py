@@ -46,12 +46,8 @@ def make_row(lengths, seed=0, reset=True, cu=None, vocab=VOCAB):
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on a shared two-core machine, two spinning threads ran 8x slower."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+def one_thread(torch_one_thread):
+    """Every test here runs torch on one intra-op thread (see conftest)."""
 
 
 @pytest.fixture(scope="module")
