@@ -1,7 +1,7 @@
 """Assemble packed rows from the spill and write them as Parquet shards.
 
 A plan names, for every segment, the spilled example it comes from and the token range within
-it.  Assembly reads each segment's range from the spill (one positioned read per segment) and
+it.  Assembly gathers each segment's range from the spill (a jitted copy per segment) and
 builds the columns with vectorised numpy, no per-token Python::
 
     segments   [ex7 0:5] [ex2 0:2] [ex9 0:1] | [ex4 0:6] [ex1 0:2]

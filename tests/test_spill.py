@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import packshard.spill as spill_module
 from packshard.errors import RecordError
 from packshard.records import IGNORE_INDEX as X
 from packshard.records import SourceRef, TokenizedBatch
@@ -185,22 +186,19 @@ def test_spill_writer_keeps_overlong_whole_for_wrapped(tmp_path):
     assert spill.lengths.tolist() == [5] and spill.loss_tokens.tolist() == [4]
 
 
-def test_read_ranges_reads_the_files_without_mapping_them(tmp_path):
-    import dataclasses
-
+@pytest.mark.parametrize("in_memory", [True, False], ids=["read-back-whole", "file-backed"])
+def test_read_ranges_gathers_the_ranges_in_order(tmp_path, monkeypatch, in_memory):
+    if not in_memory:
+        monkeypatch.setattr(spill_module, "IN_MEMORY_BYTES", 0)
     writer = SpillWriter(tmp_path, max_seq_len=10, overlong="drop", split_at_rows=False)
     b = batch([([1, 2, 3], [X, 2, 3]), ([4, 5], [4, 5]), ([6, 7, 8, 9], [X, X, 8, 9])])
     writer.add(b, np.zeros(3, np.int32), np.zeros(3, np.int32), np.arange(3))
     spill = writer.finish()
+    assert (spill.folder is None) == in_memory
     starts, lengths = np.array([5, 0, 3, 7, 2]), np.array([4, 2, 1, 0, 1])
     ids, labels = spill.read_ranges(starts, lengths)
     assert ids.tolist() == [6, 7, 8, 9, 1, 2, 4, 3]
     assert labels.tolist() == [X, X, 8, 9, X, 2, 4, 3]
     assert ids.dtype == labels.dtype == np.int32
-    in_memory = dataclasses.replace(
-        spill, tokens=np.array(spill.tokens), labels=np.array(spill.labels), folder=None
-    )
-    again = in_memory.read_ranges(starts, lengths)
-    assert again[0].tolist() == ids.tolist() and again[1].tolist() == labels.tolist()
     spill.release_pages()  # dropping mapped pages leaves the data readable
     assert spill.tokens.tolist() == list(range(1, 10))
