@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 import tokenizers
 from tokenizers import AddedToken, pre_tokenizers
 
@@ -180,7 +181,10 @@ def load_tokenizer(path: str) -> TokenizerBundle:
         )
     raw = json_path.read_bytes()
     try:
-        spec = json.loads(raw)
+        try:
+            spec = orjson.loads(raw)
+        except orjson.JSONDecodeError:  # what only the standard parser accepts (NaN …)
+            spec = json.loads(raw)
         tok = tokenizers.Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # the Rust loader raises a bare Exception
         raise TokenizerError(f"{json_path}: not a valid tokenizer.json: {exc}") from exc

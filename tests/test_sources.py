@@ -167,6 +167,24 @@ def test_jsonl_counts_blank_lines_and_places_every_reject(tmp_path: Path) -> Non
     assert str(records[2].error) == f"{path}:5: invalid JSON: Expecting value at column 7"
 
 
+def test_jsonl_values_are_what_the_standard_parser_reads(tmp_path: Path) -> None:
+    """Python's json reading, also where faster parsers differ (huge integers become floats)."""
+    lines = [
+        '{"a": 1, "a": 2, "b": [1.5, -0.0, 1e308, "x\\u00e9"]}',  # duplicate key: the last wins
+        '{"n": NaN, "i": Infinity}',  # not JSON to the fast parser
+        '{"big": 123456789012345678901234567890}',  # beyond 64 bits
+        '{"s": "\\ud800"}',  # a lone surrogate escape (rejected later, at rendering)
+        '{"crlf": true}\r',
+        '  {"padded": "yes"}  ',
+    ]
+    records = read(write(tmp_path / "a.jsonl", "\ufeff" + "\n".join(lines) + "\n"))
+    expected = [json.loads(line.lstrip("\ufeff")) for line in lines]
+    values = [r.value for r in records]
+    assert [r.error for r in records] == [None] * len(lines)
+    assert json.dumps(values, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert values[2]["big"] == 123456789012345678901234567890
+
+
 @pytest.mark.parametrize("chunk_size", [1, 2, 7, 1 << 20])
 def test_jsonl_lines_survive_any_chunk_size(tmp_path: Path, chunk_size: int) -> None:
     rows = [{"i": i, "t": "é中🙂" * i} for i in range(30)]
