@@ -7,7 +7,7 @@ Every command that needs tokens (``profile``, ``pack``) reads them from :func:`i
          └── RecordError ──┴──────────────────┘          ▼
                (reject, or raise with on_error=fail)   chunk of ``batch_size`` records
                                                           │
-                                  encode_texts ◄──────────┘  encode_batch (all cores, no GIL)
+                                  encode_texts ◄──────────┘  encode_batch_fast (all cores, no GIL)
                                      │
                                   label_encodings, no_trainable_tokens check (vectorised)
                                      │
@@ -17,20 +17,21 @@ A chunk covers ``batch_size`` consecutive input records (the last one fewer), so
 ``chunk.records == len(chunk.batch) + len(chunk.rejects)`` and summing ``records`` over the
 stream counts every record read.  Examples keep input order; so do rejects.
 
-Only ``encode_batch`` leaves the main thread.  Everything that holds the GIL (reading,
-rendering, labelling, and the consumer of the chunks) stays on it, so the tokenizer is
-never left waiting for a label pass; the first chunk is encoded in pieces of
+Only the tokenizer call (``encode_batch_fast``, or ``encode_batch`` when labels need the
+offsets: see :mod:`packshard.tokenize`) leaves the main thread.  Everything that holds the
+GIL (reading, rendering, labelling, and the consumer of the chunks) stays on it, so the
+tokenizer is never left waiting for a label pass; the first chunk is encoded in pieces of
 ``FIRST_PIECE`` records so the cores start at once::
 
     tokenize thread       [0a][0b]..[0h][encode 1            ][encode 2            ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][label 0, yield][render 2][label 1]..
 
-Measured on 2 cores (phi-3-mini, the shared chat data, 2.17M tokens): ``encode_batch`` alone
-0.95-0.99 s wall; rendering adds 0.25 CPU-s, labelling 0.17.  Ingest runs at 0.80-0.83x the
-throughput of ``encode_batch`` alone, against 0.71-0.73x when labelling followed each
-``encode_batch`` on the tokenize thread.  Worker processes (each rendering and encoding
-single-threaded) took 1.25-1.45 s against 1.2-1.3 s threaded even when forked: sending
-records and results costs what single-threaded encoding saves.
+Measured on 2 cores (phi-3-mini, the shared chat data, 2.17M tokens, ``bench_ingest.py``):
+``encode_batch`` alone 0.87-0.91 s wall, ``encode_batch_fast`` 0.65 s; ingest 0.90-0.95 s,
+0.96-0.97x the throughput of ``encode_batch`` (0.80-0.83x while labels still came from
+offsets, 0.71-0.73x when labelling also ran on the tokenize thread).  Worker processes (each
+rendering and encoding single-threaded) took 1.25-1.45 s against 1.2-1.3 s threaded even
+when forked: sending records and results costs what single-threaded encoding saves.
 
 An example is rejected as ``no_trainable_tokens`` when every label after its first token is
 ``IGNORE_INDEX``: once packed, the first label of a segment is masked at the seam, so such an
