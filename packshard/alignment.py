@@ -28,7 +28,8 @@ it is aligned with the section's first character, as the tokenizer aligns it::
 An example whose tokens do not spell its text exactly (a normalizer rewrote it, an unknown
 token, a rule not modelled here) comes back not ``ok``; the caller encodes it again with
 offsets, so this path can make labels faster but never different.  A tokenizer outside the
-two families (a normalizer other than NFC, WordPiece …) gets no :class:`ByteAligner` at all.
+two families (a normalizer other than NFC, WordPiece …), or whose post-processor trims spaces
+off token offsets, gets no :class:`ByteAligner` at all.
 
 :func:`span_tokens` turns character spans into token ranges with the rule the offsets path
 uses: a token belongs to a span when its bytes overlap the span's.
@@ -93,6 +94,13 @@ def _family(tok: tokenizers.Tokenizer) -> tuple[str, int] | None:
     """Return ``(family, prepend rule)`` when the pipeline is one this module models."""
     if type(tok.model).__name__ not in ("BPE", "Unigram"):
         return None
+    if getattr(tok.model, "continuing_subword_prefix", None) or getattr(
+        tok.model, "end_of_word_suffix", None
+    ):
+        return None  # pieces carry markers ("##", "</w>") the text does not
+    post = _members(_state(tok.post_processor), "processors")
+    if any(p.get("trim_offsets") for p in post):
+        return None  # offsets trimmed of spaces: keep the tokenizer's own reading of a span edge
     steps = _members(_state(tok.normalizer), "normalizers")
     pres = _members(_state(tok.pre_tokenizer), "pretokenizers")
     kinds = [s.get("type") for s in steps]

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_families import FAMILIES, _byte_level, _sentencepiece
-from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors
 
 from packshard.alignment import (
     NO_PREPEND,
@@ -157,6 +157,14 @@ def test_unmodelled_pipelines_get_no_aligner() -> None:
     prefixed = _byte_level(None)
     prefixed.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     assert build_aligner(prefixed) is None
+    trimmed = _byte_level(None)  # GPT-2's post-processor: offsets lose their leading space
+    trimmed.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=True)])
+    assert build_aligner(trimmed) is None
+    trimmed.post_processor = processors.ByteLevel(trim_offsets=False)
+    assert build_aligner(trimmed) is not None
+    suffixed = Tokenizer(models.BPE({"a</w>": 0, "a": 1}, [], end_of_word_suffix="</w>"))
+    suffixed.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    assert build_aligner(suffixed) is None
 
 
 # Texts mixing what trips alignment up: added tokens and the whitespace they swallow (also
