@@ -1,6 +1,6 @@
 """Token byte ranges from ids alone must give exactly the labels the offsets give.
 
-Every check compares the two paths of :func:`packshard.tokenize.encode_rendered`: with the
+Every check compares the two paths of :func:`packshard.labels.encode_rendered`: with the
 tokenizer's :class:`~packshard.alignment.ByteAligner` (``encode_batch_fast``, positions parsed
 from the ids) and without it (``encode_batch`` offsets, ``char_to_token``).
 """
@@ -27,10 +27,11 @@ from packshard.alignment import (
     build_aligner,
     utf8_batch,
 )
+from packshard.labels import encode_rendered
 from packshard.normalize import normalize_record
 from packshard.sources import expand_inputs, read_records
 from packshard.templates import Rendered, load_template, render_example
-from packshard.tokenize import encode_rendered, load_tokenizer
+from packshard.tokenize import load_tokenizer
 
 SPECIALS = ["<s>", "</s>", "<|end|>", "<|user|>"]
 

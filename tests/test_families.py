@@ -51,6 +51,7 @@ from tokenizers import (
 
 from packshard.errors import RecordError
 from packshard.ingest import IngestOptions, ingest
+from packshard.labels import encode_rendered
 from packshard.normalize import normalize_record
 from packshard.pipeline import PackConfig, pack_dataset
 from packshard.profile import profile_inputs
@@ -58,7 +59,7 @@ from packshard.records import IGNORE_INDEX, RawRecord, SourceRef
 from packshard.shards import read_row
 from packshard.sources import expand_inputs
 from packshard.templates import load_template, locate_contents, render_example
-from packshard.tokenize import encode_rendered, load_tokenizer
+from packshard.tokenize import load_tokenizer
 from packshard.verify import VerifyOptions, verify_dataset
 
 transformers = pytest.importorskip("transformers")

@@ -11,10 +11,11 @@ from test_tokenize import build_tokenizer
 
 from packshard.errors import RecordError, UsageError
 from packshard.ingest import IngestOptions, ingest, ingest_label_path
+from packshard.labels import encode_rendered
 from packshard.records import IGNORE_INDEX, TokenizedBatch
 from packshard.sources import expand_inputs
 from packshard.templates import load_template, render_example
-from packshard.tokenize import encode_rendered, load_tokenizer
+from packshard.tokenize import load_tokenizer
 
 
 @pytest.fixture(scope="module")

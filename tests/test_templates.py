@@ -166,7 +166,7 @@ def test_offsets_and_generation_paths_agree(bundle) -> None:
         a = render_example(conv, gen, bundle, loss)
         b = render_example(conv, off, bundle, loss)
         assert a.text == b.text
-        from packshard.tokenize import encode_rendered
+        from packshard.labels import encode_rendered
 
         assert (encode_rendered(bundle, [a])[1] == encode_rendered(bundle, [b])[1]).all(), loss
 

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from packshard.errors import TokenizerError
+from packshard.labels import encode_rendered
 from packshard.records import IGNORE_INDEX
 from packshard.templates import Rendered
-from packshard.tokenize import encode_rendered, load_tokenizer
+from packshard.tokenize import load_tokenizer
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CORPUS = [

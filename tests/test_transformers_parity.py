@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from packshard.labels import encode_rendered
 from packshard.normalize import normalize_record
 from packshard.records import IGNORE_INDEX, Conversation, Message, SourceRef
 from packshard.sources import expand_inputs, read_records
@@ -25,7 +26,7 @@ from packshard.templates import (
     locate_contents,
     render_example,
 )
-from packshard.tokenize import encode_rendered, load_tokenizer
+from packshard.tokenize import load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.shared_data, pytest.mark.torch]
