@@ -145,7 +145,8 @@ def build_aligner(
         return None
     family, prepend = found
     vocab = _vocabulary(tok, model)
-    for i, token in tok.get_added_tokens_decoder().items():
+    added = tok.get_added_tokens_decoder()
+    for i, token in added.items():
         vocab.setdefault(token.content, i)
     size = max(vocab.values(), default=-1) + 1
     pieces = [""] * size
@@ -176,7 +177,7 @@ def build_aligner(
             if (piece := vocab.get(f"<0x{b:02X}>")) is not None:
                 own[piece] = bytes((b,))
     strip = np.zeros(size, dtype=np.uint8)
-    for i, token in tok.get_added_tokens_decoder().items():
+    for i, token in added.items():
         if i < size:
             own[i] = token.content.encode("utf-8")
             kind[i] = ADDED

@@ -194,20 +194,7 @@ def _offset_spans(
     t0 = np.zeros(len(table), dtype=np.int64)
     t1 = np.zeros(len(table), dtype=np.int64)
     for s, (i, lo, hi) in enumerate(table.tolist()):
-        enc, m = encs[i], int(encoded[i])
-        # Common case inline: both edge characters map to a token.
-        a = enc.char_to_token(lo)
-        b = enc.char_to_token(hi - 1) if a is not None else None
-        if a is None or b is None:
-            a, b = _span_tokens(enc, lo, hi, m)
-        else:
-            while b + 1 < m:  # byte-fallback pieces of the last character
-                chars = enc.token_to_chars(b + 1)
-                if chars is None or chars[0] >= hi or chars[1] <= chars[0]:
-                    break
-                b += 1
-            b += 1
-        t0[s], t1[s] = a, b
+        t0[s], t1[s] = _span_tokens(encs[i], lo, hi, int(encoded[i]))
     return t0, t1
 
 

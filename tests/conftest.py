@@ -29,6 +29,33 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from packshard.records import IGNORE_INDEX  # noqa: E402
+from packshard.spill import Spill  # noqa: E402
+
+
+def make_spill(labels: list[list[int]]) -> Spill:
+    """An in-memory spill whose example i has tokens 100*i + k and the given labels."""
+    n = len(labels)
+    lengths = [len(lab) for lab in labels]
+    tokens = np.concatenate([[], *(100 * i + np.arange(k) for i, k in enumerate(lengths))])
+    flat = np.array([v for lab in labels for v in lab], dtype=np.int32)
+    trained = [sum(v != IGNORE_INDEX for v in lab[1:]) for lab in labels]
+    zeros = np.zeros(n, dtype=np.int32)
+    return Spill(
+        tokens=tokens.astype(np.int32),
+        labels=flat,
+        offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+        loss_tokens=np.array(trained, dtype=np.int32),
+        source_index=zeros,
+        lines=np.arange(1, n + 1, dtype=np.int64),
+        parts=zeros,
+        starts=np.zeros(n, dtype=np.int64),
+        domain_codes=zeros,
+        truncated=np.zeros(n, dtype=bool),
+        record_ids=np.arange(n, dtype=np.int64),
+    )
+
+
 WORD_VOCAB = {"<eos>": 0, "<unk>": 1, **{f"w{i}": i for i in range(2, 500)}}
 
 
@@ -100,7 +127,7 @@ def check_pack_output(out: Path) -> PackOutput:
     import pyarrow.parquet as pq
 
     from packshard.manifest import schema_errors, sha256_path
-    from packshard.records import IGNORE_INDEX, PackedRow
+    from packshard.records import PackedRow
     from packshard.shards import read_row
 
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))

@@ -29,6 +29,7 @@ from packshard.alignment import (
 )
 from packshard.labels import encode_rendered
 from packshard.normalize import normalize_record
+from packshard.records import RawRecord, SourceRef
 from packshard.sources import expand_inputs, read_records
 from packshard.templates import Rendered, load_template, render_example
 from packshard.tokenize import load_tokenizer
@@ -79,8 +80,6 @@ def test_every_family_has_an_aligner_and_matches_offsets(families, family) -> No
     template = load_template(None, bundle)
     rendered = []
     for line, record in enumerate(family.records, 1):
-        from packshard.records import RawRecord, SourceRef
-
         conv = normalize_record(RawRecord(SourceRef("x.jsonl", line), "x", record))
         rendered.append(render_example(conv, template, bundle, "auto"))
     assert bundle.aligner is not None, family.name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import make_spill
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,30 +12,6 @@ import packshard.plan as plan_module
 from packshard.packing import plan_packs
 from packshard.plan import RowPlan, finalize_plan, number_examples, ordering_stats, segment_targets
 from packshard.records import IGNORE_INDEX as X
-from packshard.spill import Spill
-
-
-def make_spill(labels: list[list[int]]) -> Spill:
-    """An in-memory spill whose example i has tokens 100*i + k and the given labels."""
-    n = len(labels)
-    lengths = [len(lab) for lab in labels]
-    tokens = np.concatenate([[], *(100 * i + np.arange(k) for i, k in enumerate(lengths))])
-    flat = np.array([v for lab in labels for v in lab], dtype=np.int32)
-    trained = [sum(v != X for v in lab[1:]) for lab in labels]
-    zeros = np.zeros(n, dtype=np.int32)
-    return Spill(
-        tokens=tokens.astype(np.int32),
-        labels=flat,
-        offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
-        loss_tokens=np.array(trained, dtype=np.int32),
-        source_index=zeros,
-        lines=np.arange(1, n + 1, dtype=np.int64),
-        parts=zeros,
-        starts=np.zeros(n, dtype=np.int64),
-        domain_codes=zeros,
-        truncated=np.zeros(n, dtype=bool),
-        record_ids=np.arange(n, dtype=np.int64),
-    )
 
 
 def segments(plan: RowPlan) -> list[list[tuple[int, int, int]]]:

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import make_spill
 
 from packshard.records import IGNORE_INDEX as X
 from packshard.shards import SHARD_SCHEMA, assemble_rows, read_row, write_shard
@@ -15,23 +16,7 @@ LENGTHS = [2, 2, 2, 5, 6, 1, 1, 5, 1, 1]  # example i holds tokens 100*i, 100*i 
 
 
 def toy_spill() -> Spill:
-    n = len(LENGTHS)
-    tokens = np.concatenate([100 * i + np.arange(k) for i, k in enumerate(LENGTHS)])
-    offsets = np.concatenate(([0], np.cumsum(LENGTHS))).astype(np.int64)
-    zeros = np.zeros(n, dtype=np.int32)
-    return Spill(
-        tokens=tokens.astype(np.int32),
-        labels=tokens.astype(np.int32),
-        offsets=offsets,
-        loss_tokens=np.array(LENGTHS, dtype=np.int32) - 1,
-        source_index=zeros,
-        lines=np.arange(1, n + 1, dtype=np.int64),
-        parts=zeros,
-        starts=np.zeros(n, dtype=np.int64),
-        domain_codes=zeros,
-        truncated=np.zeros(n, dtype=bool),
-        record_ids=np.arange(n, dtype=np.int64),
-    )
+    return make_spill([[100 * i + k for k in range(n)] for i, n in enumerate(LENGTHS)])
 
 
 def assemble(segments: list[list[tuple[int, int, int]]], ids: list[list[int]]) -> pa.Table:
