@@ -46,10 +46,10 @@ from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX, Reject
 
 if TYPE_CHECKING:
-    from packshard.ingest import IngestChunk, IngestOptions
-    from packshard.sources import InputFile
-    from packshard.templates import ChatTemplate
-    from packshard.tokenize import TokenizerBundle
+    from packshard.ingest.chunks import IngestChunk, IngestOptions
+    from packshard.ingest.sources import InputFile
+    from packshard.ingest.templates import ChatTemplate
+    from packshard.ingest.tokenizer import TokenizerBundle
 
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "nearest-rank (numpy inverted_cdf)"
@@ -175,7 +175,7 @@ def measure_utilization(
     lengths: np.ndarray, max_seq_len: int, batch_size: int, seed: int
 ) -> tuple[tuple[Utilization, ...], int]:
     """Return the four strategies' utilization and the packing lower bound for ``lengths``."""
-    from packshard.packing import plan_packs
+    from packshard.pack.planner import plan_packs
 
     clipped = np.minimum(lengths, max_seq_len).astype(np.int64)
     n, useful = clipped.shape[0], int(clipped.sum())
@@ -357,7 +357,7 @@ def profile_inputs(
     tokens.  ``batch_size`` is the training batch size the batching strategies assume, not
     ``options.batch_size`` (records per ingest chunk).
     """
-    from packshard.ingest import ingest, ingest_label_path
+    from packshard.ingest.chunks import ingest, ingest_label_path
 
     chunks = ingest(files, bundle, template, options, progress=progress)
     default = ingest_label_path(template, options.loss)

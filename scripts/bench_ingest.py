@@ -4,7 +4,7 @@
     of the same size ingest uses, ids read out of every encoding;
 (b) ``ingest`` end to end: read + normalize + render + tokenize + labels;
 (c) ``Tokenizer.encode_batch_fast`` (no offsets) the same way as (a): what ingest itself
-    calls when the tokenizer has a byte aligner (:mod:`packshard.alignment`), for reference.
+    calls when the tokenizer has a byte aligner (:mod:`packshard.ingest.alignment`), for reference.
 
 Default data: every chat dataset of ``../shared/data`` with the phi-3-mini tokenizer and its
 config template, repeated until there are at least ``--min-tokens`` tokens; without that
@@ -29,11 +29,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from packshard.ingest import IngestOptions, ingest  # noqa: E402
-from packshard.normalize import normalize_record  # noqa: E402
-from packshard.sources import InputFile, expand_inputs, read_records  # noqa: E402
-from packshard.templates import load_template, render_example  # noqa: E402
-from packshard.tokenize import load_tokenizer  # noqa: E402
+from packshard.ingest.chunks import IngestOptions, ingest  # noqa: E402
+from packshard.ingest.normalize import normalize_record  # noqa: E402
+from packshard.ingest.sources import InputFile, expand_inputs, read_records  # noqa: E402
+from packshard.ingest.templates import load_template, render_example  # noqa: E402
+from packshard.ingest.tokenizer import load_tokenizer  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 

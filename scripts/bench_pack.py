@@ -30,11 +30,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from packshard.packing import lower_bound_rows, plan_packs
-from packshard.pipeline import PackConfig, pack_dataset
-from packshard.sources import expand_inputs, read_records
-from packshard.templates import load_template, render_example
-from packshard.tokenize import load_tokenizer
+from packshard.pack.planner import lower_bound_rows, plan_packs
+from packshard.pack.pipeline import PackConfig, pack_dataset
+from packshard.ingest.sources import expand_inputs, read_records
+from packshard.ingest.templates import load_template, render_example
+from packshard.ingest.tokenizer import load_tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +191,7 @@ def end_to_end_data(
 
 
 def normalize_record_value(value: object) -> object:
-    from packshard.normalize import normalize_record
+    from packshard.ingest.normalize import normalize_record
     from packshard.records import RawRecord, SourceRef
 
     return normalize_record(RawRecord(SourceRef("bench", 1), "bench", value))

@@ -27,9 +27,9 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader
 
-from packshard.manifest import FORMAT_VERSION, write_json_atomic
+from packshard.format.manifest import FORMAT_VERSION, write_json_atomic
 from packshard.records import IGNORE_INDEX
-from packshard.shards import SHARD_SCHEMA, write_shard
+from packshard.format.shards import SHARD_SCHEMA, write_shard
 from packshard.torch import PackedDataset, PackedIterableDataset, collate_varlen
 
 VOCAB = 32000

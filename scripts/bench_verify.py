@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from packshard.demo import build_demo_tokenizer
-from packshard.pipeline import PackConfig, pack_dataset
-from packshard.verify import VerifyOptions, verify_dataset
+from packshard.pack.pipeline import PackConfig, pack_dataset
+from packshard.verify.run import VerifyOptions, verify_dataset
 
 WORDS = (
     "the a of to and in is it that for on with as was at by be this from or an are not have "

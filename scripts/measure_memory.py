@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-PACK = "import sys; from packshard.cli import main; sys.argv[0] = 'packshard'; main()"
+PACK = "import sys; from packshard.cli.commands import main; sys.argv[0] = 'packshard'; main()"
 WRAP = (
     "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
     "print('Maximum resident set size (kbytes):', "

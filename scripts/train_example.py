@@ -36,7 +36,7 @@ from packshard.torch import (
 def pack_demo(folder: Path) -> tuple[Path, Path]:
     """Pack the embedded demo chats with a throwaway tokenizer; return (OUT, tokenizer)."""
     from packshard.demo import build_demo_tokenizer, demo_data_path
-    from packshard.pipeline import PackConfig, pack_dataset
+    from packshard.pack.pipeline import PackConfig, pack_dataset
 
     tok = build_demo_tokenizer(folder / "tokenizer")
     config = PackConfig(

@@ -30,7 +30,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 from packshard.records import IGNORE_INDEX  # noqa: E402
-from packshard.spill import Spill  # noqa: E402
+from packshard.pack.spill import Spill  # noqa: E402
 
 
 def make_spill(labels: list[list[int]]) -> Spill:
@@ -126,9 +126,9 @@ def check_pack_output(out: Path) -> PackOutput:
     """Read ``out`` and check every property of the shard contract that needs no source."""
     import pyarrow.parquet as pq
 
-    from packshard.manifest import schema_errors, sha256_path
+    from packshard.format.manifest import schema_errors, sha256_path
     from packshard.records import PackedRow
-    from packshard.shards import read_row
+    from packshard.format.shards import read_row
 
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     assert schema_errors(manifest) == []
@@ -207,7 +207,7 @@ def check_pack_output(out: Path) -> PackOutput:
 @pytest.fixture
 def run_pack(tmp_path: Path) -> Any:
     """Pack with :func:`packshard.pipeline.pack_dataset` and check the output (see above)."""
-    from packshard.pipeline import PackConfig, pack_dataset
+    from packshard.pack.pipeline import PackConfig, pack_dataset
 
     def run(inputs: list[Path | str], tokenizer: Path | str, out: Path | None = None,
             **options: Any) -> PackOutput:  # fmt: skip
@@ -242,7 +242,7 @@ def pack_demo_into(root: Path, tokenizer: Path, **options: object) -> Path:
     import shutil
 
     from packshard.demo import demo_data_path
-    from packshard.pipeline import PackConfig, pack_dataset
+    from packshard.pack.pipeline import PackConfig, pack_dataset
 
     data = root / "data" / "demo_chat.jsonl"
     data.parent.mkdir(parents=True, exist_ok=True)

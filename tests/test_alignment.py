@@ -1,7 +1,7 @@
 """Token byte ranges from ids alone must give exactly the labels the offsets give.
 
 Every check compares the two paths of :func:`packshard.labels.encode_rendered`: with the
-tokenizer's :class:`~packshard.alignment.ByteAligner` (``encode_batch_fast``, positions parsed
+tokenizer's :class:`~packshard.ingest.alignment.ByteAligner` (``encode_batch_fast``, positions parsed
 from the ids) and without it (``encode_batch`` offsets, ``char_to_token``).
 """
 
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_families import FAMILIES, _byte_level, _sentencepiece
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors
 
-from packshard.alignment import (
+from packshard.ingest.alignment import (
     NO_PREPEND,
     PREPEND_ALWAYS,
     PREPEND_AT_START,
@@ -27,12 +27,12 @@ from packshard.alignment import (
     build_aligner,
     utf8_batch,
 )
-from packshard.labels import encode_rendered
-from packshard.normalize import normalize_record
+from packshard.ingest.labels import encode_rendered
+from packshard.ingest.normalize import normalize_record
 from packshard.records import RawRecord, SourceRef
-from packshard.sources import expand_inputs, read_records
-from packshard.templates import Rendered, load_template, render_example
-from packshard.tokenize import load_tokenizer
+from packshard.ingest.sources import expand_inputs, read_records
+from packshard.ingest.templates import Rendered, load_template, render_example
+from packshard.ingest.tokenizer import load_tokenizer
 
 SPECIALS = ["<s>", "</s>", "<|end|>", "<|user|>"]
 

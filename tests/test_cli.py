@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from packshard.cli import main
+from packshard.cli.commands import main
 from packshard.demo import demo_data_path
 
 

@@ -9,7 +9,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from packshard.cli import main
+from packshard.cli.commands import main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 COMMANDS = sorted(main.commands)
@@ -59,7 +59,7 @@ def test_help_examples_render_without_a_literal_backslash_b():
     """A raw docstring would print click's verbatim marker as the two characters '\\b'."""
     from click.testing import CliRunner
 
-    from packshard.cli import main
+    from packshard.cli.commands import main
 
     for args in ([], *([name] for name in main.commands)):
         result = CliRunner().invoke(main, [*args, "--help"])

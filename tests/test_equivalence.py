@@ -16,7 +16,7 @@ from packshard.records import IGNORE_INDEX, PackedRow
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from packshard import equivalence as eq  # noqa: E402
+from packshard.verify import equivalence as eq  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -62,7 +62,7 @@ def good_report(model):
 
 
 def test_import_does_not_load_torch():
-    code = "import sys, packshard, packshard.equivalence; assert 'torch' not in sys.modules"
+    code = "import sys, packshard, packshard.verify.equivalence; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -50,17 +50,17 @@ from tokenizers import (
 )
 
 from packshard.errors import RecordError
-from packshard.ingest import IngestOptions, ingest
-from packshard.labels import encode_rendered
-from packshard.normalize import normalize_record
-from packshard.pipeline import PackConfig, pack_dataset
+from packshard.ingest.chunks import IngestOptions, ingest
+from packshard.ingest.labels import encode_rendered
+from packshard.ingest.normalize import normalize_record
+from packshard.pack.pipeline import PackConfig, pack_dataset
 from packshard.profile import profile_inputs
 from packshard.records import IGNORE_INDEX, RawRecord, SourceRef
-from packshard.shards import read_row
-from packshard.sources import expand_inputs
-from packshard.templates import load_template, locate_contents, render_example
-from packshard.tokenize import load_tokenizer
-from packshard.verify import VerifyOptions, verify_dataset
+from packshard.format.shards import read_row
+from packshard.ingest.sources import expand_inputs
+from packshard.ingest.templates import load_template, locate_contents, render_example
+from packshard.ingest.tokenizer import load_tokenizer
+from packshard.verify.run import VerifyOptions, verify_dataset
 
 transformers = pytest.importorskip("transformers")
 
@@ -663,7 +663,7 @@ def test_tool_call_turn_a_template_cannot_place_is_rejected(folders: dict[str, P
         "{% if not loop.last and messages[loop.index0 + 1].role == 'tool' %}<tool_call>x"
         "</tool_call>{% endif %}{{ '<|im_end|>\\n' }}{% endfor %}"
     )
-    from packshard.templates import compile_template
+    from packshard.ingest.templates import compile_template
 
     template = compile_template(lookahead, "lookahead.jinja")
     with pytest.raises(RecordError) as err:

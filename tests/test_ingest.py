@@ -10,12 +10,12 @@ import pytest
 from test_tokenize import build_tokenizer
 
 from packshard.errors import RecordError, UsageError
-from packshard.ingest import IngestOptions, ingest, ingest_label_path
-from packshard.labels import encode_rendered
+from packshard.ingest.chunks import IngestOptions, ingest, ingest_label_path
+from packshard.ingest.labels import encode_rendered
 from packshard.records import IGNORE_INDEX, TokenizedBatch
-from packshard.sources import expand_inputs
-from packshard.templates import load_template, render_example
-from packshard.tokenize import load_tokenizer
+from packshard.ingest.sources import expand_inputs
+from packshard.ingest.templates import load_template, render_example
+from packshard.ingest.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_batches_equal_encoding_each_example_alone(bundle, mixed: Path) -> None:
     for i, ref in enumerate(batch.refs):
         ids, labels = batch.example(i)
         if ref.line in texts:
-            from packshard.normalize import normalize_record
+            from packshard.ingest.normalize import normalize_record
             from packshard.records import RawRecord
 
             conv = normalize_record(RawRecord(ref, "mixed", texts[ref.line]))

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from test_tokenize import build_tokenizer
 
 from packshard.errors import RecordError
-from packshard.ingest import FIRST_PIECE, IngestOptions, ingest
-from packshard.labels import encode_rendered, encode_texts, label_encodings
-from packshard.normalize import normalize_record
-from packshard.sources import expand_inputs, read_records
-from packshard.templates import load_template, render_example
-from packshard.tokenize import load_tokenizer
+from packshard.ingest.chunks import FIRST_PIECE, IngestOptions, ingest
+from packshard.ingest.labels import encode_rendered, encode_texts, label_encodings
+from packshard.ingest.normalize import normalize_record
+from packshard.ingest.sources import expand_inputs, read_records
+from packshard.ingest.templates import load_template, render_example
+from packshard.ingest.tokenizer import load_tokenizer
 
 WORDS = ["hello", "world", "quick", "brown", "fox", "jumps", "over", "lazy", "dog"]
 

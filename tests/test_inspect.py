@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from packshard.cli import main
-from packshard.inspect import inspect_row, render_row_console, write_row_html
+from packshard.cli.commands import main
+from packshard.cli.inspect import inspect_row, render_row_console, write_row_html
 from packshard.records import IGNORE_INDEX
-from packshard.tokenize import load_tokenizer
+from packshard.ingest.tokenizer import load_tokenizer
 
 SHARD = "shard-00001.parquet"
 
@@ -85,7 +85,7 @@ def test_console_view_has_headers_seams_and_positions(packed_demo):
 
 
 def test_html_page_escapes_text(tmp_path, packed_demo_tokenizer):
-    from packshard.pipeline import PackConfig, pack_dataset
+    from packshard.pack.pipeline import PackConfig, pack_dataset
 
     data = tmp_path / "a&b.jsonl"
     hostile = '<script>alert("x")</script> & <b>bold</b>'

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from packshard.errors import ManifestError
-from packshard.manifest import (
+from packshard.format.manifest import (
     check_format_version,
     compute_dataset_id,
     load_manifest,
@@ -36,8 +36,8 @@ def demo_pack(tmp_path, demo_tokenizer, run_pack):
 def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
     from packshard import __version__
     from packshard.demo import demo_data_path
-    from packshard.templates import CHATML
-    from packshard.tokenize import load_tokenizer
+    from packshard.ingest.templates import CHATML
+    from packshard.ingest.tokenizer import load_tokenizer
 
     m = demo_pack.manifest
     assert sorted(m) == [

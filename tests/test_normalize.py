@@ -1,4 +1,4 @@
-"""Tests for packshard.normalize: every format by hand, every reject code with its exact text."""
+"""Tests for packshard.ingest.normalize: every format by hand, every reject code with its exact text."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from packshard.errors import RecordError, UsageError
-from packshard.normalize import REJECT_CODES, detect_format, normalize_record
+from packshard.ingest.normalize import REJECT_CODES, detect_format, normalize_record
 from packshard.records import Conversation, Message, RawRecord, SourceRef
-from packshard.sources import expand_inputs, read_records
+from packshard.ingest.sources import expand_inputs, read_records
 
 REF = SourceRef("data/chat.jsonl", 7)
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packshard.errors import UsageError
-from packshard.packing import (
+from packshard.pack.planner import (
     STRATEGIES,
     PackPlan,
     fill_rate,
@@ -276,7 +276,7 @@ def test_bfd_is_near_the_lower_bound_on_realistic_lengths():
 @pytest.mark.parametrize("strategy", ["bfd", "ffd"])
 def test_threaded_passes_give_the_same_plan_as_one_thread(monkeypatch, strategy):
     """Large inputs run the passes on threads; the plan must not depend on it."""
-    from packshard import packing
+    from packshard.pack import planner as packing
 
     rng = np.random.default_rng(11)
     lengths = np.clip(np.round(rng.lognormal(np.log(40), 1.0, 20_000)), 1, 256).astype(np.int64)

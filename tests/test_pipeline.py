@@ -174,10 +174,10 @@ def test_wrapped_drops_parts_without_targets(tmp_path, make_jsonl, word_tokenize
 
 def unpacked_examples(packed, inputs, tokenizer, template, **options):
     """Re-ingest the inputs alone: ``{(source, line): (input_ids, labels)}`` and the rejects."""
-    from packshard.ingest import IngestOptions, ingest
-    from packshard.sources import expand_inputs
-    from packshard.templates import load_template
-    from packshard.tokenize import load_tokenizer
+    from packshard.ingest.chunks import IngestOptions, ingest
+    from packshard.ingest.sources import expand_inputs
+    from packshard.ingest.templates import load_template
+    from packshard.ingest.tokenizer import load_tokenizer
 
     bundle = load_tokenizer(str(tokenizer))
     tmpl = load_template(template, bundle)
@@ -358,12 +358,12 @@ def test_same_inputs_give_byte_identical_output(tmp_path, make_jsonl, word_token
 def test_spill_read_back_whole_or_from_disk_gives_the_same_bytes(
     tmp_path, make_jsonl, word_tokenizer, run_pack, monkeypatch, strategy
 ):
-    import packshard.spill
+    import packshard.pack.spill
 
     inputs = mixed_domains(tmp_path, make_jsonl)
     options = {"max_seq_len": 48, "shard_rows": 7, "strategy": strategy, "seed": 3}
     whole = run_pack(inputs, word_tokenizer, out=tmp_path / "whole", **options)
-    monkeypatch.setattr(packshard.spill, "IN_MEMORY_BYTES", 0)  # every spill stays on disk
+    monkeypatch.setattr(packshard.pack.spill, "IN_MEMORY_BYTES", 0)  # every spill stays on disk
     disk = run_pack(inputs, word_tokenizer, out=tmp_path / "disk", **options)
     for name in sorted(p.name for p in whole.out.iterdir()):
         if name != "manifest.json":
@@ -392,7 +392,7 @@ def test_seed_changes_row_order_only(tmp_path, make_jsonl, word_tokenizer, run_p
 
 
 def pack_config(inputs, tokenizer, out, **options):
-    from packshard.pipeline import PackConfig
+    from packshard.pack.pipeline import PackConfig
 
     return PackConfig(
         inputs=tuple(str(p) for p in inputs), tokenizer=str(tokenizer), out=str(out),
@@ -403,8 +403,8 @@ def pack_config(inputs, tokenizer, out, **options):
 def test_non_empty_out_is_refused_without_overwrite(
     tmp_path, make_jsonl, word_tokenizer, check_pack
 ):
-    from packshard.cli import main
-    from packshard.pipeline import pack_dataset
+    from packshard.cli.commands import main
+    from packshard.pack.pipeline import pack_dataset
 
     data = text_file(tmp_path, make_jsonl, TEXTS)
     out = tmp_path / "out"
@@ -428,7 +428,7 @@ def leftovers(folder: Path) -> list[str]:
 
 @pytest.mark.parametrize("exc", [OSError("disk full"), KeyboardInterrupt()])
 def test_interrupted_run_leaves_nothing(tmp_path, make_jsonl, word_tokenizer, monkeypatch, exc):
-    import packshard.pipeline as pipeline
+    import packshard.pack.pipeline as pipeline
 
     data = text_file(tmp_path, make_jsonl, TEXTS)
 
@@ -445,7 +445,7 @@ def test_interrupted_run_leaves_nothing(tmp_path, make_jsonl, word_tokenizer, mo
 def test_interrupted_overwrite_keeps_the_old_output(
     tmp_path, make_jsonl, word_tokenizer, monkeypatch
 ):
-    import packshard.pipeline as pipeline
+    import packshard.pack.pipeline as pipeline
 
     data = text_file(tmp_path, make_jsonl, TEXTS)
     out = tmp_path / "out"
@@ -533,7 +533,7 @@ def test_output_does_not_depend_on_the_number_of_workers(tmp_path, make_jsonl, w
         out = tmp_path / f"w{workers}"
         args = [*inputs, "-t", str(word_tokenizer), "--max-seq-len", "48", "-o", str(out)]
         args += ["--num-workers", str(workers), "--no-progress"]
-        code = "import sys; from packshard.cli import main; sys.argv[0] = 'packshard'; main()"
+        code = "import sys; from packshard.cli.commands import main; sys.argv[0] = 'packshard'; main()"
         done = subprocess.run(
             [sys.executable, "-c", code, "pack", *args], capture_output=True, text=True
         )

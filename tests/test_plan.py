@@ -8,9 +8,9 @@ from conftest import make_spill
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import packshard.plan as plan_module
-from packshard.packing import plan_packs
-from packshard.plan import RowPlan, finalize_plan, number_examples, ordering_stats, segment_targets
+import packshard.pack.rows as plan_module
+from packshard.pack.planner import plan_packs
+from packshard.pack.rows import RowPlan, finalize_plan, number_examples, ordering_stats, segment_targets
 from packshard.records import IGNORE_INDEX as X
 
 

@@ -258,11 +258,11 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
 
 @pytest.mark.shared_data
 def test_profile_inputs_on_real_chat_files(shared_data):
-    from packshard.ingest import IngestOptions
+    from packshard.ingest.chunks import IngestOptions
     from packshard.profile import profile_inputs
-    from packshard.sources import expand_inputs
-    from packshard.templates import load_template
-    from packshard.tokenize import load_tokenizer
+    from packshard.ingest.sources import expand_inputs
+    from packshard.ingest.templates import load_template
+    from packshard.ingest.tokenizer import load_tokenizer
 
     bundle = load_tokenizer(str(shared_data / "tokenizers" / "phi-3-mini"))
     template = load_template(None, bundle)
@@ -295,7 +295,7 @@ def test_profile_plain_text_with_a_tokenizer_without_chat_template(shared_data, 
 
     from click.testing import CliRunner
 
-    from packshard.cli import main
+    from packshard.cli.commands import main
 
     records = _json.loads((shared_data / "chat" / "codealpaca_code_alpaca_2k.json").read_text())
     data = tmp_path / "code_text.jsonl"

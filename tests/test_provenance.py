@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from packshard.verify import VerifyOptions, verify_dataset
+from packshard.verify.run import VerifyOptions, verify_dataset
 
 
 def source_findings(report) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from packshard.profile import profile_lengths, report_to_dict
-from packshard.report import (
+from packshard.cli.report import (
     format_count,
     render_profile_table,
     write_profile_html,

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from packshard.findings import FindingList
-from packshard.seams import ExamplesIndex, audit_shard
-from packshard.shards import SHARD_SCHEMA
+from packshard.verify.findings import FindingList
+from packshard.verify.structure import ExamplesIndex, audit_shard
+from packshard.format.shards import SHARD_SCHEMA
 
 M = -100
 

@@ -9,8 +9,8 @@ import pytest
 from conftest import make_spill
 
 from packshard.records import IGNORE_INDEX as X
-from packshard.shards import SHARD_SCHEMA, assemble_rows, read_row, write_shard
-from packshard.spill import Spill
+from packshard.format.shards import SHARD_SCHEMA, assemble_rows, read_row, write_shard
+from packshard.pack.spill import Spill
 
 LENGTHS = [2, 2, 2, 5, 6, 1, 1, 5, 1, 1]  # example i holds tokens 100*i, 100*i + 1, …
 
@@ -157,7 +157,7 @@ def test_pack_output_reads_with_pyarrow_and_datasets(
 
 
 def test_write_shard_from_row_groups_equals_one_table(tmp_path, monkeypatch):
-    import packshard.shards as shards
+    import packshard.format.shards as shards
 
     monkeypatch.setattr(shards, "ROW_GROUP_ROWS", 2)
     table = assemble([[(7, 0, 5), (2, 0, 2)], [(4, 0, 6)], [(3, 0, 5)]], [[0, 1], [2], [3]])

@@ -1,4 +1,4 @@
-"""Tests for packshard.sources: discovery, streaming readers, line numbers and read rejects."""
+"""Tests for packshard.ingest.sources: discovery, streaming readers, line numbers and read rejects."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from packshard.errors import InputError, RecordError
 from packshard.records import RawRecord, SourceRef
-from packshard.sources import InputFile, expand_inputs, file_domain, read_records, sha256_file
+from packshard.ingest.sources import InputFile, expand_inputs, file_domain, read_records, sha256_file
 
 STOP = "; the rest of the file is not read"
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import packshard.spill as spill_module
+import packshard.pack.spill as spill_module
 from packshard.errors import RecordError
 from packshard.records import IGNORE_INDEX as X
 from packshard.records import SourceRef, TokenizedBatch
-from packshard.spill import SpillWriter, count_targets
+from packshard.pack.spill import SpillWriter, count_targets
 
 # ``wN`` has id N and <eos> id 0 (tests/conftest.py); a text record is its words + eos.
 RECORDS = [
@@ -104,7 +104,7 @@ def test_split_drops_a_record_none_of_whose_parts_trains(
 
 
 def test_error_stops_at_the_first_overlong_record(tmp_path, make_jsonl, word_tokenizer):
-    from packshard.pipeline import PackConfig, pack_dataset
+    from packshard.pack.pipeline import PackConfig, pack_dataset
 
     [data] = inputs(tmp_path, make_jsonl)
     out = tmp_path / "out"
@@ -122,7 +122,7 @@ def test_error_stops_at_the_first_overlong_record(tmp_path, make_jsonl, word_tok
 
 
 def test_error_exits_1_on_the_command_line(tmp_path, make_jsonl, word_tokenizer):
-    from packshard.cli import main
+    from packshard.cli.commands import main
 
     [data] = inputs(tmp_path, make_jsonl)
     args = ["pack", str(data), "-t", str(word_tokenizer), "--max-seq-len", "4"]

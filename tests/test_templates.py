@@ -9,14 +9,14 @@ from test_tokenize import build_tokenizer
 
 from packshard.errors import RecordError, TemplateError
 from packshard.records import Conversation, Message, SourceRef
-from packshard.templates import (
+from packshard.ingest.templates import (
     TemplateSecurityError,
     compile_template,
     load_template,
     render_chat,
     render_example,
 )
-from packshard.tokenize import load_tokenizer
+from packshard.ingest.tokenizer import load_tokenizer
 
 REF = SourceRef("chat.jsonl", 7)
 # ChatML without generation tags: labels come from the offsets path.
@@ -166,7 +166,7 @@ def test_offsets_and_generation_paths_agree(bundle) -> None:
         a = render_example(conv, gen, bundle, loss)
         b = render_example(conv, off, bundle, loss)
         assert a.text == b.text
-        from packshard.labels import encode_rendered
+        from packshard.ingest.labels import encode_rendered
 
         assert (encode_rendered(bundle, [a])[1] == encode_rendered(bundle, [b])[1]).all(), loss
 

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from packshard.errors import TokenizerError
-from packshard.labels import encode_rendered
+from packshard.ingest.labels import encode_rendered
 from packshard.records import IGNORE_INDEX
-from packshard.templates import Rendered
-from packshard.tokenize import load_tokenizer
+from packshard.ingest.templates import Rendered
+from packshard.ingest.tokenizer import load_tokenizer
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CORPUS = [

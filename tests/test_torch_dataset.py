@@ -338,7 +338,7 @@ def test_too_few_rows_for_the_ranks_is_refused(tmp_path):
 def real_pack(tmp_path_factory) -> tuple[Path, Path]:
     """A real ``pack`` output: the embedded demo chats, a throwaway BPE, 4 rows per shard."""
     from packshard.demo import build_demo_tokenizer, demo_data_path
-    from packshard.pipeline import PackConfig, pack_dataset
+    from packshard.pack.pipeline import PackConfig, pack_dataset
 
     root = tmp_path_factory.mktemp("real")
     tok = build_demo_tokenizer(root / "tok")

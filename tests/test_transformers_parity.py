@@ -16,17 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packshard.labels import encode_rendered
-from packshard.normalize import normalize_record
+from packshard.ingest.labels import encode_rendered
+from packshard.ingest.normalize import normalize_record
 from packshard.records import IGNORE_INDEX, Conversation, Message, SourceRef
-from packshard.sources import expand_inputs, read_records
-from packshard.templates import (
+from packshard.ingest.sources import expand_inputs, read_records
+from packshard.ingest.templates import (
     CHATML,
     load_template,
     locate_contents,
     render_example,
 )
-from packshard.tokenize import load_tokenizer
+from packshard.ingest.tokenizer import load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.shared_data, pytest.mark.torch]

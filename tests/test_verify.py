@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from packshard.errors import ManifestError
-from packshard.findings import Finding
+from packshard.verify.findings import Finding
 from packshard.records import IGNORE_INDEX
-from packshard.verify import VerifyOptions, verify_dataset
+from packshard.verify.run import VerifyOptions, verify_dataset
 
 FAST = VerifyOptions(model="none")
 SHARD = "shard-00001.parquet"
@@ -355,7 +355,7 @@ def test_tokenizer_swapped_after_packing_is_caught(tmp_path, packed_demo_tokeniz
 def test_template_edited_after_packing_is_caught(tmp_path, packed_demo_tokenizer):
     from conftest import pack_demo_into
 
-    from packshard.templates import BUILTINS
+    from packshard.ingest.templates import BUILTINS
 
     template = tmp_path / "chatml.jinja"
     template.write_text(BUILTINS["chatml"], encoding="utf-8")
@@ -427,7 +427,7 @@ def test_model_check_holds_and_its_control_leaks(packed_demo):
 def test_a_plain_causal_mask_in_place_of_the_block_mask_fails(packed_demo, monkeypatch):
     """If the packed forward leaked like naive concatenation, verify must say so."""
     pytest.importorskip("transformers")
-    import packshard.equivalence as equivalence
+    import packshard.verify.equivalence as equivalence
 
     block_mask = equivalence.build_block_mask
 
@@ -452,7 +452,7 @@ def test_a_plain_causal_mask_in_place_of_the_block_mask_fails(packed_demo, monke
 def test_a_control_that_cannot_leak_is_itself_a_finding(packed_demo, monkeypatch):
     """A check that cannot fail proves nothing: a blind control fails verify."""
     pytest.importorskip("transformers")
-    import packshard.equivalence as equivalence
+    import packshard.verify.equivalence as equivalence
 
     block_mask = equivalence.build_block_mask
 
@@ -483,7 +483,7 @@ REAL_CONFIGS = {
 def test_verify_passes_on_what_pack_makes_from_real_data(shared_data, tmp_path, name):
     """Every real chat file packed together, per tokenizer, verifies clean with the model."""
     pytest.importorskip("transformers")
-    from packshard.pipeline import PackConfig, pack_dataset
+    from packshard.pack.pipeline import PackConfig, pack_dataset
 
     tokenizer, template = REAL_CONFIGS[name]
     tokenizers = shared_data / "tokenizers"

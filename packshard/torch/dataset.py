@@ -53,7 +53,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from packshard.errors import ManifestError, UsageError
-from packshard.manifest import META_FORMAT_VERSION, check_format_version, load_manifest, sha256_path
+from packshard.format.manifest import META_FORMAT_VERSION, check_format_version, load_manifest, sha256_path
 
 TOKEN_COLUMNS = ("input_ids", "labels", "position_ids")
 LIST_COLUMNS = (*TOKEN_COLUMNS, "cu_seqlens", "example_ids")

@@ -151,12 +151,12 @@ def profile(
     Example:
       packshard profile chat.jsonl code.jsonl -t tokenizer/ --max-seq-len 4096 --html profile.html
     """
-    from packshard.ingest import IngestOptions
+    from packshard.ingest.chunks import IngestOptions
     from packshard.profile import profile_inputs
-    from packshard.report import render_profile_table, write_profile_html, write_profile_json
-    from packshard.sources import expand_inputs
-    from packshard.templates import load_template
-    from packshard.tokenize import load_tokenizer
+    from packshard.cli.report import render_profile_table, write_profile_html, write_profile_json
+    from packshard.ingest.sources import expand_inputs
+    from packshard.ingest.templates import load_template
+    from packshard.ingest.tokenizer import load_tokenizer
 
     files = expand_inputs(data)
     bundle = load_tokenizer(tokenizer)
@@ -269,7 +269,7 @@ def pack(
     Example:
       packshard pack chat.jsonl -t tokenizer/ --max-seq-len 4096 -o packed/ --overlong split
     """
-    from packshard.pipeline import PackConfig, pack_dataset
+    from packshard.pack.pipeline import PackConfig, pack_dataset
 
     config = PackConfig(
         inputs=data,
@@ -293,7 +293,7 @@ def pack(
     )
     show = sys.stderr.isatty() if progress is None else progress
     result = pack_dataset(config, progress=show)
-    from packshard.summaries import render_pack_summary
+    from packshard.cli.tables import render_pack_summary
 
     for warning in result.warnings:
         click.secho("warning:", fg="yellow", err=True, nl=False)
@@ -361,8 +361,8 @@ def verify(
     Example:
       packshard verify packed/ --json audit.json
     """
-    from packshard.summaries import render_verify_summary
-    from packshard.verify import VerifyOptions, verify_dataset, write_report_json
+    from packshard.cli.tables import render_verify_summary
+    from packshard.verify.run import VerifyOptions, verify_dataset, write_report_json
 
     options = VerifyOptions(
         source=source,
@@ -403,7 +403,7 @@ def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: st
     Example:
       packshard inspect packed/ --row 3 --html row3.html
     """
-    from packshard.inspect import inspect_row, render_row_console, write_row_html
+    from packshard.cli.inspect import inspect_row, render_row_console, write_row_html
 
     view = inspect_row(Path(out), row=row, shard=shard, tokenizer=tokenizer)
     _console().print(render_row_console(view))

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from packshard.plan import RowPlan
+from packshard.pack.rows import RowPlan
 from packshard.records import Reject, SourceRef
-from packshard.shards import ShardInfo
-from packshard.spill import Spill
+from packshard.format.shards import ShardInfo
+from packshard.pack.spill import Spill
 
 COUNT_KEYS = ("records", "rejected", "dropped", "tokens_in")
 

@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from packshard.errors import ManifestError
-from packshard.findings import MAX_PER_KIND, Finding, FindingList
-from packshard.manifest import (
+from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
+from packshard.format.manifest import (
     META_DATASET_ID,
     META_FORMAT_VERSION,
     check_format_version,
@@ -40,8 +40,8 @@ from packshard.manifest import (
     schema_errors,
     sha256_path,
 )
-from packshard.seams import ExamplesIndex, ShardAudit, audit_shard
-from packshard.shards import SHARD_SCHEMA
+from packshard.verify.structure import ExamplesIndex, ShardAudit, audit_shard
+from packshard.format.shards import SHARD_SCHEMA
 
 CHECKS = ("integrity", "structure", "source", "model")
 
@@ -113,7 +113,7 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     elif invalid:
         report.checks["source"] = {"status": "skipped", "detail": "the manifest is invalid"}
     else:
-        from packshard.provenance import check_sources
+        from packshard.verify.source import check_sources
 
         report.checks["source"] = check_sources(folder, manifest, tables, index, options, findings)
     if options.model == "none":
@@ -121,7 +121,7 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     elif invalid:
         report.checks["model"] = {"status": "skipped", "detail": "the manifest is invalid"}
     else:
-        from packshard.modelcheck import check_model
+        from packshard.verify.model import check_model
 
         report.checks["model"], report.equivalence = check_model(
             manifest, tables, options, findings, report.seam_table, index

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from packshard.records import IGNORE_INDEX
-from packshard.spill import Spill
+from packshard.pack.spill import Spill
 
 TARGET_BLOCK_TOKENS = 1 << 22
 

@@ -12,7 +12,7 @@ mask — so a special token that swallowed the following newline (``rstrip``) st
 Where the tokens lie comes from one of two places:
 
 * the ids alone, when the tokenizer is byte-level BPE or SentencePiece-style (nearly every
-  chat model): :mod:`packshard.alignment` parses each example's ids against its text, so
+  chat model): :mod:`packshard.ingest.alignment` parses each example's ids against its text, so
   tokenization runs as ``encode_batch_fast``, without offsets (a quarter less work); an
   example whose ids do not spell its text is encoded again with offsets;
 * the offsets of ``encode_batch`` otherwise: only the span edges are looked up
@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tokenizers
 
-from packshard.alignment import align, span_tokens, utf8_batch
+from packshard.ingest.alignment import align, span_tokens, utf8_batch
 from packshard.records import IGNORE_INDEX
-from packshard.tokenize import TokenizerBundle
+from packshard.ingest.tokenizer import TokenizerBundle
 
 if TYPE_CHECKING:
-    from packshard.templates import Rendered
+    from packshard.ingest.templates import Rendered
 
 _EDGE_SCAN = 64  # characters searched for a covered edge before falling back to all offsets
 
@@ -100,7 +100,7 @@ def offsets_needed(bundle: TokenizerBundle, rendered: Sequence[Rendered]) -> boo
     """Tell whether labelling ``rendered`` needs the tokenizer's character offsets.
 
     Not when every example trains on all its tokens, nor when the tokenizer has a
-    :class:`~packshard.alignment.ByteAligner` (token positions then come from the ids).
+    :class:`~packshard.ingest.alignment.ByteAligner` (token positions then come from the ids).
     """
     return bundle.aligner is None and any(r.label_path != "none" for r in rendered)
 
@@ -206,7 +206,7 @@ def _byte_spans(
     encoded: np.ndarray,
     table: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Token ranges of character spans from the ids (see :mod:`packshard.alignment`).
+    """Token ranges of character spans from the ids (see :mod:`packshard.ingest.alignment`).
 
     Examples whose ids do not spell their text are encoded again, with offsets.
     """

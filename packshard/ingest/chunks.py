@@ -18,7 +18,7 @@ A chunk covers ``batch_size`` consecutive input records (the last one fewer), so
 stream counts every record read.  Examples keep input order; so do rejects.
 
 Only the tokenizer call (``encode_batch_fast``, or ``encode_batch`` when labels need the
-offsets: see :mod:`packshard.labels`) leaves the main thread.  Everything that holds the
+offsets: see :mod:`packshard.ingest.labels`) leaves the main thread.  Everything that holds the
 GIL (reading, rendering, labelling, and the consumer of the chunks) stays on it, so the
 tokenizer is never left waiting for a label pass; the first chunk is encoded in pieces of
 ``FIRST_PIECE`` records so the cores start at once::
@@ -52,8 +52,8 @@ import numpy as np
 from tokenizers import Encoding
 
 from packshard.errors import RecordError, UsageError
-from packshard.labels import encode_texts, label_encodings
-from packshard.normalize import is_encodable, normalize_record
+from packshard.ingest.labels import encode_texts, label_encodings
+from packshard.ingest.normalize import is_encodable, normalize_record
 from packshard.records import (
     FORMATS,
     IGNORE_INDEX,
@@ -63,9 +63,9 @@ from packshard.records import (
     SourceRef,
     TokenizedBatch,
 )
-from packshard.sources import InputFile, read_records
-from packshard.templates import ChatTemplate, Rendered, render_example
-from packshard.tokenize import TokenizerBundle
+from packshard.ingest.sources import InputFile, read_records
+from packshard.ingest.templates import ChatTemplate, Rendered, render_example
+from packshard.ingest.tokenizer import TokenizerBundle
 
 IN_FLIGHT = 2  # chunks rendered but not yet labelled: one encoding, one queued
 FIRST_PIECE = 128  # records per encode_batch call in the first chunk

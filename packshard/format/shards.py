@@ -31,9 +31,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packshard.manifest import FORMAT_VERSION, META_DATASET_ID, META_FORMAT_VERSION, sha256_path
+from packshard.format.manifest import FORMAT_VERSION, META_DATASET_ID, META_FORMAT_VERSION, sha256_path
 from packshard.records import IGNORE_INDEX, PackedRow
-from packshard.spill import Spill
+from packshard.pack.spill import Spill
 
 SHARD_COLUMNS = (
     "input_ids",

@@ -34,8 +34,8 @@ import pyarrow.parquet as pq
 
 from packshard import __version__
 from packshard.errors import UsageError
-from packshard.ingest import IngestOptions, ingest, ingest_label_path
-from packshard.manifest import (
+from packshard.ingest.chunks import IngestOptions, ingest, ingest_label_path
+from packshard.format.manifest import (
     EXAMPLES_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -45,14 +45,14 @@ from packshard.manifest import (
     sha256_path,
     write_json_atomic,
 )
-from packshard.packing import plan_packs
-from packshard.plan import RowPlan, finalize_plan, ordering_stats
-from packshard.shards import ROW_GROUP_ROWS, ShardInfo, assemble_rows, write_shard
-from packshard.sources import InputFile, expand_inputs
-from packshard.spill import OVERLONG_POLICIES, Spill, SpillWriter
-from packshard.stats import StatsCollector
-from packshard.templates import load_template
-from packshard.tokenize import load_tokenizer
+from packshard.pack.planner import plan_packs
+from packshard.pack.rows import RowPlan, finalize_plan, ordering_stats
+from packshard.format.shards import ROW_GROUP_ROWS, ShardInfo, assemble_rows, write_shard
+from packshard.ingest.sources import InputFile, expand_inputs
+from packshard.pack.spill import OVERLONG_POLICIES, Spill, SpillWriter
+from packshard.pack.counts import StatsCollector
+from packshard.ingest.templates import load_template
+from packshard.ingest.tokenizer import load_tokenizer
 
 STRATEGIES = ("bfd", "ffd", "wrapped")
 COMPRESSIONS = ("zstd", "snappy", "none")

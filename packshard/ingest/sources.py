@@ -15,7 +15,7 @@ truncated ``.gz``/``.zst`` is noticed instead of silently ending early::
 A record's ``line`` is the 1-based physical line for JSONL (blank lines skipped but counted), the
 1-based element index of a JSON array (1 for a lone object) and the 1-based Parquet row.
 
-Decompression and the growing JSON text buffer live in :mod:`packshard.streams`.
+Decompression and the growing JSON text buffer live in :mod:`packshard.ingest.streams`.
 
 Record-level problems never raise: the record carries a :class:`RecordError` (``invalid_json``,
 ``invalid_utf8``, ``not_an_object``, ``unreadable``).  A broken array or a broken compressed
@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from packshard.errors import InputError, RecordError
-from packshard.manifest import sha256_path
+from packshard.format.manifest import sha256_path
 from packshard.records import RawRecord, SourceRef
-from packshard.streams import StreamError, TextBuffer, iter_bytes
+from packshard.ingest.streams import StreamError, TextBuffer, iter_bytes
 
 CHUNK_SIZE = 1 << 20
 _EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from packshard.findings import MAX_PER_KIND, Finding, FindingList
+from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
 from packshard.records import IGNORE_INDEX
-from packshard.shards import list_values
+from packshard.format.shards import list_values
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from packshard.findings import Finding, FindingList
+from packshard.verify.findings import Finding, FindingList
 from packshard.records import PackedRow
-from packshard.shards import read_row
+from packshard.format.shards import read_row
 
 
 def crop_row(row: PackedRow, max_tokens: int) -> PackedRow:
@@ -63,7 +63,7 @@ def place_finding(
 ) -> Finding:
     """Turn an equivalence message (``"NAME segment J: …"`` or ``"NAME: …"``) into a placed finding.
 
-    ``index`` (an :class:`~packshard.seams.ExamplesIndex`) adds the segment's ``file:line``.
+    ``index`` (an :class:`~packshard.verify.structure.ExamplesIndex`) adds the segment's ``file:line``.
     """
     for (_, row), name, packed in zip(picks, names, rows, strict=True):
         shard_path = name.rsplit(" row ", 1)[0]
@@ -90,7 +90,7 @@ def check_model(
 ) -> tuple[dict[str, Any], Any]:
     """Run the equivalence proof on sampled rows; add findings; fill the seam table's deltas."""
     try:
-        from packshard.equivalence import check_rows, load_model
+        from packshard.verify.equivalence import check_rows, load_model
     except ImportError as exc:  # torch missing
         return {"status": "skipped", "detail": f"needs torch and transformers ({exc})"}, None
     picks = pick_rows(manifest, tables, options.model_rows, options.seed)

@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from packshard.errors import PackshardError
-from packshard.findings import Finding, FindingList
+from packshard.verify.findings import Finding, FindingList
 from packshard.records import IGNORE_INDEX
-from packshard.seams import ExamplesIndex
+from packshard.verify.structure import ExamplesIndex
 
 
 def _locate(recorded: str, root: str | None) -> Path | None:
@@ -35,8 +35,8 @@ def _locate(recorded: str, root: str | None) -> Path | None:
 
 
 def _resolve_tokenizer(manifest: dict[str, Any], options: Any) -> tuple[Any, str | None]:
-    from packshard.manifest import sha256_path
-    from packshard.tokenize import load_tokenizer
+    from packshard.format.manifest import sha256_path
+    from packshard.ingest.tokenizer import load_tokenizer
 
     recorded = manifest["tokenizer"]
     path = _locate(options.tokenizer or recorded["path"], options.source_root)
@@ -58,7 +58,7 @@ class _Mismatch(Exception):
 
 
 def _resolve_template(manifest: dict[str, Any], bundle: Any, options: Any) -> Any:
-    from packshard.templates import load_template
+    from packshard.ingest.templates import load_template
 
     recorded = manifest["template"]
     source = recorded.get("source")
@@ -95,8 +95,8 @@ def check_sources(
     findings: FindingList,
 ) -> dict[str, Any]:
     """Re-ingest the recorded inputs and compare every (or a sample of) packed example."""
-    from packshard.manifest import sha256_path
-    from packshard.sources import InputFile
+    from packshard.format.manifest import sha256_path
+    from packshard.ingest.sources import InputFile
 
     required = options.source is True
 
@@ -155,7 +155,7 @@ def _compare(
     options: Any,
     findings: FindingList,
 ) -> int:
-    from packshard.ingest import IngestOptions, ingest
+    from packshard.ingest.chunks import IngestOptions, ingest
 
     config = manifest["config"]
     by_record: dict[tuple[str, int], list[int]] = {}
@@ -249,7 +249,7 @@ def _compare_segment(
     findings: FindingList,
 ) -> bool:
     """Compare one packed segment with its re-ingested example; False when it cannot be read."""
-    from packshard.shards import read_row
+    from packshard.format.shards import read_row
 
     shard, row = int(index.shard[pos]), int(index.row[pos])
     eid = int(index.example_id[pos])

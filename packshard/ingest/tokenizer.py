@@ -15,7 +15,7 @@ folder, because that is what the model will see at inference:
   config says ``legacy: false`` (the Llama default): ``<|user|>\nHi`` encodes ``Hi``, not
   ``▁Hi``.  ``TokenizerBundle.adjustments`` names what was changed.
 
-Encoding and labels live in :mod:`packshard.labels`.
+Encoding and labels live in :mod:`packshard.ingest.labels`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import orjson
 import tokenizers
 from tokenizers import AddedToken, pre_tokenizers
 
-from packshard.alignment import ByteAligner, build_aligner
+from packshard.ingest.alignment import ByteAligner, build_aligner
 from packshard.errors import TokenizerError
 
 NAMED_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",

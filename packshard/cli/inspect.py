@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from packshard.errors import InputError, UsageError
-from packshard.manifest import load_manifest
+from packshard.format.manifest import load_manifest
 from packshard.records import IGNORE_INDEX, PackedRow
-from packshard.shards import read_row
+from packshard.format.shards import read_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +132,7 @@ def _index_entries(path: Path, example_ids: np.ndarray) -> dict[int, tuple[str, 
 
 def _load_tokenizer(path: str) -> Any:
     try:
-        from packshard.tokenize import load_tokenizer
+        from packshard.ingest.tokenizer import load_tokenizer
 
         return load_tokenizer(path).tokenizer
     except Exception:  # decoding is a convenience: fall back to ids

@@ -40,7 +40,7 @@ from jinja2 import nodes
 
 from packshard.errors import RecordError, TemplateError
 from packshard.records import Conversation
-from packshard.sandbox import (
+from packshard.ingest.sandbox import (
     RECORDER,
     GenerationExtension,
     Recorder,
@@ -48,7 +48,7 @@ from packshard.sandbox import (
     TemplateSecurityError,
     make_environment,
 )
-from packshard.tokenize import TokenizerBundle
+from packshard.ingest.tokenizer import TokenizerBundle
 
 __all__ = [
     "BUILTINS",
