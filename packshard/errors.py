@@ -12,6 +12,8 @@ data is validated with these exceptions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 EXIT_OK = 0
 EXIT_DATA = 1
 EXIT_USAGE = 2
@@ -57,6 +59,7 @@ class RecordError(PackshardError):
     exit_code = EXIT_DATA
 
     def __init__(self, code: str, reason: str, source: str = "<unknown>", line: int = 0) -> None:
+        assert code in REJECT_CODES, f"unregistered reject code {code!r}"
         self.code = code
         self.reason = reason
         self.source = source
@@ -74,7 +77,104 @@ class ManifestError(PackshardError):
     exit_code = EXIT_USAGE
 
 
+class FormatError(PackshardError):
+    """A file of an output folder is damaged, or belongs to another dataset.
+
+    ``problem`` is the message without the file's name, for reports that name it themselves.
+    """
+
+    exit_code = EXIT_DATA
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
 class AuditError(PackshardError):
     """``verify`` found at least one finding."""
 
     exit_code = EXIT_DATA
+
+
+REJECTED = "rejected"
+"""Kind of a reject code: the record is bad input (it failed reading, normalizing or rendering)."""
+DROPPED = "dropped"
+"""Kind of a reject code: the record was valid and a policy (``--overlong`` …) removed it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RejectCode:
+    """A stable, machine-readable reason a record is not packed, and its kind."""
+
+    name: str
+    kind: str  # REJECTED or DROPPED
+    meaning: str
+
+
+REJECT_CODES: dict[str, RejectCode] = {
+    c.name: c
+    for c in (
+        RejectCode("invalid_json", REJECTED, "the line or array element is not valid JSON"),
+        RejectCode(
+            "invalid_utf8",
+            REJECTED,
+            "the line (or the file, for a JSON array) is not valid UTF-8, or the text holds a "
+            "lone surrogate (a JSON escape such as \\ud800 that is no Unicode character)",
+        ),
+        RejectCode("not_an_object", REJECTED, "the JSON value is not an object"),
+        RejectCode(
+            "unreadable",
+            REJECTED,
+            "a compressed stream or Parquet data broke; the rest of the file is not read",
+        ),
+        RejectCode(
+            "unknown_format",
+            REJECTED,
+            "no known format key (messages, conversations, instruction+output, "
+            "prompt+completion, text)",
+        ),
+        RejectCode(
+            "missing_field", REJECTED, "a field the (forced) format needs is absent or null"
+        ),
+        RejectCode("empty_conversation", REJECTED, "the message list is empty"),
+        RejectCode(
+            "invalid_message",
+            REJECTED,
+            "a message list is not a list, or one message is not an object",
+        ),
+        RejectCode("unknown_role", REJECTED, "a message has a missing or unsupported role"),
+        RejectCode(
+            "invalid_content",
+            REJECTED,
+            "a message's content or a text field is missing or not a string",
+        ),
+        RejectCode("invalid_tools", REJECTED, "'tools' is neither a list nor a JSON string of one"),
+        RejectCode(
+            "no_assistant_turn",
+            REJECTED,
+            "the loss policy needs an assistant turn the record lacks",
+        ),
+        RejectCode(
+            "template_error",
+            REJECTED,
+            "the chat template raised, or a trained turn cannot be found in its output",
+        ),
+        RejectCode(
+            "no_trainable_tokens",
+            REJECTED,
+            "no token after the first is trained (the trained turns are empty or dropped)",
+        ),
+        RejectCode("too_long", DROPPED, "longer than --max-seq-len under --overlong drop"),
+        RejectCode(
+            "truncated_no_targets", DROPPED, "no trained token left after --overlong truncate"
+        ),
+        RejectCode("split_no_targets", DROPPED, "no part kept a trained token after splitting"),
+    )
+}
+"""Every reject code packshard emits, in the order the README lists them."""
+
+
+def reject_kind(code: str) -> str:
+    """Return :data:`REJECTED` or :data:`DROPPED` for a registered reject code."""
+    return REJECT_CODES[code].kind

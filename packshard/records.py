@@ -1,26 +1,59 @@
-"""Typed values that flow between the pipeline stages.
+"""Typed values that flow between the pipeline stages, and every option vocabulary.
 
 ``read_records`` yields :class:`RawRecord` (a parsed JSON value, or the reason it could not be
-parsed, with its place).  ``normalize_record`` turns a value into a :class:`Conversation`.
-Rendering and tokenization produce :class:`TokenizedBatch`: flat int32 token and label arrays
-with an offsets array, never Python lists of ints.  Records that cannot be used become
-:class:`Reject` values, each with a stable ``code``.
+parsed, with its place).  ``normalize_record`` turns a value into a :class:`Conversation`;
+rendering makes a :class:`Rendered`; tokenization and labelling produce
+:class:`TokenizedBatch` — flat int32 token and label arrays with an offsets array, never Python
+lists of ints — which ingest hands on as :class:`IngestChunk` values.  Records that cannot be
+used become :class:`Reject` values, each with a registered ``code``
+(:data:`packshard.errors.REJECT_CODES`).
+
+The option vocabularies (``--format``, ``--loss``, ``--strategy`` …) are defined here once;
+the command line offers exactly these choices and every stage validates against them with
+:func:`check_choice`.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from packshard.errors import REJECT_CODES, UsageError
+
 IGNORE_INDEX = -100
 """Label value meaning "no loss here" (the Hugging Face / PyTorch convention)."""
 
 FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text")
+"""Record formats (``--format`` also takes ``auto``: detect per record)."""
+FORMAT_CHOICES = ("auto", *FORMATS)
 ROLES = ("system", "user", "assistant", "tool")
 LOSS_POLICIES = ("auto", "assistant", "last_assistant", "all", "completion")
+"""``--loss``: ``auto`` resolves per record format (:data:`AUTO_LOSS`)."""
+AUTO_LOSS = {
+    "messages": "assistant",
+    "sharegpt": "assistant",
+    "alpaca": "assistant",
+    "prompt_completion": "completion",
+    "text": "all",
+}
+"""What ``--loss auto`` means for each record format (recorded in the manifest)."""
+ON_ERROR = ("skip", "fail")
+STRATEGIES = ("bfd", "ffd", "wrapped")
+"""``--strategy``: best-fit decreasing, first-fit decreasing, or a stream cut into rows."""
+OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
+COMPRESSIONS = ("zstd", "snappy", "none")
+POSITION_POLICIES = ("reset",)
+LABEL_PATHS = ("generation_tags", "offsets", "none")
+"""How a record's trained characters are found (see :mod:`packshard.ingest.templates`)."""
+
+
+def check_choice(option: str, value: str, allowed: Sequence[str]) -> None:
+    """Raise :class:`UsageError` unless ``value`` is one of ``allowed`` (named as ``option``)."""
+    if value not in allowed:
+        raise UsageError(f"{option} {value!r} is not one of {', '.join(allowed)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,27 +125,41 @@ class Conversation:
 
 
 @dataclass(frozen=True, slots=True)
+class Rendered:
+    """One rendered example: its text and the character spans ``[lo, hi)`` to train on.
+
+    ``label_path`` is one of :data:`LABEL_PATHS`.  ``bos_chars`` > 0: the text starts with the
+    tokenizer's BOS, put there for the tokenizer (plain records), so it becomes the BOS id and
+    the rest is encoded as if alone — what ``add_special_tokens=True`` gives; a SentencePiece
+    "first" prefix then lands on the text.
+    """
+
+    text: str
+    spans: tuple[tuple[int, int], ...]
+    label_path: str
+    bos_chars: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Reject:
-    """A record that was not packed: rejected at ingest or dropped by a policy."""
+    """A record that was not packed: rejected at ingest or dropped by a policy.
+
+    ``code`` is registered in :data:`packshard.errors.REJECT_CODES`, which also says whether it
+    is a rejection (bad input) or a drop (a policy).
+    """
 
     ref: SourceRef
     domain: str
     code: str
     reason: str
 
-    def to_json(self) -> str:
-        """Return the ``rejects.jsonl`` line for this record (no trailing newline)."""
-        return json.dumps(
-            {
-                "source": self.ref.source,
-                "line": self.ref.line,
-                "domain": self.domain,
-                "code": self.code,
-                "reason": self.reason,
-            },
-            ensure_ascii=False,
-            sort_keys=True,
-        )
+    def __post_init__(self) -> None:
+        assert self.code in REJECT_CODES, f"unregistered reject code {self.code!r}"
+
+    @property
+    def kind(self) -> str:
+        """``rejected`` or ``dropped``, from the code's registry entry."""
+        return REJECT_CODES[self.code].kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +167,8 @@ class TokenizedBatch:
     """Tokenized examples in columnar form.
 
     Example ``i`` owns ``input_ids[offsets[i]:offsets[i+1]]`` and the same slice of
-    ``labels`` (unshifted; ``IGNORE_INDEX`` where no loss).  ``refs`` and ``domains`` hold
-    one entry per example.
+    ``labels`` (unshifted; ``IGNORE_INDEX`` where no loss).  ``refs``, ``domains`` and
+    ``formats`` (the record format each example came from) hold one entry per example.
     """
 
     input_ids: np.ndarray  # int32, flat
@@ -129,7 +176,12 @@ class TokenizedBatch:
     offsets: np.ndarray  # int64, len == n + 1
     refs: tuple[SourceRef, ...]
     domains: tuple[str, ...]
-    extra: dict[str, Any] = field(default_factory=dict)
+    formats: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.refs)
+        assert len(self.domains) == n and len(self.formats) == n, "one domain, format per example"
+        assert self.offsets.shape == (n + 1,), "offsets has one entry per example, plus one"
 
     def __len__(self) -> int:
         return len(self.refs)
@@ -168,3 +220,43 @@ class PackedRow:
     def num_segments(self) -> int:
         """Number of segments (examples or example parts) in the row."""
         return int(self.cu_seqlens.shape[0]) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class IngestOptions:
+    """How records are read, labelled and batched (the ``--format``/``--loss``… flags)."""
+
+    format: str = "auto"
+    domain_field: str = "domain"
+    loss: str = "auto"
+    on_error: str = "skip"
+    batch_size: int = 1024
+
+    def check(self) -> None:
+        """Raise :class:`UsageError` for a value ingest cannot honour."""
+        check_choice("--format", self.format, FORMAT_CHOICES)
+        check_choice("--loss", self.loss, LOSS_POLICIES)
+        check_choice("--on-error", self.on_error, ON_ERROR)
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
+
+
+@dataclass(frozen=True)
+class IngestChunk:
+    """The examples and rejects of ``records`` consecutive input records.
+
+    ``label_paths`` counts the examples per label path, so a manifest can say how labels were
+    found.  ``loss_tokens`` holds, per example, its trained labels after the first token
+    (:func:`packshard.arrays.count_trained`).
+    """
+
+    batch: TokenizedBatch
+    rejects: tuple[Reject, ...]
+    records: int
+    loss_tokens: np.ndarray
+    label_paths: dict[str, int] = field(default_factory=dict)
+
+
+def resolve_loss(loss: str, fmt: str) -> str:
+    """Return the loss policy a record of format ``fmt`` is labelled with under ``--loss``."""
+    return AUTO_LOSS[fmt] if loss == "auto" else loss

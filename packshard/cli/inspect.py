@@ -10,24 +10,23 @@ green highlight of trained text)::
     <|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n[Hello!<|im_end|>]
     ══ seam ══
 
-``--html`` writes the same view as a self-contained page.
+``--html`` writes the same view as a self-contained page (:mod:`packshard.cli.html`).
 """
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from packshard.errors import InputError, UsageError
+from packshard.errors import FormatError, InputError, UsageError
+from packshard.format.examples import ExamplesIndex, read_examples
 from packshard.format.manifest import load_manifest
+from packshard.format.shards import read_row, read_shard
 from packshard.records import IGNORE_INDEX, PackedRow
-from packshard.format.shards import read_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +71,14 @@ def _runs(tokenizer: Any, ids: np.ndarray, trained: np.ndarray) -> tuple[tuple[s
 def inspect_row(
     out: str | Path, row: int = 0, shard: int = 0, tokenizer: str | None = None
 ) -> RowView:
-    """Decode row ``row`` of shard ``shard`` with the recorded (or given) tokenizer."""
+    """Decode row ``row`` of shard ``shard`` with the recorded (or given) tokenizer.
+
+    Raises:
+        UsageError: ``--shard`` or ``--row`` out of range.
+        InputError: the shard is missing.
+        FormatError: the shard is damaged or belongs to another dataset.
+
+    """
     folder = Path(out)
     manifest = load_manifest(folder)
     shards = manifest["shards"]
@@ -81,16 +87,13 @@ def inspect_row(
     path = folder / shards[shard]["path"]
     if not path.is_file():
         raise InputError(f"{path}: shard missing (run packshard verify {out} to audit the folder)")
-    try:
-        table = pq.read_table(path, memory_map=True)
-    except (OSError, ValueError) as exc:  # not Parquet, truncated
-        raise InputError(f"{path}: unreadable shard: {exc} (run packshard verify {out})") from exc
+    table = read_shard(path, manifest["dataset_id"])
     if not 0 <= row < table.num_rows:
         raise UsageError(
             f"--row {row} out of range ({shards[shard]['path']} has {table.num_rows} rows)"
         )
     packed: PackedRow = read_row(table, row)
-    where = _index_entries(folder / manifest["files"]["examples"]["path"], packed.example_ids)
+    where = _index_entries(folder, manifest, packed.example_ids)
     tok = _load_tokenizer(tokenizer or manifest["tokenizer"]["path"])
     segments = []
     for s in range(packed.num_segments):
@@ -110,24 +113,26 @@ def inspect_row(
                 runs=_runs(tok, packed.input_ids[lo:hi], trained),
             )
         )
-    return RowView(shards[shard]["path"], row, packed.num_tokens,
-                   int(manifest["config"]["max_seq_len"]), tuple(segments))  # fmt: skip
+    max_seq_len = int(manifest["config"]["max_seq_len"])
+    return RowView(shards[shard]["path"], row, packed.num_tokens, max_seq_len, tuple(segments))
 
 
-def _index_entries(path: Path, example_ids: np.ndarray) -> dict[int, tuple[str, int]]:
+def _index_entries(
+    folder: Path, manifest: dict[str, Any], example_ids: np.ndarray
+) -> dict[int, tuple[str, int]]:
     """Return ``{example_id: ("file:line", part)}`` for the given ids ({} if unreadable)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    path = folder / manifest["files"]["examples"]["path"]
     try:
-        index = pq.read_table(path, columns=["example_id", "source", "line", "part"])
-    except (OSError, ValueError, KeyError, pa.ArrowInvalid):
-        return {}
-    wanted = index.filter(pc.is_in(index["example_id"], pa.array(example_ids, pa.int64())))
-    return {
-        int(e["example_id"]): (f"{e['source']}:{e['line']}", int(e["part"]))
-        for e in wanted.to_pylist()
-    }
+        table = read_examples(path, manifest["dataset_id"])
+    except (FormatError, OSError):
+        return {}  # the row still shows; verify reports the damaged index
+    index = ExamplesIndex.from_table(table)
+    parts = table["part"].to_numpy()
+    found = {}
+    for eid, at in zip(example_ids.tolist(), index.lookup(example_ids).tolist(), strict=True):
+        if at >= 0:
+            found[eid] = (str(index.where(eid)), int(parts[at]))
+    return found
 
 
 def _load_tokenizer(path: str) -> Any:
@@ -155,41 +160,17 @@ def render_row_console(view: RowView) -> Any:
     for seg in view.segments:
         if seg.index:
             parts.append(Rule("seam", style="red"))
-        parts.append(Text(
-            f"segment {seg.index} · example {seg.example_id} · {seg.source} · part {seg.part} · "
-            f"{seg.num_tokens} tokens ({seg.num_loss_tokens} trained) · positions "
-            f"{seg.positions[0]}…{seg.positions[1]}", style="cyan"))  # fmt: skip
+        parts.append(
+            Text(
+                f"segment {seg.index} · example {seg.example_id} · {seg.source} · "
+                f"part {seg.part} · {seg.num_tokens} tokens ({seg.num_loss_tokens} trained) · "
+                f"positions {seg.positions[0]}…{seg.positions[1]}",
+                style="cyan",
+            )
+        )
         body = Text()
         for text, trained in seg.runs:
             body.append(text, style="bold green" if trained else "dim")
         parts.append(body)
     parts.append(Text("legend: trained tokens in green, context dim", style="dim"))
     return Group(*parts)
-
-
-def write_row_html(view: RowView, path: str | Path) -> None:
-    """Write the row view as a self-contained HTML page."""
-    blocks = []
-    for seg in view.segments:
-        runs = "".join(
-            f'<span class="{"t" if trained else "c"}">{html.escape(text)}</span>'
-            for text, trained in seg.runs
-        )
-        blocks.append(
-            f'<div class="seg"><div class="h">segment {seg.index} · example {seg.example_id} · '
-            f"{html.escape(seg.source)} · part {seg.part} · {seg.num_tokens} tokens "
-            f"({seg.num_loss_tokens} trained) · positions {seg.positions[0]}…{seg.positions[1]}"
-            f"</div><pre>{runs}</pre></div>"
-        )
-    title = f"{html.escape(view.shard)} row {view.row}"
-    page = f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}
-.seg{{border-left:4px solid #888;margin:0 0 .5em;padding:.3em .8em}}
-.seg+.seg{{border-top:3px dashed #c33;padding-top:.8em}}.h{{color:#246;font-size:.9em}}
-pre{{white-space:pre-wrap;font-size:.9em}}.t{{background:#d6f5d6}}.c{{color:#888}}</style>
-<h1>{html.escape(view.shard)} · row {view.row}</h1>
-<p>{view.num_tokens} of {view.max_seq_len} tokens, {len(view.segments)} segments. Trained tokens
-have a green background; red dashed lines are seams (attention and positions restart).</p>
-{"".join(blocks)}
-"""
-    Path(path).write_text(page, encoding="utf-8")

@@ -4,11 +4,9 @@
 it.  It records the configuration, the tokenizer and template hashes (so a reader can refuse a
 mismatched tokenizer), every input's SHA-256 and record count, statistics, and one entry per
 shard with its row/token counts, byte size and SHA-256.  Keys are sorted and paths inside the
-folder are relative, so two runs over the same inputs differ only in ``created_at``.
-
-Format versions are integers.  Readers accept the versions in :data:`SUPPORTED_VERSIONS` and
-refuse anything else with a message that names both.  The JSON Schema lives in
-``packshard/schemas/manifest.v1.json``.
+folder are relative, so two runs over the same inputs differ only in ``created_at``.  The JSON
+Schema lives in ``packshard/schemas/manifest.v1.json``; the format version rules in
+:mod:`packshard.format.version`.
 
 Counting rule (checked by ``verify``)::
 
@@ -18,38 +16,19 @@ Counting rule (checked by ``verify``)::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import time
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from packshard.digests import sha256_bytes
 from packshard.errors import ManifestError
+from packshard.format.version import FORMAT_VERSION, check_format_version
 
-FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
 MANIFEST_NAME = "manifest.json"
-EXAMPLES_NAME = "examples.parquet"
-REJECTS_NAME = "rejects.jsonl"
-SHARD_PATTERN = "shard-{index:05d}.parquet"
-META_FORMAT_VERSION = b"packshard.format_version"
-META_DATASET_ID = b"packshard.dataset_id"
-
-
-def sha256_bytes(data: bytes) -> str:
-    """Return the lowercase hex SHA-256 of ``data``."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_path(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
-    """Return the lowercase hex SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def compute_dataset_id(config: Mapping[str, Any], fingerprints: Mapping[str, Any]) -> str:
@@ -60,6 +39,37 @@ def compute_dataset_id(config: Mapping[str, Any], fingerprints: Mapping[str, Any
     """
     blob = json.dumps({"config": config, "inputs": fingerprints}, sort_keys=True)
     return sha256_bytes(blob.encode("utf-8"))[:32]
+
+
+def build_manifest(
+    *,
+    dataset_id: str,
+    config: Mapping[str, Any],
+    tokenizer: Mapping[str, Any],
+    template: Mapping[str, Any],
+    inputs: list[dict[str, Any]],
+    stats: Mapping[str, Any],
+    files: Mapping[str, Any],
+    shards: list[dict[str, Any]],
+    loss: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Return the manifest of a finished pack (``created_at`` is now, UTC)."""
+    from packshard import __version__
+
+    return {
+        "format_version": FORMAT_VERSION,
+        "packshard_version": __version__,
+        "dataset_id": dataset_id,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": dict(config),
+        "tokenizer": dict(tokenizer),
+        "template": dict(template),
+        "inputs": inputs,
+        "stats": dict(stats),
+        "files": dict(files),
+        "shards": shards,
+        "loss": dict(loss),
+    }
 
 
 def load_schema() -> dict[str, Any]:
@@ -82,11 +92,12 @@ def schema_errors(manifest: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Write ``data`` as sorted, indented JSON via a temporary file and an atomic rename."""
+def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
+    """Write ``folder/manifest.json``: sorted, indented, via a temporary file and a rename."""
+    path = folder / MANIFEST_NAME
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, sort_keys=True, indent=2, ensure_ascii=False)
+        json.dump(manifest, fh, sort_keys=True, indent=2, ensure_ascii=False)
         fh.write("\n")
         fh.flush()
         os.fsync(fh.fileno())
@@ -118,15 +129,3 @@ def load_manifest(out: str | os.PathLike[str], validate: bool = True) -> dict[st
             more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
             raise ManifestError("; ".join(problems[:5]) + more)
     return manifest
-
-
-def check_format_version(version: Any, where: str) -> None:
-    """Raise :class:`ManifestError` unless ``version`` is a supported format version."""
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise ManifestError(f"{where}: format_version is {version!r}, expected an integer")
-    if version not in SUPPORTED_VERSIONS:
-        supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
-        raise ManifestError(
-            f"{where}: format_version {version} is not supported by this packshard "
-            f"(supports {supported}); upgrade packshard or re-pack the data"
-        )

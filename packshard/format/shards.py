@@ -1,23 +1,22 @@
-"""Assemble packed rows from the spill and write them as Parquet shards.
+"""Shard files: the contract's columns, written one row group at a time and read back.
 
-A plan names, for every segment, the spilled example it comes from and the token range within
-it.  Assembly gathers each segment's range from the spill (a jitted copy per segment) and
-builds the columns with vectorised numpy, no per-token Python::
+One Parquet row per packed row (format version 1)::
 
-    segments   [ex7 0:5] [ex2 0:2] [ex9 0:1] | [ex4 0:6] [ex1 0:2]
-    row          0                            | 1
-    input_ids    a a a a a b b c              | d d d d d d e e
-    labels       - a a a a - b -              | - d d d d d - e      ('-' = IGNORE_INDEX)
-    position_ids 0 1 2 3 4 0 1 0              | 0 1 2 3 4 5 0 1
-    cu_seqlens   [0, 5, 7, 8]                 | [0, 6, 8]
+    input_ids     list<int32>   the row's tokens, at most max_seq_len, no padding stored
+    labels        list<int32>   -100 = no loss, else the token itself (unshifted); the first
+                                label of every segment is -100
+    position_ids  list<int32>   restart at 0 in every segment (policy ``reset``)
+    cu_seqlens    list<int32>   [0, end_1, …, num_tokens], strictly increasing
+    example_ids   list<int64>   one per segment, key into the examples index
+    num_tokens, num_loss_tokens, max_seqlen   int32 per-row totals
 
-The first label of every segment is masked (no target crosses a seam), positions restart at
-0 in every segment (policy ``reset``), and ``cu_seqlens`` records every boundary.  Integer list
-columns are written without dictionary encoding (smaller and faster for token ids), zstd by
-default; each file's key-value metadata carries the format version and dataset id.  A shard is
-assembled and written one row group (``ROW_GROUP_ROWS`` rows) at a time, so memory holds two
-row groups' columns (one being written while the next is assembled), about 45 bytes a token
-each (≈48 MB at 256 rows × 4,096 tokens), whatever the shard size.
+Integer list columns are written without dictionary encoding (smaller and faster for token
+ids), zstd by default; the key-value metadata carries the format version and dataset id
+(:mod:`packshard.format.version`).  :func:`write_shard` takes row-group tables made one at a
+time and encodes each on a thread while the caller assembles the next, so a shard of any size
+never sits in memory whole.  :func:`read_shard` opens a shard and refuses one whose schema or
+metadata is not this dataset's; :func:`read_row` and :func:`list_values` give its cells as numpy
+arrays.
 """
 
 from __future__ import annotations
@@ -31,9 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packshard.format.manifest import FORMAT_VERSION, META_DATASET_ID, META_FORMAT_VERSION, sha256_path
-from packshard.records import IGNORE_INDEX, PackedRow
-from packshard.pack.spill import Spill
+from packshard.digests import sha256_path
+from packshard.errors import FormatError
+from packshard.format.version import metadata_problem, parquet_metadata
+from packshard.records import PackedRow
 
 SHARD_COLUMNS = (
     "input_ids",
@@ -58,6 +58,7 @@ SHARD_SCHEMA = pa.schema(
     ]
 )
 ROW_GROUP_ROWS = 256
+SHARD_PATTERN = "shard-{index:05d}.parquet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,62 +84,6 @@ class ShardInfo:
         }
 
 
-def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
-    """Return ``[0, v0, v0+v1, …]`` (length ``len(values) + 1``, int64)."""
-    out = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(values, out=out[1:])
-    return out
-
-
-def assemble_rows(
-    spill: Spill,
-    row_offsets: np.ndarray,
-    seg_example: np.ndarray,
-    seg_start: np.ndarray,
-    seg_length: np.ndarray,
-    example_ids: np.ndarray,
-) -> pa.Table:
-    """Build the shard table for a block of rows by gathering tokens from the spill.
-
-    ``row_offsets`` is local to the block (starts at 0); the segment arrays are the block's.
-    """
-    seg_len = seg_length.astype(np.int64)
-    nrows = len(row_offsets) - 1
-    out_start = exclusive_cumsum(seg_len)
-    total = int(out_start[-1])
-    input_ids, labels = spill.read_ranges(spill.offsets[seg_example] + seg_start, seg_len)
-    labels[out_start[:-1][seg_len > 0]] = IGNORE_INDEX
-    position_ids = (np.arange(total, dtype=np.int64) - np.repeat(out_start[:-1], seg_len)).astype(
-        np.int32
-    )
-    segs_per_row = np.diff(row_offsets)
-    row_tok = exclusive_cumsum(np.add.reduceat(seg_len, row_offsets[:-1]) if nrows else seg_len)
-    seg_end_in_row = out_start[1:] - np.repeat(row_tok[:-1], segs_per_row)
-    cu_offsets = row_offsets + np.arange(nrows + 1)
-    cu_values = np.zeros(len(seg_len) + nrows, dtype=np.int32)
-    is_end = np.ones(len(cu_values), dtype=bool)
-    is_end[cu_offsets[:-1]] = False
-    cu_values[is_end] = seg_end_in_row
-    is_loss = (labels != IGNORE_INDEX).astype(np.int64)
-    loss_csum = exclusive_cumsum(is_loss)
-    num_loss = loss_csum[row_tok[1:]] - loss_csum[row_tok[:-1]]
-    max_seqlen = np.maximum.reduceat(seg_len, row_offsets[:-1]) if nrows else seg_len
-    tok_off = pa.array(row_tok.astype(np.int32))
-    columns = [
-        pa.ListArray.from_arrays(tok_off, pa.array(input_ids)),
-        pa.ListArray.from_arrays(tok_off, pa.array(labels)),
-        pa.ListArray.from_arrays(tok_off, pa.array(position_ids)),
-        pa.ListArray.from_arrays(pa.array(cu_offsets.astype(np.int32)), pa.array(cu_values)),
-        pa.ListArray.from_arrays(
-            pa.array(row_offsets.astype(np.int32)), pa.array(example_ids.astype(np.int64))
-        ),
-        pa.array(np.diff(row_tok).astype(np.int32)),
-        pa.array(num_loss.astype(np.int32)),
-        pa.array(max_seqlen.astype(np.int32)),
-    ]
-    return pa.Table.from_arrays(columns, schema=SHARD_SCHEMA)
-
-
 def write_shard(
     tables: pa.Table | Iterable[pa.Table],
     folder: Path,
@@ -152,7 +97,7 @@ def write_shard(
     never sits in memory whole; blocks of ``ROW_GROUP_ROWS`` rows give the same file as one
     table.  Returns the shard's manifest entry.
     """
-    meta = {META_FORMAT_VERSION: str(FORMAT_VERSION).encode(), META_DATASET_ID: dataset_id.encode()}
+    meta = parquet_metadata(dataset_id)
     path = folder / name
     rows = tokens = loss_tokens = 0
     with (
@@ -174,8 +119,8 @@ def write_shard(
             group = table.replace_schema_metadata(meta)
             writing = pool.submit(writer.write_table, group, row_group_size=ROW_GROUP_ROWS)
             rows += table.num_rows
-            tokens += int(pa.compute.sum(table["num_tokens"]).as_py() or 0)
-            loss_tokens += int(pa.compute.sum(table["num_loss_tokens"]).as_py() or 0)
+            tokens += int(table["num_tokens"].to_numpy().sum(dtype=np.int64))
+            loss_tokens += int(table["num_loss_tokens"].to_numpy().sum(dtype=np.int64))
         if writing is not None:
             writing.result()
     return ShardInfo(
@@ -210,3 +155,34 @@ def read_row(table: pa.Table, index: int) -> PackedRow:
         cu_seqlens=cell("cu_seqlens", np.int32),
         example_ids=cell("example_ids", np.int64),
     )
+
+
+def schema_problem(schema: pa.Schema) -> str | None:
+    """Say what is wrong with a shard's columns, or None when they match the contract."""
+    missing = [c for c in SHARD_SCHEMA.names if c not in schema.names]
+    if missing:
+        return f"missing columns {', '.join(missing)} (not a format version 1 shard)"
+    for name in SHARD_SCHEMA.names:
+        want, got = SHARD_SCHEMA.field(name).type, schema.field(name).type
+        if got != want:
+            return f"column {name} is {got}, the contract says {want}"
+    return None
+
+
+def read_shard(path: Path, dataset_id: str, columns: list[str] | None = None) -> pa.Table:
+    """Read a shard (memory-mapped), checking its schema and its packshard metadata.
+
+    Raises:
+        FormatError: not Parquet, columns not the contract's, or metadata of another dataset.
+
+    """
+    try:
+        table = pq.read_table(path, columns=columns, memory_map=True)
+    except Exception as exc:  # any decode failure: pyarrow raises many kinds
+        raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
+    problem = metadata_problem(table.schema.metadata, dataset_id)
+    if problem is None and columns is None:
+        problem = schema_problem(table.schema)
+    if problem is not None:
+        raise FormatError(str(path), problem)
+    return table

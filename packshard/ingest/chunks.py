@@ -26,17 +26,10 @@ tokenizer is never left waiting for a label pass; the first chunk is encoded in 
     tokenize thread       [0a][0b]..[0h][encode 1            ][encode 2            ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][label 0, yield][render 2][label 1]..
 
-Measured on 2 cores (phi-3-mini, the shared chat data, 2.17M tokens, ``bench_ingest.py``):
-``encode_batch`` alone 0.87-0.91 s wall, ``encode_batch_fast`` 0.65 s; ingest 0.90-0.95 s,
-0.96-0.97x the throughput of ``encode_batch`` (0.80-0.83x while labels still came from
-offsets, 0.71-0.73x when labelling also ran on the tokenize thread).  Worker processes (each
-rendering and encoding single-threaded) took 1.25-1.45 s against 1.2-1.3 s threaded even
-when forked: sending records and results costs what single-threaded encoding saves.
-
 An example is rejected as ``no_trainable_tokens`` when every label after its first token is
 ``IGNORE_INDEX``: once packed, the first label of a segment is masked at the seam, so such an
-example would contribute nothing to the loss.  ``batch.extra["loss_tokens"]`` holds, per
-example, the number of trained labels after the first token (what the packed row will count).
+example would contribute nothing to the loss.  ``chunk.loss_tokens`` holds, per example, the
+number of trained labels after the first token (what the packed row will count).
 """
 
 from __future__ import annotations
@@ -45,27 +38,28 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from tokenizers import Encoding
 
-from packshard.errors import RecordError, UsageError
+from packshard.arrays import count_trained, exclusive_cumsum
+from packshard.errors import RecordError
 from packshard.ingest.labels import encode_texts, label_encodings
 from packshard.ingest.normalize import is_encodable, normalize_record
+from packshard.ingest.sources import InputFile, read_records
+from packshard.ingest.spans import render_example
+from packshard.ingest.templates import ChatTemplate
+from packshard.ingest.tokenizer import TokenizerBundle
 from packshard.records import (
-    FORMATS,
-    IGNORE_INDEX,
-    LOSS_POLICIES,
+    IngestChunk,
+    IngestOptions,
     RawRecord,
     Reject,
+    Rendered,
     SourceRef,
     TokenizedBatch,
 )
-from packshard.ingest.sources import InputFile, read_records
-from packshard.ingest.templates import ChatTemplate, Rendered, render_example
-from packshard.ingest.tokenizer import TokenizerBundle
 
 IN_FLIGHT = 2  # chunks rendered but not yet labelled: one encoding, one queued
 FIRST_PIECE = 128  # records per encode_batch call in the first chunk
@@ -77,49 +71,11 @@ def _encodings(parts: list[Future[list[Encoding]]]) -> list[Encoding]:
     return [enc for part in parts for enc in part.result()]
 
 
-@dataclass(frozen=True, slots=True)
-class IngestOptions:
-    """How records are read, labelled and batched (the ``--format``/``--loss``… flags)."""
-
-    format: str = "auto"
-    domain_field: str = "domain"
-    loss: str = "auto"
-    on_error: str = "skip"  # or "fail"
-    batch_size: int = 1024
-
-
-@dataclass(frozen=True)
-class IngestChunk:
-    """The examples and rejects of ``records`` consecutive input records.
-
-    ``label_paths`` counts the examples per label path (``generation_tags``, ``offsets``,
-    ``none``) so a manifest can say how labels were found.
-    """
-
-    batch: TokenizedBatch
-    rejects: tuple[Reject, ...]
-    records: int
-    label_paths: dict[str, int] = field(default_factory=dict)
-
-
 def ingest_label_path(template: ChatTemplate | None, loss: str) -> str:
     """Return the label path chat records take under ``template`` and ``loss``."""
     if loss == "all" or template is None:
         return "none"
     return template.label_spans
-
-
-def check_options(options: IngestOptions) -> None:
-    """Raise :class:`UsageError` for an option value ingest cannot honour."""
-    if options.format != "auto" and options.format not in FORMATS:
-        raise UsageError(f"unknown --format {options.format!r} (expected auto, "
-                         f"{', '.join(FORMATS)})")  # fmt: skip
-    if options.loss not in LOSS_POLICIES:
-        raise UsageError(f"unknown --loss {options.loss!r} (expected {', '.join(LOSS_POLICIES)})")
-    if options.on_error not in ("skip", "fail"):
-        raise UsageError(f"unknown --on-error {options.on_error!r} (expected skip or fail)")
-    if options.batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
 
 
 def _domain_of(raw: RawRecord, domain_field: str) -> str:
@@ -131,19 +87,7 @@ def _domain_of(raw: RawRecord, domain_field: str) -> str:
     return raw.domain
 
 
-def _loss_tokens(labels: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Trained labels per example, not counting each example's first token (int64)."""
-    trained = labels != IGNORE_INDEX
-    running = np.zeros(len(trained) + 1, dtype=np.int64)
-    np.cumsum(trained, out=running[1:])
-    counts = running[offsets[1:]] - running[offsets[:-1]]
-    starts = offsets[:-1]
-    nonempty = offsets[1:] > starts
-    counts[nonempty] -= trained[starts[nonempty]]
-    return counts
-
-
-_Item = tuple[int, SourceRef, str, Rendered]  # input position, place, domain, rendering
+_Item = tuple[int, SourceRef, str, str, Rendered]  # input position, place, domain, format
 
 
 def _label_batch(
@@ -154,15 +98,17 @@ def _label_batch(
     encs: list[Encoding],
 ) -> IngestChunk:
     records = len(items) + len(rejects)
-    ids, labels, offsets = label_encodings(bundle, [item[3] for item in items], encs)
-    loss = _loss_tokens(labels, offsets)
+    ids, labels, offsets = label_encodings(bundle, [item[4] for item in items], encs)
+    loss = count_trained(labels, offsets)
     empty = np.flatnonzero(loss == 0)
     if empty.size:
-        reason = (f"no token to train on after the first (loss policy {options.loss}: the "
-                  "trained turns are empty or the template drops them)")  # fmt: skip
+        reason = (
+            f"no token to train on after the first (loss policy {options.loss}: the "
+            "trained turns are empty or the template drops them)"
+        )
         dropped = []
         for i in empty.tolist():
-            seq, ref, domain, _ = items[i]
+            seq, ref, domain = items[i][:3]
             if options.on_error == "fail":
                 raise RecordError("no_trainable_tokens", reason, ref.source, ref.line)
             dropped.append((seq, Reject(ref, domain, "no_trainable_tokens", reason)))
@@ -171,8 +117,7 @@ def _label_batch(
         lengths = np.diff(offsets)
         token_keep = np.repeat(keep, lengths)
         ids, labels = ids[token_keep], labels[token_keep]
-        offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
-        np.cumsum(lengths[keep], out=offsets[1:])
+        offsets = exclusive_cumsum(lengths[keep])
         loss = loss[keep]
         items = [item for item, k in zip(items, keep.tolist(), strict=True) if k]
     batch = TokenizedBatch(
@@ -181,10 +126,10 @@ def _label_batch(
         offsets=offsets,
         refs=tuple(item[1] for item in items),
         domains=tuple(item[2] for item in items),
-        extra={"loss_tokens": loss},
+        formats=tuple(item[3] for item in items),
     )
-    paths = dict(Counter(item[3].label_path for item in items))
-    return IngestChunk(batch, tuple(r for _, r in rejects), records, paths)
+    paths = dict(Counter(item[4].label_path for item in items))
+    return IngestChunk(batch, tuple(r for _, r in rejects), records, loss, paths)
 
 
 class _Failed(Exception):
@@ -228,7 +173,7 @@ def _render_pieces(
                 domain = _domain_of(raw, options.domain_field)
                 rejects.append((seq, Reject(raw.ref, domain, err.code, err.reason)))
             else:
-                items.append((seq, conv.ref, conv.domain, rendered))
+                items.append((seq, conv.ref, conv.domain, conv.format, rendered))
             if count >= options.batch_size:
                 yield items, rejects, True
                 items, rejects, count, piece = [], [], 0, options.batch_size
@@ -258,7 +203,7 @@ def ingest(
         UsageError: an option ingest does not know.
 
     """
-    check_options(options)
+    options.check()
     bar = _Progress() if progress else None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
     pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[list[Encoding]]]]]
@@ -274,7 +219,7 @@ def ingest(
             except _Failed as failed:
                 # A record read before the failing one may have no token to train on: that
                 # failure comes first.  (With on_error=fail there are no rejects to keep.)
-                last = [item[3] for item in failed.items]
+                last = [item[4] for item in failed.items]
                 encoding.append(pool.submit(encode_texts, bundle, last))
                 for earlier in (*pending, (items + failed.items, rejects, encoding)):
                     _label_batch(bundle, *earlier[:2], options, _encodings(earlier[2]))
@@ -283,7 +228,7 @@ def ingest(
                 items += piece[0]
                 rejects += piece[1]
                 if piece[0]:
-                    rendered = [item[3] for item in piece[0]]
+                    rendered = [item[4] for item in piece[0]]
                     encoding.append(pool.submit(encode_texts, bundle, rendered))
                 if not piece[2]:
                     continue
@@ -320,8 +265,9 @@ class _Progress:
             TimeElapsedColumn(),
             console=Console(stderr=True),
         )
-        self._task = self._progress.add_task("ingest", total=None, records=0, rate=0.0,
-                                             tokens=0, trate=0.0)  # fmt: skip
+        self._task = self._progress.add_task(
+            "ingest", total=None, records=0, rate=0.0, tokens=0, trate=0.0
+        )
         self._records = 0
         self._tokens = 0
         self._start = time.perf_counter()
@@ -331,9 +277,12 @@ class _Progress:
         self._records += chunk.records
         self._tokens += int(chunk.batch.offsets[-1])
         elapsed = max(time.perf_counter() - self._start, 1e-9)
-        fields: dict[str, Any] = {"records": self._records, "tokens": self._tokens,
-                                  "rate": self._records / elapsed,
-                                  "trate": self._tokens / elapsed}  # fmt: skip
+        fields: dict[str, Any] = {
+            "records": self._records,
+            "tokens": self._tokens,
+            "rate": self._records / elapsed,
+            "trate": self._tokens / elapsed,
+        }
         self._progress.update(self._task, **fields)
 
     def close(self) -> None:

@@ -29,17 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
-from typing import TYPE_CHECKING
 
 import numpy as np
 import tokenizers
 
+from packshard.arrays import exclusive_cumsum
 from packshard.ingest.alignment import align, span_tokens, utf8_batch
-from packshard.records import IGNORE_INDEX
 from packshard.ingest.tokenizer import TokenizerBundle
-
-if TYPE_CHECKING:
-    from packshard.ingest.templates import Rendered
+from packshard.records import IGNORE_INDEX, Rendered
 
 _EDGE_SCAN = 64  # characters searched for a covered edge before falling back to all offsets
 
@@ -139,8 +136,7 @@ def label_encodings(
     lead = np.fromiter((c > 0 for c in cuts), dtype=bool, count=n)  # a BOS id goes first
     encoded = np.fromiter(map(len, encs), dtype=np.int64, count=n)
     lengths = encoded + lead
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = exclusive_cumsum(lengths)
     total = int(offsets[-1])
     flat = chain.from_iterable(e.ids for e in encs)
     raw_ids = np.fromiter(flat, dtype=np.int32, count=total - int(lead.sum()))
@@ -212,11 +208,18 @@ def _byte_spans(
     """
     assert bundle.aligner is not None
     text, text_offsets = utf8_batch([_encoded_text(r) for r in rendered])
-    token_offsets = np.zeros(len(rendered) + 1, dtype=np.int64)
-    np.cumsum(encoded, out=token_offsets[1:])
+    token_offsets = exclusive_cumsum(encoded)
     start, end, ok = align(bundle.aligner, text, text_offsets, raw_ids, token_offsets)
-    t0, t1 = span_tokens(text, text_offsets, start, end, token_offsets,
-                         table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy())  # fmt: skip
+    t0, t1 = span_tokens(
+        text,
+        text_offsets,
+        start,
+        end,
+        token_offsets,
+        table[:, 0].copy(),
+        table[:, 1].copy(),
+        table[:, 2].copy(),
+    )
     failed = ~ok[table[:, 0]]
     if failed.any():
         redo = np.unique(table[failed, 0])

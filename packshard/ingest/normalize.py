@@ -35,25 +35,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from packshard.errors import RecordError, UsageError
-from packshard.records import FORMATS, Conversation, Message, RawRecord
-
-REJECT_CODES: dict[str, str] = {
-    "invalid_json": "the line or array element is not valid JSON",
-    "invalid_utf8": "the line (or the file, for a JSON array) is not valid UTF-8, or the rendered "
-    "text holds a lone surrogate (a JSON escape such as \\ud800 that is no Unicode character)",
-    "not_an_object": "the JSON value is not an object",
-    "unreadable": "a compressed stream or Parquet data broke; the rest of the file is not read",
-    "unknown_format": "no known format key (messages, conversations, instruction+output, "
-    "prompt+completion, text)",
-    "missing_field": "a field the (forced) format needs is absent or null",
-    "empty_conversation": "the message list is empty",
-    "invalid_message": "a message list is not a list, or one message is not an object",
-    "unknown_role": "a message has a missing or unsupported role",
-    "invalid_content": "a message's content or a text field is missing or not a string",
-    "invalid_tools": "'tools' is neither a list nor a JSON string holding one",
-}
-"""Every reject code normalization and reading emit, with a one-line description."""
+from packshard.errors import RecordError
+from packshard.records import FORMAT_CHOICES, Conversation, Message, RawRecord, check_choice
 
 _MESSAGE_ROLES = {
     **{r: r for r in ("system", "user", "assistant", "tool")},
@@ -303,13 +286,14 @@ def normalize_record(
         if type(domain) is not str or not domain:
             domain = raw.domain
         elif not is_encodable(domain):
-            raise RecordError("invalid_utf8", f"'{domain_field}' holds a lone surrogate "
-                              f"({domain!a}), which no output file can store")  # fmt: skip
+            raise RecordError(
+                "invalid_utf8",
+                f"'{domain_field}' holds a lone surrogate "
+                f"({domain!a}), which no output file can store",
+            )
         if fmt == "auto":
             return _BUILDERS[detect_format(value)](value, ref, domain)
-        builder = _BUILDERS.get(fmt)
-        if builder is None:
-            raise UsageError(f"unknown --format {fmt!r} (expected auto, {', '.join(FORMATS)})")
-        return builder(value, ref, domain)
+        check_choice("--format", fmt, FORMAT_CHOICES)
+        return _BUILDERS[fmt](value, ref, domain)
     except RecordError as err:
         raise err.at(ref.source, ref.line) from None

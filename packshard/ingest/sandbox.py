@@ -102,8 +102,13 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(str(message))
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:  # fmt: skip
+def _tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: Any = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
     return json.dumps(
         x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
@@ -115,9 +120,14 @@ def _strftime_now(fmt: str) -> str:
 
 def make_environment() -> _Sandbox:
     """Create a sandboxed environment with transformers' template conventions."""
-    env = _Sandbox(trim_blocks=True, lstrip_blocks=True,
-                   extensions=[GenerationExtension, loopcontrols])  # fmt: skip
+    env = _Sandbox(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationExtension, loopcontrols]
+    )
     env.filters["tojson"] = _tojson
-    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
-                       namespace=_Namespace, dict=dict)  # fmt: skip
+    env.globals.update(
+        raise_exception=_raise_exception,
+        strftime_now=_strftime_now,
+        namespace=_Namespace,
+        dict=dict,
+    )
     return env

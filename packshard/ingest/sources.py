@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from packshard.errors import InputError, RecordError
-from packshard.format.manifest import sha256_path
-from packshard.records import RawRecord, SourceRef
 from packshard.ingest.streams import StreamError, TextBuffer, iter_bytes
+from packshard.records import RawRecord, SourceRef
 
 CHUNK_SIZE = 1 << 20
 _EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"
@@ -132,11 +131,6 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
                 seen.add(real)
                 files.append(InputFile(path, real))
     return files
-
-
-def sha256_file(path: str | os.PathLike[str], chunk_size: int = CHUNK_SIZE) -> str:
-    """Return the SHA-256 of the file's bytes as lowercase hex (:func:`manifest.sha256_path`)."""
-    return sha256_path(path, chunk=chunk_size)
 
 
 def _reject(f: InputFile, line: int, code: str, reason: str) -> RawRecord:

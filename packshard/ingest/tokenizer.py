@@ -30,11 +30,18 @@ import orjson
 import tokenizers
 from tokenizers import AddedToken, pre_tokenizers
 
-from packshard.ingest.alignment import ByteAligner, build_aligner
 from packshard.errors import TokenizerError
+from packshard.ingest.aligner import ByteAligner, build_aligner
 
-NAMED_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
-                 "mask_token")  # fmt: skip
+NAMED_SPECIAL = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,17 @@ class TokenizerBundle:
     adjustments: tuple[str, ...] = ()
     chat_template_path: str | None = None  # a chat_template.jinja beside tokenizer.json
     aligner: ByteAligner | None = field(default=None, repr=False, compare=False)
+
+    def manifest_entry(self) -> dict[str, Any]:
+        """Return what the manifest records about the tokenizer."""
+        return {
+            "path": self.path,
+            "sha256": self.sha256,
+            "vocab_size": self.vocab_size,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+            "pad_token_id": self.pad_token_id,
+        }
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Counting as data flows: records, rejects, drops and tokens, in total and per domain.
+"""Counting, once, at the end: records, rejects, drops and tokens, in total and per domain.
 
 Every record read is counted exactly once, in exactly one of three bins::
 
@@ -6,189 +6,152 @@ Every record read is counted exactly once, in exactly one of three bins::
 
 ``rejected`` records failed ingest (bad JSON, unknown role, template error, …); ``dropped``
 records were valid but removed by a policy (``too_long`` …).  Both are lines of
-``rejects.jsonl``.  Per-domain counts add up to the totals; ``token_share_in`` is a domain's
-share of tokenized tokens before the overlong policy, ``token_share_out`` its share of packed
-tokens.  The collector also builds the examples index from the final plan.
+``rejects.jsonl``.  Nothing is counted while data flows through a shared collector: the spill
+writer returns what it accepted (:class:`~packshard.pack.spill.SpillCounts`), the rejects
+writer what it wrote (:class:`~packshard.format.rejects.RejectTally`), the plan what it packed,
+and :func:`pack_stats` combines the three.  Per-domain counts add up to the totals;
+``token_share_in`` is a domain's share of tokenized tokens before the overlong policy,
+``token_share_out`` its share of packed tokens.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from packshard.pack.rows import RowPlan
-from packshard.records import Reject, SourceRef
+from packshard.arrays import exclusive_cumsum, fill_rate, lower_bound_rows
+from packshard.errors import DROPPED, REJECTED
+from packshard.format.rejects import RejectTally
 from packshard.format.shards import ShardInfo
+from packshard.pack.rows import RowPlan
 from packshard.pack.spill import Spill
+from packshard.records import Reject, SourceRef, resolve_loss
 
-COUNT_KEYS = ("records", "rejected", "dropped", "tokens_in")
 
-
-class StatsCollector:
-    """Accumulates counts while ingest runs; summarises them against the final plan."""
-
-    def __init__(self, sources: Sequence[str]) -> None:
-        self.sources = list(sources)
-        self._source_code = {s: i for i, s in enumerate(self.sources)}
-        self.records_per_input = [0] * len(self.sources)
-        self.domains: list[str] = []
-        self._domain_code: dict[str, int] = {}
-        self.counts: dict[str, Counter[str]] = {k: Counter() for k in COUNT_KEYS}
-        self.rejects_by_code: Counter[str] = Counter()
-
-    def source_codes(self, refs: Sequence[SourceRef]) -> np.ndarray:
-        """Index of each ref's source in the input list (int32)."""
-        code = self._source_code
-        return np.fromiter((code[r.source] for r in refs), dtype=np.int32, count=len(refs))
-
-    def domain_code(self, domain: str) -> int:
-        """Stable small integer for a domain name (order of first appearance)."""
-        if domain not in self._domain_code:
-            self._domain_code[domain] = len(self.domains)
-            self.domains.append(domain)
-        return self._domain_code[domain]
-
-    def domain_codes(self, domains: Sequence[str]) -> np.ndarray:
-        """Codes for a sequence of domain names (int32)."""
-        return np.fromiter(
-            (self.domain_code(d) for d in domains), dtype=np.int32, count=len(domains)
+def wrapped_drops(spill: Spill, plan: RowPlan) -> tuple[Reject, ...]:
+    """Rejects for the records that lost every part to the no-target rule (``wrapped``)."""
+    counts = spill.counts
+    return tuple(
+        Reject(
+            SourceRef(counts.sources[spill.source_index[ex]], int(spill.lines[ex])),
+            counts.domains[spill.domain_codes[ex]],
+            "split_no_targets",
+            "no part kept a target token (dropped)",
         )
+        for ex in plan.examples_dropped.tolist()
+    )
 
-    def add_ingest(self, chunk: Any, domain_codes: np.ndarray) -> None:
-        """Count a chunk's accepted and rejected records and its tokens per domain."""
-        batch = chunk.batch
-        for source, n in Counter(r.source for r in batch.refs).items():
-            self.records_per_input[self._source_code[source]] += n
-        for reject in chunk.rejects:
-            self.records_per_input[self._source_code[reject.ref.source]] += 1
-            self.domain_code(reject.domain)
-        lengths = np.diff(batch.offsets)
-        tokens = np.bincount(domain_codes, weights=lengths, minlength=len(self.domains))
-        records = np.bincount(domain_codes, minlength=len(self.domains))
-        for code in np.flatnonzero(records):
-            name = self.domains[code]
-            self.counts["records"][name] += int(records[code])
-            self.counts["tokens_in"][name] += int(tokens[code])
 
-    def add_rejects(self, rejected: Sequence[Reject], dropped: Sequence[Reject]) -> None:
-        """Count rejects (records failed ingest) and drops (removed by a policy)."""
-        for reject in rejected:
-            self.domain_code(reject.domain)
-            self.counts["records"][reject.domain] += 1
-            self.counts["rejected"][reject.domain] += 1
-            self.rejects_by_code[reject.code] += 1
-        for reject in dropped:
-            self.counts["dropped"][reject.domain] += 1
-            self.rejects_by_code[reject.code] += 1
+def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:
+    """Count the records read from each input: accepted by ingest plus rejected by it."""
+    counts = spill.counts
+    return [
+        accepted + tally.by_source.get(source, {}).get(REJECTED, 0)
+        for source, accepted in zip(counts.sources, counts.records_per_source, strict=True)
+    ]
 
-    def drop_wrapped_records(self, spill: Spill, plan: RowPlan) -> list[Reject]:
-        """Rejects for records that lost every part to the no-target rule."""
-        out = []
-        for ex in plan.examples_dropped:
-            ref = SourceRef(self.sources[spill.source_index[ex]], int(spill.lines[ex]))
-            domain = self.domains[spill.domain_codes[ex]]
-            out.append(
-                Reject(ref, domain, "split_no_targets", "no part kept a target token (dropped)")
-            )
-        self.add_rejects((), out)
-        return out
 
-    def examples_table(self, spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo]) -> pa.Table:
-        """Build the examples index: one row per packed segment, sorted by example id."""
-        order = np.argsort(plan.example_id, kind="stable")
-        ex = plan.seg_example[order]
-        rows = plan.segment_rows()[order]
-        shard_starts = np.concatenate(([0], np.cumsum([s.rows for s in shards])))
-        shard = np.searchsorted(shard_starts, rows, side="right") - 1
-        sources = pa.DictionaryArray.from_arrays(
-            pa.array(spill.source_index[ex]), pa.array(self.sources, pa.string())
-        )
-        domains = pa.DictionaryArray.from_arrays(
-            pa.array(spill.domain_codes[ex]), pa.array(self.domains, pa.string())
-        )
-        return pa.table(
-            {
-                "example_id": pa.array(plan.example_id[order], pa.int64()),
-                "source": sources.cast(pa.string()),
-                "line": pa.array(spill.lines[ex], pa.int64()),
-                "part": pa.array(plan.seg_part[order], pa.int32()),
-                "token_offset": pa.array(spill.starts[ex] + plan.seg_start[order], pa.int64()),
-                "domain": domains.cast(pa.string()),
-                "num_tokens": pa.array(plan.seg_length[order], pa.int32()),
-                "num_loss_tokens": pa.array(plan.seg_targets[order], pa.int32()),
-                "truncated": pa.array(spill.truncated[ex], pa.bool_()),
-                "shard": pa.array(shard, pa.int32()),
-                "row": pa.array(rows - shard_starts[shard], pa.int32()),
-            }
-        )
+def examples_columns(
+    spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo]
+) -> dict[str, np.ndarray]:
+    """Return the examples index as arrays: one row per packed segment, by example id.
 
-    def summary(
-        self,
-        spill: Spill,
-        plan: RowPlan,
-        max_seq_len: int,
-        ordering: dict[str, float],
-        extra: dict[str, int],
-    ) -> dict[str, Any]:
-        """Return the manifest's ``stats`` block: totals, ordering bias, per-domain counts."""
-        ex = plan.seg_example
-        ndom = len(self.domains)
-        seg_domain = spill.domain_codes[ex]
-        records = spill.record_ids[ex]
-        uniq_rec, rec_index = np.unique(records, return_index=True)
-        rec_domain = seg_domain[rec_index]
-        split_rec = np.unique(records[plan.seg_part > 0])
-        split_domain = spill.domain_codes[np.searchsorted(spill.record_ids, split_rec)]
+    ``source`` and ``domain`` are codes into ``spill.counts.sources`` and ``.domains``.
+    """
+    order = np.argsort(plan.example_id, kind="stable")
+    ex = plan.seg_example[order]
+    rows = plan.segment_rows()[order]
+    shard_starts = exclusive_cumsum(np.array([s.rows for s in shards], dtype=np.int64))
+    shard = np.searchsorted(shard_starts, rows, side="right") - 1
+    return {
+        "example_id": plan.example_id[order],
+        "source": spill.source_index[ex],
+        "line": spill.lines[ex],
+        "part": plan.seg_part[order],
+        "token_offset": spill.starts[ex] + plan.seg_start[order],
+        "domain": spill.domain_codes[ex],
+        "num_tokens": plan.seg_length[order],
+        "num_loss_tokens": plan.seg_targets[order],
+        "truncated": spill.truncated[ex],
+        "shard": shard,
+        "row": rows - shard_starts[shard],
+    }
 
-        def per_domain(values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-            return np.bincount(values, weights=weights, minlength=ndom).astype(np.int64)
 
-        packed = {
-            "records_packed": per_domain(rec_domain),
-            "examples": per_domain(seg_domain),
-            "tokens": per_domain(seg_domain, plan.seg_length),
-            "loss_tokens": per_domain(seg_domain, plan.seg_targets),
-            "truncated": per_domain(seg_domain[spill.truncated[ex]]),
-            "split": per_domain(split_domain),
+def loss_policies(spill: Spill, plan: RowPlan, loss: str) -> tuple[dict[str, str], dict[str, int]]:
+    """Return what ``--loss`` resolved to per format, and packed examples per policy."""
+    formats = spill.counts.formats
+    per_format = np.bincount(spill.format_codes[plan.seg_example], minlength=len(formats))
+    resolved = {fmt: resolve_loss(loss, fmt) for fmt in sorted(formats)}
+    examples: dict[str, int] = {}
+    for fmt, n in zip(formats, per_format.tolist(), strict=True):
+        policy = resolved[fmt]
+        examples[policy] = examples.get(policy, 0) + n
+    return resolved, dict(sorted(examples.items()))
+
+
+def pack_stats(
+    spill: Spill, plan: RowPlan, tally: RejectTally, ordering: dict[str, float]
+) -> dict[str, Any]:
+    """Return the manifest's ``stats`` block: totals, ordering bias, per-domain counts."""
+    counts = spill.counts
+    names = list(counts.domains) + sorted(set(tally.by_domain) - set(counts.domains))
+    ex = plan.seg_example
+    seg_domain = spill.domain_codes[ex]
+    records = spill.record_ids[ex]
+    uniq_rec, rec_index = np.unique(records, return_index=True)
+    split_rec = np.unique(records[plan.seg_part > 0])
+    split_domain = spill.domain_codes[np.searchsorted(spill.record_ids, split_rec)]
+
+    def per_domain(values: np.ndarray, weights: np.ndarray | None = None) -> list[int]:
+        out = np.bincount(values, weights=weights, minlength=len(names)).astype(np.int64)
+        return out.tolist()
+
+    packed = {
+        "records_packed": per_domain(seg_domain[rec_index]),
+        "examples": per_domain(seg_domain),
+        "tokens": per_domain(seg_domain, plan.seg_length),
+        "loss_tokens": per_domain(seg_domain, plan.seg_targets),
+        "truncated": per_domain(seg_domain[spill.truncated[ex]]),
+        "split": per_domain(split_domain),
+    }
+    accepted = list(counts.records_per_domain) + [0] * (len(names) - len(counts.domains))
+    tokens_in = list(counts.tokens_in_per_domain) + [0] * (len(names) - len(counts.domains))
+    tokens_out = plan.num_tokens
+    domains: dict[str, dict[str, Any]] = {}
+    for code, name in enumerate(names):
+        rejects = tally.by_domain.get(name, {})
+        entry: dict[str, Any] = {
+            "records": accepted[code] + rejects.get(REJECTED, 0),
+            "rejected": rejects.get(REJECTED, 0),
+            "dropped": rejects.get(DROPPED, 0),
         }
-        tokens_in_total = sum(self.counts["tokens_in"].values())
-        tokens_out_total = int(plan.seg_length.sum())
-        domains: dict[str, dict[str, Any]] = {}
-        for code, name in enumerate(self.domains):
-            entry: dict[str, Any] = {
-                "records": self.counts["records"][name],
-                "rejected": self.counts["rejected"][name],
-                "dropped": self.counts["dropped"][name],
-            }
-            entry.update({k: int(v[code]) for k, v in packed.items()})
-            entry["token_share_in"] = _share(self.counts["tokens_in"][name], tokens_in_total)
-            entry["token_share_out"] = _share(entry["tokens"], tokens_out_total)
-            domains[name] = entry
-        rows = plan.num_rows
-        stats: dict[str, Any] = {
-            "records": sum(self.counts["records"].values()),
-            "records_packed": len(uniq_rec),
-            "rejected": sum(self.counts["rejected"].values()),
-            "dropped": sum(self.counts["dropped"].values()),
-            "truncated": int(spill.truncated[ex].sum()),
-            "split": len(split_rec),
-            "examples": plan.num_segments,
-            "rows": rows,
-            "tokens": tokens_out_total,
-            "tokens_in": int(tokens_in_total),
-            "loss_tokens": int(plan.seg_targets.sum()),
-            "lower_bound_rows": -(-tokens_out_total // max_seq_len),
-            "fill_rate": round(tokens_out_total / (rows * max_seq_len), 6) if rows else 0.0,
-            "ordering": ordering,
-            "rejects_by_code": dict(sorted(self.rejects_by_code.items())),
-            "domains": domains,
-        }
-        stats.update(extra)
-        return stats
+        entry.update({key: values[code] for key, values in packed.items()})
+        entry["token_share_in"] = _share(tokens_in[code], sum(tokens_in))
+        entry["token_share_out"] = _share(entry["tokens"], tokens_out)
+        domains[name] = entry
+    return {
+        "records": sum(accepted) + tally.total(REJECTED),
+        "records_packed": len(uniq_rec),
+        "rejected": tally.total(REJECTED),
+        "dropped": tally.total(DROPPED),
+        "truncated": int(spill.truncated[ex].sum()),
+        "split": len(split_rec),
+        "examples": plan.num_segments,
+        "rows": plan.num_rows,
+        "tokens": tokens_out,
+        "tokens_in": int(sum(tokens_in)),
+        "loss_tokens": int(plan.seg_targets.sum()),
+        "lower_bound_rows": lower_bound_rows(tokens_out, plan.max_seq_len),
+        "fill_rate": round(fill_rate(tokens_out, plan.num_rows, plan.max_seq_len), 6),
+        "ordering": ordering,
+        "rejects_by_code": tally.by_code,
+        "domains": domains,
+        "tokens_truncated": counts.tokens_truncated,
+        "parts_dropped": counts.parts_dropped + plan.parts_dropped,
+    }
 
 
 def _share(part: int, total: int) -> float:

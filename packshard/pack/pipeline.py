@@ -1,13 +1,15 @@
 """``pack``: the whole job, from input files to an audited output folder.
 
-Stages, each its own module::
+Stages, each its own module, in this order::
 
-    expand_inputs ─► ingest (read, normalize, render, tokenize) ─► SpillWriter (overlong policy)
-      ─► plan_packs (lengths only) ─► drop target-less parts ─► shuffle rows (seed)
-      ─► assemble_rows + write_shard, one shard at a time ─► examples index, rejects, manifest
+    expand_inputs ─► ingest (read, normalize, render, tokenize, label)
+      ─► SpillWriter (overlong policy) ─► plan_packs (lengths only) ─► finalize_plan
+      ─► shuffle rows (seed) ─► assemble_rows + write_shard, one row group at a time
+      ─► examples index, rejects, stats ─► manifest (last)
 
-Memory holds the per-example integers and one row group of a shard; tokens wait on disk in
-the spill.
+Memory holds the per-example integers and two row groups of a shard; tokens wait on disk in
+the spill.  Each stage returns a typed value (the spill with what it accepted, the rejects
+file's tally, the plan, the shards' entries) and :func:`pack_stats` combines them once.
 
 Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
@@ -30,75 +32,31 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from packshard import __version__
-from packshard.errors import UsageError
-from packshard.ingest.chunks import IngestOptions, ingest, ingest_label_path
-from packshard.format.manifest import (
-    EXAMPLES_NAME,
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    REJECTS_NAME,
-    SHARD_PATTERN,
-    compute_dataset_id,
-    sha256_path,
-    write_json_atomic,
+from packshard.digests import sha256_path
+from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
+from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
+from packshard.format.rejects import REJECTS_NAME, RejectsWriter
+from packshard.format.shards import ROW_GROUP_ROWS, SHARD_PATTERN, ShardInfo, write_shard
+from packshard.format.version import FORMAT_VERSION
+from packshard.ingest.chunks import ingest
+from packshard.ingest.sources import InputFile, expand_inputs
+from packshard.ingest.templates import ChatTemplate, load_template
+from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.pack.assemble import assemble_rows
+from packshard.pack.config import PackConfig, check_config
+from packshard.pack.counts import (
+    examples_columns,
+    loss_policies,
+    pack_stats,
+    records_per_input,
+    wrapped_drops,
 )
 from packshard.pack.planner import plan_packs
 from packshard.pack.rows import RowPlan, finalize_plan, ordering_stats
-from packshard.format.shards import ROW_GROUP_ROWS, ShardInfo, assemble_rows, write_shard
-from packshard.ingest.sources import InputFile, expand_inputs
-from packshard.pack.spill import OVERLONG_POLICIES, Spill, SpillWriter
-from packshard.pack.counts import StatsCollector
-from packshard.ingest.templates import load_template
-from packshard.ingest.tokenizer import load_tokenizer
+from packshard.pack.spill import Spill, SpillWriter
 
-STRATEGIES = ("bfd", "ffd", "wrapped")
-COMPRESSIONS = ("zstd", "snappy", "none")
 BYTES_PER_TOKEN_ESTIMATE = 2.5
-
-
-@dataclass(frozen=True, slots=True)
-class PackConfig:
-    """Everything ``pack`` needs; the recorded part goes into the manifest's ``config``."""
-
-    inputs: tuple[str, ...]
-    tokenizer: str
-    out: str
-    max_seq_len: int
-    template: str | None = None
-    strategy: str = "bfd"
-    overlong: str = "drop"
-    loss: str = "auto"
-    seed: int = 0
-    group_by_domain: bool = False
-    format: str = "auto"
-    domain_field: str = "domain"
-    on_error: str = "skip"
-    shard_rows: int = 8192
-    shard_bytes: int = 256 * 1024 * 1024
-    compression: str = "zstd"
-    overwrite: bool = False
-    num_workers: int | None = None
-    batch_size: int = 1024
-
-    def recorded(self) -> dict[str, Any]:
-        """Return the manifest's ``config`` block (what determines the output's content)."""
-        return {
-            "max_seq_len": self.max_seq_len,
-            "strategy": self.strategy,
-            "overlong": "split" if self.strategy == "wrapped" else self.overlong,
-            "loss": self.loss,
-            "position_ids": "reset",
-            "seed": self.seed,
-            "group_by_domain": self.group_by_domain,
-            "format": self.format,
-            "domain_field": self.domain_field,
-            "compression": self.compression,
-            "shard_rows": self.shard_rows,
-            "shard_bytes": self.shard_bytes,
-        }
 
 
 @dataclass(frozen=True)
@@ -109,38 +67,6 @@ class PackResult:
     manifest: dict[str, Any]
     seconds: float
     warnings: tuple[str, ...] = field(default=())
-
-
-def check_config(config: PackConfig) -> list[str]:
-    """Refuse impossible options up front; return warnings for questionable ones."""
-    if config.max_seq_len < 2:
-        raise UsageError(f"--max-seq-len {config.max_seq_len} is too small (need at least 2)")
-    for name, value, allowed in (
-        ("--strategy", config.strategy, STRATEGIES),
-        ("--overlong", config.overlong, OVERLONG_POLICIES),
-        ("--compression", config.compression, COMPRESSIONS),
-        ("--on-error", config.on_error, ("skip", "fail")),
-    ):
-        if value not in allowed:
-            raise UsageError(f"{name} {value!r} is not one of {', '.join(allowed)}")
-    if config.shard_rows < 1 or config.shard_bytes < 1:
-        raise UsageError("--shard-rows and --shard-bytes must be positive")
-    out = Path(config.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
-        raise UsageError(f"{out}: output folder exists and is not empty (use --overwrite)")
-    warnings: list[str] = []
-    if config.strategy == "wrapped" and config.overlong not in ("drop", "split"):
-        warnings.append(
-            f"--strategy wrapped splits every example at row ends; --overlong {config.overlong} "
-            "does not apply (the manifest records overlong=split)"
-        )
-    split_like = config.overlong == "split" or config.strategy == "wrapped"
-    if split_like and config.loss in ("auto", "assistant", "last_assistant"):
-        warnings.append(
-            "splitting chat examples: parts after the first lose their prompt (their targets "
-            "are trained without the conversation that led to them)"
-        )
-    return warnings
 
 
 def pack_dataset(config: PackConfig, progress: bool = False) -> PackResult:
@@ -171,147 +97,113 @@ def _pack_into(
     tmp: Path,
     config: PackConfig,
     files: Sequence[InputFile],
-    bundle: Any,
-    template: Any,
+    bundle: TokenizerBundle,
+    template: ChatTemplate | None,
     progress: bool,
 ) -> dict[str, Any]:
-    options = IngestOptions(
-        format=config.format,
-        domain_field=config.domain_field,
-        loss=config.loss,
-        on_error=config.on_error,
-        batch_size=config.batch_size,
-    )
     spill_dir = tmp / "_spill"
     spill_dir.mkdir()
+    sources = tuple(f.path for f in files)
     writer = SpillWriter(
-        spill_dir, config.max_seq_len, config.overlong, split_at_rows=config.strategy == "wrapped"
+        spill_dir,
+        config.max_seq_len,
+        config.overlong,
+        split_at_rows=config.strategy == "wrapped",
+        sources=sources,
     )
-    stats = StatsCollector([f.path for f in files])
-    record_base = 0
-    with open(tmp / REJECTS_NAME, "w", encoding="utf-8") as rejects_fh:
-        for chunk in ingest(files, bundle, template, options, progress=progress):
-            batch = chunk.batch
-            n = len(batch)
-            source_index = stats.source_codes(batch.refs)
-            domain_codes = stats.domain_codes(batch.domains)
-            stats.add_ingest(chunk, domain_codes)
-            dropped = writer.add(
-                batch, source_index, domain_codes, np.arange(record_base, record_base + n)
-            )
-            record_base += n
-            stats.add_rejects(chunk.rejects, dropped)
-            for reject in (*chunk.rejects, *dropped):
-                rejects_fh.write(reject.to_json() + "\n")
+    with RejectsWriter(tmp / REJECTS_NAME) as rejects:
+        for chunk in ingest(files, bundle, template, config.ingest_options(), progress=progress):
+            rejects.write(chunk.rejects)
+            rejects.write(writer.add(chunk.batch))
         spill = writer.finish()
         plan = _plan(spill, config)
-        dropped = stats.drop_wrapped_records(spill, plan)
-        for reject in dropped:
-            rejects_fh.write(reject.to_json() + "\n")
+        rejects.write(wrapped_drops(spill, plan))
+        tally = rejects.close()
     ordering = ordering_stats(plan)
-    rng = np.random.default_rng(config.seed)
-    plan = plan.permute_rows(rng.permutation(plan.num_rows))
+    plan = plan.permute_rows(np.random.default_rng(config.seed).permutation(plan.num_rows))
+    input_hashes = [sha256_path(f.real) for f in files]
     fingerprints = {
         "format_version": FORMAT_VERSION,
-        "inputs": [sha256_path(f.real) for f in files],
+        "inputs": input_hashes,
         "tokenizer": bundle.sha256,
         "template": template.sha256 if template is not None else None,
     }
     dataset_id = compute_dataset_id(config.recorded(), fingerprints)
     shards = _write_shards(tmp, spill, plan, config, dataset_id)
-    examples_table = stats.examples_table(spill, plan, shards)
-    pq.write_table(examples_table, tmp / EXAMPLES_NAME, compression="zstd")
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "packshard_version": __version__,
-        "dataset_id": dataset_id,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": config.recorded(),
-        "tokenizer": {
-            "path": bundle.path,
-            "sha256": bundle.sha256,
-            "vocab_size": bundle.vocab_size,
-            "bos_token_id": bundle.bos_token_id,
-            "eos_token_id": bundle.eos_token_id,
-            "pad_token_id": bundle.pad_token_id,
-        },
-        "template": _template_entry(template, config.loss),
-        "inputs": [
-            {"path": f.path, "sha256": sha, "records": stats.records_per_input[i]}
-            for i, (f, sha) in enumerate(zip(files, fingerprints["inputs"], strict=True))
+    table = build_examples_table(
+        examples_columns(spill, plan, shards),
+        list(spill.counts.sources),
+        list(spill.counts.domains),
+    )
+    write_examples(tmp / EXAMPLES_NAME, table, dataset_id)
+    resolved, by_policy = loss_policies(spill, plan, config.loss)
+    per_input = records_per_input(spill, tally)
+    manifest = build_manifest(
+        dataset_id=dataset_id,
+        config=config.recorded(),
+        tokenizer=bundle.manifest_entry(),
+        template=_template_entry(template, config.loss),
+        inputs=[
+            {"path": f.path, "sha256": sha, "records": n}
+            for f, sha, n in zip(files, input_hashes, per_input, strict=True)
         ],
-        "stats": stats.summary(
-            spill,
-            plan,
-            config.max_seq_len,
-            ordering,
-            {
-                "tokens_truncated": writer.tokens_truncated,
-                "parts_dropped": writer.parts_dropped + plan.parts_dropped,
-            },
-        ),
-        "files": {
+        stats=pack_stats(spill, plan, tally, ordering),
+        files={
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
         },
-        "shards": [s.to_dict() for s in shards],
-    }
+        shards=[s.to_dict() for s in shards],
+        loss={"option": config.loss, "by_format": resolved, "examples_by_policy": by_policy},
+    )
     del spill
     shutil.rmtree(spill_dir)
-    write_json_atomic(tmp / MANIFEST_NAME, manifest)
+    write_manifest(tmp, manifest)
     return manifest
 
 
-def _template_entry(template: Any, loss: str) -> dict[str, Any]:
+def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     if template is None:
         return {"source": None, "sha256": None, "label_spans": "none"}
-    label_spans = ingest_label_path(template, loss)
+    label_spans = "none" if loss == "all" else template.label_spans
     return {"source": template.source, "sha256": template.sha256, "label_spans": label_spans}
 
 
 def _plan(spill: Spill, config: PackConfig) -> RowPlan:
+    """Plan the whole spill, or each domain alone with ``--group-by-domain``."""
     lengths = spill.lengths
     if not config.group_by_domain:
         raw = plan_packs(lengths, config.max_seq_len, config.strategy)
-        return finalize_plan(spill, raw, np.arange(len(lengths)), config.strategy)
+        return finalize_plan(spill, raw, np.arange(len(lengths)))
     plans = []
     for code in np.unique(spill.domain_codes):
         index = np.flatnonzero(spill.domain_codes == code)
         raw = plan_packs(lengths[index], config.max_seq_len, config.strategy)
-        plans.append(finalize_plan(spill, raw, index, config.strategy))
+        plans.append(finalize_plan(spill, raw, index))
     return RowPlan.concatenate(plans)
 
 
 def _write_shards(
     tmp: Path, spill: Spill, plan: RowPlan, config: PackConfig, dataset_id: str
 ) -> list[ShardInfo]:
+    """Cut the rows into shards of at most ``shard_rows`` rows and about ``shard_bytes``."""
     row_tokens = plan.row_tokens()
-    shards: list[ShardInfo] = []
     token_budget = max(1, int(config.shard_bytes / BYTES_PER_TOKEN_ESTIMATE))
 
     def row_groups(lo: int, hi: int) -> Iterator[pa.Table]:
         for start in range(lo, max(hi, lo + 1), ROW_GROUP_ROWS):  # an empty plan: one table
-            block = plan.rows(start, min(start + ROW_GROUP_ROWS, hi))
-            yield assemble_rows(
-                spill,
-                block.row_offsets,
-                block.seg_example,
-                block.seg_start,
-                block.seg_length,
-                block.example_id,
-            )
+            yield assemble_rows(spill, plan.rows(start, min(start + ROW_GROUP_ROWS, hi)))
 
+    shards: list[ShardInfo] = []
     row = 0
-    while row < plan.num_rows or (row == 0 and not shards and plan.num_rows == 0):
+    while row < plan.num_rows or not shards:
         csum = np.cumsum(row_tokens[row : row + config.shard_rows])
         take = int(np.searchsorted(csum, token_budget, side="left")) + 1
         take = max(1, min(take, config.shard_rows, plan.num_rows - row)) if plan.num_rows else 0
         name = SHARD_PATTERN.format(index=len(shards))
-        groups = row_groups(row, row + take)
-        shards.append(write_shard(groups, tmp, name, dataset_id, config.compression))
+        shards.append(
+            write_shard(row_groups(row, row + take), tmp, name, dataset_id, config.compression)
+        )
         row += take
-        if plan.num_rows == 0:
-            break
     return shards
 
 

@@ -1,8 +1,9 @@
 """Plan packed rows from example lengths alone: best-fit or first-fit decreasing, or wrapped.
 
-The planner never sees tokens.  It takes the lengths array (one entry per example, after the
-overlong policy) and returns a :class:`PackPlan`: for every row, its segments in order, each
-segment naming an example, where in that example it starts, and how long it is.
+The planner never sees tokens. It takes the lengths array (one entry per example, after the
+overlong policy) and returns a :class:`~packshard.pack.rows.RowPlan`: for every row, its
+segments in order, each segment naming an example, where in that example it starts, and how
+long it is.
 
 Best-fit decreasing (``bfd``, the default) places examples longest first; each goes into the
 open row with the *least* room that still fits it, or opens a new row.  Ties (rows with equal
@@ -30,31 +31,21 @@ How ``bfd`` runs in O(n + runs + L) for L = ``max_seq_len``, with no comparison 
               run (row, slot, q) of length l:  p = row_offsets[row] + slot
               seg_example[p : p+q] = order[src : src+q];  seg_length[p : p+q] = l
 
-Steps 3 and 4 write where the hardware cannot guess (one stream per length; a random row
-per run), so they prefetch: the sort fetches each stream's next cache line as it enters
-one, the copy fetches the destination 16 runs ahead (a third off the sort, a fifth off the
-copy).  From 2M examples on, every step but 2 is cut into 8 parts that a thread pool takes
-in turn (the kernels release the GIL): count and sort by input range, each part with its
-own histogram so its slots in ``order`` are known; copy by length range, found from
-``first_run[l]`` and the count of longer examples.  Parts write disjoint slots: the plan
-does not depend on the number of threads.
+Steps 3 and 4 write where the hardware cannot guess (one stream per length; a random row per
+run), so they prefetch: the sort fetches each stream's next cache line as it enters one, the
+copy fetches the destination 16 runs ahead. From 2M examples on, every step but 2 is cut into 8
+parts that a thread pool takes in turn (the kernels release the GIL): count and sort by input
+range, each part with its own histogram so its slots in ``order`` are known; copy by length
+range, found from ``first_run[l]`` and the count of longer examples. Parts write disjoint
+slots: the plan does not depend on the number of threads.
 
 ``ffd`` keeps a max segment tree over the rows' room (leaves beyond the open rows hold L,
 so "the leftmost leaf ≥ l" is either an open row or the next new one): O(n log rows); its
 steps 1, 3 and 4 are those of ``bfd``.  Any-fit packers leave at most one row half empty,
 so rows ≤ 2·⌈Σlen / L⌉ + 1 bounds every array up front.
 
-Measured on 2 shared cores, lognormal lengths (median 300) clipped to L = 4096, warm JIT,
-10M int64 lengths (2.3M runs, 1.19M rows; np.sort of the same array: ≈0.057 s):
-``bfd`` ≈0.070-0.076 s quiet (1.2-1.3× the sort); one thread: count 14 + place 24 + sort 33
-+ copy 44 ≈ 0.115 s (≈2×), which is also what 2 threads get while another process holds a
-core.  The floor is memory: the plan reads the lengths twice (160 MB) and first-touches
-≈200 MB (output 120, order 40, runs and rows 37) where the sort reads 80 and touches 80;
-the kernel zeroing fresh pages alone costs ≈0.11 ms/MB (≈22 ms against ≈9).  1M lengths:
-≈8-9 ms (TRL's ``pack_dataset`` bfd: ≈45 s, +0.46% rows).  ``ffd`` ≈0.37 s and ``wrapped``
-≈0.1 s for 10M.  ``bfd`` rows exceed ⌈Σlen / L⌉ by ≈0.003%.  JIT: ≈2.5 s to compile,
-0.2-0.7 s to load from the on-disk cache (``cache=True``).  ``plan_packs_reference`` is the
-obviously-correct quadratic twin that the tests hold the kernels to, plan for plan.
+``plan_packs_reference`` is the obviously-correct quadratic twin that the tests hold the
+kernels to, plan for plan.
 """
 
 from __future__ import annotations
@@ -63,7 +54,6 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
 from typing import Any
@@ -75,9 +65,10 @@ from numba.core import cgutils
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
+from packshard.arrays import exclusive_cumsum
 from packshard.errors import UsageError
-
-STRATEGIES = ("bfd", "ffd", "wrapped")
+from packshard.pack.rows import RowPlan
+from packshard.records import STRATEGIES
 
 _ctz: Any = trailing_zeros  # count trailing zero bits (LLVM cttz)
 _ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -85,7 +76,7 @@ _LINE = 16  # int32 indices per 64-byte cache line
 _AHEAD = 16  # runs between prefetching a destination and writing it
 _WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 _PARTS = 8  # each pass is cut into parts, taken in turn by the free threads
-_THREADED = 1 << 21  # from this many examples on, the parts run on threads (measured)
+_THREADED = 1 << 21  # from this many examples on, the parts run on threads (bench_pack.py)
 
 
 @intrinsic
@@ -106,63 +97,6 @@ def _prefetch_line(typingctx, array, index):  # pragma: no cover - compiled
 
 
 _prefetch: Any = _prefetch_line  # called as _prefetch(array, index) inside kernels
-
-
-@dataclass(frozen=True, slots=True)
-class PackPlan:
-    """Rows of segments; row ``r`` owns segments ``row_offsets[r]:row_offsets[r + 1]``."""
-
-    row_offsets: np.ndarray  # int64, num_rows + 1
-    seg_example: np.ndarray  # int64, index into the lengths array
-    seg_start: np.ndarray  # int64, first token of the segment within its example
-    seg_length: np.ndarray  # int32
-    max_seq_len: int
-    strategy: str = "bfd"
-
-    @property
-    def num_rows(self) -> int:
-        """Number of packed rows."""
-        return len(self.row_offsets) - 1
-
-    @property
-    def num_segments(self) -> int:
-        """Number of segments over all rows."""
-        return len(self.seg_example)
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens over all rows."""
-        return int(self.seg_length.sum(dtype=np.int64))
-
-    @property
-    def row_tokens(self) -> np.ndarray:
-        """Tokens per row (int64, one entry per row)."""
-        ends = np.concatenate(([0], np.cumsum(self.seg_length, dtype=np.int64)))
-        return ends[self.row_offsets[1:]] - ends[self.row_offsets[:-1]]
-
-    @property
-    def lower_bound_rows(self) -> int:
-        """⌈tokens / max_seq_len⌉: no packing of these tokens has fewer rows."""
-        return -(-self.num_tokens // self.max_seq_len)
-
-    @property
-    def fill_rate(self) -> float:
-        """Tokens over row capacity, a fraction (1.0 for an empty plan)."""
-        return fill_rate(self.num_tokens, self.num_rows, self.max_seq_len)
-
-    def segment_rows(self) -> np.ndarray:
-        """Return the row of every segment (int64, one entry per segment)."""
-        return np.repeat(np.arange(self.num_rows, dtype=np.int64), np.diff(self.row_offsets))
-
-
-def lower_bound_rows(lengths: np.ndarray, max_seq_len: int) -> int:
-    """Return ⌈Σ lengths / max_seq_len⌉, the fewest rows any packing can use."""
-    return -(-int(np.sum(lengths, dtype=np.int64)) // max_seq_len)
-
-
-def fill_rate(num_tokens: int, num_rows: int, max_seq_len: int) -> float:
-    """Return ``num_tokens / (num_rows * max_seq_len)``; 1.0 when there are no rows."""
-    return num_tokens / (num_rows * max_seq_len) if num_rows else 1.0
 
 
 @njit(cache=True, nogil=True)
@@ -390,7 +324,7 @@ def _run(pool: ThreadPoolExecutor | None, tasks: list[Callable[[], Any]]) -> lis
     return list(pool.map(lambda task: task(), tasks))
 
 
-def plan_packs(lengths: np.ndarray, max_seq_len: int, strategy: str = "bfd") -> PackPlan:
+def plan_packs(lengths: np.ndarray, max_seq_len: int, strategy: str = "bfd") -> RowPlan:
     """Pack examples of the given lengths into rows of at most ``max_seq_len`` tokens.
 
     Args:
@@ -433,14 +367,14 @@ def plan_packs(lengths: np.ndarray, max_seq_len: int, strategy: str = "bfd") -> 
         return _plan_decreasing(pool, lengths, cuts, hists, total, big, strategy)
 
 
-def _plan_wrapped(lengths: np.ndarray, big: int, total: int) -> PackPlan:
+def _plan_wrapped(lengths: np.ndarray, big: int, total: int) -> RowPlan:
     segments = _count_wrapped(lengths, big)
     row_offsets = np.zeros(-(-total // big) + 1, np.int64)
     seg_example = np.empty(segments, np.int64)
     seg_start = np.empty(segments, np.int64)
     seg_length = np.empty(segments, np.int32)
     _cut_wrapped(lengths, big, row_offsets, seg_example, seg_start, seg_length)
-    return PackPlan(row_offsets, seg_example, seg_start, seg_length, big, "wrapped")
+    return RowPlan.from_segments(row_offsets, seg_example, seg_start, seg_length, big, "wrapped")
 
 
 def _plan_decreasing(
@@ -451,7 +385,7 @@ def _plan_decreasing(
     total: int,
     big: int,
     strategy: str,
-) -> PackPlan:
+) -> RowPlan:
     n = len(lengths)
     hist = hists.sum(axis=0)
     above, starts = _find_slots(hists)
@@ -473,8 +407,7 @@ def _plan_decreasing(
         ],
     )
     counts, runs = placed
-    row_offsets = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=row_offsets[1:])
+    row_offsets = exclusive_cumsum(counts)
     seg_example = np.empty(n, np.int64)
     seg_length = np.empty(n, np.int32)
     # Copy part p moves the lengths tops[p] down to tops[p + 1] + 1: about n / _PARTS examples.
@@ -487,12 +420,13 @@ def _plan_decreasing(
         _copy_runs(order, hist, top, low, src, run, row_offsets, *runs_of, seg_example, seg_length)
 
     _run(pool, [partial(copy, top, low) for top, low in pairwise(tops)])
-    return PackPlan(row_offsets, seg_example, np.zeros(n, np.int64), seg_length, big, strategy)
+    zeros = np.zeros(n, np.int64)
+    return RowPlan.from_segments(row_offsets, seg_example, zeros, seg_length, big, strategy)
 
 
 def plan_packs_reference(
     lengths: np.ndarray | list[int], max_seq_len: int, strategy: str = "bfd"
-) -> PackPlan:
+) -> RowPlan:
     """Plan like :func:`plan_packs`, one example at a time in plain Python (slow; for tests).
 
     ``bfd``: take examples by decreasing length, then by index; put each into the open row
@@ -533,8 +467,8 @@ def plan_packs_reference(
             rooms[b] -= v
             changed[b] = step
     flat = [seg for row in segments for seg in row]
-    return PackPlan(
-        row_offsets=np.cumsum([0] + [len(row) for row in segments], dtype=np.int64),
+    return RowPlan.from_segments(
+        row_offsets=exclusive_cumsum(np.array([len(row) for row in segments], dtype=np.int64)),
         seg_example=np.array([s[0] for s in flat], np.int64),
         seg_start=np.array([s[1] for s in flat], np.int64),
         seg_length=np.array([s[2] for s in flat], np.int32),

@@ -1,41 +1,84 @@
 """Row plans: which example segments go into which packed row, in which order.
 
-The planner (``packing.plan_packs``) sees only lengths and returns rows of segments.  This
-module turns that raw plan into the writer's :class:`RowPlan`: it maps segments back to spilled
-examples, numbers the parts of split examples, drops parts left without a target (possible
-when ``wrapped`` cuts an example so that its only target becomes a masked segment start),
-assigns example ids in input order, measures the length-order bias, and permutes rows with
+:class:`RowPlan` is the one plan type.  The planner (:func:`packshard.pack.planner.plan_packs`)
+sees only lengths and returns a plan whose segments name positions in its lengths array, with
+parts, targets and example ids not yet known.  :func:`finalize_plan` maps segments back to
+spilled examples, numbers the parts of split examples, drops parts left without a target
+(possible when ``wrapped`` cuts an example so that its only target becomes a masked segment
+start) and assigns example ids in input order; :meth:`RowPlan.permute_rows` shuffles rows with
 the seed so that training order is not sorted by length.
 
-All operations are vectorised over segment arrays; a row is the slice
-``row_offsets[r]:row_offsets[r+1]`` of the segment arrays.
+All operations are vectorised over segment arrays; row ``r`` is the slice
+``row_offsets[r]:row_offsets[r + 1]`` of the segment arrays::
+
+    row_offsets  [0, 3, 5]
+    seg_example  [7, 2, 9, 4, 1]        segments 0-2 form row 0, 3-4 row 1
+    seg_start    [0, 0, 0, 0, 0]        > 0 for the later parts of a cut example
+    seg_length   [5, 2, 1, 6, 2]
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from packshard.records import IGNORE_INDEX
+from packshard.arrays import count_trained, exclusive_cumsum, fill_rate, lower_bound_rows
 from packshard.pack.spill import Spill
 
 TARGET_BLOCK_TOKENS = 1 << 22
+_SEGMENT_FIELDS = (
+    "seg_example",
+    "seg_start",
+    "seg_length",
+    "seg_part",
+    "seg_targets",
+    "example_id",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class RowPlan:
-    """Packed rows as segment arrays (one entry per segment, rows are contiguous slices)."""
+    """Packed rows as segment arrays (one entry per segment, rows are contiguous slices).
+
+    Straight from the planner, ``seg_example`` indexes its lengths array and ``seg_part``,
+    ``seg_targets`` and ``example_id`` are zeros; :func:`finalize_plan` fills them.
+    """
 
     row_offsets: np.ndarray  # int64 [rows + 1]
-    seg_example: np.ndarray  # int64, index into the spill
-    seg_start: np.ndarray  # int64, token offset within the spilled example
-    seg_length: np.ndarray  # int64
+    seg_example: np.ndarray  # int64, index into the spill (the lengths, from the planner)
+    seg_start: np.ndarray  # int64, token offset within the example
+    seg_length: np.ndarray  # int32 from the planner, int64 once finalized
     seg_part: np.ndarray  # int32, part number of the segment's record
     seg_targets: np.ndarray  # int64, targets in the segment (first label excluded)
     example_id: np.ndarray  # int64, id of the segment in the examples index
-    examples_dropped: np.ndarray  # int64, spill examples none of whose parts survived
+    max_seq_len: int
+    strategy: str = "bfd"
+    examples_dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     parts_dropped: int = 0
+
+    @staticmethod
+    def from_segments(
+        row_offsets: np.ndarray,
+        seg_example: np.ndarray,
+        seg_start: np.ndarray,
+        seg_length: np.ndarray,
+        max_seq_len: int,
+        strategy: str,
+    ) -> RowPlan:
+        """Return a planner's plan: segments laid out in rows, not yet numbered or counted."""
+        n = len(seg_example)
+        return RowPlan(
+            row_offsets,
+            seg_example,
+            seg_start,
+            seg_length,
+            np.zeros(n, np.int32),
+            np.zeros(n, np.int64),
+            np.zeros(n, np.int64),
+            max_seq_len,
+            strategy,
+        )
 
     @property
     def num_rows(self) -> int:
@@ -47,11 +90,25 @@ class RowPlan:
         """Number of segments (packed examples or example parts)."""
         return int(self.seg_length.shape[0])
 
+    @property
+    def num_tokens(self) -> int:
+        """Tokens over all rows."""
+        return int(self.seg_length.sum(dtype=np.int64))
+
+    @property
+    def lower_bound_rows(self) -> int:
+        """⌈tokens / max_seq_len⌉: no packing of these tokens has fewer rows."""
+        return lower_bound_rows(self.num_tokens, self.max_seq_len)
+
+    @property
+    def fill_rate(self) -> float:
+        """Tokens over row capacity, a fraction (:func:`packshard.arrays.fill_rate`)."""
+        return fill_rate(self.num_tokens, self.num_rows, self.max_seq_len)
+
     def row_tokens(self) -> np.ndarray:
         """Tokens in each row (int64)."""
-        if self.num_rows == 0:
-            return np.zeros(0, dtype=np.int64)
-        return np.add.reduceat(self.seg_length, self.row_offsets[:-1])
+        ends = exclusive_cumsum(self.seg_length)
+        return ends[self.row_offsets[1:]] - ends[self.row_offsets[:-1]]
 
     def segment_rows(self) -> np.ndarray:
         """Row index of each segment (int64)."""
@@ -60,58 +117,46 @@ class RowPlan:
     def rows(self, start: int, stop: int) -> RowPlan:
         """Return the sub-plan of rows ``start:stop`` with local row offsets."""
         lo, hi = int(self.row_offsets[start]), int(self.row_offsets[stop])
-        return replace(
-            self,
-            row_offsets=self.row_offsets[start : stop + 1] - lo,
-            seg_example=self.seg_example[lo:hi],
-            seg_start=self.seg_start[lo:hi],
-            seg_length=self.seg_length[lo:hi],
-            seg_part=self.seg_part[lo:hi],
-            seg_targets=self.seg_targets[lo:hi],
-            example_id=self.example_id[lo:hi],
-        )
+        return self._take(slice(lo, hi), self.row_offsets[start : stop + 1] - lo)
 
     def permute_rows(self, order: np.ndarray) -> RowPlan:
         """Reorder rows so that new row ``r`` is old row ``order[r]``."""
         counts = np.diff(self.row_offsets)[order]
-        new_offsets = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(counts, out=new_offsets[1:])
+        new_offsets = exclusive_cumsum(counts)
         gather = np.repeat(self.row_offsets[:-1][order] - new_offsets[:-1], counts)
         gather += np.arange(int(new_offsets[-1]), dtype=np.int64)
         return self._take(gather, new_offsets)
 
-    def _take(self, gather: np.ndarray, row_offsets: np.ndarray) -> RowPlan:
-        return replace(
-            self,
-            row_offsets=row_offsets,
-            seg_example=self.seg_example[gather],
-            seg_start=self.seg_start[gather],
-            seg_length=self.seg_length[gather],
-            seg_part=self.seg_part[gather],
-            seg_targets=self.seg_targets[gather],
-            example_id=self.example_id[gather],
-        )
+    def _take(self, segments: slice | np.ndarray, row_offsets: np.ndarray) -> RowPlan:
+        picked = {name: getattr(self, name)[segments] for name in _SEGMENT_FIELDS}
+        return replace(self, row_offsets=row_offsets, **picked)
 
     @staticmethod
     def concatenate(plans: list[RowPlan]) -> RowPlan:
-        """Join plans (e.g. one per domain) row-wise and renumber example ids."""
+        """Join finalized plans (e.g. one per domain) row-wise and renumber example ids."""
         offsets = [np.zeros(1, dtype=np.int64)]
         base = 0
         for p in plans:
             offsets.append(p.row_offsets[1:] + base)
             base += p.num_segments
-        joined = RowPlan(
+
+        def joined(name: str) -> np.ndarray:
+            return np.concatenate([getattr(p, name) for p in plans])
+
+        plan = RowPlan(
             row_offsets=np.concatenate(offsets),
-            seg_example=np.concatenate([p.seg_example for p in plans]),
-            seg_start=np.concatenate([p.seg_start for p in plans]),
-            seg_length=np.concatenate([p.seg_length for p in plans]),
-            seg_part=np.concatenate([p.seg_part for p in plans]),
-            seg_targets=np.concatenate([p.seg_targets for p in plans]),
-            example_id=np.zeros(sum(p.num_segments for p in plans), dtype=np.int64),
-            examples_dropped=np.concatenate([p.examples_dropped for p in plans]),
+            seg_example=joined("seg_example"),
+            seg_start=joined("seg_start"),
+            seg_length=joined("seg_length"),
+            seg_part=joined("seg_part"),
+            seg_targets=joined("seg_targets"),
+            example_id=joined("example_id"),
+            max_seq_len=plans[0].max_seq_len,
+            strategy=plans[0].strategy,
+            examples_dropped=joined("examples_dropped"),
             parts_dropped=sum(p.parts_dropped for p in plans),
         )
-        return number_examples(joined)
+        return number_examples(plan)
 
 
 def number_examples(plan: RowPlan) -> RowPlan:
@@ -123,40 +168,41 @@ def number_examples(plan: RowPlan) -> RowPlan:
 
 
 def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Count targets per token range of the spill (first label of each range excluded)."""
+    """Count targets per token range of the spill (first label of each range excluded).
+
+    Ranges are gathered in blocks of about ``TARGET_BLOCK_TOKENS`` tokens, so memory stays
+    bounded whatever the spill's size.
+    """
     out = np.zeros(len(lengths), dtype=np.int64)
-    csum_len = np.concatenate(([0], np.cumsum(lengths)))
+    csum_len = exclusive_cumsum(lengths)
     lo = 0
     while lo < len(lengths):
         hi = int(np.searchsorted(csum_len, csum_len[lo] + TARGET_BLOCK_TOKENS, side="right"))
         hi = max(hi - 1, lo + 1)
         seg = lengths[lo:hi]
-        base = csum_len[lo:hi] - csum_len[lo]
-        gather = np.repeat(starts[lo:hi] - base, seg) + np.arange(int(seg.sum()))
-        is_target = np.asarray(spill.labels[gather] != IGNORE_INDEX, dtype=np.int64)
-        is_target[base] = 0
-        out[lo:hi] = np.add.reduceat(is_target, base) if len(seg) else 0
+        base = csum_len[lo : hi + 1] - csum_len[lo]
+        gather = np.repeat(starts[lo:hi] - base[:-1], seg) + np.arange(int(seg.sum()))
+        out[lo:hi] = count_trained(spill.labels[gather], base)
         spill.release_pages()
         lo = hi
     return out
 
 
-def finalize_plan(spill: Spill, raw: object, index: np.ndarray, strategy: str) -> RowPlan:
-    """Turn a planner result over ``spill.lengths[index]`` into a :class:`RowPlan`."""
-    row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)  # type: ignore[attr-defined]
-    seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]  # type: ignore[attr-defined]
-    seg_start = np.asarray(raw.seg_start, dtype=np.int64)  # type: ignore[attr-defined]
-    seg_length = np.asarray(raw.seg_length, dtype=np.int64)  # type: ignore[attr-defined]
-    if strategy != "wrapped":
-        plan = RowPlan(
+def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
+    """Turn a planner's plan over ``spill.lengths[index]`` into a plan over the spill."""
+    row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
+    seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]
+    seg_start = np.asarray(raw.seg_start, dtype=np.int64)
+    seg_length = np.asarray(raw.seg_length, dtype=np.int64)
+    if raw.strategy != "wrapped":
+        plan = replace(
+            raw,
             row_offsets=row_offsets,
             seg_example=seg_example,
             seg_start=seg_start,
             seg_length=seg_length,
             seg_part=spill.parts[seg_example].astype(np.int32),
             seg_targets=spill.loss_tokens[seg_example].astype(np.int64),
-            example_id=np.zeros(len(seg_example), dtype=np.int64),
-            examples_dropped=np.zeros(0, dtype=np.int64),
         )
         return number_examples(plan)
     # wrapped: an example's segments are consecutive in the plan; number its parts.
@@ -166,20 +212,18 @@ def finalize_plan(spill: Spill, raw: object, index: np.ndarray, strategy: str) -
     targets = segment_targets(spill, spill.offsets[seg_example] + seg_start, seg_length)
     keep = targets > 0
     kept_examples = np.unique(seg_example[keep])
-    dropped_examples = np.setdiff1d(np.unique(seg_example), kept_examples)
     seg_rows = np.repeat(np.arange(len(row_offsets) - 1), np.diff(row_offsets))
     counts = np.bincount(seg_rows[keep], minlength=len(row_offsets) - 1)
-    counts = counts[counts > 0]
-    new_offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    plan = RowPlan(
-        row_offsets=new_offsets,
+    plan = replace(
+        raw,
+        row_offsets=exclusive_cumsum(counts[counts > 0]),
         seg_example=seg_example[keep],
         seg_start=seg_start[keep],
         seg_length=seg_length[keep],
         seg_part=seg_part[keep],
         seg_targets=targets[keep],
         example_id=np.zeros(int(keep.sum()), dtype=np.int64),
-        examples_dropped=dropped_examples,
+        examples_dropped=np.setdiff1d(np.unique(seg_example), kept_examples),
         parts_dropped=int((~keep).sum()),
     )
     return number_examples(plan)

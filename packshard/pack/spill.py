@@ -1,59 +1,65 @@
-"""Spill tokenized examples to disk and apply the overlong policy on the way.
+"""Spill tokenized examples to disk, applying the overlong policy on the way.
 
 The planner needs only lengths; the writer needs tokens again only when it assembles a shard.
-So every tokenized chunk is appended to two flat, memory-mapped int32 files (``tokens.bin``,
-``labels.bin``) in the run's temporary folder, while a few per-example integers stay in
-memory (offset, length, loss tokens, source, line, part, domain, truncated, record)::
+So every tokenized chunk is appended to two flat int32 files (``tokens.bin``, ``labels.bin``)
+in the run's temporary folder, while a few per-example integers stay in memory (offset,
+length, loss tokens, source, line, part, start, domain, format, truncated, record)::
 
     chunk 0            chunk 1
     [ex0 ex1 ex2 ...] [ex3 ...]          tokens.bin / labels.bin (flat int32, on disk)
      ^   ^   ^          ^
      offsets (int64, in memory, one per example + 1)
 
-Peak memory is the per-example arrays (~48 bytes an example) plus one chunk; tokens are read
-back one shard at a time with positioned reads (:meth:`Spill.read_ranges`), not through the
-memory map, so that the resident set does not grow to the size of the spill; sequential scans
-of the map drop its pages as they go (:meth:`Spill.release_pages`).  A spill of at most
-``IN_MEMORY_BYTES`` (16M tokens with their labels) is read back whole instead and gathered
-in memory, a constant that buys the small runs most of their assembly time.
-
-Overlong policy, applied per chunk before spilling (``L`` = ``max_seq_len``):
-
-* ``drop``: the example becomes a reject with code ``too_long``;
-* ``truncate``: keep the first ``L`` tokens; an example left with no target is dropped
-  (code ``truncated_no_targets``);
-* ``split``: consecutive parts of ``L`` tokens, each its own example (``part`` 0, 1, …);
-  parts without a target are dropped; a record whose parts are all dropped is dropped
-  (code ``split_no_targets``);
-* ``error``: stop with a :class:`RecordError` naming ``file:line``.
-
-"Target" counts labels other than the example's first, which packing always masks.
-With the ``wrapped`` strategy the planner splits at row ends instead, so ``split`` is implied.
+Peak memory is those per-example arrays (50 bytes an example) plus one chunk.  Tokens are
+read back one shard at a time with positioned reads (:meth:`Spill.read_ranges`), never through
+a memory map, so the resident set does not grow to the size of the spill.  A spill of at most
+``IN_MEMORY_BYTES`` is read back whole instead.  :class:`SpillWriter` owns what it counts
+(records and tokens accepted per input and domain, what the overlong policy did) and returns
+it in the :class:`Spill`, as :class:`SpillCounts`.
 """
 
 from __future__ import annotations
 
 import io
 import mmap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from numba import njit
 
-from packshard.errors import RecordError
-from packshard.records import IGNORE_INDEX, Reject, TokenizedBatch
+from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cumsum
+from packshard.pack.overlong import apply_overlong
+from packshard.records import Reject, TokenizedBatch
 
-OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
 IN_MEMORY_BYTES = 64 * 1024 * 1024  # a spill this small (tokens + labels) is read back whole
 
 
 @dataclass(frozen=True, slots=True)
-class Spill:
-    """Tokens and labels on disk plus per-example metadata in memory."""
+class SpillCounts:
+    """What the spill writer accepted and what its overlong policy did."""
 
-    tokens: np.ndarray  # int32 memmap, flat
-    labels: np.ndarray  # int32 memmap, flat
+    sources: tuple[str, ...] = ()
+    domains: tuple[str, ...] = ()
+    formats: tuple[str, ...] = ()
+    records_per_source: tuple[int, ...] = ()  # records ingest accepted, per input
+    records_per_domain: tuple[int, ...] = ()
+    tokens_in_per_domain: tuple[int, ...] = ()  # tokens before the overlong policy
+    tokens_truncated: int = 0
+    records_split: int = 0
+    parts_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Spill:
+    """Tokens and labels on disk (or in memory) plus per-example metadata in memory.
+
+    ``source_index``, ``domain_codes`` and ``format_codes`` index ``counts.sources``,
+    ``counts.domains`` and ``counts.formats``.
+    """
+
+    tokens: np.ndarray  # int32, flat
+    labels: np.ndarray  # int32, flat
     offsets: np.ndarray  # int64 [n + 1]
     loss_tokens: np.ndarray  # int32 [n], targets excluding the first label
     source_index: np.ndarray  # int32 [n]
@@ -62,7 +68,9 @@ class Spill:
     starts: np.ndarray  # int64 [n], where the example begins in its record's tokens (split)
     domain_codes: np.ndarray  # int32 [n]
     truncated: np.ndarray  # bool [n]
-    record_ids: np.ndarray  # int64 [n], one id per input record
+    record_ids: np.ndarray  # int64 [n], one id per accepted input record
+    format_codes: np.ndarray  # int8 [n]
+    counts: SpillCounts = field(default_factory=SpillCounts)
     folder: Path | None = None  # where tokens.bin/labels.bin live (None: arrays in memory)
 
     @property
@@ -77,14 +85,12 @@ class Spill:
         """Return the tokens and labels of flat ranges ``[start, start + length)``, concatenated.
 
         A spill in memory is gathered by a jitted loop.  A file-backed one is read with one
-        positioned read per range straight into the output arrays, never through the memory
+        positioned read per range straight into the output arrays, never through a memory
         map: a shard's segments are scattered over the whole spill (rows are shuffled), and
-        mapping them in would leave every page the kernel faults around them resident
-        (measured: +315 MiB for 512 scattered ranges of a 336 MB file).
+        mapping them in would leave every page the kernel faults around them resident.
         """
         lengths = np.asarray(lengths, dtype=np.int64)
-        out_start = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=out_start[1:])
+        out_start = exclusive_cumsum(lengths)
         total = int(out_start[-1])
         ids = np.empty(total, dtype=np.int32)
         labels = np.empty(total, dtype=np.int32)
@@ -106,164 +112,14 @@ class Spill:
     def release_pages(self) -> None:
         """Drop the spill's mapped pages from this process's resident set.
 
-        Pages of a read-only file mapping stay resident once touched, so gathering shard
-        after shard from shuffled rows would end with the whole spill counted in the
-        process's RSS (measured: +600 MiB for 84M tokens).  They are clean, so dropping them
-        costs nothing but a re-read from the page cache if touched again.
+        Pages of a read-only file mapping stay resident once touched, so scanning the whole
+        spill would leave it all counted in the process's RSS.  They are clean, so dropping
+        them costs nothing but a re-read from the page cache if touched again.
         """
         for arr in (self.tokens, self.labels):
             mapped = getattr(arr.base, "obj", None)
             if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
                 mapped.madvise(mmap.MADV_DONTNEED)
-
-
-def count_targets(labels: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per example, the labels that are targets, not counting each example's first label."""
-    is_target = (labels != IGNORE_INDEX).astype(np.int64)
-    csum = np.concatenate(([0], np.cumsum(is_target)))
-    starts, ends = offsets[:-1], offsets[1:]
-    counts = csum[ends] - csum[starts]
-    nonempty = ends > starts
-    counts[nonempty] -= is_target[starts[nonempty]]
-    return counts
-
-
-class SpillWriter:
-    """Append tokenized chunks to a spill folder, applying the overlong policy."""
-
-    def __init__(self, folder: Path, max_seq_len: int, overlong: str, split_at_rows: bool) -> None:
-        self.folder = folder
-        self.max_seq_len = max_seq_len
-        self.overlong = overlong
-        self.split_at_rows = split_at_rows  # wrapped: keep overlong examples whole
-        self._tok = open(folder / "tokens.bin", "wb")
-        self._lab = open(folder / "labels.bin", "wb")
-        self._total = 0
-        self._meta: dict[str, list[np.ndarray]] = {k: [] for k in _META}
-        self._lengths: list[np.ndarray] = []
-        self.records_split = 0
-        self.tokens_truncated = 0
-        self.parts_dropped = 0
-
-    def add(
-        self,
-        batch: TokenizedBatch,
-        source_index: np.ndarray,
-        domain_codes: np.ndarray,
-        record_ids: np.ndarray,
-    ) -> list[Reject]:
-        """Spill one chunk; return the rejects the overlong policy produced."""
-        ids, labels, offsets = batch.input_ids, batch.labels, batch.offsets
-        lengths = np.diff(offsets)
-        n = len(lengths)
-        lines = np.fromiter((r.line for r in batch.refs), dtype=np.int64, count=n)
-        parts = np.zeros(n, dtype=np.int32)
-        starts = np.zeros(n, dtype=np.int64)
-        truncated = np.zeros(n, dtype=bool)
-        rejects: list[Reject] = []
-        limit = self.max_seq_len
-        over = np.flatnonzero(lengths > limit) if not self.split_at_rows else np.empty(0, np.int64)
-        if over.size:
-            keep = np.ones(n, dtype=bool)
-            for i in over:
-                ref = batch.refs[i]
-                size = int(lengths[i])
-                if self.overlong == "error":
-                    raise RecordError(
-                        "too_long",
-                        f"example is {size} tokens > max_seq_len {limit} "
-                        "(use --overlong truncate|split|drop)",
-                        ref.source,
-                        ref.line,
-                    )
-                if self.overlong == "drop":
-                    keep[i] = False
-                    rejects.append(
-                        Reject(
-                            ref,
-                            batch.domains[i],
-                            "too_long",
-                            f"example is {size} tokens > max_seq_len {limit} "
-                            "(dropped; use --overlong truncate|split to keep it)",
-                        )
-                    )
-            if self.overlong in ("truncate", "split"):
-                ids, labels, offsets, index, parts, truncated = _cut(
-                    ids, labels, offsets, limit, over, split=self.overlong == "split"
-                )
-                starts = parts.astype(np.int64) * limit
-                self.tokens_truncated += int(lengths[over].sum() - limit * over.size) * (
-                    self.overlong == "truncate"
-                )
-                self.records_split += int(over.size) * (self.overlong == "split")
-                keep = np.ones(len(index), dtype=bool)
-                source_index, domain_codes, record_ids, lines = (
-                    source_index[index],
-                    domain_codes[index],
-                    record_ids[index],
-                    lines[index],
-                )
-                targets = count_targets(labels, offsets)
-                empty = (targets == 0) & (truncated | (parts > 0) | np.isin(index, over))
-                keep &= ~empty
-                self.parts_dropped += int(empty.sum()) * (self.overlong == "split")
-                rejects.extend(_dropped_records(batch, index, keep, empty, self.overlong))
-            if not keep.all():
-                ids, labels, offsets = _select(ids, labels, offsets, keep)
-                source_index, domain_codes, record_ids, lines = (
-                    source_index[keep],
-                    domain_codes[keep],
-                    record_ids[keep],
-                    lines[keep],
-                )
-                parts, starts, truncated = parts[keep], starts[keep], truncated[keep]
-        self._write(ids, labels, offsets)
-        meta: dict[str, np.ndarray] = {
-            "loss_tokens": count_targets(labels, offsets).astype(np.int32),
-            "source_index": source_index.astype(np.int32),
-            "lines": lines,
-            "parts": parts,
-            "starts": starts,
-            "domain_codes": domain_codes.astype(np.int32),
-            "truncated": truncated,
-            "record_ids": record_ids.astype(np.int64),
-        }
-        for key, arr in meta.items():
-            self._meta[key].append(arr)
-        return rejects
-
-    def _write(self, ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray) -> None:
-        lo, hi = int(offsets[0]), int(offsets[-1])
-        self._tok.write(np.ascontiguousarray(ids[lo:hi], dtype=np.int32).tobytes())
-        self._lab.write(np.ascontiguousarray(labels[lo:hi], dtype=np.int32).tobytes())
-        self._lengths.append(np.diff(offsets))
-        self._total += hi - lo
-
-    def finish(self) -> Spill:
-        """Close the files and return the spill (in memory up to ``IN_MEMORY_BYTES``)."""
-        self._tok.close()
-        self._lab.close()
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        meta = {
-            k: (np.concatenate(v) if v else np.zeros(0, _META[k])) for k, v in self._meta.items()
-        }
-        if self._total * 8 <= IN_MEMORY_BYTES:  # small: read back whole, gathered in memory
-            return Spill(
-                tokens=np.fromfile(self.folder / "tokens.bin", dtype=np.int32),
-                labels=np.fromfile(self.folder / "labels.bin", dtype=np.int32),
-                offsets=offsets,
-                **meta,
-                folder=None,
-            )
-        return Spill(
-            tokens=_memmap(self.folder / "tokens.bin", self._total),
-            labels=_memmap(self.folder / "labels.bin", self._total),
-            offsets=offsets,
-            **meta,
-            folder=self.folder,
-        )
 
 
 _META = {
@@ -275,7 +131,122 @@ _META = {
     "domain_codes": np.int32,
     "truncated": np.bool_,
     "record_ids": np.int64,
+    "format_codes": np.int8,
 }
+
+
+class SpillWriter:
+    """Append tokenized chunks to a spill folder, applying the overlong policy.
+
+    ``sources`` are the input paths, in order; every example's ``ref.source`` is one of them.
+    ``split_at_rows`` (the ``wrapped`` strategy) keeps overlong examples whole.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        max_seq_len: int,
+        overlong: str,
+        split_at_rows: bool,
+        sources: tuple[str, ...] = (),
+    ) -> None:
+        self.folder = folder
+        self.max_seq_len = max_seq_len
+        self.overlong = overlong
+        self.split_at_rows = split_at_rows
+        self._tok = open(folder / "tokens.bin", "wb")
+        self._lab = open(folder / "labels.bin", "wb")
+        self._total = 0
+        self._meta: dict[str, list[np.ndarray]] = {k: [] for k in _META}
+        self._lengths: list[np.ndarray] = []
+        self._sources, self._domains, self._formats = NameCodes(sources), NameCodes(), NameCodes()
+        self._records = 0
+        self._per_source = np.zeros(len(sources), np.int64)
+        self._per_domain = np.zeros(0, np.int64)
+        self._tokens_in = np.zeros(0, np.int64)
+        self._policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
+
+    def add(self, batch: TokenizedBatch) -> tuple[Reject, ...]:
+        """Spill one chunk; return the rejects the overlong policy produced."""
+        n = len(batch)
+        source = self._sources.encode(tuple(r.source for r in batch.refs))
+        domain = self._domains.encode(batch.domains)
+        fmt = self._formats.encode(batch.formats)
+        self._count(source, domain, np.diff(batch.offsets))
+        record_ids = np.arange(self._records, self._records + n, dtype=np.int64)
+        self._records += n
+        policed = apply_overlong(batch, self.max_seq_len, self.overlong, not self.split_at_rows)
+        for key in self._policy:
+            self._policy[key] += getattr(policed, key)
+        at = policed.index
+        lines = np.fromiter((r.line for r in batch.refs), dtype=np.int64, count=n)
+        self._write(policed.ids, policed.labels, policed.offsets)
+        meta = {
+            "loss_tokens": count_trained(policed.labels, policed.offsets),
+            "source_index": source[at],
+            "lines": lines[at],
+            "parts": policed.parts,
+            "starts": policed.parts.astype(np.int64) * self.max_seq_len,
+            "domain_codes": domain[at],
+            "truncated": policed.truncated,
+            "record_ids": record_ids[at],
+            "format_codes": fmt[at],
+        }
+        for key, arr in meta.items():
+            self._meta[key].append(arr.astype(_META[key], copy=False))
+        return policed.rejects
+
+    def _count(self, source: np.ndarray, domain: np.ndarray, lengths: np.ndarray) -> None:
+        """Count accepted records per input and per domain, and tokens per domain."""
+        ndom = len(self._domains.names)
+        self._per_source = add_counts(self._per_source, np.bincount(source, minlength=0))
+        self._per_domain = add_counts(self._per_domain, np.bincount(domain, minlength=ndom))
+        tokens = np.bincount(domain, weights=lengths, minlength=ndom).astype(np.int64)
+        self._tokens_in = add_counts(self._tokens_in, tokens)
+
+    def _write(self, ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray) -> None:
+        lo, hi = int(offsets[0]), int(offsets[-1])  # offsets start at 0: a slice is a copy
+        self._tok.write(np.ascontiguousarray(ids[lo:hi], dtype=np.int32).tobytes())
+        self._lab.write(np.ascontiguousarray(labels[lo:hi], dtype=np.int32).tobytes())
+        self._lengths.append(np.diff(offsets))
+        self._total += hi - lo
+
+    def finish(self) -> Spill:
+        """Close the files and return the spill (in memory up to ``IN_MEMORY_BYTES``)."""
+        self._tok.close()
+        self._lab.close()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        meta = {
+            k: (np.concatenate(v) if v else np.zeros(0, _META[k])) for k, v in self._meta.items()
+        }
+        nsrc, ndom = len(self._sources.names), len(self._domains.names)
+
+        def per(counts: np.ndarray, n: int) -> tuple[int, ...]:
+            return tuple(add_counts(counts, np.zeros(n, np.int64)).tolist())
+
+        counts = SpillCounts(
+            sources=tuple(self._sources.names),
+            domains=tuple(self._domains.names),
+            formats=tuple(self._formats.names),
+            records_per_source=per(self._per_source, nsrc),
+            records_per_domain=per(self._per_domain, ndom),
+            tokens_in_per_domain=per(self._tokens_in, ndom),
+            **self._policy,
+        )
+        small = self._total * 8 <= IN_MEMORY_BYTES  # read back whole, gathered in memory
+        files = [self.folder / name for name in ("tokens.bin", "labels.bin")]
+        if small:
+            tokens, labels = (np.fromfile(f, dtype=np.int32) for f in files)
+        else:
+            tokens, labels = (_memmap(f, self._total) for f in files)
+        return Spill(
+            tokens=tokens,
+            labels=labels,
+            offsets=exclusive_cumsum(lengths),
+            **meta,
+            counts=counts,
+            folder=None if small else self.folder,
+        )
 
 
 def _read_into(fh: io.FileIO, view: memoryview, offset: int) -> None:
@@ -305,69 +276,3 @@ def _memmap(path: Path, size: int) -> np.ndarray:
     with open(path, "rb") as fh:
         mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     return np.frombuffer(mapped, dtype=np.int32, count=size)
-
-
-def _cut(
-    ids: np.ndarray,
-    labels: np.ndarray,
-    offsets: np.ndarray,
-    limit: int,
-    over: np.ndarray,
-    split: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Truncate or split the examples listed in ``over``; others pass through unchanged.
-
-    Returns new ``ids, labels, offsets`` and, per new example, the index of the example it
-    came from, its part number and whether it was truncated.
-    """
-    lengths = np.diff(offsets)
-    pieces = np.ones(len(lengths), dtype=np.int64)
-    if split:
-        pieces[over] = -(-lengths[over] // limit)
-    index = np.repeat(np.arange(len(lengths)), pieces)
-    first = np.concatenate(([0], np.cumsum(pieces)[:-1]))
-    part = np.arange(len(index)) - np.repeat(first, pieces)
-    start = offsets[index] + part * limit
-    end = np.minimum(start + limit, offsets[index + 1])
-    new_lengths = end - start
-    gather = np.repeat(start - np.concatenate(([0], np.cumsum(new_lengths)[:-1])), new_lengths)
-    gather += np.arange(int(new_lengths.sum()))
-    new_offsets = np.concatenate(([0], np.cumsum(new_lengths))).astype(np.int64)
-    truncated = np.zeros(len(index), dtype=bool)
-    if not split:
-        truncated[over] = True
-    return (
-        ids[gather],
-        labels[gather],
-        new_offsets,
-        index,
-        part.astype(np.int32),
-        truncated,
-    )
-
-
-def _select(
-    ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray, keep: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    lengths = np.diff(offsets)
-    mask = np.repeat(keep, lengths)
-    new_offsets = np.concatenate(([0], np.cumsum(lengths[keep]))).astype(np.int64)
-    return ids[offsets[0] : offsets[-1]][mask], labels[offsets[0] : offsets[-1]][mask], new_offsets
-
-
-def _dropped_records(
-    batch: TokenizedBatch, index: np.ndarray, keep: np.ndarray, empty: np.ndarray, policy: str
-) -> list[Reject]:
-    """Rejects for records none of whose pieces survived the overlong policy."""
-    kept_any = np.zeros(len(batch), dtype=bool)
-    kept_any[index[keep]] = True
-    touched = np.zeros(len(batch), dtype=bool)
-    touched[index[empty]] = True
-    out = []
-    for i in np.flatnonzero(touched & ~kept_any):
-        if policy == "truncate":
-            code, why = "truncated_no_targets", "no target token left after truncation"
-        else:
-            code, why = "split_no_targets", "no part kept a target token after splitting"
-        out.append(Reject(batch.refs[i], batch.domains[i], code, f"{why} (dropped)"))
-    return out

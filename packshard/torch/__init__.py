@@ -24,13 +24,7 @@ from packshard.torch.collate import (
     segment_mean_loss,
     token_losses,
 )
-from packshard.torch.dataset import (
-    PackedDataset,
-    PackedIterableDataset,
-    ResumableLoader,
-    epoch_rows,
-    tokenizer_sha256,
-)
+from packshard.torch.dataset import PackedDataset, tokenizer_sha256
 from packshard.torch.masks import (
     block_causal_mask,
     document_mask_mod,
@@ -39,6 +33,7 @@ from packshard.torch.masks import (
     seq_idx_block_causal_mask,
     seq_idx_from_cu_seqlens,
 )
+from packshard.torch.stream import PackedIterableDataset, ResumableLoader, epoch_rows
 
 __all__ = [
     "PackedDataset",

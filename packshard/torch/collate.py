@@ -34,6 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX
 
@@ -47,11 +48,14 @@ def _pad_1d(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
 
 
 def count_loss_tokens(labels: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """Return the number of labels != IGNORE_INDEX in each segment of a flat sequence (int32)."""
-    valid = (labels.reshape(-1) != IGNORE_INDEX).to(torch.int64)
-    csum = torch.cat([valid.new_zeros(1), valid.cumsum(0)])
-    cu = cu_seqlens.to(torch.int64)
-    return (csum[cu[1:]] - csum[cu[:-1]]).to(torch.int32)
+    """Return the number of labels != IGNORE_INDEX in each segment of a flat sequence (int32).
+
+    Every label counts (:func:`packshard.arrays.count_trained` with ``skip_first=False``): a
+    packed segment's first label is already -100.
+    """
+    flat = labels.reshape(-1).cpu().numpy()
+    counts = count_trained(flat, cu_seqlens.cpu().numpy().astype(np.int64), skip_first=False)
+    return torch.from_numpy(counts.astype(np.int32))
 
 
 def collate_varlen(
@@ -76,8 +80,7 @@ def collate_varlen(
     seqlens = np.concatenate([np.diff(r["cu_seqlens"].numpy()) for r in rows] + tail)
     seqlens = seqlens.astype(np.int64)
     example_ids = np.concatenate([r["example_ids"].numpy() for r in rows] + [[-1]] * bool(pad))
-    cu_seqlens = np.zeros(len(seqlens) + 1, dtype=np.int64)
-    np.cumsum(seqlens, out=cu_seqlens[1:])
+    cu_seqlens = exclusive_cumsum(seqlens)
     out: dict[str, torch.Tensor | int] = {}
     columns: dict[str, torch.Tensor] = {}
     for name, fill in (("input_ids", pad_token_id), ("labels", IGNORE_INDEX), ("position_ids", 0)):
@@ -86,7 +89,7 @@ def collate_varlen(
             parts.append(torch.arange(pad) if name == "position_ids" else torch.full((pad,), fill))
         out[name] = columns[name] = torch.cat(parts).to(torch.int64).unsqueeze(0)
     labels = columns["labels"].numpy()[0]
-    loss_counts = np.add.reduceat(labels != IGNORE_INDEX, cu_seqlens[:-1], dtype=np.int64)
+    loss_counts = count_trained(labels, cu_seqlens, skip_first=False)
     seq_idx = np.repeat(np.arange(len(seqlens), dtype=np.int32), seqlens)
     if static_cu_seqlens_len is not None:
         if len(cu_seqlens) > static_cu_seqlens_len:

@@ -1,13 +1,14 @@
 """Findings: what ``verify`` reports, each pinned to a place a person can open.
 
 A finding names its check and, where it applies, the shard file, row, segment, example id and
-the example's source ``file:line``.  Checks cap the findings they list per kind (the count of
-the rest is kept) so a badly broken folder still gives a readable report.
+the example's source ``file:line``.  Each check builds its own :class:`FindingList`, capped per
+kind (the count of the rest is kept) so a badly broken folder still gives a readable report,
+and returns it in its :class:`CheckResult`; the run merges them once, at the end.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 MAX_PER_KIND = 20
@@ -100,3 +101,127 @@ class FindingList:
 
     def __len__(self) -> int:
         return self.count()
+
+    def extend(self, other: FindingList) -> None:
+        """Add another list's findings and overflow counts (kinds stay separate per check)."""
+        for finding in other.items:
+            self.items.append(finding)
+        for key, n in other.overflow.items():
+            self.overflow[key] = self.overflow.get(key, 0) + n
+        for key, n in other._seen.items():
+            self._seen[key] = self._seen.get(key, 0) + n
+
+
+PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not run"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What one verify check found: its findings and the figures it measured.
+
+    ``skipped`` is why the check did not run because the user opted out (``--no-source``,
+    ``--model none``); ``not_run`` is why it could not run although asked (inputs not found,
+    torch not installed).  A check that did not run is never reported as passed, and a
+    ``not_run`` one keeps the whole run from ending OK.  The status is derived, never stored.
+    """
+
+    name: str
+    findings: FindingList = field(default_factory=FindingList)
+    detail: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None
+    not_run: str | None = None
+
+    @property
+    def status(self) -> str:
+        """``not run``, ``skipped``, ``passed`` or ``failed``."""
+        if self.findings.count(self.name):
+            return FAILED
+        if self.not_run is not None:
+            return NOT_RUN
+        if self.skipped is not None:
+            return SKIPPED
+        return PASSED
+
+    def summary(self) -> dict[str, Any]:
+        """Return the check's report entry: status, findings and the measured figures."""
+        why = self.not_run if self.not_run is not None else self.skipped
+        if why is not None and not self.findings.count(self.name):
+            return {"status": self.status, "detail": why}
+        return {"status": self.status, **self.detail, "findings": self.findings.count(self.name)}
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One problem the proof found in row ``row`` (its index among the rows checked).
+
+    ``segment`` is the segment it concerns, ``None`` for the whole row.
+    """
+
+    row: int
+    name: str
+    segment: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.name if self.segment is None else f"{self.name} segment {self.segment}"
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentResult:
+    """One segment's comparison; deltas are max absolute differences (None: not measured)."""
+
+    segment: int
+    example_id: int
+    num_tokens: int
+    logit_delta: float
+    loss_packed: float | None
+    loss_alone: float | None
+    loss_delta: float
+    mutation_delta: float | None
+    control_delta: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    """One row's comparison; ``control`` is ``detected``, ``not detected`` or ``not applicable``."""
+
+    row: int
+    name: str
+    num_tokens: int
+    segments: tuple[SegmentResult, ...]
+    max_logit_delta: float
+    max_loss_delta: float
+    mutation_delta: float | None
+    control_delta: float | None
+    control: str
+    loss_true: float | None
+    loss_naive: float | None
+    loss_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class EquivalenceReport:
+    """Everything :func:`check_rows` measured; ``ok`` is true when ``issues`` is empty."""
+
+    rows: tuple[RowResult, ...]
+    max_logit_delta: float
+    max_loss_delta: float
+    max_mutation_delta: float | None
+    control_min_delta: float | None
+    control_max_delta: float | None
+    control_threshold: float
+    control_detected: bool
+    loss_true: float | None
+    loss_naive: float | None
+    ok: bool
+    atol: float
+    vocab_folded: bool
+    issues: tuple[Issue, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the report as plain JSON-ready values."""
+        data = asdict(self)
+        data["issues"] = [str(issue) for issue in self.issues]
+        return data

@@ -1,28 +1,45 @@
-"""The model stage of ``verify``: pick rows, crop them, and run the equivalence proof.
+"""The model stage of ``verify``: pick rows, crop them, build the model, run the proof.
 
 Rows are sampled with the seed, preferring rows with two or more segments (a row holding one
 example has no seam to leak across).  A row longer than ``model_max_tokens`` is cut after its
 last whole segment that fits: attention is causal, so logits of a prefix do not depend on what
-follows, and the cut row is still a valid packed row.  torch and transformers are imported
-only here, so ``verify --model none`` and the other checks work without them.
+follows, and the cut row is still a valid packed row.  The default model is a random
+``LlamaForCausalLM`` (rotary positions, float32) whose vocabulary keeps at most
+:data:`TINY_VOCAB` entries: larger token ids are folded modulo its size, which keeps a
+2,048-token forward cheap on a CPU.  :func:`run_forwards` runs a row the ways the proof
+(:mod:`packshard.verify.equivalence`) compares.  torch and transformers are imported only inside
+these functions, so ``verify --model none`` and the other checks work without them, and a
+missing install is reported as the stage not run, in one line.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
 
-from packshard.verify.findings import Finding, FindingList
-from packshard.records import PackedRow
+from packshard.errors import UsageError
+from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import read_row
+from packshard.records import IGNORE_INDEX, PackedRow
+from packshard.verify.findings import CheckResult, EquivalenceReport, Finding, FindingList
+
+if TYPE_CHECKING:
+    import torch
+
+TINY_VOCAB = 4096
 
 
 def crop_row(row: PackedRow, max_tokens: int) -> PackedRow:
     """Keep the leading whole segments of ``row`` that fit in ``max_tokens`` (at least one)."""
     cu = row.cu_seqlens
-    keep = int(np.searchsorted(cu, max_tokens, side="right")) - 1
-    keep = max(keep, 1)
+    keep = max(int(np.searchsorted(cu, max_tokens, side="right")) - 1, 1)
     end = int(cu[keep])
     if end >= row.num_tokens:
         return row
@@ -35,18 +52,14 @@ def crop_row(row: PackedRow, max_tokens: int) -> PackedRow:
     )
 
 
-def pick_rows(
-    manifest: dict[str, Any], tables: dict[int, Any], count: int, seed: int
-) -> list[tuple[int, int]]:
+def pick_rows(tables: dict[int, pa.Table], count: int, seed: int) -> list[tuple[int, int]]:
     """Choose up to ``count`` (shard, row) pairs, multi-segment rows first, seeded."""
     multi: list[tuple[int, int]] = []
     single: list[tuple[int, int]] = []
     for shard, table in sorted(tables.items()):
         lengths = np.diff(np.asarray(table["cu_seqlens"].combine_chunks().offsets)) - 1
-        for r in np.flatnonzero(lengths >= 2):
-            multi.append((shard, int(r)))
-        for r in np.flatnonzero(lengths < 2):
-            single.append((shard, int(r)))
+        multi += [(shard, int(r)) for r in np.flatnonzero(lengths >= 2)]
+        single += [(shard, int(r)) for r in np.flatnonzero(lengths < 2)]
     rng = np.random.default_rng(seed)
     chosen = [multi[i] for i in rng.permutation(len(multi))[:count]]
     if len(chosen) < count:
@@ -54,69 +67,181 @@ def pick_rows(
     return sorted(chosen)
 
 
-def place_finding(
-    message: str,
-    picks: list[tuple[int, int]],
-    names: list[str],
-    rows: list[PackedRow],
-    index: Any = None,
-) -> Finding:
-    """Turn an equivalence message (``"NAME segment J: …"`` or ``"NAME: …"``) into a placed finding.
+def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) -> Any:
+    """Return a small random float32 ``LlamaForCausalLM`` in eval mode on the CPU.
 
-    ``index`` (an :class:`~packshard.verify.structure.ExamplesIndex`) adds the segment's ``file:line``.
+    The weights depend only on ``seed`` (the global torch generator is left untouched).
     """
-    for (_, row), name, packed in zip(picks, names, rows, strict=True):
-        shard_path = name.rsplit(" row ", 1)[0]
-        if message.startswith(f"{name}: "):
-            return Finding("model", message[len(name) + 2 :], shard_path, row)
-        if message.startswith(f"{name} segment "):
-            number, _, rest = message[len(name) + 9 :].partition(": ")
-            if not number.isdigit() or not rest:
-                break
-            seg = int(number)
-            eid = int(packed.example_ids[seg]) if seg < len(packed.example_ids) else None
-            source = index.where(eid) if index is not None and eid is not None else None
-            return Finding("model", rest, shard_path, row, seg, eid, source)
-    return Finding("model", message)
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    settings: dict[str, Any] = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_seq_len,
+        tie_word_embeddings=False,
+        attn_implementation="sdpa",
+    )
+    config = LlamaConfig(**settings)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model: Any = LlamaForCausalLM(config)
+    return model.float().eval()
+
+
+def load_model(spec: str, vocab_size: int, seed: int = 0) -> Any:
+    """Return the model named by ``spec``: ``tiny``, or a local Hugging Face model folder.
+
+    ``tiny`` keeps at most :data:`TINY_VOCAB` vocabulary entries (larger ids are folded).
+    A folder is loaded offline, without remote code, in float32.
+    """
+    if spec == "tiny":
+        return build_tiny_model(min(vocab_size, TINY_VOCAB), seed=seed)
+    folder = Path(spec)
+    if not (folder / "config.json").is_file():
+        raise UsageError(
+            f"{spec}: not a model folder (no config.json) (use --model tiny or a local folder)"
+        )
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        folder,
+        local_files_only=True,
+        trust_remote_code=False,
+        torch_dtype=torch.float32,
+        attn_implementation="sdpa",
+    )
+    return model.eval()
+
+
+def forward_logits(
+    model: Any, input_ids: np.ndarray, positions: np.ndarray | None, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Run one sequence (batch 1) and return float32 logits ``[T, V]``."""
+    import torch
+
+    ids = torch.from_numpy(np.asarray(input_ids, dtype=np.int64))[None]
+    pos = None if positions is None else torch.from_numpy(np.asarray(positions, np.int64))[None]
+    out = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=False)
+    return out.logits[0].float()
+
+
+def score_loss(logits: torch.Tensor, labels: np.ndarray) -> tuple[float, int]:
+    """Return (summed shifted cross entropy, number of loss tokens) of one segment."""
+    import torch
+    import torch.nn.functional as F
+
+    target = torch.from_numpy(np.asarray(labels[1:], dtype=np.int64))
+    count = int((target != IGNORE_INDEX).sum())
+    if count == 0:
+        return 0.0, 0
+    total = F.cross_entropy(logits[:-1], target, ignore_index=IGNORE_INDEX, reduction="sum")
+    return float(total), count
+
+
+def mutate_tokens(
+    input_ids: np.ndarray, cu_seqlens: np.ndarray, keep: int, vocab: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Return a copy where every segment of parity ``1 - keep`` gets different random tokens."""
+    lengths = np.diff(cu_seqlens)
+    mutated = np.repeat(np.arange(lengths.size) % 2 != keep, lengths)
+    shift = rng.integers(1, vocab, size=input_ids.size)
+    return np.where(mutated, (input_ids.astype(np.int64) + shift) % vocab, input_ids)
+
+
+@dataclass(frozen=True)
+class Forwards:
+    """The logits of one row: packed, each segment alone, mutated twice, and the control."""
+
+    packed: torch.Tensor
+    alone: list[torch.Tensor]
+    mutated: list[torch.Tensor]
+    control: torch.Tensor | None
+
+
+def run_forwards(
+    model: Any,
+    ids: np.ndarray,
+    positions: np.ndarray,
+    cu: np.ndarray,
+    mutate: bool,
+    rng: np.random.Generator,
+    block_mask: Callable[..., torch.Tensor],
+) -> Forwards:
+    """Run one row packed, each segment alone, mutated twice (``mutate``) and as the control.
+
+    ``block_mask(cu, causal_only=False)`` builds the attention masks (the proof's own builder).
+    """
+    import torch
+
+    vocab = int(model.config.vocab_size)
+    with torch.inference_mode():
+        block = block_mask(cu)
+        packed = forward_logits(model, ids, positions, block)
+        alone = [forward_logits(model, ids[a:b], None, None) for a, b in pairwise(cu)]
+        mutated, control = [], None
+        if cu.size > 2:
+            control = forward_logits(model, ids, np.arange(ids.size), block_mask(cu, True))
+            if mutate:
+                for keep in (0, 1):
+                    mut = mutate_tokens(ids, cu, keep, vocab, rng)
+                    mutated.append(forward_logits(model, mut, positions, block))
+    return Forwards(packed, alone, mutated, control)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken or blocked install counts as missing
+        return False
 
 
 def check_model(
     manifest: dict[str, Any],
-    tables: dict[int, Any],
+    tables: dict[int, pa.Table],
+    index: ExamplesIndex | None,
     options: Any,
-    findings: FindingList,
-    seam_table: list[dict[str, Any]],
-    index: Any = None,
-) -> tuple[dict[str, Any], Any]:
-    """Run the equivalence proof on sampled rows; add findings; fill the seam table's deltas."""
-    try:
-        from packshard.verify.equivalence import check_rows, load_model
-    except ImportError as exc:  # torch missing
-        return {"status": "skipped", "detail": f"needs torch and transformers ({exc})"}, None
-    picks = pick_rows(manifest, tables, options.model_rows, options.seed)
+) -> tuple[CheckResult, EquivalenceReport | None, list[tuple[int, int]]]:
+    """Run the proof on sampled rows: the check's result, the report and the rows picked."""
+    missing = [m for m in ("torch", "transformers") if not _installed(m)]
+    if missing and options.model != "none":
+        why = (
+            f"the model stage needs {' and '.join(missing)}: pip install 'packshard[torch]' "
+            "(or pass --model none to skip it)"
+        )
+        return CheckResult("model", not_run=why), None, []
+    from packshard.verify.equivalence import check_rows
+
+    picks = pick_rows(tables, options.model_rows, options.seed)
     if not picks:
-        return {"status": "skipped", "detail": "no rows to check"}, None
+        return CheckResult("model", skipped="no rows to check"), None, []
     rows = [crop_row(read_row(tables[s], r), options.model_max_tokens) for s, r in picks]
-    names = [f"{manifest['shards'][s]['path']} row {r}" for s, r in picks]
+    paths = [manifest["shards"][s]["path"] for s, _ in picks]
     recorded = int(manifest.get("tokenizer", {}).get("vocab_size", 0) or 0)
     largest = max((int(r.input_ids.max()) for r in rows if r.num_tokens), default=0)
-    vocab = max(recorded, largest + 1, 2)
-    model = load_model(options.model, vocab, seed=options.seed)
+    model = load_model(options.model, max(recorded, largest + 1, 2), seed=options.seed)
+    names = [f"{path} row {r}" for path, (_, r) in zip(paths, picks, strict=True)]
     report = check_rows(model, rows, names=names, seed=options.seed)
-    for message in report.findings:
-        findings.add(place_finding(message, picks, names, rows, index), "model")
+    findings = FindingList()
+    for issue in report.issues:
+        if issue.row < 0:
+            findings.add(Finding("model", issue.message), "model")
+            continue
+        row, path = rows[issue.row], paths[issue.row]
+        seg = issue.segment
+        eid = int(row.example_ids[seg]) if seg is not None and seg < len(row.example_ids) else None
+        source = index.where(eid) if index is not None and eid is not None else None
+        findings.add(
+            Finding("model", issue.message, path, picks[issue.row][1], seg, eid, source), "model"
+        )
     if not report.control_detected and any(r.control_delta is not None for r in report.rows):
         findings.add(Finding("model", "the naive-mask control was not detected: verify is broken"))
-    lookup = {(e["shard"], e["row"]): e for e in seam_table}
-    for result in report.rows:
-        shard, row = picks[result.row]
-        entry = lookup.get((manifest["shards"][shard]["path"], row))
-        if entry is not None:
-            entry["max_logit_delta"] = result.max_logit_delta
-            entry["control_delta"] = result.control_delta
-    status = "passed" if report.ok and findings.count("model") == 0 else "failed"
     detail = {
-        "status": status,
         "rows": len(rows),
         "atol": report.atol,
         "max_logit_delta": report.max_logit_delta,
@@ -128,6 +253,5 @@ def check_model(
         "loss_true": report.loss_true,
         "loss_naive": report.loss_naive,
         "notes": list(report.notes),
-        "findings": findings.count("model"),
     }
-    return detail, report
+    return CheckResult("model", findings, detail), report, picks

@@ -14,17 +14,23 @@ When the inputs cannot be found the stage is skipped (or, with ``--source``, fai
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
+import pyarrow as pa
 
-from packshard.errors import PackshardError
-from packshard.verify.findings import Finding, FindingList
-from packshard.records import IGNORE_INDEX
-from packshard.verify.structure import ExamplesIndex
+from packshard.digests import sha256_path
+from packshard.errors import FormatError, PackshardError
+from packshard.format.examples import ExamplesIndex
+from packshard.format.rejects import read_rejects
+from packshard.format.shards import read_row
+from packshard.ingest.chunks import ingest
+from packshard.ingest.sources import InputFile
+from packshard.ingest.templates import ChatTemplate, load_template
+from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.records import IGNORE_INDEX, IngestOptions, PackedRow
+from packshard.verify.findings import CheckResult, Finding, FindingList
 
 
 def _locate(recorded: str, root: str | None) -> Path | None:
@@ -34,10 +40,9 @@ def _locate(recorded: str, root: str | None) -> Path | None:
     return next((p for p in candidates if p.exists()), None)
 
 
-def _resolve_tokenizer(manifest: dict[str, Any], options: Any) -> tuple[Any, str | None]:
-    from packshard.format.manifest import sha256_path
-    from packshard.ingest.tokenizer import load_tokenizer
-
+def _resolve_tokenizer(
+    manifest: dict[str, Any], options: Any
+) -> tuple[TokenizerBundle | None, str | None]:
     recorded = manifest["tokenizer"]
     path = _locate(options.tokenizer or recorded["path"], options.source_root)
     if path is None:
@@ -57,9 +62,9 @@ class _Mismatch(Exception):
     pass
 
 
-def _resolve_template(manifest: dict[str, Any], bundle: Any, options: Any) -> Any:
-    from packshard.ingest.templates import load_template
-
+def _resolve_template(
+    manifest: dict[str, Any], bundle: TokenizerBundle, options: Any
+) -> ChatTemplate | None:
     recorded = manifest["template"]
     source = recorded.get("source")
     if source is None and options.template is None:
@@ -89,101 +94,87 @@ def _resolve_template(manifest: dict[str, Any], bundle: Any, options: Any) -> An
 def check_sources(
     folder: Path,
     manifest: dict[str, Any],
-    tables: dict[int, Any],
+    tables: dict[int, pa.Table],
     index: ExamplesIndex | None,
     options: Any,
-    findings: FindingList,
-) -> dict[str, Any]:
+) -> CheckResult:
     """Re-ingest the recorded inputs and compare every (or a sample of) packed example."""
-    from packshard.format.manifest import sha256_path
-    from packshard.ingest.sources import InputFile
+    findings = FindingList()
 
-    required = options.source is True
+    def failed(message: str, kind: str | None = None) -> CheckResult:
+        findings.add(Finding("source", message), kind)
+        return CheckResult("source", findings)
 
-    def skip(why: str) -> dict[str, Any]:
-        if required:
-            findings.add(Finding("source", why))
-            return {"status": "failed", "detail": why, "findings": findings.count("source")}
-        return {"status": "skipped", "detail": why}
+    def unavailable(why: str) -> CheckResult:
+        return failed(why) if options.source is True else CheckResult("source", skipped=why)
 
     files = []
     for entry in manifest.get("inputs", []):
         path = _locate(entry["path"], options.source_root)
         if path is None:
-            return skip(f"input {entry['path']} not found (give --source-root)")
+            return unavailable(f"input {entry['path']} not found (give --source-root)")
         if sha256_path(path) != entry["sha256"]:
-            findings.add(
-                Finding("source", f"input {entry['path']}: SHA-256 differs from the manifest")
-            )
-            return {"status": "failed", "findings": findings.count("source")}
+            return failed(f"input {entry['path']}: SHA-256 differs from the manifest")
         files.append(InputFile(path=entry["path"], real=path.resolve()))
     try:
         bundle, why = _resolve_tokenizer(manifest, options)
         if bundle is None:
-            return skip(str(why))
+            return unavailable(str(why))
         template = _resolve_template(manifest, bundle, options)
     except _Mismatch as exc:
-        findings.add(Finding("source", str(exc)), "mismatch")
-        return {"status": "failed", "findings": findings.count("source")}
+        return failed(str(exc), "mismatch")
     except PackshardError as exc:
-        findings.add(Finding("source", f"cannot load the recorded tokenizer/template: {exc}"))
-        return {"status": "failed", "findings": findings.count("source")}
+        return failed(f"cannot load the recorded tokenizer/template: {exc}")
     if index is None:
-        return skip("examples.parquet unreadable")
+        return unavailable("examples.parquet unreadable")
     try:
+        rejected = _rejected(folder, manifest)
         compared = _compare(
-            folder, manifest, tables, index, files, bundle, template, options, findings
+            manifest, tables, index, rejected, files, bundle, template, options, findings
         )
     except PackshardError as exc:
-        findings.add(Finding("source", f"re-ingesting the inputs failed: {exc}"))
-        return {"status": "failed", "findings": findings.count("source")}
-    return {
-        "status": "passed" if findings.count("source") == 0 else "failed",
-        "examples_compared": compared,
-        "findings": findings.count("source"),
-    }
+        return failed(f"re-ingesting the inputs failed: {exc}")
+    return CheckResult("source", findings, {"examples_compared": compared})
+
+
+def _rejected(folder: Path, manifest: dict[str, Any]) -> set[tuple[str, int]]:
+    """Return the ``(source, line)`` of every record in the rejects file."""
+    path = folder / manifest["files"]["rejects"]["path"]
+    if not path.is_file():
+        return set()
+    try:
+        return {(r.ref.source, r.ref.line) for r in read_rejects(path)}
+    except FormatError:
+        return set()  # a damaged rejects file is an integrity finding
 
 
 def _compare(
-    folder: Path,
     manifest: dict[str, Any],
-    tables: dict[int, Any],
+    tables: dict[int, pa.Table],
     index: ExamplesIndex,
-    files: list[Any],
-    bundle: Any,
-    template: Any,
+    rejected: set[tuple[str, int]],
+    files: list[InputFile],
+    bundle: TokenizerBundle,
+    template: ChatTemplate | None,
     options: Any,
     findings: FindingList,
 ) -> int:
-    from packshard.ingest.chunks import IngestOptions, ingest
-
     config = manifest["config"]
     by_record: dict[tuple[str, int], list[int]] = {}
     for pos, (src, line) in enumerate(zip(index.sources, index.lines.tolist(), strict=True)):
         by_record.setdefault((src, int(line)), []).append(pos)
-    rejected: set[tuple[str, int]] = set()
-    rejects_path = folder / manifest["files"]["rejects"]["path"]
-    if rejects_path.is_file():
-        for line in rejects_path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                item = json.loads(line)
-                rejected.add((item["source"], int(item["line"])))
     keys = sorted(by_record)
     if options.sample is not None and options.sample < len(keys):
         rng = np.random.default_rng(options.seed)
         chosen = {keys[i] for i in rng.choice(len(keys), options.sample, replace=False)}
     else:
         chosen = set(keys)
-    offsets = pq.read_table(
-        folder / manifest["files"]["examples"]["path"], columns=["token_offset"]
-    )
-    token_offset = offsets["token_offset"].to_numpy()
     opts = IngestOptions(
         format=config["format"], domain_field=config["domain_field"], loss=config["loss"]
     )
     seen: set[tuple[str, int]] = set()
     compared = 0
-    row_cache: dict[tuple[int, int], Any] = {}
+    row_cache: dict[tuple[int, int], PackedRow] = {}
     for chunk in ingest(files, bundle, template, opts, progress=options.progress):
         for reject in chunk.rejects:
             key = (reject.ref.source, reject.ref.line)
@@ -217,15 +208,7 @@ def _compare(
             ids, labels = batch.example(i)
             for pos in by_record[key]:
                 compared += _compare_segment(
-                    tables,
-                    manifest,
-                    index,
-                    pos,
-                    int(token_offset[pos]),
-                    ids,
-                    labels,
-                    row_cache,
-                    findings,
+                    tables, manifest, index, pos, ids, labels, row_cache, findings
                 )
     for key in sorted(set(by_record) - seen):
         findings.add(
@@ -238,19 +221,17 @@ def _compare(
 
 
 def _compare_segment(
-    tables: dict[int, Any],
+    tables: dict[int, pa.Table],
     manifest: dict[str, Any],
     index: ExamplesIndex,
     pos: int,
-    offset: int,
     ids: np.ndarray,
     labels: np.ndarray,
-    row_cache: dict[tuple[int, int], Any],
+    row_cache: dict[tuple[int, int], PackedRow],
     findings: FindingList,
 ) -> bool:
     """Compare one packed segment with its re-ingested example; False when it cannot be read."""
-    from packshard.format.shards import read_row
-
+    offset = int(index.token_offset[pos])
     shard, row = int(index.shard[pos]), int(index.row[pos])
     eid = int(index.example_id[pos])
     where = index.where(eid)

@@ -1,4 +1,6 @@
-"""Structural seam audit of one shard, vectorised over all of its rows.
+"""The structure stage of ``verify``: a seam audit of every row, and every example once.
+
+Each shard is audited vectorised over all of its rows (:func:`audit_shard`):
 
 For a shard with rows ``r`` and segments ``s`` (``cu_seqlens`` slices), every check is a few
 numpy operations over the flat list values — no Python loop over tokens or rows:
@@ -13,87 +15,24 @@ numpy operations over the flat list values — no Python loop over tokens or row
 * ``num_loss_tokens`` and ``max_seqlen`` match the row;
 * every example id matches the examples index (this shard, this row, token counts).
 
-Only when a check fails does Python touch individual rows, to name them in findings.
+Only when a check fails does Python touch individual rows, to name them in findings.  Then
+:func:`check_structure` checks that every example id of the examples index occurs in exactly
+one row of one shard.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
-from packshard.records import IGNORE_INDEX
+from packshard.arrays import count_trained
+from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import list_values
-
-
-@dataclass(frozen=True, slots=True)
-class ExamplesIndex:
-    """The examples index as arrays, in file order (``example_id[i] == i`` when sound).
-
-    Sources are kept dictionary-encoded (one name per input file, a code per example), and
-    ids are looked up by position when dense, else by binary search: no per-example Python.
-    """
-
-    example_id: np.ndarray
-    shard: np.ndarray
-    row: np.ndarray
-    num_tokens: np.ndarray
-    num_loss_tokens: np.ndarray
-    source_code: np.ndarray
-    source_names: tuple[str, ...]
-    lines: np.ndarray
-    order: np.ndarray | None  # argsort of example_id; None when example_id[i] == i
-
-    @staticmethod
-    def from_table(table: pa.Table) -> ExamplesIndex:
-        """Build from ``examples.parquet``."""
-        ids = np.asarray(table["example_id"].to_numpy(), dtype=np.int64)
-        n = len(ids)
-        dense = n == 0 or (ids[0] == 0 and bool(np.all(np.diff(ids) == 1)))
-        source = table["source"].combine_chunks().fill_null("").dictionary_encode()
-        return ExamplesIndex(
-            example_id=ids,
-            shard=table["shard"].to_numpy(),
-            row=table["row"].to_numpy(),
-            num_tokens=table["num_tokens"].to_numpy(),
-            num_loss_tokens=table["num_loss_tokens"].to_numpy(),
-            source_code=source.indices.to_numpy(zero_copy_only=False),
-            source_names=tuple(source.dictionary.to_pylist()),
-            lines=table["line"].to_numpy(),
-            order=None if dense else np.argsort(ids, kind="stable"),
-        )
-
-    @property
-    def sources(self) -> list[str]:
-        """Each example's source path (one Python string per example: not for hot paths)."""
-        names = self.source_names
-        return [names[c] for c in self.source_code.tolist()]
-
-    @property
-    def dense(self) -> bool:
-        """True when ids are ``0 … n-1`` in order, as ``pack`` writes them."""
-        return self.order is None
-
-    def lookup(self, example_ids: np.ndarray) -> np.ndarray:
-        """Position of each id in the index, -1 where absent."""
-        ids = np.asarray(example_ids, dtype=np.int64)
-        n = len(self.example_id)
-        if self.order is None:
-            return np.where((ids >= 0) & (ids < n), ids, -1)
-        if n == 0:
-            return np.full(len(ids), -1, dtype=np.int64)
-        ordered = self.example_id[self.order]
-        at = np.minimum(np.searchsorted(ordered, ids), n - 1)
-        return np.where(ordered[at] == ids, self.order[at], -1)
-
-    def where(self, example_id: int) -> str | None:
-        """``source:line`` of an example id, or None when the index lacks it."""
-        i = int(self.lookup(np.array([example_id]))[0])
-        if i < 0:
-            return None
-        return f"{self.source_names[int(self.source_code[i])]}:{int(self.lines[i])}"
+from packshard.records import IGNORE_INDEX
+from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +43,13 @@ class ShardAudit:
     segments: np.ndarray  # per row
     row_findings: np.ndarray  # per row: structural findings, listed or not
     example_ids: np.ndarray  # every example id seen in the shard, in row order
+    tokens: int
+    loss_tokens: int
 
     @property
     def bad_rows(self) -> np.ndarray:
         """Indices of the rows with at least one structural finding."""
         return np.flatnonzero(self.row_findings)
-
-    tokens: int
-    loss_tokens: int
 
 
 def audit_shard(
@@ -231,9 +169,7 @@ def audit_shard(
         report(
             seg_row[seg], "a label is neither -100 nor its own token", "label_token", seg_local[seg]
         )
-    is_loss = trained.astype(np.int32)
-    loss_per_row = np.add.reduceat(is_loss, tok_off[:-1]) if nrows and total else np.zeros(nrows)
-    loss_per_row[row_len == 0] = 0
+    loss_per_row = count_trained(labels, tok_off, skip_first=False)
     report(
         np.flatnonzero(loss_per_row != num_loss),
         "num_loss_tokens does not match labels",
@@ -245,12 +181,10 @@ def audit_shard(
     )
 
     if index is None:  # examples.parquet missing or unreadable: already an integrity finding
-        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(is_loss.sum()))
+        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
 
     # Examples index agreement.
-    seg_loss = (
-        np.add.reduceat(is_loss, seg_start) - is_loss[seg_start] if len(seg_start) else seg_len
-    )
+    seg_loss = count_trained(labels, np.append(seg_start, total))
     pos_in_index = index.lookup(ex_ids)
     missing = np.flatnonzero(pos_in_index < 0)
     report(
@@ -259,7 +193,7 @@ def audit_shard(
     ok = pos_in_index >= 0
     p = np.where(ok, pos_in_index, 0)
     if not len(index.example_id):
-        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(is_loss.sum()))
+        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
     disagree = ok & (
         (index.shard[p] != shard_index)
         | (index.row[p] != seg_row)
@@ -273,4 +207,46 @@ def audit_shard(
         "index_disagree",
         seg_local[rows],
     )
-    return ShardAudit(nrows, nseg, counts, ex_ids, total, int(is_loss.sum()))
+    return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
+
+
+def check_structure(
+    manifest: dict[str, Any],
+    tables: dict[int, pa.Table],
+    index: ExamplesIndex | None,
+    findings: FindingList,
+) -> dict[int, ShardAudit]:
+    """Audit every opened shard, then check that every example occurs exactly once."""
+    # Without a recorded max_seq_len (an invalid manifest, already a finding) skip capacity.
+    max_seq_len = int(manifest.get("config", {}).get("max_seq_len") or np.iinfo(np.int32).max)
+    vocab_size = int(manifest.get("tokenizer", {}).get("vocab_size") or 0) or None
+    audits = {}
+    for i, table in sorted(tables.items()):
+        name = manifest["shards"][i]["path"]
+        audits[i] = audit_shard(table, name, i, max_seq_len, index, findings, vocab_size)
+    if len(audits) == len(manifest.get("shards", [])) and index is not None:
+        _check_each_example_once(audits, index, findings)
+    return audits
+
+
+def _check_each_example_once(
+    audits: dict[int, ShardAudit], index: ExamplesIndex, findings: FindingList
+) -> None:
+    seen = np.concatenate([a.example_ids for a in audits.values()]) if audits else np.zeros(0)
+    seen = seen.astype(np.int64, copy=False)
+    n = len(index.example_id)
+    if index.dense and (not len(seen) or (seen.min() >= 0 and seen.max() < n)):
+        times = np.bincount(seen, minlength=n)  # O(n), the common case
+        duplicated, missing = np.flatnonzero(times > 1), np.flatnonzero(times == 0)
+    else:
+        uniq, counts = np.unique(seen, return_counts=True)
+        duplicated, missing = uniq[counts > 1], np.setdiff1d(index.example_id, uniq)
+    for ids, kind, message in (
+        (duplicated, "duplicate", "example appears more than once across shards"),
+        (missing, "missing_example", "example listed in examples.parquet is in no row"),
+    ):
+        findings.add_unlisted("structure", kind, len(ids) - MAX_PER_KIND)
+        for eid in ids[:MAX_PER_KIND].tolist():
+            findings.add(
+                Finding("structure", message, example_id=eid, source=index.where(eid)), kind
+            )

@@ -1,9 +1,9 @@
-"""Show a :class:`~packshard.profile.ProfileReport`: rich tables, JSON, and one HTML page.
+"""HTML pages: the profile (charts and tables) and an inspected row, each self-contained.
 
-The HTML page is self-contained (inline CSS and SVG, no script, nothing fetched) and reads
-top to bottom: the verdict, a bar chart of the useful-token share under each strategy, the
-two tables, then one length histogram per domain.  Histograms share the report's log-spaced
-bins (≈4 per doubling), so their x axes line up across domains::
+Pages use inline CSS and SVG, no script, nothing fetched.  The profile page reads top to
+bottom: the verdict, a bar chart of the useful-token share under each strategy, the tables,
+then one length histogram per domain.  Histograms share the report's log-spaced bins (≈4 per
+doubling), so their x axes line up across domains::
 
     count ▲            ┊ max_seq_len 4096
           │    ▆█▅     ┊
@@ -11,123 +11,28 @@ bins (≈4 per doubling), so their x axes line up across domains::
           └──┴──┴──┴──┴┴──┴─►    would be truncated, split or dropped
              64 256 1K 4K  16K   tokens (log scale)
 
-Every string that comes from data (domain names) is HTML-escaped, in tables and in SVG.
+Every string that comes from data (domain names, decoded text, sources) is HTML-escaped.
 """
 
 from __future__ import annotations
 
-import json
+import html
 import math
-from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
 
-from rich.console import Group
 from rich.table import Table
-from rich.text import Text
 
-from packshard.profile import STRATEGIES, DomainProfile, ProfileReport, report_to_dict
+from packshard.cli.inspect import RowView
+from packshard.cli.tables import (
+    STRATEGY_LABELS,
+    build_counts_table,
+    build_lengths_table,
+    build_utilization_table,
+)
+from packshard.profile import STRATEGIES, DomainProfile, ProfileReport
 
-STRATEGY_LABELS = {
-    "pad_to_max": "pad to max",
-    "random_batches": "random",
-    "bucketed": "bucketed",
-    "packed": "packed",
-}
 COLORS = {"bar": "#4878b0", "over": "#e0803a", "line": "#c0392b", "axis": "#555", "grid": "#ddd"}
-
-
-def format_count(n: int) -> str:
-    """Return ``n`` compactly: ``987``, ``12.3K``, ``4.56M``, ``7.89B``."""
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g}{suffix}"
-    return str(n)
-
-
-def build_table(
-    report: ProfileReport,
-    title: str,
-    caption: str,
-    headers: Sequence[str],
-    cells: Callable[[DomainProfile], list[str]],
-) -> Table:
-    """Return a table with one row per domain and a bold total row, ``cells`` filling each."""
-    table = Table(title=title, caption=caption)
-    table.add_column("domain", overflow="fold", min_width=8, max_width=32)
-    for header in headers:
-        table.add_column(header, justify="right", no_wrap=True)
-    profiles = (*report.domains, report.total)
-    for i, d in enumerate(profiles):
-        table.add_row(
-            Text(d.name),
-            *cells(d),
-            style="bold" if d is report.total else None,
-            end_section=i == len(profiles) - 2,
-        )
-    return table
-
-
-def build_counts_table(report: ProfileReport) -> Table:
-    """Return the per-domain table of records, rejects and prompt/loss tokens."""
-
-    def cells(d: DomainProfile) -> list[str]:
-        tokens = (format_count(t) for t in (d.tokens, d.prompt_tokens, d.loss_tokens))
-        return [f"{d.records:,}", f"{d.rejected:,}", *tokens, f"{d.loss_share:.1%}"]
-
-    headers = ("records", "rejected", "tokens", "prompt", "loss", "loss %")
-    caption = f"loss = assistant tokens ({report.label_path}), each example's first excluded"
-    return build_table(report, "Records and tokens", caption, headers, cells)
-
-
-def build_lengths_table(report: ProfileReport) -> Table:
-    """Return the per-domain table of length percentiles and the share over max_seq_len."""
-
-    def cells(d: DomainProfile) -> list[str]:
-        s = d.lengths
-        if s is None:
-            return ["-"] * 7
-        values = (s.p50, s.p90, s.p95, s.p99, s.max)
-        return [*map(str, values), f"{s.mean:.0f}", f"{d.over_max_share:.1%}"]
-
-    title = f"Example lengths in tokens (max_seq_len {report.max_seq_len})"
-    caption = f"percentiles: {report.percentile_method}"
-    headers = ("P50", "P90", "P95", "P99", "max", "mean", "> max")
-    return build_table(report, title, caption, headers, cells)
-
-
-def build_utilization_table(report: ProfileReport) -> Table:
-    """Return the per-domain table of useful-token share under each strategy."""
-
-    def cells(d: DomainProfile) -> list[str]:
-        if not d.utilization:
-            return ["-"] * (len(STRATEGIES) + 2)
-        shares = [f"{d.strategy(s).fraction:.1%}" for s in STRATEGIES]
-        return [*shares, f"{d.strategy('packed').rows:,}", f"{d.lower_bound_rows:,}"]
-
-    title = f"Useful / computed tokens (batch_size {report.batch_size}, seed {report.seed})"
-    caption = (
-        "overlong examples count as truncated; rows: packed rows; "
-        "min rows: ⌈useful tokens / max_seq_len⌉"
-    )
-    headers = (*(STRATEGY_LABELS[s] for s in STRATEGIES), "rows", "min rows")
-    return build_table(report, title, caption, headers, cells)
-
-
-def render_profile_table(report: ProfileReport) -> Group:
-    """Return the three tables and the verdict as one renderable."""
-    return Group(
-        build_counts_table(report),
-        build_lengths_table(report),
-        build_utilization_table(report),
-        Text(report.verdict, style="bold"),
-    )
-
-
-def write_profile_json(report: ProfileReport, path: str | Path) -> None:
-    """Write the report as indented JSON with sorted keys."""
-    text = json.dumps(report_to_dict(report), indent=2, sort_keys=True, ensure_ascii=False)
-    Path(path).write_text(text + "\n", encoding="utf-8")
 
 
 def draw_histogram(d: DomainProfile, report: ProfileReport) -> str:
@@ -292,5 +197,33 @@ batch, or packed rows × max_seq_len; lower bound {total.lower_bound_rows:,} row
 <h2>Length histograms</h2>
 {"".join(sections)}
 </body></html>
+"""
+    Path(path).write_text(page, encoding="utf-8")
+
+
+def write_row_html(view: RowView, path: str | Path) -> None:
+    """Write the row view as a self-contained HTML page."""
+    blocks = []
+    for seg in view.segments:
+        runs = "".join(
+            f'<span class="{"t" if trained else "c"}">{html.escape(text)}</span>'
+            for text, trained in seg.runs
+        )
+        blocks.append(
+            f'<div class="seg"><div class="h">segment {seg.index} · example {seg.example_id} · '
+            f"{html.escape(seg.source)} · part {seg.part} · {seg.num_tokens} tokens "
+            f"({seg.num_loss_tokens} trained) · positions {seg.positions[0]}…{seg.positions[1]}"
+            f"</div><pre>{runs}</pre></div>"
+        )
+    title = f"{html.escape(view.shard)} row {view.row}"
+    page = f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}
+.seg{{border-left:4px solid #888;margin:0 0 .5em;padding:.3em .8em}}
+.seg+.seg{{border-top:3px dashed #c33;padding-top:.8em}}.h{{color:#246;font-size:.9em}}
+pre{{white-space:pre-wrap;font-size:.9em}}.t{{background:#d6f5d6}}.c{{color:#888}}</style>
+<h1>{html.escape(view.shard)} · row {view.row}</h1>
+<p>{view.num_tokens} of {view.max_seq_len} tokens, {len(view.segments)} segments. Trained tokens
+have a green background; red dashed lines are seams (attention and positions restart).</p>
+{"".join(blocks)}
 """
     Path(path).write_text(page, encoding="utf-8")

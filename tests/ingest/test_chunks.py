@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_tokenize import build_tokenizer
 
 from packshard.errors import RecordError, UsageError
-from packshard.ingest.chunks import IngestOptions, ingest, ingest_label_path
+from packshard.ingest.chunks import ingest, ingest_label_path
 from packshard.ingest.labels import encode_rendered
-from packshard.records import IGNORE_INDEX, TokenizedBatch
+from packshard.ingest.normalize import normalize_record
 from packshard.ingest.sources import expand_inputs
-from packshard.ingest.templates import load_template, render_example
+from packshard.ingest.spans import render_example
+from packshard.ingest.templates import load_template
 from packshard.ingest.tokenizer import load_tokenizer
+from packshard.records import IGNORE_INDEX, IngestOptions, RawRecord, TokenizedBatch
+from tests.helpers import build_tokenizer, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +27,6 @@ def bundle(tmp_path_factory):
 def chat(user: str, assistant: str, **extra) -> dict:
     msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
     return {"messages": msgs, **extra}
-
-
-def write_jsonl(path: Path, rows: list) -> Path:
-    lines = [r if isinstance(r, str) else json.dumps(r) for r in rows]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def run(files, bundle, template, **options):
@@ -78,21 +73,20 @@ def test_order_rejects_and_counts(bundle, mixed: Path) -> None:
 
 def test_batches_equal_encoding_each_example_alone(bundle, mixed: Path) -> None:
     template = load_template("chatml", bundle)
-    batch: TokenizedBatch = run([mixed], bundle, template, batch_size=100)[0].batch
+    chunk = run([mixed], bundle, template, batch_size=100)[0]
+    batch: TokenizedBatch = chunk.batch
     assert batch.input_ids.dtype == np.int32 and batch.labels.dtype == np.int32
     assert batch.offsets.dtype == np.int64 and batch.offsets[0] == 0
     texts = {1: chat("hello", "world"), 7: chat("hello", "fox")}
     for i, ref in enumerate(batch.refs):
         ids, labels = batch.example(i)
         if ref.line in texts:
-            from packshard.ingest.normalize import normalize_record
-            from packshard.records import RawRecord
-
             conv = normalize_record(RawRecord(ref, "mixed", texts[ref.line]))
             alone = encode_rendered(bundle, [render_example(conv, template, bundle, "auto")])
             np.testing.assert_array_equal(ids, alone[0])
             np.testing.assert_array_equal(labels, alone[1])
-    loss = batch.extra["loss_tokens"]
+    assert batch.formats == ("messages", "text", "prompt_completion", "messages")
+    loss = chunk.loss_tokens
     expected = [int((batch.example(i)[1][1:] != IGNORE_INDEX).sum()) for i in range(len(batch))]
     assert loss.tolist() == expected and (loss > 0).all()
 
@@ -121,7 +115,10 @@ def test_options_are_checked(bundle, mixed: Path) -> None:
     cases += [({"format": "csv"}, "--format"), ({"batch_size": 0}, "--batch-size")]
     for bad, flag in cases:
         with pytest.raises(UsageError, match=flag):
+            IngestOptions(**bad).check()
+        with pytest.raises(UsageError, match=flag):
             run([mixed], bundle, None, **bad)
+    IngestOptions().check()  # the defaults are valid
 
 
 def test_label_path_names(bundle) -> None:

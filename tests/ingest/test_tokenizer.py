@@ -1,4 +1,4 @@
-"""Tokenizer loading and span-to-token labelling."""
+"""Tokenizer loading: special tokens, config fallbacks and the adjustments made on load."""
 
 from __future__ import annotations
 
@@ -14,41 +14,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from packshard.errors import TokenizerError
 from packshard.ingest.labels import encode_rendered
-from packshard.records import IGNORE_INDEX
-from packshard.ingest.templates import Rendered
 from packshard.ingest.tokenizer import load_tokenizer
-
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CORPUS = [
-    "the quick brown fox jumps over the lazy dog",
-    "hello world, hello tokenizer; héllo wörld 你好",
-    "user assistant system tool call result",
-    "Sure! Here is the answer: 42.",
-] * 20
-
-
-def build_tokenizer(folder: Path, config: dict | None = None, post_bos: bool = False) -> Path:
-    """Train a tiny byte-level BPE with ChatML special tokens and write it to ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(CORPUS, trainer=trainer)
-    if post_bos:
-        tok.post_processor = processors.TemplateProcessing(
-            single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)]
-        )
-    tok.save(str(folder / "tokenizer.json"))
-    if config is None:
-        config = {"eos_token": "<|endoftext|>", "pad_token": {"content": "<|endoftext|>"}}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder
-
+from packshard.records import IGNORE_INDEX, Rendered
+from tests.helpers import TINY_CORPUS, TINY_SPECIALS, build_tokenizer
 
 @pytest.fixture
 def tiny(tmp_path: Path) -> Path:
@@ -65,7 +33,7 @@ def test_load_folder_and_file_give_the_same_bundle(tiny: Path) -> None:
     assert a.eos_token == "<|endoftext|>" and a.eos_token_id == 0
     assert a.pad_token == "<|endoftext|>" and a.pad_token_id == 0  # {"content": ...} form
     assert a.bos_token is None and a.bos_token_id is None and a.add_bos_token is False
-    assert a.special_tokens == tuple(SPECIALS)
+    assert a.special_tokens == tuple(TINY_SPECIALS)
     assert a.vocab_size == a.tokenizer.get_vocab_size(with_added_tokens=True)
     assert a.chat_template is None
 
@@ -112,7 +80,7 @@ def test_truncation_in_tokenizer_json_is_switched_off(tmp_path: Path) -> None:
     tok.enable_truncation(max_length=3)
     tok.save(str(folder / "tokenizer.json"))
     bundle = load_tokenizer(str(folder))
-    assert len(bundle.tokenizer.encode(CORPUS[0]).ids) > 3
+    assert len(bundle.tokenizer.encode(TINY_CORPUS[0]).ids) > 3
     assert "truncation and padding disabled" in bundle.adjustments
 
 
@@ -123,64 +91,6 @@ def test_eos_only_in_the_vocabulary_becomes_a_special_token(tmp_path: Path) -> N
     assert he is not None and bundle.eos_token_id == he
     assert bundle.tokenizer.encode("the", add_special_tokens=False).ids[-1] == he
     assert any("eos_token" in note for note in bundle.adjustments)
-
-
-def _reference_labels(bundle, rendered: Rendered) -> np.ndarray:
-    """Per-token reference: a token is trained when its offsets overlap a span."""
-    enc = bundle.tokenizer.encode(rendered.text, add_special_tokens=False)
-    out = np.full(len(enc.ids), IGNORE_INDEX, dtype=np.int32)
-    for t, (a, b) in enumerate(enc.offsets):
-        if rendered.label_path == "none" or any(
-            b > lo and a < hi and b > a for lo, hi in rendered.spans
-        ):
-            out[t] = enc.ids[t]
-    return out
-
-
-def test_encode_rendered_hand_checked(tiny: Path) -> None:
-    bundle = load_tokenizer(str(tiny))
-    text = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nworld<|im_end|>\n"
-    lo = text.index("world")
-    hi = text.index("<|im_end|>", lo) + len("<|im_end|>")
-    batch = [Rendered(text, ((lo, hi),), "offsets"), Rendered("hello", (), "none")]
-    ids, labels, offsets = encode_rendered(bundle, batch)
-    assert ids.dtype == np.int32 and labels.dtype == np.int32 and offsets.dtype == np.int64
-    first = bundle.tokenizer.encode(text, add_special_tokens=False)
-    second = bundle.tokenizer.encode("hello", add_special_tokens=False)
-    assert offsets.tolist() == [0, len(first.ids), len(first.ids) + len(second.ids)]
-    assert ids.tolist() == first.ids + second.ids
-    tokens = first.tokens
-    trained = [tokens[i] for i in np.flatnonzero(labels[: len(tokens)] != IGNORE_INDEX)]
-    assert "".join(trained).replace("Ġ", " ") == "world<|im_end|>"
-    assert (labels[offsets[1] :] == ids[offsets[1] :]).all()  # "none": every token
-
-
-def test_encode_rendered_empty_batch(tiny: Path) -> None:
-    ids, labels, offsets = encode_rendered(load_tokenizer(str(tiny)), [])
-    assert ids.size == labels.size == 0 and offsets.tolist() == [0]
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    text=st.text(alphabet="ab 你é\n<|im_end|>", min_size=1, max_size=40),
-    cuts=st.lists(st.integers(0, 40), min_size=0, max_size=6),
-)
-def test_span_edges_match_the_per_token_overlap_rule(tmp_path_factory, text: str, cuts) -> None:
-    bundle = _tiny_bundle(tmp_path_factory)
-    edges = sorted({min(c, len(text)) for c in cuts})
-    spans = tuple((a, b) for a, b in zip(edges[::2], edges[1::2], strict=False) if b > a)
-    rendered = Rendered(text, spans, "offsets")
-    _, labels, _ = encode_rendered(bundle, [rendered])
-    np.testing.assert_array_equal(labels, _reference_labels(bundle, rendered))
-
-
-_CACHE: dict[str, object] = {}
-
-
-def _tiny_bundle(factory):
-    if "tiny" not in _CACHE:
-        _CACHE["tiny"] = load_tokenizer(str(build_tokenizer(factory.mktemp("tok"))))
-    return _CACHE["tiny"]
 
 
 def test_phi3_prefix_space_once_like_transformers(shared_data: Path) -> None:

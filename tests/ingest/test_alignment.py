@@ -1,6 +1,6 @@
 """Token byte ranges from ids alone must give exactly the labels the offsets give.
 
-Every check compares the two paths of :func:`packshard.labels.encode_rendered`: with the
+Every check compares the two paths of :func:`packshard.ingest.labels.encode_rendered`: with the
 tokenizer's :class:`~packshard.ingest.alignment.ByteAligner` (``encode_batch_fast``, positions parsed
 from the ids) and without it (``encode_batch`` offsets, ``char_to_token``).
 """
@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_families import FAMILIES, _byte_level, _sentencepiece
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors
 
 from packshard.ingest.alignment import (
@@ -29,10 +28,12 @@ from packshard.ingest.alignment import (
 )
 from packshard.ingest.labels import encode_rendered
 from packshard.ingest.normalize import normalize_record
-from packshard.records import RawRecord, SourceRef
 from packshard.ingest.sources import expand_inputs, read_records
-from packshard.ingest.templates import Rendered, load_template, render_example
+from packshard.ingest.spans import render_example
+from packshard.ingest.templates import load_template
 from packshard.ingest.tokenizer import load_tokenizer
+from packshard.records import RawRecord, Rendered, SourceRef
+from tests.helpers import FAMILIES, byte_level_bpe, sentencepiece_bpe
 
 SPECIALS = ["<s>", "</s>", "<|end|>", "<|user|>"]
 
@@ -106,7 +107,7 @@ def test_real_tokenizers_on_every_shared_dataset(shared_data: Path, name, templa
 
 
 def _spm(tmp_path: Path, prefix: str, legacy: bool | None = None) -> Path:
-    tok = _sentencepiece(prefix, ["<unk>", *SPECIALS])
+    tok = sentencepiece_bpe(prefix, ["<unk>", *SPECIALS])
     spec = json.loads(tok.to_str())
     for added in spec["added_tokens"]:  # phi-3 style: the turn markers swallow what follows
         if added["content"] in ("<|end|>", "<|user|>"):
@@ -118,7 +119,7 @@ def _spm(tmp_path: Path, prefix: str, legacy: bool | None = None) -> Path:
 
 
 def _bpe(tmp_path: Path, lstrip: bool = False, nfc: bool = False) -> Path:
-    tok = _byte_level(None)
+    tok = byte_level_bpe(None)
     tok.add_special_tokens(
         [AddedToken(s, special=True, normalized=False, lstrip=lstrip, rstrip=True)
          for s in SPECIALS]
@@ -151,13 +152,13 @@ def test_pipelines_are_recognised(tmp_path, prefix, legacy, family, prepend) -> 
 def test_unmodelled_pipelines_get_no_aligner() -> None:
     wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
     assert build_aligner(wordpiece) is None
-    lowered = _byte_level(None)
+    lowered = byte_level_bpe(None)
     lowered.normalizer = normalizers.Lowercase()
     assert build_aligner(lowered) is None
-    prefixed = _byte_level(None)
+    prefixed = byte_level_bpe(None)
     prefixed.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     assert build_aligner(prefixed) is None
-    trimmed = _byte_level(None)  # GPT-2's post-processor: offsets lose their leading space
+    trimmed = byte_level_bpe(None)  # GPT-2's post-processor: offsets lose their leading space
     trimmed.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=True)])
     assert build_aligner(trimmed) is None
     trimmed.post_processor = processors.ByteLevel(trim_offsets=False)

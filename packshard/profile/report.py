@@ -1,36 +1,13 @@
-"""Length statistics and the cost of padding, bucketing and packing, before anything is packed.
+"""The profile of a dataset: per-domain counts, lengths and utilization, from the ingest stream.
 
 ``profile_lengths`` works on three per-example arrays (token count, loss-token count, domain
 code); ``profile_inputs`` builds them from the ingest stream, keeping only those arrays and
 never the tokens.  The report has one :class:`DomainProfile` for the whole input and one per
-domain (a domain whose records were all rejected still gets a row).
-
-Conventions (the report states them too):
-
-* Percentiles are nearest-rank: P<p> is the smallest length such that at least p% of the
-  examples are that long or shorter, i.e. ``sorted[ceil(p·n/100) − 1]`` (numpy's
-  ``method="inverted_cdf"``).  Every percentile is an observed length.
-* Loss tokens are labels ``!= IGNORE_INDEX`` excluding each example's first token (its label
-  is masked at every seam once packed); prompt tokens = tokens − loss tokens.
-* Every strategy sees lengths clipped to ``max_seq_len``: an overlong example counts as
-  truncated.  Useful tokens are therefore the same ``U = Σ min(len, L)`` for all four
-  strategies; only the computed tokens differ.  Useful fraction = U / computed.
-
-Worked example, lengths ``[5, 2, 1]``, ``L = 8``, ``batch_size = 3`` (U = 8)::
-
-    pad_to_max      5 2 1 → 3 rows × 8           = 24 computed   8/24 = 33%
-    random_batches  one batch, longest 5 → 3 × 5  = 15 computed   8/15 = 53%
-    bucketed        sorted [1 2 5], same batch    = 15 computed   8/15 = 53%
-    packed (bfd)    |55555221| one row × 8        =  8 computed   8/8 = 100%
-
-Batches hold ``batch_size`` consecutive examples; the last one may be smaller and is not
-filled with padding examples.  Random batches follow
-``numpy.random.default_rng(seed).permutation(n)``; bucketed batches follow ``np.sort``
-(ascending; with full batches this grouping computes the fewest tokens, a short last batch
-of the longest examples can make it lose to a lucky shuffle on tiny inputs).  Packing is
-``plan_packs(clipped, L, "bfd")``; its lower bound is ⌈U / L⌉ rows.
-Per-domain utilization treats each domain as if it were profiled alone, so per-domain rows do
-not add up to the total's rows; records, rejects and token counts do add up.
+domain (a domain whose records were all rejected still gets a row).  Loss tokens are labels
+``!= IGNORE_INDEX`` excluding each example's first token (its label is masked at every seam
+once packed); prompt tokens = tokens − loss tokens.  Per-domain utilization treats each domain
+as if it were profiled alone, so per-domain rows do not add up to the total's rows; records,
+rejects and token counts do add up.
 """
 
 from __future__ import annotations
@@ -42,48 +19,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from packshard.arrays import NameCodes
 from packshard.errors import UsageError
-from packshard.records import IGNORE_INDEX, Reject
+from packshard.profile.lengths import (
+    PERCENTILE_METHOD,
+    LengthStats,
+    Utilization,
+    compute_histogram_edges,
+    measure_lengths,
+    measure_utilization,
+)
+from packshard.records import IngestChunk, IngestOptions, Reject
 
 if TYPE_CHECKING:
-    from packshard.ingest.chunks import IngestChunk, IngestOptions
     from packshard.ingest.sources import InputFile
     from packshard.ingest.templates import ChatTemplate
     from packshard.ingest.tokenizer import TokenizerBundle
 
-PERCENTILES = (50, 90, 95, 99)
-PERCENTILE_METHOD = "nearest-rank (numpy inverted_cdf)"
 MAX_LISTED_REJECTS = 10
-STRATEGIES = ("pad_to_max", "random_batches", "bucketed", "packed")
-HISTOGRAM_BINS_PER_OCTAVE = 4
-"""Histogram edges are ``floor(2**(k/4))`` (deduplicated): about 4 bins per doubling."""
-
-
-@dataclass(frozen=True, slots=True)
-class LengthStats:
-    """Nearest-rank percentiles, maximum and mean of example lengths in tokens."""
-
-    p50: int
-    p90: int
-    p95: int
-    p99: int
-    max: int
-    mean: float
-
-
-@dataclass(frozen=True, slots=True)
-class Utilization:
-    """Tokens carrying data (``useful``) versus tokens a model computes under one strategy."""
-
-    strategy: str
-    rows: int
-    computed_tokens: int
-    useful_tokens: int
-
-    @property
-    def fraction(self) -> float:
-        """Useful tokens / computed tokens (1.0 when nothing is computed)."""
-        return self.useful_tokens / self.computed_tokens if self.computed_tokens else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,54 +94,6 @@ class ProfileReport:
     percentile_method: str = PERCENTILE_METHOD
     rejects: tuple[Reject, ...] = ()  # the first MAX_LISTED_REJECTS, with file:line
     reject_codes: tuple[tuple[str, int], ...] = ()  # every reject, counted per code
-
-
-def compute_histogram_edges(longest: int, max_seq_len: int) -> np.ndarray:
-    """Return integer bin edges ``[1, 2, 3, 4, 5, 6, 8, 9, 11, 13, 16, …]`` past ``longest``.
-
-    ``max_seq_len + 1`` is always an edge, so no bin mixes fitting and overlong examples.
-    """
-    top = int(np.ceil(HISTOGRAM_BINS_PER_OCTAVE * np.log2(max(longest, 1) + 1))) + 1
-    edges = np.floor(2.0 ** (np.arange(top + 1) / HISTOGRAM_BINS_PER_OCTAVE))
-    return np.unique(np.append(edges, max_seq_len + 1)).astype(np.int64)
-
-
-def measure_lengths(sorted_lengths: np.ndarray) -> LengthStats:
-    """Return nearest-rank percentiles of an ascending, non-empty length array."""
-    n = sorted_lengths.shape[0]
-    ranks = [max((p * n + 99) // 100, 1) - 1 for p in PERCENTILES]  # ceil(p·n/100) − 1, exact
-    p50, p90, p95, p99 = (int(v) for v in sorted_lengths[ranks])
-    return LengthStats(p50, p90, p95, p99, int(sorted_lengths[-1]), float(sorted_lengths.mean()))
-
-
-def measure_batches(ordered: np.ndarray, batch_size: int) -> int:
-    """Return tokens computed when ``ordered`` is cut into batches padded to their longest."""
-    n = ordered.shape[0]
-    full = n // batch_size * batch_size
-    computed = int(ordered[:full].reshape(-1, batch_size).max(axis=1).sum()) * batch_size
-    if full < n:
-        computed += int(ordered[full:].max()) * (n - full)
-    return computed
-
-
-def measure_utilization(
-    lengths: np.ndarray, max_seq_len: int, batch_size: int, seed: int
-) -> tuple[tuple[Utilization, ...], int]:
-    """Return the four strategies' utilization and the packing lower bound for ``lengths``."""
-    from packshard.pack.planner import plan_packs
-
-    clipped = np.minimum(lengths, max_seq_len).astype(np.int64)
-    n, useful = clipped.shape[0], int(clipped.sum())
-    if n == 0:
-        return (), 0
-    shuffled = clipped[np.random.default_rng(seed).permutation(n)]
-    rows = plan_packs(clipped[clipped > 0], max_seq_len, "bfd").num_rows  # needs 1..L
-    return (
-        Utilization("pad_to_max", n, n * max_seq_len, useful),
-        Utilization("random_batches", n, measure_batches(shuffled, batch_size), useful),
-        Utilization("bucketed", n, measure_batches(np.sort(clipped), batch_size), useful),
-        Utilization("packed", rows, rows * max_seq_len, useful),
-    ), -(-useful // max_seq_len)
 
 
 def profile_lengths(
@@ -276,15 +181,6 @@ def write_verdict(total: DomainProfile, max_seq_len: int) -> str:
     )
 
 
-def count_loss_tokens(labels: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Return per-example counts of labels ``!= IGNORE_INDEX``, each example's first excluded."""
-    trained = labels != IGNORE_INDEX
-    starts = offsets[:-1][offsets[:-1] < offsets[1:]]
-    trained[starts] = False
-    running = np.concatenate(([0], np.cumsum(trained, dtype=np.int64)))
-    return running[offsets[1:]] - running[offsets[:-1]]
-
-
 def describe_label_paths(counts: Mapping[str, int], default: str) -> str:
     """Return ``"offsets"`` for one label path, ``"offsets 950, none 50"`` for several."""
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
@@ -302,13 +198,12 @@ def profile_chunks(
 ) -> ProfileReport:
     """Profile an ingest stream, keeping per-example lengths, loss counts and domains only.
 
-    Loss counts come from ``batch.extra["loss_tokens"]`` when ingest provides them, else from
-    the labels.  The chunks' ``label_paths`` counts replace ``label_path`` when present.
+    The chunks' ``label_paths`` counts replace ``label_path`` when present.
     """
     lengths: list[np.ndarray] = []
     losses: list[np.ndarray] = []
     codes: list[np.ndarray] = []
-    index: dict[str, int] = {}
+    names = NameCodes()
     rejected: Counter[str] = Counter()
     codes_seen: Counter[str] = Counter()
     listed: list[Reject] = []
@@ -317,11 +212,8 @@ def profile_chunks(
         batch = chunk.batch
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         lengths.append(np.diff(offsets))
-        loss = batch.extra.get("loss_tokens")
-        losses.append(count_loss_tokens(batch.labels, offsets) if loss is None else loss)
-        domains = batch.domains
-        code = (index.setdefault(d, len(index)) for d in domains)
-        codes.append(np.fromiter(code, dtype=np.int64, count=len(domains)))
+        losses.append(chunk.loss_tokens)
+        codes.append(names.encode(batch.domains).astype(np.int64))
         rejected.update(r.domain for r in chunk.rejects)
         codes_seen.update(r.code for r in chunk.rejects)
         listed.extend(chunk.rejects[: MAX_LISTED_REJECTS - len(listed)])
@@ -331,7 +223,7 @@ def profile_chunks(
         np.concatenate([empty, *lengths]),
         np.concatenate([empty, *losses]),
         np.concatenate([empty, *codes]),
-        list(index),
+        names.names,
         dict(rejected),
         max_seq_len,
         batch_size,

@@ -15,15 +15,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_tokenize import build_tokenizer
 
 from packshard.errors import RecordError
-from packshard.ingest.chunks import FIRST_PIECE, IngestOptions, ingest
+from packshard.ingest.chunks import FIRST_PIECE, ingest
 from packshard.ingest.labels import encode_rendered, encode_texts, label_encodings
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.sources import expand_inputs, read_records
-from packshard.ingest.templates import load_template, render_example
+from packshard.ingest.spans import render_example
+from packshard.ingest.templates import load_template
 from packshard.ingest.tokenizer import load_tokenizer
+from packshard.records import IngestOptions
+from tests.helpers import build_tokenizer
 
 WORDS = ["hello", "world", "quick", "brown", "fox", "jumps", "over", "lazy", "dog"]
 

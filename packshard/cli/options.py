@@ -1,0 +1,215 @@
+"""Every command-line option: its name, default, choices and help, grouped by command.
+
+Choices are the vocabularies of :mod:`packshard.records`; defaults are the library's.  Each
+group is a decorator (``@PACK``) applied by :mod:`packshard.cli.commands`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from packshard.records import (
+    COMPRESSIONS,
+    FORMAT_CHOICES,
+    LOSS_POLICIES,
+    ON_ERROR,
+    OVERLONG_POLICIES,
+    STRATEGIES,
+)
+
+
+def _group(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Apply ``options`` in order (the first is listed first in ``--help``)."""
+
+    def apply(func: Any) -> Any:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
+
+
+INGEST = _group(
+    click.option(
+        "--tokenizer",
+        "-t",
+        required=True,
+        help="tokenizer.json, or a folder holding it with tokenizer_config.json.",
+    ),
+    click.option(
+        "--template",
+        default=None,
+        help="Chat template: a .jinja file or 'chatml' (default: the tokenizer config's).",
+    ),
+    click.option("--max-seq-len", type=int, required=True, help="Row capacity in tokens."),
+    click.option(
+        "--format",
+        "fmt",
+        default="auto",
+        show_default=True,
+        type=click.Choice(FORMAT_CHOICES),
+        help="Record format (detected per record by default).",
+    ),
+    click.option(
+        "--domain-field",
+        default="domain",
+        show_default=True,
+        help="Record field naming its domain (else the file name).",
+    ),
+    click.option(
+        "--loss",
+        default="auto",
+        show_default=True,
+        type=click.Choice(LOSS_POLICIES),
+        help="Which tokens are trained (auto: assistant turns, completions, all text).",
+    ),
+    click.option(
+        "--on-error",
+        default="skip",
+        show_default=True,
+        type=click.Choice(ON_ERROR),
+        help="skip: bad records go to the rejects; fail: stop at the first (exit 1).",
+    ),
+    click.option(
+        "--progress/--no-progress",
+        default=None,
+        help="Progress bar (default: when stderr is a terminal).",
+    ),
+)
+
+PROFILE = _group(
+    INGEST,
+    click.option(
+        "--batch-size",
+        type=int,
+        default=8,
+        show_default=True,
+        help="Training batch size assumed by the padding estimates.",
+    ),
+    click.option(
+        "--seed", type=int, default=0, show_default=True, help="Seed of the random-batch estimate."
+    ),
+    click.option(
+        "--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON."
+    ),
+    click.option(
+        "--html",
+        "html_path",
+        type=click.Path(dir_okay=False),
+        help="Write an HTML page with histograms and charts.",
+    ),
+)
+
+PACK = _group(
+    INGEST,
+    click.option(
+        "-o",
+        "--out",
+        required=True,
+        type=click.Path(file_okay=False),
+        help="Output folder (written atomically).",
+    ),
+    click.option(
+        "--strategy",
+        default="bfd",
+        show_default=True,
+        type=click.Choice(STRATEGIES),
+        help="Packing algorithm.",
+    ),
+    click.option(
+        "--overlong",
+        default="drop",
+        show_default=True,
+        type=click.Choice(OVERLONG_POLICIES),
+        help="What to do with examples longer than --max-seq-len.",
+    ),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed of the row shuffle."),
+    click.option("--group-by-domain", is_flag=True, help="Rows hold examples of one domain each."),
+    click.option(
+        "--shard-rows", type=int, default=8192, show_default=True, help="Most rows per shard."
+    ),
+    click.option(
+        "--shard-bytes",
+        type=int,
+        default=256 * 1024 * 1024,
+        show_default=True,
+        help="Approximate most bytes per shard.",
+    ),
+    click.option(
+        "--compression",
+        default="zstd",
+        show_default=True,
+        type=click.Choice(COMPRESSIONS),
+        help="Parquet compression of the shards.",
+    ),
+    click.option(
+        "--overwrite",
+        is_flag=True,
+        help="Replace a non-empty output folder (only once the new one is complete).",
+    ),
+    click.option(
+        "--num-workers", type=int, default=None, help="Tokenizer threads (default: all cores)."
+    ),
+)
+
+VERIFY = _group(
+    click.option(
+        "--source/--no-source",
+        default=None,
+        help="Re-ingest the inputs and compare (default: when they are found).",
+    ),
+    click.option(
+        "--source-root",
+        type=click.Path(file_okay=False),
+        help="Folder to find the recorded inputs, tokenizer and template in by name.",
+    ),
+    click.option(
+        "--tokenizer",
+        default=None,
+        help="Tokenizer to use for the source check (its hash must match).",
+    ),
+    click.option(
+        "--template",
+        default=None,
+        help="Template to use for the source check (its hash must match).",
+    ),
+    click.option(
+        "--model",
+        default="tiny",
+        show_default=True,
+        help="'tiny' (random Llama, CPU), a local model folder, or 'none'.",
+    ),
+    click.option(
+        "--model-rows", type=int, default=8, show_default=True, help="Rows the model check samples."
+    ),
+    click.option(
+        "--sample",
+        type=int,
+        default=None,
+        help="Compare a random sample of K records in the source check.",
+    ),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling."),
+    click.option(
+        "--json",
+        "json_path",
+        type=click.Path(dir_okay=False),
+        help="Write the full report with the seam table.",
+    ),
+)
+
+INSPECT = _group(
+    click.option("--row", type=int, default=0, show_default=True, help="Row within the shard."),
+    click.option("--shard", type=int, default=0, show_default=True, help="Shard index (0-based)."),
+    click.option(
+        "--tokenizer", default=None, help="Tokenizer to decode with (default: the recorded one)."
+    ),
+    click.option(
+        "--html",
+        "html_path",
+        type=click.Path(dir_okay=False),
+        help="Also write the view as an HTML page.",
+    ),
+)

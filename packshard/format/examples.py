@@ -1,0 +1,172 @@
+"""The examples index, ``examples.parquet``: one row per packed example, written and read here.
+
+Columns, in order (one row per segment of every shard, sorted by ``example_id``)::
+
+    example_id       int64    0 … n-1, numbered in input order (record, then part)
+    source           string   the input path as recorded in the manifest
+    line             int64    1-based line (JSONL), element (JSON array) or row (Parquet)
+    part             int32    0 unless the record was split
+    token_offset     int64    where the example starts within its record's tokens
+    domain           string
+    num_tokens       int32
+    num_loss_tokens  int32    trained labels, the seam-masked first one not counted
+    truncated        bool
+    shard            int32    0-based index into the manifest's shards
+    row              int32    0-based row within that shard
+
+Like the shards, the file carries the format version and dataset id in its key-value metadata
+and readers refuse a file of another dataset.  :class:`ExamplesIndex` holds the columns verify
+needs as arrays, with sources dictionary-encoded, so no per-example Python runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packshard.errors import FormatError
+from packshard.format.version import metadata_problem, parquet_metadata
+
+EXAMPLES_NAME = "examples.parquet"
+EXAMPLES_SCHEMA = pa.schema(
+    [
+        ("example_id", pa.int64()),
+        ("source", pa.string()),
+        ("line", pa.int64()),
+        ("part", pa.int32()),
+        ("token_offset", pa.int64()),
+        ("domain", pa.string()),
+        ("num_tokens", pa.int32()),
+        ("num_loss_tokens", pa.int32()),
+        ("truncated", pa.bool_()),
+        ("shard", pa.int32()),
+        ("row", pa.int32()),
+    ]
+)
+
+
+def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
+    """Strings from small integer codes and their names (one Python string per name only)."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string())).cast(
+        pa.string()
+    )
+
+
+def build_examples_table(
+    columns: dict[str, np.ndarray], source_names: list[str], domain_names: list[str]
+) -> pa.Table:
+    """Return the index table from per-example arrays.
+
+    ``columns`` holds every column of :data:`EXAMPLES_SCHEMA` as a numpy array, except that
+    ``source`` and ``domain`` are codes into ``source_names`` and ``domain_names``.
+    """
+    arrays = []
+    for name, kind in zip(EXAMPLES_SCHEMA.names, EXAMPLES_SCHEMA.types, strict=True):
+        if name == "source":
+            arrays.append(_names(columns[name], source_names))
+        elif name == "domain":
+            arrays.append(_names(columns[name], domain_names))
+        else:
+            arrays.append(pa.array(columns[name], kind))
+    return pa.Table.from_arrays(arrays, schema=EXAMPLES_SCHEMA)
+
+
+def write_examples(path: Path, table: pa.Table, dataset_id: str) -> None:
+    """Write the index with zstd and the dataset's metadata."""
+    pq.write_table(
+        table.replace_schema_metadata(parquet_metadata(dataset_id)), path, compression="zstd"
+    )
+
+
+def read_examples(path: Path, dataset_id: str, columns: list[str] | None = None) -> pa.Table:
+    """Read the index, refusing one whose metadata or columns are not this dataset's.
+
+    Raises:
+        FormatError: unreadable, of another dataset, or missing a column.
+
+    """
+    try:
+        table = pq.read_table(path, columns=columns)
+    except Exception as exc:  # any decode failure: pyarrow raises many kinds
+        raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
+    problem = metadata_problem(table.schema.metadata, dataset_id)
+    missing = [c for c in columns or EXAMPLES_SCHEMA.names if c not in table.column_names]
+    if problem is None and missing:
+        problem = f"missing columns {', '.join(missing)}"
+    if problem is not None:
+        raise FormatError(str(path), problem)
+    return table
+
+
+@dataclass(frozen=True, slots=True)
+class ExamplesIndex:
+    """The examples index as arrays, in file order (``example_id[i] == i`` when sound).
+
+    Sources are kept dictionary-encoded (one name per input file, a code per example), and
+    ids are looked up by position when dense, else by binary search: no per-example Python.
+    """
+
+    example_id: np.ndarray
+    shard: np.ndarray
+    row: np.ndarray
+    num_tokens: np.ndarray
+    num_loss_tokens: np.ndarray
+    token_offset: np.ndarray
+    source_code: np.ndarray
+    source_names: tuple[str, ...]
+    lines: np.ndarray
+    order: np.ndarray | None  # argsort of example_id; None when example_id[i] == i
+
+    @staticmethod
+    def from_table(table: pa.Table) -> ExamplesIndex:
+        """Build from the table :func:`read_examples` returns."""
+        ids = np.asarray(table["example_id"].to_numpy(), dtype=np.int64)
+        n = len(ids)
+        dense = n == 0 or (ids[0] == 0 and bool(np.all(np.diff(ids) == 1)))
+        source = table["source"].combine_chunks().fill_null("").dictionary_encode()
+        return ExamplesIndex(
+            example_id=ids,
+            shard=table["shard"].to_numpy(),
+            row=table["row"].to_numpy(),
+            num_tokens=table["num_tokens"].to_numpy(),
+            num_loss_tokens=table["num_loss_tokens"].to_numpy(),
+            token_offset=table["token_offset"].to_numpy(),
+            source_code=source.indices.to_numpy(zero_copy_only=False),
+            source_names=tuple(source.dictionary.to_pylist()),
+            lines=table["line"].to_numpy(),
+            order=None if dense else np.argsort(ids, kind="stable"),
+        )
+
+    @property
+    def sources(self) -> list[str]:
+        """Each example's source path (one Python string per example: not for hot paths)."""
+        names = self.source_names
+        return [names[c] for c in self.source_code.tolist()]
+
+    @property
+    def dense(self) -> bool:
+        """True when ids are ``0 … n-1`` in order, as ``pack`` writes them."""
+        return self.order is None
+
+    def lookup(self, example_ids: np.ndarray) -> np.ndarray:
+        """Position of each id in the index, -1 where absent."""
+        ids = np.asarray(example_ids, dtype=np.int64)
+        n = len(self.example_id)
+        if self.order is None:
+            return np.where((ids >= 0) & (ids < n), ids, -1)
+        if n == 0:
+            return np.full(len(ids), -1, dtype=np.int64)
+        ordered = self.example_id[self.order]
+        at = np.minimum(np.searchsorted(ordered, ids), n - 1)
+        return np.where(ordered[at] == ids, self.order[at], -1)
+
+    def where(self, example_id: int) -> str | None:
+        """``source:line`` of an example id, or None when the index lacks it."""
+        i = int(self.lookup(np.array([example_id]))[0])
+        if i < 0:
+            return None
+        return f"{self.source_names[int(self.source_code[i])]}:{int(self.lines[i])}"

@@ -1,0 +1,98 @@
+"""What ``pack`` is asked to do: :class:`PackConfig`, checked before any work starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packshard.errors import UsageError
+from packshard.records import (
+    COMPRESSIONS,
+    ON_ERROR,
+    OVERLONG_POLICIES,
+    STRATEGIES,
+    IngestOptions,
+    check_choice,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PackConfig:
+    """Everything ``pack`` needs; the recorded part goes into the manifest's ``config``."""
+
+    inputs: tuple[str, ...]
+    tokenizer: str
+    out: str
+    max_seq_len: int
+    template: str | None = None
+    strategy: str = "bfd"
+    overlong: str = "drop"
+    loss: str = "auto"
+    seed: int = 0
+    group_by_domain: bool = False
+    format: str = "auto"
+    domain_field: str = "domain"
+    on_error: str = "skip"
+    shard_rows: int = 8192
+    shard_bytes: int = 256 * 1024 * 1024
+    compression: str = "zstd"
+    overwrite: bool = False
+    num_workers: int | None = None
+    batch_size: int = 1024
+
+    def ingest_options(self) -> IngestOptions:
+        """Return the options ingest runs with."""
+        return IngestOptions(
+            format=self.format,
+            domain_field=self.domain_field,
+            loss=self.loss,
+            on_error=self.on_error,
+            batch_size=self.batch_size,
+        )
+
+    def recorded(self) -> dict[str, Any]:
+        """Return the manifest's ``config`` block (what determines the output's content)."""
+        return {
+            "max_seq_len": self.max_seq_len,
+            "strategy": self.strategy,
+            "overlong": "split" if self.strategy == "wrapped" else self.overlong,
+            "loss": self.loss,
+            "position_ids": "reset",
+            "seed": self.seed,
+            "group_by_domain": self.group_by_domain,
+            "format": self.format,
+            "domain_field": self.domain_field,
+            "compression": self.compression,
+            "shard_rows": self.shard_rows,
+            "shard_bytes": self.shard_bytes,
+        }
+
+
+def check_config(config: PackConfig) -> list[str]:
+    """Refuse impossible options up front; return warnings for questionable ones."""
+    if config.max_seq_len < 2:
+        raise UsageError(f"--max-seq-len {config.max_seq_len} is too small (need at least 2)")
+    check_choice("--strategy", config.strategy, STRATEGIES)
+    check_choice("--overlong", config.overlong, OVERLONG_POLICIES)
+    check_choice("--compression", config.compression, COMPRESSIONS)
+    check_choice("--on-error", config.on_error, ON_ERROR)
+    config.ingest_options().check()
+    if config.shard_rows < 1 or config.shard_bytes < 1:
+        raise UsageError("--shard-rows and --shard-bytes must be positive")
+    out = Path(config.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
+        raise UsageError(f"{out}: output folder exists and is not empty (use --overwrite)")
+    warnings: list[str] = []
+    if config.strategy == "wrapped" and config.overlong not in ("drop", "split"):
+        warnings.append(
+            f"--strategy wrapped splits every example at row ends; --overlong {config.overlong} "
+            "does not apply (the manifest records overlong=split)"
+        )
+    split_like = config.overlong == "split" or config.strategy == "wrapped"
+    if split_like and config.loss in ("auto", "assistant", "last_assistant"):
+        warnings.append(
+            "splitting chat examples: parts after the first lose their prompt (their targets "
+            "are trained without the conversation that led to them)"
+        )
+    return warnings

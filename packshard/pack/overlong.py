@@ -1,0 +1,181 @@
+"""The overlong policy: what happens to an example longer than ``max_seq_len`` (``L``).
+
+Applied to every tokenized chunk before it is spilled:
+
+* ``drop``: the example becomes a reject with code ``too_long``;
+* ``truncate``: keep the first ``L`` tokens; an example left with no target is dropped
+  (code ``truncated_no_targets``);
+* ``split``: consecutive parts of ``L`` tokens, each its own example (``part`` 0, 1, …);
+  parts without a target are dropped; a record whose parts are all dropped is dropped
+  (code ``split_no_targets``);
+* ``error``: stop with a :class:`RecordError` naming ``file:line``.
+
+"Target" counts labels other than the example's first, which packing always masks.  With
+the ``wrapped`` strategy the planner splits at row ends instead, so nothing is cut here.
+Everything is vectorised over the chunk; an example of ``n`` tokens split into parts::
+
+    tokens   [0 ........................ n)
+    parts    [0, L) [L, 2L) … [kL, n)          part p starts at p·L within the example
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from packshard.arrays import count_trained, exclusive_cumsum
+from packshard.errors import RecordError
+from packshard.records import Reject, TokenizedBatch
+
+
+@dataclass(frozen=True, slots=True)
+class Policed:
+    """A chunk after the overlong policy: kept examples, where each came from, and the drops.
+
+    Kept example ``j`` is (a part of) batch example ``index[j]``: ``ids``/``labels`` sliced by
+    ``offsets``, ``part`` 0, 1, …, ``truncated`` when it lost its tail.
+    """
+
+    ids: np.ndarray
+    labels: np.ndarray
+    offsets: np.ndarray
+    index: np.ndarray  # int64 [kept]
+    parts: np.ndarray  # int32 [kept]
+    truncated: np.ndarray  # bool [kept]
+    rejects: tuple[Reject, ...]
+    tokens_truncated: int = 0
+    records_split: int = 0
+    parts_dropped: int = 0
+
+
+def apply_overlong(
+    batch: TokenizedBatch, max_seq_len: int, policy: str, cut: bool = True
+) -> Policed:
+    """Apply ``policy`` to the examples of ``batch`` longer than ``max_seq_len``.
+
+    ``cut=False`` (the ``wrapped`` strategy) keeps every example whole.
+    """
+    ids, labels, offsets = batch.input_ids, batch.labels, batch.offsets
+    lengths = np.diff(offsets)
+    n = len(lengths)
+    over = np.flatnonzero(lengths > max_seq_len) if cut else np.zeros(0, np.int64)
+    whole = Policed(
+        ids,
+        labels,
+        offsets,
+        np.arange(n, dtype=np.int64),
+        np.zeros(n, np.int32),
+        np.zeros(n, bool),
+        (),
+    )
+    if not over.size:
+        return whole
+    if policy == "error":
+        i = int(over[0])
+        raise RecordError(
+            "too_long",
+            f"example is {int(lengths[i])} tokens > max_seq_len {max_seq_len} "
+            "(use --overlong truncate|split|drop)",
+            batch.refs[i].source,
+            batch.refs[i].line,
+        )
+    if policy == "drop":
+        keep = np.ones(n, dtype=bool)
+        keep[over] = False
+        rejects = tuple(
+            Reject(
+                batch.refs[i],
+                batch.domains[i],
+                "too_long",
+                f"example is {int(lengths[i])} tokens > max_seq_len {max_seq_len} "
+                "(dropped; use --overlong truncate|split to keep it)",
+            )
+            for i in over.tolist()
+        )
+        return _select(whole, keep, rejects)
+    split = policy == "split"
+    cut_ids, cut_labels, cut_offsets, index, parts = _cut(
+        ids, labels, offsets, max_seq_len, over, split
+    )
+    truncated = np.zeros(len(index), dtype=bool)
+    if not split:
+        truncated[over] = True
+    pieces = Policed(cut_ids, cut_labels, cut_offsets, index, parts, truncated, ())
+    empty = (count_trained(cut_labels, cut_offsets) == 0) & (
+        truncated | (parts > 0) | np.isin(index, over)
+    )
+    rejects = _dropped_records(batch, index, ~empty, empty, policy)
+    chopped = int(lengths[over].sum() - max_seq_len * over.size) if not split else 0
+    kept = _select(pieces, ~empty, rejects)
+    return Policed(
+        kept.ids,
+        kept.labels,
+        kept.offsets,
+        kept.index,
+        kept.parts,
+        kept.truncated,
+        rejects,
+        tokens_truncated=chopped,
+        records_split=int(over.size) if split else 0,
+        parts_dropped=int(empty.sum()) if split else 0,
+    )
+
+
+def _cut(
+    ids: np.ndarray,
+    labels: np.ndarray,
+    offsets: np.ndarray,
+    limit: int,
+    over: np.ndarray,
+    split: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Truncate or split the examples listed in ``over``; others pass through unchanged.
+
+    Returns new ``ids, labels, offsets`` and, per new example, the index of the example it
+    came from and its part number.
+    """
+    lengths = np.diff(offsets)
+    pieces = np.ones(len(lengths), dtype=np.int64)
+    if split:
+        pieces[over] = -(-lengths[over] // limit)
+    index = np.repeat(np.arange(len(lengths)), pieces)
+    part = np.arange(len(index)) - np.repeat(exclusive_cumsum(pieces)[:-1], pieces)
+    start = offsets[index] + part * limit
+    end = np.minimum(start + limit, offsets[index + 1])
+    new_offsets = exclusive_cumsum(end - start)
+    gather = np.repeat(start - new_offsets[:-1], end - start) + np.arange(int(new_offsets[-1]))
+    return ids[gather], labels[gather], new_offsets, index, part.astype(np.int32)
+
+
+def _select(chunk: Policed, keep: np.ndarray, rejects: tuple[Reject, ...]) -> Policed:
+    """Keep the examples where ``keep`` is true."""
+    lo, hi = int(chunk.offsets[0]), int(chunk.offsets[-1])
+    mask = np.repeat(keep, np.diff(chunk.offsets))
+    return Policed(
+        chunk.ids[lo:hi][mask],
+        chunk.labels[lo:hi][mask],
+        exclusive_cumsum(np.diff(chunk.offsets)[keep]),
+        chunk.index[keep],
+        chunk.parts[keep],
+        chunk.truncated[keep],
+        rejects,
+    )
+
+
+def _dropped_records(
+    batch: TokenizedBatch, index: np.ndarray, keep: np.ndarray, empty: np.ndarray, policy: str
+) -> tuple[Reject, ...]:
+    """Rejects for records none of whose pieces survived the overlong policy."""
+    kept_any = np.zeros(len(batch), dtype=bool)
+    kept_any[index[keep]] = True
+    touched = np.zeros(len(batch), dtype=bool)
+    touched[index[empty]] = True
+    if policy == "truncate":
+        code, why = "truncated_no_targets", "no target token left after truncation"
+    else:
+        code, why = "split_no_targets", "no part kept a target token after splitting"
+    return tuple(
+        Reject(batch.refs[i], batch.domains[i], code, f"{why} (dropped)")
+        for i in np.flatnonzero(touched & ~kept_any).tolist()
+    )

@@ -1,0 +1,239 @@
+"""Stream packed rows to one rank: shuffled per epoch, split over workers, exactly resumable.
+
+Streaming order (:class:`PackedIterableDataset`), for ``N`` rows, ``world_size`` ranks, epoch
+``e``::
+
+    perm    = permutation(N) drawn from (seed, e)              # identity when shuffle=False
+    perm    = perm[: N // world_size * world_size]             # drop_remainder=True (default)
+            | perm repeated cyclically to ceil(N / world_size) * world_size   # drop_remainder=False
+    rank r  = perm[r::world_size]                              # same length on every rank
+    worker  = the rank's list from the resume offset, cut into chunks of batch_size,
+              chunk c going to DataLoader worker c % num_workers
+
+DataLoader collects worker batches round-robin (worker 0, 1, …, 0, 1, …), so with
+``batch_size`` equal to the loader's the training loop sees the rank's list strictly in order,
+whatever ``num_workers`` is.  The whole position is therefore ``(epoch, consumed)``: rows this
+rank has handed to the loop in this epoch.  ``state_dict()`` stores it and a resumed run starts
+at exactly the next row.  With ``num_workers=0`` the dataset counts rows itself; with worker
+processes their copies cannot report back, so use :class:`ResumableLoader` (it counts batches
+as they arrive) or pass ``consumed=`` to :meth:`PackedIterableDataset.state_dict`.  The dropped
+rows under ``drop_remainder`` differ from epoch to epoch because the permutation does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from packshard.errors import UsageError
+from packshard.torch.dataset import PackedDataset, Row
+
+STATE_VERSION = 1
+
+
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Return ``(rank, world_size)``: explicit values, else torch.distributed's, else (0, 1)."""
+    if rank is None and world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise UsageError("pass both rank and world_size, or neither")
+    if not 0 <= rank < world_size:
+        raise UsageError(f"rank {rank} is not in [0, world_size {world_size})")
+    return rank, world_size
+
+
+def epoch_rows(
+    num_rows: int, *, seed: int, epoch: int, shuffle: bool, world_size: int, drop_remainder: bool
+) -> np.ndarray:
+    """Return the ``[world_size, rows_per_rank]`` row indices of one epoch (see module doc)."""
+    if shuffle:
+        perm = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(num_rows)
+    else:
+        perm = np.arange(num_rows, dtype=np.int64)
+    per_rank = num_rows // world_size if drop_remainder else -(-num_rows // world_size)
+    perm = np.resize(perm, per_rank * world_size)  # truncates, or repeats cyclically
+    return perm.reshape(per_rank, world_size).T.copy()
+
+
+class PackedIterableDataset(IterableDataset[Row]):
+    """Stream the rows of ``OUT`` to one rank: shuffled per epoch, split over workers, resumable.
+
+    Args:
+        out: the folder ``packshard pack`` wrote.
+        shuffle: draw a new row permutation every epoch from ``(seed, epoch)``.
+        seed: the permutation seed, identical on every rank.
+        rank, world_size: this process's place; default: torch.distributed's, else 0 of 1.
+        drop_remainder: ``True`` (default) drops the last ``N % world_size`` rows of each
+            epoch's permutation; ``False`` repeats its first rows instead, so no row is skipped.
+        batch_size: the DataLoader's batch size; needed for an exact order with worker
+            processes (:class:`ResumableLoader` sets it).
+        expected_tokenizer_sha256, tokenizer, cache_dir: as for :class:`PackedDataset`.
+
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_remainder: bool = True,
+        batch_size: int = 1,
+        expected_tokenizer_sha256: str | None = None,
+        tokenizer: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.data = PackedDataset(
+            out,
+            expected_tokenizer_sha256=expected_tokenizer_sha256,
+            tokenizer=tokenizer,
+            cache_dir=cache_dir,
+        )
+        self.shuffle, self.seed, self.drop_remainder = shuffle, seed, drop_remainder
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.batch_size = batch_size
+        n = len(self.data)
+        if drop_remainder and n < self.world_size:
+            raise UsageError(
+                f"{out}: {n} rows for {self.world_size} ranks leaves every rank empty "
+                "(use drop_remainder=False to repeat rows)"
+            )
+        self.epoch = 0
+        self.consumed = 0
+
+    def __len__(self) -> int:
+        n, w = len(self.data), self.world_size
+        return n // w if self.drop_remainder else -(-n // w)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch``; a different epoch than the current one restarts at its first row."""
+        if epoch != self.epoch:
+            self.epoch, self.consumed = epoch, 0
+
+    def rank_rows(self, epoch: int | None = None) -> np.ndarray:
+        """Return this rank's row indices for ``epoch`` (default: the current one), in order."""
+        rows = epoch_rows(
+            len(self.data),
+            seed=self.seed,
+            epoch=self.epoch if epoch is None else epoch,
+            shuffle=self.shuffle,
+            world_size=self.world_size,
+            drop_remainder=self.drop_remainder,
+        )
+        return rows[self.rank]
+
+    def begin_pass(self) -> None:
+        """Move to the next epoch when the current one was fully consumed."""
+        if self.consumed >= len(self):
+            self.epoch, self.consumed = self.epoch + 1, 0
+
+    def __iter__(self) -> Iterator[Row]:
+        info = get_worker_info()
+        if info is None:
+            self.begin_pass()
+        todo = self.rank_rows()[self.consumed :]
+        if info is not None and info.num_workers > 1:
+            chunk = np.arange(len(todo)) // max(self.batch_size, 1)
+            todo = todo[chunk % info.num_workers == info.id]
+        for index in todo.tolist():
+            row = self.data[index]
+            if info is None:
+                self.consumed += 1
+            yield row
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """Return the resume point; ``consumed`` overrides the rows counted so far this epoch."""
+        return {
+            "version": STATE_VERSION,
+            "dataset_id": self.data.dataset_id,
+            "num_rows": len(self.data),
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "world_size": self.world_size,
+            "drop_remainder": self.drop_remainder,
+            "epoch": self.epoch,
+            "consumed": self.consumed if consumed is None else int(consumed),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at ``state`` (from any rank: every rank consumes the same number of rows)."""
+        mine = self.state_dict()
+        for key in ("version", "dataset_id", "num_rows", "seed", "shuffle", "world_size"):
+            if state.get(key) != mine[key]:
+                raise UsageError(
+                    f"cannot resume: the saved state has {key}={state.get(key)!r} but this "
+                    f"dataset has {key}={mine[key]!r} (resume with the same data and settings)"
+                )
+        if state.get("drop_remainder") != self.drop_remainder:
+            raise UsageError("cannot resume: drop_remainder differs from the saved state")
+        self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])
+
+
+class _CountRows:
+    """Collate wrapper that also reports how many rows went into the batch."""
+
+    def __init__(self, collate_fn: Callable[[list[Row]], Any]) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, rows: list[Row]) -> tuple[int, Any]:
+        return len(rows), self.collate_fn(rows)
+
+
+class ResumableLoader:
+    """A DataLoader over a :class:`PackedIterableDataset` that knows how far the loop got.
+
+    It counts the rows of every batch it hands out, so ``state_dict()`` is exact with any
+    ``num_workers``; extra keyword arguments go to :class:`torch.utils.data.DataLoader`.
+    """
+
+    def __init__(
+        self,
+        dataset: PackedIterableDataset,
+        *,
+        batch_size: int,
+        collate_fn: Callable[[list[Row]], Any],
+        num_workers: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        dataset.batch_size = batch_size
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.loader = DataLoader(
+            dataset,
+            batch_size=batch_size,
+            collate_fn=_CountRows(collate_fn),
+            num_workers=num_workers,
+            **kwargs,
+        )
+
+    def __len__(self) -> int:
+        return -(-len(self.dataset) // self.dataset.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        self.dataset.begin_pass()
+        for count, batch in self.loader:
+            if self.num_workers > 0:  # with workers=0 the dataset counted the rows itself
+                self.dataset.consumed += count
+            yield batch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward to :meth:`PackedIterableDataset.set_epoch`."""
+        self.dataset.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the dataset's resume point."""
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the dataset at ``state``."""
+        self.dataset.load_state_dict(state)

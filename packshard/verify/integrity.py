@@ -1,0 +1,168 @@
+"""The integrity stage of ``verify``: files, checksums, metadata and the counting rule.
+
+The manifest validates against its schema and format version; every file it names exists with
+the recorded size and SHA-256; every Parquet file carries this dataset's id and format version
+in its metadata (a file from another pack is refused); per-shard and total counts agree; and
+the counting rule holds::
+
+    records = records_packed + rejected + dropped        lines(rejects.jsonl) = rejected + dropped
+
+in total and per domain.  Files the manifest does not name are never read.  The files stage
+(:func:`check_files`) opens the shards and the examples index for the later stages; the counts
+stage (:func:`check_counts`) runs after the structural audit, whose per-shard totals it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from packshard.digests import sha256_path
+from packshard.errors import FormatError
+from packshard.format.examples import ExamplesIndex, read_examples
+from packshard.format.manifest import schema_errors
+from packshard.format.rejects import read_rejects
+from packshard.format.shards import read_shard
+from packshard.verify.findings import Finding, FindingList
+from packshard.verify.structure import ShardAudit
+
+RECORD_BINS = ("records_packed", "rejected", "dropped")
+DOMAIN_TOTALS = (
+    "records",
+    "records_packed",
+    "rejected",
+    "dropped",
+    "examples",
+    "tokens",
+    "loss_tokens",
+)
+
+
+@dataclass(frozen=True)
+class OpenedFiles:
+    """What the files stage could open, for the later stages."""
+
+    tables: dict[int, pa.Table]  # shard index -> table
+    index: ExamplesIndex | None
+    schema_valid: bool
+
+
+def check_files(folder: Path, manifest: dict[str, Any], findings: FindingList) -> OpenedFiles:
+    """Check the schema and every named file's size and checksum; open the readable ones."""
+    problems = schema_errors(manifest)
+    for problem in problems:
+        findings.add(Finding("integrity", problem), "schema")
+    tables: dict[int, pa.Table] = {}
+    dataset_id = str(manifest.get("dataset_id", ""))
+    named = [(f"files/{k}", v) for k, v in sorted(manifest.get("files", {}).items())]
+    named += [(f"shards/{i}", entry) for i, entry in enumerate(manifest.get("shards", []))]
+    index = None
+    for key, entry in named:
+        path = _named_file(folder, key, entry, findings)
+        if path is None:
+            continue
+        try:
+            if key.startswith("shards/"):
+                tables[int(key.split("/")[1])] = read_shard(path, dataset_id)
+            elif key == "files/examples":
+                index = ExamplesIndex.from_table(read_examples(path, dataset_id))
+        except FormatError as exc:
+            findings.add(Finding("integrity", f"{entry['path']}: {exc.problem}"), "unreadable")
+    return OpenedFiles(tables, index, not problems)
+
+
+def _named_file(
+    folder: Path, key: str, entry: Mapping[str, Any], findings: FindingList
+) -> Path | None:
+    """Return the file a manifest entry names when it exists with its recorded size and hash."""
+    rel = str(entry.get("path", ""))
+    path = folder / rel
+    if not rel or ".." in Path(rel).parts or Path(rel).is_absolute():
+        findings.add(Finding("integrity", f"{key}: path {rel!r} is not inside the folder"))
+        return None
+    if not path.is_file():
+        findings.add(Finding("integrity", f"{rel}: listed in the manifest but missing"), "missing")
+        return None
+    size = path.stat().st_size
+    if "bytes" in entry and size != entry["bytes"]:
+        findings.add(
+            Finding("integrity", f"{rel}: {size} bytes, manifest says {entry['bytes']}"), "size"
+        )
+    if sha256_path(path) != entry.get("sha256"):
+        findings.add(Finding("integrity", f"{rel}: SHA-256 differs from the manifest"), "sha")
+    return path
+
+
+def check_counts(
+    folder: Path,
+    manifest: dict[str, Any],
+    audits: dict[int, ShardAudit],
+    index: ExamplesIndex | None,
+    findings: FindingList,
+) -> None:
+    """Check per-shard counts, totals, the counting rule and the rejects file's lines."""
+    stats = manifest.get("stats", {})
+
+    def bad(message: str) -> None:
+        findings.add(Finding("integrity", message), message[:30])
+
+    for i, audit in audits.items():
+        entry = manifest["shards"][i]
+        for key, value in (
+            ("rows", audit.rows),
+            ("tokens", audit.tokens),
+            ("loss_tokens", audit.loss_tokens),
+        ):
+            complete = key == "rows" or not len(audit.bad_rows)  # totals need sound rows
+            if entry.get(key) != value and complete:
+                bad(f"{entry['path']}: manifest says {key}={entry.get(key)}, shard has {value}")
+    for key in ("rows", "tokens", "loss_tokens"):
+        value = sum(int(s.get(key, 0)) for s in manifest.get("shards", []))
+        if stats.get(key) != value:
+            bad(f"manifest stats.{key}={stats.get(key)} but its shards add up to {value}")
+    records = stats.get("records")
+    parts = [stats.get(k) for k in RECORD_BINS]
+    if None in parts or records != sum(parts):
+        named = " + ".join(f"{k} {v}" for k, v in zip(RECORD_BINS, parts, strict=True))
+        added = sum(p for p in parts if isinstance(p, int))
+        bad(f"counting rule broken: records={records} != {named} = {added}")
+    inputs_total = sum(int(i.get("records", 0)) for i in manifest.get("inputs", []))
+    if inputs_total != records:
+        bad(f"inputs list {inputs_total} records but stats.records={records}")
+    _check_rejects(folder, manifest, parts, findings)
+    domains = stats.get("domains", {})
+    for key in DOMAIN_TOTALS:
+        dsum = sum(int(d.get(key, 0)) for d in domains.values())
+        if key in stats and dsum != stats[key]:
+            bad(f"domains' {key} add up to {dsum}, stats.{key}={stats[key]}")
+    if index is not None and stats.get("examples") != len(index.example_id):
+        rows = len(index.example_id)
+        bad(f"examples.parquet has {rows} rows, stats.examples={stats.get('examples')}")
+
+
+def _check_rejects(
+    folder: Path, manifest: dict[str, Any], parts: list[Any], findings: FindingList
+) -> None:
+    """Check that the rejects file parses line by line and holds rejected + dropped lines."""
+    entry = manifest.get("files", {}).get("rejects", {})
+    path = folder / str(entry.get("path", "rejects.jsonl"))
+    if not path.is_file() or None in parts:
+        return  # missing (already a finding) or counts unknown
+    try:
+        lines = sum(1 for _ in read_rejects(path))
+    except FormatError as exc:
+        findings.add(Finding("integrity", str(exc)), "rejects")
+        return
+    expected = parts[1] + parts[2]
+    if lines != expected:
+        findings.add(
+            Finding(
+                "integrity",
+                f"rejects.jsonl has {lines} lines, manifest says rejected + dropped = {expected}",
+            ),
+            "rejects",
+        )
