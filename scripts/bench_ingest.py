@@ -29,11 +29,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from packshard.ingest.chunks import IngestOptions, ingest  # noqa: E402
+from packshard.ingest.chunks import ingest  # noqa: E402
 from packshard.ingest.normalize import normalize_record  # noqa: E402
 from packshard.ingest.sources import InputFile, expand_inputs, read_records  # noqa: E402
-from packshard.ingest.templates import load_template, render_example  # noqa: E402
+from packshard.ingest.spans import render_example  # noqa: E402
+from packshard.ingest.templates import load_template  # noqa: E402
 from packshard.ingest.tokenizer import load_tokenizer  # noqa: E402
+from packshard.records import IngestOptions  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 

@@ -30,11 +30,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from packshard.pack.planner import lower_bound_rows, plan_packs
-from packshard.pack.pipeline import PackConfig, pack_dataset
+from packshard.arrays import lower_bound_rows
 from packshard.ingest.sources import expand_inputs, read_records
-from packshard.ingest.templates import load_template, render_example
+from packshard.ingest.spans import render_example
+from packshard.ingest.templates import load_template
 from packshard.ingest.tokenizer import load_tokenizer
+from packshard.pack.pipeline import PackConfig, pack_dataset
+from packshard.pack.planner import plan_packs
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +89,7 @@ def compare_with_trl(n: int, max_seq_len: int, repeat: int) -> list[Result]:
 
     datasets.disable_progress_bars()
     lengths = make_lengths(n, max_seq_len)
-    bound = lower_bound_rows(lengths, max_seq_len)
+    bound = lower_bound_rows(int(lengths.sum()), max_seq_len)
     ours_s = best_of(lambda: plan_packs(lengths, max_seq_len, "bfd"), repeat)
     ours_rows = plan_packs(lengths, max_seq_len, "bfd").num_rows
 
@@ -118,7 +120,7 @@ def compare_with_trl(n: int, max_seq_len: int, repeat: int) -> list[Result]:
 def compare_with_sort(n: int, max_seq_len: int, repeat: int) -> list[Result]:
     """Part 2: our planners on ``n`` lengths against numpy sorting the same array."""
     lengths = make_lengths(n, max_seq_len)
-    bound = lower_bound_rows(lengths, max_seq_len)
+    bound = lower_bound_rows(int(lengths.sum()), max_seq_len)
     sort_s = best_of(lambda: np.sort(lengths), repeat)
     argsort_s = best_of(lambda: np.argsort(lengths, kind="stable"), repeat)
     results = []

@@ -27,9 +27,10 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader
 
-from packshard.format.manifest import FORMAT_VERSION, write_json_atomic
-from packshard.records import IGNORE_INDEX
+from packshard.format.manifest import write_manifest
 from packshard.format.shards import SHARD_SCHEMA, write_shard
+from packshard.format.version import FORMAT_VERSION
+from packshard.records import IGNORE_INDEX
 from packshard.torch import PackedDataset, PackedIterableDataset, collate_varlen
 
 VOCAB = 32000
@@ -107,7 +108,7 @@ def build_corpus(folder: Path, tokens: int, max_seq_len: int, shard_rows: int) -
         "shards": [e.to_dict() for e in entries],
         "stats": {"rows": len(rows) - 1, "tokens": total},
     }
-    write_json_atomic(packed / "manifest.json", manifest)
+    write_manifest(packed, manifest)
 
     import datasets
 

@@ -8,7 +8,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO
+
+from tests.helpers import REPO
 
 torch = pytest.importorskip("torch")
 pa = pytest.importorskip("pyarrow")

@@ -1,23 +1,23 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packshard.arrays import count_trained
 from packshard.errors import UsageError
 from packshard.profile import (
+    Utilization,
     compute_histogram_edges,
-    count_loss_tokens,
     measure_lengths,
     profile_chunks,
     profile_lengths,
     report_to_dict,
 )
-from packshard.records import IGNORE_INDEX, Reject, SourceRef, TokenizedBatch
+from packshard.records import IGNORE_INDEX, IngestChunk, Reject, SourceRef, TokenizedBatch
 
 M = IGNORE_INDEX
 
@@ -164,13 +164,8 @@ def test_histogram_edges_are_log_spaced_and_cover_the_longest():
         assert max_seq_len + 1 in edges
 
 
-def test_count_loss_tokens_excludes_each_first_token():
-    labels = np.array([5, 6, M, 8, 9, 10, M, M, 11], dtype=np.int32)
-    offsets = np.array([0, 3, 3, 6, 9])  # an empty example in the middle
-    assert count_loss_tokens(labels, offsets).tolist() == [1, 0, 2, 1]
-
-
-def make_chunk(lengths, labels, domains, rejects=(), paths=None):
+def make_chunk(lengths, labels, domains, rejects=(), paths=None, loss_tokens=None):
+    """An ingest chunk; ``loss_tokens`` defaults to what ingest counts (first label excluded)."""
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     n = len(lengths)
     batch = TokenizedBatch(
@@ -179,9 +174,11 @@ def make_chunk(lengths, labels, domains, rejects=(), paths=None):
         offsets=offsets,
         refs=tuple(SourceRef("x.jsonl", i + 1) for i in range(n)),
         domains=tuple(domains),
+        formats=("messages",) * n,
     )
     rej = tuple(Reject(SourceRef("x.jsonl", 99), d, "invalid_json", "bad") for d in rejects)
-    return SimpleNamespace(batch=batch, rejects=rej, records=n + len(rej), label_paths=paths or {})
+    loss = count_trained(batch.labels, offsets) if loss_tokens is None else np.array(loss_tokens)
+    return IngestChunk(batch, rej, n + len(rej), loss, paths or {})
 
 
 def test_profile_chunks_accumulates_across_chunks():
@@ -199,9 +196,9 @@ def test_profile_chunks_accumulates_across_chunks():
     assert report.label_path == "generation_tags"  # no chunk said otherwise
 
 
-def test_profile_chunks_prefers_ingest_loss_counts_and_label_paths():
-    chunk = make_chunk([3], [M, 1, 2], ["chat"], paths={"offsets": 3, "none": 1})
-    chunk.batch.extra["loss_tokens"] = np.array([1])
+def test_profile_chunks_takes_ingest_loss_counts_and_label_paths():
+    # the chunk's loss_tokens are what ingest counted; the profile does not count again
+    chunk = make_chunk([3], [M, 1, 2], ["chat"], paths={"offsets": 3, "none": 1}, loss_tokens=[1])
     more = make_chunk([2], [M, 5], ["chat"], paths={"none": 1})
     report = profile_chunks([chunk, more], max_seq_len=4)
     assert report.total.loss_tokens == 2
@@ -212,7 +209,13 @@ def test_empty_input_profiles_to_an_empty_report():
     report = profile_chunks([], max_seq_len=16)
     assert report.total.examples == 0 and report.domains == ()
     assert report.verdict == "no accepted examples: nothing to pack"
+    assert report.total.utilization == ()
     json.dumps(report_to_dict(report))
+
+
+def test_utilization_fraction():
+    assert Utilization("packed", 3, 24, 18).fraction == 0.75
+    assert Utilization("packed", 0, 0, 0).fraction == 0.0  # nothing computed, nothing useful
 
 
 def test_bad_settings_raise_usage_errors():
@@ -258,11 +261,11 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
 
 @pytest.mark.shared_data
 def test_profile_inputs_on_real_chat_files(shared_data):
-    from packshard.ingest.chunks import IngestOptions
-    from packshard.profile import profile_inputs
     from packshard.ingest.sources import expand_inputs
     from packshard.ingest.templates import load_template
     from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.profile import profile_inputs
+    from packshard.records import IngestOptions
 
     bundle = load_tokenizer(str(shared_data / "tokenizers" / "phi-3-mini"))
     template = load_template(None, bundle)

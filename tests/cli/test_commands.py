@@ -124,6 +124,40 @@ def test_long_error_lines_are_not_wrapped(tmp_path):
     assert result.stderr.count("\n") == 1
 
 
+# --- profile --------------------------------------------------------------------------------
+
+
+def test_profile_json_is_the_report_sorted(tmp_path, packed_demo_tokenizer):
+    from packshard.ingest.sources import expand_inputs
+    from packshard.ingest.templates import load_template
+    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.profile import profile_inputs, report_to_dict
+    from packshard.records import IngestOptions
+
+    path, page = tmp_path / "profile.json", tmp_path / "profile.html"
+    args = ["profile", demo_data_path(), "-t", packed_demo_tokenizer, "--template", "chatml"]
+    args += ["--max-seq-len", "256", "--no-progress", "--json", path, "--html", page]
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    assert f"wrote {path}\nwrote {page}\n" in result.stdout
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text)
+    assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    bundle = load_tokenizer(str(packed_demo_tokenizer))
+    report = profile_inputs(
+        expand_inputs([str(demo_data_path())]),
+        bundle,
+        load_template("chatml", bundle),
+        IngestOptions(),
+        256,
+    )
+    assert data == json.loads(json.dumps(report_to_dict(report)))
+    assert data["total"]["records"] == 65 and data["total"]["rejected"] == 1
+    assert page.read_text(encoding="utf-8").count('class="hist"') == len(data["domains"]) + (
+        len(data["domains"]) > 1
+    )
+
+
 # --- verify ---------------------------------------------------------------------------------
 
 

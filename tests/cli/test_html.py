@@ -1,3 +1,5 @@
+"""HTML pages: ``profile --html`` (one histogram per domain) and ``inspect --html``, escaped."""
+
 from __future__ import annotations
 
 import html
@@ -7,87 +9,18 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from rich.console import Console
+from click.testing import CliRunner
 
-from packshard.profile import profile_lengths, report_to_dict
-from packshard.cli.report import (
-    format_count,
-    render_profile_table,
-    write_profile_html,
-    write_profile_json,
-)
+from packshard.cli.commands import main
+from packshard.cli.html import write_profile_html, write_row_html
+from packshard.cli.inspect import inspect_row
+from packshard.profile import ProfileReport, profile_lengths
+from tests.helpers import small_profile
 
 
 @pytest.fixture
-def report():
-    # chat: [5 2 1], code: [12 3], "<script>": rejects only
-    lengths = np.array([5, 12, 2, 3, 1])
-    codes = np.array([0, 1, 0, 1, 0])
-    loss = np.array([2, 6, 1, 1, 0])
-    return profile_lengths(
-        lengths, loss, codes, ["chat", "code"], {"<script>": 2, "chat": 1}, 8, batch_size=3
-    )
-
-
-def render_text(renderable) -> str:
-    console = Console(record=True, width=120)
-    console.print(renderable)
-    return console.export_text()
-
-
-def test_format_count():
-    assert [format_count(n) for n in (0, 987, 12_345, 4_560_000, 7_890_000_000)] == [
-        "0",
-        "987",
-        "12.3K",
-        "4.56M",
-        "7.89B",
-    ]
-
-
-def test_rich_tables_show_each_domain_and_the_total(report):
-    text = render_text(render_profile_table(report))
-    rows = [
-        [c.strip() for c in line.split("│")[1:-1]]
-        for line in text.splitlines()
-        if line.startswith("│")
-    ]
-    counts, lengths, util = rows[:4], rows[4:8], rows[8:]
-    # domain | records rejected tokens prompt loss loss%
-    assert counts == [
-        ["<script>", "2", "2", "0", "0", "0", "0.0%"],
-        ["chat", "4", "1", "8", "5", "3", "37.5%"],
-        ["code", "2", "0", "15", "8", "7", "46.7%"],
-        ["total", "8", "3", "23", "13", "10", "43.5%"],
-    ]
-    # domain | P50 P90 P95 P99 max mean >max
-    assert lengths == [
-        ["<script>", "-", "-", "-", "-", "-", "-", "-"],
-        ["chat", "2", "5", "5", "5", "5", "3", "0.0%"],
-        ["code", "3", "12", "12", "12", "12", "8", "50.0%"],
-        ["total", "3", "12", "12", "12", "12", "5", "20.0%"],
-    ]
-    # useful: chat 8, code 3 + 8 = 11, total 19.  chat: pad 8/24, one batch of 3 → 8/15,
-    # 1 row.  code: pad 11/16, batch [12→8, 3] → 11/16, rows 2.  total: pad 19/40; 3 rows.
-    assert util == [
-        ["<script>", "-", "-", "-", "-", "-", "-"],
-        ["chat", "33.3%", "53.3%", "53.3%", "100.0%", "1", "1"],
-        ["code", "68.8%", "68.8%", "68.8%", "68.8%", "2", "2"],
-        ["total", "47.5%", "76.0%", "76.0%", "79.2%", "3", "3"],
-    ]
-    assert "Example lengths in tokens (max_seq_len 8)" in text
-    assert "Useful / computed tokens (batch_size 3, seed 0)" in text
-    assert "packing removes 40% of computed tokens vs padding to max_seq_len 8" in text
-
-
-def test_json_file_is_sorted_and_equal_to_the_dict(report, tmp_path):
-    path = tmp_path / "profile.json"
-    write_profile_json(report, path)
-    text = path.read_text(encoding="utf-8")
-    data = json.loads(text)
-    assert data == json.loads(json.dumps(report_to_dict(report)))
-    assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    assert [d["name"] for d in data["domains"]] == ["<script>", "chat", "code"]
+def report() -> ProfileReport:
+    return small_profile()
 
 
 def test_html_is_self_contained_with_one_histogram_per_domain(report, tmp_path):
@@ -133,3 +66,55 @@ def test_single_domain_page_has_no_separate_total_histogram(tmp_path):
     path = tmp_path / "one.html"
     write_profile_html(report, path)
     assert path.read_text(encoding="utf-8").count('class="hist"') == 1
+
+
+# --- inspect --html -------------------------------------------------------------------------
+
+
+def test_html_page_escapes_text(tmp_path, packed_demo_tokenizer):
+    from packshard.pack import PackConfig, pack_dataset
+
+    data = tmp_path / "a&b.jsonl"
+    hostile = '<script>alert("x")</script> & <b>bold</b>'
+    records = [
+        {
+            "messages": [
+                {"role": "user", "content": hostile},
+                {"role": "assistant", "content": "ok"},
+            ]
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": hostile},
+            ]
+        },
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "out"
+    pack_dataset(
+        PackConfig(inputs=(str(data),), tokenizer=str(packed_demo_tokenizer), out=str(out),
+                   max_seq_len=256, template="chatml")
+    )  # fmt: skip
+    page = tmp_path / "row.html"
+    result = CliRunner().invoke(main, ["inspect", str(out), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {page}" in result.stdout
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!doctype html>")
+    assert "<script>" not in text and "<b>" not in text
+    assert text.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;bold") == 2
+    assert "&lt;|im_start|&gt;" in text
+    assert f"{str(data).replace('&', '&amp;')}:1" in text and f"{data}:1" not in text
+    assert text.count('<div class="seg">') == 2
+    assert text.count('<span class="t">') >= 2  # trained runs are marked
+
+
+def test_write_row_html_directly(packed_demo, tmp_path):
+    view = inspect_row(packed_demo, row=1, shard=0)
+    page = tmp_path / "r.html"
+    write_row_html(view, page)
+    text = page.read_text(encoding="utf-8")
+    assert "<h1>shard-00000.parquet · row 1</h1>" in text
+    for seg in view.segments:
+        assert f"positions 0…{seg.num_tokens - 1}" in text

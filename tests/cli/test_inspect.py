@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -11,9 +10,10 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from packshard.cli.commands import main
-from packshard.cli.inspect import inspect_row, render_row_console, write_row_html
-from packshard.records import IGNORE_INDEX
+from packshard.cli.inspect import inspect_row, render_row_console
+from packshard.errors import FormatError
 from packshard.ingest.tokenizer import load_tokenizer
+from packshard.records import IGNORE_INDEX
 
 SHARD = "shard-00001.parquet"
 
@@ -84,55 +84,6 @@ def test_console_view_has_headers_seams_and_positions(packed_demo):
     assert lines[-1] == "legend: trained tokens in green, context dim"
 
 
-def test_html_page_escapes_text(tmp_path, packed_demo_tokenizer):
-    from packshard.pack.pipeline import PackConfig, pack_dataset
-
-    data = tmp_path / "a&b.jsonl"
-    hostile = '<script>alert("x")</script> & <b>bold</b>'
-    records = [
-        {
-            "messages": [
-                {"role": "user", "content": hostile},
-                {"role": "assistant", "content": "ok"},
-            ]
-        },
-        {
-            "messages": [
-                {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": hostile},
-            ]
-        },
-    ]
-    data.write_text("".join(json.dumps(r) + "\n" for r in records))
-    out = tmp_path / "out"
-    pack_dataset(
-        PackConfig(inputs=(str(data),), tokenizer=str(packed_demo_tokenizer), out=str(out),
-                   max_seq_len=256, template="chatml")
-    )  # fmt: skip
-    page = tmp_path / "row.html"
-    result = CliRunner().invoke(main, ["inspect", str(out), "--html", str(page)])
-    assert result.exit_code == 0, result.output
-    assert f"wrote {page}" in result.stdout
-    html = page.read_text(encoding="utf-8")
-    assert html.startswith("<!doctype html>")
-    assert "<script>" not in html and "<b>" not in html
-    assert html.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;bold") == 2
-    assert "&lt;|im_start|&gt;" in html
-    assert f"{str(data).replace('&', '&amp;')}:1" in html and f"{data}:1" not in html
-    assert html.count('<div class="seg">') == 2
-    assert html.count('<span class="t">') >= 2  # trained runs are marked
-
-
-def test_write_row_html_directly(packed_demo, tmp_path):
-    view = inspect_row(packed_demo, row=1, shard=0)
-    page = tmp_path / "r.html"
-    write_row_html(view, page)
-    html = page.read_text(encoding="utf-8")
-    assert "<h1>shard-00000.parquet · row 1</h1>" in html
-    for seg in view.segments:
-        assert f"positions 0…{seg.num_tokens - 1}" in html
-
-
 def test_unloadable_tokenizer_falls_back_to_ids(packed_demo, tmp_path):
     view = inspect_row(packed_demo, row=0, shard=0, tokenizer=str(tmp_path / "none"))
     first = view.segments[0].runs[0][0]
@@ -167,3 +118,17 @@ def test_missing_examples_index_still_shows_the_row(packed_demo_copy):
     view = inspect_row(packed_demo_copy, row=0, shard=1)
     assert [s.source for s in view.segments] == ["?", "?"]
     assert view.segments[0].positions[0] == 0
+
+
+def test_a_shard_of_another_pack_is_refused(packed_demo_copy):
+    path = packed_demo_copy / "shard-00000.parquet"
+    table = pq.read_table(path)
+    meta = dict(table.schema.metadata) | {b"packshard.dataset_id": b"f" * 32}
+    pq.write_table(table.replace_schema_metadata(meta), path)
+    with pytest.raises(FormatError) as info:
+        inspect_row(packed_demo_copy, row=0, shard=0)
+    assert info.value.problem.startswith(f"packshard.dataset_id {'f' * 32} differs from the")
+    result = CliRunner().invoke(main, ["inspect", str(packed_demo_copy)], prog_name="packshard")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {path}: packshard.dataset_id {'f' * 32} differs")
+    assert result.stderr.count("\n") == 1

@@ -9,15 +9,18 @@ import re
 
 import pytest
 
+from packshard.digests import sha256_bytes, sha256_path
 from packshard.errors import ManifestError
 from packshard.format.manifest import (
-    check_format_version,
+    MANIFEST_NAME,
+    build_manifest,
     compute_dataset_id,
     load_manifest,
     schema_errors,
-    sha256_path,
-    write_json_atomic,
+    write_manifest,
 )
+from packshard.format.version import check_format_version
+from packshard.records import AUTO_LOSS
 
 
 def sha(path) -> str:
@@ -41,7 +44,7 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
 
     m = demo_pack.manifest
     assert sorted(m) == [
-        "config", "created_at", "dataset_id", "files", "format_version", "inputs",
+        "config", "created_at", "dataset_id", "files", "format_version", "inputs", "loss",
         "packshard_version", "shards", "stats", "template", "tokenizer",
     ]  # fmt: skip
     assert m["format_version"] == 1 and m["packshard_version"] == __version__
@@ -81,6 +84,13 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
     ]
     assert sum(s["rows"] for s in m["shards"]) == m["stats"]["rows"]
     assert all(0 < s["rows"] <= 6 for s in m["shards"])
+    # --loss auto, resolved per record format: the demo has every format, one text record
+    # (trained on all) and one prompt/completion record (trained on its completion)
+    assert m["loss"] == {
+        "option": "auto",
+        "by_format": AUTO_LOSS,
+        "examples_by_policy": {"all": 1, "assistant": m["stats"]["examples"] - 2, "completion": 1},
+    }
 
 
 def test_manifest_stats(demo_pack):
@@ -123,6 +133,9 @@ BROKEN = [
         "stats/domains/chat: 'records' is a required property",
     ),
     (lambda m: m["stats"].update(rows=-1), "stats/rows: -1 is less than the minimum of 0"),
+    (lambda m: m["loss"].pop("by_format"), "loss: 'by_format' is a required property"),
+    (lambda m: m["loss"].update(option="most"), "loss/option: 'most' is not one of"),
+    (lambda m: m["loss"]["by_format"].update(text="auto"), "loss/by_format/text: 'auto' is not"),
 ]
 
 
@@ -142,7 +155,7 @@ def test_load_manifest_refuses_missing_and_unknown_versions(tmp_path, demo_pack)
         "packshard output folder? a run that was interrupted leaves none: pack again)"
     )
     newer = dict(demo_pack.manifest, format_version=2)
-    write_json_atomic(tmp_path / "manifest.json", newer)
+    write_manifest(tmp_path, newer)
     with pytest.raises(ManifestError) as info:
         load_manifest(tmp_path)
     assert str(info.value) == (
@@ -155,14 +168,28 @@ def test_load_manifest_refuses_missing_and_unknown_versions(tmp_path, demo_pack)
         check_format_version(True, "x")
 
 
-def test_write_json_atomic_and_hashes(tmp_path):
-    path = tmp_path / "m.json"
-    write_json_atomic(path, {"b": 1, "a": {"d": "é", "c": [2, 1]}})
+def test_write_manifest_atomic_and_hashes(tmp_path):
+    write_manifest(tmp_path, {"b": 1, "a": {"d": "é", "c": [2, 1]}})
+    path = tmp_path / MANIFEST_NAME
     assert path.read_text(encoding="utf-8") == (
         '{\n  "a": {\n    "c": [\n      2,\n      1\n    ],\n    "d": "é"\n  },\n  "b": 1\n}\n'
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]  # no temporary left
     assert sha256_path(path, chunk=3) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert sha256_bytes(path.read_bytes()) == sha256_path(path)
+
+
+def test_build_manifest_holds_the_blocks_and_the_version(demo_pack):
+    m = demo_pack.manifest
+    blocks = {k: m[k] for k in ("config", "tokenizer", "template", "stats", "files", "loss")}
+    built = build_manifest(
+        dataset_id=m["dataset_id"], inputs=m["inputs"], shards=m["shards"], **blocks
+    )
+    assert {k: v for k, v in built.items() if k != "created_at"} == {
+        k: v for k, v in m.items() if k != "created_at"
+    }
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", built["created_at"])
+    assert schema_errors(built) == []
 
 
 def test_dataset_id_depends_on_config_and_inputs_only():

@@ -1,8 +1,8 @@
 """Token byte ranges from ids alone must give exactly the labels the offsets give.
 
-Every check compares the two paths of :func:`packshard.ingest.labels.encode_rendered`: with the
-tokenizer's :class:`~packshard.ingest.alignment.ByteAligner` (``encode_batch_fast``, positions parsed
-from the ids) and without it (``encode_batch`` offsets, ``char_to_token``).
+Every check compares the two paths of :func:`packshard.ingest.labels.encode_rendered`: with
+the tokenizer's :class:`~packshard.ingest.alignment.ByteAligner` (``encode_batch_fast``,
+positions parsed from the ids) and without it (``encode_batch`` offsets, ``char_to_token``).
 """
 
 from __future__ import annotations
@@ -17,15 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors
 
-from packshard.ingest.alignment import (
+from packshard.ingest.aligner import (
     NO_PREPEND,
     PREPEND_ALWAYS,
     PREPEND_AT_START,
     PREPEND_UNLESS_SPACE,
-    align,
     build_aligner,
-    utf8_batch,
 )
+from packshard.ingest.alignment import align, utf8_batch
 from packshard.ingest.labels import encode_rendered
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.sources import expand_inputs, read_records

@@ -30,7 +30,6 @@ counts every record.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +40,10 @@ from packshard.errors import RecordError
 from packshard.format.shards import read_row
 from packshard.ingest.chunks import ingest
 from packshard.ingest.labels import encode_rendered
+from packshard.ingest.locate import locate_contents
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.sources import expand_inputs
-from packshard.ingest.spans import locate_contents, render_example
+from packshard.ingest.spans import render_example
 from packshard.ingest.templates import load_template
 from packshard.ingest.tokenizer import load_tokenizer
 from packshard.pack import PackConfig, pack_dataset
@@ -227,7 +227,8 @@ def test_openai_tool_turns_keep_their_fields() -> None:
     ("turn", "code", "reason"),
     [
         (msg("assistant", None), "invalid_content", "messages[1] content is missing"),
-        (msg("assistant", None, tool_calls=[]), "invalid_content", "messages[1] content is missing"),
+        (msg("assistant", None, tool_calls=[]), "invalid_content",
+         "messages[1] content is missing"),
         (msg("assistant", None, tool_calls="get_weather()"), "invalid_message",
          "messages[1] 'tool_calls' must be a list, got string"),
     ],

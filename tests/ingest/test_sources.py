@@ -1,4 +1,4 @@
-"""Tests for packshard.ingest.sources: discovery, streaming readers, line numbers and read rejects."""
+"""Input discovery, streaming readers, line numbers and the rejects of reading."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packshard.digests import sha256_path
 from packshard.errors import InputError, RecordError
+from packshard.ingest.sources import InputFile, expand_inputs, file_domain, read_records
 from packshard.records import RawRecord, SourceRef
-from packshard.ingest.sources import InputFile, expand_inputs, file_domain, read_records, sha256_file
 
 STOP = "; the rest of the file is not read"
 
@@ -120,10 +121,10 @@ def test_expand_reports_specs_that_match_nothing(
         assert str(err.value) == message
 
 
-def test_sha256_file_streams_the_bytes(tmp_path: Path) -> None:
+def test_sha256_path_streams_the_bytes(tmp_path: Path) -> None:
     data = bytes(range(256)) * 5000
     path = write(tmp_path / "a.jsonl", data)
-    assert sha256_file(path, chunk_size=1000) == hashlib.sha256(data).hexdigest()
+    assert sha256_path(path, chunk=1000) == hashlib.sha256(data).hexdigest()
 
 
 def test_unopenable_file_raises_input_error(tmp_path: Path) -> None:

@@ -23,7 +23,9 @@ def test_builtin_chatml_renders_exactly(bundle) -> None:
     t = load_template("chatml", bundle)
     assert t.source == "builtin:chatml" and t.has_generation and t.label_spans == "generation_tags"
     assert load_template("builtin:chatml", bundle).sha256 == t.sha256
-    r = render_example(conversation(("system", "S"), ("user", "U"), ("assistant", "A")), t, bundle, "auto")
+    r = render_example(
+        conversation(("system", "S"), ("user", "U"), ("assistant", "A")), t, bundle, "auto"
+    )
     assert r.text == (
         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
         "<|im_start|>assistant\nA<|im_end|>\n"
@@ -34,8 +36,8 @@ def test_builtin_chatml_renders_exactly(bundle) -> None:
 def test_builtin_chatml_tools_use_transformers_tojson(bundle) -> None:
     t = load_template("chatml", bundle)
     tools = ({"name": "f", "z": 1, "a": "<&> é"},)
-    r = render_example(conversation(("system", "S"), ("user", "U"), ("assistant", "A"), tools=tools), t,
-                       bundle, "auto")  # fmt: skip
+    conv = conversation(("system", "S"), ("user", "U"), ("assistant", "A"), tools=tools)
+    r = render_example(conv, t, bundle, "auto")
     assert r.text.startswith(
         "<|im_start|>system\nS\n\n# Tools\n\nYou may call these functions:\n<tools>\n"
         '{"name": "f", "z": 1, "a": "<&> é"}\n</tools><|im_end|>\n<|im_start|>user\nU'

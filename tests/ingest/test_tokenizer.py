@@ -6,17 +6,13 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer
 
 from packshard.errors import TokenizerError
-from packshard.ingest.labels import encode_rendered
 from packshard.ingest.tokenizer import load_tokenizer
-from packshard.records import IGNORE_INDEX, Rendered
 from tests.helpers import TINY_CORPUS, TINY_SPECIALS, build_tokenizer
+
 
 @pytest.fixture
 def tiny(tmp_path: Path) -> Path:

@@ -17,16 +17,13 @@ import numpy as np
 import pytest
 
 from packshard.ingest.labels import encode_rendered
+from packshard.ingest.locate import locate_contents
 from packshard.ingest.normalize import normalize_record
-from packshard.records import IGNORE_INDEX, Conversation, Message, SourceRef
 from packshard.ingest.sources import expand_inputs, read_records
-from packshard.ingest.templates import (
-    CHATML,
-    load_template,
-    locate_contents,
-    render_example,
-)
+from packshard.ingest.spans import render_example
+from packshard.ingest.templates import CHATML, load_template
 from packshard.ingest.tokenizer import load_tokenizer
+from packshard.records import IGNORE_INDEX, Conversation, Message, SourceRef
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.shared_data, pytest.mark.torch]

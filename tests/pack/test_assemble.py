@@ -1,16 +1,19 @@
-"""Shard assembly by hand, the Parquet file contract, and third-party readers."""
+"""Shard assembly by hand: the columns of planned rows, gathered from the spill."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-import pytest
-from conftest import make_spill
 
-from packshard.records import IGNORE_INDEX as X
-from packshard.format.shards import SHARD_SCHEMA, assemble_rows, read_row, write_shard
+from packshard.format.shards import SHARD_SCHEMA, read_row
+from packshard.pack.assemble import assemble_rows
+from packshard.pack.planner import plan_packs
+from packshard.pack.rows import RowPlan, finalize_plan
 from packshard.pack.spill import Spill
+from packshard.records import IGNORE_INDEX as X
+from tests.helpers import make_spill
 
 LENGTHS = [2, 2, 2, 5, 6, 1, 1, 5, 1, 1]  # example i holds tokens 100*i, 100*i + 1, …
 
@@ -19,16 +22,37 @@ def toy_spill() -> Spill:
     return make_spill([[100 * i + k for k in range(n)] for i, n in enumerate(LENGTHS)])
 
 
+def block(
+    row_offsets: list[int],
+    seg_example: list[int],
+    seg_start: list[int],
+    seg_length: list[int],
+    example_id: list[int],
+) -> RowPlan:
+    """A plan of the given segments and example ids (parts and targets do not matter here)."""
+    plan = RowPlan.from_segments(
+        np.array(row_offsets, dtype=np.int64),
+        np.array(seg_example, dtype=np.int64),
+        np.array(seg_start, dtype=np.int64),
+        np.array(seg_length, dtype=np.int64),
+        16,
+        "bfd",
+    )
+    return replace(plan, example_id=np.array(example_id, dtype=np.int64))
+
+
 def assemble(segments: list[list[tuple[int, int, int]]], ids: list[list[int]]) -> pa.Table:
     flat = [s for row in segments for s in row]
-    row_offsets = np.concatenate(([0], np.cumsum([len(r) for r in segments]))).astype(np.int64)
+    row_offsets = np.concatenate(([0], np.cumsum([len(r) for r in segments]))).tolist()
     return assemble_rows(
         toy_spill(),
-        row_offsets,
-        np.array([s[0] for s in flat], dtype=np.int64),
-        np.array([s[1] for s in flat], dtype=np.int64),
-        np.array([s[2] for s in flat], dtype=np.int64),
-        np.array([e for row in ids for e in row], dtype=np.int64),
+        block(
+            row_offsets,
+            [s[0] for s in flat],
+            [s[1] for s in flat],
+            [s[2] for s in flat],
+            [e for row in ids for e in row],
+        ),
     )
 
 
@@ -62,110 +86,37 @@ def test_assemble_rows_as_drawn_in_the_docstring():
 def test_assemble_rows_keeps_already_masked_labels():
     spill = toy_spill()
     spill.labels[spill.offsets[4] : spill.offsets[4] + 3] = X  # a prompt of 3 tokens
-    table = assemble_rows(
-        spill,
-        np.array([0, 2]),
-        np.array([4, 0]),
-        np.array([0, 0]),
-        np.array([6, 2]),
-        np.array([0, 1]),
-    )
+    table = assemble_rows(spill, block([0, 2], [4, 0], [0, 0], [6, 2], [0, 1]))
     row = read_row(table, 0)
     assert row.labels.tolist() == [X, X, X, 403, 404, 405, X, 1]
     assert table["num_loss_tokens"].to_pylist() == [4]
 
 
 def test_assemble_no_rows():
-    empty = np.zeros(0, dtype=np.int64)
-    table = assemble_rows(toy_spill(), np.zeros(1, np.int64), empty, empty, empty, empty)
+    table = assemble_rows(toy_spill(), block([0], [], [], [], []))
     assert table.num_rows == 0 and table.schema == SHARD_SCHEMA
 
 
-@pytest.mark.parametrize("compression", ["zstd", "snappy", "none"])
-def test_write_shard_file_contract(tmp_path, compression):
-    table = assemble([[(7, 0, 5), (2, 0, 2)], [(4, 0, 6)]], [[0, 1], [2]])
-    info = write_shard(table, tmp_path, "shard-00000.parquet", "ab12" * 8, compression)
-    path = tmp_path / "shard-00000.parquet"
-    assert (info.path, info.rows, info.tokens, info.loss_tokens) == (
-        "shard-00000.parquet",
-        2,
-        13,
-        10,
-    )
-    assert info.bytes == path.stat().st_size
-    import hashlib
-
-    assert info.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    meta = pq.read_schema(path).metadata
-    assert meta == {b"packshard.format_version": b"1", b"packshard.dataset_id": b"ab12" * 8}
-    parquet = pq.ParquetFile(path)
-    column = parquet.metadata.row_group(0).column(0)
-    assert column.compression == {"none": "UNCOMPRESSED"}.get(compression, compression.upper())
-    assert "PLAIN_DICTIONARY" not in column.encodings and "RLE_DICTIONARY" not in column.encodings
-    back = pq.read_table(path)
-    assert back.schema.remove_metadata() == SHARD_SCHEMA
-    assert back.to_pydict() == table.to_pydict()
-
-
-def test_pack_output_reads_with_pyarrow_and_datasets(
-    tmp_path, make_jsonl, demo_tokenizer, run_pack
-):
-    from packshard.demo import demo_data_path
-
-    packed = run_pack(
-        [demo_data_path()], demo_tokenizer, template="chatml", max_seq_len=256, shard_rows=5
-    )
-    assert len(packed.manifest["shards"]) >= 3
-    files = [str(packed.out / s["path"]) for s in packed.manifest["shards"]]
-    table = pq.read_table(files[0])
-    assert table.schema.remove_metadata() == SHARD_SCHEMA
-    assert table.schema.metadata[b"packshard.dataset_id"] == packed.manifest["dataset_id"].encode()
-    datasets = pytest.importorskip("datasets")
-    ds = datasets.load_dataset(
-        "parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf")
-    )
-    assert ds.num_rows == packed.manifest["stats"]["rows"]
-    assert {k: str(v) for k, v in ds.features.items()} == {
-        "input_ids": "List(Value('int32'))",
-        "labels": "List(Value('int32'))",
-        "position_ids": "List(Value('int32'))",
-        "cu_seqlens": "List(Value('int32'))",
-        "example_ids": "List(Value('int64'))",
-        "num_tokens": "Value('int32')",
-        "num_loss_tokens": "Value('int32')",
-        "max_seqlen": "Value('int32')",
-    }
-    for k, row in enumerate(packed.rows):
-        assert ds[k]["input_ids"] == row.input_ids.tolist()
-        assert ds[k]["labels"] == row.labels.tolist()
-        assert ds[k]["cu_seqlens"] == row.cu_seqlens.tolist()
-    # examples.parquet column types, as the contract names them
-    examples = pq.read_schema(packed.out / "examples.parquet")
-    assert {name: str(examples.field(name).type) for name in examples.names} == {
-        "example_id": "int64",
-        "source": "string",
-        "line": "int64",
-        "part": "int32",
-        "token_offset": "int64",
-        "domain": "string",
-        "num_tokens": "int32",
-        "num_loss_tokens": "int32",
-        "truncated": "bool",
-        "shard": "int32",
-        "row": "int32",
-    }
-
-
-def test_write_shard_from_row_groups_equals_one_table(tmp_path, monkeypatch):
-    import packshard.format.shards as shards
-
-    monkeypatch.setattr(shards, "ROW_GROUP_ROWS", 2)
-    table = assemble([[(7, 0, 5), (2, 0, 2)], [(4, 0, 6)], [(3, 0, 5)]], [[0, 1], [2], [3]])
-    whole = write_shard(table, tmp_path, "a.parquet", "00" * 16, "zstd")
-    parts = write_shard(
-        iter([table.slice(0, 2), table.slice(2)]), tmp_path, "b.parquet", "00" * 16, "zstd"
-    )
-    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
-    assert (parts.rows, parts.tokens, parts.loss_tokens) == (3, 18, 14)
-    assert parts.sha256 == whole.sha256 and parts.bytes == whole.bytes
-    assert pq.ParquetFile(tmp_path / "b.parquet").metadata.num_row_groups == 2
+def test_assemble_a_slice_of_a_finalized_plan():
+    spill = toy_spill()
+    plan = finalize_plan(spill, plan_packs(spill.lengths, 8, "bfd"), np.arange(len(LENGTHS)))
+    whole = assemble_rows(spill, plan.rows(0, plan.num_rows))
+    assert whole.num_rows == plan.num_rows
+    assert whole["num_tokens"].to_pylist() == plan.row_tokens().tolist()
+    for lo, hi in ((0, 1), (1, plan.num_rows), (2, 2)):
+        assert (
+            assemble_rows(spill, plan.rows(lo, hi)).to_pydict()
+            == whole.slice(lo, hi - lo).to_pydict()
+        )
+    for r in range(plan.num_rows):
+        row = read_row(whole, r)
+        segs = slice(int(plan.row_offsets[r]), int(plan.row_offsets[r + 1]))
+        assert row.example_ids.tolist() == plan.example_id[segs].tolist()
+        assert np.diff(row.cu_seqlens).tolist() == plan.seg_length[segs].tolist()
+        # every token is the example's own (100 * example + k), segments start at 0
+        expected = [
+            100 * int(e) + k
+            for e, n in zip(plan.seg_example[segs], plan.seg_length[segs], strict=True)
+            for k in range(int(n))
+        ]
+        assert row.input_ids.tolist() == expected

@@ -174,10 +174,11 @@ def test_wrapped_drops_parts_without_targets(tmp_path, make_jsonl, word_tokenize
 
 def unpacked_examples(packed, inputs, tokenizer, template, **options):
     """Re-ingest the inputs alone: ``{(source, line): (input_ids, labels)}`` and the rejects."""
-    from packshard.ingest.chunks import IngestOptions, ingest
+    from packshard.ingest.chunks import ingest
     from packshard.ingest.sources import expand_inputs
     from packshard.ingest.templates import load_template
     from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.records import IngestOptions
 
     bundle = load_tokenizer(str(tokenizer))
     tmpl = load_template(template, bundle)
@@ -392,7 +393,7 @@ def test_seed_changes_row_order_only(tmp_path, make_jsonl, word_tokenizer, run_p
 
 
 def pack_config(inputs, tokenizer, out, **options):
-    from packshard.pack.pipeline import PackConfig
+    from packshard.pack import PackConfig
 
     return PackConfig(
         inputs=tuple(str(p) for p in inputs), tokenizer=str(tokenizer), out=str(out),
@@ -404,7 +405,7 @@ def test_non_empty_out_is_refused_without_overwrite(
     tmp_path, make_jsonl, word_tokenizer, check_pack
 ):
     from packshard.cli.commands import main
-    from packshard.pack.pipeline import pack_dataset
+    from packshard.pack import pack_dataset
 
     data = text_file(tmp_path, make_jsonl, TEXTS)
     out = tmp_path / "out"
@@ -533,7 +534,9 @@ def test_output_does_not_depend_on_the_number_of_workers(tmp_path, make_jsonl, w
         out = tmp_path / f"w{workers}"
         args = [*inputs, "-t", str(word_tokenizer), "--max-seq-len", "48", "-o", str(out)]
         args += ["--num-workers", str(workers), "--no-progress"]
-        code = "import sys; from packshard.cli.commands import main; sys.argv[0] = 'packshard'; main()"
+        code = (
+            "import sys; from packshard.cli.commands import main; sys.argv[0] = 'packshard'; main()"
+        )
         done = subprocess.run(
             [sys.executable, "-c", code, "pack", *args], capture_output=True, text=True
         )

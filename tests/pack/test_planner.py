@@ -7,20 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packshard.arrays import fill_rate, lower_bound_rows
 from packshard.errors import UsageError
-from packshard.pack.planner import (
-    STRATEGIES,
-    PackPlan,
-    fill_rate,
-    lower_bound_rows,
-    plan_packs,
-    plan_packs_reference,
-)
+from packshard.pack.planner import plan_packs, plan_packs_reference
+from packshard.pack.rows import RowPlan
+from packshard.records import STRATEGIES
 
 FIELDS = ("row_offsets", "seg_example", "seg_start", "seg_length")
 
 
-def rows_of(plan: PackPlan) -> list[list[tuple[int, int, int]]]:
+def rows_of(plan: RowPlan) -> list[list[tuple[int, int, int]]]:
     """The plan as [[(example, start, length), ...] per row] for readable assertions."""
     return [
         [
@@ -31,13 +27,14 @@ def rows_of(plan: PackPlan) -> list[list[tuple[int, int, int]]]:
     ]
 
 
-def assert_same(a: PackPlan, b: PackPlan) -> None:
+def assert_same(a: RowPlan, b: RowPlan) -> None:
     for name in FIELDS:
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
     assert a.max_seq_len == b.max_seq_len
+    assert a.strategy == b.strategy
 
 
-def check_invariants(plan: PackPlan, lengths: np.ndarray, max_seq_len: int) -> None:
+def check_invariants(plan: RowPlan, lengths: np.ndarray, max_seq_len: int) -> None:
     """Everything a plan must satisfy whatever the strategy."""
     assert plan.row_offsets.dtype == np.int64
     assert plan.seg_example.dtype == np.int64
@@ -46,10 +43,16 @@ def check_invariants(plan: PackPlan, lengths: np.ndarray, max_seq_len: int) -> N
     assert plan.row_offsets[0] == 0
     assert plan.row_offsets[-1] == plan.num_segments
     assert np.all(np.diff(plan.row_offsets) >= 1)  # no empty row
-    assert np.all(plan.row_tokens <= max_seq_len)
+    assert np.all(plan.row_tokens() <= max_seq_len)
     assert np.all(plan.seg_length >= 1)
-    assert plan.num_rows >= lower_bound_rows(lengths, max_seq_len)
-    assert plan.num_tokens == int(np.sum(lengths, dtype=np.int64))
+    total = int(np.sum(lengths, dtype=np.int64))
+    assert plan.num_rows >= lower_bound_rows(total, max_seq_len) == plan.lower_bound_rows
+    assert plan.num_tokens == total
+    assert plan.fill_rate == fill_rate(total, plan.num_rows, max_seq_len)
+    assert plan.max_seq_len == max_seq_len
+    # straight from the planner: parts, targets and example ids are not known yet
+    for name in ("seg_part", "seg_targets", "example_id"):
+        assert not getattr(plan, name).any() and len(getattr(plan, name)) == plan.num_segments
     if plan.strategy == "wrapped" and len(lengths):
         # Token coverage is exact and in input order: the segments tile the stream.
         assert np.array_equal(plan.seg_example, np.sort(plan.seg_example, kind="stable"))
@@ -60,7 +63,7 @@ def check_invariants(plan: PackPlan, lengths: np.ndarray, max_seq_len: int) -> N
         last = np.r_[first[1:], True]
         assert np.array_equal(ends[last], lengths[plan.seg_example[last]])
         assert np.array_equal(np.unique(plan.seg_example), np.flatnonzero(lengths))
-        assert np.all(plan.row_tokens[:-1] == max_seq_len)  # only the last row is partial
+        assert np.all(plan.row_tokens()[:-1] == max_seq_len)  # only the last row is partial
     elif plan.strategy != "wrapped":
         assert np.array_equal(np.sort(plan.seg_example), np.arange(len(lengths)))
         assert np.all(plan.seg_start == 0)
@@ -79,7 +82,7 @@ def test_bfd_small_pack_by_hand():
     # 2 fits nowhere and opens row 2 (room 6), 1 goes to row 0 (room 1, the least that fits).
     plan = plan_packs(np.array([5, 2, 1, 7, 3]), 8, "bfd")
     assert rows_of(plan) == [[(3, 0, 7), (2, 0, 1)], [(0, 0, 5), (4, 0, 3)], [(1, 0, 2)]]
-    assert plan.row_tokens.tolist() == [8, 8, 2]
+    assert plan.row_tokens().tolist() == [8, 8, 2]
     assert plan.lower_bound_rows == 3
     assert plan.fill_rate == pytest.approx(18 / 24)
 
@@ -142,8 +145,9 @@ def test_empty_lengths_give_an_empty_plan(strategy, dtype):
     assert plan.num_rows == 0
     assert plan.row_offsets.tolist() == [0]
     assert plan.num_segments == 0
-    assert plan.row_tokens.tolist() == []
-    assert plan.fill_rate == 1.0
+    assert plan.row_tokens().tolist() == []
+    assert plan.fill_rate == 0.0  # no rows, nothing filled (the one definition, arrays.fill_rate)
+    assert plan.lower_bound_rows == 0 and plan.strategy == strategy
     assert_same(plan, plan_packs_reference([], 16, strategy))
 
 
@@ -164,7 +168,7 @@ def test_full_length_examples_take_a_row_each_in_order(strategy):
 def test_many_length_one_examples_fill_rows_in_index_order(strategy):
     plan = plan_packs(np.ones(1000, np.int64), 64, strategy)
     assert plan.num_rows == 16
-    assert plan.row_tokens.tolist() == [64] * 15 + [40]
+    assert plan.row_tokens().tolist() == [64] * 15 + [40]
     assert np.array_equal(plan.seg_example, np.arange(1000))
 
 
@@ -209,12 +213,13 @@ def test_bad_arguments_are_usage_errors():
         plan_packs(np.array([1.5]), 8)
 
 
-def test_helpers():
-    assert lower_bound_rows(np.array([5, 2, 1, 7, 3]), 8) == 3
-    assert lower_bound_rows(np.array([8, 8]), 8) == 2
-    assert lower_bound_rows(np.array([], np.int64), 8) == 0
-    assert fill_rate(18, 3, 8) == 0.75
-    assert fill_rate(0, 0, 8) == 1.0
+def test_plan_capacity_figures_are_the_shared_definitions():
+    plan = plan_packs(np.array([5, 2, 1, 7, 3]), 8, "bfd")
+    assert (plan.strategy, plan.max_seq_len, plan.num_tokens) == ("bfd", 8, 18)
+    assert plan.lower_bound_rows == lower_bound_rows(18, 8) == 3
+    assert plan.fill_rate == fill_rate(18, 3, 8) == 0.75
+    full = plan_packs(np.array([8, 8]), 8, "ffd")
+    assert (full.lower_bound_rows, full.fill_rate) == (2, 1.0)
 
 
 # -- properties ------------------------------------------------------------------------------
@@ -241,7 +246,7 @@ def test_binpacking_matches_reference_and_keeps_invariants(strategy, problem):
     assert_same(plan, plan_packs_reference(lengths, max_seq_len, strategy))
     assert_same(plan, plan_packs(lengths.copy(), max_seq_len, strategy))
     # Any-fit bound: at most one row is half empty or worse.
-    assert np.count_nonzero(2 * plan.row_tokens <= max_seq_len) <= 1
+    assert np.count_nonzero(2 * plan.row_tokens() <= max_seq_len) <= 1
 
 
 @settings(max_examples=150, deadline=None)
@@ -250,7 +255,7 @@ def test_wrapped_matches_reference_and_covers_every_token(problem):
     lengths, max_seq_len = problem
     plan = plan_packs(lengths, max_seq_len, "wrapped")
     check_invariants(plan, lengths, max_seq_len)
-    assert plan.num_rows == lower_bound_rows(lengths, max_seq_len)
+    assert plan.num_rows == lower_bound_rows(int(lengths.sum()), max_seq_len)
     assert_same(plan, plan_packs_reference(lengths, max_seq_len, "wrapped"))
     assert_same(plan, plan_packs(lengths.copy(), max_seq_len, "wrapped"))
 
@@ -270,7 +275,7 @@ def test_bfd_is_near_the_lower_bound_on_realistic_lengths():
     lengths = np.clip(np.round(rng.lognormal(np.log(300), 1.0, 200_000)), 1, 4096).astype(np.int64)
     plan = plan_packs(lengths, 4096)
     check_invariants(plan, lengths, 4096)
-    assert plan.num_rows <= lower_bound_rows(lengths, 4096) * 1.001
+    assert plan.num_rows <= lower_bound_rows(int(lengths.sum()), 4096) * 1.001
 
 
 @pytest.mark.parametrize("strategy", ["bfd", "ffd"])

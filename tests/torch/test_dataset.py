@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from packshard.errors import ManifestError, UsageError  # noqa: E402
+from packshard.errors import FormatError, ManifestError, UsageError  # noqa: E402
 from packshard.records import IGNORE_INDEX, PackedRow  # noqa: E402
 from packshard.torch import (  # noqa: E402
     PackedDataset,
@@ -193,6 +193,31 @@ def test_shard_with_wrong_row_count_is_refused(out_11):
         f"{out / 'shard-00001.parquet'}: 4 rows, but the manifest says 5 "
         "(the folder is incomplete or was modified: run packshard verify)"
     )
+
+
+@pytest.mark.parametrize(
+    ("meta", "problem"),
+    [
+        (
+            {b"packshard.format_version": b"1", b"packshard.dataset_id": b"other"},
+            "packshard.dataset_id other differs from the manifest's fx (the file belongs to "
+            "another pack, or the folder was replaced while it was open) (run packshard verify)",
+        ),
+        (None, "no packshard.format_version in its Parquet metadata (run packshard verify)"),
+    ],
+    ids=["another-pack", "no-metadata"],
+)
+def test_shard_of_another_pack_is_refused(out_11, meta, problem):
+    out, _ = out_11
+    path = out / "shard-00001.parquet"
+    pq.write_table(pq.read_table(path).replace_schema_metadata(meta), path)
+    ds = PackedDataset(out)
+    ds[0]  # shard 0 is this pack's
+    with pytest.raises(FormatError) as err:
+        ds[4]
+    assert (err.value.path, err.value.problem) == (str(path), problem)
+    with pytest.raises(FormatError, match="run packshard verify"):
+        list(PackedIterableDataset(out))
 
 
 def test_tokenizer_mismatch_names_both_hashes(out_11, tmp_path):

@@ -17,10 +17,18 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from packshard.verify import equivalence as eq  # noqa: E402
+from packshard.verify import model as vm  # noqa: E402
+from packshard.verify.findings import Issue  # noqa: E402
+from packshard.verify.model import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 VOCAB = 64
+
+
+def messages(rep) -> list[str]:
+    """The report's issues in their string form, ``NAME segment J: msg`` or ``NAME: msg``."""
+    return [str(issue) for issue in rep.issues]
 
 
 def make_row(lengths, seed=0, reset=True, cu=None, vocab=VOCAB):
@@ -52,7 +60,7 @@ def one_thread(torch_one_thread):
 
 @pytest.fixture(scope="module")
 def model():
-    return eq.build_tiny_model(VOCAB, seed=0)
+    return build_tiny_model(VOCAB, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +70,10 @@ def good_report(model):
 
 
 def test_import_does_not_load_torch():
-    code = "import sys, packshard, packshard.verify.equivalence; assert 'torch' not in sys.modules"
+    code = (
+        "import sys, packshard, packshard.verify.equivalence, packshard.verify.model; "
+        "assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -85,19 +96,19 @@ def test_block_mask_is_block_causal():
 def test_mutate_tokens_changes_only_the_other_parity():
     ids = np.arange(10) % 7
     cu = np.array([0, 3, 5, 10])
-    out = eq.mutate_tokens(ids, cu, keep=0, vocab=7, rng=np.random.default_rng(0))
+    out = vm.mutate_tokens(ids, cu, keep=0, vocab=7, rng=np.random.default_rng(0))
     assert np.array_equal(out[0:3], ids[0:3]) and np.array_equal(out[5:10], ids[5:10])
     assert np.all(out[3:5] != ids[3:5]) and np.all((out >= 0) & (out < 7))
-    out = eq.mutate_tokens(ids, cu, keep=1, vocab=7, rng=np.random.default_rng(0))
+    out = vm.mutate_tokens(ids, cu, keep=1, vocab=7, rng=np.random.default_rng(0))
     assert np.array_equal(out[3:5], ids[3:5])
     assert np.all(out[0:3] != ids[0:3]) and np.all(out[5:10] != ids[5:10])
 
 
 def test_score_loss_is_shifted_and_ignores_minus_100():
     logits = torch.zeros(4, 8)  # uniform: every target costs ln 8
-    total, count = eq.score_loss(logits, np.array([IGNORE_INDEX, 3, IGNORE_INDEX, 5]))
+    total, count = vm.score_loss(logits, np.array([IGNORE_INDEX, 3, IGNORE_INDEX, 5]))
     assert count == 2 and total == pytest.approx(2 * math.log(8), rel=1e-6)
-    assert eq.score_loss(logits, np.array([1, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX])) == (
+    assert vm.score_loss(logits, np.array([1, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX])) == (
         0.0,
         0,
     )
@@ -105,7 +116,7 @@ def test_score_loss_is_shifted_and_ignores_minus_100():
 
 def test_equivalence_holds_and_control_leaks(good_report):
     rep = good_report
-    assert rep.ok and rep.findings == []
+    assert rep.ok and rep.issues == ()
     assert rep.max_logit_delta < 1e-5 and rep.max_loss_delta < 1e-5
     assert rep.max_mutation_delta is not None and rep.max_mutation_delta < 1e-6
     assert rep.control_detected
@@ -140,12 +151,13 @@ def test_loss_totals_are_token_weighted(good_report):
 def test_positions_not_reset_are_named(model):
     rep = eq.check_rows(model, [make_row([5, 7, 4], seed=1, reset=False)])
     assert not rep.ok
-    assert rep.findings == [
+    assert messages(rep) == [
         "row 0 segment 1: position_ids start at 5 and are not 0..6 as the example has alone"
         " (rotary models cannot see a constant shift)",
         "row 0 segment 2: position_ids start at 12 and are not 0..3 as the example has alone"
         " (rotary models cannot see a constant shift)",
     ]
+    assert [(i.row, i.name, i.segment) for i in rep.issues] == [(0, "row 0", 1), (0, "row 0", 2)]
     # rotary attention is shift invariant: the logits alone could not have shown it
     assert rep.max_logit_delta < 1e-4
 
@@ -154,7 +166,7 @@ def test_cu_seqlens_off_by_one_is_named(model):
     # token 5 is the first of segment 1 (position 0) but cu_seqlens gives it to segment 0
     rep = eq.check_rows(model, [make_row([5, 7, 4], seed=1, cu=[0, 6, 12, 16])], names=["s0 r3"])
     assert not rep.ok
-    text = "\n".join(rep.findings)
+    text = "\n".join(messages(rep))
     assert "s0 r3 segment 0: packed logits differ from alone by" in text
     assert "s0 r3 segment 0: position_ids start at 0 and are not 0..5" in text
     assert rep.rows[0].segments[0].logit_delta > 1e-3
@@ -166,13 +178,16 @@ def test_injected_mask_bug_is_caught(model, monkeypatch):
     rep = eq.check_rows(model, [make_row([5, 7, 4], seed=1)])
     assert not rep.ok
     for seg in (1, 2):
-        assert any(f.startswith(f"row 0 segment {seg}: packed logits differ") for f in rep.findings)
+        assert any(
+            f.startswith(f"row 0 segment {seg}: packed logits differ") for f in messages(rep)
+        )
         assert any(
             f.startswith(f"row 0 segment {seg}: logits move by")
             and "attention crosses the seam" in f
-            for f in rep.findings
+            for f in messages(rep)
         )
-    assert not any(f.startswith("row 0 segment 0") for f in rep.findings)
+    assert not any(f.startswith("row 0 segment 0") for f in messages(rep))
+    assert {i.segment for i in rep.issues} == {1, 2}
     assert rep.max_mutation_delta > 1e-3
 
 
@@ -182,13 +197,22 @@ def test_control_that_cannot_leak_is_a_finding(model, monkeypatch):
     rep = eq.check_rows(model, [make_row([5, 7, 4], seed=1)])
     assert not rep.ok and not rep.control_detected
     assert rep.rows[0].control == "not detected"
-    assert rep.findings[0].startswith("row 0: the naive causal control differs from alone by only")
+    assert messages(rep)[0].startswith("row 0: the naive causal control differs from alone by only")
+    assert (rep.issues[0].row, rep.issues[0].segment) == (0, None)  # the whole row
 
 
 def test_malformed_row_is_reported_not_crashed(model):
     bad = make_row([5, 7, 4], seed=1, cu=[0, 5, 12])
     rep = eq.check_rows(model, [bad, make_row([4, 4], seed=2)])
-    assert rep.findings == [
+    assert rep.issues == (
+        Issue(
+            0,
+            "row 0",
+            None,
+            "cu_seqlens [0, 5, 12] is not [0, …, 16] strictly increasing; row not checked",
+        ),
+    )
+    assert messages(rep) == [
         "row 0: cu_seqlens [0, 5, 12] is not [0, …, 16] strictly increasing; row not checked"
     ]
     assert [r.row for r in rep.rows] == [1]
@@ -207,21 +231,24 @@ def test_names_must_match_rows(model):
 
 def test_report_is_deterministic_and_json_ready(model, good_report):
     rows = [make_row([5, 7, 4], seed=1), make_row([16], seed=2), make_row([3, 3, 3, 3], seed=3)]
-    again = eq.check_rows(eq.build_tiny_model(VOCAB, seed=0), rows)
+    again = eq.check_rows(build_tiny_model(VOCAB, seed=0), rows)
     assert again.to_dict() == good_report.to_dict()
     data = json.loads(json.dumps(good_report.to_dict()))
     assert data["rows"][0]["segments"][1]["segment"] == 1
+    assert data["issues"] == [] and data["notes"] == []
 
 
-def test_load_model_tiny_and_folder(tmp_path, model):
-    tiny = eq.load_model("tiny", 50_000)
-    assert tiny.config.vocab_size == eq.TINY_VOCAB and not tiny.training
-    with pytest.raises(UsageError, match=r"no config\.json"):
-        eq.load_model(str(tmp_path), 100)
-    model.save_pretrained(tmp_path / "m")
-    loaded = eq.load_model(str(tmp_path / "m"), VOCAB)
-    ids = np.arange(10) % VOCAB
-    with torch.inference_mode():
-        a = eq.forward_logits(model, ids, None, None)
-        b = eq.forward_logits(loaded, ids, None, None)
-    assert torch.equal(a, b)
+def test_issues_travel_to_json_as_strings(model):
+    rep = eq.check_rows(model, [make_row([5, 7, 4], seed=1, reset=False)], names=["s1 r0"])
+    data = json.loads(json.dumps(rep.to_dict()))
+    assert data["issues"] == messages(rep)
+    assert data["issues"][0].startswith("s1 r0 segment 1: position_ids start at 5")
+    assert data["ok"] is False
+
+
+def test_no_row_checked_is_an_issue_of_its_own(model):
+    bad = make_row([5, 7, 4], seed=1, cu=[0, 5, 12])
+    rep = eq.check_rows(model, [bad])
+    assert rep.rows == () and not rep.ok
+    assert rep.issues[-1] == Issue(-1, "rows", None, "no row could be checked")
+    assert str(rep.issues[-1]) == "rows: no row could be checked"

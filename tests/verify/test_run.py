@@ -20,9 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from packshard.errors import ManifestError
-from packshard.verify.findings import Finding
 from packshard.records import IGNORE_INDEX
+from packshard.verify.findings import Finding
 from packshard.verify.run import VerifyOptions, verify_dataset
+from tests.helpers import pack_demo_into
 
 FAST = VerifyOptions(model="none")
 SHARD = "shard-00001.parquet"
@@ -264,6 +265,55 @@ def test_missing_example_is_caught(packed_demo_copy):
     find(report, "source", "example id not found in its row", shard=SHARD, row=1, example_id=eid)
 
 
+def test_orphan_examples_row_fails_the_structure_check(packed_demo_copy):
+    """An index entry no row holds is a structural fault (it used to leave structure passed)."""
+    out = packed_demo_copy
+    path = out / "examples.parquet"
+    table = pq.read_table(path)
+    orphan = table.slice(0, 1).to_pylist()[0] | {"example_id": table.num_rows, "line": 999}
+    extended = pa.concat_tables([table, pa.Table.from_pylist([orphan], schema=table.schema)])
+    pq.write_table(extended, path)  # same schema, same packshard metadata
+    report = verify_dataset(out, FAST)
+    assert report.ok is False
+    f = find(report, "structure", "example listed in examples.parquet is in no row")
+    assert (f.example_id, f.source, f.shard, f.row) == (64, f"{orphan['source']}:999", None, None)
+    assert report.checks["structure"]["status"] == "failed"
+    assert report.checks["structure"]["findings"] == 1
+    find(report, "integrity", "examples.parquet: SHA-256 differs from the manifest")
+    find(report, "integrity", "examples.parquet has 65 rows, stats.examples=64")
+
+
+def _with_dataset_id(path: Path, dataset_id: bytes) -> None:
+    table = pq.read_table(path)
+    meta = dict(table.schema.metadata) | {b"packshard.dataset_id": dataset_id}
+    pq.write_table(table.replace_schema_metadata(meta), path, use_dictionary=False)
+
+
+@pytest.mark.parametrize("name", ["shard-00000.parquet", "examples.parquet"])
+def test_a_file_of_another_pack_is_named(packed_demo_copy, name):
+    out = packed_demo_copy
+    dataset_id = json.loads((out / "manifest.json").read_text())["dataset_id"]
+    _with_dataset_id(out / name, b"0" * 32)
+    report = verify_dataset(out, FAST)
+    assert report.ok is False
+    f = find(report, "integrity", f"{name}: packshard.dataset_id {'0' * 32} differs")
+    assert f.message == (
+        f"{name}: packshard.dataset_id {'0' * 32} differs from the manifest's {dataset_id} "
+        "(the file belongs to another pack, or the folder was replaced while it was open)"
+    )
+    find(report, "integrity", f"{name}: SHA-256 differs from the manifest")
+    assert report.checks["integrity"]["status"] == "failed"
+
+
+def test_a_shard_without_packshard_metadata_is_named(packed_demo_copy):
+    out = packed_demo_copy
+    path = out / SHARD
+    pq.write_table(pq.read_table(path).replace_schema_metadata(None), path, use_dictionary=False)
+    report = verify_dataset(out, FAST)
+    assert report.ok is False
+    find(report, "integrity", f"{SHARD}: no packshard.format_version in its Parquet metadata")
+
+
 def test_deleted_shard_is_caught(packed_demo_copy):
     out = packed_demo_copy
     os.remove(out / "shard-00002.parquet")
@@ -335,8 +385,6 @@ def test_rejects_file_with_a_line_removed_is_caught(packed_demo_copy):
 def test_tokenizer_swapped_after_packing_is_caught(tmp_path, packed_demo_tokenizer, monkeypatch):
     import shutil
 
-    from conftest import pack_demo_into
-
     import packshard.demo
 
     tok = Path(shutil.copytree(packed_demo_tokenizer, tmp_path / "tok"))
@@ -353,8 +401,6 @@ def test_tokenizer_swapped_after_packing_is_caught(tmp_path, packed_demo_tokeniz
 
 
 def test_template_edited_after_packing_is_caught(tmp_path, packed_demo_tokenizer):
-    from conftest import pack_demo_into
-
     from packshard.ingest.templates import BUILTINS
 
     template = tmp_path / "chatml.jinja"
@@ -483,7 +529,7 @@ REAL_CONFIGS = {
 def test_verify_passes_on_what_pack_makes_from_real_data(shared_data, tmp_path, name):
     """Every real chat file packed together, per tokenizer, verifies clean with the model."""
     pytest.importorskip("transformers")
-    from packshard.pack.pipeline import PackConfig, pack_dataset
+    from packshard.pack import PackConfig, pack_dataset
 
     tokenizer, template = REAL_CONFIGS[name]
     tokenizers = shared_data / "tokenizers"
@@ -549,7 +595,7 @@ def _edit_manifest(change: Callable[[dict[str, Any]], None]) -> Callable[[Path],
         (
             lambda out: (out / "examples.parquet").write_bytes(b"not parquet"),
             "integrity",
-            "examples.parquet: unreadable: ",
+            "examples.parquet: unreadable Parquet: ",
         ),
         (
             _drop_labels,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from packshard.verify.run import VerifyOptions, verify_dataset
+from tests.helpers import pack_demo_into
 
 
 def source_findings(report) -> list[str]:
@@ -16,8 +17,6 @@ def source_findings(report) -> list[str]:
 
 def packed_then_moved(tmp_path: Path, tokenizer: Path) -> tuple[Path, Path, Path]:
     """Pack the demo, then move its input away: (out, recorded input path, new folder)."""
-    from conftest import pack_demo_into
-
     out = pack_demo_into(tmp_path, tokenizer)
     recorded = tmp_path / "data" / "demo_chat.jsonl"
     moved = tmp_path / "moved"

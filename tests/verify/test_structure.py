@@ -16,9 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from packshard.verify.findings import FindingList
-from packshard.verify.structure import ExamplesIndex, audit_shard
+from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import SHARD_SCHEMA
+from packshard.verify.findings import FindingList
+from packshard.verify.structure import audit_shard, check_structure
 
 M = -100
 
@@ -55,6 +56,7 @@ def index(**overrides: list[Any]) -> ExamplesIndex:
         "row": [0, 0, 1],
         "num_tokens": [3, 2, 4],
         "num_loss_tokens": [2, 1, 2],
+        "token_offset": [0, 0, 0],
         "source": ["chat.jsonl"] * 3,
         "line": [4, 9, 12],
     }
@@ -277,11 +279,62 @@ def test_row_findings_count_every_fault_of_a_row():
     assert len(found) == 2
 
 
-def test_sparse_index_lookup_and_where():
-    idx = index(example_id=[12, 10, 11])
-    assert not idx.dense
-    assert idx.lookup(np.array([10, 11, 12, 13, -1])).tolist() == [1, 2, 0, -1, -1]
-    assert idx.where(12) == "chat.jsonl:4" and idx.where(99) is None
-    dense = index()
-    assert dense.dense and dense.where(2) == "chat.jsonl:12" and dense.where(3) is None
-    assert dense.sources == ["chat.jsonl"] * 3
+# --- check_structure: every shard, then every example exactly once ---------------------------
+
+
+def structure(tables: dict[int, pa.Table], idx: ExamplesIndex, shards: int | None = None):
+    count = len(tables) if shards is None else shards
+    manifest = {
+        "config": {"max_seq_len": 8},
+        "tokenizer": {"vocab_size": 64},
+        "shards": [{"path": f"shard-{k:05d}.parquet"} for k in range(count)],
+    }
+    findings = FindingList()
+    audits = check_structure(manifest, tables, idx, findings)
+    return audits, findings
+
+
+def test_check_structure_audits_every_shard_of_a_sound_folder():
+    table = pa.Table.from_pylist(good_rows(), schema=SHARD_SCHEMA)
+    audits, findings = structure({0: table}, index())
+    assert len(findings) == 0 and list(audits) == [0]
+    assert (audits[0].rows, audits[0].tokens, audits[0].loss_tokens) == (2, 9, 5)
+
+
+def test_an_example_of_the_index_in_no_row_is_a_structure_finding():
+    table = pa.Table.from_pylist(good_rows(), schema=SHARD_SCHEMA)
+    orphan = index(
+        example_id=[0, 1, 2, 3],
+        shard=[0, 0, 0, 0],
+        row=[0, 0, 1, 1],
+        num_tokens=[3, 2, 4, 1],
+        num_loss_tokens=[2, 1, 2, 0],
+        token_offset=[0, 0, 0, 0],
+        source=["chat.jsonl"] * 4,
+        line=[4, 9, 12, 15],
+    )
+    _, findings = structure({0: table}, orphan)
+    assert [(f.check, f.message, f.example_id, f.source) for f in findings.items] == [
+        ("structure", "example listed in examples.parquet is in no row", 3, "chat.jsonl:15")
+    ]
+    assert findings.count_kind("structure", "missing_example") == 1
+
+
+def test_an_example_in_two_shards_is_a_structure_finding():
+    table = pa.Table.from_pylist(good_rows(), schema=SHARD_SCHEMA)
+    _, findings = structure({0: table, 1: table}, index())
+    duplicated = [f for f in findings.items if f.message.startswith("example appears")]
+    assert [(f.example_id, f.source) for f in duplicated] == [
+        (0, "chat.jsonl:4"),
+        (1, "chat.jsonl:9"),
+        (2, "chat.jsonl:12"),
+    ]
+    assert {f.check for f in findings.items} == {"structure"}
+
+
+def test_each_example_once_waits_for_every_shard_and_the_index():
+    table = pa.Table.from_pylist(good_rows()[:1], schema=SHARD_SCHEMA)  # example 2 not read
+    _, findings = structure({0: table}, index(), shards=2)  # shard 1 could not be opened
+    assert len(findings) == 0
+    _, findings = structure({0: table}, None)
+    assert len(findings) == 0  # without the index nothing can be compared

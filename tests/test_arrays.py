@@ -1,0 +1,75 @@
+"""The shared array idioms: ranges given by offsets, trained-label counts, capacity figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packshard.arrays import (
+    count_trained,
+    exclusive_cumsum,
+    fill_rate,
+    lower_bound_rows,
+    range_sums,
+)
+from packshard.records import IGNORE_INDEX as X
+
+
+def test_the_docstring_example_by_hand() -> None:
+    lengths = np.array([3, 2, 4])
+    offsets = exclusive_cumsum(lengths)
+    assert offsets.dtype == np.int64 and offsets.tolist() == [0, 3, 5, 9]
+    labels = np.array([X, 1, 1, X, 2, X, 3, 3, X], dtype=np.int32)
+    assert range_sums(labels != X, offsets).tolist() == [2, 1, 2]
+    assert count_trained(labels, offsets).tolist() == [2, 1, 2]
+
+
+def test_count_trained_skips_each_range_first_label_only_when_asked() -> None:
+    labels = np.array([5, 6, X, 7, 8, 9], dtype=np.int32)
+    offsets = np.array([0, 2, 2, 3, 6])  # an empty range in the middle
+    assert count_trained(labels, offsets).tolist() == [1, 0, 0, 2]
+    assert count_trained(labels, offsets, skip_first=False).tolist() == [2, 0, 0, 3]
+    assert count_trained(labels, [0]).tolist() == []
+    assert count_trained(labels, offsets).dtype == np.int64
+
+
+def test_count_trained_skips_each_first_label() -> None:
+    labels = np.array([7, 8, X, 9, X, X, 5], dtype=np.int32)
+    offsets = np.array([0, 2, 4, 4, 7], dtype=np.int64)
+    assert count_trained(labels, offsets).tolist() == [1, 1, 0, 1]
+
+
+def test_count_trained_excludes_each_first_token() -> None:
+    labels = np.array([5, 6, X, 8, 9, 10, X, X, 11], dtype=np.int32)
+    offsets = np.array([0, 3, 3, 6, 9])  # an empty example in the middle
+    assert count_trained(labels, offsets).tolist() == [1, 0, 2, 1]
+
+
+def test_exclusive_cumsum_and_range_sums_of_nothing() -> None:
+    assert exclusive_cumsum(np.zeros(0, np.int32)).tolist() == [0]
+    assert range_sums(np.zeros(0, np.int32), np.array([0])).tolist() == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([X, 0, 1, 2]), max_size=6), max_size=12))
+def test_count_trained_equals_a_loop(ranges: list[list[int]]) -> None:
+    flat = np.array([v for r in ranges for v in r], dtype=np.int32)
+    offsets = exclusive_cumsum(np.array([len(r) for r in ranges], dtype=np.int64))
+    assert count_trained(flat, offsets).tolist() == [sum(v != X for v in r[1:]) for r in ranges]
+    assert count_trained(flat, offsets, skip_first=False).tolist() == [
+        sum(v != X for v in r) for r in ranges
+    ]
+    assert range_sums(flat, offsets).tolist() == [sum(r) for r in ranges]
+
+
+def test_capacity_figures() -> None:
+    assert lower_bound_rows(18, 8) == 3
+    assert lower_bound_rows(16, 8) == 2
+    assert lower_bound_rows(0, 8) == 0
+    assert lower_bound_rows(np.int64(17), np.int32(8)) == 3
+    assert fill_rate(18, 3, 8) == 0.75
+    assert fill_rate(16, 2, 8) == 1.0
+    assert fill_rate(0, 0, 8) == 0.0  # no rows: nothing filled, everywhere (planner and stats)
+    assert fill_rate(5, 1, 10) == pytest.approx(0.5)
