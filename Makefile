@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_OUT ?= demo-out
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-core lint bench clean
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
@@ -26,6 +26,9 @@ demo: install
 test: install
 	$(PY) -m pytest -n 2 -q
 
+test-core:
+	PYTHON=$(PYTHON) bash scripts/core_install_check.sh
+
 lint: install
 	$(VENV)/bin/ruff format --check packshard tests scripts
 	$(VENV)/bin/ruff check packshard tests scripts
@@ -38,4 +41,4 @@ bench: $(BENCH_STAMP)
 	$(PY) scripts/bench_reader.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-core $(DEMO_OUT) .pytest_cache .mypy_cache .ruff_cache
