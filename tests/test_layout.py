@@ -3,13 +3,15 @@
 Layers, lowest first (a module may import its own layer and the layers below)::
 
     errors, records, arrays, digests      the values and idioms every stage shares
+    engine                                runs work units: in process, local processes, Ray
     format                                the output folder's contract
     ingest | torch                        read → … → label   |   the trainer-side reader
     profile | pack | verify               the commands' libraries
     cli                                   the command line
 
 ``ingest`` never imports ``format`` (nor anything above it); ``torch`` never imports
-``ingest``.  ``profile`` may use ``pack.planner``: it predicts what ``pack`` would do with the
+``ingest``.  ``engine`` knows nothing of packing: it runs the functions the commands hand it
+(its own layer, so that ``profile``, ``pack`` and ``verify`` share one).  ``profile`` may use ``pack.planner``: it predicts what ``pack`` would do with the
 same planner.
 """
 
@@ -25,16 +27,17 @@ BASE = {"errors", "records", "arrays", "digests"}
 ALLOWED = {
     "errors": set(),
     "digests": set(),
+    "engine": BASE | {"engine"},
     "records": {"errors"},
     "arrays": {"records"},
     "format": BASE | {"format"},
     "ingest": BASE | {"ingest"},
     "torch": BASE | {"format", "torch"},
-    "pack": BASE | {"format", "ingest", "pack"},
-    "verify": BASE | {"format", "ingest", "torch", "verify"},
-    "profile": BASE | {"ingest", "profile", "pack.planner"},
+    "pack": BASE | {"engine", "format", "ingest", "pack"},
+    "verify": BASE | {"engine", "format", "ingest", "torch", "verify"},
+    "profile": BASE | {"engine", "ingest", "profile", "pack.planner"},
     "demo": set(),
-    "cli": BASE | {"format", "ingest", "torch", "profile", "pack", "verify", "cli", "demo"},
+    "cli": BASE | {"engine", "format", "ingest", "torch", "profile", "pack", "verify", "cli", "demo"},
     "__init__": BASE,
 }
 LONG_KERNELS = {"pack/planner.py"}  # numba kernels with their pure-Python twin

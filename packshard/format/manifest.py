@@ -52,8 +52,12 @@ def build_manifest(
     files: Mapping[str, Any],
     shards: list[dict[str, Any]],
     loss: Mapping[str, Any],
+    engine: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Return the manifest of a finished pack (``created_at`` is now, UTC)."""
+    """Return the manifest of a finished pack (``created_at`` is now, UTC).
+
+    ``engine`` (how the job ran: engine, workers, units) never changes the content.
+    """
     from packshard import __version__
 
     return {
@@ -69,6 +73,7 @@ def build_manifest(
         "files": dict(files),
         "shards": shards,
         "loss": dict(loss),
+        **({"engine": dict(engine)} if engine is not None else {}),
     }
 
 

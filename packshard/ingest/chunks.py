@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -47,7 +47,7 @@ from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
 from packshard.ingest.labels import encode_texts, label_encodings
 from packshard.ingest.normalize import is_encodable, normalize_record
-from packshard.ingest.sources import InputFile, read_records
+from packshard.ingest.sources import read_records
 from packshard.ingest.spans import render_example
 from packshard.ingest.templates import ChatTemplate
 from packshard.ingest.tokenizer import TokenizerBundle
@@ -145,10 +145,11 @@ _Piece = tuple[list[_Item], list[tuple[int, Reject]], bool]
 
 
 def _render_pieces(
-    files: Sequence[InputFile],
+    files: Sequence[Any],
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
     options: IngestOptions,
+    read: Callable[[Any], Iterable[RawRecord]],
 ) -> Iterator[_Piece]:
     """Read, normalize and render records (the pure-Python half), a piece at a time.
 
@@ -161,7 +162,7 @@ def _render_pieces(
     seq = count = 0  # records read, records in the open chunk
     piece = min(FIRST_PIECE, options.batch_size)
     for f in files:
-        for raw in read_records(f):
+        for raw in read(f):
             seq += 1
             count += 1
             try:
@@ -185,13 +186,17 @@ def _render_pieces(
 
 
 def ingest(
-    files: Sequence[InputFile],
+    files: Sequence[Any],
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
     options: IngestOptions,
     progress: bool = False,
+    read: Callable[[Any], Iterable[RawRecord]] = read_records,
 ) -> Iterator[IngestChunk]:
     """Stream ``files`` as tokenized, labelled chunks of ``options.batch_size`` records.
+
+    ``read`` turns each item of ``files`` into its records: :func:`read_records` for input
+    files, :func:`packshard.ingest.splits.read_split` for a work unit.
 
     Chunk ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
     chunk ``k + 1`` is rendered and chunk ``k - 1`` is labelled and consumed on this one;
@@ -211,7 +216,7 @@ def ingest(
     items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
     encoding: list[Future[list[Encoding]]] = []
-    pieces = _render_pieces(files, bundle, template, options)
+    pieces = _render_pieces(files, bundle, template, options, read)
     try:
         while True:
             try:

@@ -21,6 +21,8 @@ size: about 45 bytes a token each.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 
@@ -30,17 +32,28 @@ from packshard.pack.rows import RowPlan
 from packshard.pack.spill import Spill
 from packshard.records import IGNORE_INDEX
 
+ReadRanges = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
 
 def assemble_rows(spill: Spill, block: RowPlan) -> pa.Table:
     """Build the shard table of a block of rows (a :meth:`RowPlan.rows` slice) from the spill."""
+    return assemble_ranges(
+        spill.read_ranges, spill.offsets[block.seg_example] + block.seg_start, block
+    )
+
+
+def assemble_ranges(read: ReadRanges, starts: np.ndarray, block: RowPlan) -> pa.Table:
+    """Build the shard table of ``block`` whose segment ``j`` is flat range ``starts[j]``.
+
+    ``read(starts, lengths)`` returns the tokens and labels of those ranges, concatenated
+    (:meth:`Spill.read_ranges`, or a write task's reader of the spill parts).
+    """
     row_offsets = block.row_offsets
     seg_len = block.seg_length.astype(np.int64)
     nrows = len(row_offsets) - 1
     out_start = exclusive_cumsum(seg_len)
     total = int(out_start[-1])
-    input_ids, labels = spill.read_ranges(
-        spill.offsets[block.seg_example] + block.seg_start, seg_len
-    )
+    input_ids, labels = read(starts, seg_len)
     labels[out_start[:-1][seg_len > 0]] = IGNORE_INDEX
     position_ids = (np.arange(total, dtype=np.int64) - np.repeat(out_start[:-1], seg_len)).astype(
         np.int32

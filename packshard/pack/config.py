@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packshard.engine import EngineOptions
 from packshard.errors import UsageError
+from packshard.ingest.splits import SPLIT_BYTES
 from packshard.records import (
     COMPRESSIONS,
     ON_ERROR,
@@ -40,6 +42,12 @@ class PackConfig:
     overwrite: bool = False
     num_workers: int | None = None
     batch_size: int = 1024
+    engine: str = "local"
+    workers: int = 1
+    ray_address: str | None = None
+    resume: bool = False
+    plan_scope: str = "global"
+    split_bytes: int = SPLIT_BYTES
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""
@@ -66,7 +74,12 @@ class PackConfig:
             "compression": self.compression,
             "shard_rows": self.shard_rows,
             "shard_bytes": self.shard_bytes,
+            "plan_scope": self.plan_scope,
         }
+
+    def plan_group(self) -> int | None:
+        """Examples per planning group of ``--plan-scope group:N``; None for ``global``."""
+        return None if self.plan_scope == "global" else int(self.plan_scope.split(":", 1)[1])
 
 
 def check_config(config: PackConfig) -> list[str]:
@@ -80,6 +93,7 @@ def check_config(config: PackConfig) -> list[str]:
     config.ingest_options().check()
     if config.shard_rows < 1 or config.shard_bytes < 1:
         raise UsageError("--shard-rows and --shard-bytes must be positive")
+    _check_scale(config)
     out = Path(config.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
         raise UsageError(f"{out}: output folder exists and is not empty (use --overwrite)")
@@ -96,3 +110,17 @@ def check_config(config: PackConfig) -> list[str]:
             "are trained without the conversation that led to them)"
         )
     return warnings
+
+
+def _check_scale(config: PackConfig) -> None:
+    """Refuse engine, unit and plan-scope options that cannot work."""
+    EngineOptions(config.engine, config.workers, config.ray_address).check()
+    if config.split_bytes < 1:
+        raise UsageError(f"--split-bytes must be positive, got {config.split_bytes}")
+    scope = config.plan_scope
+    if scope != "global":
+        size = scope.removeprefix("group:")
+        if not scope.startswith("group:") or not size.isdigit() or int(size) < 1:
+            raise UsageError(f"--plan-scope {scope!r} is not global or group:N (N examples >= 1)")
+        if config.group_by_domain:
+            raise UsageError("--plan-scope group:N and --group-by-domain cannot be combined")

@@ -25,25 +25,26 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from packshard.digests import sha256_path
+from packshard.engine import Engine
+from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
-from packshard.format.shards import ROW_GROUP_ROWS, SHARD_PATTERN, ShardInfo, write_shard
+from packshard.format.shards import SHARD_PATTERN, write_shard
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.chunks import ingest
 from packshard.ingest.sources import InputFile, expand_inputs
 from packshard.ingest.templates import ChatTemplate, load_template
 from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
-from packshard.pack.assemble import assemble_rows
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.counts import (
     examples_columns,
@@ -54,9 +55,9 @@ from packshard.pack.counts import (
 )
 from packshard.pack.planner import plan_packs
 from packshard.pack.rows import RowPlan, finalize_plan, ordering_stats
+from packshard.pack.scale import engine_for, hash_inputs, map_inputs, work_folder
 from packshard.pack.spill import Spill, SpillWriter
-
-BYTES_PER_TOKEN_ESTIMATE = 2.5
+from packshard.pack.write import row_groups, shard_bounds, write_shards_on
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,14 @@ def pack_dataset(config: PackConfig, progress: bool = False) -> PackResult:
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        manifest = _pack_into(tmp, config, files, bundle, template, progress)
+        with engine_for(config) as engine:
+            manifest = _pack_into(tmp, config, files, bundle, template, progress, engine)
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if engine is not None:
+        shutil.rmtree(work_folder(out), ignore_errors=True)
     return PackResult(out, manifest, time.perf_counter() - started, tuple(warnings))
 
 
@@ -100,6 +104,7 @@ def _pack_into(
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
     progress: bool,
+    engine: Engine | None = None,
 ) -> dict[str, Any]:
     spill_dir = tmp / "_spill"
     spill_dir.mkdir()
@@ -111,17 +116,26 @@ def _pack_into(
         split_at_rows=config.strategy == "wrapped",
         sources=sources,
     )
+    units: dict[str, Any] = {}
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
-        for chunk in ingest(files, bundle, template, config.ingest_options(), progress=progress):
-            rejects.write(chunk.rejects)
-            rejects.write(writer.add(chunk.batch))
-        spill = writer.finish()
+        if engine is None:
+            chunks = ingest(files, bundle, template, config.ingest_options(), progress=progress)
+            for chunk in chunks:
+                rejects.write(chunk.rejects)
+                rejects.write(writer.add(chunk.batch))
+            spill = writer.finish()
+        else:  # work units on the engine (packshard.pack.scale)
+            writer.finish()
+            units["hashes"] = hash_inputs(engine, list(files))
+            spill, units["work"], units["info"] = map_inputs(
+                engine, config, list(files), units["hashes"], bundle, template, rejects
+            )
         plan = _plan(spill, config)
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
     ordering = ordering_stats(plan)
-    plan = plan.permute_rows(np.random.default_rng(config.seed).permutation(plan.num_rows))
-    input_hashes = [sha256_path(f.real) for f in files]
+    plan = plan.permute_rows(_row_order(plan, config))
+    input_hashes = units.get("hashes") or [sha256_path(f.real) for f in files]
     fingerprints = {
         "format_version": FORMAT_VERSION,
         "inputs": input_hashes,
@@ -129,7 +143,18 @@ def _pack_into(
         "template": template.sha256 if template is not None else None,
     }
     dataset_id = compute_dataset_id(config.recorded(), fingerprints)
-    shards = _write_shards(tmp, spill, plan, config, dataset_id)
+    bounds = shard_bounds(plan, config.shard_rows, config.shard_bytes)
+    if engine is None:
+        names = [SHARD_PATTERN.format(index=k) for k in range(len(bounds))]
+        shards = [
+            write_shard(row_groups(spill, plan, lo, hi), tmp, name, dataset_id, config.compression)
+            for name, (lo, hi) in zip(names, bounds, strict=True)
+        ]
+    else:
+        faults = parse_faults(os.environ.get(FAULTS_ENV))
+        shards = write_shards_on(
+            engine, tmp, spill, plan, bounds, dataset_id, config.compression, units["work"], faults
+        )
     table = build_examples_table(
         examples_columns(spill, plan, shards),
         list(spill.counts.sources),
@@ -154,11 +179,17 @@ def _pack_into(
         },
         shards=[s.to_dict() for s in shards],
         loss={"option": config.loss, "by_format": resolved, "examples_by_policy": by_policy},
+        engine=_engine_entry(engine, units.get("info", {})),
     )
     del spill
     shutil.rmtree(spill_dir)
     write_manifest(tmp, manifest)
     return manifest
+
+
+def _engine_entry(engine: Engine | None, info: dict[str, int]) -> dict[str, Any]:
+    name, workers = (engine.name, engine.workers) if engine is not None else ("local", 1)
+    return {"name": name, "workers": workers, **info}
 
 
 def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
@@ -169,42 +200,33 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
 
 
 def _plan(spill: Spill, config: PackConfig) -> RowPlan:
-    """Plan the whole spill, or each domain alone with ``--group-by-domain``."""
+    """Plan the whole spill, each domain alone (``--group-by-domain``) or each group alone."""
     lengths = spill.lengths
-    if not config.group_by_domain:
+    group = config.plan_group()
+    if not config.group_by_domain and group is None:
         raw = plan_packs(lengths, config.max_seq_len, config.strategy)
         return finalize_plan(spill, raw, np.arange(len(lengths)))
+    if group is not None:  # --plan-scope group:N: N consecutive examples at a time
+        starts = range(0, len(lengths), group)
+        indexes = [np.arange(lo, min(lo + group, len(lengths))) for lo in starts]
+    else:
+        indexes = [np.flatnonzero(spill.domain_codes == c) for c in np.unique(spill.domain_codes)]
     plans = []
-    for code in np.unique(spill.domain_codes):
-        index = np.flatnonzero(spill.domain_codes == code)
+    for index in indexes or [np.zeros(0, np.int64)]:
         raw = plan_packs(lengths[index], config.max_seq_len, config.strategy)
         plans.append(finalize_plan(spill, raw, index))
     return RowPlan.concatenate(plans)
 
 
-def _write_shards(
-    tmp: Path, spill: Spill, plan: RowPlan, config: PackConfig, dataset_id: str
-) -> list[ShardInfo]:
-    """Cut the rows into shards of at most ``shard_rows`` rows and about ``shard_bytes``."""
-    row_tokens = plan.row_tokens()
-    token_budget = max(1, int(config.shard_bytes / BYTES_PER_TOKEN_ESTIMATE))
-
-    def row_groups(lo: int, hi: int) -> Iterator[pa.Table]:
-        for start in range(lo, max(hi, lo + 1), ROW_GROUP_ROWS):  # an empty plan: one table
-            yield assemble_rows(spill, plan.rows(start, min(start + ROW_GROUP_ROWS, hi)))
-
-    shards: list[ShardInfo] = []
-    row = 0
-    while row < plan.num_rows or not shards:
-        csum = np.cumsum(row_tokens[row : row + config.shard_rows])
-        take = int(np.searchsorted(csum, token_budget, side="left")) + 1
-        take = max(1, min(take, config.shard_rows, plan.num_rows - row)) if plan.num_rows else 0
-        name = SHARD_PATTERN.format(index=len(shards))
-        shards.append(
-            write_shard(row_groups(row, row + take), tmp, name, dataset_id, config.compression)
-        )
-        row += take
-    return shards
+def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:
+    """Shuffle rows with the seed; with ``group:N`` only within each group's rows."""
+    rng = np.random.default_rng(config.seed)
+    group = config.plan_group()
+    if group is None or plan.num_rows == 0:
+        return rng.permutation(plan.num_rows)
+    first = plan.seg_example[plan.row_offsets[:-1]] // group  # a row's group: its first example's
+    edges = np.r_[0, np.flatnonzero(np.diff(first)) + 1, plan.num_rows]
+    return np.concatenate([lo + rng.permutation(hi - lo) for lo, hi in pairwise(edges.tolist())])
 
 
 def _publish(tmp: Path, out: Path) -> None:

@@ -181,8 +181,11 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
         hi = max(hi - 1, lo + 1)
         seg = lengths[lo:hi]
         base = csum_len[lo : hi + 1] - csum_len[lo]
-        gather = np.repeat(starts[lo:hi] - base[:-1], seg) + np.arange(int(seg.sum()))
-        out[lo:hi] = count_trained(spill.labels[gather], base)
+        if spill.part_files is not None:  # the work units' parts: positioned reads
+            labels = spill.read_ranges(starts[lo:hi], seg)[1]
+        else:
+            labels = spill.labels[np.repeat(starts[lo:hi] - base[:-1], seg) + np.arange(base[-1])]
+        out[lo:hi] = count_trained(labels, base)
         spill.release_pages()
         lo = hi
     return out

@@ -30,6 +30,7 @@ from numba import njit
 
 from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cumsum
 from packshard.pack.overlong import apply_overlong
+from packshard.pack.parts import PartFiles, read_part_ranges
 from packshard.records import Reject, TokenizedBatch
 
 IN_MEMORY_BYTES = 64 * 1024 * 1024  # a spill this small (tokens + labels) is read back whole
@@ -72,6 +73,7 @@ class Spill:
     format_codes: np.ndarray  # int8 [n]
     counts: SpillCounts = field(default_factory=SpillCounts)
     folder: Path | None = None  # where tokens.bin/labels.bin live (None: arrays in memory)
+    part_files: PartFiles | None = None  # the work units' spill parts (tokens/labels then empty)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -89,6 +91,8 @@ class Spill:
         map: a shard's segments are scattered over the whole spill (rows are shuffled), and
         mapping them in would leave every page the kernel faults around them resident.
         """
+        if self.part_files is not None:
+            return read_part_ranges(self.part_files, starts, lengths)
         lengths = np.asarray(lengths, dtype=np.int64)
         out_start = exclusive_cumsum(lengths)
         total = int(out_start[-1])

@@ -44,8 +44,8 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
 
     m = demo_pack.manifest
     assert sorted(m) == [
-        "config", "created_at", "dataset_id", "files", "format_version", "inputs", "loss",
-        "packshard_version", "shards", "stats", "template", "tokenizer",
+        "config", "created_at", "dataset_id", "engine", "files", "format_version", "inputs",
+        "loss", "packshard_version", "shards", "stats", "template", "tokenizer",
     ]  # fmt: skip
     assert m["format_version"] == 1 and m["packshard_version"] == __version__
     assert re.fullmatch(r"[0-9a-f]{32}", m["dataset_id"])
@@ -54,8 +54,9 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
         "max_seq_len": 256, "strategy": "bfd", "overlong": "drop", "loss": "auto",
         "position_ids": "reset", "seed": 0, "group_by_domain": False, "format": "auto",
         "domain_field": "domain", "compression": "zstd", "shard_rows": 6,
-        "shard_bytes": 256 * 1024 * 1024,
+        "shard_bytes": 256 * 1024 * 1024, "plan_scope": "global",
     }  # fmt: skip
+    assert m["engine"] == {"name": "local", "workers": 1}
     bundle = load_tokenizer(str(demo_tokenizer))
     assert m["tokenizer"] == {
         "path": str(demo_tokenizer),
@@ -181,7 +182,8 @@ def test_write_manifest_atomic_and_hashes(tmp_path):
 
 def test_build_manifest_holds_the_blocks_and_the_version(demo_pack):
     m = demo_pack.manifest
-    blocks = {k: m[k] for k in ("config", "tokenizer", "template", "stats", "files", "loss")}
+    names = ("config", "tokenizer", "template", "stats", "files", "loss", "engine")
+    blocks = {k: m[k] for k in names}
     built = build_manifest(
         dataset_id=m["dataset_id"], inputs=m["inputs"], shards=m["shards"], **blocks
     )

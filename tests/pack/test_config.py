@@ -73,6 +73,7 @@ def test_recorded_config_and_ingest_options(tmp_path):
         "compression": "zstd",
         "shard_rows": 8192,
         "shard_bytes": 256 * 1024 * 1024,
+        "plan_scope": "global",
     }
     assert config(tmp_path, overlong="truncate").recorded()["overlong"] == "truncate"
     assert c.ingest_options() == IngestOptions(

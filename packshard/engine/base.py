@@ -1,0 +1,174 @@
+"""What every engine does: run one function over many tasks, results in task order.
+
+An engine knows nothing about packing.  The caller hands it a module-level function and a
+list of arguments, each with a *key* that names the work in messages (``chat.jsonl bytes
+0–4194304``, ``shard-00003.parquet``)::
+
+    driver                         engine                       workers
+    run(fn, args, keys) ──► submit, at most `workers` in flight ──► fn(arg) ─┐
+         ▲                   retry a crash or an unexpected error          │
+         └── results[i] for args[i], in task order ◄────────────────────────┘
+
+Rules every engine keeps:
+
+* results come back in the order of ``args``, never in completion order, so whatever the
+  caller builds from them (example ids, shard names, row order) cannot depend on scheduling;
+* a :class:`~packshard.errors.PackshardError` raised by ``fn`` (bad data, a usage problem) is
+  deterministic: it is not retried and reaches the caller as itself;
+* any other exception, or a worker process that dies, is retried up to ``max_retries``
+  times; a task still failing then stops the job with :class:`TaskFailed` naming its key;
+* tasks must be idempotent: a retried task may find what an earlier attempt left behind.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from packshard.errors import PackshardError, UsageError
+
+ENGINES = ("local", "ray")
+"""``--engine``: processes on this machine, or a Ray cluster."""
+MAX_RETRIES = 2
+
+
+class TaskFailed(PackshardError):
+    """A task kept failing (it raised, or its worker died) after every retry."""
+
+    def __init__(self, key: str, attempts: int, cause: str) -> None:
+        self.key = key
+        super().__init__(
+            f"{key}: failed {attempts} times ({cause}); nothing was published "
+            "(fix the cause, then rerun with --resume to keep the finished units)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """How to run: ``engine`` (:data:`ENGINES`), ``workers``, a Ray cluster ``address``."""
+
+    engine: str = "local"
+    workers: int = 1
+    address: str | None = None
+    max_retries: int = MAX_RETRIES
+
+    def check(self) -> None:
+        """Raise :class:`UsageError` for options no engine can honour."""
+        if self.engine not in ENGINES:
+            raise UsageError(f"--engine {self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        if self.address is not None and self.engine != "ray":
+            raise UsageError("--ray-address needs --engine ray")
+
+    @property
+    def serial(self) -> bool:
+        """True for one local worker: the single-process path, no engine at all."""
+        return self.engine == "local" and self.workers == 1
+
+
+class Engine(Protocol):
+    """Runs ``fn`` over ``args``; see the module docstring for the rules."""
+
+    name: str
+    workers: int
+
+    def run(
+        self,
+        fn: Callable[[Any], Any],
+        args: Sequence[Any],
+        keys: Sequence[str],
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list[Any]:
+        """Return ``[fn(a) for a in args]``; ``on_result(i, value)`` as each one finishes."""
+        ...
+
+    def close(self) -> None:
+        """Release the workers."""
+        ...
+
+
+class SerialEngine:
+    """Runs every task in this process, one after the other (``--workers 1``)."""
+
+    name = "local"
+    workers = 1
+
+    def __init__(self, max_retries: int = MAX_RETRIES) -> None:
+        self.max_retries = max_retries
+
+    def run(
+        self,
+        fn: Callable[[Any], Any],
+        args: Sequence[Any],
+        keys: Sequence[str],
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list[Any]:
+        """Run the tasks in order, retrying unexpected errors like any engine."""
+        out = []
+        for i, (arg, key) in enumerate(zip(args, keys, strict=True)):
+            for attempt in range(1, self.max_retries + 2):
+                try:
+                    value = fn(arg)
+                    break
+                except PackshardError:
+                    raise
+                except Exception as exc:
+                    if attempt > self.max_retries:
+                        raise TaskFailed(key, attempt, describe(exc)) from exc
+            out.append(value)
+            if on_result is not None:
+                on_result(i, value)
+        return out
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def describe(exc: BaseException) -> str:
+    """``OSError: disk full``: an exception in one line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def call(fn: Callable[[Any], Any], arg: Any, env: dict[str, str] | None = None) -> tuple[str, Any]:
+    """Run ``fn(arg)`` in a worker: a :class:`PackshardError` comes back as a value.
+
+    Returning it instead of raising keeps it out of the engine's retries (it is
+    deterministic) and brings it back unchanged.  ``env`` is set first (thread counts must
+    be in place before the tokenizer starts its pool).
+    """
+    if env:
+        os.environ.update(env)
+    try:
+        return "ok", fn(arg)
+    except PackshardError as exc:
+        return "error", exc
+
+
+@contextmanager
+def open_engine(options: EngineOptions, env: dict[str, str] | None = None) -> Iterator[Engine]:
+    """Start the engine ``options`` name, yield it, and release it whatever happens.
+
+    ``env`` is set in every worker before it runs a task (thread counts, for instance).
+    Ray is imported only here, and only when asked for.
+    """
+    options.check()
+    engine: Engine
+    if options.serial:
+        engine = SerialEngine(options.max_retries)
+    elif options.engine == "local":
+        from packshard.engine.local import LocalEngine
+
+        engine = LocalEngine(options.workers, options.max_retries, env or {})
+    else:
+        from packshard.engine.ray import RayEngine
+
+        engine = RayEngine(options.workers, options.address, options.max_retries, env or {})
+    try:
+        yield engine
+    finally:
+        engine.close()

@@ -1,0 +1,124 @@
+"""``--engine local``: worker processes on this machine, with retries that name the culprit.
+
+Workers are started with ``forkserver`` (``spawn`` where it is missing): clean processes that
+never inherit the driver's threads (the tokenizer's pool, Arrow's), so none can deadlock after
+a fork.  Each worker sets the driver's ``env`` (thread counts) before its first task, and keeps
+whatever the tasks cache (a loaded tokenizer, a compiled template) for the tasks after.
+
+A Python exception in a task is retried on its own.  A worker that dies (killed, out of
+memory, a crash in native code) breaks the whole pool, and every task then in flight is
+suspect, not only the one that killed it.  So::
+
+    pool breaks ─► new pool; the suspects run again one at a time, nothing beside them
+                   ├─ a suspect that succeeds is done (it was a bystander)
+                   └─ a suspect whose worker dies alone is charged; after max_retries
+                      deaths of its own the job stops with TaskFailed naming it
+
+Results are collected by task index, so completion order never shows.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from packshard.engine.base import TaskFailed, call, describe
+
+
+def _context() -> Any:
+    methods = mp.get_all_start_methods()
+    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+class LocalEngine:
+    """A pool of ``workers`` processes (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(self, workers: int, max_retries: int, env: dict[str, str]) -> None:
+        self.workers = workers
+        self.max_retries = max_retries
+        self._env = dict(env)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=_context())
+        return self._pool
+
+    def _reset(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def run(
+        self,
+        fn: Callable[[Any], Any],
+        args: Sequence[Any],
+        keys: Sequence[str],
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list[Any]:
+        """Return ``[fn(a) for a in args]`` in order; retry as the module docstring says."""
+        results: dict[int, Any] = {}
+        errors = [0] * len(args)  # Python exceptions raised by each task
+        deaths = [0] * len(args)  # worker deaths charged to each task (while alone)
+        todo: deque[int] = deque(range(len(args)))
+        suspects: deque[int] = deque()
+        running: dict[Future[Any], int] = {}
+
+        def finish(i: int, outcome: tuple[str, Any]) -> None:
+            kind, value = outcome
+            if kind == "error":
+                raise value
+            results[i] = value
+            if on_result is not None:
+                on_result(i, value)
+
+        try:
+            while todo or suspects or running:
+                alone = bool(suspects)
+                if alone and not running:
+                    i = suspects.popleft()
+                    running[self._executor().submit(call, fn, args[i], self._env)] = i
+                while not alone and todo and len(running) < self.workers:
+                    i = todo.popleft()
+                    running[self._executor().submit(call, fn, args[i], self._env)] = i
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                broken = False
+                for future in done:
+                    i = running.pop(future)
+                    try:
+                        outcome = future.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        if alone:
+                            deaths[i] += 1
+                            if deaths[i] > self.max_retries:
+                                raise TaskFailed(keys[i], deaths[i], "its worker died") from None
+                        suspects.append(i)
+                        continue
+                    except Exception as exc:  # raised inside fn, not a PackshardError
+                        errors[i] += 1
+                        if errors[i] > self.max_retries:
+                            raise TaskFailed(keys[i], errors[i], describe(exc)) from exc
+                        todo.appendleft(i)
+                        continue
+                    finish(i, outcome)
+                if broken:
+                    suspects.extend(running.values())  # in flight when the pool broke
+                    running.clear()
+                    self._reset()
+        except BaseException:
+            self._reset()
+            raise
+        return [results[i] for i in range(len(args))]
+
+    def close(self) -> None:
+        """Stop the workers."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

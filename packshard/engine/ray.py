@@ -1,0 +1,127 @@
+"""``--engine ray``: the same tasks as Ray core tasks, on a local or a remote cluster.
+
+Ray is imported here only, when ``--engine ray`` is chosen (``pip install 'packshard[ray]'``).
+Without ``--ray-address`` a private local cluster of ``--workers`` CPUs is started
+(``address="local"``: a cluster left running by ``ray start`` is never picked up by accident)
+and stopped at the end; with it, the job joins that cluster and leaves it running.
+
+What keeps the usual Ray pitfalls away:
+
+* only tasks, one CPU each, no actors: nothing holds a CPU that a task waits for, so the
+  pipeline cannot starve itself;
+* at most ``2 × CPUs`` tasks in flight (``ray.wait``), results put back in task order by
+  index: completion order never reaches the output;
+* every file a task writes is named by the caller from the plan (unit and shard names); Ray
+  makes no file names;
+* worker crashes are retried by Ray (``max_retries``), other exceptions too
+  (``retry_exceptions``); a :class:`~packshard.errors.PackshardError` comes back as a value
+  and is never retried;
+* the started cluster reports no usage statistics, needs no login token, keeps a small object
+  store (results are small arrays) and a short temp folder (socket paths are limited to 107
+  bytes).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from packshard.engine.base import TaskFailed, call, describe
+from packshard.errors import UsageError
+
+OBJECT_STORE_BYTES = 256 * 1024 * 1024
+QUIET = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
+def import_ray() -> Any:
+    """Return the ``ray`` module, or stop with the install command."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(
+            "--engine ray needs Ray, which is not installed (pip install 'packshard[ray]')"
+        ) from None
+    return ray
+
+
+class RayEngine:
+    """Tasks on a Ray cluster (see the module docstring)."""
+
+    name = "ray"
+
+    def __init__(
+        self, workers: int, address: str | None, max_retries: int, env: dict[str, str]
+    ) -> None:
+        self._ray = ray = import_ray()
+        self.max_retries = max_retries
+        self._owned = False
+        self._env = dict(env)
+        if not ray.is_initialized():
+            for key, value in QUIET.items():
+                os.environ.setdefault(key, value)
+            common: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": "ERROR",
+            }
+            if address is None:
+                ray.init(
+                    address="local",
+                    num_cpus=workers,
+                    object_store_memory=OBJECT_STORE_BYTES,
+                    _temp_dir=os.path.join(tempfile.gettempdir(), "packshard-ray"),
+                    **common,
+                )
+            else:
+                ray.init(address=address, **common)
+            self._owned = True
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", workers)))
+        self._task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=True)(call)
+
+    def run(
+        self,
+        fn: Callable[[Any], Any],
+        args: Sequence[Any],
+        keys: Sequence[str],
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list[Any]:
+        """Return ``[fn(a) for a in args]`` in order, at most ``2 × CPUs`` in flight."""
+        ray = self._ray
+        results: dict[int, Any] = {}
+        pending: dict[Any, int] = {}
+        fn_ref = ray.put(fn)
+        nxt = 0
+        try:
+            while nxt < len(args) or pending:
+                while nxt < len(args) and len(pending) < 2 * self.workers:
+                    pending[self._task.remote(fn_ref, args[nxt], self._env)] = nxt
+                    nxt += 1
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    i = pending.pop(ref)
+                    try:
+                        kind, value = ray.get(ref)
+                    except ray.exceptions.RayTaskError as exc:
+                        cause = exc.cause if exc.cause is not None else exc
+                        raise TaskFailed(keys[i], self.max_retries + 1, describe(cause)) from None
+                    except ray.exceptions.RayError as exc:  # the worker died every time
+                        why = "its worker died" if "died" in str(exc) else describe(exc)
+                        raise TaskFailed(keys[i], self.max_retries + 1, why) from None
+                    if kind == "error":
+                        raise value
+                    results[i] = value
+                    if on_result is not None:
+                        on_result(i, value)
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        return [results[i] for i in range(len(args))]
+
+    def close(self) -> None:
+        """Stop the cluster this engine started; leave a joined one running."""
+        if self._owned:
+            self._ray.shutdown()
+            self._owned = False

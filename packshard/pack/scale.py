@@ -1,0 +1,153 @@
+"""The pipeline on an engine: inputs cut into units, mapped by workers, merged by the driver.
+
+``pack --workers N`` (N > 1), ``--engine ray`` and ``--resume`` take this path; the stages
+after the merge (plan, shuffle, examples index, rejects, manifest) are the pipeline's own::
+
+    driver                                    workers (local processes or Ray tasks)
+    expand_inputs ─► hash every input ──────► sha256 per file
+    plan_splits (byte ranges, row groups)
+    skip units already done (--resume) ─────► map_unit per unit: spill part + UnitResult
+    merge_units (lines, codes, ids, rejects order)
+    plan_packs over all lengths (or per group) ─ permute rows ─ shard_bounds
+                                    ─────────► write_task per shard: shard file + ShardInfo
+    examples index, rejects, manifest ─► publish (the pipeline's atomic rename)
+
+The work folder ``.OUT.units`` beside the output holds the units' spill parts and their
+completion markers, under a ``job.json`` fingerprint of everything that decides their
+content (options, input hashes, tokenizer and template, unit size).  ``--resume`` keeps the
+units of a folder whose fingerprint matches; any other run starts it afresh.  It is removed
+once the output is published, and kept when a run fails, so that ``--resume`` can continue.
+Driver memory holds the per-example integers (:mod:`packshard.pack.spill`), the plan and the
+rejects; tokens stay in the parts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from packshard import __version__
+from packshard.digests import sha256_bytes, sha256_path
+from packshard.engine import Engine, EngineOptions, open_engine
+from packshard.engine.faults import FAULTS_ENV, parse_faults
+from packshard.format.rejects import RejectsWriter
+from packshard.format.version import FORMAT_VERSION
+from packshard.ingest.sources import InputFile
+from packshard.ingest.splits import plan_splits
+from packshard.ingest.templates import ChatTemplate
+from packshard.ingest.tokenizer import TokenizerBundle
+from packshard.pack.config import PackConfig
+from packshard.pack.merge import merge_units
+from packshard.pack.spill import Spill
+from packshard.pack.units import MARKER, MapTask, UnitContext, load_unit, map_unit
+
+JOB = "job.json"
+
+
+def work_folder(out: Path) -> Path:
+    """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it."""
+    return out.parent / f".{out.name}.units"
+
+
+def worker_env(config: PackConfig) -> dict[str, str]:
+    """Tokenizer threads per worker: ``--num-workers``, else the cores shared out."""
+    if config.num_workers:
+        threads = config.num_workers
+    elif config.engine == "ray":
+        threads = 1  # Ray gives each task one CPU
+    else:
+        threads = max(1, (os.cpu_count() or 1) // config.workers)
+    return {"RAYON_NUM_THREADS": str(threads)}
+
+
+@contextmanager
+def engine_for(config: PackConfig) -> Iterator[Engine | None]:
+    """Yield the engine of ``config``, or None for the single-process path."""
+    if config.engine == "local" and config.workers == 1 and not config.resume:
+        yield None
+        return
+    options = EngineOptions(config.engine, config.workers, config.ray_address)
+    with open_engine(options, worker_env(config)) as engine:
+        yield engine
+
+
+def _hash(path: str) -> str:
+    return sha256_path(Path(path))
+
+
+def hash_inputs(engine: Engine, files: list[InputFile]) -> list[str]:
+    """SHA-256 of every input, one task per file."""
+    return engine.run(_hash, [str(f.real) for f in files], [f.path for f in files])
+
+
+def open_work(out: Path, fingerprint: str, resume: bool) -> tuple[Path, bool]:
+    """Return the work folder and whether it was resumed (see the module docstring)."""
+    work = work_folder(out)
+    job = work / JOB
+    if resume and job.is_file():
+        try:
+            same = json.loads(job.read_text(encoding="utf-8")).get("fingerprint") == fingerprint
+        except ValueError:
+            same = False
+        if same:
+            return work, True
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / JOB).write_text(json.dumps({"fingerprint": fingerprint}) + "\n", encoding="utf-8")
+    return work, False
+
+
+def map_inputs(
+    engine: Engine,
+    config: PackConfig,
+    files: list[InputFile],
+    hashes: list[str],
+    bundle: TokenizerBundle,
+    template: ChatTemplate | None,
+    rejects: RejectsWriter,
+) -> tuple[Spill, Path, dict[str, int]]:
+    """Map every unit (reusing finished ones on ``--resume``), merge, write the rejects."""
+    splits = plan_splits(files, config.split_bytes)
+    fingerprint = sha256_bytes(
+        json.dumps(
+            {
+                "config": config.recorded(),
+                "ingest": [config.batch_size, config.split_bytes],
+                "inputs": hashes,
+                "tokenizer": bundle.sha256,
+                "template": template.sha256 if template is not None else None,
+                "versions": [__version__, FORMAT_VERSION],
+            },
+            sort_keys=True,
+        ).encode("utf-8")
+    )
+    work, _ = open_work(Path(config.out), fingerprint, config.resume)
+    context = UnitContext(
+        tokenizer=config.tokenizer,
+        template=config.template,
+        options=config.ingest_options(),
+        max_seq_len=config.max_seq_len,
+        overlong=config.overlong,
+        split_at_rows=config.strategy == "wrapped",
+        sources=tuple(f.path for f in files),
+        work=str(work),
+        faults=parse_faults(os.environ.get(FAULTS_ENV)),
+    )
+    results: list = [None] * len(splits)
+    for i, split in enumerate(splits):
+        if (work / split.name / MARKER).is_file():
+            results[i] = load_unit(work / split.name, split)
+    todo = [i for i, r in enumerate(results) if r is None]
+    tasks = [MapTask(context, splits[i]) for i in todo]
+    mapped = engine.run(map_unit, tasks, [t.split.describe() for t in tasks])
+    for i, result in zip(todo, mapped, strict=True):
+        results[i] = result
+    spill, ordered = merge_units(results, context.sources, config.batch_size)
+    rejects.write(ordered)
+    info = {"units": len(splits), "units_reused": len(splits) - len(todo)}
+    return spill, work, info

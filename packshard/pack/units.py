@@ -1,0 +1,222 @@
+"""The map stage: one work unit read, tokenized, labelled and spilled by a worker.
+
+``map_unit`` runs in a worker process (local or Ray) on one split::
+
+    read_split ─► ingest (normalize, render, tokenize, label) ─► SpillWriter (overlong policy)
+        │                                                            │
+        │                                   tokens.bin, labels.bin ◄─┘  (the unit's spill part)
+        └─► UnitResult: per-example integers, rejects, counts  ──► back to the driver
+
+Only small things travel back: the per-example integers the driver plans with (50 bytes an
+example), the rejects with the stage that made them, and counts.  Lines of a byte range are
+relative to its start and codes of domains and formats local to the unit; the driver makes
+them global (:mod:`packshard.pack.merge`).
+
+Idempotent and resumable: the part is written into an attempt folder and renamed to the
+unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json`` as its
+completion marker.  A retried or resumed task that finds the marker returns what it holds
+instead of working again.  Tokenizer and template are loaded once per worker process and
+kept for its later tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packshard.engine.faults import inject
+from packshard.errors import RecordError
+from packshard.ingest.chunks import ingest
+from packshard.ingest.splits import Split, SplitRead, read_split
+from packshard.ingest.templates import ChatTemplate, load_template
+from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.pack.spill import SpillCounts, SpillWriter
+from packshard.records import IngestOptions, Reject, SourceRef
+
+MARKER = "unit.json"
+ARRAYS = "meta.npz"
+STAGE_INGEST, STAGE_OVERLONG = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class UnitContext:
+    """What every map task of one job shares."""
+
+    tokenizer: str
+    template: str | None
+    options: IngestOptions
+    max_seq_len: int
+    overlong: str
+    split_at_rows: bool
+    sources: tuple[str, ...]
+    work: str  # folder of the parts, reachable by every worker
+    faults: tuple[tuple[str, str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MapTask:
+    """One unit to map."""
+
+    context: UnitContext
+    split: Split
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """What a map task returns: the unit's per-example integers, rejects and counts.
+
+    ``arrays`` holds ``lengths`` and the spill's per-example arrays (lines relative to the
+    split, domain and format codes into ``domains`` and ``formats``), plus ``record_lines``
+    (the line of every record ingest accepted) and ``reject_stage``.
+    """
+
+    split: Split
+    folder: str
+    arrays: dict[str, np.ndarray]
+    domains: tuple[str, ...]
+    formats: tuple[str, ...]
+    counts: SpillCounts
+    rejects: tuple[Reject, ...]
+    records: int
+    newlines: int
+    stopped: bool
+    error: RecordError | None = None
+    reused: bool = field(default=False, compare=False)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens spilled by the unit."""
+        return int(self.arrays["lengths"].sum())
+
+
+@lru_cache(maxsize=4)
+def _loaded(tokenizer: str, template: str | None) -> tuple[TokenizerBundle, ChatTemplate | None]:
+    """Return the tokenizer and compiled template, loaded once per worker process."""
+    bundle = load_tokenizer(tokenizer)
+    return bundle, load_template(template, bundle)
+
+
+def map_unit(task: MapTask) -> UnitResult:
+    """Map one unit (see the module docstring); runs in a worker."""
+    ctx, split = task.context, task.split
+    work = Path(ctx.work)
+    inject(split.describe(), ctx.faults, work / "_faults")
+    final = work / split.name
+    if (final / MARKER).is_file():
+        return load_unit(final, split)
+    bundle, template = _loaded(ctx.tokenizer, ctx.template)
+    attempt = work / f".{split.name}.attempt-{uuid.uuid4().hex[:12]}"
+    attempt.mkdir(parents=True)
+    try:
+        result = _map_into(attempt, ctx, split, bundle, template)
+        save_unit(attempt, result)
+        if final.exists():  # an attempt that died after its rename but before returning
+            shutil.rmtree(final)
+        os.replace(attempt, final)
+    finally:
+        shutil.rmtree(attempt, ignore_errors=True)
+    return load_unit(final, split)
+
+
+def _map_into(
+    folder: Path,
+    ctx: UnitContext,
+    split: Split,
+    bundle: TokenizerBundle,
+    template: ChatTemplate | None,
+) -> UnitResult:
+    writer = SpillWriter(folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, ctx.sources)
+    state = SplitRead()
+    rejects: list[Reject] = []
+    stages: list[int] = []
+    lines: list[np.ndarray] = []
+    records = 0
+    error = None
+    try:
+        chunks = ingest([split], bundle, template, ctx.options, read=lambda s: read_split(s, state))
+        for chunk in chunks:
+            records += chunk.records
+            rejects += chunk.rejects
+            stages += [STAGE_INGEST] * len(chunk.rejects)
+            refs = chunk.batch.refs
+            lines.append(np.fromiter((r.line for r in refs), np.int64, count=len(refs)))
+            dropped = writer.add(chunk.batch)
+            rejects += dropped
+            stages += [STAGE_OVERLONG] * len(dropped)
+    except RecordError as exc:  # --on-error fail or --overlong error: the driver decides
+        error = exc
+    spill = writer.finish()
+    arrays = {name: getattr(spill, name) for name in _ARRAY_NAMES}
+    arrays["lengths"] = spill.lengths
+    arrays["record_lines"] = np.concatenate([np.zeros(0, np.int64), *lines])
+    arrays["reject_stage"] = np.array(stages, dtype=np.int8)
+    counts = spill.counts
+    return UnitResult(
+        split=split,
+        folder=str(folder),
+        arrays=arrays,
+        domains=counts.domains,
+        formats=counts.formats,
+        counts=counts,
+        rejects=tuple(rejects),
+        records=records,
+        newlines=state.newlines,
+        stopped=state.stopped,
+        error=error,
+    )
+
+
+_ARRAY_NAMES = (
+    *("loss_tokens", "source_index", "lines", "parts", "starts", "domain_codes"),
+    *("truncated", "record_ids", "format_codes"),
+)
+
+
+def save_unit(folder: Path, result: UnitResult) -> None:
+    """Write a unit's result beside its part; ``unit.json`` last, as the completion marker."""
+    np.savez(folder / ARRAYS, **result.arrays)
+    counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__}  # type: ignore[attr-defined]
+    error = result.error
+    doc: dict[str, Any] = {
+        "counts": counts,
+        "rejects": [[r.ref.source, r.ref.line, r.domain, r.code, r.reason] for r in result.rejects],
+        "records": result.records,
+        "newlines": result.newlines,
+        "stopped": result.stopped,
+        "error": None if error is None else [error.code, error.reason, error.source, error.line],
+    }
+    tmp = folder / f".{MARKER}.tmp"
+    tmp.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, folder / MARKER)
+
+
+def load_unit(folder: Path, split: Split) -> UnitResult:
+    """Read back a completed unit (its marker and arrays; never the tokens)."""
+    doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    with np.load(folder / ARRAYS, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    fields = doc["counts"].items()
+    counts = SpillCounts(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields})
+    rejects = tuple(Reject(SourceRef(s, ln), d, c, why) for s, ln, d, c, why in doc["rejects"])
+    error = None if doc["error"] is None else RecordError(*doc["error"])
+    return UnitResult(
+        split=split,
+        folder=str(folder),
+        arrays=arrays,
+        domains=counts.domains,
+        formats=counts.formats,
+        counts=counts,
+        rejects=rejects,
+        records=doc["records"],
+        newlines=doc["newlines"],
+        stopped=doc["stopped"],
+        error=error,
+    )
