@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from packshard.cli.options import INSPECT, PACK, PROFILE, VERIFY
+from packshard.engine import EngineOptions
 from packshard.errors import EXIT_DATA, EXIT_USAGE, PackshardError
 from packshard.records import IngestOptions
 
@@ -76,6 +77,10 @@ def profile(
     seed: int,
     json_path: str | None,
     html_path: str | None,
+    engine: str = "local",
+    workers: int = 1,
+    ray_address: str | None = None,
+    split_bytes: int = 0,
 ) -> None:
     """Length quantiles per domain and the padding waste packing would remove.
 
@@ -94,9 +99,19 @@ def profile(
     bundle = load_tokenizer(tokenizer)
     tmpl = load_template(template, bundle)
     options = IngestOptions(format=fmt, domain_field=domain_field, loss=loss, on_error=on_error)
-    report = profile_inputs(
-        files, bundle, tmpl, options, max_seq_len, batch_size, seed, _show_progress(progress)
-    )
+    scale = EngineOptions(engine, workers, ray_address)
+    scale.check()
+    if scale.serial:
+        report = profile_inputs(
+            files, bundle, tmpl, options, max_seq_len, batch_size, seed, _show_progress(progress)
+        )
+    else:
+        from packshard.ingest.chunks import ingest_label_path
+        from packshard.profile.units import profile_on_engine
+
+        label_path = ingest_label_path(tmpl, loss)
+        settings = (max_seq_len, batch_size, seed, scale, split_bytes, label_path)
+        report = profile_on_engine(files, tokenizer, template, options, *settings)
     console = _console()
     console.print(render_profile_table(report))
     console.print(render_rejects(report))

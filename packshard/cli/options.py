@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from packshard.engine import ENGINES
+from packshard.ingest.splits import SPLIT_BYTES
 from packshard.records import (
     COMPRESSIONS,
     FORMAT_CHOICES,
@@ -31,6 +33,33 @@ def _group(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
     return apply
 
+
+ENGINE = _group(
+    click.option(
+        "--engine",
+        default="local",
+        show_default=True,
+        type=click.Choice(ENGINES),
+        help="local: processes on this machine; ray: a Ray cluster (pip install 'packshard[ray]').",
+    ),
+    click.option(
+        "--workers",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Worker processes (local), or CPUs of the Ray cluster started for the job.",
+    ),
+    click.option(
+        "--ray-address", default=None, help="Join this Ray cluster (default: start a local one)."
+    ),
+)
+UNITS = click.option(
+    "--split-bytes",
+    type=int,
+    default=SPLIT_BYTES,
+    show_default=True,
+    help="Work unit size: JSONL is cut at line starts, Parquet at row groups.",
+)
 
 INGEST = _group(
     click.option(
@@ -82,6 +111,8 @@ INGEST = _group(
 
 PROFILE = _group(
     INGEST,
+    ENGINE,
+    UNITS,
     click.option(
         "--batch-size",
         type=int,
@@ -152,6 +183,17 @@ PACK = _group(
     ),
     click.option(
         "--num-workers", type=int, default=None, help="Tokenizer threads (default: all cores)."
+    ),
+    ENGINE,
+    UNITS,
+    click.option(
+        "--plan-scope",
+        default="global",
+        show_default=True,
+        help="Plan all examples at once, or group:N (N consecutive examples at a time).",
+    ),
+    click.option(
+        "--resume", is_flag=True, help="Keep the finished work units of an interrupted run."
     ),
 )
 
