@@ -24,7 +24,7 @@ demo: install
 	PY=$(PY) OUT=$(DEMO_OUT) bash scripts/demo.sh
 
 test: install
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 --dist loadgroup -q
 
 test-core:
 	PYTHON=$(PYTHON) bash scripts/core_install_check.sh

@@ -126,3 +126,27 @@ def torch_one_thread() -> Any:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(saved)
+
+
+# --- one local Ray cluster for the whole test run -----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Any:
+    """A 2-CPU local Ray cluster, started once per test process (tests marked ``ray``)."""
+    import os
+
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+        object_store_memory=128 * 1024 * 1024,
+        _temp_dir="/tmp/packshard-ray-tests",
+    )
+    yield ray
+    ray.shutdown()

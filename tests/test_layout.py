@@ -37,7 +37,8 @@ ALLOWED = {
     "verify": BASE | {"engine", "format", "ingest", "torch", "verify"},
     "profile": BASE | {"engine", "ingest", "profile", "pack.planner"},
     "demo": set(),
-    "cli": BASE | {"engine", "format", "ingest", "torch", "profile", "pack", "verify", "cli", "demo"},
+    "cli": BASE
+    | {"engine", "format", "ingest", "torch", "profile", "pack", "verify", "cli", "demo"},
     "__init__": BASE,
 }
 LONG_KERNELS = {"pack/planner.py"}  # numba kernels with their pure-Python twin

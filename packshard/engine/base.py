@@ -16,7 +16,8 @@ Rules every engine keeps:
 * a :class:`~packshard.errors.PackshardError` raised by ``fn`` (bad data, a usage problem) is
   deterministic: it is not retried and reaches the caller as itself;
 * any other exception, or a worker process that dies, is retried up to ``max_retries``
-  times; a task still failing then stops the job with :class:`TaskFailed` naming its key;
+  times; a task still failing then stops the job with :class:`TaskFailed` naming its key,
+  once the other tasks have finished (their work is kept for ``--resume``);
 * tasks must be idempotent: a retried task may find what an earlier attempt left behind.
 """
 
@@ -146,7 +147,16 @@ def call(fn: Callable[[Any], Any], arg: Any, env: dict[str, str] | None = None) 
     try:
         return "ok", fn(arg)
     except PackshardError as exc:
-        return "error", exc
+        return "error", (type(exc), exc.args, vars(exc))
+
+
+def raise_error(carried: tuple[type[PackshardError], tuple[Any, ...], dict[str, Any]]) -> None:
+    """Raise the error :func:`call` carried back (rebuilt without calling its ``__init__``)."""
+    cls, args, state = carried
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    raise exc
 
 
 @contextmanager

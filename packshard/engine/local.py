@@ -14,7 +14,9 @@ suspect, not only the one that killed it.  So::
                    └─ a suspect whose worker dies alone is charged; after max_retries
                       deaths of its own the job stops with TaskFailed naming it
 
-Results are collected by task index, so completion order never shows.
+A task that fails for good does not stop the others: they finish (so that ``--resume`` has
+them), then the failure of the first such task, in task order, is raised.  Results are
+collected by task index, so completion order never shows.
 """
 
 from __future__ import annotations
@@ -26,12 +28,20 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from packshard.engine.base import TaskFailed, call, describe
+from packshard.engine.base import TaskFailed, call, describe, raise_error
 
 
-def _context() -> Any:
-    methods = mp.get_all_start_methods()
-    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+def _context(module: str) -> Any:
+    """Return a ``forkserver`` context that imports ``module`` first (else ``spawn``).
+
+    The fork server imports the task's module once, before it has any thread, so that each
+    worker forked from it starts with the imports done.
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([module])
+    return ctx
 
 
 class LocalEngine:
@@ -45,9 +55,9 @@ class LocalEngine:
         self._env = dict(env)
         self._pool: ProcessPoolExecutor | None = None
 
-    def _executor(self) -> ProcessPoolExecutor:
+    def _executor(self, module: str) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=_context())
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=_context(module))
         return self._pool
 
     def _reset(self) -> None:
@@ -69,11 +79,12 @@ class LocalEngine:
         todo: deque[int] = deque(range(len(args)))
         suspects: deque[int] = deque()
         running: dict[Future[Any], int] = {}
+        failed: dict[int, TaskFailed] = {}  # raised once every other task is done
 
         def finish(i: int, outcome: tuple[str, Any]) -> None:
             kind, value = outcome
             if kind == "error":
-                raise value
+                raise_error(value)
             results[i] = value
             if on_result is not None:
                 on_result(i, value)
@@ -83,10 +94,10 @@ class LocalEngine:
                 alone = bool(suspects)
                 if alone and not running:
                     i = suspects.popleft()
-                    running[self._executor().submit(call, fn, args[i], self._env)] = i
+                    running[self._executor(fn.__module__).submit(call, fn, args[i], self._env)] = i
                 while not alone and todo and len(running) < self.workers:
                     i = todo.popleft()
-                    running[self._executor().submit(call, fn, args[i], self._env)] = i
+                    running[self._executor(fn.__module__).submit(call, fn, args[i], self._env)] = i
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 broken = False
                 for future in done:
@@ -98,13 +109,15 @@ class LocalEngine:
                         if alone:
                             deaths[i] += 1
                             if deaths[i] > self.max_retries:
-                                raise TaskFailed(keys[i], deaths[i], "its worker died") from None
+                                failed[i] = TaskFailed(keys[i], deaths[i], "its worker died")
+                                continue
                         suspects.append(i)
                         continue
                     except Exception as exc:  # raised inside fn, not a PackshardError
                         errors[i] += 1
                         if errors[i] > self.max_retries:
-                            raise TaskFailed(keys[i], errors[i], describe(exc)) from exc
+                            failed[i] = TaskFailed(keys[i], errors[i], describe(exc))
+                            continue
                         todo.appendleft(i)
                         continue
                     finish(i, outcome)
@@ -115,6 +128,8 @@ class LocalEngine:
         except BaseException:
             self._reset()
             raise
+        if failed:
+            raise failed[min(failed)]
         return [results[i] for i in range(len(args))]
 
     def close(self) -> None:

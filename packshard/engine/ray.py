@@ -13,6 +13,7 @@ What keeps the usual Ray pitfalls away:
   index: completion order never reaches the output;
 * every file a task writes is named by the caller from the plan (unit and shard names); Ray
   makes no file names;
+* a task failing for good lets the others finish, then stops the job (as the local engine);
 * worker crashes are retried by Ray (``max_retries``), other exceptions too
   (``retry_exceptions``); a :class:`~packshard.errors.PackshardError` comes back as a value
   and is never retried;
@@ -28,7 +29,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from packshard.engine.base import TaskFailed, call, describe
+from packshard.engine.base import TaskFailed, call, describe, raise_error
 from packshard.errors import UsageError
 
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
@@ -91,6 +92,7 @@ class RayEngine:
         ray = self._ray
         results: dict[int, Any] = {}
         pending: dict[Any, int] = {}
+        failed: dict[int, TaskFailed] = {}  # raised once every other task is done
         fn_ref = ray.put(fn)
         nxt = 0
         try:
@@ -105,12 +107,14 @@ class RayEngine:
                         kind, value = ray.get(ref)
                     except ray.exceptions.RayTaskError as exc:
                         cause = exc.cause if exc.cause is not None else exc
-                        raise TaskFailed(keys[i], self.max_retries + 1, describe(cause)) from None
+                        failed[i] = TaskFailed(keys[i], self.max_retries + 1, describe(cause))
+                        continue
                     except ray.exceptions.RayError as exc:  # the worker died every time
                         why = "its worker died" if "died" in str(exc) else describe(exc)
-                        raise TaskFailed(keys[i], self.max_retries + 1, why) from None
+                        failed[i] = TaskFailed(keys[i], self.max_retries + 1, why)
+                        continue
                     if kind == "error":
-                        raise value
+                        raise_error(value)
                     results[i] = value
                     if on_result is not None:
                         on_result(i, value)
@@ -118,6 +122,8 @@ class RayEngine:
             for ref in pending:
                 ray.cancel(ref, force=True)
             raise
+        if failed:
+            raise failed[min(failed)]
         return [results[i] for i in range(len(args))]
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
+from packshard.errors import RecordError
 from packshard.pack.parts import PartFiles
 from packshard.pack.spill import _META, Spill, SpillCounts
 from packshard.pack.units import STAGE_INGEST, UnitResult
@@ -69,7 +70,8 @@ def merge_units(
         base = line_base[r.split.index] if r.split.kind == "bytes" else 0
         line_base[r.split.index] += r.newlines
         if r.error is not None:
-            raise r.error.at(r.error.source, r.error.line + base)
+            code, reason, source, line = r.error
+            raise RecordError(code, reason, source, line + base)
         a = r.arrays
         dom = domains.encode(r.domains)
         fmt = formats.encode(r.formats)

@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -88,8 +88,7 @@ class UnitResult:
     records: int
     newlines: int
     stopped: bool
-    error: RecordError | None = None
-    reused: bool = field(default=False, compare=False)
+    error: tuple[str, str, str, int] | None = None  # a RecordError's code, reason, place
 
     @property
     def tokens(self) -> int:
@@ -152,7 +151,7 @@ def _map_into(
             rejects += dropped
             stages += [STAGE_OVERLONG] * len(dropped)
     except RecordError as exc:  # --on-error fail or --overlong error: the driver decides
-        error = exc
+        error = (exc.code, exc.reason, exc.source, exc.line)
     spill = writer.finish()
     arrays = {name: getattr(spill, name) for name in _ARRAY_NAMES}
     arrays["lengths"] = spill.lengths
@@ -191,7 +190,7 @@ def save_unit(folder: Path, result: UnitResult) -> None:
         "records": result.records,
         "newlines": result.newlines,
         "stopped": result.stopped,
-        "error": None if error is None else [error.code, error.reason, error.source, error.line],
+        "error": None if error is None else list(error),
     }
     tmp = folder / f".{MARKER}.tmp"
     tmp.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
@@ -206,7 +205,7 @@ def load_unit(folder: Path, split: Split) -> UnitResult:
     fields = doc["counts"].items()
     counts = SpillCounts(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields})
     rejects = tuple(Reject(SourceRef(s, ln), d, c, why) for s, ln, d, c, why in doc["rejects"])
-    error = None if doc["error"] is None else RecordError(*doc["error"])
+    error = None if doc["error"] is None else tuple(doc["error"])
     return UnitResult(
         split=split,
         folder=str(folder),

@@ -75,7 +75,7 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
             listed.extend(chunk.rejects[: MAX_LISTED_REJECTS - len(listed)])
             paths.update(chunk.label_paths)
     except RecordError as exc:  # --on-error fail: the driver raises the first, in order
-        error = exc
+        error = (exc.code, exc.reason, exc.source, exc.line)
     empty = np.zeros(0, np.int64)
     return {
         "lengths": np.concatenate([empty, *lengths]),
@@ -130,7 +130,8 @@ def profile_on_engine(
         base = line_base[split.index] if split.kind == "bytes" else 0
         line_base[split.index] += r["newlines"]
         if r["error"] is not None:
-            raise r["error"].at(r["error"].source, r["error"].line + base)
+            code, reason, source, line = r["error"]
+            raise RecordError(code, reason, source, line + base)
         glob = names.encode(r["domains"]).astype(np.int64)
         lengths.append(r["lengths"])
         losses.append(r["loss_tokens"])

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pytest
+
+from packshard.engine import EngineOptions, TaskFailed, open_engine
+from packshard.errors import UsageError
+from tests.helpers import flaky_task, slow_square
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with open_engine(EngineOptions("local", workers=2)) as engine:
+        yield engine
+
+
+def test_results_come_back_in_task_order_not_completion_order(pool):
+    seen = []
+    out = pool.run(slow_square, [1, 2, 3], ["a", "b", "c"], lambda i, v: seen.append(i))
+    assert out == [1, 4, 9]
+    assert sorted(seen) == [0, 1, 2]
+
+
+def test_an_exception_is_retried_then_the_task_succeeds(pool, tmp_path):
+    assert pool.run(flaky_task, [(str(tmp_path), 2, "raise")], ["unit"]) == ["done after 3"]
+
+
+def test_a_task_that_keeps_raising_fails_the_job_naming_it(pool, tmp_path):
+    with pytest.raises(TaskFailed) as err:
+        pool.run(flaky_task, [(str(tmp_path), 9, "raise")], ["chat.jsonl bytes 0–4096"])
+    assert str(err.value) == (
+        "chat.jsonl bytes 0–4096: failed 3 times (OSError: flaky disk, attempt 3); nothing was "
+        "published (fix the cause, then rerun with --resume to keep the finished units)"
+    )
+    assert len(list(tmp_path.iterdir())) == 3  # one try and two retries
+
+
+def test_a_packshard_error_is_not_retried_and_arrives_as_itself(pool, tmp_path):
+    with pytest.raises(UsageError, match=r"^bad option \(use --good\)$"):
+        pool.run(flaky_task, [(str(tmp_path), 9, "usage")], ["unit"])
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_dead_worker_is_retried_and_bystanders_are_not_charged(tmp_path):
+    dying, bystander = tmp_path / "dying", tmp_path / "bystander"
+    dying.mkdir()
+    bystander.mkdir()
+    args = [(str(dying), 1, "crash"), (str(bystander), 0, "crash")]
+    with open_engine(EngineOptions("local", workers=2)) as engine:
+        assert engine.run(flaky_task, args, ["a", "b"]) == ["done after 2", "done after 1"]
+
+
+def test_a_task_whose_worker_keeps_dying_fails_naming_it(tmp_path):
+    with open_engine(EngineOptions("local", workers=2)) as engine, pytest.raises(TaskFailed) as err:
+        engine.run(flaky_task, [(str(tmp_path), 9, "crash")], ["rows.parquet row groups 2–3"])
+    assert str(err.value).startswith(
+        "rows.parquet row groups 2–3: failed 3 times (its worker died)"
+    )
+
+
+def test_engine_options_are_checked():
+    with pytest.raises(UsageError, match="^--workers must be at least 1, got 0$"):
+        EngineOptions("local", 0).check()
+    with pytest.raises(UsageError, match="^--ray-address needs --engine ray$"):
+        EngineOptions("local", 2, "10.0.0.1:6379").check()
+    with pytest.raises(UsageError, match="^--engine 'spark' is not one of local, ray$"):
+        EngineOptions("spark").check()
+    assert EngineOptions("local", 1).serial and not EngineOptions("local", 2).serial

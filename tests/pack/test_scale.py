@@ -1,0 +1,150 @@
+"""The engine path gives the single-process output byte for byte, survives faults, resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from packshard.engine import TaskFailed
+from packshard.errors import RecordError
+from packshard.pack import PackConfig, pack_dataset
+from packshard.pack.scale import work_folder
+from tests.helpers import check_pack_output, output_digests, scale_inputs
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> list[Path]:
+    return scale_inputs(tmp_path_factory.mktemp("scale_inputs"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(packed_demo_tokenizer) -> Path:
+    return packed_demo_tokenizer
+
+
+def pack(inputs, tokenizer, out: Path, **options) -> dict:
+    settings = {"max_seq_len": 256, "template": "chatml", "shard_rows": 5, "batch_size": 7}
+    settings.update(options)
+    config = PackConfig(
+        inputs=tuple(map(str, inputs)), tokenizer=str(tokenizer), out=str(out), **settings
+    )  # type: ignore[arg-type]
+    return pack_dataset(config).manifest
+
+
+SPLIT = 8000  # bytes per unit: 6 byte ranges of chat.jsonl, 2 of rows.parquet, array.json whole
+
+
+def units(inputs) -> list:
+    from packshard.ingest.sources import expand_inputs
+    from packshard.ingest.splits import plan_splits
+
+    return plan_splits(expand_inputs([str(p) for p in inputs]), SPLIT)
+
+
+VARIANTS = {
+    "bfd": {},
+    "wrapped": {"strategy": "wrapped"},
+    "split": {"overlong": "split"},
+    "truncate-by-domain": {"overlong": "truncate", "group_by_domain": True},
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_two_local_workers_write_the_same_bytes_as_one_process(
+    inputs, tokenizer, tmp_path, variant
+):
+    options = VARIANTS[variant]
+    one = pack(inputs, tokenizer, tmp_path / "one", **options)
+    two = pack(inputs, tokenizer, tmp_path / "two", workers=2, split_bytes=SPLIT, **options)
+    assert one["engine"] == {"name": "local", "workers": 1}
+    assert two["engine"] == {"name": "local", "workers": 2, "units": 9, "units_reused": 0}
+    assert output_digests(tmp_path / "one") == output_digests(tmp_path / "two")
+    assert {k: v for k, v in one.items() if k not in ("created_at", "engine")} == {
+        k: v for k, v in two.items() if k not in ("created_at", "engine")
+    }
+    assert one["stats"]["rejected"] >= 2 and one["stats"]["domains"]
+    check_pack_output(tmp_path / "two")
+    assert not work_folder(tmp_path / "two").exists()  # removed once published
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_ray_writes_the_same_bytes_as_one_process(inputs, tokenizer, tmp_path, ray_cluster):
+    one = pack(inputs, tokenizer, tmp_path / "one", overlong="split")
+    ray = pack(inputs, tokenizer, tmp_path / "ray", overlong="split", engine="ray",
+               split_bytes=SPLIT)  # fmt: skip
+    assert ray["engine"]["name"] == "ray" and ray["engine"]["units"] == 9
+    assert output_digests(tmp_path / "one") == output_digests(tmp_path / "ray")
+
+
+def test_a_unit_that_keeps_failing_fails_the_job_and_resume_finishes_it(
+    inputs, tokenizer, tmp_path, monkeypatch
+):
+    whole = pack(inputs, tokenizer, tmp_path / "whole")
+    out = tmp_path / "out"
+    second = units(inputs)[1]
+    assert second.describe() == f"{inputs[0]} bytes {second.start}–{second.stop}"
+    monkeypatch.setenv("PACKSHARD_FAULTS", f"raise:bytes {second.start}–:9")
+    with pytest.raises(TaskFailed) as err:
+        pack(inputs, tokenizer, out, workers=2, split_bytes=SPLIT)
+    assert str(err.value).startswith(f"{second.describe()}: failed 3 times (OSError: rehearsed")
+    assert not out.exists()  # nothing that looks complete
+    assert not list(tmp_path.glob(".out.partial-*"))
+    done = {p.parent.name for p in work_folder(out).glob("*/unit.json")}
+    assert len(done) == 8 and second.name not in done  # every other unit is kept
+    monkeypatch.delenv("PACKSHARD_FAULTS")
+    resumed = pack(inputs, tokenizer, out, workers=2, split_bytes=SPLIT, resume=True)
+    assert resumed["engine"] == {"name": "local", "workers": 2, "units": 9, "units_reused": 8}
+    assert output_digests(out) == output_digests(tmp_path / "whole")
+    assert resumed["dataset_id"] == whole["dataset_id"]
+
+
+def test_a_worker_that_dies_once_is_retried_with_the_same_bytes(
+    inputs, tokenizer, tmp_path, monkeypatch
+):
+    pack(inputs, tokenizer, tmp_path / "whole")
+    monkeypatch.setenv("PACKSHARD_FAULTS", "crash:bytes 0–:1,raise:shard-00001:1")
+    pack(inputs, tokenizer, tmp_path / "out", workers=2, split_bytes=SPLIT)
+    assert output_digests(tmp_path / "out") == output_digests(tmp_path / "whole")
+
+
+def test_a_shard_that_cannot_be_written_fails_the_job(inputs, tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKSHARD_FAULTS", "raise:shard-00002:9")
+    with pytest.raises(TaskFailed, match=r"^shard-00002\.parquet: failed 3 times"):
+        pack(inputs, tokenizer, tmp_path / "out", workers=2, split_bytes=SPLIT)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_resume_with_other_options_starts_afresh(inputs, tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKSHARD_FAULTS", "raise:array.json:9")
+    with pytest.raises(TaskFailed):
+        pack(inputs, tokenizer, tmp_path / "out", workers=2, split_bytes=SPLIT)
+    monkeypatch.delenv("PACKSHARD_FAULTS")
+    again = pack(inputs, tokenizer, tmp_path / "out", workers=2, split_bytes=SPLIT, resume=True,
+                 max_seq_len=200)  # fmt: skip
+    assert again["engine"]["units_reused"] == 0
+
+
+def test_on_error_fail_names_the_absolute_line(inputs, tokenizer, tmp_path):
+    with pytest.raises(RecordError) as one:
+        pack(inputs, tokenizer, tmp_path / "one", on_error="fail")
+    with pytest.raises(RecordError) as two:
+        pack(inputs, tokenizer, tmp_path / "two", on_error="fail", workers=2, split_bytes=SPLIT)
+    assert str(one.value) == str(two.value)
+    assert str(two.value).startswith(f"{inputs[0]}:")
+
+
+def test_plan_scope_group_is_recorded_and_costs_few_rows(inputs, tokenizer, tmp_path):
+    whole = pack(inputs, tokenizer, tmp_path / "global")
+    grouped = pack(inputs, tokenizer, tmp_path / "group", plan_scope="group:20")
+    two = pack(inputs, tokenizer, tmp_path / "two", plan_scope="group:20", workers=2,
+               split_bytes=SPLIT)  # fmt: skip
+    assert grouped["config"]["plan_scope"] == "group:20"
+    assert whole["config"]["plan_scope"] == "global"
+    assert grouped["dataset_id"] != whole["dataset_id"]
+    groups = -(-whole["stats"]["examples"] // 20)  # each group may leave one row part-filled
+    assert whole["stats"]["rows"] <= grouped["stats"]["rows"] <= whole["stats"]["rows"] + groups
+    assert grouped["stats"]["tokens"] == whole["stats"]["tokens"]
+    check_pack_output(tmp_path / "group")
+    assert output_digests(tmp_path / "group") == output_digests(tmp_path / "two")
