@@ -11,8 +11,8 @@ Layers, lowest first (a module may import its own layer and the layers below)::
 
 ``ingest`` never imports ``format`` (nor anything above it); ``torch`` never imports
 ``ingest``.  ``engine`` knows nothing of packing: it runs the functions the commands hand it
-(its own layer, so that ``profile``, ``pack`` and ``verify`` share one).  ``profile`` may use ``pack.planner``: it predicts what ``pack`` would do with the
-same planner.
+(its own layer, so that ``profile``, ``pack`` and ``verify`` share one).  ``profile`` may
+use ``pack.planner``: it predicts what ``pack`` would do with the same planner.
 """
 
 from __future__ import annotations

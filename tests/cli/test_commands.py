@@ -51,6 +51,35 @@ def test_pack_then_verify_exit_zero(tmp_path, packed_demo_tokenizer):
     assert "64 examples re-tokenized and compared" in result.stdout
 
 
+def test_pack_on_two_workers_writes_the_same_shards(tmp_path, packed_demo_tokenizer):
+    from tests.helpers import output_digests
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert run(*pack_args(packed_demo_tokenizer, one)).exit_code == 0
+    result = run(*pack_args(packed_demo_tokenizer, two, "--workers", "2", "--split-bytes", "4096"))
+    assert result.exit_code == 0, result.output
+    assert output_digests(one) == output_digests(two)
+    manifest = json.loads((two / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["engine"] == {"name": "local", "workers": 2, "units": 4, "units_reused": 0}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--ray-address", "10.0.0.1:6379"], "--ray-address needs --engine ray"),
+        (["--workers", "0"], "--workers must be at least 1, got 0"),
+        (
+            ["--plan-scope", "group:0"],
+            "--plan-scope 'group:0' is not global or group:N (N examples >= 1)",
+        ),
+    ],
+)
+def test_pack_refuses_bad_engine_options(tmp_path, packed_demo_tokenizer, extra, message):
+    result = run(*pack_args(packed_demo_tokenizer, tmp_path / "out", *extra))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {message}\n"
+
+
 def test_pack_missing_tokenizer(tmp_path):
     result = run(*pack_args(tmp_path / "nope", tmp_path / "out"))
     assert result.exit_code == 2

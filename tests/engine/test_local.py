@@ -58,10 +58,10 @@ def test_a_task_whose_worker_keeps_dying_fails_naming_it(tmp_path):
 
 
 def test_engine_options_are_checked():
-    with pytest.raises(UsageError, match="^--workers must be at least 1, got 0$"):
+    with pytest.raises(UsageError, match=r"^--workers must be at least 1, got 0$"):
         EngineOptions("local", 0).check()
-    with pytest.raises(UsageError, match="^--ray-address needs --engine ray$"):
+    with pytest.raises(UsageError, match=r"^--ray-address needs --engine ray$"):
         EngineOptions("local", 2, "10.0.0.1:6379").check()
-    with pytest.raises(UsageError, match="^--engine 'spark' is not one of local, ray$"):
+    with pytest.raises(UsageError, match=r"^--engine 'spark' is not one of local, ray$"):
         EngineOptions("spark").check()
     assert EngineOptions("local", 1).serial and not EngineOptions("local", 2).serial

@@ -71,9 +71,10 @@ def test_two_local_workers_write_the_same_bytes_as_one_process(
 @pytest.mark.ray
 @pytest.mark.xdist_group("ray")
 def test_ray_writes_the_same_bytes_as_one_process(inputs, tokenizer, tmp_path, ray_cluster):
-    one = pack(inputs, tokenizer, tmp_path / "one", overlong="split")
-    ray = pack(inputs, tokenizer, tmp_path / "ray", overlong="split", engine="ray",
-               split_bytes=SPLIT)  # fmt: skip
+    pack(inputs, tokenizer, tmp_path / "one", overlong="split")
+    ray = pack(
+        inputs, tokenizer, tmp_path / "ray", overlong="split", engine="ray", split_bytes=SPLIT
+    )
     assert ray["engine"]["name"] == "ray" and ray["engine"]["units"] == 9
     assert output_digests(tmp_path / "one") == output_digests(tmp_path / "ray")
 
@@ -121,8 +122,8 @@ def test_a_resume_with_other_options_starts_afresh(inputs, tokenizer, tmp_path, 
     with pytest.raises(TaskFailed):
         pack(inputs, tokenizer, tmp_path / "out", workers=2, split_bytes=SPLIT)
     monkeypatch.delenv("PACKSHARD_FAULTS")
-    again = pack(inputs, tokenizer, tmp_path / "out", workers=2, split_bytes=SPLIT, resume=True,
-                 max_seq_len=200)  # fmt: skip
+    options = {"workers": 2, "split_bytes": SPLIT, "resume": True, "max_seq_len": 200}
+    again = pack(inputs, tokenizer, tmp_path / "out", **options)
     assert again["engine"]["units_reused"] == 0
 
 
@@ -138,8 +139,7 @@ def test_on_error_fail_names_the_absolute_line(inputs, tokenizer, tmp_path):
 def test_plan_scope_group_is_recorded_and_costs_few_rows(inputs, tokenizer, tmp_path):
     whole = pack(inputs, tokenizer, tmp_path / "global")
     grouped = pack(inputs, tokenizer, tmp_path / "group", plan_scope="group:20")
-    two = pack(inputs, tokenizer, tmp_path / "two", plan_scope="group:20", workers=2,
-               split_bytes=SPLIT)  # fmt: skip
+    pack(inputs, tokenizer, tmp_path / "two", plan_scope="group:20", workers=2, split_bytes=SPLIT)
     assert grouped["config"]["plan_scope"] == "group:20"
     assert whole["config"]["plan_scope"] == "global"
     assert grouped["dataset_id"] != whole["dataset_id"]
