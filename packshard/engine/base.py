@@ -160,11 +160,17 @@ def raise_error(carried: tuple[type[PackshardError], tuple[Any, ...], dict[str, 
 
 
 @contextmanager
-def open_engine(options: EngineOptions, env: dict[str, str] | None = None) -> Iterator[Engine]:
+def open_engine(
+    options: EngineOptions,
+    env: dict[str, str] | None = None,
+    warm: tuple[Callable[[Any], Any], Any] | None = None,
+) -> Iterator[Engine]:
     """Start the engine ``options`` name, yield it, and release it whatever happens.
 
-    ``env`` is set in every worker before it runs a task (thread counts, for instance).
-    Ray is imported only here, and only when asked for.
+    ``env`` is set in every worker before it runs a task (thread counts, for instance);
+    ``warm = (fn, arg)`` runs once in each local worker as it starts (best effort: a load
+    that fails there fails again, with its message, in the first task).  Ray is imported only
+    here, and only when asked for.
     """
     options.check()
     engine: Engine
@@ -173,7 +179,7 @@ def open_engine(options: EngineOptions, env: dict[str, str] | None = None) -> It
     elif options.engine == "local":
         from packshard.engine.local import LocalEngine
 
-        engine = LocalEngine(options.workers, options.max_retries, env or {})
+        engine = LocalEngine(options.workers, options.max_retries, env or {}, warm)
     else:
         from packshard.engine.ray import RayEngine
 

@@ -2,8 +2,10 @@
 
 Workers are started with ``forkserver`` (``spawn`` where it is missing): clean processes that
 never inherit the driver's threads (the tokenizer's pool, Arrow's), so none can deadlock after
-a fork.  Each worker sets the driver's ``env`` (thread counts) before its first task, and keeps
-whatever the tasks cache (a loaded tokenizer, a compiled template) for the tasks after.
+a fork.  Each worker sets the driver's ``env`` (thread counts) and runs the caller's warm-up
+(loading the tokenizer, compiling the template) once as it starts; the workers are started
+when the engine opens, so they warm up while the driver is still busy.  What the tasks cache
+stays in the worker for the tasks after.
 
 A Python exception in a task is retried on its own.  A worker that dies (killed, out of
 memory, a crash in native code) breaks the whole pool, and every task then in flight is
@@ -21,7 +23,9 @@ collected by task index, so completion order never shows.
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -29,19 +33,41 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from packshard.engine.base import TaskFailed, call, describe, raise_error
+from packshard.engine.forkwarm import FORK_WARM_ENV
 
 
-def _context(module: str) -> Any:
+def _context(module: str, warm: tuple[Callable[[Any], Any], Any] | None) -> Any:
     """Return a ``forkserver`` context that imports ``module`` first (else ``spawn``).
 
-    The fork server imports the task's module once, before it has any thread, so that each
-    worker forked from it starts with the imports done.
+    The fork server imports the task's module once, before it has any thread, and runs the
+    warm-up there (:mod:`packshard.engine.forkwarm`), so that each worker forked from it
+    starts with the imports done and the tokenizer loaded.
     """
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([module])
+    if warm is not None:
+        try:
+            spec = json.dumps([warm[0].__module__, warm[0].__name__, warm[1]])
+        except TypeError:  # not JSON: warm the workers only
+            spec = ""
+        os.environ[FORK_WARM_ENV] = spec
+    ctx.set_forkserver_preload([module, "packshard.engine.forkwarm"])
     return ctx
+
+
+def _noop() -> None:
+    return None
+
+
+def _start_worker(env: dict[str, str], warm: tuple[Callable[[Any], Any], Any] | None) -> None:
+    """Set the driver's ``env``, then run the warm-up (loading, compiling) once, best effort."""
+    os.environ.update(env)
+    if warm is not None:
+        try:
+            warm[0](warm[1])
+        except Exception:  # the first task meets the same problem and reports it properly
+            return
 
 
 class LocalEngine:
@@ -49,15 +75,31 @@ class LocalEngine:
 
     name = "local"
 
-    def __init__(self, workers: int, max_retries: int, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        workers: int,
+        max_retries: int,
+        env: dict[str, str],
+        warm: tuple[Callable[[Any], Any], Any] | None = None,
+    ) -> None:
         self.workers = workers
         self.max_retries = max_retries
         self._env = dict(env)
+        self._warm = warm
         self._pool: ProcessPoolExecutor | None = None
+        if warm is not None:  # start the workers now: they warm up while the driver works
+            pool = self._executor(warm[0].__module__)
+            for _ in range(workers):
+                pool.submit(_noop)
 
     def _executor(self, module: str) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=_context(module))
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=_context(module, self._warm),
+                initializer=_start_worker,
+                initargs=(self._env, self._warm),
+            )
         return self._pool
 
     def _reset(self) -> None:

@@ -77,8 +77,6 @@ def pack_dataset(config: PackConfig, progress: bool = False) -> PackResult:
     if config.num_workers:
         os.environ["RAYON_NUM_THREADS"] = str(config.num_workers)
     files = expand_inputs(config.inputs)
-    bundle = load_tokenizer(config.tokenizer)
-    template = load_template(config.template, bundle)
     out = Path(config.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
@@ -86,7 +84,9 @@ def pack_dataset(config: PackConfig, progress: bool = False) -> PackResult:
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        with engine_for(config) as engine:
+        with engine_for(config) as engine:  # workers start loading while the driver does
+            bundle = load_tokenizer(config.tokenizer)
+            template = load_template(config.template, bundle)
             manifest = _pack_into(tmp, config, files, bundle, template, progress, engine)
         _publish(tmp, out)
     except BaseException:

@@ -28,6 +28,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from packshard import __version__
@@ -43,9 +44,13 @@ from packshard.ingest.tokenizer import TokenizerBundle
 from packshard.pack.config import PackConfig
 from packshard.pack.merge import merge_units
 from packshard.pack.spill import Spill
-from packshard.pack.units import MARKER, MapTask, UnitContext, load_unit, map_unit
+from packshard.pack.units import MARKER, MapTask, UnitContext, load_unit, map_unit, warm_worker
 
 JOB = "job.json"
+UNIT_BATCH = 256
+"""Records per ingest chunk inside a unit: small chunks keep rendering, tokenizing and
+labelling overlapped in a unit of a few chunks.  Any size gives the same output (the merge
+orders rejects by ``--batch-size`` chunks, whatever the units used)."""
 
 
 def work_folder(out: Path) -> Path:
@@ -71,7 +76,8 @@ def engine_for(config: PackConfig) -> Iterator[Engine | None]:
         yield None
         return
     options = EngineOptions(config.engine, config.workers, config.ray_address)
-    with open_engine(options, worker_env(config)) as engine:
+    warm = (warm_worker, (config.tokenizer, config.template))
+    with open_engine(options, worker_env(config), warm) as engine:
         yield engine
 
 
@@ -130,7 +136,7 @@ def map_inputs(
     context = UnitContext(
         tokenizer=config.tokenizer,
         template=config.template,
-        options=config.ingest_options(),
+        options=replace(config.ingest_options(), batch_size=min(config.batch_size, UNIT_BATCH)),
         max_seq_len=config.max_seq_len,
         overlong=config.overlong,
         split_at_rows=config.strategy == "wrapped",

@@ -33,13 +33,16 @@ from typing import Any
 import numpy as np
 
 from packshard.engine.faults import inject
-from packshard.errors import RecordError
+from packshard.errors import PackshardError, RecordError
 from packshard.ingest.chunks import ingest
+from packshard.ingest.labels import encode_texts, label_encodings
+from packshard.ingest.normalize import normalize_record
+from packshard.ingest.spans import render_example
 from packshard.ingest.splits import Split, SplitRead, read_split
 from packshard.ingest.templates import ChatTemplate, load_template
 from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
 from packshard.pack.spill import SpillCounts, SpillWriter
-from packshard.records import IngestOptions, Reject, SourceRef
+from packshard.records import IngestOptions, RawRecord, Reject, SourceRef
 
 MARKER = "unit.json"
 ARRAYS = "meta.npz"
@@ -101,6 +104,26 @@ def _loaded(tokenizer: str, template: str | None) -> tuple[TokenizerBundle, Chat
     """Return the tokenizer and compiled template, loaded once per worker process."""
     bundle = load_tokenizer(tokenizer)
     return bundle, load_template(template, bundle)
+
+
+def warm_worker(specs: tuple[str, str | None]) -> None:
+    """Load the tokenizer, compile the template and label one tiny record, once a process.
+
+    The tiny record also loads every jitted kernel labelling uses; run in the fork server,
+    all of it is in each worker before its first unit (:mod:`packshard.engine.forkwarm`).
+    """
+    bundle, template = _loaded(*specs)
+    value: dict[str, Any] = {"text": "warm"}
+    if template is not None:
+        value = {
+            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+        }
+    try:
+        conv = normalize_record(RawRecord(SourceRef("warm", 1), "warm", value))
+        rendered = [render_example(conv, template, bundle, "auto")]
+        label_encodings(bundle, rendered, encode_texts(bundle, rendered))
+    except PackshardError:  # a template that wants other turns: the first unit warms up
+        return
 
 
 def map_unit(task: MapTask) -> UnitResult:
