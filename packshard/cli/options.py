@@ -198,6 +198,7 @@ PACK = _group(
 )
 
 VERIFY = _group(
+    ENGINE,
     click.option(
         "--source/--no-source",
         default=None,

@@ -182,6 +182,15 @@ def read_split(split: Split, state: SplitRead | None = None) -> Iterator[RawReco
             yield from _read_jsonl(f, _range_bytes(fh, split.start, split.stop, state))
 
 
+def count_newlines(split: Split) -> int:
+    """Return the lines a ``bytes`` split holds (its newline bytes), read without parsing."""
+    state = SplitRead()
+    with open(split.real, "rb") as fh:
+        for _ in _range_bytes(fh, split.start, split.stop, state):
+            pass
+    return state.newlines
+
+
 def _range_bytes(fh: BinaryIO, start: int, stop: int, state: SplitRead) -> Iterator[bytes]:
     fh.seek(start)
     left = stop - start

@@ -53,6 +53,9 @@ class VerifyOptions:
     sample: int | None = None
     seed: int = 0
     progress: bool = False
+    engine: str = "local"  # the source check's re-ingest: one process, local workers, Ray
+    workers: int = 1
+    ray_address: str | None = None
 
 
 @dataclass

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from packshard.digests import sha256_path
+from packshard.engine import EngineOptions
 from packshard.errors import FormatError, PackshardError
 from packshard.format.examples import ExamplesIndex
 from packshard.format.rejects import read_rejects
@@ -172,6 +173,20 @@ def _compare(
     opts = IngestOptions(
         format=config["format"], domain_field=config["domain_field"], loss=config["loss"]
     )
+    engine = EngineOptions(options.engine, options.workers, options.ray_address)
+    if not engine.serial:  # the re-ingest on workers (packshard.verify.units)
+        from packshard.verify import units
+
+        spec = units.template_spec(template, bundle)
+        mask = np.array(
+            [
+                (s, int(ln)) in chosen
+                for s, ln in zip(index.sources, index.lines.tolist(), strict=True)
+            ],
+            bool,
+        )
+        found = units.reingest_on_engine(files, bundle.path, spec, opts, index, mask, engine)
+        return units.compare_units(found, tables, manifest, index, by_record, rejected, findings)
     seen: set[tuple[str, int]] = set()
     compared = 0
     row_cache: dict[tuple[int, int], PackedRow] = {}
