@@ -39,6 +39,7 @@ bench: $(BENCH_STAMP)
 	$(PY) scripts/bench_pack.py
 	$(PY) scripts/bench_verify.py
 	$(PY) scripts/bench_reader.py
+	$(PY) scripts/bench_scale.py
 
 clean:
 	rm -rf $(VENV) .venv-core $(DEMO_OUT) .pytest_cache .mypy_cache .ruff_cache
