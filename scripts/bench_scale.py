@@ -92,6 +92,11 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f}× ({min(values):.2f}–{max(values):.2f})"
 
 
+def ratios(base: list[float], ours: list[float]) -> list[float]:
+    """Throughput of ours relative to base, pair by pair (runs alternate)."""
+    return [b / o for b, o in zip(base, ours, strict=True)]
+
+
 def engines_part(args, folder: Path) -> dict:
     """Part 1: raw encode_batch vs pack on each engine, alternating, medians of pairs."""
     from packshard.ingest.tokenizer import load_tokenizer
@@ -150,14 +155,9 @@ def engines_part(args, folder: Path) -> dict:
     for name, values in times.items():
         line = f"  {name:10s} best {min(values):6.2f} s  median {statistics.median(values):6.2f} s"
         if name != "raw":
-            line += (
-                f"  raw/pack {spread([r / p for r, p in zip(times['raw'], values, strict=True)])}"
-            )
-            line += (
-                f"  vs local×1 {spread([o / p for o, p in zip(times['local×1'], values, strict=True)])}"
-                if "local×1" in times
-                else ""
-            )
+            line += f"  raw/pack {spread(ratios(times['raw'], values))}"
+            if "local×1" in times:
+                line += f"  vs local×1 {spread(ratios(times['local×1'], values))}"
         lines.append(line)
     for w in args.workers:
         if args.ray and f"ray×{w}" in times and f"local×{w}" in times:
@@ -246,7 +246,8 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
         rate = 1.0 / (serial + parallel / n)
         print(
             f"  projected at {n:3d} cores: {rate:6.2f} M tokens/s "
-            f"({rate * 3600 / 1e3:.1f} G tokens/hour; serial share {serial / (serial + parallel / n):.0%})"
+            f"({rate * 3600 / 1e3:.1f} G tokens/hour; "
+            f"serial share {serial / (serial + parallel / n):.0%})"
         )
 
 

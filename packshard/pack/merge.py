@@ -22,6 +22,7 @@ reading the whole file would have stopped there.  With ``--on-error fail`` the f
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -106,11 +107,16 @@ def merge_units(
         tokens_in_per_domain=tuple(add_counts(tokens_in, np.zeros(ndom, np.int64)).tolist()),
         **policy,
     )
-    joined = {k: np.concatenate([np.zeros(0, _META.get(k, np.int64)), *v]) for k, v in meta.items()}
+    joined: dict[str, Any] = {
+        k: np.concatenate([np.zeros(0, _META.get(k, np.int64)), *v]) for k, v in meta.items()
+    }
     lengths = joined.pop("lengths").astype(np.int64)
     for k, dtype in _META.items():
         joined[k] = joined[k].astype(dtype, copy=False)
-    parts = PartFiles(tuple(r.folder for r in units), exclusive_cumsum([r.tokens for r in units]))
+    parts = PartFiles(
+        tuple(r.folder for r in units),
+        exclusive_cumsum(np.array([r.tokens for r in units], np.int64)),
+    )
     empty = np.zeros(0, np.int32)
     spill = Spill(
         tokens=empty,

@@ -24,6 +24,7 @@ import io
 import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -220,7 +221,7 @@ class SpillWriter:
         self._tok.close()
         self._lab.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        meta = {
+        meta: dict[str, Any] = {
             k: (np.concatenate(v) if v else np.zeros(0, _META[k])) for k, v in self._meta.items()
         }
         nsrc, ndom = len(self._sources.names), len(self._domains.names)

@@ -204,8 +204,9 @@ _ARRAY_NAMES = (
 
 def save_unit(folder: Path, result: UnitResult) -> None:
     """Write a unit's result beside its part; ``unit.json`` last, as the completion marker."""
-    np.savez(folder / ARRAYS, **result.arrays)
-    counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__}  # type: ignore[attr-defined]
+    arrays: dict[str, Any] = result.arrays
+    np.savez(folder / ARRAYS, **arrays)
+    counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__}
     error = result.error
     doc: dict[str, Any] = {
         "counts": counts,
@@ -225,8 +226,10 @@ def load_unit(folder: Path, split: Split) -> UnitResult:
     doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     with np.load(folder / ARRAYS, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
-    fields = doc["counts"].items()
-    counts = SpillCounts(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields})
+    fields: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in doc["counts"].items()
+    }
+    counts = SpillCounts(**fields)
     rejects = tuple(Reject(SourceRef(s, ln), d, c, why) for s, ln, d, c, why in doc["rejects"])
     error = None if doc["error"] is None else tuple(doc["error"])
     return UnitResult(

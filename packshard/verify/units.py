@@ -117,7 +117,7 @@ def reingest_on_engine(
     index: Any,
     chosen: np.ndarray,
     engine: EngineOptions,
-) -> list[dict[str, Any]]:
+) -> list[tuple[Split, dict[str, Any]]]:
     """Run :func:`source_unit` over every unit, in order; ``chosen`` masks the index rows."""
     splits = plan_splits(files)
     with open_engine(engine) as running:
