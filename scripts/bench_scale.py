@@ -188,7 +188,7 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
     from contextlib import contextmanager
 
     @contextmanager
-    def timing_engine(options, env=None):
+    def timing_engine(options, env=None, warm=None):
         yield Timing()
 
     saved_open, saved_merge, saved_plan = scale.open_engine, scale.merge_units, None
@@ -208,6 +208,11 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
         spent["plan"] = time.process_time() - start
         return out
 
+    serial_cpu = []
+    for _ in range(2):
+        start = time.process_time()
+        pack_dataset(config(data, folder / "serial"))
+        serial_cpu.append(time.process_time() - start)
     scale.open_engine, scale.merge_units, pipeline._plan = timing_engine, merge, plan
     try:
         start = time.process_time()
@@ -232,6 +237,11 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
     fixed = time.process_time() - start  # the driver loads them once per job
     stages["driver rest"] = total - sum(stages.values()) - fixed
     print(f"fixed per job in the driver: tokenizer and template load {fixed:.2f} CPU s")
+    print(
+        f"CPU of the whole job, this process and its threads: one-process path "
+        f"{min(serial_cpu):.2f} s, unit path (8 units, same process) {total:.2f} s: "
+        f"{total / min(serial_cpu):.2f}× (the split/merge machinery's cost)"
+    )
     per_m = {k: v / tokens * 1e6 for k, v in stages.items()}
     print(f"CPU seconds per million tokens (unit path in one process, {tokens:,} tokens):")
     for k, v in per_m.items():

@@ -18,6 +18,11 @@ at most a ``.partial`` folder with no manifest, never an ``OUT`` that looks comp
 Determinism: the same inputs and options give byte-identical shards and examples index; only
 the manifest's ``created_at`` differs.  Example ids number the packed examples in input order
 (record order, then part).
+
+With ``--workers N`` (N > 1), ``--engine ray`` or ``--resume`` the ingest and the shard writing
+run as tasks on an engine (:mod:`packshard.pack.scale`): the inputs are mapped unit by unit and
+merged into the same spill arrays and rejects order, each shard is written by a task; every
+other stage is this module's, so the output is the same bytes.
 """
 
 from __future__ import annotations
