@@ -131,15 +131,29 @@ class LocalEngine:
             if on_result is not None:
                 on_result(i, value)
 
+        def submit(queue: deque[int]) -> bool:
+            """Start the next task of ``queue``; False when the pool broke meanwhile."""
+            i = queue.popleft()
+            try:
+                running[self._executor(fn.__module__).submit(call, fn, args[i], self._env)] = i
+            except BrokenProcessPool:  # a worker died since the last wait
+                queue.appendleft(i)
+                return False
+            return True
+
         try:
             while todo or suspects or running:
                 alone = bool(suspects)
+                ok = True
                 if alone and not running:
-                    i = suspects.popleft()
-                    running[self._executor(fn.__module__).submit(call, fn, args[i], self._env)] = i
-                while not alone and todo and len(running) < self.workers:
-                    i = todo.popleft()
-                    running[self._executor(fn.__module__).submit(call, fn, args[i], self._env)] = i
+                    ok = submit(suspects)
+                while ok and not alone and todo and len(running) < self.workers:
+                    ok = submit(todo)
+                if not ok:
+                    suspects.extend(running.values())  # in flight when the pool broke
+                    running.clear()
+                    self._reset()
+                    continue
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 broken = False
                 for future in done:
