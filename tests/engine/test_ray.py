@@ -6,9 +6,24 @@ from packshard.engine import EngineOptions, TaskFailed, open_engine
 from packshard.errors import UsageError
 from tests.helpers import flaky_task, slow_square
 
-pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+RAY = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 
 
+def test_without_ray_the_engine_says_what_to_install(monkeypatch):
+    import sys
+
+    from packshard.engine.ray import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what a core install has
+    with pytest.raises(UsageError) as err:
+        import_ray()
+    assert str(err.value) == (
+        "--engine ray needs Ray, which is not installed (pip install 'packshard[ray]')"
+    )
+
+
+@RAY[0]
+@RAY[1]
 def test_ray_keeps_task_order_and_retries(ray_cluster, tmp_path):
     dying = tmp_path / "dying"
     dying.mkdir()
@@ -19,6 +34,8 @@ def test_ray_keeps_task_order_and_retries(ray_cluster, tmp_path):
     assert ray_cluster.is_initialized()  # a cluster the engine joined is left running
 
 
+@RAY[0]
+@RAY[1]
 def test_ray_failures_name_the_task(ray_cluster, tmp_path):
     raising, usage = tmp_path / "raising", tmp_path / "usage"
     raising.mkdir()
