@@ -6,9 +6,6 @@ from packshard.engine import EngineOptions, TaskFailed, open_engine
 from packshard.errors import UsageError
 from tests.helpers import flaky_task, slow_square
 
-RAY = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
-
-
 def test_without_ray_the_engine_says_what_to_install(monkeypatch):
     import sys
 
@@ -22,8 +19,8 @@ def test_without_ray_the_engine_says_what_to_install(monkeypatch):
     )
 
 
-@RAY[0]
-@RAY[1]
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
 def test_ray_keeps_task_order_and_retries(ray_cluster, tmp_path):
     dying = tmp_path / "dying"
     dying.mkdir()
@@ -34,8 +31,8 @@ def test_ray_keeps_task_order_and_retries(ray_cluster, tmp_path):
     assert ray_cluster.is_initialized()  # a cluster the engine joined is left running
 
 
-@RAY[0]
-@RAY[1]
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
 def test_ray_failures_name_the_task(ray_cluster, tmp_path):
     raising, usage = tmp_path / "raising", tmp_path / "usage"
     raising.mkdir()
