@@ -6,6 +6,7 @@ from packshard.engine import EngineOptions, TaskFailed, open_engine
 from packshard.errors import UsageError
 from tests.helpers import flaky_task, slow_square
 
+
 def test_without_ray_the_engine_says_what_to_install(monkeypatch):
     import sys
 
