@@ -174,7 +174,7 @@ def check_pack_output(out: Path) -> PackOutput:
     for reject in rejects:
         assert sorted(reject) == ["code", "domain", "line", "reason", "source"]
     # files and shards against the manifest
-    names = {"manifest.json", "examples.parquet", "rejects.jsonl"}
+    names = {"manifest.json", "examples.parquet", "rejects.jsonl", "README.md"}
     names |= {s["path"] for s in manifest["shards"]}
     assert {p.name for p in out.iterdir()} == names
     for entry in manifest["files"].values():

@@ -15,7 +15,9 @@ One Parquet row per packed row (format version 1)::
 ``seq_lengths`` was added to version 1 (an additive column): :func:`write_shard` derives it from
 ``cu_seqlens`` for every row group it writes, so it can never disagree with the boundaries, and
 readers accept shards without it (:data:`SHARD_SCHEMA` is the required set,
-:data:`WRITTEN_SCHEMA` what ``pack`` writes).  Integer list columns are written without dictionary encoding (smaller and faster for token
+:data:`WRITTEN_SCHEMA` what ``pack`` writes).
+
+Integer list columns are written without dictionary encoding (smaller and faster for token
 ids), zstd by default; the key-value metadata carries the format version and dataset id
 (:mod:`packshard.format.version`).  :func:`write_shard` takes row-group tables made one at a
 time and encodes each on a thread while the caller assembles the next, so a shard of any size

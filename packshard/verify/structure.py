@@ -35,7 +35,6 @@ from packshard.format.shards import list_values
 from packshard.records import IGNORE_INDEX
 from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
 
-
 SEQ_LENGTHS_WRONG = "seq_lengths is not diff(cu_seqlens) (TRL would train across the seams)"
 
 

@@ -239,7 +239,8 @@ def test_schema_problem_names_the_first_difference():
 
 
 def test_seq_lengths_are_derived_from_cu_seqlens_and_replace_any_given():
-    table = shard_table([[tokens(1, 3), tokens(2, 1), tokens(3, 4)], [tokens(4, 2)]], [[0, 1, 2], [3]])
+    segments = [[tokens(1, 3), tokens(2, 1), tokens(3, 4)], [tokens(4, 2)]]
+    table = shard_table(segments, [[0, 1, 2], [3]])
     assert seq_lengths_column(table["cu_seqlens"]).to_pylist() == [[3, 1, 4], [2]]
     stale = table.append_column("seq_lengths", pa.array([[9], [9, 9]], pa.list_(pa.int32())))
     fixed = with_seq_lengths(stale)
