@@ -30,6 +30,9 @@ first label of every segment is -100, so no prediction crosses a seam.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -47,6 +50,54 @@ def _pad_1d(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
     return torch.cat([x, x.new_full((length - x.shape[0],), value)])
 
 
+def packed_row(feature: Mapping[str, Any]) -> Row:
+    """Return a row as the collators take it: tensors, with its segment boundaries.
+
+    Rows come from :class:`~packshard.torch.PackedDataset` (tensors), ``load_dataset(OUT)``
+    (lists) or a trainer that dropped the columns its model does not take (Hugging Face's
+    ``remove_unused_columns`` keeps ``input_ids``, ``labels``, ``position_ids``).  The
+    boundaries are ``cu_seqlens``, else ``seq_lengths``, else where ``position_ids`` restart;
+    a row with none of them cannot be packed safely and is refused.
+    """
+    ids = torch.as_tensor(feature["input_ids"]).to(torch.int64)
+    labels = torch.as_tensor(feature["labels"]).to(torch.int64) if "labels" in feature else None
+    given = feature.get("position_ids")
+    positions = None if given is None else torch.as_tensor(given).to(torch.int64)
+    if "cu_seqlens" in feature:
+        cu = torch.as_tensor(feature["cu_seqlens"]).to(torch.int64)
+    elif "seq_lengths" in feature:
+        cu = F.pad(torch.as_tensor(feature["seq_lengths"]).to(torch.int64).cumsum(0), (1, 0))
+    elif positions is not None:
+        restart = torch.ones_like(positions, dtype=torch.bool)
+        restart[1:] = positions[1:] != positions[:-1] + 1
+        cu = F.pad(restart.nonzero().flatten(), (0, 1), value=len(ids))
+    else:
+        raise UsageError(
+            "a row reached the collator without cu_seqlens, seq_lengths or position_ids, so "
+            "its seams cannot be found (keep position_ids: a trainer that removes unused "
+            "columns keeps them; or pass remove_unused_columns=False)"
+        )
+    if labels is None or cu[0] != 0 or cu[-1] != len(ids):
+        raise UsageError(f"a row's labels or boundaries do not fit its {len(ids)} tokens")
+    if positions is None:
+        positions = torch.arange(len(ids)) - torch.repeat_interleave(cu[:-1], cu.diff())
+    elif bool((positions[cu[:-1]] != 0).any() or (positions[cu[1:] - 1] != cu.diff() - 1).any()):
+        raise UsageError(
+            "a row's position_ids do not restart at 0 where its segments start (they were "
+            "regenerated, or the row is not a packshard row: run packshard verify)"
+        )
+    example_ids = feature.get("example_ids")
+    return {
+        "input_ids": ids,
+        "labels": labels,
+        "position_ids": positions,
+        "cu_seqlens": cu.to(torch.int32),
+        "example_ids": torch.full((len(cu) - 1,), -1, dtype=torch.int64)
+        if example_ids is None
+        else torch.as_tensor(example_ids).to(torch.int64),
+    }
+
+
 def count_loss_tokens(labels: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
     """Return the number of labels != IGNORE_INDEX in each segment of a flat sequence (int32).
 
@@ -59,7 +110,7 @@ def count_loss_tokens(labels: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.T
 
 
 def collate_varlen(
-    rows: list[Row],
+    rows: list[Mapping[str, Any]],
     pad_to_multiple_of: int | None = None,
     static_cu_seqlens_len: int | None = None,
     pad_token_id: int = 0,
@@ -73,6 +124,7 @@ def collate_varlen(
     """
     if not rows:
         raise UsageError("collate_varlen got an empty batch")
+    rows = [packed_row(r) for r in rows]
     total = sum(int(r["input_ids"].shape[0]) for r in rows)
     pad = (-total) % pad_to_multiple_of if pad_to_multiple_of else 0
     # Per-segment bookkeeping is small: numpy, few calls.  Token columns: one copy each.
@@ -111,7 +163,7 @@ def collate_varlen(
 
 
 def collate_padded(
-    rows: list[Row], max_seq_len: int, pad_token_id: int = 0
+    rows: list[Mapping[str, Any]], max_seq_len: int, pad_token_id: int = 0
 ) -> dict[str, torch.Tensor]:
     """Stack rows into ``[B, max_seq_len]`` tensors; padding belongs to no segment.
 
@@ -122,6 +174,7 @@ def collate_padded(
     """
     if not rows:
         raise UsageError("collate_padded got an empty batch")
+    rows = [packed_row(r) for r in rows]
     batch = len(rows)
     ids = torch.full((batch, max_seq_len), pad_token_id, dtype=torch.int64)
     labels = torch.full((batch, max_seq_len), IGNORE_INDEX, dtype=torch.int64)
@@ -169,26 +222,6 @@ def flash_attn_kwargs(batch: dict[str, torch.Tensor | int]) -> dict[str, torch.T
         "max_length_q": batch["max_seqlen"],
         "max_length_k": batch["max_seqlen"],
     }
-
-
-def collate_hf(rows: list[Row], flash: bool = False) -> dict[str, torch.Tensor | int]:
-    """Build a varlen batch with only the keys a Hugging Face model's ``forward`` accepts.
-
-    For ``Trainer(data_collator=collate_hf)``: ``input_ids``, ``labels`` and ``position_ids``
-    as ``[1, T]``, plus the flash-attention boundaries when ``flash`` is true.  Segments are
-    told apart by the position restarts, which transformers detects only when no KV cache is
-    built: set ``model.config.use_cache = False`` for training (with a cache, examples attend
-    across seams).
-    """
-    batch = collate_varlen(rows)
-    out: dict[str, torch.Tensor | int] = {
-        "input_ids": batch["input_ids"],
-        "labels": batch["labels"],
-        "position_ids": batch["position_ids"],
-    }
-    if flash:
-        out.update(flash_attn_kwargs(batch))
-    return out
 
 
 def loss_normalizers(batch: dict[str, torch.Tensor | int]) -> dict[str, torch.Tensor]:

@@ -74,8 +74,8 @@ def check_files(folder: Path, manifest: dict[str, Any], findings: FindingList) -
                 index = ExamplesIndex.from_table(read_examples(path, dataset_id))
         except FormatError as exc:
             findings.add(Finding("integrity", f"{entry['path']}: {exc.problem}"), "unreadable")
-        if key == "files/card" and (problem := card_problem(folder, manifest)) is not None:
-            findings.add(Finding("integrity", f"{entry['path']}: {problem}"), "card")
+        if key == "files/card" and (card := card_problem(folder, manifest)) is not None:
+            findings.add(Finding("integrity", f"{entry['path']}: {card}"), "card")
     return OpenedFiles(tables, index, not problems)
 
 
