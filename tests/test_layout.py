@@ -4,13 +4,14 @@ Layers, lowest first (a module may import its own layer and the layers below)::
 
     errors, records, arrays, digests      the values and idioms every stage shares
     format                                the output folder's contract
-    ingest | torch                        read → … → label   |   the trainer-side reader
+    ingest | torch | export               read → … → label | the trainer-side reader | other formats
     profile | pack | verify               the commands' libraries
     cli                                   the command line
 
 ``ingest`` never imports ``format`` (nor anything above it); ``torch`` never imports
-``ingest``.  ``profile`` may use ``pack.planner``: it predicts what ``pack`` would do with the
-same planner.
+``ingest``; ``export`` reads the folder through ``format`` alone (its torchtune loader imports
+torch lazily, a third-party import).  ``profile`` may use ``pack.planner``: it predicts what
+``pack`` would do with the same planner.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ ALLOWED = {
     "format": BASE | {"format"},
     "ingest": BASE | {"ingest"},
     "torch": BASE | {"format", "torch"},
+    "export": BASE | {"format", "export"},
     "pack": BASE | {"format", "ingest", "pack"},
     "verify": BASE | {"format", "ingest", "torch", "verify"},
     "profile": BASE | {"ingest", "profile", "pack.planner"},
     "demo": set(),
-    "cli": BASE | {"format", "ingest", "torch", "profile", "pack", "verify", "cli", "demo"},
+    "cli": BASE
+    | {"format", "ingest", "torch", "profile", "pack", "verify", "export", "cli", "demo"},
     "__init__": BASE,
 }
 LONG_KERNELS = {"pack/planner.py"}  # numba kernels with their pure-Python twin
