@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.trainers
 torchtune = pytest.importorskip("torchtune")
 
 from torch.utils.data import DataLoader  # noqa: E402
