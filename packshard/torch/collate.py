@@ -42,6 +42,7 @@ from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX
 
 Row = dict[str, torch.Tensor]
+ROW_KEYS = ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
 
 
 def _pad_1d(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
@@ -57,8 +58,11 @@ def packed_row(feature: Mapping[str, Any]) -> Row:
     (lists) or a trainer that dropped the columns its model does not take (Hugging Face's
     ``remove_unused_columns`` keeps ``input_ids``, ``labels``, ``position_ids``).  The
     boundaries are ``cu_seqlens``, else ``seq_lengths``, else where ``position_ids`` restart;
-    a row with none of them cannot be packed safely and is refused.
+    a row with none of them cannot be packed safely and is refused.  A reader row (every key
+    a tensor) is returned as it is.
     """
+    if is_reader_row(feature):
+        return {k: feature[k] for k in ROW_KEYS}
     ids = torch.as_tensor(feature["input_ids"]).to(torch.int64)
     labels = torch.as_tensor(feature["labels"]).to(torch.int64) if "labels" in feature else None
     given = feature.get("position_ids")
@@ -81,11 +85,6 @@ def packed_row(feature: Mapping[str, Any]) -> Row:
         raise UsageError(f"a row's labels or boundaries do not fit its {len(ids)} tokens")
     if positions is None:
         positions = torch.arange(len(ids)) - torch.repeat_interleave(cu[:-1], cu.diff())
-    elif bool((positions[cu[:-1]] != 0).any() or (positions[cu[1:] - 1] != cu.diff() - 1).any()):
-        raise UsageError(
-            "a row's position_ids do not restart at 0 where its segments start (they were "
-            "regenerated, or the row is not a packshard row: run packshard verify)"
-        )
     example_ids = feature.get("example_ids")
     return {
         "input_ids": ids,
@@ -96,6 +95,25 @@ def packed_row(feature: Mapping[str, Any]) -> Row:
         if example_ids is None
         else torch.as_tensor(example_ids).to(torch.int64),
     }
+
+
+def is_reader_row(feature: Mapping[str, Any]) -> bool:
+    """Whether ``feature`` is a row as the reader yields it: every key a tensor."""
+    return all(isinstance(feature.get(k), torch.Tensor) for k in ROW_KEYS)
+
+
+def check_positions(positions: np.ndarray, cu_seqlens: np.ndarray) -> None:
+    """Refuse positions that do not count 0, 1, … within every segment of ``cu_seqlens``.
+
+    Checked at every segment's first and last token (two gathers per batch): positions
+    regenerated over a whole row, the usual way seams get lost, fail both.
+    """
+    starts, lengths = cu_seqlens[:-1], np.diff(cu_seqlens)
+    if (positions[starts] != 0).any() or (positions[cu_seqlens[1:] - 1] != lengths - 1).any():
+        raise UsageError(
+            "a row's position_ids do not restart at 0 where its segments start (they were "
+            "regenerated, or the row is not a packshard row: run packshard verify)"
+        )
 
 
 def count_loss_tokens(labels: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
@@ -124,6 +142,7 @@ def collate_varlen(
     """
     if not rows:
         raise UsageError("collate_varlen got an empty batch")
+    checked = not all(is_reader_row(r) for r in rows)  # reader rows derive them from cu_seqlens
     rows = [packed_row(r) for r in rows]
     total = sum(int(r["input_ids"].shape[0]) for r in rows)
     pad = (-total) % pad_to_multiple_of if pad_to_multiple_of else 0
@@ -140,6 +159,8 @@ def collate_varlen(
         if pad:
             parts.append(torch.arange(pad) if name == "position_ids" else torch.full((pad,), fill))
         out[name] = columns[name] = torch.cat(parts).to(torch.int64).unsqueeze(0)
+    if checked:
+        check_positions(columns["position_ids"].numpy()[0], cu_seqlens)
     labels = columns["labels"].numpy()[0]
     loss_counts = count_trained(labels, cu_seqlens, skip_first=False)
     seq_idx = np.repeat(np.arange(len(seqlens), dtype=np.int32), seqlens)
@@ -192,6 +213,7 @@ def collate_padded(
         labels[b, :n] = r["labels"]
         positions[b, :n] = r["position_ids"]
         cu = r["cu_seqlens"].to(torch.int64)
+        check_positions(r["position_ids"].numpy(), cu.numpy())
         lens = cu.diff()
         seq_idx[b, :n] = torch.repeat_interleave(
             torch.arange(lens.shape[0], dtype=torch.int32), lens

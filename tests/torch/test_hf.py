@@ -95,7 +95,8 @@ def test_collators_refuse_rows_whose_seams_cannot_be_found():
         "seams cannot be found (keep position_ids: a trainer that removes unused columns keeps "
         "them; or pass remove_unused_columns=False)"
     )
-    regenerated = {**row, "position_ids": torch.arange(5)}  # positions no longer restart
+    rows = {k: v.tolist() for k, v in row.items()}  # as load_dataset(OUT) gives them
+    regenerated = {**rows, "position_ids": list(range(5))}  # positions no longer restart
     with pytest.raises(UsageError) as err:
         collate_varlen([regenerated])
     assert str(err.value) == (
@@ -234,7 +235,7 @@ def test_trl_sft_trains_padding_free_on_seq_lengths(
             logging_strategy="no",
             learning_rate=1e-2,
             bf16=False,
-            gradient_checkpointing=False,
+            activation_checkpointing=False,
             **options,
         )
         return SFTTrainer(

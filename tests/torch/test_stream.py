@@ -58,6 +58,7 @@ def test_workers_that_cannot_agree_on_the_epoch_raise(out_12):
         )
 
 
+@pytest.mark.trainers
 def test_plain_loop_with_workers_trains_each_example_alone(marked_pack, torch_one_thread):
     """The README loop: DataLoader(num_workers=2), no set_epoch, model(..., use_cache=False)."""
     from tests.helpers import LossProbe, epochs_of, marked_examples, tiny_llama
