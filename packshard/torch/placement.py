@@ -164,9 +164,11 @@ SLOTS = 256
 class PassCounter:
     """The epoch of each DataLoader worker's pass, in memory the workers share.
 
-    Layout (int64): ``[epoch, consumed, passes of worker 0, passes of worker 1, …]``.  The
-    process that owns the dataset writes the first two and zeroes the counts whenever it
-    sets the position (``set_epoch``, a pass of its own, a resume); a worker's ``k``-th pass
+    Layout (int64): ``[epoch, consumed, workers, passes of worker 0, passes of worker 1, …]``.
+    The process that owns the dataset writes the first two and zeroes the rest whenever it
+    sets the position (``set_epoch``, a pass of its own, a resume).  Each worker counts its own
+    passes, so the workers of one pass agree as long as their number stays the one the first
+    pass recorded (a changed number is refused: the counts would disagree); a worker's ``k``-th pass
     since then reads epoch ``epoch + k`` (from ``consumed`` when ``k`` is 0).
     """
 
@@ -177,7 +179,7 @@ class PassCounter:
 
     def _own(self, epoch: int, consumed: int) -> None:
         self.owner = os.getpid()
-        self.shared = torch.zeros(2 + SLOTS, dtype=torch.int64).share_memory_()
+        self.shared = torch.zeros(3 + SLOTS, dtype=torch.int64).share_memory_()
         self.shared[0], self.shared[1] = epoch, consumed
 
     def adopt(self, epoch: int, consumed: int) -> None:
@@ -201,13 +203,15 @@ class PassCounter:
                 "copied from another process, or more than 256 workers): call "
                 "dataset.set_epoch(epoch) before each epoch"
             )
-        slots = self.shared[2 : 2 + num_workers]
-        k = int(slots[worker])
-        if not bool(((slots == k) | (slots == k + 1)).all()):
+        recorded = int(self.shared[2])
+        if recorded == 0:
+            self.shared[2] = recorded = num_workers  # workers of one pass all write the same
+        k = int(self.shared[3 + worker])
+        if recorded != num_workers:
             raise UsageError(
                 "DataLoader workers disagree on the epoch (num_workers changed between "
                 "passes): call dataset.set_epoch(epoch) before each epoch"
             )
-        slots[worker] = k + 1
+        self.shared[3 + worker] = k + 1
         epoch, consumed = int(self.shared[0]), int(self.shared[1])
         return (epoch, consumed) if k == 0 else (epoch + k, 0)
