@@ -46,6 +46,8 @@ STRATEGIES = ("bfd", "ffd", "wrapped")
 OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
 COMPRESSIONS = ("zstd", "snappy", "none")
 POSITION_POLICIES = ("reset",)
+EXPORT_TARGETS = ("megatron", "torchtune", "mds", "unpacked")
+"""``packshard export --to``: each a module of :mod:`packshard.export`."""
 LABEL_PATHS = ("generation_tags", "offsets", "none")
 """How a record's trained characters are found (see :mod:`packshard.ingest.templates`)."""
 

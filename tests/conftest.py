@@ -15,6 +15,7 @@ from tests.helpers import (
     PackOutput,
     check_pack_output,
     pack_demo_into,
+    pack_marked_examples,
     write_jsonl,
 )
 
@@ -150,3 +151,12 @@ def ray_cluster() -> Any:
     )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def marked_pack(tmp_path_factory, word_tokenizer) -> Path:
+    """58 examples, each starting with its own marker token, in 16 rows over 3 shards.
+
+    The trainer tests find every fed example by its marker (:class:`tests.helpers.LossProbe`).
+    """
+    return pack_marked_examples(tmp_path_factory.mktemp("marked"), word_tokenizer)

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import shutil
 from collections import Counter
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from tokenizers import (
     AddedToken,
@@ -35,7 +39,7 @@ from tokenizers import (
 )
 
 from packshard.pack.spill import Spill, SpillCounts
-from packshard.records import IGNORE_INDEX, Conversation, Message, Rendered, SourceRef
+from packshard.records import IGNORE_INDEX, Conversation, Message, PackedRow, Rendered, SourceRef
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -150,7 +154,6 @@ def check_pack_output(out: Path) -> PackOutput:
     from packshard.digests import sha256_path
     from packshard.format.manifest import schema_errors
     from packshard.format.shards import read_row
-    from packshard.records import PackedRow
 
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     assert schema_errors(manifest) == []
@@ -174,7 +177,7 @@ def check_pack_output(out: Path) -> PackOutput:
     for reject in rejects:
         assert sorted(reject) == ["code", "domain", "line", "reason", "source"]
     # files and shards against the manifest
-    names = {"manifest.json", "examples.parquet", "rejects.jsonl"}
+    names = {"manifest.json", "examples.parquet", "rejects.jsonl", "README.md"}
     names |= {s["path"] for s in manifest["shards"]}
     assert {p.name for p in out.iterdir()} == names
     for entry in manifest["files"].values():
@@ -791,3 +794,283 @@ def flaky_task(arg: tuple[str, int, str]) -> str:
             raise UsageError("bad option (use --good)")
         raise OSError(f"flaky disk, attempt {attempt + 1}")
     return f"done after {attempt + 1}"
+
+
+# --- trainers: a pack whose examples can be told apart, a tiny Llama, the fed-loss probe ------
+
+MARKER = 300
+"""Every example of :func:`pack_marked_examples` starts with its own token ``w{MARKER + k}``."""
+
+
+def pack_marked_examples(root: Path, tokenizer: Path, examples: int = 58) -> Path:
+    """Pack prompt/completion examples (word tokenizer) whose first token names them.
+
+    Example ``k`` is ``w{300 + k}`` and 2-9 prompt words (no loss), then 2-8 completion words
+    and EOS (trained).  58 examples pack into 16 rows of at most 48 tokens, 3 shards.
+    """
+    from packshard.pack import PackConfig, pack_dataset
+
+    rng = np.random.default_rng(0)
+    records = []
+    for k in range(examples):
+        prompt = [f"w{MARKER + k}"] + [
+            f"w{w}" for w in rng.integers(2, MARKER, rng.integers(2, 10))
+        ]
+        answer = [f"w{w}" for w in rng.integers(2, MARKER, rng.integers(2, 9))]
+        records.append({"prompt": " ".join(prompt), "completion": " " + " ".join(answer)})
+    data = write_jsonl(root / "marked.jsonl", records)
+    config = PackConfig(
+        inputs=(str(data),),
+        tokenizer=str(tokenizer),
+        out=str(root / "out"),
+        max_seq_len=48,
+        shard_rows=6,
+    )  # type: ignore[arg-type]
+    pack_dataset(config)
+    return root / "out"
+
+
+def tiny_llama(seed: int = 0) -> Any:
+    """A random 2-layer Llama (hidden 32, SDPA, fp32, no KV cache) over the word vocabulary."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        use_cache=False,
+        attn_implementation="sdpa",
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+def marked_examples(out: Path) -> dict[int, tuple[Any, Any]]:
+    """``marker -> (input_ids, labels)`` of every example of a marked pack, read from its rows."""
+    from packshard.torch import PackedDataset
+
+    data, found = PackedDataset(out), {}
+    for i in range(len(data)):
+        row = data[i]
+        cu = row["cu_seqlens"].tolist()
+        for lo, hi in itertools.pairwise(cu):
+            found[int(row["input_ids"][lo])] = (row["input_ids"][lo:hi], row["labels"][lo:hi])
+    return found
+
+
+class LossProbe:
+    """Compares the loss of every batch a trainer feeds with its examples' loss, each alone.
+
+    As a forward hook (``hook=True``) it reads the batch and the loss the model computed; a
+    loop of its own calls :meth:`compare` with the batch's real tokens and its loss.  A record
+    holds the examples found (by their marker tokens, each checked equal to the packed
+    example), ``fed`` (the batch's token-mean loss as the trainer computed it), ``alone``
+    (the token mean of the same examples run one by one) and ``naive`` (the same tokens run as
+    one sequence: the leak a lost seam causes, the live control).
+    """
+
+    def __init__(self, model: Any, examples: dict[int, tuple[Any, Any]], hook: bool = True):
+        self.model, self.examples, self.records, self.busy = model, examples, [], False
+        if hook:
+            model.register_forward_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        if self.busy or not module.training:
+            return
+        ids, labels, mask = kwargs["input_ids"], kwargs["labels"], kwargs.get("attention_mask")
+        keep = mask.bool() if mask is not None and mask.dim() == 2 else ids >= 0
+        count = int((labels[..., 1:] != IGNORE_INDEX).sum())
+        items = kwargs.get("num_items_in_batch")  # the trainer divides the sum by it
+        fed = float(output.loss.detach()) * (float(items) / count if items is not None else 1.0)
+        self.compare(ids[keep], labels[keep], fed)
+
+    def compare(self, ids: Any, labels: Any, fed: float) -> dict[str, Any]:
+        """Record one batch: its real tokens (flat), labels, and the loss the trainer got."""
+        import torch
+
+        self.busy = True
+        try:
+            with torch.no_grad():
+                starts = [*(ids >= MARKER).nonzero().flatten().tolist(), len(ids)]
+                markers, total, count = [], 0.0, 0
+                for lo, hi in itertools.pairwise(starts):
+                    marker = int(ids[lo])
+                    tokens, targets = self.examples[marker]
+                    assert torch.equal(ids[lo:hi].cpu(), tokens), f"example {marker} was altered"
+                    s, c = self._loss_sum(tokens, targets)
+                    markers, total, count = [*markers, marker], total + s, count + c
+                naive_sum, naive_count = self._loss_sum(ids, labels, positions=True)
+        finally:
+            self.busy = False
+        record = {
+            "markers": markers,
+            "fed": fed,
+            "alone": total / count,
+            "naive": naive_sum / naive_count,
+        }
+        self.records.append(record)
+        return record
+
+    def _loss_sum(self, ids: Any, labels: Any, positions: bool = False) -> tuple[float, int]:
+        import torch
+        import torch.nn.functional as F
+
+        extra = {"position_ids": torch.arange(len(ids))[None]} if positions else {}
+        logits = self.model(input_ids=ids[None], use_cache=False, **extra).logits[0].float()
+        targets = labels[1:]
+        loss = F.cross_entropy(logits[:-1], targets, ignore_index=IGNORE_INDEX, reduction="sum")
+        return float(loss), int((targets != IGNORE_INDEX).sum())
+
+
+def epochs_of(records: list[dict[str, Any]], epochs: int) -> list[list[int]]:
+    """The example markers of each epoch of a run's records (equal steps per epoch)."""
+    steps = len(records) // epochs
+    return [
+        [m for r in records[e * steps : (e + 1) * steps] for m in r["markers"]]
+        for e in range(epochs)
+    ]
+
+
+def run_two_processes(fn: Any, *args: Any) -> None:
+    """Run ``fn(rank, *args)`` in two forked processes set up for a gloo process group.
+
+    Forking keeps the imports already made (trainers take seconds to import); each process
+    gets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and a free ``MASTER_PORT``, as torchrun
+    gives them.  A failure in either is raised here with its traceback.
+    """
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.start_processes(_ranked, args=(port, fn, args), nprocs=2, start_method="fork")
+
+
+def _ranked(rank: int, port: int, fn: Any, args: tuple[Any, ...]) -> None:
+    import os
+
+    import torch
+
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)
+    fn(rank, *args)
+
+
+# --- hand-made output folders for the reader ---------------------------------------------------
+
+TOKENIZER_BYTES = b'{"model": "fixture tokenizer"}'
+TOKENIZER_SHA = hashlib.sha256(TOKENIZER_BYTES).hexdigest()
+
+
+def make_row(lengths: list[int], first_example: int, rng: np.random.Generator) -> PackedRow:
+    """A contract row: random tokens, prompt half unlabelled, first label of a segment -100."""
+    n = sum(lengths)
+    ids = rng.integers(5, 1000, size=n, dtype=np.int32)
+    labels = ids.copy()
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    positions = np.concatenate([np.arange(k, dtype=np.int32) for k in lengths])
+    for lo, k in zip(cu[:-1], lengths, strict=True):
+        labels[lo : lo + max(1, k // 2)] = IGNORE_INDEX
+    return PackedRow(
+        input_ids=ids,
+        labels=labels,
+        position_ids=positions,
+        cu_seqlens=cu,
+        example_ids=np.arange(first_example, first_example + len(lengths), dtype=np.int64),
+    )
+
+
+def write_out(
+    out: Path,
+    shards: list[list[PackedRow]],
+    *,
+    max_seq_len: int = 64,
+    version: int = 1,
+    position_policy: str | None = None,
+) -> Path:
+    """Write a contract-compliant OUT folder (shards + manifest) from hand-made rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for k, rows in enumerate(shards):
+        cols = {
+            name: pa.array(
+                [getattr(r, name).tolist() for r in rows],
+                type=pa.list_(pa.int64() if name == "example_ids" else pa.int32()),
+            )
+            for name in ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
+        }
+        cols["num_tokens"] = pa.array([r.num_tokens for r in rows], pa.int32())
+        cols["num_loss_tokens"] = pa.array(
+            [int((r.labels != IGNORE_INDEX).sum()) for r in rows], pa.int32()
+        )
+        cols["max_seqlen"] = pa.array([int(np.diff(r.cu_seqlens).max()) for r in rows], pa.int32())
+        meta = {b"packshard.format_version": str(version).encode(), b"packshard.dataset_id": b"fx"}
+        table = pa.table(cols).replace_schema_metadata(meta)
+        name = f"shard-{k:05d}.parquet"
+        pq.write_table(table, out / name, row_group_size=3, compression="zstd")
+        entries.append(
+            {
+                "path": name,
+                "rows": len(rows),
+                "tokens": sum(r.num_tokens for r in rows),
+                "loss_tokens": int(sum(cols["num_loss_tokens"].to_pylist())),
+                "bytes": (out / name).stat().st_size,
+                "sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(),
+            }
+        )
+    manifest = {
+        "format_version": version,
+        "dataset_id": "fx",
+        "config": {"max_seq_len": max_seq_len}
+        | ({"position_ids": position_policy} if position_policy else {}),
+        "tokenizer": {"path": "tokenizer.json", "sha256": TOKENIZER_SHA},
+        "shards": entries,
+        "stats": {"rows": sum(e["rows"] for e in entries)},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2))
+    return out
+
+
+def fixture_rows(num_rows: int, seed: int = 0) -> list[PackedRow]:
+    rng = np.random.default_rng(seed)
+    rows, next_id = [], 0
+    for _ in range(num_rows):
+        lengths = rng.integers(1, 12, size=int(rng.integers(1, 5))).tolist()
+        rows.append(make_row(lengths, next_id, rng))
+        next_id += len(lengths)
+    return rows
+
+
+# --- exports: the (context -> target) pairs a trainer trains on --------------------------------
+
+
+def trained_pairs(out: Path) -> Counter:
+    """Every trained pair of a packed folder: (the segment's tokens before t, token t).
+
+    Label ``t`` of a segment ``[s, e)`` trains the prediction of ``input_ids[t]`` from
+    ``input_ids[s:t]`` (attention inside the segment, positions from 0).
+    """
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    pairs: Counter = Counter()
+    for entry in manifest["shards"]:
+        for row in pq.read_table(out / entry["path"]).to_pylist():
+            ids, labels, cu = row["input_ids"], row["labels"], row["cu_seqlens"]
+            for s, e in itertools.pairwise(cu):
+                for t in range(s + 1, e):
+                    if labels[t] != IGNORE_INDEX:
+                        pairs[(tuple(ids[s:t]), ids[t])] += 1
+    return pairs

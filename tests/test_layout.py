@@ -5,14 +5,16 @@ Layers, lowest first (a module may import its own layer and the layers below)::
     errors, records, arrays, digests      the values and idioms every stage shares
     engine                                runs work units: in process, local processes, Ray
     format                                the output folder's contract
-    ingest | torch                        read → … → label   |   the trainer-side reader
+    ingest | torch | export               read → … → label | the trainer-side reader | other formats
     profile | pack | verify               the commands' libraries
     cli                                   the command line
 
 ``ingest`` never imports ``format`` (nor anything above it); ``torch`` never imports
-``ingest``.  ``engine`` knows nothing of packing: it runs the functions the commands hand it
-(its own layer, so that ``profile``, ``pack`` and ``verify`` share one).  ``profile`` may
-use ``pack.planner``: it predicts what ``pack`` would do with the same planner.
+``ingest``; ``export`` reads the folder through ``format`` alone (its torchtune loader imports
+torch lazily, a third-party import).  ``engine`` knows nothing of packing: it runs the
+functions the commands hand it (its own layer, so that ``profile``, ``pack`` and ``verify``
+share one).  ``profile`` may use ``pack.planner``: it predicts what ``pack`` would do with
+the same planner.
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ ALLOWED = {
     "format": BASE | {"format"},
     "ingest": BASE | {"ingest"},
     "torch": BASE | {"format", "torch"},
+    "export": BASE | {"format", "export"},
     "pack": BASE | {"engine", "format", "ingest", "pack"},
     "verify": BASE | {"engine", "format", "ingest", "torch", "verify"},
     "profile": BASE | {"engine", "ingest", "profile", "pack.planner"},
     "demo": set(),
     "cli": BASE
-    | {"engine", "format", "ingest", "torch", "profile", "pack", "verify", "cli", "demo"},
+    | {"engine", "format", "ingest", "torch", "profile", "pack", "verify", "export", "cli", "demo"},
     "__init__": BASE,
 }
 LONG_KERNELS = {"pack/planner.py"}  # numba kernels with their pure-Python twin

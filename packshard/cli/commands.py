@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from packshard.cli.options import INSPECT, PACK, PROFILE, VERIFY
+from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, VERIFY
 from packshard.engine import EngineOptions
 from packshard.errors import EXIT_DATA, EXIT_USAGE, PackshardError
 from packshard.records import IngestOptions
@@ -57,6 +57,7 @@ def main() -> None:
       packshard profile data/*.jsonl -t tok/ --max-seq-len 4096
       packshard pack data/*.jsonl -t tok/ --max-seq-len 4096 -o packed/
       packshard verify packed/
+      packshard export packed/ --to megatron -o megatron/
     """
 
 
@@ -211,3 +212,27 @@ def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: st
     if html_path:
         write_row_html(view, html_path)
         click.echo(f"wrote {html_path}")
+
+
+@main.command()
+@click.argument("out", type=click.Path())
+@EXPORT
+def export(out: str, target: str, dest: str, overwrite: bool) -> None:
+    """Convert a packed folder for Megatron-Bridge, torchtune, MosaicML streaming or Axolotl.
+
+    Every shard is checked against the manifest while it is read; the folder is written
+    atomically, export.json (source, counts, every file's SHA-256) last.
+
+    \b
+    Example:
+      packshard export packed/ --to megatron -o megatron/
+    """
+    from packshard.export import export_dataset
+
+    result = export_dataset(out, target, dest, overwrite)
+    written = result.info["written"]
+    counts = ", ".join(f"{k} {v:,}" for k, v in written.items() if isinstance(v, int))
+    click.echo(f"exported {out} → {result.dest} ({target}): {counts}")
+    for name, sha in result.info["files"].items():
+        click.echo(f"  {name}  {(result.dest / name).stat().st_size:,} bytes  sha256 {sha[:16]}…")
+    click.echo("  export.json  (source, counts and these checksums)")

@@ -15,6 +15,7 @@ from packshard.engine import ENGINES
 from packshard.ingest.splits import SPLIT_BYTES
 from packshard.records import (
     COMPRESSIONS,
+    EXPORT_TARGETS,
     FORMAT_CHOICES,
     LOSS_POLICIES,
     ON_ERROR,
@@ -254,5 +255,29 @@ INSPECT = _group(
         "html_path",
         type=click.Path(dir_okay=False),
         help="Also write the view as an HTML page.",
+    ),
+)
+
+EXPORT = _group(
+    click.option(
+        "--to",
+        "target",
+        required=True,
+        type=click.Choice(EXPORT_TARGETS),
+        help="Target format: Megatron-Bridge/NeMo packed Parquet, torchtune packed samples, "
+        "MosaicML MDS, or one row per example (Axolotl, LitGPT).",
+    ),
+    click.option(
+        "-o",
+        "--out",
+        "dest",
+        required=True,
+        type=click.Path(file_okay=False),
+        help="Folder to write (atomically).",
+    ),
+    click.option(
+        "--overwrite",
+        is_flag=True,
+        help="Replace a non-empty folder (only once the new one is complete).",
     ),
 )

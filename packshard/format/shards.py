@@ -9,6 +9,13 @@ One Parquet row per packed row (format version 1)::
     cu_seqlens    list<int32>   [0, end_1, …, num_tokens], strictly increasing
     example_ids   list<int64>   one per segment, key into the examples index
     num_tokens, num_loss_tokens, max_seqlen   int32 per-row totals
+    seq_lengths   list<int32>   every segment's length, diff(cu_seqlens): what TRL's
+                                padding-free collator reads to keep segments apart
+
+``seq_lengths`` was added to version 1 (an additive column): :func:`write_shard` derives it from
+``cu_seqlens`` for every row group it writes, so it can never disagree with the boundaries, and
+readers accept shards without it (:data:`SHARD_SCHEMA` is the required set,
+:data:`WRITTEN_SCHEMA` what ``pack`` writes).
 
 Integer list columns are written without dictionary encoding (smaller and faster for token
 ids), zstd by default; the key-value metadata carries the format version and dataset id
@@ -30,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packshard.arrays import exclusive_cumsum
 from packshard.digests import sha256_path
 from packshard.errors import FormatError
 from packshard.format.version import metadata_problem, parquet_metadata
@@ -57,6 +65,10 @@ SHARD_SCHEMA = pa.schema(
         ("max_seqlen", pa.int32()),
     ]
 )
+OPTIONAL_FIELDS = (pa.field("seq_lengths", pa.list_(pa.int32())),)
+"""Columns a version 1 shard may carry beyond :data:`SHARD_SCHEMA`; checked when present."""
+WRITTEN_SCHEMA = pa.schema([*SHARD_SCHEMA, *OPTIONAL_FIELDS])
+"""The columns :func:`write_shard` writes: the required ones, then the optional ones."""
 ROW_GROUP_ROWS = 256
 SHARD_PATTERN = "shard-{index:05d}.parquet"
 
@@ -84,6 +96,27 @@ class ShardInfo:
         }
 
 
+def seq_lengths_column(cu_seqlens: pa.ChunkedArray | pa.Array) -> pa.ListArray:
+    """Return ``diff(cu_seqlens)`` of every row as a list column (one entry per segment)."""
+    arr = cu_seqlens.combine_chunks() if isinstance(cu_seqlens, pa.ChunkedArray) else cu_seqlens
+    values, offsets = list_values(arr)
+    steps = np.diff(values).astype(np.int32)
+    keep = np.ones(len(steps), dtype=bool)
+    keep[offsets[1:-1] - 1] = False  # the steps from one row's last entry to the next row's first
+    lengths = np.maximum(np.diff(offsets) - 1, 0)
+    return pa.ListArray.from_arrays(
+        pa.array(exclusive_cumsum(lengths).astype(np.int32)), pa.array(steps[keep])
+    )
+
+
+def with_seq_lengths(table: pa.Table) -> pa.Table:
+    """Return ``table`` in :data:`WRITTEN_SCHEMA` order, ``seq_lengths`` derived from it."""
+    if "seq_lengths" in table.column_names:
+        table = table.drop_columns(["seq_lengths"])
+    table = table.append_column(OPTIONAL_FIELDS[0], seq_lengths_column(table["cu_seqlens"]))
+    return table.select(WRITTEN_SCHEMA.names).cast(WRITTEN_SCHEMA)
+
+
 def write_shard(
     tables: pa.Table | Iterable[pa.Table],
     folder: Path,
@@ -95,7 +128,8 @@ def write_shard(
 
     Given an iterable, each table is written as soon as it is made, so a shard of many rows
     never sits in memory whole; blocks of ``ROW_GROUP_ROWS`` rows give the same file as one
-    table.  Returns the shard's manifest entry.
+    table.  ``seq_lengths`` is derived from each table's ``cu_seqlens`` (any given is
+    replaced).  Returns the shard's manifest entry.
     """
     meta = parquet_metadata(dataset_id)
     path = folder / name
@@ -103,7 +137,7 @@ def write_shard(
     with (
         pq.ParquetWriter(
             path,
-            SHARD_SCHEMA.with_metadata(meta),
+            WRITTEN_SCHEMA.with_metadata(meta),
             compression=None if compression == "none" else compression,
             use_dictionary=False,
             write_statistics=["num_tokens", "num_loss_tokens", "max_seqlen"],
@@ -116,7 +150,7 @@ def write_shard(
         for table in [tables] if isinstance(tables, pa.Table) else tables:
             if writing is not None:
                 writing.result()
-            group = table.replace_schema_metadata(meta)
+            group = with_seq_lengths(table).replace_schema_metadata(meta)
             writing = pool.submit(writer.write_table, group, row_group_size=ROW_GROUP_ROWS)
             rows += table.num_rows
             tokens += int(table["num_tokens"].to_numpy().sum(dtype=np.int64))
@@ -158,12 +192,18 @@ def read_row(table: pa.Table, index: int) -> PackedRow:
 
 
 def schema_problem(schema: pa.Schema) -> str | None:
-    """Say what is wrong with a shard's columns, or None when they match the contract."""
+    """Say what is wrong with a shard's columns, or None when they match the contract.
+
+    Optional columns are checked only when present; columns the contract does not know are
+    ignored.
+    """
     missing = [c for c in SHARD_SCHEMA.names if c not in schema.names]
     if missing:
         return f"missing columns {', '.join(missing)} (not a format version 1 shard)"
-    for name in SHARD_SCHEMA.names:
-        want, got = SHARD_SCHEMA.field(name).type, schema.field(name).type
+    for name in WRITTEN_SCHEMA.names:
+        if name not in schema.names:
+            continue
+        want, got = WRITTEN_SCHEMA.field(name).type, schema.field(name).type
         if got != want:
             return f"column {name} is {got}, the contract says {want}"
     return None

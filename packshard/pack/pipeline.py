@@ -5,7 +5,7 @@ Stages, each its own module, in this order::
     expand_inputs ─► ingest (read, normalize, render, tokenize, label)
       ─► SpillWriter (overlong policy) ─► plan_packs (lengths only) ─► finalize_plan
       ─► shuffle rows (seed) ─► assemble_rows + write_shard, one row group at a time
-      ─► examples index, rejects, stats ─► manifest (last)
+      ─► examples index, rejects, stats ─► dataset card ─► manifest (last)
 
 Memory holds the per-example integers and two row groups of a shard; tokens wait on disk in
 the spill.  Each stage returns a typed value (the spill with what it accepted, the rejects
@@ -41,6 +41,7 @@ import numpy as np
 from packshard.digests import sha256_path
 from packshard.engine import Engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
+from packshard.format.card import write_card
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
@@ -188,6 +189,7 @@ def _pack_into(
     )
     del spill
     shutil.rmtree(spill_dir)
+    manifest["files"]["card"] = write_card(tmp, manifest)  # README.md: load_dataset(OUT) reads it
     write_manifest(tmp, manifest)
     return manifest
 

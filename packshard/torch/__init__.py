@@ -15,16 +15,17 @@ Typical loop::
 """
 
 from packshard.torch.collate import (
-    collate_hf,
     collate_padded,
     collate_varlen,
     count_loss_tokens,
     flash_attn_kwargs,
     loss_normalizers,
+    packed_row,
     segment_mean_loss,
     token_losses,
 )
 from packshard.torch.dataset import PackedDataset, tokenizer_sha256
+from packshard.torch.hf import check_trainer, collate_hf
 from packshard.torch.masks import (
     block_causal_mask,
     document_mask_mod,
@@ -33,13 +34,15 @@ from packshard.torch.masks import (
     seq_idx_block_causal_mask,
     seq_idx_from_cu_seqlens,
 )
-from packshard.torch.stream import PackedIterableDataset, ResumableLoader, epoch_rows
+from packshard.torch.placement import epoch_rows
+from packshard.torch.stream import PackedIterableDataset, ResumableLoader
 
 __all__ = [
     "PackedDataset",
     "PackedIterableDataset",
     "ResumableLoader",
     "block_causal_mask",
+    "check_trainer",
     "collate_hf",
     "collate_padded",
     "collate_varlen",
@@ -49,6 +52,7 @@ __all__ = [
     "flash_attn_kwargs",
     "flex_block_mask",
     "loss_normalizers",
+    "packed_row",
     "padded_block_causal_mask",
     "segment_mean_loss",
     "seq_idx_block_causal_mask",

@@ -30,6 +30,9 @@ first label of every segment is -100, so no prediction crosses a seam.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -39,12 +42,78 @@ from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX
 
 Row = dict[str, torch.Tensor]
+ROW_KEYS = ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
 
 
 def _pad_1d(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
     if x.shape[0] == length:
         return x
     return torch.cat([x, x.new_full((length - x.shape[0],), value)])
+
+
+def packed_row(feature: Mapping[str, Any]) -> Row:
+    """Return a row as the collators take it: tensors, with its segment boundaries.
+
+    Rows come from :class:`~packshard.torch.PackedDataset` (tensors), ``load_dataset(OUT)``
+    (lists) or a trainer that dropped the columns its model does not take (Hugging Face's
+    ``remove_unused_columns`` keeps ``input_ids``, ``labels``, ``position_ids``).  The
+    boundaries are ``cu_seqlens``, else ``seq_lengths``, else where ``position_ids`` restart;
+    a row with none of them cannot be packed safely and is refused.  A reader row (every key
+    a tensor) is returned as it is.
+    """
+    if is_reader_row(feature):
+        return {k: feature[k] for k in ROW_KEYS}
+    ids = torch.as_tensor(feature["input_ids"]).to(torch.int64)
+    labels = torch.as_tensor(feature["labels"]).to(torch.int64) if "labels" in feature else None
+    given = feature.get("position_ids")
+    positions = None if given is None else torch.as_tensor(given).to(torch.int64)
+    if "cu_seqlens" in feature:
+        cu = torch.as_tensor(feature["cu_seqlens"]).to(torch.int64)
+    elif "seq_lengths" in feature:
+        cu = F.pad(torch.as_tensor(feature["seq_lengths"]).to(torch.int64).cumsum(0), (1, 0))
+    elif positions is not None:
+        restart = torch.ones_like(positions, dtype=torch.bool)
+        restart[1:] = positions[1:] != positions[:-1] + 1
+        cu = F.pad(restart.nonzero().flatten(), (0, 1), value=len(ids))
+    else:
+        raise UsageError(
+            "a row reached the collator without cu_seqlens, seq_lengths or position_ids, so "
+            "its seams cannot be found (keep position_ids: a trainer that removes unused "
+            "columns keeps them; or pass remove_unused_columns=False)"
+        )
+    if labels is None or cu[0] != 0 or cu[-1] != len(ids):
+        raise UsageError(f"a row's labels or boundaries do not fit its {len(ids)} tokens")
+    if positions is None:
+        positions = torch.arange(len(ids)) - torch.repeat_interleave(cu[:-1], cu.diff())
+    example_ids = feature.get("example_ids")
+    return {
+        "input_ids": ids,
+        "labels": labels,
+        "position_ids": positions,
+        "cu_seqlens": cu.to(torch.int32),
+        "example_ids": torch.full((len(cu) - 1,), -1, dtype=torch.int64)
+        if example_ids is None
+        else torch.as_tensor(example_ids).to(torch.int64),
+    }
+
+
+def is_reader_row(feature: Mapping[str, Any]) -> bool:
+    """Whether ``feature`` is a row as the reader yields it: every key a tensor."""
+    return all(isinstance(feature.get(k), torch.Tensor) for k in ROW_KEYS)
+
+
+def check_positions(positions: np.ndarray, cu_seqlens: np.ndarray) -> None:
+    """Refuse positions that do not count 0, 1, … within every segment of ``cu_seqlens``.
+
+    Checked at every segment's first and last token (two gathers per batch): positions
+    regenerated over a whole row, the usual way seams get lost, fail both.
+    """
+    starts, lengths = cu_seqlens[:-1], np.diff(cu_seqlens)
+    if (positions[starts] != 0).any() or (positions[cu_seqlens[1:] - 1] != lengths - 1).any():
+        raise UsageError(
+            "a row's position_ids do not restart at 0 where its segments start (they were "
+            "regenerated, or the row is not a packshard row: run packshard verify)"
+        )
 
 
 def count_loss_tokens(labels: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
@@ -59,7 +128,7 @@ def count_loss_tokens(labels: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.T
 
 
 def collate_varlen(
-    rows: list[Row],
+    rows: list[Mapping[str, Any]],
     pad_to_multiple_of: int | None = None,
     static_cu_seqlens_len: int | None = None,
     pad_token_id: int = 0,
@@ -73,6 +142,8 @@ def collate_varlen(
     """
     if not rows:
         raise UsageError("collate_varlen got an empty batch")
+    checked = not all(is_reader_row(r) for r in rows)  # reader rows derive them from cu_seqlens
+    rows = [packed_row(r) for r in rows]
     total = sum(int(r["input_ids"].shape[0]) for r in rows)
     pad = (-total) % pad_to_multiple_of if pad_to_multiple_of else 0
     # Per-segment bookkeeping is small: numpy, few calls.  Token columns: one copy each.
@@ -88,6 +159,8 @@ def collate_varlen(
         if pad:
             parts.append(torch.arange(pad) if name == "position_ids" else torch.full((pad,), fill))
         out[name] = columns[name] = torch.cat(parts).to(torch.int64).unsqueeze(0)
+    if checked:
+        check_positions(columns["position_ids"].numpy()[0], cu_seqlens)
     labels = columns["labels"].numpy()[0]
     loss_counts = count_trained(labels, cu_seqlens, skip_first=False)
     seq_idx = np.repeat(np.arange(len(seqlens), dtype=np.int32), seqlens)
@@ -111,7 +184,7 @@ def collate_varlen(
 
 
 def collate_padded(
-    rows: list[Row], max_seq_len: int, pad_token_id: int = 0
+    rows: list[Mapping[str, Any]], max_seq_len: int, pad_token_id: int = 0
 ) -> dict[str, torch.Tensor]:
     """Stack rows into ``[B, max_seq_len]`` tensors; padding belongs to no segment.
 
@@ -122,6 +195,7 @@ def collate_padded(
     """
     if not rows:
         raise UsageError("collate_padded got an empty batch")
+    rows = [packed_row(r) for r in rows]
     batch = len(rows)
     ids = torch.full((batch, max_seq_len), pad_token_id, dtype=torch.int64)
     labels = torch.full((batch, max_seq_len), IGNORE_INDEX, dtype=torch.int64)
@@ -139,6 +213,7 @@ def collate_padded(
         labels[b, :n] = r["labels"]
         positions[b, :n] = r["position_ids"]
         cu = r["cu_seqlens"].to(torch.int64)
+        check_positions(r["position_ids"].numpy(), cu.numpy())
         lens = cu.diff()
         seq_idx[b, :n] = torch.repeat_interleave(
             torch.arange(lens.shape[0], dtype=torch.int32), lens
@@ -169,26 +244,6 @@ def flash_attn_kwargs(batch: dict[str, torch.Tensor | int]) -> dict[str, torch.T
         "max_length_q": batch["max_seqlen"],
         "max_length_k": batch["max_seqlen"],
     }
-
-
-def collate_hf(rows: list[Row], flash: bool = False) -> dict[str, torch.Tensor | int]:
-    """Build a varlen batch with only the keys a Hugging Face model's ``forward`` accepts.
-
-    For ``Trainer(data_collator=collate_hf)``: ``input_ids``, ``labels`` and ``position_ids``
-    as ``[1, T]``, plus the flash-attention boundaries when ``flash`` is true.  Segments are
-    told apart by the position restarts, which transformers detects only when no KV cache is
-    built: set ``model.config.use_cache = False`` for training (with a cache, examples attend
-    across seams).
-    """
-    batch = collate_varlen(rows)
-    out: dict[str, torch.Tensor | int] = {
-        "input_ids": batch["input_ids"],
-        "labels": batch["labels"],
-        "position_ids": batch["position_ids"],
-    }
-    if flash:
-        out.update(flash_attn_kwargs(batch))
-    return out
 
 
 def loss_normalizers(batch: dict[str, torch.Tensor | int]) -> dict[str, torch.Tensor]:

@@ -32,35 +32,16 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from packshard.errors import UsageError
 from packshard.torch.dataset import PackedDataset, Row
+from packshard.torch.placement import (
+    PassCounter,
+    Placement,
+    carried_placement,
+    check_rank,
+    epoch_rows,
+    resolve_placement,
+)
 
 STATE_VERSION = 1
-
-
-def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Return ``(rank, world_size)``: explicit values, else torch.distributed's, else (0, 1)."""
-    if rank is None and world_size is None:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-    if rank is None or world_size is None:
-        raise UsageError("pass both rank and world_size, or neither")
-    if not 0 <= rank < world_size:
-        raise UsageError(f"rank {rank} is not in [0, world_size {world_size})")
-    return rank, world_size
-
-
-def epoch_rows(
-    num_rows: int, *, seed: int, epoch: int, shuffle: bool, world_size: int, drop_remainder: bool
-) -> np.ndarray:
-    """Return the ``[world_size, rows_per_rank]`` row indices of one epoch (see module doc)."""
-    if shuffle:
-        perm = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(num_rows)
-    else:
-        perm = np.arange(num_rows, dtype=np.int64)
-    per_rank = num_rows // world_size if drop_remainder else -(-num_rows // world_size)
-    perm = np.resize(perm, per_rank * world_size)  # truncates, or repeats cyclically
-    return perm.reshape(per_rank, world_size).T.copy()
 
 
 class PackedIterableDataset(IterableDataset[Row]):
@@ -70,12 +51,19 @@ class PackedIterableDataset(IterableDataset[Row]):
         out: the folder ``packshard pack`` wrote.
         shuffle: draw a new row permutation every epoch from ``(seed, epoch)``.
         seed: the permutation seed, identical on every rank.
-        rank, world_size: this process's place; default: torch.distributed's, else 0 of 1.
+        rank, world_size: this process's place; default: torch.distributed's when a pass
+            starts (not when the dataset is built), else 0 of 1.  Under accelerate's
+            ``IterableDatasetShard`` or ``DataLoaderDispatcher`` the dataset yields the whole
+            epoch and accelerate splits it (see :mod:`packshard.torch.placement`).
         drop_remainder: ``True`` (default) drops the last ``N % world_size`` rows of each
             epoch's permutation; ``False`` repeats its first rows instead, so no row is skipped.
         batch_size: the DataLoader's batch size; needed for an exact order with worker
             processes (:class:`ResumableLoader` sets it).
         expected_tokenizer_sha256, tokenizer, cache_dir: as for :class:`PackedDataset`.
+
+    Without ``set_epoch``, a pass that finished its epoch moves on to the next one; a pass
+    read by DataLoader worker processes always starts the next epoch (they cannot report how
+    far the loop got: :class:`ResumableLoader` can).
 
     """
 
@@ -100,50 +88,102 @@ class PackedIterableDataset(IterableDataset[Row]):
             cache_dir=cache_dir,
         )
         self.shuffle, self.seed, self.drop_remainder = shuffle, seed, drop_remainder
-        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.explicit = check_rank(rank, world_size)
         self.batch_size = batch_size
-        n = len(self.data)
-        if drop_remainder and n < self.world_size:
-            raise UsageError(
-                f"{out}: {n} rows for {self.world_size} ranks leaves every rank empty "
-                "(use drop_remainder=False to repeat rows)"
-            )
         self.epoch = 0
         self.consumed = 0
+        self.placement: Placement | None = None  # how the current epoch is split, once read
+        self._carried: Placement | None = None  # what the main process saw, for spawned workers
+        self._resume_world: int | None = None
+        self._passes = PassCounter()
+        if self.explicit is not None:
+            self._check_rows(Placement(*self.explicit, 1, "rank= and world_size="))
+
+    def _check_rows(self, placement: Placement) -> None:
+        if self.drop_remainder and len(self.data) < placement.world_size:
+            raise UsageError(
+                f"{self.data.out}: {len(self.data)} rows for {placement.world_size} ranks leaves "
+                "every rank empty (use drop_remainder=False to repeat rows)"
+            )
+
+    def current_placement(self) -> Placement:
+        """Return how a pass starting now would be split (see :mod:`~.placement`)."""
+        carried = self._carried if get_worker_info() is not None else None
+        return resolve_placement(self.explicit, carried)
+
+    @property
+    def rank(self) -> int:
+        """Return this process's rank, as the current epoch (or a pass starting now) reads it."""
+        return (self.placement or self.current_placement()).rank
+
+    @property
+    def world_size(self) -> int:
+        """Return the number of ranks, as the current epoch (or a pass starting now) reads it."""
+        return (self.placement or self.current_placement()).world_size
 
     def __len__(self) -> int:
-        n, w = len(self.data), self.world_size
-        return n // w if self.drop_remainder else -(-n // w)
+        if get_worker_info() is None:
+            self._passes.adopt(self.epoch, self.consumed)
+        return int(self.rank_rows(placement=self.current_placement()).shape[0])
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_carried"] = self.placement or carried_placement()
+        return state
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch``; a different epoch than the current one restarts at its first row."""
         if epoch != self.epoch:
             self.epoch, self.consumed = epoch, 0
+        self._passes.reset(self.epoch, self.consumed)
 
-    def rank_rows(self, epoch: int | None = None) -> np.ndarray:
+    def rank_rows(self, epoch: int | None = None, placement: Placement | None = None) -> np.ndarray:
         """Return this rank's row indices for ``epoch`` (default: the current one), in order."""
+        where = placement or self.placement or self.current_placement()
+        self._check_rows(where)
         rows = epoch_rows(
             len(self.data),
             seed=self.seed,
             epoch=self.epoch if epoch is None else epoch,
             shuffle=self.shuffle,
-            world_size=self.world_size,
+            world_size=where.world_size,
             drop_remainder=self.drop_remainder,
+            block=where.block,
         )
-        return rows[self.rank]
+        return rows[where.rank]
 
     def begin_pass(self) -> None:
-        """Move to the next epoch when the current one was fully consumed."""
-        if self.consumed >= len(self):
+        """Start a pass in this process: read the split, move on if the epoch was consumed."""
+        where = self.current_placement()
+        if self.placement is not None and self.consumed and where != self.placement:
+            raise UsageError(
+                f"epoch {self.epoch} was read as {self.placement} and would go on as {where} "
+                f"after {self.consumed} rows (the process group changed mid-epoch: call "
+                "set_epoch() to start an epoch afresh)"
+            )
+        if self._resume_world is not None and where.world_size != self._resume_world:
+            raise UsageError(
+                f"cannot resume: the saved state has world_size={self._resume_world} but this "
+                f"process reads {where} (resume with the same data and settings)"
+            )
+        self.placement, self._resume_world = where, None
+        if self.consumed >= len(self.rank_rows()):
             self.epoch, self.consumed = self.epoch + 1, 0
+        self._passes.reset(self.epoch, self.consumed)
 
     def __iter__(self) -> Iterator[Row]:
         info = get_worker_info()
         if info is None:
             self.begin_pass()
-        todo = self.rank_rows()[self.consumed :]
+            where, epoch, consumed = self.placement, self.epoch, self.consumed
+        else:
+            where = self.current_placement()
+            epoch, consumed = self._passes.start_pass(info.id, info.num_workers)
+        assert where is not None
+        todo = self.rank_rows(epoch, where)[consumed:]
         if info is not None and info.num_workers > 1:
-            chunk = np.arange(len(todo)) // max(self.batch_size, 1)
+            unit = where.block if where.block > 1 else self.batch_size
+            chunk = np.arange(len(todo)) // max(unit, 1)
             todo = todo[chunk % info.num_workers == info.id]
         for index in todo.tolist():
             row = self.data[index]
@@ -166,9 +206,16 @@ class PackedIterableDataset(IterableDataset[Row]):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at ``state`` (from any rank: every rank consumes the same number of rows)."""
+        """Resume at ``state`` (from any rank: every rank consumes the same number of rows).
+
+        The saved world size is checked now when this process knows its own, else when the
+        next pass starts (the process group may not exist yet).
+        """
         mine = self.state_dict()
+        known = self.explicit is not None or torch.distributed.is_initialized()
         for key in ("version", "dataset_id", "num_rows", "seed", "shuffle", "world_size"):
+            if key == "world_size" and not known:
+                continue
             if state.get(key) != mine[key]:
                 raise UsageError(
                     f"cannot resume: the saved state has {key}={state.get(key)!r} but this "
@@ -176,7 +223,9 @@ class PackedIterableDataset(IterableDataset[Row]):
                 )
         if state.get("drop_remainder") != self.drop_remainder:
             raise UsageError("cannot resume: drop_remainder differs from the saved state")
+        self._resume_world = None if known else int(state["world_size"])
         self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])
+        self._passes.reset(self.epoch, self.consumed)
 
 
 class _CountRows:

@@ -2,7 +2,8 @@
 
 The manifest validates against its schema and format version; every file it names exists with
 the recorded size and SHA-256; every Parquet file carries this dataset's id and format version
-in its metadata (a file from another pack is refused); per-shard and total counts agree; and
+in its metadata (a file from another pack is refused); the dataset card names the manifest's
+shards and index (what ``load_dataset(OUT)`` reads); per-shard and total counts agree; and
 the counting rule holds::
 
     records = records_packed + rejected + dropped        lines(rejects.jsonl) = rejected + dropped
@@ -23,6 +24,7 @@ import pyarrow as pa
 
 from packshard.digests import sha256_path
 from packshard.errors import FormatError
+from packshard.format.card import card_problem
 from packshard.format.examples import ExamplesIndex, read_examples
 from packshard.format.manifest import schema_errors
 from packshard.format.rejects import read_rejects
@@ -72,6 +74,8 @@ def check_files(folder: Path, manifest: dict[str, Any], findings: FindingList) -
                 index = ExamplesIndex.from_table(read_examples(path, dataset_id))
         except FormatError as exc:
             findings.add(Finding("integrity", f"{entry['path']}: {exc.problem}"), "unreadable")
+        if key == "files/card" and (card := card_problem(folder, manifest)) is not None:
+            findings.add(Finding("integrity", f"{entry['path']}: {card}"), "card")
     return OpenedFiles(tables, index, not problems)
 
 

@@ -12,7 +12,8 @@ numpy operations over the flat list values — no Python loop over tokens or row
 * positions restart at 0 at every segment start and count up by one (policy ``reset``);
 * the first label of every segment is ``-100``; every other label is ``-100`` or its token;
 * token ids lie in ``[0, vocab_size)`` (the manifest's tokenizer);
-* ``num_loss_tokens`` and ``max_seqlen`` match the row;
+* ``num_loss_tokens`` and ``max_seqlen`` match the row; ``seq_lengths``, where the shard has
+  it, is ``diff(cu_seqlens)`` (TRL keeps segments apart by it alone);
 * every example id matches the examples index (this shard, this row, token counts).
 
 Only when a check fails does Python touch individual rows, to name them in findings.  Then
@@ -33,6 +34,8 @@ from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import list_values
 from packshard.records import IGNORE_INDEX
 from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
+
+SEQ_LENGTHS_WRONG = "seq_lengths is not diff(cu_seqlens) (TRL would train across the seams)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,8 @@ def audit_shard(
     report(
         np.flatnonzero(seg_max != max_seqlen), "max_seqlen is not the longest segment", "max_seqlen"
     )
+    if "seq_lengths" in table.column_names:  # optional column: checked when present
+        report(_seq_lengths_differ(table, ex_off, seg_len), SEQ_LENGTHS_WRONG, "seq_lengths")
 
     if index is None:  # examples.parquet missing or unreadable: already an integrity finding
         return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
@@ -208,6 +213,18 @@ def audit_shard(
         seg_local[rows],
     )
     return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
+
+
+def _seq_lengths_differ(table: pa.Table, seg_off: np.ndarray, seg_len: np.ndarray) -> np.ndarray:
+    """Return the rows whose ``seq_lengths`` is not their segments' lengths."""
+    column = table["seq_lengths"]
+    if column.null_count:
+        return np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
+    values, offsets = list_values(column)
+    if not np.array_equal(offsets, seg_off):
+        return np.flatnonzero(np.diff(offsets) != np.diff(seg_off))
+    wrong = np.flatnonzero(values != seg_len)
+    return np.unique(np.searchsorted(seg_off, wrong, side="right") - 1)
 
 
 def check_structure(

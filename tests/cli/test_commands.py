@@ -324,3 +324,30 @@ def test_verify_json_with_the_model_fills_logit_deltas(packed_demo, tmp_path):
     model = report["model"]
     assert model["control_detected"] is True and len(model["rows"]) == 2
     assert report["checks"]["model"]["status"] == "passed"
+
+
+# --- export -----------------------------------------------------------------------------------
+
+
+def test_export_writes_the_target_and_names_every_file(packed_demo, tmp_path):
+    result = run("export", packed_demo, "--to", "megatron", "-o", tmp_path / "mb")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"exported {packed_demo} → {tmp_path / 'mb'} (megatron): rows 15, ")
+    assert [line.split()[0] for line in lines[1:]] == [
+        "256_metadata.jsonl",
+        "training_256.idx.parquet",
+        "export.json",
+    ]
+    again = run("export", packed_demo, "--to", "megatron", "-o", tmp_path / "mb")
+    assert again.exit_code == 2
+    assert again.stderr == (
+        f"error: {tmp_path / 'mb'}: output folder exists and is not empty (use --overwrite)\n"
+    )
+    wrong = run("export", packed_demo, "--to", "nemo", "-o", tmp_path / "x")
+    assert wrong.exit_code == 2
+    assert "Invalid value for '--to': 'nemo' is not one of 'megatron', 'torchtune', 'mds', " in (
+        wrong.stderr
+    )
+    missing = run("export", tmp_path / "nothing", "--to", "mds", "-o", tmp_path / "y")
+    assert missing.exit_code == 2 and missing.stderr.startswith("error: ")

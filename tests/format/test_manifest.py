@@ -79,6 +79,7 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
     assert m["files"] == {
         "examples": {"path": "examples.parquet", "sha256": sha(demo_pack.out / "examples.parquet")},
         "rejects": {"path": "rejects.jsonl", "sha256": sha(demo_pack.out / "rejects.jsonl")},
+        "card": {"path": "README.md", "sha256": sha(demo_pack.out / "README.md")},
     }
     assert [s["path"] for s in m["shards"]] == [
         f"shard-{k:05d}.parquet" for k in range(len(m["shards"]))

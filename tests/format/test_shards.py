@@ -13,9 +13,12 @@ from packshard.errors import FormatError
 from packshard.format.shards import (
     SHARD_PATTERN,
     SHARD_SCHEMA,
+    WRITTEN_SCHEMA,
     read_row,
     read_shard,
     schema_problem,
+    seq_lengths_column,
+    with_seq_lengths,
     write_shard,
 )
 from packshard.records import IGNORE_INDEX as X
@@ -80,9 +83,10 @@ def test_write_shard_file_contract(tmp_path, compression):
     assert column.compression == {"none": "UNCOMPRESSED"}.get(compression, compression.upper())
     assert "PLAIN_DICTIONARY" not in column.encodings and "RLE_DICTIONARY" not in column.encodings
     back = pq.read_table(path)
-    assert back.schema.remove_metadata() == SHARD_SCHEMA
-    assert back.to_pydict() == table.to_pydict()
-    assert read_shard(path, DATASET).to_pydict() == table.to_pydict()
+    assert back.schema.remove_metadata() == WRITTEN_SCHEMA
+    written = table.to_pydict() | {"seq_lengths": [[5, 2], [6]]}  # derived from cu_seqlens
+    assert back.to_pydict() == written
+    assert read_shard(path, DATASET).to_pydict() == written
     row = read_row(back, 1)
     assert (row.num_tokens, row.num_segments, row.example_ids.tolist()) == (6, 1, [2])
 
@@ -98,7 +102,7 @@ def test_pack_output_reads_with_pyarrow_and_datasets(
     assert len(packed.manifest["shards"]) >= 3
     files = [str(packed.out / s["path"]) for s in packed.manifest["shards"]]
     table = pq.read_table(files[0])
-    assert table.schema.remove_metadata() == SHARD_SCHEMA
+    assert table.schema.remove_metadata() == WRITTEN_SCHEMA
     assert table.schema.metadata[b"packshard.dataset_id"] == packed.manifest["dataset_id"].encode()
     datasets = pytest.importorskip("datasets")
     ds = datasets.load_dataset(
@@ -114,6 +118,7 @@ def test_pack_output_reads_with_pyarrow_and_datasets(
         "num_tokens": "Value('int32')",
         "num_loss_tokens": "Value('int32')",
         "max_seqlen": "Value('int32')",
+        "seq_lengths": "List(Value('int32'))",
     }
     for k, row in enumerate(packed.rows):
         assert ds[k]["input_ids"] == row.input_ids.tolist()
@@ -225,3 +230,21 @@ def test_schema_problem_names_the_first_difference():
     assert schema_problem(retyped) == (
         "column input_ids is list<item: int64>, the contract says list<item: int32>"
     )
+    # an optional column is checked only when present; unknown columns are ignored
+    assert schema_problem(WRITTEN_SCHEMA.append(pa.field("extra", pa.string()))) is None
+    wrong_optional = WRITTEN_SCHEMA.set(8, pa.field("seq_lengths", pa.list_(pa.int64())))
+    assert schema_problem(wrong_optional) == (
+        "column seq_lengths is list<item: int64>, the contract says list<item: int32>"
+    )
+
+
+def test_seq_lengths_are_derived_from_cu_seqlens_and_replace_any_given():
+    segments = [[tokens(1, 3), tokens(2, 1), tokens(3, 4)], [tokens(4, 2)]]
+    table = shard_table(segments, [[0, 1, 2], [3]])
+    assert seq_lengths_column(table["cu_seqlens"]).to_pylist() == [[3, 1, 4], [2]]
+    stale = table.append_column("seq_lengths", pa.array([[9], [9, 9]], pa.list_(pa.int32())))
+    fixed = with_seq_lengths(stale)
+    assert fixed.schema == WRITTEN_SCHEMA
+    assert fixed["seq_lengths"].to_pylist() == [[3, 1, 4], [2]]
+    chunked = pa.concat_tables([table.slice(1), table.slice(0, 1)])  # offsets not at 0, 2 chunks
+    assert seq_lengths_column(chunked["cu_seqlens"]).to_pylist() == [[2], [3, 1, 4]]

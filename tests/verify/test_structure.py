@@ -112,6 +112,24 @@ def test_label_that_is_not_its_token():
     assert found == [("a label is neither -100 nor its own token", 1, 0, 2, "chat.jsonl:12")]
 
 
+def test_seq_lengths_are_checked_when_present():
+    from packshard.format.shards import WRITTEN_SCHEMA
+
+    def audit_written(seq_lengths: list[Any]) -> list[tuple[Any, ...]]:
+        rows = [r | {"seq_lengths": s} for r, s in zip(good_rows(), seq_lengths, strict=True)]
+        table = pa.Table.from_pylist(rows, schema=WRITTEN_SCHEMA)
+        findings = FindingList()
+        audit_shard(table, "s.parquet", 0, 8, index(), findings)
+        return [(f.message, f.row) for f in findings.items]
+
+    wrong = "seq_lengths is not diff(cu_seqlens) (TRL would train across the seams)"
+    assert audit_written([[3, 2], [4]]) == []
+    assert audit_written([[5], [4]]) == [(wrong, 0)]  # one seam merged away
+    assert audit_written([[3, 2], [2, 2]]) == [(wrong, 1)]  # a seam invented
+    assert audit_written([[2, 3], [4]]) == [(wrong, 0)]  # the seam moved
+    assert audit_written([[3, 2], None]) == [(wrong, 1)]
+
+
 def test_position_not_reset():
     rows = good_rows()
     rows[0]["position_ids"] = [0, 1, 2, 3, 4]

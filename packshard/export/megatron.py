@@ -1,0 +1,118 @@
+"""Megatron-Bridge / NeMo packed-sequence Parquet: ``input_ids``, ``seq_start_id``, ``loss_mask``.
+
+Megatron-Bridge's ``GPTSFTPackedParquetDataset`` reads these three columns of every row
+(other columns are ignored) and slices each segment ``[s, e)`` itself: inputs
+``input_ids[s:e-1]``, targets ``input_ids[s+1:e]``, loss ``loss_mask[s:e-1]``.  It stores no
+labels, so its ``loss_mask`` is *shifted*: ``loss_mask[p]`` says whether the target at ``p + 1``
+trains.  For a packshard row (``-`` = -100)::
+
+    input_ids      a b c | d e f g         cu_seqlens [0, 3, 7]
+    labels         - b c | - - f g
+    seq_start_id   [0, 3]                  cu_seqlens[:-1]
+    loss_mask      1 1 0 | 0 1 1 0         labels[p + 1] != -100, 0 at every segment's end
+
+so the trained (context → target) pairs are packshard's exactly.  Because the first label of
+every segment is -100, the whole-row shift ``loss_mask = (labels[1:] != -100) + [0]`` already
+gives 0 at every segment's end.  A segment of one token has no target and would become an
+empty sequence at run time: its token is dropped (counted in ``export.json``).
+
+Files, as Megatron-Bridge's builder names them: ``training_{N}.idx.parquet`` (row groups of
+500 rows) and ``{N}_metadata.jsonl`` (one JSON array with one object per split, lengths at run
+time: a segment of ``n`` tokens is ``n - 1`` there), ``N`` = packshard's ``max_seq_len`` =
+``packed_sequence_size``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packshard.arrays import exclusive_cumsum
+from packshard.export.common import Rows, read_rows
+from packshard.records import IGNORE_INDEX
+
+ROW_GROUP_ROWS = 500
+SCHEMA = pa.schema(
+    [
+        ("input_ids", pa.list_(pa.int32())),
+        ("seq_start_id", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+    ]
+)
+
+
+def megatron_table(rows: Rows) -> tuple[pa.Table, dict[str, Any]]:
+    """Convert one shard's rows; return the table and its run-time length statistics."""
+    trained = rows.labels != IGNORE_INDEX
+    loss_mask = np.zeros(len(trained), dtype=np.int8)
+    loss_mask[:-1] = trained[1:]
+    kept_seg = rows.seg_len > 1
+    keep = np.repeat(kept_seg, rows.seg_len)
+    seg_row = np.repeat(np.arange(rows.num_rows), np.diff(rows.seg_off))
+    kept_len = rows.seg_len[kept_seg]
+    row_of_kept = seg_row[kept_seg]
+    segs = np.bincount(row_of_kept, minlength=rows.num_rows)
+    live = segs > 0  # a row left with no segment is not written
+    seg_off = exclusive_cumsum(segs[live])
+    tok_off = exclusive_cumsum(
+        np.bincount(row_of_kept, weights=kept_len, minlength=rows.num_rows)[live]
+    )
+    starts = exclusive_cumsum(kept_len)[:-1] - np.repeat(tok_off[:-1], segs[live])
+
+    def lists(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+
+    table = pa.Table.from_arrays(
+        [
+            lists(tok_off, rows.ids[keep].astype(np.int32)),
+            lists(seg_off, starts.astype(np.int32)),
+            lists(tok_off, loss_mask[keep]),
+        ],
+        schema=SCHEMA,
+    )
+    runtime = np.bincount(row_of_kept, weights=kept_len - 1, minlength=rows.num_rows)[live]
+    stats = {
+        "rows": int(live.sum()),
+        "sequences": len(kept_len),
+        "dropped_one_token_segments": int((~kept_seg).sum()),
+        "max_seqlen": int(kept_len.max() - 1) if len(kept_len) else 0,
+        "max_segments": int(segs.max()) if len(segs) else 0,
+        "runtime_tokens": int(runtime.sum()),
+        "min_runtime_row": int(runtime.min()) if len(runtime) else 0,
+    }
+    return table, stats
+
+
+def write_megatron(out: Path, folder: Path, max_seq_len: int) -> dict[str, Any]:
+    """Write the Megatron-Bridge files of ``out`` into ``folder``; return what was written."""
+    name = f"training_{max_seq_len}.idx.parquet"
+    totals: dict[str, Any] = {}
+    with pq.ParquetWriter(folder / name, SCHEMA) as writer:
+        for rows in read_rows(out):
+            table, stats = megatron_table(rows)
+            if table.num_rows:
+                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            for key, value in stats.items():
+                merge = max if key.startswith("max") else min if key.startswith("min") else sum
+                totals[key] = merge([totals[key], value]) if key in totals else value
+    rows_out = totals.get("rows", 0)
+    metadata = {
+        "dataset_max_seqlen": totals.get("max_seqlen", 0),
+        "max_samples_per_bin": totals.get("max_segments", 0),
+        "packing_factor": round(totals.get("sequences", 0) / rows_out, 2) if rows_out else 0.0,
+        "packing_efficiency": round(
+            100 * totals.get("runtime_tokens", 0) / rows_out / max_seq_len, 2
+        )
+        if rows_out
+        else 0.0,
+        "pack_size": max_seq_len,
+        "min_packed_seqlen": totals.get("min_runtime_row", 0),
+    }
+    meta_name = f"{max_seq_len}_metadata.jsonl"
+    (folder / meta_name).write_text(json.dumps([metadata]) + "\n", encoding="utf-8")
+    return {"training": name, "metadata": meta_name, **totals, "packing": metadata}

@@ -1,0 +1,217 @@
+"""Which rows one process reads: its rank, a wrapper that splits for it, its epoch.
+
+A :class:`~packshard.torch.stream.PackedIterableDataset` decides what to yield when a pass
+starts, never when it is built::
+
+    rank     torch.distributed's rank and world size, read when a pass starts.  Datasets are
+             often built before the process group exists (Lightning runs a DataModule's
+             __init__ before DDP starts): a rank read then is 0 of 1 on every process, and
+             every process would train every row.
+    wrapper  accelerate splits iterable datasets itself.  IterableDatasetShard
+             (dispatch_batches=False) reads the whole stream on every process and keeps its
+             slice of each block of batch_size × processes rows; DataLoaderDispatcher (its
+             default) reads on process 0 and scatters.  Under either, the dataset yields the
+             whole epoch cut to whole blocks and lets the wrapper split: split by rank as
+             well, the rows would be split twice and most never trained.
+    epoch    DataLoader worker processes hold copies of the dataset that cannot report back,
+             so without set_epoch() every pass would replay epoch 0.  Each worker counts its
+             passes in shared memory (:class:`PassCounter`): the first pass after set_epoch()
+             is that epoch, every later one the next.
+
+A wrapper is found on the call stack: the dataset's ``__iter__`` and ``__len__`` run inside the
+wrapper's (also in worker processes, which iterate the wrapper, and in workers forked by the
+dispatcher).  Spawned workers get what the main process found when it pickled the dataset.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import torch
+
+from packshard.errors import UsageError
+
+WRAPPERS = ("IterableDatasetShard", "DataLoaderDispatcher")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A process's share of each epoch: rank ``rank`` of ``world_size``, in blocks.
+
+    ``block`` > 1 means a wrapper splits the stream: the epoch is cut to whole blocks of
+    ``block`` rows (with ``drop_remainder``) and DataLoader workers take whole blocks.
+    """
+
+    rank: int
+    world_size: int
+    block: int
+    split_by: str
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} of {self.world_size} ({self.split_by})"
+
+
+def check_rank(rank: int | None, world_size: int | None) -> tuple[int, int] | None:
+    """Validate explicit ``rank``/``world_size``: both or neither (``None``)."""
+    if rank is None and world_size is None:
+        return None
+    if rank is None or world_size is None:
+        raise UsageError("pass both rank and world_size, or neither")
+    if not 0 <= rank < world_size:
+        raise UsageError(f"rank {rank} is not in [0, world_size {world_size})")
+    return rank, world_size
+
+
+def find_wrapper() -> Placement | None:
+    """Return the split of an accelerate wrapper on the call stack, or None."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        owner: Any = frame.f_locals.get("self")
+        kind = type(owner)
+        if kind.__name__ in WRAPPERS and kind.__module__.startswith("accelerate"):
+            if kind.__name__ == "IterableDatasetShard":
+                size, processes = int(owner.batch_size), int(owner.num_processes)
+            else:
+                size, processes = int(owner.batch_size or 1), int(owner.state.num_processes)
+            block = size if owner.split_batches else size * processes
+            return Placement(0, 1, max(block, 1), f"accelerate's {kind.__name__}")
+        frame = frame.f_back
+    return None
+
+
+def resolve_placement(
+    explicit: tuple[int, int] | None, carried: Placement | None = None
+) -> Placement:
+    """Return where this process reads now: a wrapper, explicit values, the process group.
+
+    ``carried`` is what the main process found (for spawned DataLoader workers).
+    """
+    wrapper = find_wrapper() or (carried if carried is not None and carried.block > 1 else None)
+    if wrapper is not None:
+        if explicit is not None:
+            raise UsageError(
+                f"rank={explicit[0]} and world_size={explicit[1]} were given, and "
+                f"{wrapper.split_by} splits the rows again (each rank would keep a share of its "
+                "share, and most rows would never be read): drop rank= and world_size= and let "
+                "accelerate split"
+            )
+        return wrapper
+    if explicit is not None:
+        return Placement(explicit[0], explicit[1], 1, "rank= and world_size=")
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return Placement(dist.get_rank(), dist.get_world_size(), 1, "torch.distributed")
+    if carried is not None:
+        return carried
+    world = os.environ.get("WORLD_SIZE", "")
+    if world.isdigit() and int(world) > 1:
+        raise UsageError(
+            f"WORLD_SIZE={world} but torch.distributed is not initialised where the rows are "
+            "read, so this process cannot know its share (iterate after "
+            "init_process_group, or pass rank= and world_size=)"
+        )
+    return Placement(0, 1, 1, "one process")
+
+
+def carried_placement() -> Placement | None:
+    """Return what spawned workers inherit: a wrapper on the stack, or the process group's."""
+    wrapper = find_wrapper()
+    if wrapper is not None:
+        return wrapper
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return Placement(dist.get_rank(), dist.get_world_size(), 1, "torch.distributed")
+    return None
+
+
+def epoch_rows(
+    num_rows: int,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    world_size: int,
+    drop_remainder: bool,
+    block: int = 1,
+) -> np.ndarray:
+    """Return the ``[world_size, rows_per_rank]`` row indices of one epoch.
+
+    See :mod:`packshard.torch.stream` for the order; ranks take every ``world_size``-th row.
+
+    With ``block`` > 1 (a wrapper splits the stream in blocks) ``drop_remainder`` cuts the
+    epoch to whole blocks of ``world_size × block`` rows.
+    """
+    if shuffle:
+        perm = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(num_rows)
+    else:
+        perm = np.arange(num_rows, dtype=np.int64)
+    unit = world_size * (block if drop_remainder else 1)
+    kept = num_rows // unit * unit if drop_remainder else -(-num_rows // unit) * unit
+    perm = np.resize(perm, kept)  # truncates, or repeats cyclically
+    return perm.reshape(kept // world_size, world_size).T.copy()
+
+
+SLOTS = 256
+"""DataLoader workers per process whose passes :class:`PassCounter` can count."""
+
+
+class PassCounter:
+    """The epoch of each DataLoader worker's pass, in memory the workers share.
+
+    Layout (int64): ``[epoch, consumed, workers, passes of worker 0, passes of worker 1, …]``.
+    The process that owns the dataset writes the first two and zeroes the rest whenever it
+    sets the position (``set_epoch``, a pass of its own, a resume).  Each worker counts its own
+    passes, so the workers of one pass agree as long as their number stays the one the first
+    pass recorded (a changed number is refused: the counts would disagree); a worker's ``k``-th pass
+    since then reads epoch ``epoch + k`` (from ``consumed`` when ``k`` is 0).
+    """
+
+    def __init__(self) -> None:
+        self.owner: int | None = None
+        self.shared = torch.zeros(0, dtype=torch.int64)
+        self._own(0, 0)
+
+    def _own(self, epoch: int, consumed: int) -> None:
+        self.owner = os.getpid()
+        self.shared = torch.zeros(3 + SLOTS, dtype=torch.int64).share_memory_()
+        self.shared[0], self.shared[1] = epoch, consumed
+
+    def adopt(self, epoch: int, consumed: int) -> None:
+        """Own the counts in this process (a copy made in another one has its own)."""
+        if self.owner != os.getpid() or not self.shared.is_shared():
+            self._own(epoch, consumed)
+
+    def reset(self, epoch: int, consumed: int) -> None:
+        """Set the position the workers' next pass starts at (owning process only)."""
+        self.adopt(epoch, consumed)
+        self.shared[0], self.shared[1] = epoch, consumed
+        self.shared[2:] = 0
+
+    def start_pass(self, worker: int, num_workers: int) -> tuple[int, int]:
+        """Count a worker's new pass; return its ``(epoch, consumed)``."""
+        parent = multiprocessing.parent_process()
+        creator = parent.pid if parent is not None else os.getppid()
+        if self.owner != creator or not self.shared.is_shared() or num_workers > SLOTS:
+            raise UsageError(
+                "DataLoader workers cannot tell which epoch this pass is (the dataset was "
+                "copied from another process, or more than 256 workers): call "
+                "dataset.set_epoch(epoch) before each epoch"
+            )
+        recorded = int(self.shared[2])
+        if recorded == 0:
+            self.shared[2] = recorded = num_workers  # workers of one pass all write the same
+        k = int(self.shared[3 + worker])
+        if recorded != num_workers:
+            raise UsageError(
+                "DataLoader workers disagree on the epoch (num_workers changed between "
+                "passes): call dataset.set_epoch(epoch) before each epoch"
+            )
+        self.shared[3 + worker] = k + 1
+        epoch, consumed = int(self.shared[0]), int(self.shared[1])
+        return (epoch, consumed) if k == 0 else (epoch + k, 0)

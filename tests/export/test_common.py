@@ -1,0 +1,74 @@
+"""Exports read only sound folders and publish atomically."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from packshard.digests import sha256_path
+from packshard.errors import FormatError, UsageError
+from packshard.export import export_dataset
+from packshard.export.common import read_rows
+
+
+def test_rows_read_back_as_the_shards_hold_them(packed_demo):
+    manifest = json.loads((packed_demo / "manifest.json").read_text())
+    shards = list(read_rows(packed_demo))
+    assert [s.num_rows for s in shards] == [e["rows"] for e in manifest["shards"]]
+    first = pq.read_table(packed_demo / manifest["shards"][0]["path"]).to_pylist()
+    rows = shards[0]
+    assert rows.ids[rows.tok_off[1] : rows.tok_off[2]].tolist() == first[1]["input_ids"]
+    segs = rows.seg_len[rows.seg_off[1] : rows.seg_off[2]].tolist()
+    assert segs == first[1]["seq_lengths"]
+    assert rows.seg_starts()[rows.seg_off[1]] == rows.tok_off[1]
+
+
+def test_a_damaged_folder_is_refused_and_nothing_is_written(packed_demo_copy, tmp_path):
+    out = packed_demo_copy
+    manifest = json.loads((out / "manifest.json").read_text())
+    shard = out / manifest["shards"][1]["path"]
+    table = pq.read_table(shard)
+    labels = table["labels"].to_pylist()
+    labels[0][0] = table["input_ids"].to_pylist()[0][0]  # a target across the row's first seam
+    pq.write_table(table.set_column(1, "labels", pa.array(labels, pa.list_(pa.int32()))), shard)
+    with pytest.raises(FormatError) as err:
+        export_dataset(out, "megatron", tmp_path / "mb")
+    assert str(err.value) == f"{shard}: SHA-256 differs from the manifest (run packshard verify)"
+    manifest["shards"][1]["sha256"] = sha256_path(shard)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FormatError) as err:
+        export_dataset(out, "unpacked", tmp_path / "rows")
+    assert err.value.problem == "a segment's first label is not -100 (run packshard verify)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no export, no partial folder
+
+
+def test_an_existing_folder_is_replaced_only_when_asked_and_complete(packed_demo, tmp_path):
+    dest = tmp_path / "mds"
+    dest.mkdir()
+    (dest / "old.txt").write_text("keep me")
+    with pytest.raises(UsageError) as err:
+        export_dataset(packed_demo, "mds", dest)
+    assert str(err.value) == f"{dest}: output folder exists and is not empty (use --overwrite)"
+    broken = tmp_path / "broken"
+    shutil.copytree(packed_demo, broken)
+    (broken / "shard-00002.parquet").unlink()
+    with pytest.raises(FormatError, match="listed in the manifest but missing"):
+        export_dataset(broken, "mds", dest, overwrite=True)
+    assert [p.name for p in dest.iterdir()] == ["old.txt"]  # the failed export changed nothing
+    result = export_dataset(packed_demo, "mds", dest, overwrite=True)
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "export.json",
+        "index.json",
+        "shard.00000.mds",
+    ]
+    info = json.loads((dest / "export.json").read_text())
+    assert info == result.info
+    assert (
+        info["source"]["dataset_id"]
+        == json.loads((packed_demo / "manifest.json").read_text())["dataset_id"]
+    )
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
