@@ -52,8 +52,13 @@ def build_manifest(
     files: Mapping[str, Any],
     shards: list[dict[str, Any]],
     loss: Mapping[str, Any],
+    environment: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Return the manifest of a finished pack (``created_at`` is now, UTC)."""
+    """Return the manifest of a finished pack (``created_at`` is now, UTC).
+
+    ``environment`` is :func:`packshard.format.environment.pack_environment`'s entry: the
+    library versions and template conventions that made the pack.
+    """
     from packshard import __version__
 
     return {
@@ -69,6 +74,7 @@ def build_manifest(
         "files": dict(files),
         "shards": shards,
         "loss": dict(loss),
+        "environment": dict(environment),
     }
 
 

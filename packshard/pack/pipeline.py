@@ -34,12 +34,14 @@ import numpy as np
 import pyarrow as pa
 
 from packshard.digests import sha256_path
+from packshard.format.environment import pack_environment
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.format.shards import ROW_GROUP_ROWS, SHARD_PATTERN, ShardInfo, write_shard
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.chunks import ingest
+from packshard.ingest.sandbox import template_conventions
 from packshard.ingest.sources import InputFile, expand_inputs
 from packshard.ingest.templates import ChatTemplate, load_template
 from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
@@ -154,6 +156,7 @@ def _pack_into(
         },
         shards=[s.to_dict() for s in shards],
         loss={"option": config.loss, "by_format": resolved, "examples_by_policy": by_policy},
+        environment=pack_environment(template_conventions()),
     )
     del spill
     shutil.rmtree(spill_dir)

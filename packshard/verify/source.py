@@ -10,6 +10,11 @@ except the seam-masked first one, positions ``0 … n-1``.  Every record read mu
 examples index or in ``rejects.jsonl``; nothing may be missing or invented.
 
 When the inputs cannot be found the stage is skipped (or, with ``--source``, fails).
+
+The hashes pin the files, not the code that reads them: a tokenizers or jinja2 release can
+change what the same tokenizer and template produce.  When the running versions differ from
+the recorded ones (``drift``), every finding of a changed segment or record ends with the
+drifted libraries as its likely cause.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import pyarrow as pa
 
 from packshard.digests import sha256_path
 from packshard.errors import FormatError, PackshardError
+from packshard.format.environment import Drift, likely_cause
 from packshard.format.examples import ExamplesIndex
 from packshard.format.rejects import read_rejects
 from packshard.format.shards import read_row
@@ -97,8 +103,13 @@ def check_sources(
     tables: dict[int, pa.Table],
     index: ExamplesIndex | None,
     options: Any,
+    drift: tuple[Drift, ...] = (),
 ) -> CheckResult:
-    """Re-ingest the recorded inputs and compare every (or a sample of) packed example."""
+    """Re-ingest the recorded inputs and compare every (or a sample of) packed example.
+
+    ``drift`` (the environment's differences from the manifest's) is named as the likely
+    cause in the findings of changed segments and records.
+    """
     findings = FindingList()
 
     def failed(message: str, kind: str | None = None) -> CheckResult:
@@ -130,7 +141,7 @@ def check_sources(
     try:
         rejected = _rejected(folder, manifest)
         compared = _compare(
-            manifest, tables, index, rejected, files, bundle, template, options, findings
+            manifest, tables, index, rejected, files, bundle, template, options, findings, drift
         )
     except PackshardError as exc:
         return failed(f"re-ingesting the inputs failed: {exc}")
@@ -158,8 +169,10 @@ def _compare(
     template: ChatTemplate | None,
     options: Any,
     findings: FindingList,
+    drift: tuple[Drift, ...],
 ) -> int:
     config = manifest["config"]
+    cause = likely_cause(drift)
     by_record: dict[tuple[str, int], list[int]] = {}
     for pos, (src, line) in enumerate(zip(index.sources, index.lines.tolist(), strict=True)):
         by_record.setdefault((src, int(line)), []).append(pos)
@@ -183,7 +196,7 @@ def _compare(
                 findings.add(
                     Finding(
                         "source",
-                        "record rejected on re-ingest but not in rejects.jsonl",
+                        "record rejected on re-ingest but not in rejects.jsonl" + cause,
                         source=f"{key[0]}:{key[1]}",
                     ),
                     "reject_missing",
@@ -197,7 +210,7 @@ def _compare(
                     findings.add(
                         Finding(
                             "source",
-                            "record is neither packed nor in rejects.jsonl",
+                            "record is neither packed nor in rejects.jsonl" + cause,
                             source=str(ref),
                         ),
                         "record_missing",
@@ -208,7 +221,7 @@ def _compare(
             ids, labels = batch.example(i)
             for pos in by_record[key]:
                 compared += _compare_segment(
-                    tables, manifest, index, pos, ids, labels, row_cache, findings
+                    tables, manifest, index, pos, ids, labels, row_cache, findings, cause
                 )
     for key in sorted(set(by_record) - seen):
         findings.add(
@@ -229,6 +242,7 @@ def _compare_segment(
     labels: np.ndarray,
     row_cache: dict[tuple[int, int], PackedRow],
     findings: FindingList,
+    cause: str,
 ) -> bool:
     """Compare one packed segment with its re-ingested example; False when it cannot be read."""
     offset = int(index.token_offset[pos])
@@ -268,13 +282,13 @@ def _compare_segment(
     if len(want_labels):
         want_labels[0] = IGNORE_INDEX
 
-    def bad(message: str) -> None:
-        findings.add(Finding("source", message, name, row, seg, eid, where), message[:20])
+    def bad(message: str, because: str = "") -> None:
+        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
 
     if len(want_ids) != n or not np.array_equal(packed.input_ids[lo:hi], want_ids):
-        bad("token ids differ from the source example re-tokenized")
+        bad("token ids differ from the source example re-tokenized", cause)
     elif not np.array_equal(packed.labels[lo:hi], want_labels):
-        bad("labels differ from the source example's (loss policy not preserved)")
+        bad("labels differ from the source example's (loss policy not preserved)", cause)
     if not np.array_equal(packed.position_ids[lo:hi], np.arange(n)):
         bad("positions differ from the example's positions alone")
     return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import platform
 import re
 
 import pytest
@@ -44,8 +45,8 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
 
     m = demo_pack.manifest
     assert sorted(m) == [
-        "config", "created_at", "dataset_id", "files", "format_version", "inputs", "loss",
-        "packshard_version", "shards", "stats", "template", "tokenizer",
+        "config", "created_at", "dataset_id", "environment", "files", "format_version", "inputs",
+        "loss", "packshard_version", "shards", "stats", "template", "tokenizer",
     ]  # fmt: skip
     assert m["format_version"] == 1 and m["packshard_version"] == __version__
     assert re.fullmatch(r"[0-9a-f]{32}", m["dataset_id"])
@@ -91,6 +92,19 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
         "by_format": AUTO_LOSS,
         "examples_by_policy": {"all": 1, "assistant": m["stats"]["examples"] - 2, "completion": 1},
     }
+    # the environment that made it: Python, the content libraries, the template conventions
+    from importlib.metadata import version
+
+    env = m["environment"]
+    assert env["python"] == platform.python_version()
+    assert env["libraries"] == {
+        name: version(name)
+        for name in ("tokenizers", "jinja2", "markupsafe", "pyarrow", "numpy", "numba")
+    }
+    assert env["template_conventions"]["id"] == "hf-chat-template/1"
+    assert "tojson: ensure_ascii=False, keys in given order, no HTML escaping" in (
+        env["template_conventions"]["rules"]
+    )
 
 
 def test_manifest_stats(demo_pack):
@@ -181,7 +195,8 @@ def test_write_manifest_atomic_and_hashes(tmp_path):
 
 def test_build_manifest_holds_the_blocks_and_the_version(demo_pack):
     m = demo_pack.manifest
-    blocks = {k: m[k] for k in ("config", "tokenizer", "template", "stats", "files", "loss")}
+    names = ("config", "tokenizer", "template", "stats", "files", "loss", "environment")
+    blocks = {k: m[k] for k in names}
     built = build_manifest(
         dataset_id=m["dataset_id"], inputs=m["inputs"], shards=m["shards"], **blocks
     )
