@@ -29,8 +29,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from packshard.demo import demo_data_path
 from packshard.demo import _texts as demo_texts  # the demo tokenizer's training texts
+from packshard.demo import demo_data_path
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDER = REPO / "tests" / "fixtures" / "contract" / "tokenizer"

@@ -129,7 +129,7 @@ def render_verify_summary(report: Any) -> Group:
 
 
 def render_environment(report: Any) -> list[Text]:
-    """The versions verify ran with, then one line per version that differs from the pack's."""
+    """Return the line of versions verify ran with, then one line per drifted version."""
     env = report.environment
     if not env:
         return []

@@ -77,7 +77,9 @@ class Drift:
     running: str | None
 
     def __str__(self) -> str:
-        return f"{self.name} {self.recorded or 'absent'} when packed, {self.running or 'absent'} now"
+        return (
+            f"{self.name} {self.recorded or 'absent'} when packed, {self.running or 'absent'} now"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -106,7 +108,9 @@ def environment_drift(manifest: Mapping[str, Any], running: Mapping[str, Any]) -
     if conventions != now_conventions:
         found.append(Drift("template conventions", conventions, now_conventions))
     if manifest.get("packshard_version") != running.get("packshard"):
-        found.append(Drift("packshard", manifest.get("packshard_version"), running.get("packshard")))
+        found.append(
+            Drift("packshard", manifest.get("packshard_version"), running.get("packshard"))
+        )
     if recorded.get("python") != running.get("python"):
         found.append(Drift("python", recorded.get("python"), running.get("python")))
     return tuple(found)

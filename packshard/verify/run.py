@@ -123,9 +123,7 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     else:
         from packshard.verify.source import check_sources
 
-        results.append(
-            check_sources(folder, manifest, opened.tables, opened.index, options, drift)
-        )
+        results.append(check_sources(folder, manifest, opened.tables, opened.index, options, drift))
     equivalence: EquivalenceReport | None = None
     picks: list[tuple[int, int]] = []
     if options.model == "none" or invalid:

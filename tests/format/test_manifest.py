@@ -102,8 +102,9 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
         for name in ("tokenizers", "jinja2", "markupsafe", "pyarrow", "numpy", "numba")
     }
     assert env["template_conventions"]["id"] == "hf-chat-template/1"
-    assert "tojson: ensure_ascii=False, keys in given order, no HTML escaping" in (
-        env["template_conventions"]["rules"]
+    assert (
+        "tojson: ensure_ascii=False, keys in given order, no HTML escaping"
+        in (env["template_conventions"]["rules"])
     )
 
 

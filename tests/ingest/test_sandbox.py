@@ -44,7 +44,7 @@ def test_rule_tojson_keeps_unicode_order_and_html():
 def test_rule_the_globals():
     env = make_environment()
     assert {"raise_exception", "strftime_now", "namespace", "dict"} <= set(env.globals)
-    with pytest.raises(TemplateError, match="^stop here$"):
+    with pytest.raises(TemplateError, match=r"^stop here$"):
         render("{{ raise_exception('stop here') }}")
     with pytest.raises(SecurityError, match="starts with an underscore"):
         render("{% set ns = namespace(_x=1) %}")
