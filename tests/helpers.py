@@ -914,15 +914,21 @@ def moved_versions(made_with: dict[str, Any]) -> list[str]:
     return moved
 
 
-def pin_failure(what: str, name: str, problems: list[str], made_with: dict[str, Any]) -> str:
-    """The message of a moved pin: what moved, the versions that changed, how to re-pin."""
+def pin_failure(
+    what: str, name: str, problems: list[str], made_with: dict[str, Any], note: str = ""
+) -> str:
+    """The message of a moved pin: what moved, the versions that changed, how to re-pin.
+
+    ``note`` (a line on what the differences mean) comes before the differences.
+    """
     moved = moved_versions(made_with)
     versions = ", ".join(moved) if moved else "none (the code or the fixtures changed)"
     shown = problems[:20] + ([f"… and {len(problems) - 20} more"] if len(problems) > 20 else [])
+    count = f"{len(problems)} difference{'' if len(problems) == 1 else 's'}"
     return (
-        f"fixture pack {name}: {what} moved ({len(problems)} differences); versions changed "
-        f"since pinning: {versions}. If the change is intended, run `{REPIN}` and say why in "
-        "the commit.\n  " + "\n  ".join(shown)
+        f"fixture pack {name}: {what} moved ({count}); versions changed since pinning: "
+        f"{versions}. If the change is intended, run `{REPIN}` and say why in the commit.\n  "
+        + "\n  ".join([note] * bool(note) + shown)
     )
 
 

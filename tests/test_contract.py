@@ -82,6 +82,17 @@ def test_the_pins_cover_every_strategy_and_overlong_policy(pins):
     assert committed + PINS.stat().st_size < 250_000
 
 
+def test_the_pins_were_made_with_the_dev_environments_versions(pins):
+    """constraints-dev.txt pins the dev environment; the pins must come from those versions."""
+    lines = (FIXTURES.parents[2] / "constraints-dev.txt").read_text().splitlines()
+    dev = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    for name, made_with in pins["made_with"]["libraries"].items():
+        assert dev.get(name) == made_with, (
+            f"constraints-dev.txt: {name} {dev.get(name)}, but pins.json was made with "
+            f"{made_with} (after raising a version there, run `make install` and `make repin`)"
+        )
+
+
 @pytest.mark.parametrize("name", PACKS)
 def test_decoded_columns_hold(name, pins, packed):
     out = packed(name)
@@ -94,15 +105,16 @@ def test_file_bytes_hold(name, pins, packed):
     out = packed(name)
     got = decoded_pins(out)
     problems = compare_files(pins["packs"][name]["files"], got["files"])
+    note = ""
     if problems:
         held = not compare_decoded(pins["packs"][name], got, example_places(out))
-        problems.append(
+        note = (
             "the decoded columns still hold: an additive format change (a new column, a new "
             "config key and so another dataset id) or another pyarrow writes these bytes"
             if held
             else "the decoded columns moved too (see test_decoded_columns_hold)"
         )
-    assert not problems, pin_failure("file bytes", name, problems, pins["made_with"])
+    assert not problems, pin_failure("file bytes", name, problems, pins["made_with"], note)
 
 
 def test_the_fixture_packs_hold_the_edge_cases(packed):
@@ -172,7 +184,7 @@ def test_a_perturbed_seam_label_is_named_by_column_row_and_segment(pins, tmp_pat
     )
     assert problems == [expected]
     message = pin_failure("decoded columns", name, problems, pins["made_with"])
-    assert message.startswith(f"fixture pack {name}: decoded columns moved (1 differences); ")
+    assert message.startswith(f"fixture pack {name}: decoded columns moved (1 difference); ")
     assert message.endswith("\n  " + expected)
 
 
