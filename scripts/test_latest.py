@@ -30,6 +30,7 @@ DEV_VENV = Path(os.environ.get("DEV_VENV", REPO / ".venv"))
 TORCH = "torch==2.13.0"
 UPGRADE = ["tokenizers", "jinja2", "markupsafe", "transformers", "pyarrow", "numpy", "numba"]
 SHOWN = [*UPGRADE, "huggingface-hub", "safetensors", "torch"]
+RUNNER = ["pytest", "pytest-xdist"]  # what the tests below need besides packshard[torch]
 TESTS = [
     "tests/test_contract.py",
     "tests/ingest/test_families.py",
@@ -72,11 +73,48 @@ def pinned_with() -> dict[str, str | None]:
     return libraries
 
 
+def site_packages(venv: Path) -> Path | None:
+    """The ``site-packages`` folder of a virtual environment, None when there is none."""
+    found = sorted(venv.glob("lib/python3.*/site-packages"))
+    return found[0] if len(found) == 1 else None
+
+
+def link_torch() -> bool:
+    """Hard-link the dev environment's torch 2.13.0 into :data:`VENV`; False when it has none.
+
+    pip then finds torch installed at the held version and keeps it, instead of unpacking
+    its 750 MB again; everything else is resolved and installed as usual.
+    """
+    dev, new = site_packages(DEV_VENV), site_packages(VENV)
+    if dev is None or new is None or dev.parent.name != new.parent.name:
+        return False
+    records = list(dev.glob("torch-2.13.0*.dist-info/RECORD"))
+    if len(records) != 1:
+        return False
+    lines = records[0].read_text(encoding="utf-8").splitlines()
+    for top in sorted({line.split(",")[0].split("/")[0] for line in lines} - {".."}):
+        source, target = dev / top, new / top
+        if source.is_dir():
+            shutil.copytree(source, target, copy_function=_link)
+        elif source.is_file():
+            _link(str(source), str(target))
+    return True
+
+
+def _link(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system: copy
+        shutil.copy2(source, target)
+
+
 def build(extra: list[str]) -> None:
     """Create :data:`VENV` afresh with the newest releases (or ``extra``), torch held."""
     if VENV.exists():
         shutil.rmtree(VENV)
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    if link_torch():
+        print(f"test-latest: {TORCH} linked from {DEV_VENV.name}", flush=True)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
         fh.write(TORCH + "\n")
         constraint = fh.name
@@ -84,7 +122,7 @@ def build(extra: list[str]) -> None:
         pip = [str(VENV / "bin/python"), "-m", "pip", "install", "-q", "-c", constraint]
         wanted = extra or UPGRADE
         subprocess.run(
-            [*pip, "--upgrade", "--upgrade-strategy", "eager", "-e", ".[dev]", *wanted],
+            [*pip, "--upgrade", "--upgrade-strategy", "eager", "-e", ".[torch]", *RUNNER, *wanted],
             check=True,
             cwd=REPO,
         )
