@@ -151,7 +151,7 @@ def table(dev: dict[str, str | None], latest: dict[str, str | None]) -> list[str
     rows = [("library", "pins made with", "dev env", "latest", "")]
     for name in SHOWN:
         moved = (
-            "held" if name == "torch" else ("newer" if latest.get(name) != dev.get(name) else "")
+            "held" if name == "torch" else ("moved" if latest.get(name) != dev.get(name) else "")
         )
         rows.append(
             (name, pins.get(name) or "-", dev.get(name) or "-", latest.get(name) or "-", moved)
