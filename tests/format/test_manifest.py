@@ -151,7 +151,22 @@ BROKEN = [
     (lambda m: m["loss"].pop("by_format"), "loss: 'by_format' is a required property"),
     (lambda m: m["loss"].update(option="most"), "loss/option: 'most' is not one of"),
     (lambda m: m["loss"]["by_format"].update(text="auto"), "loss/by_format/text: 'auto' is not"),
+    (lambda m: m["environment"].pop("python"), "environment: 'python' is a required property"),
+    (
+        lambda m: m["environment"]["libraries"].update(numpy=2),
+        "environment/libraries/numpy: 2 is not of type",
+    ),
+    (
+        lambda m: m["environment"]["template_conventions"].pop("id"),
+        "environment/template_conventions: 'id' is a required property",
+    ),
 ]
+
+
+def test_a_manifest_without_an_environment_is_still_format_1(demo_pack):
+    older = copy.deepcopy(demo_pack.manifest)
+    del older["environment"]  # written before packshard recorded one: an additive key
+    assert schema_errors(older) == []
 
 
 @pytest.mark.parametrize(("edit", "message"), BROKEN)
