@@ -5,17 +5,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_OUT ?= demo-out
 
-.PHONY: install demo test test-core lint bench clean
+.PHONY: install demo test test-core test-latest repin lint bench clean
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -c constraints-dev.txt
 	touch $(STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -e '.[dev,bench]' -c constraints-dev.txt
 	touch $(BENCH_STAMP)
 
 install: $(STAMP)
@@ -28,6 +28,15 @@ test: install
 
 test-core:
 	PYTHON=$(PYTHON) bash scripts/core_install_check.sh
+
+# the fixture, parity and equivalence tests in .venv-latest, with the newest releases
+# (LATEST="pkg==X" tries given ones); prints what moved, exit 1 when something did
+test-latest:
+	VENV=.venv-latest DEV_VENV=$(VENV) $(PYTHON) scripts/test_latest.py $(LATEST)
+
+# rewrite the fixture pins deliberately (tests/fixtures/contract/pins.json)
+repin: install
+	$(PY) scripts/repin_fixtures.py
 
 lint: install
 	$(VENV)/bin/ruff format --check packshard tests scripts
@@ -42,4 +51,4 @@ bench: $(BENCH_STAMP)
 	$(PY) scripts/bench_scale.py
 
 clean:
-	rm -rf $(VENV) .venv-core $(DEMO_OUT) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-core .venv-latest $(DEMO_OUT) .pytest_cache .mypy_cache .ruff_cache

@@ -107,6 +107,7 @@ def render_verify_summary(report: Any) -> Group:
         )
     for note in model.get("notes", []):
         parts.append(Text(f"note: {note}", style="yellow"))
+    parts += render_environment(report)
     findings = report.findings
     for finding in findings.items[:30]:
         parts.append(Text(f"✗ {finding}", style="red"))
@@ -125,6 +126,43 @@ def render_verify_summary(report: Any) -> Group:
         verdict = "OK: every seam holds"
     parts.append(Text(verdict, style="bold green" if report.ok else "bold red"))
     return Group(*parts)
+
+
+def render_environment(report: Any) -> list[Text]:
+    """Return the line of versions verify ran with, then one line per drifted version."""
+    env = report.environment
+    if not env:
+        return []
+    versions = ", ".join(f"{name} {v}" for name, v in env["libraries"].items() if v is not None)
+    line = (
+        f"ran with python {env['python']}, packshard {env['packshard']}, {versions}; template "
+        f"conventions {env['template_conventions']['id']}"
+    )
+    recorded = "environment" in report.manifest
+    if recorded and not report.drift:
+        line += " (as when packed)"
+    lines = [Text(line, style="dim")]
+    if not recorded:
+        lines.append(
+            Text(
+                "note: the manifest records no environment (packed before packshard recorded "
+                "one): drift cannot be named",
+                style="yellow",
+            )
+        )
+    lines += [Text(f"drift: {d}", style="yellow") for d in report.drift]
+    source = report.checks.get("source", {}).get("status")
+    if report.drift and source == "passed":
+        lines.append(Text("drift: the source check re-made every example compared: none changed"))
+    elif report.drift and source != "failed":
+        lines.append(
+            Text(
+                "drift: the source check did not run, so whether these versions change the "
+                "pack is unknown (re-verify with the inputs)",
+                style="yellow",
+            )
+        )
+    return lines
 
 
 def _fmt(value: Any) -> str:

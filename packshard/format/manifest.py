@@ -52,11 +52,14 @@ def build_manifest(
     files: Mapping[str, Any],
     shards: list[dict[str, Any]],
     loss: Mapping[str, Any],
+    environment: Mapping[str, Any],
     engine: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return the manifest of a finished pack (``created_at`` is now, UTC).
 
-    ``engine`` (how the job ran: engine, workers, units) never changes the content.
+    ``environment`` is :func:`packshard.format.environment.pack_environment`'s entry: the
+    library versions and template conventions that made the pack.  ``engine`` (how the job
+    ran: engine, workers, units) never changes the content.
     """
     from packshard import __version__
 
@@ -73,6 +76,7 @@ def build_manifest(
         "files": dict(files),
         "shards": shards,
         "loss": dict(loss),
+        "environment": dict(environment),
         **({"engine": dict(engine)} if engine is not None else {}),
     }
 

@@ -10,6 +10,11 @@ attribute (``__class__``, ``__globals__``, ``mro`` …) or an underscore name of
 ``{% generation %}…{% endgeneration %}`` blocks (the Hugging Face convention for the assistant
 tokens to train) are compiled by :class:`GenerationExtension`, which records where each
 block's output lands in the rendered text through the context-local :data:`RECORDER`.
+
+These conventions together are named :data:`CONVENTIONS_ID` and listed in
+:data:`CONVENTION_RULES`; ``pack`` records both in the manifest's environment, and ``verify``
+reports a pack made under other conventions.  Any change of a rule (another ``tojson``, other
+whitespace control, a new global) bumps the number in the id.
 """
 
 from __future__ import annotations
@@ -28,13 +33,30 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from packshard.errors import TemplateError
 
 __all__ = [
+    "CONVENTIONS_ID",
+    "CONVENTION_RULES",
     "RECORDER",
     "GenerationExtension",
     "Recorder",
     "SecurityError",
     "TemplateSecurityError",
     "make_environment",
+    "template_conventions",
 ]
+
+CONVENTIONS_ID = "hf-chat-template/1"
+CONVENTION_RULES = (
+    "jinja2 ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks",
+    "tojson: ensure_ascii=False, keys in given order, no HTML escaping",
+    "globals: raise_exception, strftime_now, namespace (no underscore names), dict",
+    "extensions: loopcontrols and {% generation %} blocks",
+    "an unsafe attribute raises instead of rendering empty",
+)
+
+
+def template_conventions() -> dict[str, object]:
+    """Return the manifest's record of these conventions: their id and rules."""
+    return {"id": CONVENTIONS_ID, "rules": list(CONVENTION_RULES)}
 
 
 class TemplateSecurityError(TemplateError):

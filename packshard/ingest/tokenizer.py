@@ -148,6 +148,18 @@ def _post_processor_adds_bos(tok: tokenizers.Tokenizer, bos_id: int | None) -> b
     return bool(ids) and ids[0] == bos_id and tok.encode("a", add_special_tokens=False).ids != ids
 
 
+def _id_bound(tok: tokenizers.Tokenizer, model: Any, added: dict[int, Any]) -> int:
+    """One more than the largest token id: the entry count, unless the ids leave gaps.
+
+    A vocabulary may skip ids (special tokens placed far above the learned ones); the ids a
+    model must embed, and the range ``verify`` accepts, run up to the largest one.
+    """
+    count = int(tok.get_vocab_size(with_added_tokens=True))
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    top = max(vocab.values(), default=-1) if isinstance(vocab, dict) else -1
+    return max(count, top + 1, max(added, default=-1) + 1)
+
+
 def load_tokenizer(path: str) -> TokenizerBundle:
     """Load ``path`` (a ``tokenizer.json`` or a folder holding one) without any network access.
 
@@ -230,7 +242,7 @@ def load_tokenizer(path: str) -> TokenizerBundle:
         path=path,
         json_path=json_path,
         sha256=hashlib.sha256(raw).hexdigest(),
-        vocab_size=tok.get_vocab_size(with_added_tokens=True),
+        vocab_size=_id_bound(tok, spec.get("model") if isinstance(spec, dict) else None, added),
         bos_token=named.get("bos_token"),
         eos_token=named.get("eos_token"),
         pad_token=named.get("pad_token"),

@@ -42,12 +42,14 @@ from packshard.digests import sha256_path
 from packshard.engine import Engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.card import write_card
+from packshard.format.environment import pack_environment
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.format.shards import SHARD_PATTERN, write_shard
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.chunks import ingest
+from packshard.ingest.sandbox import template_conventions
 from packshard.ingest.sources import InputFile, expand_inputs
 from packshard.ingest.templates import ChatTemplate, load_template
 from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
@@ -186,6 +188,7 @@ def _pack_into(
         shards=[s.to_dict() for s in shards],
         loss={"option": config.loss, "by_format": resolved, "examples_by_policy": by_policy},
         engine=_engine_entry(engine, units.get("info", {})),
+        environment=pack_environment(template_conventions()),
     )
     del spill
     shutil.rmtree(spill_dir)

@@ -15,6 +15,12 @@ pinned to shard, row, segment and source line):
    changes nothing, and a naive causal mask over the same rows is caught leaking.  If the
    control is not caught, verify itself is broken.
 
+Before the checks, the versions verify runs with are compared with the ones the manifest
+recorded (:mod:`~packshard.format.environment`): each difference is one drift line, no finding
+by itself; the source check names the drifted libraries as the likely cause of any segment it
+finds changed.  The report records the versions verify ran with (torch and transformers for
+the model stage) and the model stage's tolerance.
+
 Statuses, the merged findings and the seam table (one entry per stored row: segments, seams,
 findings, model deltas) are computed once, at the end, from what the checks returned.  Exit
 status: 0 when every check holds, 1 on any finding.
@@ -31,7 +37,10 @@ from typing import Any
 import numpy as np
 
 from packshard.errors import ManifestError
+from packshard.format.environment import Drift, environment_drift, running_environment
 from packshard.format.manifest import load_manifest
+from packshard.ingest.sandbox import template_conventions
+from packshard.verify.equivalence import CONTROL_FLOOR, DEFAULT_ATOL
 from packshard.verify.findings import NOT_RUN, CheckResult, EquivalenceReport, FindingList
 from packshard.verify.integrity import check_counts, check_files
 from packshard.verify.structure import ShardAudit, check_structure
@@ -68,6 +77,8 @@ class VerifyReport:
     seam_table: list[dict[str, Any]] = field(default_factory=list)
     equivalence: EquivalenceReport | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    drift: tuple[Drift, ...] = ()
 
     @property
     def not_run(self) -> dict[str, str]:
@@ -89,6 +100,8 @@ class VerifyReport:
             "findings_not_listed": self.findings.overflow,
             "seam_table": self.seam_table,
             "model": self.equivalence.to_dict() if self.equivalence is not None else None,
+            "environment": self.environment,
+            "drift": [d.to_dict() for d in self.drift],
         }
 
 
@@ -99,6 +112,9 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     if not folder.is_dir():
         raise ManifestError(f"{folder}: not a folder (give the OUT folder that pack wrote)")
     manifest = load_manifest(folder, validate=False)
+    environment = running_environment(template_conventions())
+    environment["tolerance"] = {"atol": DEFAULT_ATOL, "control_floor": CONTROL_FLOOR}
+    drift = environment_drift(manifest, environment)
     integrity, structure = FindingList(), FindingList()
     opened = check_files(folder, manifest, integrity)
     audits = check_structure(manifest, opened.tables, opened.index, structure)
@@ -110,7 +126,7 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     else:
         from packshard.verify.source import check_sources
 
-        results.append(check_sources(folder, manifest, opened.tables, opened.index, options))
+        results.append(check_sources(folder, manifest, opened.tables, opened.index, options, drift))
     equivalence: EquivalenceReport | None = None
     picks: list[tuple[int, int]] = []
     if options.model == "none" or invalid:
@@ -130,6 +146,8 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
         seam_table=seam_table(manifest, audits, findings, equivalence, picks),
         equivalence=equivalence,
         manifest=manifest,
+        environment=environment,
+        drift=drift,
     )
 
 

@@ -10,6 +10,11 @@ except the seam-masked first one, positions ``0 … n-1``.  Every record read mu
 examples index or in ``rejects.jsonl``; nothing may be missing or invented.
 
 When the inputs cannot be found the stage is skipped (or, with ``--source``, fails).
+
+The hashes pin the files, not the code that reads them: a tokenizers or jinja2 release can
+change what the same tokenizer and template produce.  When the running versions differ from
+the recorded ones (``drift``), every finding of a changed segment or record ends with the
+drifted libraries as its likely cause.
 """
 
 from __future__ import annotations
@@ -23,73 +28,17 @@ import pyarrow as pa
 from packshard.digests import sha256_path
 from packshard.engine import EngineOptions
 from packshard.errors import FormatError, PackshardError
+from packshard.format.environment import Drift, likely_cause
 from packshard.format.examples import ExamplesIndex
 from packshard.format.rejects import read_rejects
 from packshard.format.shards import read_row
 from packshard.ingest.chunks import ingest
 from packshard.ingest.sources import InputFile
-from packshard.ingest.templates import ChatTemplate, load_template
-from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.templates import ChatTemplate
+from packshard.ingest.tokenizer import TokenizerBundle
 from packshard.records import IGNORE_INDEX, IngestOptions, PackedRow
 from packshard.verify.findings import CheckResult, Finding, FindingList
-
-
-def _locate(recorded: str, root: str | None) -> Path | None:
-    candidates = [Path(recorded)]
-    if root:
-        candidates += [Path(root) / recorded, Path(root) / Path(recorded).name]
-    return next((p for p in candidates if p.exists()), None)
-
-
-def _resolve_tokenizer(
-    manifest: dict[str, Any], options: Any
-) -> tuple[TokenizerBundle | None, str | None]:
-    recorded = manifest["tokenizer"]
-    path = _locate(options.tokenizer or recorded["path"], options.source_root)
-    if path is None:
-        return None, f"tokenizer {recorded['path']} not found (give --tokenizer or --source-root)"
-    bundle = load_tokenizer(str(path))
-    json_path = path / "tokenizer.json" if path.is_dir() else path
-    sha = sha256_path(json_path)
-    if sha != recorded["sha256"]:
-        raise _Mismatch(
-            f"tokenizer {path}: SHA-256 {sha[:12]}… differs from {recorded['sha256'][:12]}… "
-            "recorded at pack time (a different tokenizer gives different ids)"
-        )
-    return bundle, None
-
-
-class _Mismatch(Exception):
-    pass
-
-
-def _resolve_template(
-    manifest: dict[str, Any], bundle: TokenizerBundle, options: Any
-) -> ChatTemplate | None:
-    recorded = manifest["template"]
-    source = recorded.get("source")
-    if source is None and options.template is None:
-        return None
-    if options.template:
-        spec: str | None = options.template
-    elif source == "tokenizer_config.json":
-        spec = None
-    elif source.startswith("builtin:"):
-        spec = source.split(":", 1)[1]
-    else:
-        found = _locate(source, options.source_root)
-        if found is None:
-            raise _Mismatch(f"template {source} not found (give --template or --source-root)")
-        spec = str(found)
-    template = load_template(spec, bundle)
-    sha = template.sha256 if template is not None else None
-    if sha != recorded.get("sha256"):
-        raise _Mismatch(
-            f"template {template.source if template else source}: SHA-256 {str(sha)[:12]}… "
-            f"differs from {str(recorded.get('sha256'))[:12]}… recorded at pack time "
-            "(the template was edited or replaced after packing)"
-        )
-    return template
+from packshard.verify.recorded import Mismatch, locate, resolve_template, resolve_tokenizer
 
 
 def check_sources(
@@ -98,8 +47,13 @@ def check_sources(
     tables: dict[int, pa.Table],
     index: ExamplesIndex | None,
     options: Any,
+    drift: tuple[Drift, ...] = (),
 ) -> CheckResult:
-    """Re-ingest the recorded inputs and compare every (or a sample of) packed example."""
+    """Re-ingest the recorded inputs and compare every (or a sample of) packed example.
+
+    ``drift`` (the environment's differences from the manifest's) is named as the likely
+    cause in the findings of changed segments and records.
+    """
     findings = FindingList()
 
     def failed(message: str, kind: str | None = None) -> CheckResult:
@@ -111,18 +65,18 @@ def check_sources(
 
     files = []
     for entry in manifest.get("inputs", []):
-        path = _locate(entry["path"], options.source_root)
+        path = locate(entry["path"], options.source_root)
         if path is None:
             return unavailable(f"input {entry['path']} not found (give --source-root)")
         if sha256_path(path) != entry["sha256"]:
             return failed(f"input {entry['path']}: SHA-256 differs from the manifest")
         files.append(InputFile(path=entry["path"], real=path.resolve()))
     try:
-        bundle, why = _resolve_tokenizer(manifest, options)
+        bundle, why = resolve_tokenizer(manifest, options)
         if bundle is None:
             return unavailable(str(why))
-        template = _resolve_template(manifest, bundle, options)
-    except _Mismatch as exc:
+        template = resolve_template(manifest, bundle, options)
+    except Mismatch as exc:
         return failed(str(exc), "mismatch")
     except PackshardError as exc:
         return failed(f"cannot load the recorded tokenizer/template: {exc}")
@@ -131,7 +85,7 @@ def check_sources(
     try:
         rejected = _rejected(folder, manifest)
         compared = _compare(
-            manifest, tables, index, rejected, files, bundle, template, options, findings
+            manifest, tables, index, rejected, files, bundle, template, options, findings, drift
         )
     except PackshardError as exc:
         return failed(f"re-ingesting the inputs failed: {exc}")
@@ -159,8 +113,10 @@ def _compare(
     template: ChatTemplate | None,
     options: Any,
     findings: FindingList,
+    drift: tuple[Drift, ...],
 ) -> int:
     config = manifest["config"]
+    cause = likely_cause(drift)
     by_record: dict[tuple[str, int], list[int]] = {}
     for pos, (src, line) in enumerate(zip(index.sources, index.lines.tolist(), strict=True)):
         by_record.setdefault((src, int(line)), []).append(pos)
@@ -198,7 +154,7 @@ def _compare(
                 findings.add(
                     Finding(
                         "source",
-                        "record rejected on re-ingest but not in rejects.jsonl",
+                        "record rejected on re-ingest but not in rejects.jsonl" + cause,
                         source=f"{key[0]}:{key[1]}",
                     ),
                     "reject_missing",
@@ -212,7 +168,7 @@ def _compare(
                     findings.add(
                         Finding(
                             "source",
-                            "record is neither packed nor in rejects.jsonl",
+                            "record is neither packed nor in rejects.jsonl" + cause,
                             source=str(ref),
                         ),
                         "record_missing",
@@ -223,7 +179,7 @@ def _compare(
             ids, labels = batch.example(i)
             for pos in by_record[key]:
                 compared += _compare_segment(
-                    tables, manifest, index, pos, ids, labels, row_cache, findings
+                    tables, manifest, index, pos, ids, labels, row_cache, findings, cause
                 )
     for key in sorted(set(by_record) - seen):
         findings.add(
@@ -244,6 +200,7 @@ def _compare_segment(
     labels: np.ndarray,
     row_cache: dict[tuple[int, int], PackedRow],
     findings: FindingList,
+    cause: str,
 ) -> bool:
     """Compare one packed segment with its re-ingested example; False when it cannot be read."""
     offset = int(index.token_offset[pos])
@@ -283,13 +240,13 @@ def _compare_segment(
     if len(want_labels):
         want_labels[0] = IGNORE_INDEX
 
-    def bad(message: str) -> None:
-        findings.add(Finding("source", message, name, row, seg, eid, where), message[:20])
+    def bad(message: str, because: str = "") -> None:
+        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
 
     if len(want_ids) != n or not np.array_equal(packed.input_ids[lo:hi], want_ids):
-        bad("token ids differ from the source example re-tokenized")
+        bad("token ids differ from the source example re-tokenized", cause)
     elif not np.array_equal(packed.labels[lo:hi], want_labels):
-        bad("labels differ from the source example's (loss policy not preserved)")
+        bad("labels differ from the source example's (loss policy not preserved)", cause)
     if not np.array_equal(packed.position_ids[lo:hi], np.arange(n)):
         bad("positions differ from the example's positions alone")
     return True

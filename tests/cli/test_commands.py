@@ -288,6 +288,64 @@ def test_verify_required_source_that_is_missing_fails(packed_demo_copy, tmp_path
     assert f"input {tmp_path}/gone.jsonl not found (give --source-root)" in result.stdout
 
 
+def test_verify_names_drift_and_passes_when_nothing_changed(packed_demo_copy, tmp_path):
+    from importlib.metadata import version
+
+    manifest_path = packed_demo_copy / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["environment"]["libraries"]["tokenizers"] = "0.20.0"
+    manifest_path.write_text(json.dumps(manifest))
+    path = tmp_path / "audit.json"
+    result = run("verify", packed_demo_copy, "--model", "none", "--json", path)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    now = version("tokenizers")
+    drift = [line for line in lines if line.startswith("drift:")]
+    assert drift == [
+        f"drift: tokenizers 0.20.0 when packed, {now} now",
+        "drift: the source check re-made every example compared: none changed",
+    ]
+    ran = next(line for line in lines if line.startswith("ran with "))
+    assert f"tokenizers {now}, jinja2 {version('jinja2')}," in ran
+    assert f"torch {version('torch')}, transformers {version('transformers')};" in ran
+    assert ran.endswith("template conventions hf-chat-template/1")
+    assert lines[-2:] == ["OK: every seam holds", f"wrote {path}"]
+    report = json.loads(path.read_text())
+    assert report["drift"] == [{"name": "tokenizers", "recorded": "0.20.0", "running": now}]
+    assert report["environment"]["libraries"]["transformers"] == version("transformers")
+    assert report["environment"]["tolerance"] == {"atol": 1e-4, "control_floor": 1e-3}
+
+
+def test_verify_says_when_nothing_drifted_or_nothing_was_recorded(packed_demo_copy):
+    result = run("verify", packed_demo_copy, "--model", "none")
+    ran = [line for line in result.stdout.splitlines() if line.startswith("ran with ")]
+    assert len(ran) == 1 and ran[0].endswith(" (as when packed)")
+    assert "drift:" not in result.stdout
+    manifest_path = packed_demo_copy / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["environment"]  # as an older packshard wrote it
+    manifest_path.write_text(json.dumps(manifest))
+    result = run("verify", packed_demo_copy, "--model", "none", "--no-source")
+    assert result.exit_code == 0, result.output
+    assert (
+        "note: the manifest records no environment (packed before packshard recorded one): "
+        "drift cannot be named\n"
+    ) in result.stdout
+
+
+def test_verify_says_drift_is_unchecked_without_the_source_check(packed_demo_copy):
+    manifest_path = packed_demo_copy / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["environment"]["libraries"]["jinja2"] = "3.1.0"
+    manifest_path.write_text(json.dumps(manifest))
+    result = run("verify", packed_demo_copy, "--model", "none", "--no-source")
+    assert result.exit_code == 0, result.output
+    assert (
+        "drift: the source check did not run, so whether these versions change the pack is "
+        "unknown (re-verify with the inputs)\n"
+    ) in result.stdout
+
+
 # --- inspect --------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import platform
 import re
 
 import pytest
@@ -44,8 +45,8 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
 
     m = demo_pack.manifest
     assert sorted(m) == [
-        "config", "created_at", "dataset_id", "engine", "files", "format_version", "inputs",
-        "loss", "packshard_version", "shards", "stats", "template", "tokenizer",
+        "config", "created_at", "dataset_id", "engine", "environment", "files", "format_version",
+        "inputs", "loss", "packshard_version", "shards", "stats", "template", "tokenizer",
     ]  # fmt: skip
     assert m["format_version"] == 1 and m["packshard_version"] == __version__
     assert re.fullmatch(r"[0-9a-f]{32}", m["dataset_id"])
@@ -93,6 +94,20 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
         "by_format": AUTO_LOSS,
         "examples_by_policy": {"all": 1, "assistant": m["stats"]["examples"] - 2, "completion": 1},
     }
+    # the environment that made it: Python, the content libraries, the template conventions
+    from importlib.metadata import version
+
+    env = m["environment"]
+    assert env["python"] == platform.python_version()
+    assert env["libraries"] == {
+        name: version(name)
+        for name in ("tokenizers", "jinja2", "markupsafe", "pyarrow", "numpy", "numba")
+    }
+    assert env["template_conventions"]["id"] == "hf-chat-template/1"
+    assert (
+        "tojson: ensure_ascii=False, keys in given order, no HTML escaping"
+        in (env["template_conventions"]["rules"])
+    )
 
 
 def test_manifest_stats(demo_pack):
@@ -138,7 +153,22 @@ BROKEN = [
     (lambda m: m["loss"].pop("by_format"), "loss: 'by_format' is a required property"),
     (lambda m: m["loss"].update(option="most"), "loss/option: 'most' is not one of"),
     (lambda m: m["loss"]["by_format"].update(text="auto"), "loss/by_format/text: 'auto' is not"),
+    (lambda m: m["environment"].pop("python"), "environment: 'python' is a required property"),
+    (
+        lambda m: m["environment"]["libraries"].update(numpy=2),
+        "environment/libraries/numpy: 2 is not of type",
+    ),
+    (
+        lambda m: m["environment"]["template_conventions"].pop("id"),
+        "environment/template_conventions: 'id' is a required property",
+    ),
 ]
+
+
+def test_a_manifest_without_an_environment_is_still_format_1(demo_pack):
+    older = copy.deepcopy(demo_pack.manifest)
+    del older["environment"]  # written before packshard recorded one: an additive key
+    assert schema_errors(older) == []
 
 
 @pytest.mark.parametrize(("edit", "message"), BROKEN)
@@ -183,7 +213,7 @@ def test_write_manifest_atomic_and_hashes(tmp_path):
 
 def test_build_manifest_holds_the_blocks_and_the_version(demo_pack):
     m = demo_pack.manifest
-    names = ("config", "tokenizer", "template", "stats", "files", "loss", "engine")
+    names = ("config", "tokenizer", "template", "stats", "files", "loss", "engine", "environment")
     blocks = {k: m[k] for k in names}
     built = build_manifest(
         dataset_id=m["dataset_id"], inputs=m["inputs"], shards=m["shards"], **blocks

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from packshard.errors import TokenizerError
 from packshard.ingest.tokenizer import load_tokenizer
-from tests.helpers import TINY_CORPUS, TINY_SPECIALS, build_tokenizer
+from tests.helpers import FIXTURES, TINY_CORPUS, TINY_SPECIALS, build_tokenizer
 
 
 @pytest.fixture
@@ -100,3 +100,12 @@ def test_phi3_prefix_space_once_like_transformers(shared_data: Path) -> None:
     phi2 = load_tokenizer(str(shared_data / "tokenizers" / "phi-2"))
     assert phi2.adjustments == () and phi2.chat_template is None
     assert phi2.tokenizer.encode("Hello world").ids == [15496, 995]
+
+
+def test_vocab_size_covers_ids_above_the_entry_count() -> None:
+    """The fixture tokenizer skips ids: 1,027 entries, the largest id 100,002."""
+    bundle = load_tokenizer(str(FIXTURES / "tokenizer"))
+    assert bundle.tokenizer.get_vocab_size(with_added_tokens=True) == 1027
+    assert bundle.tokenizer.token_to_id("<|im_end|>") == 100_002 == bundle.eos_token_id
+    assert bundle.vocab_size == 100_003
+    assert bundle.manifest_entry()["vocab_size"] == 100_003

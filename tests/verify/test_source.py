@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -122,3 +123,37 @@ def test_index_pointing_at_the_wrong_record_is_caught(packed_demo_copy, field):
     found = source_findings(report)
     assert any("record is neither packed nor in rejects.jsonl" in f for f in found), found
     assert any("packed example has no record in the inputs" in f for f in found), found
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_changed_segment_names_the_drifted_library(packed_demo_copy, monkeypatch, edited):
+    """A tokenizers release that merges differently: same tokenizer.json, other ids."""
+    from importlib.metadata import version
+
+    from tokenizers import Tokenizer
+
+    from packshard.verify import recorded as source
+
+    real = source.load_tokenizer
+
+    def drifted(path: str):
+        bundle = real(path)
+        spec = json.loads(bundle.tokenizer.to_str())
+        spec["model"]["merges"] = spec["model"]["merges"][1:]  # one merge no longer applies
+        return dataclasses.replace(bundle, tokenizer=Tokenizer.from_str(json.dumps(spec)))
+
+    monkeypatch.setattr(source, "load_tokenizer", drifted)
+    if edited:
+        manifest_path = packed_demo_copy / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        manifest["environment"]["libraries"]["tokenizers"] = "0.20.0"
+        manifest_path.write_text(json.dumps(manifest))
+    report = verify_dataset(packed_demo_copy, VerifyOptions(model="none"))
+    found = source_findings(report)
+    assert found and report.ok is False
+    cause = f" (likely cause: tokenizers 0.20.0 when packed, {version('tokenizers')} now)"
+    changed = [f for f in found if "token ids differ from the source example re-tokenized" in f]
+    assert changed, found
+    assert all(f.endswith(cause) == edited for f in changed)
+    first = next(f for f in report.findings.items if f.check == "source")
+    assert first.shard is not None and first.row is not None and first.segment is not None

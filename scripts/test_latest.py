@@ -1,0 +1,205 @@
+"""``make test-latest``: the fixture, parity and equivalence tests against the newest releases.
+
+The dev environment (``.venv``) is pinned by constraints-dev.txt, and the fixture pins were
+made with those versions.  This builds a second environment (``.venv-latest``) with the newest
+releases of everything packshard depends on (tokenizers, jinja2, markupsafe, transformers,
+pyarrow, numpy, numba …) while torch stays at 2.13.0, runs the tests that notice a library
+moving a seam, and prints what moved: the versions newer than the dev environment's and the
+tests that failed with them.  Exit 1 when something moved, 2 when the environment could not
+be built.  Extra arguments are requirements to install instead of the newest, e.g.
+``make test-latest LATEST="tokenizers==0.21.4"`` tries one release.
+
+Only the standard library is used here: it runs with any Python 3.11 (``make`` passes
+``$(PYTHON)``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VENV = Path(os.environ.get("VENV", REPO / ".venv-latest"))
+DEV_VENV = Path(os.environ.get("DEV_VENV", REPO / ".venv"))
+TORCH = "torch==2.13.0"
+UPGRADE = ["tokenizers", "jinja2", "markupsafe", "transformers", "pyarrow", "numpy", "numba"]
+SHOWN = [*UPGRADE, "huggingface-hub", "safetensors", "torch"]
+RUNNER = ["pytest", "pytest-xdist"]  # what the tests below need besides packshard[torch]
+TESTS = [
+    "tests/test_contract.py",
+    "tests/ingest/test_families.py",
+    "tests/ingest/test_templates.py",
+    "tests/ingest/test_transformers_parity.py",
+    "tests/verify/test_equivalence.py",
+    "tests/torch/test_hf.py",
+]
+VERSIONS = (
+    "import json, sys\n"
+    "from importlib.metadata import version, PackageNotFoundError\n"
+    "def v(n):\n"
+    "    try:\n"
+    "        return version(n)\n"
+    "    except PackageNotFoundError:\n"
+    "        return None\n"
+    "print(json.dumps({n: v(n) for n in sys.argv[1:]}))\n"
+)
+
+
+def versions(python: Path) -> dict[str, str | None]:
+    """The installed versions of :data:`SHOWN` in the interpreter ``python`` (empty: none)."""
+    import json
+
+    if not python.exists():
+        return {}
+    out = subprocess.run(
+        [str(python), "-c", VERSIONS, *SHOWN], capture_output=True, text=True, check=True
+    )
+    result: dict[str, str | None] = json.loads(out.stdout)
+    return result
+
+
+def pinned_with() -> dict[str, str | None]:
+    """The library versions the fixture pins were made with."""
+    import json
+
+    pins = json.loads((REPO / "tests/fixtures/contract/pins.json").read_text(encoding="utf-8"))
+    libraries: dict[str, str | None] = pins["made_with"]["libraries"]
+    return libraries
+
+
+def site_packages(venv: Path) -> Path | None:
+    """The ``site-packages`` folder of a virtual environment, None when there is none."""
+    found = sorted(venv.glob("lib/python3.*/site-packages"))
+    return found[0] if len(found) == 1 else None
+
+
+def link_torch() -> bool:
+    """Hard-link the dev environment's torch 2.13.0 into :data:`VENV`; False when it has none.
+
+    pip then finds torch installed at the held version and keeps it, instead of unpacking
+    its 750 MB again; everything else is resolved and installed as usual.
+    """
+    dev, new = site_packages(DEV_VENV), site_packages(VENV)
+    if dev is None or new is None or dev.parent.name != new.parent.name:
+        return False
+    records = list(dev.glob("torch-2.13.0*.dist-info/RECORD"))
+    if len(records) != 1:
+        return False
+    lines = records[0].read_text(encoding="utf-8").splitlines()
+    for top in sorted({line.split(",")[0].split("/")[0] for line in lines} - {".."}):
+        source, target = dev / top, new / top
+        if source.is_dir():
+            shutil.copytree(source, target, copy_function=_link)
+        elif source.is_file():
+            _link(str(source), str(target))
+    return True
+
+
+def _link(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system: copy
+        shutil.copy2(source, target)
+
+
+def build(extra: list[str]) -> None:
+    """Create :data:`VENV` afresh with the newest releases (or ``extra``), torch held."""
+    if VENV.exists():
+        shutil.rmtree(VENV)
+    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    if link_torch():
+        print(f"test-latest: {TORCH} linked from {DEV_VENV.name}", flush=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+        fh.write(TORCH + "\n")
+        constraint = fh.name
+    try:
+        pip = [str(VENV / "bin/python"), "-m", "pip", "install", "-q", "-c", constraint]
+        wanted = extra or UPGRADE
+        subprocess.run(
+            [*pip, "--upgrade", "--upgrade-strategy", "eager", "-e", ".[torch]", *RUNNER, *wanted],
+            check=True,
+            cwd=REPO,
+        )
+    finally:
+        os.unlink(constraint)
+
+
+def failures(junit: Path) -> list[tuple[str, str]]:
+    """``(test id, the first lines of its assertion)`` of each failed or erroring test."""
+    failed = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        for bad in (*case.findall("failure"), *case.findall("error")):
+            text = (bad.text or bad.get("message") or "").splitlines()
+            shown: list[str] = []
+            for line in (t.strip().removeprefix("E").strip() for t in text if t.startswith("E ")):
+                if line.startswith("assert ") or len(shown) == 3:
+                    break
+                shown.append(line)
+            name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+            failed.append((name, "\n    ".join(shown) if shown else "(no message)"))
+    return failed
+
+
+def table(dev: dict[str, str | None], latest: dict[str, str | None]) -> list[str]:
+    pins = pinned_with()
+    rows = [("library", "pins made with", "dev env", "latest", "")]
+    for name in SHOWN:
+        moved = (
+            "held" if name == "torch" else ("moved" if latest.get(name) != dev.get(name) else "")
+        )
+        rows.append(
+            (name, pins.get(name) or "-", dev.get(name) or "-", latest.get(name) or "-", moved)
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def main(argv: list[str]) -> int:
+    started = time.perf_counter()
+    print(f"test-latest: building {VENV.name} with the newest releases, {TORCH} held", flush=True)
+    try:
+        build(argv)
+    except subprocess.CalledProcessError as exc:
+        print(f"test-latest: could not build {VENV.name}: {exc}", file=sys.stderr)
+        return 2
+    latest = versions(VENV / "bin/python")
+    if not str(latest.get("torch") or "").startswith("2.13.0"):
+        print(
+            f"test-latest: torch {latest.get('torch')} was installed, not 2.13.0", file=sys.stderr
+        )
+        return 2
+    dev = versions(DEV_VENV / "bin/python") or pinned_with()
+    built = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        python = str(VENV / "bin/python")
+        options = ["-q", "-n", "2", "-m", "not slow", "-p", "no:cacheprovider"]
+        run = subprocess.run(
+            [python, "-m", "pytest", *options, f"--junitxml={junit}", *TESTS], cwd=REPO
+        )
+        failed = failures(junit) if junit.is_file() else [("pytest", f"exit {run.returncode}")]
+    newer = [f"{n} {dev.get(n)} → {latest.get(n)}" for n in SHOWN if latest.get(n) != dev.get(n)]
+    print("\ntest-latest: versions")
+    print("\n".join(f"  {line}" for line in table(dev, latest)))
+    print(f"versions that differ from the dev env: {', '.join(newer) if newer else 'none'}")
+    if failed:
+        print(f"moved with them ({len(failed)} tests failed):")
+        for name, message in failed:
+            print(f"  {name}: {message}")
+    took = time.perf_counter() - started
+    timing = f"({built:.0f} s to build, {took:.0f} s in all)"
+    if failed or run.returncode not in (0, 5):
+        print(f"test-latest: MOVED: {len(failed)} tests fail with these releases {timing}")
+        return 1
+    print(f"test-latest: nothing moved: pins, parity and equivalence hold {timing}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
