@@ -266,10 +266,10 @@ class IngestOptions:
             raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
         opening, closing = self.reasoning_markers
         if not opening.strip() or not closing.strip() or opening == closing:
-            raise UsageError(
-                f"--reasoning-markers needs two different non-blank markers, got "
-                f"{opening!r} and {closing!r} (e.g. --reasoning-markers '<think>,</think>')"
-            )
+            why = f"two different non-blank markers, got {opening!r} and {closing!r}"
+            raise UsageError(f"--reasoning-markers needs {why} (e.g. '<think>,</think>')")
+        if self.turns == "expand" and self.loss == "all":
+            raise UsageError("--turns expand trains one turn per example (use --loss assistant)")
 
 
 @dataclass(frozen=True)

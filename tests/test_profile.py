@@ -245,7 +245,8 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
         [
             "name", "records", "examples", "rejected", "tokens", "loss_tokens", "prompt_tokens",
             "loss_share", "over_max", "over_max_share", "lengths", "utilization",
-            "lower_bound_rows", "histogram",
+            "lower_bound_rows", "histogram", "reasoning_examples", "reasoning_tokens",
+            "reasoning_loss_tokens", "reasoning_loss_share",
         ]
     )  # fmt: skip
     assert total["utilization"]["pad_to_max"] == {

@@ -40,6 +40,7 @@ from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.format.shards import ROW_GROUP_ROWS, SHARD_PATTERN, ShardInfo, write_shard
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.chunks import ingest
+from packshard.ingest.reasoning import reasoning_field
 from packshard.ingest.sources import InputFile, expand_inputs
 from packshard.ingest.templates import ChatTemplate, load_template
 from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
@@ -111,10 +112,12 @@ def _pack_into(
         split_at_rows=config.strategy == "wrapped",
         sources=sources,
     )
+    reasoning_dropped = 0  # turns trained without the reasoning their template left out
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
         for chunk in ingest(files, bundle, template, config.ingest_options(), progress=progress):
             rejects.write(chunk.rejects)
             rejects.write(writer.add(chunk.batch))
+            reasoning_dropped += chunk.reasoning_dropped
         spill = writer.finish()
         plan = _plan(spill, config)
         rejects.write(wrapped_drops(spill, plan))
@@ -147,7 +150,7 @@ def _pack_into(
             {"path": f.path, "sha256": sha, "records": n}
             for f, sha, n in zip(files, input_hashes, per_input, strict=True)
         ],
-        stats=pack_stats(spill, plan, tally, ordering),
+        stats={**pack_stats(spill, plan, tally, ordering), "reasoning_dropped": reasoning_dropped},
         files={
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
@@ -165,7 +168,12 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     if template is None:
         return {"source": None, "sha256": None, "label_spans": "none"}
     label_spans = "none" if loss == "all" else template.label_spans
-    return {"source": template.source, "sha256": template.sha256, "label_spans": label_spans}
+    return {
+        "source": template.source,
+        "sha256": template.sha256,
+        "label_spans": label_spans,
+        "reasoning_field": reasoning_field(template),
+    }
 
 
 def _plan(spill: Spill, config: PackConfig) -> RowPlan:
