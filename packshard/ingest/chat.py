@@ -24,12 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 from packshard.errors import RecordError
-from packshard.ingest.frame import template_frame
+from packshard.ingest.frame import Frame, template_frame
 from packshard.ingest.locate import calls_tools
 from packshard.ingest.reasoning import find_block, reasoning_field, splits_inline
 from packshard.ingest.templates import ChatTemplate
 from packshard.ingest.tokenizer import TokenizerBundle
-from packshard.ingest.turns import Turn, locate_turns
+from packshard.ingest.turns import Turn, locate_turns, plain_turns
 from packshard.records import IngestOptions, Rendered
 
 Spans = list[tuple[int, int]]
@@ -66,16 +66,23 @@ def label_chat(
     text, blocks = rendered
     markers = options.reasoning_markers
     assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-    reasoning = any(has_reasoning[: len(messages)])
-    masking = options.reasoning == "mask" or options.empty_reasoning == "mask"
-    if everything and not (masking or reasoning):
+    reasoning = True in has_reasoning[: len(messages)]
+    # with no reasoning to place, blocks matter only when empty ones are masked
+    blocks_matter = reasoning or options.empty_reasoning == "mask"
+    if everything and not blocks_matter:
         return Rendered(text, ((0, len(text)),), "none")
     tags = template.has_generation and not everything
     if tags and trained == assistant and not reasoning:
+        if not blocks_matter:
+            return Rendered(text, tuple(blocks), "generation_tags")
         spans, found = list(blocks), [(lo, hi) for lo, hi in blocks]
         return _apply_reasoning(text, spans, found, options, Rendered(text, (), "generation_tags"))
-    field = reasoning_field(template)
-    closing_only = splits_inline(template, markers)
+    if not tags and not everything and not blocks_matter:
+        frame = template_frame(template, bundle, markers)
+        if (plain := plain_turns(frame, text, messages, trained)) is not None:
+            return Rendered(text, tuple(_with_final_eos(text, plain, bundle, frame)), "offsets")
+    field = reasoning_field(template) if reasoning else None
+    closing_only = splits_inline(template, markers) if reasoning else False
     wanted = sorted(set(trained) | set(assistant)) if tags or everything else trained
     turns = locate_turns(
         template, text, messages, wanted, tools, bundle, markers, closing_only, field
@@ -91,22 +98,29 @@ def label_chat(
         spans += [(turns[i].lo, turns[i].hi) for i in trained if i not in assistant]
         bodies = [(turns[i].lo, turns[i].hi) for i in trained if i in assistant]
     else:
-        spans = [(turns[i].lo, turns[i].hi) for i in trained]
-        final = template_frame(template, bundle, markers).final
-        eos = bundle.eos_token
-        if eos and (m := final.match(text, turns[trained[-1]].hi)):  # the final EOS, not its gap
-            end = m.end() - (len(m.group()) - len(m.group().rstrip()))
-            spans.append((end - len(eos), end))
+        frame = template_frame(template, bundle, markers)
+        spans = _with_final_eos(text, [(turns[i].lo, turns[i].hi) for i in trained], bundle, frame)
         bodies = [(turns[i].lo, turns[i].hi) for i in trained if i in assistant]
+    path = "none" if everything else "generation_tags" if tags else "offsets"
+    if not blocks_matter:
+        return Rendered(text, tuple(spans), path)
     dropped = 0
     for i in trained if not everything else assistant:
         if has_reasoning[i] and i in turns and not _shows_reasoning(text, turns[i], markers):
             if i == len(messages) - 1:
                 raise RecordError("reasoning_dropped", _lost(i), ref.source, ref.line)
             dropped += 1
-    path = "none" if everything else "generation_tags" if tags else "offsets"
     base = Rendered(text, (), path, reasoning_dropped=dropped)
     return _apply_reasoning(text, spans, bodies, options, base)
+
+
+def _with_final_eos(text: str, spans: Spans, bundle: TokenizerBundle, frame: Frame) -> Spans:
+    """Add the EOS that ends the text after the last trained turn (not the gap before it)."""
+    eos = bundle.eos_token
+    if eos and (m := frame.final.match(text, spans[-1][1])):
+        end = m.end() - (len(m.group()) - len(m.group().rstrip()))
+        return [*spans, (end - len(eos), end)]
+    return spans
 
 
 def _shows_reasoning(text: str, turn: Turn, markers: tuple[str, str]) -> bool:

@@ -35,13 +35,19 @@ class Frame:
     header: str
     closers: re.Pattern[str]
     final: re.Pattern[str]  # the EOS that ends the text, with whitespace around it
+    opening: str = ""  # the reasoning marker a turn without a header may start with
 
 
 _FRAMES: dict[tuple[Any, ...], Frame] = {}
+_LAST: list[Any] = [None, None, None, None]  # the last (template, bundle, markers, frame)
 
 
 def template_frame(template: ChatTemplate, bundle: TokenizerBundle, markers: Markers) -> Frame:
     """Return (and cache) the header and end markers of ``template`` with ``bundle``."""
+    last = _LAST
+    if last[0] is template and last[1] is bundle and last[2] == markers:
+        cached: Frame = last[3]
+        return cached
     variables = bundle.special_tokens_map
     specials = tuple(s for s in (*bundle.special_tokens, bundle.eos_token or "") if s)
     key = (template.sha256, template.source, tuple(sorted(variables.items())), specials, markers)
@@ -53,7 +59,8 @@ def template_frame(template: ChatTemplate, bundle: TokenizerBundle, markers: Mar
         alternatives = "|".join(re.escape(s) for s in closers) or "(?!)"
         eos = bundle.eos_token
         final = re.compile(rf"\s*{re.escape(eos)}\s*\Z" if eos else "(?!)")
-        frame = _FRAMES[key] = Frame(header, re.compile(alternatives), final)
+        frame = _FRAMES[key] = Frame(header, re.compile(alternatives), final, markers[0])
+    last[:] = [template, bundle, markers, frame]
     return frame
 
 

@@ -62,7 +62,12 @@ def reasoning_field(template: ChatTemplate) -> str | None:
 
 def splits_inline(template: ChatTemplate, markers: Markers) -> bool:
     """Tell whether ``template`` itself looks for the closing marker in a message's content."""
-    return any(markers[1] in c for c in _template_reads(template.text)[1])
+    return _splits(template.text, markers[1])
+
+
+@lru_cache(maxsize=32)
+def _splits(text: str, closing: str) -> bool:
+    return any(closing in c for c in _template_reads(text)[1])
 
 
 def split_inline(content: str, markers: Markers, closing_only: bool) -> tuple[str, str] | None:
@@ -94,13 +99,21 @@ def template_messages(
 
     ``where`` is the record's :class:`~packshard.records.SourceRef` (for rejects).
     """
+    closing = markers[1]
+    if all(m.reasoning is None and closing not in m.content for m in messages):
+        plain = [
+            {"role": m.role, "content": m.content, **dict(m.extra)}
+            if m.extra
+            else {"role": m.role, "content": m.content}
+            for m in messages
+        ]
+        return plain, [False] * len(messages)
     field = reasoning_field(template)
     closing_only = splits_inline(template, markers)
     out: list[dict[str, Any]] = []
     has: list[bool] = []
     for i, m in enumerate(messages):
-        d = {"role": m.role, "content": m.content, **dict(m.extra)} if m.extra else None
-        d = d or {"role": m.role, "content": m.content}
+        d = {"role": m.role, "content": m.content, **dict(m.extra)}
         inline = split_inline(m.content, markers, closing_only) if m.role == "assistant" else None
         reasoning = m.reasoning if inline is None else inline[0]
         if m.reasoning is not None and inline is not None:

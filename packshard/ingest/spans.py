@@ -79,8 +79,13 @@ def render_example(
         TemplateError: a chat record but no template, or a sandbox escape (fatal).
 
     """
-    chosen = replace(options or IngestOptions(), loss=loss, turns="as_rendered")
+    chosen = options or _DEFAULT
+    if chosen.loss != loss or chosen.turns != "as_rendered":
+        chosen = replace(chosen, loss=loss, turns="as_rendered")
     return render_examples(conv, template, bundle, chosen)[0]
+
+
+_DEFAULT = IngestOptions()
 
 
 def render_examples(

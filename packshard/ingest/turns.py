@@ -31,8 +31,10 @@ long as no other message's anchor and no header come first (else: to the last an
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from packshard.errors import TemplateError
@@ -67,13 +69,14 @@ def locate_turns(
 ) -> dict[int, Turn]:
     """Place the turns of ``messages[i]`` for ``i`` in ``wanted``; unplaceable ones are left out."""
     frame = template_frame(template, bundle, markers)
-    anchors = _searched(text, messages, wanted, field, markers)
+    anchors = _searched(frame, text, messages, wanted, field, markers, closing_only)
     if anchors is None:
         anchors = _probed(template, text, messages, tools, bundle, markers, closing_only, field)
     out: dict[int, Turn] = {}
-    order = sorted(anchors or {})
+    order = sorted(anchors) if anchors is not None else []
+    chosen = set(wanted)
     for n, i in enumerate(order):
-        if i not in wanted or anchors is None:
+        if i not in chosen or anchors is None:
             continue
         pieces = anchors[i]
         a, b = pieces[0][0], max(p[1] for p in pieces)
@@ -85,6 +88,37 @@ def locate_turns(
     if missing:
         out.update(_fallback(template, text, messages, missing, tools, bundle, frame))
     return out
+
+
+def plain_turns(
+    frame: Frame, text: str, messages: list[dict[str, Any]], wanted: list[int]
+) -> list[tuple[int, int]] | None:
+    """Return the spans of ``wanted`` turns if each is plain content found once, else None.
+
+    The common case, without building a :class:`Turn`: what :func:`locate_turns` gives when
+    no message carries reasoning.
+    """
+    found = []
+    for i in wanted:
+        m = messages[i]
+        content = m["content"]
+        if not content or m.get("tool_calls") or m["role"] != "assistant":
+            return None
+        if (lo := text.find(content)) < 0 or text.find(content, lo + 1) >= 0:
+            return None
+        found.append((lo, lo + len(content)))
+    header, closers = frame.header, frame.closers
+    spans = []
+    for n, (a, b) in enumerate(found):
+        prev = found[n - 1][1] if n else 0
+        following = found[n + 1][0] if n + 1 < len(found) else len(text)
+        if header and (at := text.rfind(header, prev, a)) >= 0:
+            a = at + len(header)
+        if (close := closers.search(text, b, following)) is not None:
+            if not header or text.find(header, b, close.start()) < 0:
+                b = close.end()
+        spans.append((a, b))
+    return spans
 
 
 def _span(
@@ -102,6 +136,9 @@ def _span(
     head = lo = a
     if header and (at := text.rfind(header, prev, a)) >= 0:
         head, lo = at, at + len(header)
+    elif not header and frame.opening and (at := text.rfind(frame.opening, prev, a)) >= 0:
+        if not text[at + len(frame.opening) : a].strip():  # a reasoning block opens the turn
+            head = lo = at
     hi = b
     if (m := frame.closers.search(text, b, following)) is not None:
         if not header or text.find(header, b, m.start()) < 0:
@@ -110,26 +147,82 @@ def _span(
 
 
 def _searched(
+    frame: Frame,
     text: str,
     messages: list[dict[str, Any]],
     wanted: list[int],
     field: str | None,
     markers: Markers,
+    closing_only: bool,
 ) -> dict[int, list[tuple[int, int, str]]] | None:
-    """Anchors by search, when every wanted message is plain content found exactly once."""
+    """Anchors by search, when every piece of every wanted message occurs exactly once.
+
+    A plain content is searched as it is; otherwise the cores of the message's reasoning
+    (absent: the template dropped it), answer and tool-call arguments (as ``tojson`` writes
+    them), in that order and within one turn (no header or end marker between them).
+    Anything else — a piece found twice, out of order, an empty turn — is left to the
+    probe (``None``).
+    """
     out = {}
+    last = 0
     for i in wanted:
         m = messages[i]
         content = m["content"]
-        if calls_tools(m) or (field and field in m) or markers[1] in content or not content:
+        calls = m.get("tool_calls")
+        if not calls and not (field and field in m) and markers[1] not in content:
+            if not content or (lo := _once(text, content)) < last:
+                return None
+            out[i] = [(lo, lo + len(content), "c")]
+            last = lo + len(content)
+            continue
+        thought = m.get(field) if field else None
+        inline = split_inline(content, markers, closing_only) if markers[1] in content else None
+        if inline is not None:
+            thought, content = inline
+        needles = [(content.strip(), "c")] + [(_arguments(c), "n") for c in calls or ()]
+        pieces = []
+        reason = thought.strip() if isinstance(thought, str) else ""
+        if reason and (lo := text.find(reason, last)) >= 0:
+            pieces.append((lo, lo + len(reason), "r"))
+        for needle, kind in needles:
+            if needle is None:
+                return None
+            if needle:
+                if (lo := _once(text, needle)) < 0:
+                    return None
+                pieces.append((lo, lo + len(needle), kind))
+        if not pieces or pieces[0][0] < last or not _one_turn(frame, text, pieces):
             return None
-        if (lo := text.find(content)) < 0 or text.find(content, lo + 1) >= 0:
+        if reason and pieces[0][2] == "r" and text.find(reason, pieces[0][0] + 1) >= 0:
             return None
-        out[i] = [(lo, lo + len(content), "c")]
+        out[i] = pieces
+        last = pieces[-1][1]
     return out
 
 
-_CORE = re.compile(r"(\s*)(.*?)(\s*)", re.S)
+def _arguments(call: Any) -> str | None:
+    """Return a call's arguments as a template's ``tojson`` writes them (None: none given)."""
+    function = call.get("function", call) if isinstance(call, dict) else None
+    args = function.get("arguments") if isinstance(function, dict) else None
+    if isinstance(args, str):
+        return args
+    return json.dumps(args, ensure_ascii=False) if isinstance(args, dict) and args else None
+
+
+def _one_turn(frame: Frame, text: str, pieces: list[tuple[int, int, str]]) -> bool:
+    """Tell whether pieces follow each other with no header or end marker between them."""
+    for (_, end, _), (start, _, _) in pairwise(pieces):
+        if start < end or frame.closers.search(text, end, start):
+            return False
+        if frame.header and text.find(frame.header, end, start) >= 0:
+            return False
+    return True
+
+
+def _once(text: str, needle: str) -> int:
+    """Where ``needle`` occurs in ``text`` if exactly once, else -1."""
+    lo = text.find(needle)
+    return lo if lo >= 0 and text.find(needle, lo + 1) < 0 else -1
 
 
 class _Probe:
@@ -141,9 +234,9 @@ class _Probe:
 
     def stand(self, value: str, i: int, kind: str, blank: bool = False) -> str:
         """Return ``value`` with its core replaced by a stand-in (a blank one only if asked)."""
-        parts = _CORE.fullmatch(value)
-        assert parts is not None  # the pattern matches every string
-        lead, core, trail = parts.groups()
+        core = value.strip()
+        lead = value[: len(value) - len(value.lstrip())]
+        trail = value[len(lead) + len(core) :]
         if not core and not blank:
             return value
         self.pieces.append((i, kind, core or value))
