@@ -73,9 +73,9 @@ def render_pack_summary(result: Any) -> Group:
     if stats.get("reasoning_dropped"):
         parts.append(
             Text(
-                f"reasoning: {stats['reasoning_dropped']:,} trained turns rendered without the "
-                "reasoning their template leaves out of history (--turns expand trains each "
-                "turn with it)",
+                f"reasoning: {_count(stats['reasoning_dropped'], 'trained turn')} rendered "
+                "without the reasoning their template leaves out of history (--turns expand "
+                "trains each turn with it)",
                 style="yellow",
             )
         )
