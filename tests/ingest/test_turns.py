@@ -41,30 +41,10 @@ def _spans(record: dict[str, Any], template: Any, bundle: Any, **options: Any) -
     return [(r.text, r.spans, r.reasoning, r.reasoning_dropped) for r in rendered]
 
 
-@pytest.mark.parametrize("options", [{}, {"reasoning": "mask"}, {"turns": "expand"}])
-def test_the_probe_places_what_search_places(think, bundle, monkeypatch, options) -> None:
-    searched = [_spans(record, think, bundle, **options) for record in REASONING_CHAT]
-    probes: list[int] = []
-    real = turns._probed
-
-    def probe_only(*args: Any) -> Any:
-        found = real(*args)
-        probes.append(found is not None)
-        return found
-
-    monkeypatch.setattr(turns, "_searched", lambda *args: None)
-    monkeypatch.setattr(turns, "_probed", probe_only)
-    monkeypatch.setattr(turns, "plain_turns", lambda *args: None)
-    monkeypatch.setattr("packshard.ingest.chat.plain_turns", lambda *args: None)
-    probed = [_spans(record, think, bundle, **options) for record in REASONING_CHAT]
-    assert probed == searched
-    assert probes and all(probes)  # every probe agreed with the text
-
-
 def test_pieces_found_twice_go_to_the_probe(think, bundle, monkeypatch) -> None:
     calls: list[Any] = []
-    real = turns._probed
-    monkeypatch.setattr(turns, "_probed", lambda *a: calls.append(1) or real(*a))
+    real = turns.probe_anchors
+    monkeypatch.setattr(turns, "probe_anchors", lambda *a: calls.append(1) or real(*a))
     # the reasoning also occurs in the user's message, the answer in both turns
     record = chat(
         user("Think: Add."),
@@ -96,13 +76,6 @@ def test_a_tool_calling_turn_is_trained_whole(think, bundle) -> None:
         "<think>\nRead it.\n</think>\n\n21.<|im_end|>",
     ]
     assert dropped == 0  # both after the last user message: the template keeps them
-
-
-def test_stand_ins_avoid_characters_the_text_holds(think, bundle, monkeypatch) -> None:
-    monkeypatch.setattr(turns, "_searched", lambda *args: None)
-    record = chat(user("private \ue000\ue001 use"), answer("ok \ue0000\ue001", reasoning="hm"))
-    ((text, spans, _, _),) = _spans(record, think, bundle)
-    assert [text[a:b] for a, b in spans] == ["<think>\nhm\n</think>\n\nok \ue0000\ue001<|im_end|>"]
 
 
 def test_a_template_that_rewrites_the_answer_is_rejected(bundle) -> None:
