@@ -80,14 +80,14 @@ def synthetic(folder: Path, records: int = 4000, seed: int = 0) -> tuple[str, li
 def reasoning_corpus(folder: Path, records: int = 3000, seed: int = 0) -> list[str]:
     """Write multi-turn chats whose assistant turns reason (fields, inline, tool calls)."""
     rng = random.Random(seed)
-    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
-             for _ in range(3000)]  # fmt: skip
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(3000)]
 
     def sentence(n: int) -> str:
         return " ".join(rng.choice(words) for _ in range(n)) + "."
 
-    tool = {"type": "function", "function": {"name": "lookup", "description": "Look up",
-            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}  # fmt: skip
+    parameters = {"type": "object", "properties": {"q": {"type": "string"}}}
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": parameters}}
     data = folder / "reasoning.jsonl"
     with data.open("w") as fh:
         for k in range(records):
@@ -97,23 +97,23 @@ def reasoning_corpus(folder: Path, records: int = 3000, seed: int = 0) -> list[s
                 thought, answer = sentence(rng.randint(20, 160)), sentence(rng.randint(10, 120))
                 style = rng.random()
                 if style < 0.1:  # a tool call, its result, then the answer
-                    call = {"type": "function", "function": {"name": "lookup",
-                            "arguments": {"q": sentence(3)}}}  # fmt: skip
-                    msgs.append({"role": "assistant", "content": "", "reasoning_content": thought,
-                                 "tool_calls": [call]})  # fmt: skip
+                    function = {"name": "lookup", "arguments": {"q": sentence(3)}}
+                    call = {"type": "function", "function": function}
+                    turn = {"content": "", "reasoning_content": thought, "tool_calls": [call]}
+                    msgs.append({"role": "assistant", **turn})
                     msgs.append({"role": "tool", "content": sentence(20)})
                     msgs.append({"role": "assistant", "content": answer})
                 elif style < 0.5:
-                    msgs.append({"role": "assistant", "content": answer,
-                                 "reasoning_content": thought})  # fmt: skip
+                    msgs.append(
+                        {"role": "assistant", "content": answer, "reasoning_content": thought}
+                    )
                 elif style < 0.85:
-                    msgs.append({"role": "assistant",
-                                 "content": f"<think>\n{thought}\n</think>\n\n{answer}"})  # fmt: skip
+                    inline = f"<think>\n{thought}\n</think>\n\n{answer}"
+                    msgs.append({"role": "assistant", "content": inline})
                 else:
                     msgs.append({"role": "assistant", "content": answer})
-            fh.write(
-                json.dumps({"messages": msgs, "tools": [tool] if k % 10 == 0 else None}) + "\n"
-            )
+            record = {"messages": msgs, "tools": [tool] if k % 10 == 0 else None}
+            fh.write(json.dumps(record) + "\n")
     return [str(data)]
 
 
@@ -210,15 +210,16 @@ def main() -> None:
     tmp.cleanup()
 
 
-def render_alone_vs_labelled(convs, template, bundle, options, rounds) -> None:  # noqa: ANN001
+def render_alone_vs_labelled(convs, template, bundle, options, rounds) -> None:
     """CPU time of one render per record against render_examples (labels, probes, expand)."""
     from packshard.ingest.reasoning import template_messages
     from packshard.ingest.templates import render_chat
 
     prepared = []
     for conv in convs:
-        msgs, _ = template_messages(conv.messages, template, options.reasoning,
-                                    options.reasoning_markers, conv.ref)  # fmt: skip
+        msgs, _ = template_messages(
+            conv.messages, template, options.reasoning, options.reasoning_markers, conv.ref
+        )
         prepared.append((msgs, list(conv.tools) if conv.tools else None))
     best = {"render": float("inf"), "labelled": float("inf")}
     for _ in range(rounds):
@@ -231,11 +232,14 @@ def render_alone_vs_labelled(convs, template, bundle, options, rounds) -> None: 
             render_examples(conv, template, bundle, options)
         best["labelled"] = min(best["labelled"], time.process_time() - start)
     n = len(convs)
-    print(f"render alone (one render per record)  {best['render']:6.2f} s cpu "
-          f"{1e6 * best['render'] / n:7.1f} us/record")  # fmt: skip
-    print(f"render_examples, --turns {options.turns:11s} {best['labelled']:6.2f} s cpu "
-          f"{1e6 * best['labelled'] / n:7.1f} us/record "
-          f"({best['labelled'] / best['render']:.2f}x the render alone)")  # fmt: skip
+    alone, labelled = best["render"], best["labelled"]
+    print(
+        f"render alone (one render per record)  {alone:6.2f} s cpu {1e6 * alone / n:7.1f} us/record"
+    )
+    print(
+        f"render_examples, --turns {options.turns:11s} {labelled:6.2f} s cpu "
+        f"{1e6 * labelled / n:7.1f} us/record ({labelled / alone:.2f}x the render alone)"
+    )
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ def label_chat(
     turns = locate_turns(
         template, text, messages, wanted, tools, bundle, markers, closing_only, field
     )
-    for i in trained:
+    for i in wanted if tags else trained:  # with tags, every turn's blocks must be placed
         if i not in turns:
             raise RecordError("template_error", _unplaced(messages[i], i), ref.source, ref.line)
     if everything:

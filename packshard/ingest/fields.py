@@ -31,6 +31,7 @@ from packshard.errors import RecordError
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 FLAG_FIELDS = ("train", "weight")
 _READ = frozenset((*REASONING_FIELDS, *FLAG_FIELDS))
+_THOUGHT_PARTS = ("thinking", "redacted_thinking")
 
 
 def _kind(value: Any) -> str:
@@ -40,14 +41,15 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def thinking_parts(content: Any, where: str) -> tuple[Any, str | None]:
+def thinking_parts(content: Any, where: str, role: str) -> tuple[Any, str | None]:
     """Split ``{"type": "thinking"}`` parts off a content-part list: ``(content, reasoning)``.
 
-    Content that is not a list, or a list without thinking parts, comes back unchanged.
+    Content that is not a list, a list without thinking parts, or the content of a message
+    that is not the assistant's (its parts must be text) comes back unchanged.
     """
-    if type(content) is not list or not any(
-        type(p) is dict and p.get("type") in ("thinking", "redacted_thinking") for p in content
-    ):
+    if role != "assistant" or type(content) is not list:
+        return content, None
+    if not any(type(p) is dict and p.get("type") in _THOUGHT_PARTS for p in content):
         return content, None
     thoughts, rest = [], []
     for j, part in enumerate(content):

@@ -152,7 +152,7 @@ def _messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, str])
             what = f"unknown role {raw_role!r}" if raw_role is not None else f"no '{role_key}'"
             raise RecordError("unknown_role", f"{name}[{i}] has {what} (allowed: {allowed})")
         extra = _extra(turn) if len(turn) > 2 else ()
-        text, thought = thinking_parts(text, f"{name}[{i}] content")
+        text, thought = thinking_parts(text, f"{name}[{i}] content", role)
         extra, thought, train = read_fields(role, extra, thought, f"{name}[{i}]")
         if text is None and extra:
             calls = turn.get("tool_calls")

@@ -135,3 +135,12 @@ def test_train_flag_from_weight_and_train(fields: dict[str, Any], train: bool | 
 def test_train_on_any_role() -> None:
     first, _ = _messages(msg("user", "q", train=True), msg("assistant", "a"))
     assert first.train is True
+
+
+def test_thinking_parts_belong_to_assistant_messages() -> None:
+    with pytest.raises(RecordError) as err:
+        _messages(msg("user", [{"type": "thinking", "thinking": "hm"}]), msg("assistant", "a"))
+    assert (err.value.code, err.value.reason) == (
+        "invalid_content",
+        "messages[0] content part 0 is 'thinking'; only text parts are supported",
+    )
