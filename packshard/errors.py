@@ -163,7 +163,26 @@ REJECT_CODES: dict[str, RejectCode] = {
         RejectCode(
             "no_trainable_tokens",
             REJECTED,
-            "no token after the first is trained (the trained turns are empty or dropped)",
+            "no token after the first is trained (the trained turns are empty or dropped, or "
+            "flagged untrained)",
+        ),
+        RejectCode(
+            "invalid_reasoning",
+            REJECTED,
+            "an assistant message's reasoning is not a string, two of its sources disagree, "
+            "or it holds the closing marker",
+        ),
+        RejectCode(
+            "invalid_flag",
+            REJECTED,
+            "a message's 'train' is not true/false or its 'weight' not 0/1 (assistant only), "
+            "or --loss all cannot honour it",
+        ),
+        RejectCode(
+            "reasoning_dropped",
+            REJECTED,
+            "the template leaves out the reasoning of the conversation's last turn "
+            "(use --reasoning drop)",
         ),
         RejectCode("too_long", DROPPED, "longer than --max-seq-len under --overlong drop"),
         RejectCode(

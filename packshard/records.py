@@ -50,6 +50,14 @@ EXPORT_TARGETS = ("megatron", "torchtune", "mds", "unpacked")
 """``packshard export --to``: each a module of :mod:`packshard.export`."""
 LABEL_PATHS = ("generation_tags", "offsets", "none")
 """How a record's trained characters are found (see :mod:`packshard.ingest.templates`)."""
+REASONING_POLICIES = ("train", "mask", "drop")
+"""``--reasoning``: train it with the answer, keep it untrained, or remove it before rendering."""
+EMPTY_REASONING = ("train", "mask")
+"""``--empty-reasoning``: what to do with an empty reasoning block a template renders."""
+TURN_POLICIES = ("as_rendered", "expand")
+"""``--turns``: the conversation once as rendered, or one example per trained turn."""
+REASONING_MARKERS = ("<think>", "</think>")
+"""Default ``--reasoning-markers``: the opening and closing marker of an inline block."""
 
 
 def check_choice(option: str, value: str, allowed: Sequence[str]) -> None:
@@ -90,12 +98,15 @@ class Message:
     ``extra`` holds the turn's other fields as ``(key, value)`` pairs, in record order
     (``tool_calls``, ``tool_call_id``, ``name`` …); the template sees them beside ``role`` and
     ``content``, as ``transformers`` shows a message dict.  Values may be lists or dicts, so a
-    message is not hashable when it has them.
+    message is not hashable when it has them.  ``reasoning`` and ``train`` come from the
+    fields :mod:`packshard.ingest.fields` reads (they are not in ``extra``).
     """
 
     role: str
     content: str
     extra: tuple[tuple[str, Any], ...] = ()
+    reasoning: str | None = None  # from a reasoning field (inline blocks stay in content)
+    train: bool | None = None  # the turn's own flag ('train', or 'weight' 0), None: the policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +144,17 @@ class Rendered:
     ``label_path`` is one of :data:`LABEL_PATHS`.  ``bos_chars`` > 0: the text starts with the
     tokenizer's BOS, put there for the tokenizer (plain records), so it becomes the BOS id and
     the rest is encoded as if alone — what ``add_special_tokens=True`` gives; a SentencePiece
-    "first" prefix then lands on the text.
+    "first" prefix then lands on the text.  ``reasoning`` lists the rendered reasoning blocks
+    (trained or not, for counting); ``turn`` is set on ``--turns expand`` examples.
     """
 
     text: str
     spans: tuple[tuple[int, int], ...]
     label_path: str
     bos_chars: int = 0
+    reasoning: tuple[tuple[int, int], ...] = ()  # rendered non-empty reasoning blocks
+    turn: int = 0  # --turns expand: the 1-based message the example trains (0: all)
+    reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +185,9 @@ class TokenizedBatch:
 
     Example ``i`` owns ``input_ids[offsets[i]:offsets[i+1]]`` and the same slice of
     ``labels`` (unshifted; ``IGNORE_INDEX`` where no loss).  ``refs``, ``domains`` and
-    ``formats`` (the record format each example came from) hold one entry per example.
+    ``formats`` (the record format each example came from) hold one entry per example.  With
+    ``--turns expand`` one record gives consecutive examples with the same ref, told apart by
+    ``turns``.
     """
 
     input_ids: np.ndarray  # int32, flat
@@ -179,6 +196,7 @@ class TokenizedBatch:
     refs: tuple[SourceRef, ...]
     domains: tuple[str, ...]
     formats: tuple[str, ...]
+    turns: np.ndarray | None = None  # int32 per example (--turns expand), None: all 0
 
     def __post_init__(self) -> None:
         n = len(self.refs)
@@ -233,14 +251,27 @@ class IngestOptions:
     loss: str = "auto"
     on_error: str = "skip"
     batch_size: int = 1024
+    reasoning: str = "train"
+    empty_reasoning: str = "train"
+    turns: str = "as_rendered"
+    reasoning_markers: tuple[str, str] = REASONING_MARKERS
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
         check_choice("--format", self.format, FORMAT_CHOICES)
         check_choice("--loss", self.loss, LOSS_POLICIES)
         check_choice("--on-error", self.on_error, ON_ERROR)
+        check_choice("--reasoning", self.reasoning, REASONING_POLICIES)
+        check_choice("--empty-reasoning", self.empty_reasoning, EMPTY_REASONING)
+        check_choice("--turns", self.turns, TURN_POLICIES)
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
+        opening, closing = self.reasoning_markers
+        if not opening.strip() or not closing.strip() or opening == closing:
+            why = f"two different non-blank markers, got {opening!r} and {closing!r}"
+            raise UsageError(f"--reasoning-markers needs {why} (e.g. '<think>,</think>')")
+        if self.turns == "expand" and self.loss == "all":
+            raise UsageError("--turns expand trains one turn per example (use --loss assistant)")
 
 
 @dataclass(frozen=True)
@@ -249,7 +280,9 @@ class IngestChunk:
 
     ``label_paths`` counts the examples per label path, so a manifest can say how labels were
     found.  ``loss_tokens`` holds, per example, its trained labels after the first token
-    (:func:`packshard.arrays.count_trained`).
+    (:func:`packshard.arrays.count_trained`); ``reasoning_tokens`` and ``reasoning_loss``
+    count the same way inside rendered reasoning blocks.  With ``--turns expand``
+    ``records`` counts records, not examples.
     """
 
     batch: TokenizedBatch
@@ -257,6 +290,9 @@ class IngestChunk:
     records: int
     loss_tokens: np.ndarray
     label_paths: dict[str, int] = field(default_factory=dict)
+    reasoning_tokens: np.ndarray | None = None  # per example: tokens in reasoning blocks
+    reasoning_loss: np.ndarray | None = None  # per example: trained ones (None: no reasoning)
+    reasoning_dropped: int = 0  # trained turns the template rendered without their reasoning
 
 
 def resolve_loss(loss: str, fmt: str) -> str:

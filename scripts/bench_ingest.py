@@ -9,9 +9,14 @@
 Default data: every chat dataset of ``../shared/data`` with the phi-3-mini tokenizer and its
 config template, repeated until there are at least ``--min-tokens`` tokens; without that
 folder, a synthetic chat corpus and a byte-level BPE trained on the spot (built-in ChatML).
+``--reasoning-case`` instead writes a synthetic multi-turn reasoning corpus (reasoning fields,
+inline ``<think>`` blocks, tool calls, turns without reasoning) and uses the shared Qwen3
+tokenizer with its release template, which drops history reasoning (``--turns expand`` to
+build one example per turn); it also times rendering alone against rendering plus labels.
 Each side runs ``--rounds`` times, interleaved; the best round counts (the machine is shared).
 
     python scripts/bench_ingest.py [--template PATH|chatml] [--min-tokens 2000000] [--synthetic]
+    python scripts/bench_ingest.py --reasoning-case [--turns as_rendered|expand]
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from packshard.ingest.chunks import ingest  # noqa: E402
 from packshard.ingest.normalize import normalize_record  # noqa: E402
 from packshard.ingest.sources import InputFile, expand_inputs, read_records  # noqa: E402
-from packshard.ingest.spans import render_example  # noqa: E402
+from packshard.ingest.spans import render_examples  # noqa: E402
 from packshard.ingest.templates import load_template  # noqa: E402
 from packshard.ingest.tokenizer import load_tokenizer  # noqa: E402
 from packshard.records import IngestOptions  # noqa: E402
@@ -72,6 +77,46 @@ def synthetic(folder: Path, records: int = 4000, seed: int = 0) -> tuple[str, li
     return str(folder), [str(data)]
 
 
+def reasoning_corpus(folder: Path, records: int = 3000, seed: int = 0) -> list[str]:
+    """Write multi-turn chats whose assistant turns reason (fields, inline, tool calls)."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(3000)]
+
+    def sentence(n: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(n)) + "."
+
+    parameters = {"type": "object", "properties": {"q": {"type": "string"}}}
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": parameters}}
+    data = folder / "reasoning.jsonl"
+    with data.open("w") as fh:
+        for k in range(records):
+            msgs: list[dict] = [{"role": "system", "content": sentence(10)}]
+            for _ in range(rng.randint(1, 6)):
+                msgs.append({"role": "user", "content": sentence(rng.randint(8, 60))})
+                thought, answer = sentence(rng.randint(20, 160)), sentence(rng.randint(10, 120))
+                style = rng.random()
+                if style < 0.1:  # a tool call, its result, then the answer
+                    function = {"name": "lookup", "arguments": {"q": sentence(3)}}
+                    call = {"type": "function", "function": function}
+                    turn = {"content": "", "reasoning_content": thought, "tool_calls": [call]}
+                    msgs.append({"role": "assistant", **turn})
+                    msgs.append({"role": "tool", "content": sentence(20)})
+                    msgs.append({"role": "assistant", "content": answer})
+                elif style < 0.5:
+                    msgs.append(
+                        {"role": "assistant", "content": answer, "reasoning_content": thought}
+                    )
+                elif style < 0.85:
+                    inline = f"<think>\n{thought}\n</think>\n\n{answer}"
+                    msgs.append({"role": "assistant", "content": inline})
+                else:
+                    msgs.append({"role": "assistant", "content": answer})
+            record = {"messages": msgs, "tools": [tool] if k % 10 == 0 else None}
+            fh.write(json.dumps(record) + "\n")
+    return [str(data)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", default=None)
@@ -81,11 +126,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--synthetic", action="store_true", help="ignore ../shared/data")
+    parser.add_argument("--reasoning-case", action="store_true", help="Qwen3 reasoning chats")
+    parser.add_argument("--turns", default="as_rendered", choices=("as_rendered", "expand"))
     args = parser.parse_args()
 
     tmp = tempfile.TemporaryDirectory()
     template_spec = args.template
-    if args.tokenizer and args.data:
+    if args.reasoning_case:
+        tokenizer = args.tokenizer or str(SHARED / "tokenizers" / "qwen3")
+        data = reasoning_corpus(Path(tmp.name))
+    elif args.tokenizer and args.data:
         tokenizer, data = args.tokenizer, args.data
     elif (SHARED / "chat").is_dir() and not args.synthetic:
         tokenizer, data = str(SHARED / "tokenizers" / "phi-3-mini"), [str(SHARED / "chat")]
@@ -94,17 +144,21 @@ def main() -> None:
         template_spec = template_spec or "chatml"
     bundle = load_tokenizer(tokenizer)
     template = load_template(template_spec, bundle)
-    options = IngestOptions(batch_size=args.batch_size)
+    options = IngestOptions(batch_size=args.batch_size, turns=args.turns)
     files: list[InputFile] = expand_inputs(data)
 
     texts = []  # rendering done once, outside the timed region
+    convs = []
     for f in files:
         for raw in read_records(f):
             try:
                 conv = normalize_record(raw)
-                texts.append(render_example(conv, template, bundle, "auto").text)
+                texts += [r.text for r in render_examples(conv, template, bundle, options)]
+                convs.append(conv)
             except Exception:  # rejected records are not tokenized by ingest either
                 continue
+    if args.reasoning_case:
+        render_alone_vs_labelled(convs, template, bundle, options, args.rounds)
     tokens_once = sum(len(e) for e in bundle.tokenizer.encode_batch(texts))
     repeat = max(1, -(-args.min_tokens // max(tokens_once, 1)))
     texts *= repeat
@@ -154,6 +208,38 @@ def main() -> None:
     aligned = "byte aligner" if bundle.aligner is not None else "offsets (no aligner)"
     print(f"ratio ingest / encode_batch_fast: {fast:.2f}x wall (ingest labels via {aligned})")
     tmp.cleanup()
+
+
+def render_alone_vs_labelled(convs, template, bundle, options, rounds) -> None:
+    """CPU time of one render per record against render_examples (labels, probes, expand)."""
+    from packshard.ingest.reasoning import template_messages
+    from packshard.ingest.templates import render_chat
+
+    prepared = []
+    for conv in convs:
+        msgs, _ = template_messages(
+            conv.messages, template, options.reasoning, options.reasoning_markers, conv.ref
+        )
+        prepared.append((msgs, list(conv.tools) if conv.tools else None))
+    best = {"render": float("inf"), "labelled": float("inf")}
+    for _ in range(rounds):
+        start = time.process_time()
+        for msgs, tools in prepared:
+            render_chat(template, msgs, tools, bundle.special_tokens_map)
+        best["render"] = min(best["render"], time.process_time() - start)
+        start = time.process_time()
+        for conv in convs:
+            render_examples(conv, template, bundle, options)
+        best["labelled"] = min(best["labelled"], time.process_time() - start)
+    n = len(convs)
+    alone, labelled = best["render"], best["labelled"]
+    print(
+        f"render alone (one render per record)  {alone:6.2f} s cpu {1e6 * alone / n:7.1f} us/record"
+    )
+    print(
+        f"render_examples, --turns {options.turns:11s} {labelled:6.2f} s cpu "
+        f"{1e6 * labelled / n:7.1f} us/record ({labelled / alone:.2f}x the render alone)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,15 +26,17 @@ NORMALIZE = {
     "unknown_role",
     "invalid_content",
     "invalid_tools",
+    "invalid_reasoning",
+    "invalid_flag",
 }
-RENDER = {"no_assistant_turn", "template_error"}
+RENDER = {"no_assistant_turn", "template_error", "reasoning_dropped"}
 INGEST = {"no_trainable_tokens"}
 POLICY = {"too_long", "truncated_no_targets", "split_no_targets"}
 
 
 def test_every_emitted_code_is_registered_once_with_its_kind() -> None:
     assert set(REJECT_CODES) == READ | NORMALIZE | RENDER | INGEST | POLICY
-    assert len(REJECT_CODES) == 17
+    assert len(REJECT_CODES) == 20
     for name, code in REJECT_CODES.items():
         assert isinstance(code, RejectCode) and code.name == name
         assert code.meaning and code.meaning == code.meaning.strip()

@@ -245,7 +245,8 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
         [
             "name", "records", "examples", "rejected", "tokens", "loss_tokens", "prompt_tokens",
             "loss_share", "over_max", "over_max_share", "lengths", "utilization",
-            "lower_bound_rows", "histogram",
+            "lower_bound_rows", "histogram", "reasoning_examples", "reasoning_tokens",
+            "reasoning_loss_tokens", "reasoning_loss_share",
         ]
     )  # fmt: skip
     assert total["utilization"]["pad_to_max"] == {
@@ -322,3 +323,46 @@ def test_profile_plain_text_with_a_tokenizer_without_chat_template(shared_data, 
         len(tok.encode(r["output"], add_special_tokens=False).ids) + 1 for r in records[:40]
     )
     assert eos is not None and total["tokens"] == expected
+
+
+# --- reasoning per domain ---------------------------------------------------------------------
+
+
+def test_profile_reports_reasoning_per_domain(tmp_path) -> None:
+    from packshard.ingest.sources import expand_inputs
+    from packshard.ingest.templates import compile_template
+    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.profile import profile_inputs
+    from packshard.records import IngestOptions
+    from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
+
+    bundle = load_tokenizer(str(build_qwen(tmp_path / "qwen")))
+    template = compile_template(THINK, "think.jinja")
+    thinking = chat(user("2+2?"), answer("4", reasoning_content="Add 2 and 2."), domain="math")
+    two_turns = chat(
+        user("2+2?"),
+        answer("4", reasoning_content="Add."),
+        user("3+3?"),
+        answer("6", reasoning_content="Add again."),
+        domain="math",
+    )
+    plain = chat(user("hi"), answer("hello"), domain="talk")
+    files = expand_inputs([str(write_jsonl(tmp_path / "d.jsonl", [thinking, two_turns, plain]))])
+
+    def run(**options):
+        report = profile_inputs(files, bundle, template, IngestOptions(**options), 64)
+        return {d.name: d for d in report.domains}, report.total
+
+    domains, total = run()
+    assert (domains["math"].reasoning_examples, domains["talk"].reasoning_examples) == (2, 0)
+    math = domains["math"]
+    assert math.reasoning_loss_tokens == math.reasoning_tokens > 0  # trained with the answer
+    assert 0 < math.reasoning_loss_share < 1 and domains["talk"].reasoning_loss_share == 0
+    assert total.reasoning_tokens == math.reasoning_tokens
+    masked, _ = run(reasoning="mask")
+    assert masked["math"].reasoning_tokens == math.reasoning_tokens
+    assert masked["math"].reasoning_loss_tokens == 0 == masked["math"].reasoning_loss_share
+    expanded, total = run(turns="expand")
+    assert (expanded["math"].records, expanded["math"].examples) == (2, 3)
+    assert (total.records, total.examples) == (3, 4)
+    assert expanded["math"].reasoning_examples == 3  # each turn trained with its reasoning

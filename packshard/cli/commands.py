@@ -73,6 +73,10 @@ def profile(
     domain_field: str,
     loss: str,
     on_error: str,
+    reasoning: str,
+    empty_reasoning: str,
+    turns: str,
+    reasoning_markers: tuple[str, str],
     progress: bool | None,
     batch_size: int,
     seed: int,
@@ -99,7 +103,16 @@ def profile(
     files = expand_inputs(data)
     bundle = load_tokenizer(tokenizer)
     tmpl = load_template(template, bundle)
-    options = IngestOptions(format=fmt, domain_field=domain_field, loss=loss, on_error=on_error)
+    options = IngestOptions(
+        format=fmt,
+        domain_field=domain_field,
+        loss=loss,
+        on_error=on_error,
+        reasoning=reasoning,
+        empty_reasoning=empty_reasoning,
+        turns=turns,
+        reasoning_markers=reasoning_markers,
+    )
     scale = EngineOptions(engine, workers, ray_address)
     scale.check()
     if scale.serial:

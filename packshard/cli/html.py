@@ -23,11 +23,12 @@ from pathlib import Path
 
 from rich.table import Table
 
-from packshard.cli.inspect import RowView
+from packshard.cli.inspect import RowView, segment_title
 from packshard.cli.tables import (
     STRATEGY_LABELS,
     build_counts_table,
     build_lengths_table,
+    build_reasoning_table,
     build_utilization_table,
 )
 from packshard.profile import STRATEGIES, DomainProfile, ProfileReport
@@ -175,6 +176,11 @@ def write_profile_html(report: ProfileReport, path: str | Path) -> None:
             + draw_histogram(d, report)
         )
     chart = draw_utilization(total) if total.utilization else "<p>no accepted examples</p>"
+    reasoning = ""
+    if total.reasoning_examples:
+        reasoning = "<h2>Reasoning per domain</h2>" + render_table_html(
+            build_reasoning_table(report)
+        )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>packshard profile: max_seq_len {report.max_seq_len}</title>
@@ -190,6 +196,7 @@ percentiles {escape(report.percentile_method)} · loss tokens from {escape(repor
 batch, or packed rows × max_seq_len; lower bound {total.lower_bound_rows:,} rows.</p>
 <h2>Records and tokens per domain</h2>
 {render_table_html(build_counts_table(report))}
+{reasoning}
 <h2>Lengths per domain</h2>
 {render_table_html(build_lengths_table(report))}
 <h2>Utilization per domain</h2>
@@ -205,25 +212,32 @@ def write_row_html(view: RowView, path: str | Path) -> None:
     """Write the row view as a self-contained HTML page."""
     blocks = []
     for seg in view.segments:
+        flags = seg.reasoning or (False,) * len(seg.runs)
         runs = "".join(
-            f'<span class="{"t" if trained else "c"}">{html.escape(text)}</span>'
-            for text, trained in seg.runs
+            f'<span class="{"t" if trained else "c"}{" r" if thought else ""}">'
+            f"{html.escape(text)}</span>"
+            for (text, trained), thought in zip(seg.runs, flags, strict=True)
         )
         blocks.append(
-            f'<div class="seg"><div class="h">segment {seg.index} · example {seg.example_id} · '
-            f"{html.escape(seg.source)} · part {seg.part} · {seg.num_tokens} tokens "
-            f"({seg.num_loss_tokens} trained) · positions {seg.positions[0]}…{seg.positions[1]}"
+            f'<div class="seg"><div class="h">{html.escape(segment_title(seg))}'
             f"</div><pre>{runs}</pre></div>"
         )
+    reasoning = (
+        " Reasoning is purple and italic (trained reasoning keeps the green background)."
+        if any(seg.reasoning for seg in view.segments)
+        else ""
+    )
     title = f"{html.escape(view.shard)} row {view.row}"
     page = f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}
 .seg{{border-left:4px solid #888;margin:0 0 .5em;padding:.3em .8em}}
 .seg+.seg{{border-top:3px dashed #c33;padding-top:.8em}}.h{{color:#246;font-size:.9em}}
-pre{{white-space:pre-wrap;font-size:.9em}}.t{{background:#d6f5d6}}.c{{color:#888}}</style>
+pre{{white-space:pre-wrap;font-size:.9em}}.t{{background:#d6f5d6}}.c{{color:#888}}
+.r{{color:#7b2d8e;font-style:italic}}</style>
 <h1>{html.escape(view.shard)} · row {view.row}</h1>
 <p>{view.num_tokens} of {view.max_seq_len} tokens, {len(view.segments)} segments. Trained tokens
-have a green background; red dashed lines are seams (attention and positions restart).</p>
+have a green background; red dashed lines are seams (attention and positions restart).
+{reasoning}</p>
 {"".join(blocks)}
 """
     Path(path).write_text(page, encoding="utf-8")

@@ -15,6 +15,7 @@ green highlight of trained text)::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -26,7 +27,7 @@ from packshard.errors import FormatError, InputError, UsageError
 from packshard.format.examples import ExamplesIndex, read_examples
 from packshard.format.manifest import load_manifest
 from packshard.format.shards import read_row, read_shard
-from packshard.records import IGNORE_INDEX, PackedRow
+from packshard.records import IGNORE_INDEX, REASONING_MARKERS, PackedRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,8 @@ class SegmentView:
     num_loss_tokens: int
     positions: tuple[int, int]
     runs: tuple[tuple[str, bool], ...]  # (text, trained)
+    reasoning: tuple[bool, ...] = ()  # per run: inside a reasoning block (empty: none)
+    turn: int = 0  # --turns expand: the message the example trains
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,18 +57,36 @@ class RowView:
     segments: tuple[SegmentView, ...]
 
 
-def _runs(tokenizer: Any, ids: np.ndarray, trained: np.ndarray) -> tuple[tuple[str, bool], ...]:
-    """Split a segment into maximal runs of equal trained-ness and decode each run."""
+def _runs(
+    tokenizer: Any, ids: np.ndarray, trained: np.ndarray, thought: np.ndarray
+) -> tuple[tuple[tuple[str, bool], ...], tuple[bool, ...]]:
+    """Split a segment into maximal runs of equal trained-ness (and reasoning); decode each."""
     if len(ids) == 0:
-        return ()
-    cuts = np.flatnonzero(np.diff(trained.astype(np.int8))) + 1
+        return (), ()
+    kind = trained.astype(np.int8) + 2 * thought.astype(np.int8)
+    cuts = np.flatnonzero(np.diff(kind)) + 1
     bounds = np.concatenate(([0], cuts, [len(ids)]))
     out = []
     for lo, hi in pairwise(bounds.tolist()):
         piece = ids[lo:hi].tolist()
         text = tokenizer.decode(piece, skip_special_tokens=False) if tokenizer else str(piece)
         out.append((text, bool(trained[lo])))
-    return tuple(out)
+    flags = tuple(bool(thought[lo]) for lo in bounds[:-1].tolist())
+    return tuple(out), flags if any(flags) else ()
+
+
+def reasoning_tokens(tokenizer: Any, ids: np.ndarray, markers: tuple[str, str]) -> np.ndarray:
+    """Mark the tokens of every ``open … close`` block (and the whitespace after it)."""
+    out = np.zeros(len(ids), dtype=bool)
+    if tokenizer is None or not len(ids):
+        return out
+    pieces = tokenizer.decode_batch([[i] for i in ids.tolist()], skip_special_tokens=False)
+    ends = np.cumsum([len(p) for p in pieces])
+    starts = ends - np.array([len(p) for p in pieces])
+    block = re.compile(rf"{re.escape(markers[0])}.*?{re.escape(markers[1])}\s*", re.S)
+    for m in block.finditer("".join(pieces)):
+        out[(ends > m.start()) & (starts < m.end())] = True
+    return out
 
 
 def inspect_row(
@@ -95,12 +116,16 @@ def inspect_row(
     packed: PackedRow = read_row(table, row)
     where = _index_entries(folder, manifest, packed.example_ids)
     tok = _load_tokenizer(tokenizer or manifest["tokenizer"]["path"])
+    recorded = manifest["config"].get("reasoning_markers") or REASONING_MARKERS
+    markers = (str(recorded[0]), str(recorded[1]))
     segments = []
     for s in range(packed.num_segments):
         lo, hi = int(packed.cu_seqlens[s]), int(packed.cu_seqlens[s + 1])
         eid = int(packed.example_ids[s])
-        source, part = where.get(eid, ("?", 0))
+        source, part, turn = where.get(eid, ("?", 0, 0))
         trained = packed.labels[lo:hi] != IGNORE_INDEX
+        ids = packed.input_ids[lo:hi]
+        runs, reasoning = _runs(tok, ids, trained, reasoning_tokens(tok, ids, markers))
         segments.append(
             SegmentView(
                 index=s,
@@ -110,7 +135,9 @@ def inspect_row(
                 num_tokens=hi - lo,
                 num_loss_tokens=int(trained.sum()),
                 positions=(int(packed.position_ids[lo]), int(packed.position_ids[hi - 1])),
-                runs=_runs(tok, packed.input_ids[lo:hi], trained),
+                runs=runs,
+                reasoning=reasoning,
+                turn=turn,
             )
         )
     max_seq_len = int(manifest["config"]["max_seq_len"])
@@ -119,8 +146,8 @@ def inspect_row(
 
 def _index_entries(
     folder: Path, manifest: dict[str, Any], example_ids: np.ndarray
-) -> dict[int, tuple[str, int]]:
-    """Return ``{example_id: ("file:line", part)}`` for the given ids ({} if unreadable)."""
+) -> dict[int, tuple[str, int, int]]:
+    """Return ``{example_id: ("file:line", part, turn)}`` for the given ids ({} if unreadable)."""
     path = folder / manifest["files"]["examples"]["path"]
     try:
         table = read_examples(path, manifest["dataset_id"])
@@ -128,10 +155,11 @@ def _index_entries(
         return {}  # the row still shows; verify reports the damaged index
     index = ExamplesIndex.from_table(table)
     parts = table["part"].to_numpy()
+    turns = index.turns if index.turns is not None else np.zeros(len(parts), dtype=np.int32)
     found = {}
     for eid, at in zip(example_ids.tolist(), index.lookup(example_ids).tolist(), strict=True):
         if at >= 0:
-            found[eid] = (str(index.where(eid)), int(parts[at]))
+            found[eid] = (str(index.where(eid)), int(parts[at]), int(turns[at]))
     return found
 
 
@@ -157,20 +185,29 @@ def render_row_console(view: RowView) -> Any:
             style="bold",
         )
     ]
+    styles = {(True, False): "bold green", (False, False): "dim"}
+    styles.update({(True, True): "bold magenta", (False, True): "dim magenta"})
     for seg in view.segments:
         if seg.index:
             parts.append(Rule("seam", style="red"))
-        parts.append(
-            Text(
-                f"segment {seg.index} · example {seg.example_id} · {seg.source} · "
-                f"part {seg.part} · {seg.num_tokens} tokens ({seg.num_loss_tokens} trained) · "
-                f"positions {seg.positions[0]}…{seg.positions[1]}",
-                style="cyan",
-            )
-        )
+        parts.append(Text(segment_title(seg), style="cyan"))
         body = Text()
-        for text, trained in seg.runs:
-            body.append(text, style="bold green" if trained else "dim")
+        flags = seg.reasoning or (False,) * len(seg.runs)
+        for (text, trained), thought in zip(seg.runs, flags, strict=True):
+            body.append(text, style=styles[trained, thought])
         parts.append(body)
-    parts.append(Text("legend: trained tokens in green, context dim", style="dim"))
+    legend = "legend: trained tokens in green, context dim"
+    if any(seg.reasoning for seg in view.segments):
+        legend += "; reasoning in magenta (bold when trained)"
+    parts.append(Text(legend, style="dim"))
     return Group(*parts)
+
+
+def segment_title(seg: SegmentView) -> str:
+    """Return the one-line header of a segment (the terminal and the HTML page share it)."""
+    turn = f" · message {seg.turn}" if seg.turn else ""
+    return (
+        f"segment {seg.index} · example {seg.example_id} · {seg.source} · "
+        f"part {seg.part}{turn} · {seg.num_tokens} tokens ({seg.num_loss_tokens} trained) · "
+        f"positions {seg.positions[0]}…{seg.positions[1]}"
+    )

@@ -15,13 +15,25 @@ from packshard.engine import ENGINES
 from packshard.ingest.splits import SPLIT_BYTES
 from packshard.records import (
     COMPRESSIONS,
+    EMPTY_REASONING,
     EXPORT_TARGETS,
     FORMAT_CHOICES,
     LOSS_POLICIES,
     ON_ERROR,
     OVERLONG_POLICIES,
+    REASONING_MARKERS,
+    REASONING_POLICIES,
     STRATEGIES,
+    TURN_POLICIES,
 )
+
+
+def _markers(value: str) -> tuple[str, str]:
+    """``OPEN,CLOSE`` as a pair (click turns the error into a usage error, exit 2)."""
+    opening, comma, closing = value.partition(",")
+    if not comma or not opening.strip() or not closing.strip():
+        raise click.BadParameter(f"expected OPEN,CLOSE (e.g. '<think>,</think>'), got {value!r}")
+    return opening, closing
 
 
 def _group(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -102,6 +114,34 @@ INGEST = _group(
         show_default=True,
         type=click.Choice(ON_ERROR),
         help="skip: bad records go to the rejects; fail: stop at the first (exit 1).",
+    ),
+    click.option(
+        "--reasoning",
+        default="train",
+        show_default=True,
+        type=click.Choice(REASONING_POLICIES),
+        help="Assistant reasoning: train it, keep it untrained (mask), or remove it (drop).",
+    ),
+    click.option(
+        "--empty-reasoning",
+        default="train",
+        show_default=True,
+        type=click.Choice(EMPTY_REASONING),
+        help="Empty reasoning blocks a template renders: train them or mask them.",
+    ),
+    click.option(
+        "--turns",
+        default="as_rendered",
+        show_default=True,
+        type=click.Choice(TURN_POLICIES),
+        help="as_rendered: the conversation once; expand: one example per trained turn.",
+    ),
+    click.option(
+        "--reasoning-markers",
+        default=",".join(REASONING_MARKERS),
+        show_default=True,
+        callback=lambda ctx, param, value: _markers(value),
+        help="Opening and closing marker of inline reasoning, comma-separated.",
     ),
     click.option(
         "--progress/--no-progress",

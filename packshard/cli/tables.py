@@ -70,6 +70,15 @@ def render_pack_summary(result: Any) -> Group:
             f"{code} {n}" for code, n in sorted(codes.items(), key=lambda kv: -kv[1])
         )
         parts.append(Text(f"rejects by code: {listed} (see {result.out}/rejects.jsonl)"))
+    if stats.get("reasoning_dropped"):
+        parts.append(
+            Text(
+                f"reasoning: {_count(stats['reasoning_dropped'], 'trained turn')} rendered "
+                "without the reasoning their template leaves out of history (--turns expand "
+                "trains each turn with it)",
+                style="yellow",
+            )
+        )
     check = stats["records"] == stats["records_packed"] + stats["rejected"] + stats["dropped"]
     parts.append(
         Text(
@@ -173,7 +182,12 @@ def _detail(name: str, info: dict[str, Any]) -> str:
     if info.get("status") in ("skipped", "not run"):
         return str(info.get("detail", ""))
     if name == "source" and "examples_compared" in info:
-        return f"{info['examples_compared']:,} examples re-tokenized and compared"
+        done = f"{info['examples_compared']:,} examples re-tokenized and compared"
+        if info.get("turns_checked"):
+            done += f"; {_count(info['turns_checked'], 'assistant turn')} checked"
+            if info.get("reasoning_blocks_checked"):
+                done += f" ({_count(info['reasoning_blocks_checked'], 'reasoning block')})"
+        return done
     if name == "model" and "rows" in info:
         return (
             f"{info['rows']} rows; max |Δlogit| packed vs alone {info['max_logit_delta']:.2g} "
@@ -237,6 +251,24 @@ def build_counts_table(report: ProfileReport) -> Table:
     return build_table(report, "Records and tokens", caption, headers, cells)
 
 
+def build_reasoning_table(report: ProfileReport) -> Table:
+    """Return the per-domain table of examples with reasoning and reasoning's share of loss."""
+
+    def cells(d: DomainProfile) -> list[str]:
+        share = d.reasoning_examples / d.examples if d.examples else 0.0
+        tokens = (format_count(d.reasoning_tokens), format_count(d.reasoning_loss_tokens))
+        return [
+            f"{d.reasoning_examples:,}",
+            f"{share:.1%}",
+            *tokens,
+            f"{d.reasoning_loss_share:.1%}",
+        ]
+
+    headers = ("with reasoning", "of examples", "reasoning", "trained", "of loss")
+    caption = "reasoning = tokens of rendered, non-empty reasoning blocks"
+    return build_table(report, "Reasoning", caption, headers, cells)
+
+
 def build_lengths_table(report: ProfileReport) -> Table:
     """Return the per-domain table of length percentiles and the share over max_seq_len."""
 
@@ -272,9 +304,11 @@ def build_utilization_table(report: ProfileReport) -> Table:
 
 
 def render_profile_table(report: ProfileReport) -> Group:
-    """Return the three tables and the verdict as one renderable."""
+    """Return the tables (reasoning only when there is some) and the verdict as one renderable."""
+    reasoning = [build_reasoning_table(report)] if report.total.reasoning_examples else []
     return Group(
         build_counts_table(report),
+        *reasoning,
         build_lengths_table(report),
         build_utilization_table(report),
         Text(report.verdict, style="bold"),

@@ -13,6 +13,8 @@ Columns, in order (one row per segment of every shard, sorted by ``example_id``)
     truncated        bool
     shard            int32    0-based index into the manifest's shards
     row              int32    0-based row within that shard
+    turn             int32    --turns expand: the 1-based message the example trains, else 0
+                              (added within format version 1: a file without it reads as 0)
 
 Like the shards, the file carries the format version and dataset id in its key-value metadata
 and readers refuse a file of another dataset.  :class:`ExamplesIndex` holds the columns verify
@@ -45,8 +47,11 @@ EXAMPLES_SCHEMA = pa.schema(
         ("truncated", pa.bool_()),
         ("shard", pa.int32()),
         ("row", pa.int32()),
+        ("turn", pa.int32()),
     ]
 )
+OPTIONAL_COLUMNS = ("turn",)
+"""Columns added within format version 1: a file written before them reads without them."""
 
 
 def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
@@ -62,11 +67,15 @@ def build_examples_table(
     """Return the index table from per-example arrays.
 
     ``columns`` holds every column of :data:`EXAMPLES_SCHEMA` as a numpy array, except that
-    ``source`` and ``domain`` are codes into ``source_names`` and ``domain_names``.
+    ``source`` and ``domain`` are codes into ``source_names`` and ``domain_names``; an
+    optional column left out is all zeros.
     """
     arrays = []
+    n = len(columns["example_id"])
     for name, kind in zip(EXAMPLES_SCHEMA.names, EXAMPLES_SCHEMA.types, strict=True):
-        if name == "source":
+        if name not in columns and name in OPTIONAL_COLUMNS:
+            arrays.append(pa.array(np.zeros(n, dtype=np.int32), kind))
+        elif name == "source":
             arrays.append(_names(columns[name], source_names))
         elif name == "domain":
             arrays.append(_names(columns[name], domain_names))
@@ -94,7 +103,8 @@ def read_examples(path: Path, dataset_id: str, columns: list[str] | None = None)
     except Exception as exc:  # any decode failure: pyarrow raises many kinds
         raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
     problem = metadata_problem(table.schema.metadata, dataset_id)
-    missing = [c for c in columns or EXAMPLES_SCHEMA.names if c not in table.column_names]
+    wanted = columns or [c for c in EXAMPLES_SCHEMA.names if c not in OPTIONAL_COLUMNS]
+    missing = [c for c in wanted if c not in table.column_names]
     if problem is None and missing:
         problem = f"missing columns {', '.join(missing)}"
     if problem is not None:
@@ -120,6 +130,7 @@ class ExamplesIndex:
     source_names: tuple[str, ...]
     lines: np.ndarray
     order: np.ndarray | None  # argsort of example_id; None when example_id[i] == i
+    turns: np.ndarray | None = None  # the ``turn`` column; None: the file has none (all 0)
 
     @staticmethod
     def from_table(table: pa.Table) -> ExamplesIndex:
@@ -139,6 +150,7 @@ class ExamplesIndex:
             source_names=tuple(source.dictionary.to_pylist()),
             lines=table["line"].to_numpy(),
             order=None if dense else np.argsort(ids, kind="stable"),
+            turns=table["turn"].to_numpy() if "turn" in table.column_names else None,
         )
 
     @property

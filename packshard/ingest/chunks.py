@@ -45,10 +45,10 @@ from tokenizers import Encoding
 
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
-from packshard.ingest.labels import encode_texts, label_encodings
+from packshard.ingest.labels import encode_texts, label_batch
 from packshard.ingest.normalize import is_encodable, normalize_record
 from packshard.ingest.sources import read_records
-from packshard.ingest.spans import render_example
+from packshard.ingest.spans import render_examples
 from packshard.ingest.templates import ChatTemplate
 from packshard.ingest.tokenizer import TokenizerBundle
 from packshard.records import (
@@ -97,29 +97,34 @@ def _label_batch(
     options: IngestOptions,
     encs: list[Encoding],
 ) -> IngestChunk:
-    records = len(items) + len(rejects)
-    ids, labels, offsets = label_encodings(bundle, [item[4] for item in items], encs)
+    records = len({item[0] for item in items}) + len(rejects)
+    done = label_batch(bundle, [item[4] for item in items], encs)
+    ids, labels, offsets, reasoning = done.input_ids, done.labels, done.offsets, done.reasoning
     loss = count_trained(labels, offsets)
     empty = np.flatnonzero(loss == 0)
-    if empty.size:
-        reason = (
-            f"no token to train on after the first (loss policy {options.loss}: the "
-            "trained turns are empty or the template drops them)"
-        )
-        dropped = []
+    if empty.size:  # a record with an example that trains nothing is rejected whole
+        dropped = {}
         for i in empty.tolist():
-            seq, ref, domain = items[i][:3]
+            seq, ref, domain, _, rendered = items[i]
+            turn = f"message {rendered.turn}: " if rendered.turn else ""
+            reason = (
+                f"{turn}no token to train on after the first (loss policy {options.loss}: the "
+                "trained turns are empty or the template drops them)"
+            )
             if options.on_error == "fail":
                 raise RecordError("no_trainable_tokens", reason, ref.source, ref.line)
-            dropped.append((seq, Reject(ref, domain, "no_trainable_tokens", reason)))
-        rejects = sorted(rejects + dropped, key=lambda pair: pair[0])
-        keep = loss > 0
+            dropped[seq] = Reject(ref, domain, "no_trainable_tokens", reason)
+        rejects = sorted(rejects + list(dropped.items()), key=lambda pair: pair[0])
+        keep = np.fromiter((item[0] not in dropped for item in items), dtype=bool, count=len(items))
         lengths = np.diff(offsets)
         token_keep = np.repeat(keep, lengths)
         ids, labels = ids[token_keep], labels[token_keep]
         offsets = exclusive_cumsum(lengths[keep])
         loss = loss[keep]
+        if reasoning is not None:
+            reasoning = (reasoning[0][keep], reasoning[1][keep])
         items = [item for item, k in zip(items, keep.tolist(), strict=True) if k]
+    turns = [item[4].turn for item in items]
     batch = TokenizedBatch(
         input_ids=ids,
         labels=labels,
@@ -127,9 +132,14 @@ def _label_batch(
         refs=tuple(item[1] for item in items),
         domains=tuple(item[2] for item in items),
         formats=tuple(item[3] for item in items),
+        turns=np.asarray(turns, dtype=np.int32) if any(turns) else None,
     )
     paths = dict(Counter(item[4].label_path for item in items))
-    return IngestChunk(batch, tuple(r for _, r in rejects), records, loss, paths)
+    tokens, trained = reasoning if reasoning is not None else (None, None)
+    lost = sum(item[4].reasoning_dropped for item in items)
+    return IngestChunk(
+        batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost
+    )
 
 
 class _Failed(Exception):
@@ -167,14 +177,14 @@ def _render_pieces(
             count += 1
             try:
                 conv = normalize_record(raw, options.format, options.domain_field)
-                rendered = render_example(conv, template, bundle, options.loss)
+                examples = render_examples(conv, template, bundle, options)
             except RecordError as err:
                 if options.on_error == "fail":
                     raise _Failed(err, items) from err
                 domain = _domain_of(raw, options.domain_field)
                 rejects.append((seq, Reject(raw.ref, domain, err.code, err.reason)))
             else:
-                items.append((seq, conv.ref, conv.domain, conv.format, rendered))
+                items += [(seq, conv.ref, conv.domain, conv.format, r) for r in examples]
             if count >= options.batch_size:
                 yield items, rejects, True
                 items, rejects, count, piece = [], [], 0, options.batch_size

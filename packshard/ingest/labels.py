@@ -28,12 +28,13 @@ label mask.  Token ids are int32 from end to end.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 import tokenizers
 
-from packshard.arrays import exclusive_cumsum
+from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.ingest.alignment import align, span_tokens, utf8_batch
 from packshard.ingest.tokenizer import TokenizerBundle
 from packshard.records import IGNORE_INDEX, Rendered
@@ -128,10 +129,33 @@ def label_encodings(
 
     See :func:`encode_rendered`; ``encs`` comes from :func:`encode_texts` on the same list.
     """
+    labelled = label_batch(bundle, rendered, encs)
+    return labelled.input_ids, labelled.labels, labelled.offsets
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    """A labelled batch and, per example, the tokens of its reasoning blocks.
+
+    ``reasoning`` (``None`` when no example has a reasoning block) holds the tokens inside
+    reasoning blocks and the trained ones among them, each example's first token left out
+    (as :func:`~packshard.arrays.count_trained` counts).
+    """
+
+    input_ids: np.ndarray
+    labels: np.ndarray
+    offsets: np.ndarray
+    reasoning: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def label_batch(
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[tokenizers.Encoding]
+) -> Labelled:
+    """Label the encodings of ``rendered`` and count the tokens of their reasoning blocks."""
     n = len(rendered)
     if n == 0:
         empty = np.zeros(0, dtype=np.int32)
-        return empty, empty.copy(), np.zeros(1, dtype=np.int64)
+        return Labelled(empty, empty.copy(), np.zeros(1, dtype=np.int64))
     cuts = [r.bos_chars for r in rendered]
     lead = np.fromiter((c > 0 for c in cuts), dtype=bool, count=n)  # a BOS id goes first
     encoded = np.fromiter(map(len, encs), dtype=np.int64, count=n)
@@ -150,6 +174,7 @@ def label_encodings(
     starts: list[int] = []
     ends: list[int] = []
     spans: list[tuple[int, int, int]] = []  # (example, lo, hi) in characters of the encoded text
+    blocks = 0  # reasoning spans, listed after the trained ones
     for i, (r, cut, start, length) in enumerate(
         zip(rendered, cuts, offsets[:-1].tolist(), lengths.tolist(), strict=True)
     ):
@@ -165,6 +190,11 @@ def label_encodings(
             lo = max(lo, 0)
             if hi > lo:
                 spans.append((i, lo, hi))
+    for i, r in enumerate(rendered):
+        for lo, hi in r.reasoning:
+            spans.append((i, lo - cuts[i], hi - cuts[i]))
+            blocks += 1
+    block_starts = block_ends = np.zeros(0, dtype=np.int64)
     if spans:
         table = np.array(spans, dtype=np.int64).reshape(-1, 3)
         if offsets_needed(bundle, rendered):
@@ -173,14 +203,29 @@ def label_encodings(
             t0, t1 = _byte_spans(bundle, rendered, encs, raw_ids, encoded, table)
         base = offsets[table[:, 0]] + lead[table[:, 0]]
         hit = t1 > t0
+        hit[len(spans) - blocks :] = False
         starts.extend((base + t0)[hit].tolist())
         ends.extend((base + t1)[hit].tolist())
-    marks = np.zeros(total + 1, dtype=np.int32)
-    np.add.at(marks, np.asarray(starts, dtype=np.int64), 1)
-    np.add.at(marks, np.asarray(ends, dtype=np.int64), -1)
-    trained = np.cumsum(marks[:-1]) > 0
+        block_starts, block_ends = (
+            (base + t0)[len(spans) - blocks :],
+            (base + t1)[len(spans) - blocks :],
+        )
+    trained = _covered(total, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
     labels = np.where(trained, ids, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
-    return ids, labels, offsets
+    if not blocks:
+        return Labelled(ids, labels, offsets)
+    inside = _covered(total, block_starts, block_ends)
+    tokens = count_trained(np.where(inside, 0, IGNORE_INDEX), offsets)
+    loss = count_trained(np.where(inside & trained, 0, IGNORE_INDEX), offsets)
+    return Labelled(ids, labels, offsets, (tokens, loss))
+
+
+def _covered(total: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Mark every token inside one of the ranges ``[starts[k], ends[k])`` (a difference array)."""
+    marks = np.zeros(total + 1, dtype=np.int32)
+    np.add.at(marks, starts, 1)
+    np.add.at(marks, ends, -1)
+    return np.cumsum(marks[:-1]) > 0
 
 
 def _offset_spans(

@@ -17,7 +17,8 @@ system) and ``function``/``ipython`` (as tool); ShareGPT maps ``human``/``user``
 turns.  Content is a string; OpenAI content-part lists made only of ``{"type": "text"}`` parts are
 joined with no separator; empty strings are kept (templates handle them).  A turn's other fields
 (``tool_calls``, ``tool_call_id``, ``name`` …, ``null`` ones dropped) travel in
-``Message.extra`` to the template, as ``transformers`` passes them; a turn with ``tool_calls``
+``Message.extra`` to the template, as ``transformers`` passes them, except the reasoning
+fields and training flags :mod:`packshard.ingest.fields` reads; a turn with ``tool_calls``
 may have ``content: null`` (OpenAI style), read as ``""``.  A top-level ``system``
 string becomes a leading system message when the conversation has none (an empty one is
 ignored).  ``tools`` may be a list or a JSON string of one (``"[]"`` counts as no tools).
@@ -36,6 +37,7 @@ import json
 from typing import Any
 
 from packshard.errors import RecordError
+from packshard.ingest.fields import read_fields, thinking_parts
 from packshard.records import FORMAT_CHOICES, Conversation, Message, RawRecord, check_choice
 
 _MESSAGE_ROLES = {
@@ -148,11 +150,10 @@ def _messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, str])
         role = roles.get(raw_role) if type(raw_role) is str else None
         if role is None:
             what = f"unknown role {raw_role!r}" if raw_role is not None else f"no '{role_key}'"
-            raise RecordError(
-                "unknown_role",
-                f"{name}[{i}] has {what} (allowed: {allowed})",
-            )
+            raise RecordError("unknown_role", f"{name}[{i}] has {what} (allowed: {allowed})")
         extra = _extra(turn) if len(turn) > 2 else ()
+        text, thought = thinking_parts(text, f"{name}[{i}] content", role)
+        extra, thought, train = read_fields(role, extra, thought, f"{name}[{i}]")
         if text is None and extra:
             calls = turn.get("tool_calls")
             if calls is not None and type(calls) is not list:
@@ -162,7 +163,7 @@ def _messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, str])
                 )
             if calls:  # an OpenAI tool-calling turn: "content": null
                 text = ""
-        out.append(Message(role, _content(text, f"{name}[{i}] content"), extra))
+        out.append(Message(role, _content(text, f"{name}[{i}] content"), extra, thought, train))
     return out
 
 

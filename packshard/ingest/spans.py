@@ -5,40 +5,35 @@ spans to train on, found on one of three label paths::
 
     generation_tags  the template wraps assistant output in {% generation %} blocks; the
                      blocks decide, character for character (transformers' assistant mask)
-    offsets          no blocks: each assistant message's content is found in the text (a
-                     second render with stand-in contents says where), then the span runs on
-                     over whitespace and the special token that closes the turn, plus a
-                     final EOS, so the model learns to stop:
+    offsets          no blocks: each trained turn as the template renders it, from the end of
+                     its header through the end marker that closes it (reasoning block and
+                     tool-call markup included), plus a final EOS, so the model learns to stop:
                          <|assistant|>\nSure.<|end|>\n<|endoftext|>
                                         [-----------)  [------------)
     none             every token is trained (plain text, or --loss all)
 
-Plain records skip the template: prompt/completion renders ``prompt + completion + EOS`` and
-trains ``completion + EOS``; text renders ``[BOS] + text + EOS`` (BOS when the tokenizer adds
-one; no EOS when the tokenizer has none).  Which assistant turns are trained follows the loss
-policy, ``--loss auto`` resolved per record format (:data:`packshard.records.AUTO_LOSS`).
+Chat records are labelled turn by turn in :mod:`packshard.ingest.chat`; reasoning is given
+to the template as :mod:`packshard.ingest.reasoning` says.  ``--turns expand`` makes one
+example per trained turn, the conversation up to and including it, that turn alone trained
+(``Rendered.turn`` is its 1-based message number).  Plain records skip the template:
+prompt/completion renders ``prompt + completion + EOS`` and trains ``completion + EOS``;
+text renders ``[BOS] + text + EOS`` (BOS when the tokenizer adds one; no EOS when the
+tokenizer has none).  Which turns are trained follows the loss policy, ``--loss auto``
+resolved per record format (:data:`packshard.records.AUTO_LOSS`), then the messages' own
+``train``/``weight`` flags.
 """
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
+from dataclasses import replace
 
 from packshard.errors import RecordError, TemplateError
-from packshard.ingest.locate import calls_tools, locate_trained
+from packshard.ingest.chat import label_chat
+from packshard.ingest.reasoning import template_messages
 from packshard.ingest.sandbox import TemplateSecurityError
 from packshard.ingest.templates import ChatTemplate, render_chat
 from packshard.ingest.tokenizer import TokenizerBundle
-from packshard.records import Conversation, Rendered, resolve_loss
-
-
-@lru_cache(maxsize=16)
-def _closer(markers: tuple[str, ...], eos: str | None) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    unique = sorted({m for m in markers if m}, key=lambda m: (-len(m), m))
-    alternatives = "|".join(re.escape(m) for m in unique)
-    marker = re.compile(rf"\s*(?:{alternatives})" if alternatives else r"(?!)")
-    final = re.compile(rf"\s*{re.escape(eos)}\s*\Z" if eos else r"(?!)")
-    return marker, final
+from packshard.records import Conversation, IngestOptions, Rendered, resolve_loss
 
 
 def _own_bos(bundle: TokenizerBundle) -> str:
@@ -49,31 +44,65 @@ def _own_bos(bundle: TokenizerBundle) -> str:
 
 
 def _trained_messages(conv: Conversation, loss: str) -> list[int]:
-    """Return the indices of the assistant messages the loss policy trains (maybe none)."""
+    """Return the indices of the messages trained: the policy's, then each message's flag."""
     picked = [i for i, m in enumerate(conv.messages) if m.role == "assistant"]
     if loss == "last_assistant":
-        return picked[-1:]
-    if loss == "completion" and conv.completion_start is not None:
-        return [i for i in picked if i >= conv.completion_start]
-    return picked
+        picked = picked[-1:]
+    elif loss == "completion" and conv.completion_start is not None:
+        picked = [i for i in picked if i >= conv.completion_start]
+    flags = {i: m.train for i, m in enumerate(conv.messages) if m.train is not None}
+    if not flags:
+        return picked
+    off = {i for i, flag in flags.items() if not flag}
+    return sorted((set(picked) - off) | {i for i, flag in flags.items() if flag})
 
 
 def render_example(
-    conv: Conversation, template: ChatTemplate | None, bundle: TokenizerBundle, loss: str
+    conv: Conversation,
+    template: ChatTemplate | None,
+    bundle: TokenizerBundle,
+    loss: str,
+    options: IngestOptions | None = None,
 ) -> Rendered:
-    r"""Render one normalized record and choose its trained character spans.
+    r"""Render one normalized record as one example and choose its trained character spans.
+
+    ``options`` gives the reasoning policies (default: :class:`IngestOptions`'s); ``loss``
+    replaces its loss policy, and ``--turns`` is taken as ``as_rendered``.
 
     Raises:
-        RecordError: ``template_error`` (the template raised, or an assistant message is
-            missing from its output), ``no_assistant_turn`` (the loss policy needs one) or
-            ``invalid_utf8`` (the text holds a lone surrogate, which JSON can spell as
-            ``"\ud800"`` with an escape but no tokenizer can encode), placed at ``conv.ref``.
+        RecordError: ``template_error`` (the template raised, or a trained turn is missing
+            from its output), ``no_assistant_turn`` (the loss policy needs one),
+            ``no_trainable_tokens`` (every turn flagged untrained), ``invalid_reasoning``,
+            ``reasoning_dropped`` or ``invalid_utf8`` (the text holds a lone surrogate, which
+            JSON can spell as ``"\ud800"`` with an escape but no tokenizer can encode),
+            placed at ``conv.ref``.
         TemplateError: a chat record but no template, or a sandbox escape (fatal).
 
     """
-    rendered = _render_example(conv, template, bundle, loss)
-    text = rendered.text
-    if not text.isascii():
+    chosen = options or _DEFAULT
+    if chosen.loss != loss or chosen.turns != "as_rendered":
+        chosen = replace(chosen, loss=loss, turns="as_rendered")
+    return render_examples(conv, template, bundle, chosen)[0]
+
+
+_DEFAULT = IngestOptions()
+
+
+def render_examples(
+    conv: Conversation,
+    template: ChatTemplate | None,
+    bundle: TokenizerBundle,
+    options: IngestOptions,
+) -> tuple[Rendered, ...]:
+    """Render one record as its examples: one, or one per trained turn (``--turns expand``).
+
+    Raises what :func:`render_example` raises.
+    """
+    out = _render_examples(conv, template, bundle, options)
+    for rendered in out:
+        text = rendered.text
+        if text.isascii():
+            continue
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -85,13 +114,16 @@ def render_example(
                 conv.ref.source,
                 conv.ref.line,
             ) from None
-    return rendered
+    return out
 
 
-def _render_example(
-    conv: Conversation, template: ChatTemplate | None, bundle: TokenizerBundle, loss: str
-) -> Rendered:
-    loss = resolve_loss(loss, conv.format)
+def _render_examples(
+    conv: Conversation,
+    template: ChatTemplate | None,
+    bundle: TokenizerBundle,
+    options: IngestOptions,
+) -> tuple[Rendered, ...]:
+    loss = resolve_loss(options.loss, conv.format)
     eos = bundle.eos_token or ""
 
     def reject(code: str, reason: str) -> RecordError:
@@ -106,67 +138,53 @@ def _render_example(
             )
         bos = _own_bos(bundle)
         text = bos + conv.text + eos
-        return Rendered(text, ((0, len(text)),), "none", len(bos))
+        return (Rendered(text, ((0, len(text)),), "none", len(bos)),)
     if not conv.is_chat:
         bos = _own_bos(bundle)
         head = bos + (conv.prompt or "")
         text = head + (conv.completion or "") + eos
         if loss == "all":
-            return Rendered(text, ((0, len(text)),), "none", len(bos))
-        return Rendered(text, ((len(head), len(text)),), "offsets", len(bos))
+            return (Rendered(text, ((0, len(text)),), "none", len(bos)),)
+        return (Rendered(text, ((len(head), len(text)),), "offsets", len(bos)),)
     if template is None:
         raise TemplateError(
             f"{bundle.path}: the tokenizer has no chat template (use --template chatml or "
             "--template FILE.jinja)"
         )
-    messages = [
-        {"role": m.role, "content": m.content, **dict(m.extra)}
-        if m.extra
-        else {"role": m.role, "content": m.content}
-        for m in conv.messages
-    ]
     trained = _trained_messages(conv, loss)
-    if loss != "all" and not trained:
-        raise reject("no_assistant_turn", f"no assistant message to train with --loss {loss}")
-    tools = list(conv.tools) if conv.tools is not None else None
-    try:
-        text, blocks = render_chat(template, messages, tools, bundle.special_tokens_map)
-    except TemplateSecurityError:
-        raise
-    except TemplateError as exc:
-        raise reject("template_error", str(exc)) from exc
     if loss == "all":
-        return Rendered(text, ((0, len(text)),), "none")
-    every = len(trained) == sum(m.role == "assistant" for m in conv.messages)
-    if template.has_generation and every:
-        return Rendered(text, tuple(blocks), "generation_tags")
-    where = locate_trained(template, text, messages, trained, tools, bundle)
-    if template.has_generation:  # keep the blocks from the first trained message on
-        first = where.get(trained[0])
-        kept = blocks[-1:] if first is None else [b for b in blocks if b[1] > first[0]]
-        return Rendered(text, tuple(kept), "generation_tags")
-    marker, final = _closer((*bundle.special_tokens, eos), bundle.eos_token)
-    spans = []
-    for i in trained:
-        if i not in where and calls_tools(messages[i]):
+        if any(m.train is False for m in conv.messages):
+            i = next(i for i, m in enumerate(conv.messages) if m.train is False)
             raise reject(
-                "template_error",
-                f"message {i + 1} (assistant tool call) cannot be "
-                "located: the conversation rendered up to it is not a prefix of the "
-                "whole (use a template with {% generation %} blocks via --template)",
+                "invalid_flag",
+                f"message {i + 1} is flagged untrained, but --loss all trains every token "
+                "(use --loss assistant to honour per-message flags)",
             )
-        if i not in where:
-            raise reject(
-                "template_error",
-                f"message {i + 1} (assistant) does not appear in the "
-                "rendered text; the template rewrites it (use a template with "
-                "{% generation %} blocks via --template)",
-            )
-        lo, hi = where[i]
-        if not calls_tools(messages[i]) and (m := marker.match(text, hi)):
-            hi = m.end()
-        spans.append((lo, hi))
-        if (m := final.match(text, hi)) and eos:  # the final EOS, not the gap before it
-            end = m.end() - (len(m.group()) - len(m.group().rstrip()))
-            spans.append((end - len(eos), end))
-    return Rendered(text, tuple(spans), "offsets")
+    elif not trained:
+        if not any(m.role == "assistant" for m in conv.messages):
+            raise reject("no_assistant_turn", f"no assistant message to train with --loss {loss}")
+        raise reject(
+            "no_trainable_tokens",
+            f"every turn --loss {loss} trains is flagged untrained ('weight': 0 or 'train': false)",
+        )
+    messages, has = template_messages(
+        conv.messages, template, options.reasoning, options.reasoning_markers, conv.ref
+    )
+    tools = list(conv.tools) if conv.tools is not None else None
+    if options.turns == "expand":
+        groups = [(messages[: i + 1], [i], i + 1) for i in trained]
+    else:
+        groups = [(messages, trained, 0)]
+    out = []
+    for msgs, chosen, turn in groups:
+        try:
+            rendered = render_chat(template, msgs, tools, bundle.special_tokens_map)
+        except TemplateSecurityError:
+            raise
+        except TemplateError as exc:
+            raise reject("template_error", str(exc)) from exc
+        labelled = label_chat(
+            conv.ref, template, bundle, rendered, msgs, chosen, tools, options, has, loss == "all"
+        )
+        out.append(replace(labelled, turn=turn) if turn else labelled)
+    return tuple(out)

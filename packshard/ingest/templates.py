@@ -146,6 +146,7 @@ def render_chat(
     messages: list[dict[str, Any]],
     tools: list[Any] | None,
     variables: dict[str, Any],
+    add_generation_prompt: bool = False,
 ) -> tuple[str, list[tuple[int, int]]]:
     """Render one conversation; return the text and the ``{% generation %}`` spans.
 
@@ -165,7 +166,7 @@ def render_chat(
             "messages": messages,
             "tools": tools,
             "documents": None,
-            "add_generation_prompt": False,
+            "add_generation_prompt": add_generation_prompt,
         },
         compiled.name,
         compiled.blocks,

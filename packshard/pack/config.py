@@ -13,6 +13,7 @@ from packshard.records import (
     COMPRESSIONS,
     ON_ERROR,
     OVERLONG_POLICIES,
+    REASONING_MARKERS,
     STRATEGIES,
     IngestOptions,
     check_choice,
@@ -48,6 +49,10 @@ class PackConfig:
     resume: bool = False
     plan_scope: str = "global"
     split_bytes: int = SPLIT_BYTES
+    reasoning: str = "train"
+    empty_reasoning: str = "train"
+    turns: str = "as_rendered"
+    reasoning_markers: tuple[str, str] = REASONING_MARKERS
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""
@@ -57,6 +62,10 @@ class PackConfig:
             loss=self.loss,
             on_error=self.on_error,
             batch_size=self.batch_size,
+            reasoning=self.reasoning,
+            empty_reasoning=self.empty_reasoning,
+            turns=self.turns,
+            reasoning_markers=self.reasoning_markers,
         )
 
     def recorded(self) -> dict[str, Any]:
@@ -75,6 +84,10 @@ class PackConfig:
             "shard_rows": self.shard_rows,
             "shard_bytes": self.shard_bytes,
             "plan_scope": self.plan_scope,
+            "reasoning": self.reasoning,
+            "empty_reasoning": self.empty_reasoning,
+            "turns": self.turns,
+            "reasoning_markers": list(self.reasoning_markers),
         }
 
     def plan_group(self) -> int | None:
@@ -98,6 +111,11 @@ def check_config(config: PackConfig) -> list[str]:
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
         raise UsageError(f"{out}: output folder exists and is not empty (use --overwrite)")
     warnings: list[str] = []
+    if config.strategy == "wrapped" and config.turns == "expand":
+        raise UsageError(
+            "--turns expand builds one example per turn; --strategy wrapped would cut them "
+            "into a stream (use --strategy bfd|ffd)"
+        )
     if config.strategy == "wrapped" and config.overlong not in ("drop", "split"):
         warnings.append(
             f"--strategy wrapped splits every example at row ends; --overlong {config.overlong} "

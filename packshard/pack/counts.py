@@ -77,6 +77,7 @@ def examples_columns(
         "truncated": spill.truncated[ex],
         "shard": shard,
         "row": rows - shard_starts[shard],
+        "turn": spill.turns[ex] if spill.turns is not None else np.zeros(len(ex), np.int32),
     }
 
 

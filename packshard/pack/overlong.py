@@ -50,15 +50,23 @@ class Policed:
 
 
 def apply_overlong(
-    batch: TokenizedBatch, max_seq_len: int, policy: str, cut: bool = True
+    batch: TokenizedBatch,
+    max_seq_len: int,
+    policy: str,
+    cut: bool = True,
+    records: np.ndarray | None = None,
 ) -> Policed:
     """Apply ``policy`` to the examples of ``batch`` longer than ``max_seq_len``.
 
-    ``cut=False`` (the ``wrapped`` strategy) keeps every example whole.
+    ``cut=False`` (the ``wrapped`` strategy) keeps every example whole.  ``records`` numbers
+    the record of each example (``--turns expand`` gives one record several examples; by
+    default each example is its own record): ``drop`` drops a record when any of its examples
+    is too long, and a record is dropped (one reject) only when none of its examples is left.
     """
     ids, labels, offsets = batch.input_ids, batch.labels, batch.offsets
     lengths = np.diff(offsets)
     n = len(lengths)
+    record = np.arange(n) if records is None else np.asarray(records, dtype=np.int64)
     over = np.flatnonzero(lengths > max_seq_len) if cut else np.zeros(0, np.int64)
     whole = Policed(
         ids,
@@ -81,17 +89,17 @@ def apply_overlong(
             batch.refs[i].line,
         )
     if policy == "drop":
-        keep = np.ones(n, dtype=bool)
-        keep[over] = False
+        keep = ~np.isin(record, record[over])
+        first_over = over[np.unique(record[over], return_index=True)[1]]
         rejects = tuple(
             Reject(
                 batch.refs[i],
                 batch.domains[i],
                 "too_long",
-                f"example is {int(lengths[i])} tokens > max_seq_len {max_seq_len} "
+                f"{_which(batch, i)}is {int(lengths[i])} tokens > max_seq_len {max_seq_len} "
                 "(dropped; use --overlong truncate|split to keep it)",
             )
-            for i in over.tolist()
+            for i in np.sort(first_over).tolist()
         )
         return _select(whole, keep, rejects)
     split = policy == "split"
@@ -105,7 +113,7 @@ def apply_overlong(
     empty = (count_trained(cut_labels, cut_offsets) == 0) & (
         truncated | (parts > 0) | np.isin(index, over)
     )
-    rejects = _dropped_records(batch, index, ~empty, empty, policy)
+    rejects, lost = _dropped_records(batch, record, index, ~empty, empty, policy)
     chopped = int(lengths[over].sum() - max_seq_len * over.size) if not split else 0
     kept = _select(pieces, ~empty, rejects)
     return Policed(
@@ -118,8 +126,14 @@ def apply_overlong(
         rejects,
         tokens_truncated=chopped,
         records_split=int(over.size) if split else 0,
-        parts_dropped=int(empty.sum()) if split else 0,
+        parts_dropped=int(empty.sum()) if split else lost,
     )
+
+
+def _which(batch: TokenizedBatch, i: int) -> str:
+    """Name example ``i`` in a reason: ``"example "``, or the message it trains (expand)."""
+    turn = int(batch.turns[i]) if batch.turns is not None else 0
+    return f"example for message {turn} " if turn else "example "
 
 
 def _cut(
@@ -164,18 +178,31 @@ def _select(chunk: Policed, keep: np.ndarray, rejects: tuple[Reject, ...]) -> Po
 
 
 def _dropped_records(
-    batch: TokenizedBatch, index: np.ndarray, keep: np.ndarray, empty: np.ndarray, policy: str
-) -> tuple[Reject, ...]:
-    """Rejects for records none of whose pieces survived the overlong policy."""
+    batch: TokenizedBatch,
+    record: np.ndarray,
+    index: np.ndarray,
+    keep: np.ndarray,
+    empty: np.ndarray,
+    policy: str,
+) -> tuple[tuple[Reject, ...], int]:
+    """Rejects for records none of whose pieces survived, and the examples lost by others.
+
+    The second value counts the whole examples truncation emptied in records that kept
+    another example (``--turns expand``).
+    """
     kept_any = np.zeros(len(batch), dtype=bool)
-    kept_any[index[keep]] = True
+    kept_any[record[index[keep]]] = True
     touched = np.zeros(len(batch), dtype=bool)
-    touched[index[empty]] = True
+    touched[record[index[empty]]] = True
     if policy == "truncate":
         code, why = "truncated_no_targets", "no target token left after truncation"
     else:
         code, why = "split_no_targets", "no part kept a target token after splitting"
-    return tuple(
-        Reject(batch.refs[i], batch.domains[i], code, f"{why} (dropped)")
-        for i in np.flatnonzero(touched & ~kept_any).tolist()
+    gone = touched & ~kept_any
+    first = np.unique(record, return_index=True)[1]  # a record's first example names it
+    rejects = tuple(
+        Reject(batch.refs[first[r]], batch.domains[first[r]], code, f"{why} (dropped)")
+        for r in np.flatnonzero(gone[: len(first)]).tolist()
     )
+    lost = int(np.count_nonzero(empty & kept_any[record[index]])) if policy == "truncate" else 0
+    return rejects, lost

@@ -49,6 +49,7 @@ from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.format.shards import SHARD_PATTERN, write_shard
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.chunks import ingest
+from packshard.ingest.reasoning import reasoning_field
 from packshard.ingest.sandbox import template_conventions
 from packshard.ingest.sources import InputFile, expand_inputs
 from packshard.ingest.templates import ChatTemplate, load_template
@@ -125,12 +126,14 @@ def _pack_into(
         sources=sources,
     )
     units: dict[str, Any] = {}
+    reasoning_dropped = 0  # turns trained without the reasoning their template left out
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
         if engine is None:
             chunks = ingest(files, bundle, template, config.ingest_options(), progress=progress)
             for chunk in chunks:
                 rejects.write(chunk.rejects)
                 rejects.write(writer.add(chunk.batch))
+                reasoning_dropped += chunk.reasoning_dropped
             spill = writer.finish()
         else:  # work units on the engine (packshard.pack.scale)
             writer.finish()
@@ -138,6 +141,7 @@ def _pack_into(
             spill, units["work"], units["info"] = map_inputs(
                 engine, config, list(files), units["hashes"], bundle, template, rejects
             )
+            reasoning_dropped = units["info"].pop("reasoning_dropped", 0)
         plan = _plan(spill, config)
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
@@ -180,7 +184,7 @@ def _pack_into(
             {"path": f.path, "sha256": sha, "records": n}
             for f, sha, n in zip(files, input_hashes, per_input, strict=True)
         ],
-        stats=pack_stats(spill, plan, tally, ordering),
+        stats={**pack_stats(spill, plan, tally, ordering), "reasoning_dropped": reasoning_dropped},
         files={
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
@@ -206,7 +210,12 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     if template is None:
         return {"source": None, "sha256": None, "label_spans": "none"}
     label_spans = "none" if loss == "all" else template.label_spans
-    return {"source": template.source, "sha256": template.sha256, "label_spans": label_spans}
+    return {
+        "source": template.source,
+        "sha256": template.sha256,
+        "label_spans": label_spans,
+        "reasoning_field": reasoning_field(template),
+    }
 
 
 def _plan(spill: Spill, config: PackConfig) -> RowPlan:

@@ -156,4 +156,5 @@ def map_inputs(
     spill, ordered = merge_units(results, context.sources, config.batch_size)
     rejects.write(ordered)
     info = {"units": len(splits), "units_reused": len(splits) - len(todo)}
+    info["reasoning_dropped"] = sum(r.reasoning_dropped for r in results)
     return spill, work, info

@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import mmap
 from dataclasses import dataclass, field
+from operator import ne
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ class Spill:
     record_ids: np.ndarray  # int64 [n], one id per accepted input record
     format_codes: np.ndarray  # int8 [n]
     counts: SpillCounts = field(default_factory=SpillCounts)
+    turns: np.ndarray | None = None  # int32 [n], the message a --turns expand example trains
     folder: Path | None = None  # where tokens.bin/labels.bin live (None: arrays in memory)
     part_files: PartFiles | None = None  # the work units' spill parts (tokens/labels then empty)
 
@@ -137,6 +139,7 @@ _META = {
     "truncated": np.bool_,
     "record_ids": np.int64,
     "format_codes": np.int8,
+    "turns": np.int32,
 }
 
 
@@ -177,10 +180,17 @@ class SpillWriter:
         source = self._sources.encode(tuple(r.source for r in batch.refs))
         domain = self._domains.encode(batch.domains)
         fmt = self._formats.encode(batch.formats)
-        self._count(source, domain, np.diff(batch.offsets))
-        record_ids = np.arange(self._records, self._records + n, dtype=np.int64)
-        self._records += n
-        policed = apply_overlong(batch, self.max_seq_len, self.overlong, not self.split_at_rows)
+        first = np.ones(n, dtype=bool)  # the first example of each record (expand: several)
+        if batch.turns is not None and n > 1:
+            refs = batch.refs
+            first[1:] = np.fromiter(map(ne, refs[1:], refs[:-1]), dtype=bool, count=n - 1)
+        self._count(source, domain, np.diff(batch.offsets), first)
+        record = np.cumsum(first) - 1
+        record_ids = self._records + record
+        self._records += int(first.sum())
+        policed = apply_overlong(
+            batch, self.max_seq_len, self.overlong, not self.split_at_rows, record
+        )
         for key in self._policy:
             self._policy[key] += getattr(policed, key)
         at = policed.index
@@ -196,16 +206,20 @@ class SpillWriter:
             "truncated": policed.truncated,
             "record_ids": record_ids[at],
             "format_codes": fmt[at],
+            "turns": batch.turns[at] if batch.turns is not None else np.zeros(len(at), np.int32),
         }
         for key, arr in meta.items():
             self._meta[key].append(arr.astype(_META[key], copy=False))
         return policed.rejects
 
-    def _count(self, source: np.ndarray, domain: np.ndarray, lengths: np.ndarray) -> None:
+    def _count(
+        self, source: np.ndarray, domain: np.ndarray, lengths: np.ndarray, first: np.ndarray
+    ) -> None:
         """Count accepted records per input and per domain, and tokens per domain."""
         ndom = len(self._domains.names)
-        self._per_source = add_counts(self._per_source, np.bincount(source, minlength=0))
-        self._per_domain = add_counts(self._per_domain, np.bincount(domain, minlength=ndom))
+        self._per_source = add_counts(self._per_source, np.bincount(source[first], minlength=0))
+        per_domain = np.bincount(domain[first], minlength=ndom)
+        self._per_domain = add_counts(self._per_domain, per_domain)
         tokens = np.bincount(domain, weights=lengths, minlength=ndom).astype(np.int64)
         self._tokens_in = add_counts(self._tokens_in, tokens)
 

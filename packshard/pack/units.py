@@ -92,6 +92,7 @@ class UnitResult:
     newlines: int
     stopped: bool
     error: tuple[str, str, str, int] | None = None  # a RecordError's code, reason, place
+    reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
 
     @property
     def tokens(self) -> int:
@@ -160,7 +161,7 @@ def _map_into(
     rejects: list[Reject] = []
     stages: list[int] = []
     lines: list[np.ndarray] = []
-    records = 0
+    records = reasoning_dropped = 0
     error = None
     try:
         chunks = ingest([split], bundle, template, ctx.options, read=lambda s: read_split(s, state))
@@ -169,7 +170,9 @@ def _map_into(
             rejects += chunk.rejects
             stages += [STAGE_INGEST] * len(chunk.rejects)
             refs = chunk.batch.refs
-            lines.append(np.fromiter((r.line for r in refs), np.int64, count=len(refs)))
+            every = np.fromiter((r.line for r in refs), np.int64, count=len(refs))
+            lines.append(every[np.r_[True, every[1:] != every[:-1]]] if len(every) else every)
+            reasoning_dropped += chunk.reasoning_dropped
             dropped = writer.add(chunk.batch)
             rejects += dropped
             stages += [STAGE_OVERLONG] * len(dropped)
@@ -193,12 +196,13 @@ def _map_into(
         newlines=state.newlines,
         stopped=state.stopped,
         error=error,
+        reasoning_dropped=reasoning_dropped,
     )
 
 
 _ARRAY_NAMES = (
     *("loss_tokens", "source_index", "lines", "parts", "starts", "domain_codes"),
-    *("truncated", "record_ids", "format_codes"),
+    *("truncated", "record_ids", "format_codes", "turns"),
 )
 
 
@@ -215,6 +219,7 @@ def save_unit(folder: Path, result: UnitResult) -> None:
         "newlines": result.newlines,
         "stopped": result.stopped,
         "error": None if error is None else list(error),
+        "reasoning_dropped": result.reasoning_dropped,
     }
     tmp = folder / f".{MARKER}.tmp"
     tmp.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
@@ -244,4 +249,5 @@ def load_unit(folder: Path, split: Split) -> UnitResult:
         newlines=doc["newlines"],
         stopped=doc["stopped"],
         error=error,
+        reasoning_dropped=doc.get("reasoning_dropped", 0),
     )

@@ -1,5 +1,6 @@
 """``packshard profile``: how long the examples are and what padding, bucketing and packing cost."""
 
+from packshard.profile.export import report_to_dict
 from packshard.profile.lengths import (
     HISTOGRAM_BINS_PER_OCTAVE,
     PERCENTILE_METHOD,
@@ -20,7 +21,6 @@ from packshard.profile.report import (
     profile_chunks,
     profile_inputs,
     profile_lengths,
-    report_to_dict,
     write_verdict,
 )
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from operator import ne
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from packshard.profile.lengths import (
     measure_lengths,
     measure_utilization,
 )
-from packshard.records import IngestChunk, IngestOptions, Reject
+from packshard.records import IngestChunk, IngestOptions, Reject, TokenizedBatch
 
 if TYPE_CHECKING:
     from packshard.ingest.sources import InputFile
@@ -58,6 +59,14 @@ class DomainProfile:
     utilization: tuple[Utilization, ...]
     lower_bound_rows: int
     histogram: tuple[int, ...]
+    reasoning_examples: int = 0  # examples with a non-empty rendered reasoning block
+    reasoning_tokens: int = 0  # tokens inside those blocks (first token of each example out)
+    reasoning_loss_tokens: int = 0  # the trained ones among them
+
+    @property
+    def reasoning_loss_share(self) -> float:
+        """Share of loss tokens that are reasoning."""
+        return self.reasoning_loss_tokens / self.loss_tokens if self.loss_tokens else 0.0
 
     @property
     def prompt_tokens(self) -> int:
@@ -106,12 +115,17 @@ def profile_lengths(
     batch_size: int = 8,
     seed: int = 0,
     label_path: str = "offsets",
+    reasoning: tuple[np.ndarray, np.ndarray] | None = None,
+    first: np.ndarray | None = None,
 ) -> ProfileReport:
     """Profile examples given as arrays: ``domain_names[domain_codes[i]]`` is example i's domain.
 
     ``rejected`` counts rejected records per domain name; names missing from ``domain_names``
-    become domains of their own.  Raises :class:`UsageError` on a non-positive ``max_seq_len``
-    or ``batch_size`` and on arrays of different lengths.
+    become domains of their own.  ``reasoning`` holds per example its reasoning tokens and
+    the trained ones; ``first`` marks the first example of each record (``--turns expand``
+    gives a record several; by default each example is a record).  Raises
+    :class:`UsageError` on a non-positive ``max_seq_len`` or ``batch_size`` and on arrays of
+    different lengths.
     """
     if max_seq_len <= 0 or batch_size <= 0:
         raise UsageError(
@@ -126,6 +140,9 @@ def profile_lengths(
             f"lengths {lengths.shape}, loss_tokens {loss_tokens.shape} and domain_codes "
             f"{codes.shape} must have one entry per example"
         )
+    zeros = np.zeros(lengths.shape[0], dtype=np.int64)
+    thought, thought_loss = reasoning if reasoning is not None else (zeros, zeros)
+    starts = np.ones(lengths.shape[0], dtype=bool) if first is None else np.asarray(first, bool)
     names = list(domain_names)
     names += sorted(set(rejected) - set(names))
     edges = compute_histogram_edges(max(int(lengths.max(initial=0)), max_seq_len), max_seq_len)
@@ -137,7 +154,7 @@ def profile_lengths(
         counts = np.bincount(bins[where], minlength=edges.shape[0] - 1)
         return DomainProfile(
             name=name,
-            records=int(own.shape[0]) + rejects,
+            records=int(np.count_nonzero(starts[where])) + rejects,
             examples=int(own.shape[0]),
             rejected=rejects,
             tokens=int(own.sum()),
@@ -147,6 +164,9 @@ def profile_lengths(
             utilization=utilization,
             lower_bound_rows=lower_bound,
             histogram=tuple(int(c) for c in counts),
+            reasoning_examples=int(np.count_nonzero(thought[where])),
+            reasoning_tokens=int(thought[where].sum()),
+            reasoning_loss_tokens=int(thought_loss[where].sum()),
         )
 
     total = profile_one("total", np.ones(lengths.shape[0], dtype=bool), sum(rejected.values()))
@@ -208,11 +228,18 @@ def profile_chunks(
     codes_seen: Counter[str] = Counter()
     listed: list[Reject] = []
     paths: Counter[str] = Counter()
+    thoughts: list[np.ndarray] = []
+    thought_losses: list[np.ndarray] = []
+    firsts: list[np.ndarray] = []
     for chunk in chunks:
         batch = chunk.batch
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         lengths.append(np.diff(offsets))
         losses.append(chunk.loss_tokens)
+        none = np.zeros(len(batch), dtype=np.int64)
+        thoughts.append(none if chunk.reasoning_tokens is None else chunk.reasoning_tokens)
+        thought_losses.append(none if chunk.reasoning_loss is None else chunk.reasoning_loss)
+        firsts.append(record_starts(batch))
         codes.append(names.encode(batch.domains).astype(np.int64))
         rejected.update(r.domain for r in chunk.rejects)
         codes_seen.update(r.code for r in chunk.rejects)
@@ -229,8 +256,19 @@ def profile_chunks(
         batch_size,
         seed,
         describe_label_paths(paths, label_path),
+        (np.concatenate([empty, *thoughts]), np.concatenate([empty, *thought_losses])),
+        np.concatenate([np.zeros(0, dtype=bool), *firsts]),
     )
     return replace(report, rejects=tuple(listed), reject_codes=tuple(sorted(codes_seen.items())))
+
+
+def record_starts(batch: TokenizedBatch) -> np.ndarray:
+    """Mark the first example of each record in ``batch`` (expanded ones share a ref)."""
+    first = np.ones(len(batch), dtype=bool)
+    if batch.turns is not None and len(batch) > 1:
+        refs = batch.refs
+        first[1:] = np.fromiter(map(ne, refs[1:], refs[:-1]), dtype=bool, count=len(refs) - 1)
+    return first
 
 
 def profile_inputs(
@@ -254,42 +292,3 @@ def profile_inputs(
     chunks = ingest(files, bundle, template, options, progress=progress)
     default = ingest_label_path(template, options.loss)
     return profile_chunks(chunks, max_seq_len, batch_size, seed, default)
-
-
-def report_to_dict(report: ProfileReport) -> dict[str, Any]:
-    """Return the report as JSON-ready data: fixed keys, fractions rounded to 6 places."""
-
-    def domain_to_dict(d: DomainProfile) -> dict[str, Any]:
-        counts = ("name", "records", "examples", "rejected", "tokens", "loss_tokens")
-        data = {key: getattr(d, key) for key in (*counts, "prompt_tokens", "over_max")}
-        data["loss_share"] = round(d.loss_share, 6)
-        data["over_max_share"] = round(d.over_max_share, 6)
-        data["lengths"] = None
-        if d.lengths is not None:
-            data["lengths"] = {k: getattr(d.lengths, k) for k in ("p50", "p90", "p95", "p99")}
-            data["lengths"].update(max=d.lengths.max, mean=round(d.lengths.mean, 3))
-        data["utilization"] = {
-            u.strategy: {
-                "rows": u.rows,
-                "computed_tokens": u.computed_tokens,
-                "useful_tokens": u.useful_tokens,
-                "useful_fraction": round(u.fraction, 6),
-            }
-            for u in d.utilization
-        }
-        data["lower_bound_rows"] = d.lower_bound_rows
-        data["histogram"] = list(d.histogram)
-        return data
-
-    return {
-        "max_seq_len": report.max_seq_len,
-        "batch_size": report.batch_size,
-        "seed": report.seed,
-        "label_path": report.label_path,
-        "percentile_method": report.percentile_method,
-        "overlong": "clipped to max_seq_len (counted as truncated) in every strategy",
-        "histogram_edges": list(report.histogram_edges),
-        "total": domain_to_dict(report.total),
-        "domains": [domain_to_dict(d) for d in report.domains],
-        "verdict": report.verdict,
-    }

@@ -36,9 +36,10 @@ from packshard.ingest.chunks import ingest
 from packshard.ingest.sources import InputFile
 from packshard.ingest.templates import ChatTemplate
 from packshard.ingest.tokenizer import TokenizerBundle
-from packshard.records import IGNORE_INDEX, IngestOptions, PackedRow
+from packshard.records import IGNORE_INDEX, PackedRow
 from packshard.verify.findings import CheckResult, Finding, FindingList
 from packshard.verify.recorded import Mismatch, locate, resolve_template, resolve_tokenizer
+from packshard.verify.turns import recorded_options, turn_check
 
 
 def check_sources(
@@ -89,7 +90,7 @@ def check_sources(
         )
     except PackshardError as exc:
         return failed(f"re-ingesting the inputs failed: {exc}")
-    return CheckResult("source", findings, {"examples_compared": compared})
+    return CheckResult("source", findings, {"examples_compared": compared[0], **compared[1]})
 
 
 def _rejected(folder: Path, manifest: dict[str, Any]) -> set[tuple[str, int]]:
@@ -114,21 +115,23 @@ def _compare(
     options: Any,
     findings: FindingList,
     drift: tuple[Drift, ...],
-) -> int:
+) -> tuple[int, dict[str, int]]:
     config = manifest["config"]
     cause = likely_cause(drift)
     by_record: dict[tuple[str, int], list[int]] = {}
+    by_turn: dict[tuple[str, int, int], list[int]] = {}
+    turns = index.turns.tolist() if index.turns is not None else [0] * len(index.lines)
     for pos, (src, line) in enumerate(zip(index.sources, index.lines.tolist(), strict=True)):
         by_record.setdefault((src, int(line)), []).append(pos)
+        by_turn.setdefault((src, int(line), int(turns[pos])), []).append(pos)
     keys = sorted(by_record)
     if options.sample is not None and options.sample < len(keys):
         rng = np.random.default_rng(options.seed)
         chosen = {keys[i] for i in rng.choice(len(keys), options.sample, replace=False)}
     else:
         chosen = set(keys)
-    opts = IngestOptions(
-        format=config["format"], domain_field=config["domain_field"], loss=config["loss"]
-    )
+    opts = recorded_options(config)
+    label_spans = manifest["template"].get("label_spans")
     engine = EngineOptions(options.engine, options.workers, options.ray_address)
     if not engine.serial:  # the re-ingest on workers (packshard.verify.units)
         from packshard.verify import units
@@ -141,8 +144,13 @@ def _compare(
             ],
             bool,
         )
-        found = units.reingest_on_engine(files, bundle.path, spec, opts, index, mask, engine)
-        return units.compare_units(found, tables, manifest, index, by_record, rejected, findings)
+        found = units.reingest_on_engine(
+            files, bundle.path, spec, opts, label_spans, index, mask, engine
+        )
+        return units.compare_units(
+            found, tables, manifest, index, by_record, rejected, findings, cause
+        )
+    check = turn_check(template, bundle, opts, label_spans)
     seen: set[tuple[str, int]] = set()
     compared = 0
     row_cache: dict[tuple[int, int], PackedRow] = {}
@@ -177,7 +185,10 @@ def _compare(
             if key not in chosen:
                 continue
             ids, labels = batch.example(i)
-            for pos in by_record[key]:
+            turn = int(batch.turns[i]) if batch.turns is not None else 0
+            if check is not None:
+                check.example(bundle.tokenizer, ids, labels, f"{ref}", turn, findings)
+            for pos in by_turn.get((*key, turn), []):
                 compared += _compare_segment(
                     tables, manifest, index, pos, ids, labels, row_cache, findings, cause
                 )
@@ -188,7 +199,7 @@ def _compare(
             ),
             "invented",
         )
-    return compared
+    return compared, check.counts() if check is not None else {}
 
 
 def _compare_segment(

@@ -34,6 +34,7 @@ from packshard.ingest.templates import ChatTemplate, load_template
 from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
 from packshard.records import IGNORE_INDEX, IngestOptions, PackedRow
 from packshard.verify.findings import Finding, FindingList
+from packshard.verify.turns import turn_check
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,8 @@ class SourceTask:
     offsets: np.ndarray  # token_offset of each example
     lengths: np.ndarray  # num_tokens of each example
     positions: np.ndarray  # row of each example in the examples index
+    turns: np.ndarray  # int64, the --turns expand message of each example (0: the whole record)
+    label_spans: str | None = None  # the manifest's, for the turn check
 
 
 @lru_cache(maxsize=4)
@@ -75,6 +78,8 @@ def digest(values: np.ndarray) -> bytes:
 def source_unit(task: SourceTask) -> dict[str, Any]:
     """Re-ingest one unit and digest the slices of its packed examples (runs in a worker)."""
     bundle, template = _loaded(task.tokenizer, task.template)
+    check = turn_check(template, bundle, task.options, task.label_spans)
+    found = FindingList()
     shift = task.line_base if task.split.kind == "bytes" else 0
     out_pos, out_len, dig_ids, dig_labels = [], [], [], []
     accepted, rejected = [], []
@@ -89,7 +94,13 @@ def source_unit(task: SourceTask) -> dict[str, Any]:
             if lo == hi:
                 continue
             ids, labels = batch.example(i)
+            turn = int(batch.turns[i]) if batch.turns is not None else 0
+            if check is not None:
+                place = f"{task.split.path}:{line}"
+                check.example(bundle.tokenizer, ids, labels, place, turn, found)
             for k in range(lo, hi):
+                if int(task.turns[k]) != turn:
+                    continue
                 offset, n = int(task.offsets[k]), int(task.lengths[k])
                 want_ids = ids[offset : offset + n]
                 want_labels = labels[offset : offset + n].copy()
@@ -106,6 +117,8 @@ def source_unit(task: SourceTask) -> dict[str, Any]:
         "labels": dig_labels,
         "accepted": np.array(accepted, np.int64),
         "rejected": np.array(rejected, np.int64),
+        "findings": found,
+        "checked": check.counts() if check is not None else {},
     }
 
 
@@ -114,6 +127,7 @@ def reingest_on_engine(
     tokenizer: str,
     template: str | None,
     options: IngestOptions,
+    label_spans: str | None,
     index: Any,
     chosen: np.ndarray,
     engine: EngineOptions,
@@ -141,9 +155,21 @@ def reingest_on_engine(
             lines = index.lines[pos].astype(np.int64)
             offsets = index.token_offset[pos].astype(np.int64)
             lengths = index.num_tokens[pos].astype(np.int64)
-            tasks.append(
-                SourceTask(tokenizer, template, options, s, first, lines, offsets, lengths, pos)
+            turns = index.turns[pos] if index.turns is not None else np.zeros(len(pos))
+            task = SourceTask(
+                tokenizer,
+                template,
+                options,
+                s,
+                first,
+                lines,
+                offsets,
+                lengths,
+                pos,
+                turns.astype(np.int64),
+                label_spans,
             )
+            tasks.append(task)
         results = running.run(source_unit, tasks, [s.describe() for s in splits])
     return list(zip(splits, results, strict=True))
 
@@ -156,35 +182,44 @@ def compare_units(
     by_record: dict[tuple[str, int], list[int]],
     rejected: set[tuple[str, int]],
     findings: FindingList,
-) -> int:
-    """Turn the units' digests into the one-process check's findings; return examples compared."""
+    cause: str = "",
+) -> tuple[int, dict[str, int]]:
+    """Turn the units' results into the one-process check's findings.
+
+    Returns the examples compared and the turn check's counts.  ``cause`` (the drifted
+    libraries, or '') ends the findings of changed records and segments.
+    """
     seen: set[tuple[str, int]] = set()
     compared = 0
+    checked: dict[str, int] = {}
     rows: dict[tuple[int, int], PackedRow] = {}
 
     def place(key: tuple[str, int]) -> str:
         return f"{key[0]}:{key[1]}"
 
     for split, r in units:
+        findings.extend(r["findings"])
+        for name, n in r["checked"].items():
+            checked[name] = checked.get(name, 0) + n
         for line in r["rejected"].tolist():
             key = (split.path, line)
             seen.add(key)
             if key not in rejected:
-                why = "record rejected on re-ingest but not in rejects.jsonl"
+                why = "record rejected on re-ingest but not in rejects.jsonl" + cause
                 findings.add(Finding("source", why, source=place(key)), "reject_missing")
         for line in r["accepted"].tolist():
             key = (split.path, line)
             seen.add(key)
             if key not in by_record and key not in rejected:
-                why = "record is neither packed nor in rejects.jsonl"
+                why = "record is neither packed nor in rejects.jsonl" + cause
                 findings.add(Finding("source", why, source=place(key)), "record_missing")
         for k, pos in enumerate(r["positions"].tolist()):
             want = (int(r["lengths"][k]), r["ids"][k], r["labels"][k])
-            compared += _compare_digest(tables, manifest, index, pos, want, rows, findings)
+            compared += _compare_digest(tables, manifest, index, pos, want, rows, findings, cause)
     for key in sorted(set(by_record) - seen):
         why = "packed example has no record in the inputs"
         findings.add(Finding("source", why, source=place(key)), "invented")
-    return compared
+    return compared, checked
 
 
 def _compare_digest(
@@ -195,6 +230,7 @@ def _compare_digest(
     want: tuple[int, bytes, bytes],
     rows: dict[tuple[int, int], PackedRow],
     findings: FindingList,
+    cause: str,
 ) -> bool:
     """Compare one packed segment with its example's digests, as the one-process check does."""
     shard, row = int(index.shard[pos]), int(index.row[pos])
@@ -218,14 +254,14 @@ def _compare_digest(
     seg = int(segs[0])
     lo, hi = int(packed.cu_seqlens[seg]), int(packed.cu_seqlens[seg + 1])
 
-    def bad(message: str) -> None:
-        findings.add(Finding("source", message, name, row, seg, eid, where), message[:20])
+    def bad(message: str, because: str = "") -> None:
+        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
 
     n, ids, labels = want
     if n != hi - lo or digest(packed.input_ids[lo:hi]) != ids:
-        bad("token ids differ from the source example re-tokenized")
+        bad("token ids differ from the source example re-tokenized", cause)
     elif digest(packed.labels[lo:hi]) != labels:
-        bad("labels differ from the source example's (loss policy not preserved)")
+        bad("labels differ from the source example's (loss policy not preserved)", cause)
     if not np.array_equal(packed.position_ids[lo:hi], np.arange(hi - lo)):
         bad("positions differ from the example's positions alone")
     return True

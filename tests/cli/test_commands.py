@@ -409,3 +409,59 @@ def test_export_writes_the_target_and_names_every_file(packed_demo, tmp_path):
     )
     missing = run("export", tmp_path / "nothing", "--to", "mds", "-o", tmp_path / "y")
     assert missing.exit_code == 2 and missing.stderr.startswith("error: ")
+
+
+# --- reasoning and turn options ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--reasoning-markers", "<think>"],
+            "Invalid value for '--reasoning-markers': expected OPEN,CLOSE "
+            "(e.g. '<think>,</think>'), got '<think>'",
+        ),
+        (["--reasoning", "keep"], "Invalid value for '--reasoning': 'keep' is not one of"),
+        (["--turns", "each"], "Invalid value for '--turns': 'each' is not one of"),
+    ],
+)
+def test_bad_reasoning_options_are_usage_errors(tmp_path, packed_demo_tokenizer, extra, message):
+    result = run(*pack_args(packed_demo_tokenizer, tmp_path / "out", *extra))
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_expand_and_wrapped_do_not_combine(tmp_path, packed_demo_tokenizer):
+    extra = ("--turns", "expand", "--strategy", "wrapped")
+    result = run(*pack_args(packed_demo_tokenizer, tmp_path / "out", *extra))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --turns expand builds one example per turn; --strategy wrapped would cut them "
+        "into a stream (use --strategy bfd|ffd)\n"
+    )
+
+
+def test_pack_says_how_many_turns_lost_their_reasoning(tmp_path):
+    from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
+
+    template = tmp_path / "think.jinja"
+    template.write_text(THINK, encoding="utf-8")
+    record = chat(
+        user("2+2?"), answer("4", reasoning="Add."), user("3+3?"), answer("6", reasoning="Add.")
+    )
+    data = write_jsonl(tmp_path / "r.jsonl", [record])
+    qwen = build_qwen(tmp_path / "qwen")
+    common = ["-t", qwen, "--template", template, "--max-seq-len", "128", "--no-progress"]
+    result = run("pack", data, *common, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert (
+        "reasoning: 1 trained turn rendered without the reasoning their template leaves out "
+        "of history (--turns expand trains each turn with it)"
+    ) in " ".join(result.stdout.split())
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["stats"]["reasoning_dropped"] == 1
+    assert manifest["template"]["reasoning_field"] == "reasoning_content"
+    result = run("pack", data, *common, "-o", tmp_path / "expanded", "--turns", "expand")
+    assert result.exit_code == 0 and "reasoning:" not in result.stdout
+    result = run("profile", data, *common, "--reasoning", "mask")
+    assert result.exit_code == 0 and "Reasoning" in result.stdout

@@ -132,3 +132,46 @@ def test_a_shard_of_another_pack_is_refused(packed_demo_copy):
     assert result.exit_code == 1
     assert result.stderr.startswith(f"error: {path}: packshard.dataset_id {'f' * 32} differs")
     assert result.stderr.count("\n") == 1
+
+
+def test_reasoning_tokens_are_shown_apart(tmp_path) -> None:
+    from packshard.cli.html import write_row_html
+    from packshard.pack import PackConfig, pack_dataset
+    from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
+
+    template = tmp_path / "think.jinja"
+    template.write_text(THINK, encoding="utf-8")
+    record = chat(
+        user("2+2?"),
+        answer("It is 4.", reasoning_content="Add."),
+        user("3+3?"),
+        answer("It is 6.", reasoning_content="Add again."),
+    )
+    data = write_jsonl(tmp_path / "r.jsonl", [record])
+    qwen = build_qwen(tmp_path / "qwen")
+    for turns, masked in (("as_rendered", "train"), ("expand", "mask")):
+        out = tmp_path / turns
+        config = PackConfig(
+            inputs=(str(data),),
+            tokenizer=str(qwen),
+            template=str(template),
+            out=str(out),
+            max_seq_len=256,
+            turns=turns,
+            reasoning=masked,
+        )
+        pack_dataset(config)
+        view = inspect_row(out)
+        for seg in view.segments:
+            thought = "".join(t for (t, _), r in zip(seg.runs, seg.reasoning, strict=True) if r)
+            assert thought == "<think>\nAdd again.\n</think>\n\n" or seg.turn == 2
+            trained = {tr for (_, tr), r in zip(seg.runs, seg.reasoning, strict=True) if r}
+            assert trained == {masked == "train"}
+        text = render_text(view)
+        assert "legend: trained tokens in green, context dim; reasoning in magenta" in text
+        if turns == "expand":
+            assert " · part 0 · message 2 · " in text and " · part 0 · message 4 · " in text
+        page = tmp_path / f"{turns}.html"
+        write_row_html(view, page)
+        kind = "t r" if masked == "train" else "c r"
+        assert f'class="{kind}">&lt;think&gt;' in page.read_text(encoding="utf-8")

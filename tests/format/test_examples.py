@@ -116,3 +116,18 @@ def test_empty_index():
     assert empty.dense and len(empty.example_id) == 0
     assert empty.lookup(np.array([0, 5])).tolist() == [-1, -1]
     assert empty.where(0) is None
+
+
+def test_the_turn_column_is_zero_unless_given_and_optional_on_read(tmp_path):
+    assert table().to_pydict()["turn"] == [0, 0, 0]
+    given = build_examples_table(columns(turn=[2, 4, 0]), ["a.jsonl", "b.jsonl"], ["c", "d"])
+    assert given.to_pydict()["turn"] == [2, 4, 0]
+    path = tmp_path / EXAMPLES_NAME
+    write_examples(path, given, DATASET)
+    assert ExamplesIndex.from_table(read_examples(path, DATASET)).turns.tolist() == [2, 4, 0]
+    write_examples(path, given.drop(["turn"]), DATASET)  # as packs made before the column
+    older = read_examples(path, DATASET)
+    assert "turn" not in older.column_names
+    assert ExamplesIndex.from_table(older).turns is None
+    with pytest.raises(FormatError, match="turn"):  # asked for by name, it must be there
+        read_examples(path, DATASET, ["example_id", "turn"])

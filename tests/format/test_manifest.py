@@ -55,7 +55,9 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
         "max_seq_len": 256, "strategy": "bfd", "overlong": "drop", "loss": "auto",
         "position_ids": "reset", "seed": 0, "group_by_domain": False, "format": "auto",
         "domain_field": "domain", "compression": "zstd", "shard_rows": 6,
-        "shard_bytes": 256 * 1024 * 1024, "plan_scope": "global",
+        "shard_bytes": 256 * 1024 * 1024, "plan_scope": "global", "reasoning": "train",
+        "empty_reasoning": "train", "turns": "as_rendered",
+        "reasoning_markers": ["<think>", "</think>"],
     }  # fmt: skip
     assert m["engine"] == {"name": "local", "workers": 1}
     bundle = load_tokenizer(str(demo_tokenizer))
@@ -71,6 +73,7 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
         "source": "builtin:chatml",
         "sha256": hashlib.sha256(CHATML.encode("utf-8")).hexdigest(),
         "label_spans": "generation_tags",
+        "reasoning_field": None,
     }
     data = demo_data_path()
     lines = data.read_text(encoding="utf-8").splitlines()

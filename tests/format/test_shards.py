@@ -138,6 +138,7 @@ def test_pack_output_reads_with_pyarrow_and_datasets(
         "truncated": "bool",
         "shard": "int32",
         "row": "int32",
+        "turn": "int32",
     }
 
 

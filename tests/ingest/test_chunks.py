@@ -153,3 +153,30 @@ def test_phi3_offsets_path_equals_generation_tags(shared_data: Path, pattern: st
     assert rejects_a == rejects_b
     np.testing.assert_array_equal(ids_a, ids_b)
     np.testing.assert_array_equal(labels_a, labels_b)
+
+
+def test_expand_counts_records_not_examples(tmp_path: Path) -> None:
+    from packshard.ingest.templates import compile_template
+    from tests.helpers import THINK, answer, build_qwen, user
+    from tests.helpers import chat as record
+
+    bundle = load_tokenizer(str(build_qwen(tmp_path / "qwen")))
+    template = compile_template(THINK, "think.jinja")
+    data = write_jsonl(
+        tmp_path / "r.jsonl",
+        [
+            record(user("a"), answer("1", reasoning="x"), user("b"), answer("2", reasoning="y")),
+            "{broken",
+            record(user("c"), answer("3")),
+        ],
+    )
+    (as_rendered,) = run([data], bundle, template)
+    assert as_rendered.batch.turns is None and as_rendered.reasoning_dropped == 1
+    (chunk,) = run([data], bundle, template, turns="expand")
+    assert chunk.records == 3 and len(chunk.batch) == 3 and len(chunk.rejects) == 1
+    assert [r.line for r in chunk.batch.refs] == [1, 1, 3]
+    assert chunk.batch.turns is not None and chunk.batch.turns.tolist() == [2, 4, 2]
+    assert chunk.reasoning_dropped == 0
+    assert chunk.reasoning_tokens is not None and chunk.reasoning_loss is not None
+    assert (chunk.reasoning_tokens > 0).tolist() == [True, True, False]
+    assert (chunk.reasoning_loss == chunk.reasoning_tokens).all()

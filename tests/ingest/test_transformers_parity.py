@@ -20,10 +20,18 @@ from packshard.ingest.labels import encode_rendered
 from packshard.ingest.locate import locate_contents
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.sources import expand_inputs, read_records
-from packshard.ingest.spans import render_example
-from packshard.ingest.templates import CHATML, load_template
+from packshard.ingest.spans import render_example, render_examples
+from packshard.ingest.templates import CHATML, compile_template, load_template
 from packshard.ingest.tokenizer import load_tokenizer
-from packshard.records import IGNORE_INDEX, Conversation, Message, SourceRef
+from packshard.records import (
+    IGNORE_INDEX,
+    Conversation,
+    IngestOptions,
+    Message,
+    RawRecord,
+    SourceRef,
+)
+from tests.helpers import REASONING_CHAT
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.shared_data, pytest.mark.torch]
@@ -155,3 +163,160 @@ def test_builtin_chatml_is_what_transformers_renders(tokenizers_) -> None:
     conv = Conversation(SourceRef("x", 1), "d", "messages",
                         tuple(Message(m["role"], m["content"]) for m in msgs))  # fmt: skip
     assert render_example(conv, load_template("chatml", bundle), bundle, "auto").text == text
+
+
+# --- reasoning: the shared Qwen3 tokenizer, its release template and TRL's training one -------
+
+
+@pytest.fixture(scope="module")
+def qwen3(shared_data):
+    """The Qwen3 bundle, transformers on the same files (offline), and the three templates."""
+    folder = shared_data / "tokenizers" / "qwen3"
+    bundle = load_tokenizer(str(folder))
+    hf = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(folder / "tokenizer.json"),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    texts = {
+        "release": config["chat_template"],
+        "later": (folder / "chat_template.later_revision.jinja").read_text(encoding="utf-8"),
+        "training": (folder / "chat_template.training.jinja").read_text(encoding="utf-8"),
+    }
+    return bundle, hf, texts
+
+
+def _as_given(messages: list[dict]) -> list[dict]:
+    """The record's messages as transformers takes them (a null content is an empty one)."""
+    return [{**m, "content": "" if m["content"] is None else m["content"]} for m in messages]
+
+
+def _reasoning_examples(bundle, template, options):
+    """``(record, rendered)`` for every example of the reasoning test set."""
+    out = []
+    for line, record in enumerate(REASONING_CHAT, 1):
+        conv = normalize_record(RawRecord(SourceRef("r.jsonl", line), "r", record))
+        out += [(record, r) for r in render_examples(conv, template, bundle, options)]
+    return out
+
+
+@pytest.mark.parametrize("turns", ["as_rendered", "expand"])
+@pytest.mark.parametrize("name", ["release", "later", "training"])
+def test_qwen3_ids_equal_apply_chat_template(qwen3, name, turns) -> None:
+    bundle, hf, texts = qwen3
+    template = compile_template(texts[name], name)
+    examples = _reasoning_examples(bundle, template, IngestOptions(turns=turns))
+    assert len(examples) >= len(REASONING_CHAT)
+    for record, rendered in examples:
+        messages = record["messages"][: rendered.turn] if rendered.turn else record["messages"]
+        out = hf.apply_chat_template(
+            _as_given(messages),
+            tools=record.get("tools"),
+            chat_template=texts[name],
+            tokenize=True,
+            return_dict=True,
+        )
+        want = out["input_ids"]
+        ids, _, _ = encode_rendered(bundle, [rendered])
+        assert ids.tolist() == list(want), (name, turns, rendered.turn, rendered.text)
+
+
+def tag_release(text: str) -> str:
+    """A copy of the Qwen3 release template with each assistant turn's output tagged.
+
+    The header ``<|im_start|>assistant\\n`` stays outside; the tags close after
+    ``<|im_end|>`` (the line break after it is the next turn's).  Built from the shared
+    template text at run time; each replacement must apply exactly as often as expected.
+    """
+    replacements = [
+        (
+            "{%- if loop.index0 > ns.last_query_index %}",
+            "{{- '<|im_start|>' + message.role + '\\n' }}{%- generation %}"
+            "{%- if loop.index0 > ns.last_query_index %}",
+            1,
+        ),
+        (
+            "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + ",
+            "{{- '<think>\\n' + ",
+            1,
+        ),
+        ("{{- '<|im_start|>' + message.role + '\\n' + content }}", "{{- content }}", 2),
+        (
+            "{{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"tool\" %}",
+            "{{- '<|im_end|>' }}{%- endgeneration %}{{- '\\n' }}\n"
+            '    {%- elif message.role == "tool" %}',
+            1,
+        ),
+    ]
+    for old, new, count in replacements:
+        assert text.count(old) == count, old
+        text = text.replace(old, new)
+    return text
+
+
+def _trained_runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    return _runs(np.where(mask, 0, IGNORE_INDEX))
+
+
+@pytest.mark.parametrize("turns", ["as_rendered", "expand"])
+def test_qwen3_release_labels_equal_a_tagged_copy(qwen3, turns) -> None:
+    """The reference: transformers' assistant mask of a tagged copy, trained turns only."""
+    bundle, hf, texts = qwen3
+    tagged = tag_release(texts["release"])
+    release = compile_template(texts["release"], "release")
+    compared = 0
+    for record, rendered in _reasoning_examples(bundle, release, IngestOptions(turns=turns)):
+        messages = record["messages"][: rendered.turn] if rendered.turn else record["messages"]
+        out = hf.apply_chat_template(
+            _as_given(messages),
+            tools=record.get("tools"),
+            chat_template=tagged,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        ids, labels, _ = encode_rendered(bundle, [rendered])
+        assert ids.tolist() == list(out["input_ids"])  # the tagged copy renders the same
+        blocks = _trained_runs(np.asarray(out["assistant_masks"], dtype=bool))
+        assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        assert len(blocks) == len(assistant)
+        chosen = {assistant[-1]} if rendered.turn else set(assistant)
+        chosen -= {i for i in assistant if messages[i].get("weight") == 0}
+        reference = np.zeros(len(ids), dtype=bool)
+        for (lo, hi), i in zip(blocks, assistant, strict=True):
+            reference[lo:hi] = i in chosen
+        np.testing.assert_array_equal(labels != IGNORE_INDEX, reference, err_msg=rendered.text)
+        compared += 1
+    assert compared >= len(REASONING_CHAT)
+
+
+def _untagged(text: str) -> str:
+    return text.replace("{%- generation %}", "").replace("{%- endgeneration %}", "")
+
+
+@pytest.mark.parametrize("reasoning", ["train", "mask", "drop"])
+@pytest.mark.parametrize("empty", ["train", "mask"])
+@pytest.mark.parametrize("turns", ["as_rendered", "expand"])
+def test_qwen3_training_template_labels_with_and_without_tags(qwen3, reasoning, empty, turns):
+    """Tags or no tags, the same labels: TRL's tags also train the line break after each
+    ``<|im_end|>``, which the tagless rule (through the end marker) leaves out — that is the
+    only difference, token for token."""
+    bundle, _, texts = qwen3
+    tagged = compile_template(texts["training"], "training")
+    plain = compile_template(_untagged(texts["training"]), "training-untagged")
+    assert tagged.has_generation and not plain.has_generation
+    options = IngestOptions(reasoning=reasoning, empty_reasoning=empty, turns=turns)
+    end, newline = bundle.tokenizer.token_to_id("<|im_end|>"), bundle.tokenizer.token_to_id("Ċ")
+    with_tags = _reasoning_examples(bundle, tagged, options)
+    without = _reasoning_examples(bundle, plain, options)
+    assert len(with_tags) == len(without) >= len(REASONING_CHAT)
+    for (_, a), (_, b) in zip(with_tags, without, strict=True):
+        assert a.text == b.text and (a.label_path, b.label_path) == ("generation_tags", "offsets")
+        ids, tagged_labels, _ = encode_rendered(bundle, [a])
+        _, plain_labels, _ = encode_rendered(bundle, [b])
+        differ = np.flatnonzero(tagged_labels != plain_labels)
+        assert all(ids[j] == newline and ids[j - 1] == end for j in differ), a.text
+        assert (tagged_labels[differ] == newline).all() and (plain_labels[differ] < 0).all()
+        turns_trained = int(((ids == end) & (tagged_labels != IGNORE_INDEX)).sum())
+        assert len(differ) == turns_trained  # exactly one line break per trained turn

@@ -74,6 +74,10 @@ def test_recorded_config_and_ingest_options(tmp_path):
         "shard_rows": 8192,
         "shard_bytes": 256 * 1024 * 1024,
         "plan_scope": "global",
+        "reasoning": "train",
+        "empty_reasoning": "train",
+        "turns": "as_rendered",
+        "reasoning_markers": ["<think>", "</think>"],
     }
     assert config(tmp_path, overlong="truncate").recorded()["overlong"] == "truncate"
     assert c.ingest_options() == IngestOptions(

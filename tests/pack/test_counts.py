@@ -151,6 +151,7 @@ def test_examples_columns_by_example_id(pack):
         "truncated": [False, False, False],
         "shard": [0, 1, 0],
         "row": [1, 0, 0],
+        "turn": [0, 0, 0],
     }
 
 

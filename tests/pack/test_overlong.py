@@ -221,3 +221,34 @@ def test_error_exits_1_on_the_command_line(tmp_path, make_jsonl, word_tokenizer)
     assert result.exit_code == 1
     assert f"{data}:2: example is 11 tokens > max_seq_len 4" in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()
+
+
+# --- --turns expand: the examples of one record are dropped together -------------------------
+
+
+def expanded() -> TokenizedBatch:
+    """Record 1 gives two examples (turns 2 and 4), record 2 one; L = 3 in the tests."""
+    examples = [([1, 2], [X, 2]), ([3, 4, 5, 6, 7], [X, X, X, X, 7]), ([8, 9], [X, 9])]
+    b = batch(examples)
+    refs = (SourceRef("s.jsonl", 1), SourceRef("s.jsonl", 1), SourceRef("s.jsonl", 2))
+    turns = np.array([2, 4, 2], dtype=np.int32)
+    return TokenizedBatch(b.input_ids, b.labels, b.offsets, refs, b.domains, b.formats, turns)
+
+
+def test_drop_drops_a_record_with_any_example_too_long() -> None:
+    out = apply_overlong(expanded(), 3, "drop", records=np.array([0, 0, 1]))
+    assert kept(out) == [[8, 9]] and out.index.tolist() == [2]
+    ((reject),) = out.rejects
+    assert (reject.ref.line, reject.code) == (1, "too_long")
+    assert reject.reason == (
+        "example for message 4 is 5 tokens > max_seq_len 3 (dropped; use --overlong "
+        "truncate|split to keep it)"
+    )
+
+
+def test_truncate_loses_an_example_but_keeps_its_record() -> None:
+    out = apply_overlong(expanded(), 3, "truncate", records=np.array([0, 0, 1]))
+    assert kept(out) == [[1, 2], [8, 9]] and out.rejects == ()
+    assert out.parts_dropped == 1  # the example of message 4 kept no target
+    alone = apply_overlong(expanded(), 3, "truncate", records=np.array([0, 1, 2]))
+    assert [r.ref.line for r in alone.rejects] == [1] and alone.parts_dropped == 0

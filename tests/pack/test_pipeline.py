@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from packshard.errors import UsageError
+from packshard.ingest.tokenizer import load_tokenizer
 from packshard.records import IGNORE_INDEX as X
 
 # ``wN`` has id N, ``<eos>`` id 0: "w2 w3 w4" is [2, 3, 4, 0], every label a target.
@@ -547,3 +548,59 @@ def test_output_does_not_depend_on_the_number_of_workers(tmp_path, make_jsonl, w
     for name in names:
         if name != "manifest.json":
             assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+
+
+# --- --turns expand ---------------------------------------------------------------------------
+
+
+def _turns(*pairs: tuple[str, str], **fields) -> dict:
+    messages = []
+    for question, reply in pairs:
+        messages += [{"role": "user", "content": question}, {"role": "assistant", "content": reply}]
+    return {"messages": messages, **fields}
+
+
+def test_expand_packs_one_example_per_trained_turn(
+    tmp_path, make_jsonl, demo_tokenizer, run_pack
+) -> None:
+    from packshard.verify.run import VerifyOptions, verify_dataset
+
+    weighted = _turns(("a", "one"), ("b", "two"), ("c", "three"))
+    weighted["messages"][3]["weight"] = 0
+    data = make_jsonl(
+        tmp_path / "chat.jsonl",
+        [_turns(("hi", "hello"), ("and?", "more"), ("bye", "ciao")), _turns(("q", "r")), weighted],
+    )
+    packed = run_pack([data], demo_tokenizer, max_seq_len=256, turns="expand", template="chatml")
+    ex = packed.examples
+    expected = [(1, 2, 0), (1, 4, 0), (1, 6, 0), (2, 2, 0), (3, 2, 0), (3, 6, 0)]
+    assert sorted(zip(ex["line"], ex["turn"], ex["part"], strict=True)) == expected
+    stats = packed.manifest["stats"]
+    assert (stats["records"], stats["records_packed"], stats["examples"]) == (3, 3, 6)
+    assert packed.manifest["config"]["turns"] == "expand"
+    tok = load_tokenizer(str(demo_tokenizer)).tokenizer
+    for k, eid in enumerate(ex["example_id"]):
+        ids, labels, _ = packed.segment(eid)
+        trained = tok.decode(ids[labels != X].tolist(), skip_special_tokens=False)
+        reply = {(1, 2): "hello", (1, 4): "more", (1, 6): "ciao", (2, 2): "r", (3, 2): "one"}
+        want = reply.get((ex["line"][k], ex["turn"][k]), "three")
+        assert trained == f"{want}<|im_end|>"  # the last turn of each example alone
+    report = verify_dataset(packed.out, VerifyOptions(model="none"))
+    assert report.ok, [str(f) for f in report.findings.items]
+    assert report.checks["source"]["examples_compared"] == 6
+
+
+def test_expand_refuses_the_wrapped_strategy(tmp_path, make_jsonl, demo_tokenizer) -> None:
+    from packshard.pack import PackConfig, pack_dataset
+
+    data = make_jsonl(tmp_path / "chat.jsonl", [_turns(("hi", "hello"))])
+    config = PackConfig(
+        inputs=(str(data),),
+        tokenizer=str(demo_tokenizer),
+        out=str(tmp_path / "o"),
+        max_seq_len=64,
+        strategy="wrapped",
+        turns="expand",
+    )
+    with pytest.raises(UsageError, match=r"--turns expand builds one example per turn; "):
+        pack_dataset(config)

@@ -148,3 +148,34 @@ def test_plan_scope_group_is_recorded_and_costs_few_rows(inputs, tokenizer, tmp_
     assert grouped["stats"]["tokens"] == whole["stats"]["tokens"]
     check_pack_output(tmp_path / "group")
     assert output_digests(tmp_path / "group") == output_digests(tmp_path / "two")
+
+
+@pytest.mark.parametrize("turns", ["as_rendered", "expand"])
+def test_reasoning_turns_on_workers_write_the_same_bytes(tmp_path, turns):
+    """Reasoning records, history reasoning the template drops, one example per turn on expand:
+    the units' turns, record counts and dropped-reasoning counts merge as one process makes them.
+    """
+    from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
+
+    template = tmp_path / "think.jinja"
+    template.write_text(THINK, encoding="utf-8")
+    records = [
+        chat(
+            user(f"{k}+{k}?"),
+            answer(f"{2 * k}", reasoning="Add."),
+            user(f"{k}*{k}?"),
+            answer(f"{k * k}", reasoning="Multiply."),
+        )
+        for k in range(40)
+    ]
+    data = write_jsonl(tmp_path / "r.jsonl", records)
+    qwen = build_qwen(tmp_path / "qwen")
+    settings = {"template": str(template), "turns": turns, "batch_size": 7, "shard_rows": 4}
+    one = pack([data], qwen, tmp_path / "one", **settings)
+    two = pack([data], qwen, tmp_path / "two", workers=2, split_bytes=1500, **settings)
+    assert two["engine"]["units"] > 2
+    assert output_digests(tmp_path / "one") == output_digests(tmp_path / "two")
+    assert one["stats"] == two["stats"]
+    expected_examples = 80 if turns == "expand" else 40
+    assert one["stats"]["examples"] == expected_examples
+    assert one["stats"]["reasoning_dropped"] == (0 if turns == "expand" else 40)

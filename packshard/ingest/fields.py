@@ -1,0 +1,128 @@
+"""A message's reasoning and its training flags: the fields read beside role and content.
+
+Reasoning (the chain of thought an assistant message carries) arrives under several names,
+all read, in this order of precedence, and kept as ``Message.reasoning``::
+
+    reasoning_content   DeepSeek API, Qwen3 / GLM / Nemotron templates, vLLM <= 0.10
+    reasoning           vLLM >= 0.11, OpenRouter
+    thinking            gpt-oss and LFM templates, Ollama
+    content parts       [{"type": "thinking", "thinking": "…"}, {"type": "text", …}]
+
+Two sources that disagree are a reject (``invalid_reasoning``), as is a reasoning value that
+is not a string; an inline ``<think>…</think>`` block at the start of ``content`` stays in
+the content (:mod:`packshard.ingest.reasoning` reads it).  Only assistant messages carry
+reasoning: on other roles these fields travel to the template untouched.
+
+Training flags override the loss policy for one message (``Message.train``)::
+
+    "train": true | false   any role: train this message, or never train it
+    "weight": 0 | 1         assistant messages (OpenAI's fine-tuning format): 0 = context only,
+                            1 = the default (the loss policy decides)
+
+``train`` wins over ``weight``.  Any other value is a reject (``invalid_flag``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packshard.errors import RecordError
+
+REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+FLAG_FIELDS = ("train", "weight")
+_READ = frozenset((*REASONING_FIELDS, *FLAG_FIELDS))
+_THOUGHT_PARTS = ("thinking", "redacted_thinking")
+
+
+def _kind(value: Any) -> str:
+    names = {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"the number {value}"
+    return names.get(type(value), type(value).__name__)
+
+
+def thinking_parts(content: Any, where: str, role: str) -> tuple[Any, str | None]:
+    """Split ``{"type": "thinking"}`` parts off a content-part list: ``(content, reasoning)``.
+
+    Content that is not a list, a list without thinking parts, or the content of a message
+    that is not the assistant's (its parts must be text) comes back unchanged.
+    """
+    if role != "assistant" or type(content) is not list:
+        return content, None
+    if not any(type(p) is dict and p.get("type") in _THOUGHT_PARTS for p in content):
+        return content, None
+    thoughts, rest = [], []
+    for j, part in enumerate(content):
+        kind = part.get("type") if type(part) is dict else None
+        if kind == "redacted_thinking":
+            raise RecordError(
+                "invalid_reasoning",
+                f"{where} part {j} is redacted thinking, which cannot be trained on "
+                "(remove it, or the record)",
+            )
+        if kind != "thinking":
+            rest.append(part)
+            continue
+        text = part.get("thinking")
+        if type(text) is not str:
+            raise RecordError(
+                "invalid_reasoning",
+                f"{where} part {j} 'thinking' must be a string, got {_kind(text)}",
+            )
+        thoughts.append(text)
+    return rest, "".join(thoughts)
+
+
+def read_fields(
+    role: str,
+    extra: tuple[tuple[str, Any], ...],
+    reasoning: str | None,
+    where: str,
+) -> tuple[tuple[tuple[str, Any], ...], str | None, bool | None]:
+    """Return ``(extra without the fields read, reasoning, train flag)`` of one message.
+
+    ``reasoning`` is what the content parts already gave (or ``None``); ``where`` names the
+    message in errors (``messages[3]``).
+    """
+    if not any(k in _READ for k, _ in extra):
+        return extra, reasoning, None
+    rest = []
+    train: bool | None = None
+    weight: Any = None
+    source = "thinking parts" if reasoning is not None else None
+    for key, value in extra:
+        if key in REASONING_FIELDS and role == "assistant":
+            if type(value) is not str:
+                raise RecordError(
+                    "invalid_reasoning", f"{where} '{key}' must be a string, got {_kind(value)}"
+                )
+            if reasoning is not None and value != reasoning:
+                raise RecordError(
+                    "invalid_reasoning",
+                    f"{where} has {source} and '{key}' with different text (keep one)",
+                )
+            reasoning, source = value, source or f"'{key}'"
+        elif key == "train":
+            if type(value) is not bool:
+                raise RecordError(
+                    "invalid_flag", f"{where} 'train' must be true or false, got {_kind(value)}"
+                )
+            train = value
+        elif key == "weight":
+            weight = value
+        else:
+            rest.append((key, value))
+    if weight is not None:
+        if role != "assistant":
+            raise RecordError(
+                "invalid_flag",
+                f"{where} 'weight' applies to assistant messages only "
+                '(use "train": true|false on other roles)',
+            )
+        if isinstance(weight, bool) or weight not in (0, 1):
+            raise RecordError(
+                "invalid_flag", f"{where} 'weight' must be 0 or 1, got {_kind(weight)}"
+            )
+        if train is None and weight == 0:
+            train = False
+    return tuple(rest), reasoning, train
