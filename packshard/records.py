@@ -22,6 +22,14 @@ from typing import Any
 import numpy as np
 
 from packshard.errors import REJECT_CODES, UsageError
+from packshard.limits import (
+    LIMIT_DEFAULTS,
+    MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANSION,
+    MAX_RECORD_BYTES,
+    TEMPLATE_SECONDS,
+    check_range,
+)
 
 IGNORE_INDEX = -100
 """Label value meaning "no loss here" (the Hugging Face / PyTorch convention)."""
@@ -224,21 +232,35 @@ class PackedRow:
 
 @dataclass(frozen=True, slots=True)
 class IngestOptions:
-    """How records are read, labelled and batched (the ``--format``/``--loss``… flags)."""
+    """How records are read, labelled and batched (the ``--format``/``--loss``… flags).
+
+    The limits (:data:`LIMIT_DEFAULTS`) bound what one record may cost (README: Limits).
+    """
 
     format: str = "auto"
     domain_field: str = "domain"
     loss: str = "auto"
     on_error: str = "skip"
     batch_size: int = 1024
+    max_record_bytes: int = MAX_RECORD_BYTES
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+    max_expansion: int = MAX_EXPANSION
+    template_timeout: float = TEMPLATE_SECONDS
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
         check_choice("--format", self.format, FORMAT_CHOICES)
         check_choice("--loss", self.loss, LOSS_POLICIES)
         check_choice("--on-error", self.on_error, ON_ERROR)
-        if self.batch_size < 1:
-            raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
+        check_range("--batch-size", self.batch_size, 1, 1 << 24)
+        check_range("--max-record-bytes", self.max_record_bytes, 1, 1 << 40)
+        check_range("--max-decompressed-bytes", self.max_decompressed_bytes, 1, 1 << 50)
+        check_range("--max-expansion", self.max_expansion, 1, 1 << 30)
+        check_range("--template-timeout", self.template_timeout, 0.001, 86400)
+
+    def limits(self) -> dict[str, Any]:
+        """Return the limits that differ from their defaults (what a manifest records)."""
+        return {k: getattr(self, k) for k, v in LIMIT_DEFAULTS.items() if getattr(self, k) != v}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Layers, lowest first (a module may import its own layer and the layers below)::
 
-    errors, records, arrays, digests      the values and idioms every stage shares
+    errors, limits, records, arrays, digests   the values and idioms every stage shares
     format                                the output folder's contract
     ingest | torch                        read → … → label   |   the trainer-side reader
     profile | pack | verify               the commands' libraries
@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "packshard"
-BASE = {"errors", "records", "arrays", "digests"}
+BASE = {"errors", "limits", "records", "arrays", "digests"}
 ALLOWED = {
     "errors": set(),
     "digests": set(),
-    "records": {"errors"},
+    "limits": {"errors"},
+    "records": {"errors", "limits"},
     "arrays": {"records"},
     "format": BASE | {"format"},
     "ingest": BASE | {"ingest"},
