@@ -9,86 +9,35 @@ its example's slice ``[token_offset, token_offset + num_tokens)``: same ids, sam
 except the seam-masked first one, positions ``0 … n-1``.  Every record read must be in the
 examples index or in ``rejects.jsonl``; nothing may be missing or invented.
 
-When the inputs cannot be found the stage is skipped (or, with ``--source``, fails).
+Files are looked for under ``--source-root`` first (by recorded path, then by name), then at
+the absolute path ``pack`` resolved (``resolved``, so verify finds them from any working
+directory), then at the path as recorded.  When the inputs cannot be found the stage is
+``not run`` — verify then cannot end OK — or, with ``--source``, a finding; only
+``--no-source`` skips it.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from packshard.digests import sha256_path
 from packshard.errors import FormatError, PackshardError
 from packshard.format.examples import ExamplesIndex
+from packshard.format.paths import inside_folder
 from packshard.format.rejects import read_rejects
 from packshard.format.shards import read_row
 from packshard.ingest.chunks import ingest
 from packshard.ingest.sources import InputFile
-from packshard.ingest.templates import ChatTemplate, load_template
-from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.templates import ChatTemplate
+from packshard.ingest.tokenizer import TokenizerBundle
+from packshard.limits import LIMIT_DEFAULTS
 from packshard.records import IGNORE_INDEX, IngestOptions, PackedRow
 from packshard.verify.findings import CheckResult, Finding, FindingList
-
-
-def _locate(recorded: str, root: str | None) -> Path | None:
-    candidates = [Path(recorded)]
-    if root:
-        candidates += [Path(root) / recorded, Path(root) / Path(recorded).name]
-    return next((p for p in candidates if p.exists()), None)
-
-
-def _resolve_tokenizer(
-    manifest: dict[str, Any], options: Any
-) -> tuple[TokenizerBundle | None, str | None]:
-    recorded = manifest["tokenizer"]
-    path = _locate(options.tokenizer or recorded["path"], options.source_root)
-    if path is None:
-        return None, f"tokenizer {recorded['path']} not found (give --tokenizer or --source-root)"
-    bundle = load_tokenizer(str(path))
-    json_path = path / "tokenizer.json" if path.is_dir() else path
-    sha = sha256_path(json_path)
-    if sha != recorded["sha256"]:
-        raise _Mismatch(
-            f"tokenizer {path}: SHA-256 {sha[:12]}… differs from {recorded['sha256'][:12]}… "
-            "recorded at pack time (a different tokenizer gives different ids)"
-        )
-    return bundle, None
-
-
-class _Mismatch(Exception):
-    pass
-
-
-def _resolve_template(
-    manifest: dict[str, Any], bundle: TokenizerBundle, options: Any
-) -> ChatTemplate | None:
-    recorded = manifest["template"]
-    source = recorded.get("source")
-    if source is None and options.template is None:
-        return None
-    if options.template:
-        spec: str | None = options.template
-    elif source == "tokenizer_config.json":
-        spec = None
-    elif source.startswith("builtin:"):
-        spec = source.split(":", 1)[1]
-    else:
-        found = _locate(source, options.source_root)
-        if found is None:
-            raise _Mismatch(f"template {source} not found (give --template or --source-root)")
-        spec = str(found)
-    template = load_template(spec, bundle)
-    sha = template.sha256 if template is not None else None
-    if sha != recorded.get("sha256"):
-        raise _Mismatch(
-            f"template {template.source if template else source}: SHA-256 {str(sha)[:12]}… "
-            f"differs from {str(recorded.get('sha256'))[:12]}… recorded at pack time "
-            "(the template was edited or replaced after packing)"
-        )
-    return template
+from packshard.verify.recorded import Mismatch, locate, resolve_template, resolve_tokenizer
 
 
 def check_sources(
@@ -106,22 +55,26 @@ def check_sources(
         return CheckResult("source", findings)
 
     def unavailable(why: str) -> CheckResult:
-        return failed(why) if options.source is True else CheckResult("source", skipped=why)
+        return failed(why) if options.source is True else CheckResult("source", not_run=why)
 
     files = []
     for entry in manifest.get("inputs", []):
-        path = _locate(entry["path"], options.source_root)
+        path, same = locate(
+            entry["path"], options.source_root, entry.get("resolved"), sha256=entry["sha256"]
+        )
         if path is None:
+            if any(os.path.exists(p) for p in (entry["path"], entry.get("resolved") or "")):
+                return failed(f"input {entry['path']} is not a regular file (not read)")
             return unavailable(f"input {entry['path']} not found (give --source-root)")
-        if sha256_path(path) != entry["sha256"]:
+        if not same:
             return failed(f"input {entry['path']}: SHA-256 differs from the manifest")
         files.append(InputFile(path=entry["path"], real=path.resolve()))
     try:
-        bundle, why = _resolve_tokenizer(manifest, options)
+        bundle, why = resolve_tokenizer(manifest, options)
         if bundle is None:
             return unavailable(str(why))
-        template = _resolve_template(manifest, bundle, options)
-    except _Mismatch as exc:
+        template = resolve_template(manifest, bundle, options)
+    except Mismatch as exc:
         return failed(str(exc), "mismatch")
     except PackshardError as exc:
         return failed(f"cannot load the recorded tokenizer/template: {exc}")
@@ -139,13 +92,11 @@ def check_sources(
 
 def _rejected(folder: Path, manifest: dict[str, Any]) -> set[tuple[str, int]]:
     """Return the ``(source, line)`` of every record in the rejects file."""
-    path = folder / manifest["files"]["rejects"]["path"]
-    if not path.is_file():
-        return set()
     try:
+        path = inside_folder(folder, manifest["files"]["rejects"]["path"])
         return {(r.ref.source, r.ref.line) for r in read_rejects(path)}
-    except FormatError:
-        return set()  # a damaged rejects file is an integrity finding
+    except (FormatError, OSError):
+        return set()  # a damaged, missing or outside rejects file is an integrity finding
 
 
 def _compare(
@@ -169,8 +120,12 @@ def _compare(
         chosen = {keys[i] for i in rng.choice(len(keys), options.sample, replace=False)}
     else:
         chosen = set(keys)
+    limits = config.get("limits", {})
     opts = IngestOptions(
-        format=config["format"], domain_field=config["domain_field"], loss=config["loss"]
+        format=config["format"],
+        domain_field=config["domain_field"],
+        loss=config["loss"],
+        **{k: v for k, v in limits.items() if k in LIMIT_DEFAULTS},
     )
     seen: set[tuple[str, int]] = set()
     compared = 0
