@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import click
 
 from packshard.cli.options import INSPECT, PACK, PROFILE, VERIFY
-from packshard.errors import EXIT_DATA, EXIT_USAGE, PackshardError
+from packshard.errors import EXIT_DATA, EXIT_USAGE, PackshardError, UsageError
 from packshard.records import IngestOptions
 
 
@@ -35,10 +35,15 @@ def _show_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else progress
 
 
+def _one_line(text: str) -> str:
+    """Keep a message on one line whatever a path or a record holds (newlines escaped)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _fail(exc: PackshardError) -> NoReturn:
     # One unwrapped line: messages start with ``file:line`` and must stay greppable.
     click.secho("error:", fg="red", bold=True, err=True, nl=False)
-    click.echo(f" {exc}", err=True)
+    click.echo(f" {_one_line(str(exc))}", err=True)
     sys.exit(exc.exit_code)
 
 
@@ -58,7 +63,7 @@ def _fail_os(exc: OSError) -> NoReturn:
     hint = _OS_HINTS.get(exc.errno or 0, "")
     what = exc.strerror or " ".join(str(exc).split())
     click.secho("error:", fg="red", bold=True, err=True, nl=False)
-    click.echo(f" {where}{what}" + (f" ({hint})" if hint else ""), err=True)
+    click.echo(_one_line(f" {where}{what}" + (f" ({hint})" if hint else "")), err=True)
     sys.exit(EXIT_USAGE)
 
 
@@ -73,9 +78,20 @@ def _naming(path: str) -> Iterator[None]:
         raise
 
 
+def _not_over(*paths: str | None, reading: list[Path]) -> None:
+    """Refuse a report path that would overwrite an input or a file of the folder read."""
+    for path in paths:
+        if path is None:
+            continue
+        real = Path(path).resolve()
+        for read in reading:
+            if real == read.resolve() or read.resolve() in real.parents:
+                raise UsageError(f"{path}: would write over or into {read}, which is being read")
+
+
 def _warn(message: str) -> None:
     click.secho("warning:", fg="yellow", err=True, nl=False)
-    click.echo(f" {message}", err=True)
+    click.echo(f" {_one_line(message)}", err=True)
 
 
 class _Group(click.Group):
@@ -148,6 +164,7 @@ def profile(
     options.check()
     check_profile_options(max_seq_len, batch_size, seed)
     files = expand_inputs(data)
+    _not_over(json_path, html_path, reading=[f.real for f in files])
     bundle = load_tokenizer(tokenizer)
     tmpl = load_template(template, bundle)
     report = profile_inputs(
@@ -225,6 +242,7 @@ def verify(out: str, json_path: str | None, **options: Any) -> None:
     from packshard.cli.tables import render_verify_summary
     from packshard.verify.run import VerifyOptions, verify_dataset, write_report_json
 
+    _not_over(json_path, reading=[Path(out)])
     report = verify_dataset(out, VerifyOptions(**options))
     _console().print(render_verify_summary(report), soft_wrap=True)  # findings stay one line each
     if json_path:
@@ -250,6 +268,7 @@ def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: st
     from packshard.cli.html import write_row_html
     from packshard.cli.inspect import inspect_row, render_row_console
 
+    _not_over(html_path, reading=[Path(out)])
     view = inspect_row(Path(out), row=row, shard=shard, tokenizer=tokenizer)
     _console().print(render_row_console(view))
     if html_path:

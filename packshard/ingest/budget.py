@@ -47,6 +47,8 @@ MAX_STEPS = 10_000_000
 MAX_INT_BITS = 1 << 16
 """Largest integer (in bits) an operator may produce inside a template."""
 _CHECK_EVERY = 255  # steps between two reads of the clock
+SHORT_LOOP = 64  # a loop this short is counted at once instead of item by item
+BIG = 4096  # a value built of more items than this costs a step per BIG items
 
 
 class TemplateBudgetError(TemplateError):
@@ -109,12 +111,6 @@ class Budget:
 BUDGET: ContextVar[Budget | None] = ContextVar("packshard_render_budget", default=None)
 
 
-def max_chars() -> int:
-    """Return the running render's size limit (the default one outside a render)."""
-    budget = BUDGET.get()
-    return budget.limits.max_chars if budget is not None else MAX_RECORD_BYTES
-
-
 def current() -> Budget:
     """Return the running render's budget; outside a render (compiling), a fresh one."""
     return BUDGET.get() or Budget.start(RenderLimits())
@@ -123,11 +119,12 @@ def current() -> Budget:
 def checked_loop(iterable: Iterable[Any]) -> Iterable[Any]:
     """Count a loop's iterations as budget steps (every template loop runs through it).
 
-    A sized iterable (a list, a range, a string …) is counted at once, by its length, and
-    iterated as it is; anything else is wrapped to count one step per item.
+    A short sized iterable (a conversation's messages) is counted at once, by its length, and
+    iterated as it is; anything else is wrapped to count one step per item, so the clock is
+    read every few iterations of a long loop.
     """
     budget = current()
-    if isinstance(iterable, list | tuple | dict | str | range):
+    if isinstance(iterable, list | tuple | dict | str | range) and len(iterable) <= SHORT_LOOP:
         budget.step(len(iterable) + 1)
         return iterable
     return _stepped(iterable, budget)
@@ -187,7 +184,9 @@ def checked_join(seq: Iterable[Any]) -> str:
             check_printed(part)
             part = str(part)
         parts.append(part)
-    budget.size(sum(map(len, parts)), "string")
+    total = sum(map(len, parts))
+    budget.size(total, "string")
+    budget.step(total // BIG)
     return "".join(parts)
 
 
@@ -202,22 +201,21 @@ def _int_bits(value: Any) -> int:
 def check_binop(operator: str, left: Any, right: Any) -> None:
     """Refuse ``left operator right`` when its result would exceed the budget.
 
-    Not a step: an operator cannot loop, and the loops around it count their own steps.
+    A large result (a string or list of more than ``BIG`` items) also costs a step per
+    ``BIG`` items: building it takes time, and steps are when the clock is read.
     """
     budget = BUDGET.get() or current()
     if operator == "+":
-        if type(left) is str and type(right) is str:  # the common case, kept cheap
-            if len(left) + len(right) > budget.limits.max_chars:
-                budget.size(len(left) + len(right), "string or list")
-            return
         a, b = _length(left), _length(right)
         if a is not None and b is not None:
             budget.size(a + b, "string or list")
+            budget.step((a + b) // BIG)
     elif operator == "*":
         for seq, times in ((left, right), (right, left)):
             n = _length(seq)
             if n is not None and type(times) is int:
                 budget.size(n * max(times, 0), "string or list")
+                budget.step(n * max(times, 0) // BIG)
         if _int_bits(left) + _int_bits(right) > MAX_INT_BITS:
             budget.size(math.inf, "number")
     elif operator == "**":

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from packshard.ingest.budget import check_printed, check_printf, current
+from packshard.ingest.budget import BIG, check_printed, check_printf, current
 
 _WIDTH_METHODS = frozenset(("ljust", "rjust", "center", "zfill"))
 
@@ -54,7 +54,9 @@ def check_replace(text: Any, old: Any, new: Any) -> None:
 def check_result(value: Any) -> Any:
     """Refuse a call's result larger than the budget (a last check after the call)."""
     if isinstance(value, str | list | tuple):
-        current().size(len(value), "value")
+        budget = current()
+        budget.size(len(value), "value")
+        budget.step(len(value) // BIG)
     return value
 
 

@@ -136,7 +136,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "+" and type(left) is str and type(right) is str:  # most of them
-            if len(left) + len(right) > budget.max_chars():
+            if len(left) + len(right) > budget.BIG:
                 budget.check_binop(operator, left, right)
             return left + right
         budget.check_binop(operator, left, right)
@@ -144,8 +144,9 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         guards.check_call(__obj, args, kwargs)
-        if __obj is generate_lorem_ipsum:
-            n, most = kwargs.get("n", args[0] if args else 5), kwargs.get("max", 100)
+        if __obj is generate_lorem_ipsum:  # lipsum(n=5, html=True, min=20, max=100)
+            n = kwargs.get("n", args[0] if args else 5)
+            most = kwargs.get("max", args[3] if len(args) > 3 else 100)
             if type(n) is int and type(most) is int:
                 budget.current().size(n * max(most, 1) * 12, "lorem ipsum text")
         return guards.check_result(super().call(__context, __obj, *args, **kwargs))

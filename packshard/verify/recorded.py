@@ -74,18 +74,17 @@ def resolve_tokenizer(
     path, _ = locate(given, options.source_root, resolved, True, recorded["sha256"], _json_sha)
     if path is None:
         return None, f"tokenizer {given} not found (give --tokenizer or --source-root)"
-    bundle = load_tokenizer(str(path))
     json_path = path / "tokenizer.json" if path.is_dir() else path
     try:
-        sha = sha256_path(json_path)
-    except OSError as exc:
+        sha = sha256_path(json_path)  # before loading: a file that is not the one packed is
+    except OSError as exc:  # never parsed
         raise Mismatch(f"tokenizer {json_path}: cannot be read ({exc.strerror})") from None
     if sha != recorded["sha256"]:
         raise Mismatch(
             f"tokenizer {path}: SHA-256 {sha[:12]}… differs from {recorded['sha256'][:12]}… "
             "recorded at pack time (a different tokenizer gives different ids)"
         )
-    return bundle, None
+    return load_tokenizer(str(path)), None
 
 
 class Mismatch(Exception):

@@ -159,6 +159,35 @@ def test_a_damaged_manifest_is_one_line_everywhere(packed_demo_copy):
         )
 
 
+def test_reports_are_never_written_over_what_is_read(packed_demo, tmp_path, word_tokenizer):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "w2 w3"}\n')
+    before = tree_state(tmp_path)
+    args = ["profile", data, "-t", word_tokenizer, "--max-seq-len", "8"]
+    one_line(
+        cli(*args, "--json", data),
+        2,
+        f"{data}: would write over or into {data}, which is being read",
+    )
+    assert changed(before, tree_state(tmp_path)) == []
+    manifest = packed_demo / "manifest.json"
+    for command in (["verify", packed_demo, "--json"], ["inspect", packed_demo, "--html"]):
+        one_line(
+            cli(*command, manifest),
+            2,
+            f"{manifest}: would write over or into {packed_demo}, which is being read",
+        )
+
+
+def test_a_path_holding_a_newline_still_gives_one_line(tmp_path, word_tokenizer):
+    bad = tmp_path / "two\nlines.jsonl"
+    one_line(
+        cli("pack", bad, "-t", word_tokenizer, "--max-seq-len", "8", "-o", tmp_path / "out"),
+        2,
+        f"{tmp_path}/two\\nlines.jsonl: no such file or folder",
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
