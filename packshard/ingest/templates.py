@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -220,15 +221,20 @@ def render_chat(
     try:
         try:
             parts: list[str] = []
-            total, most = 0, budget.limits.max_chars
-            for piece in compiled.root_render_func(context):
+            total, most, pieces = 0, budget.limits.max_chars, compiled.root_render_func(context)
+            if not template.has_generation:  # a few pieces at a time: bounded, and cheap
+                while chunk := list(islice(pieces, 8)):
+                    total += sum(map(len, chunk))
+                    if total > most:
+                        budget.size(total, "rendered text")
+                    parts += chunk
+                return "".join(parts), []
+            for piece in pieces:  # {% generation %} blocks need to know where each piece lands
                 total += len(piece)
                 if total > most:  # the output is bounded while it is made
                     budget.size(total, "rendered text")
                 recorder.emitted = total
                 parts.append(piece)
-            if not template.has_generation:
-                return "".join(parts), []
         except Exception:
             env.handle_exception()  # re-raises with template line numbers
     except SecurityError as exc:

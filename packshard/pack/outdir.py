@@ -186,7 +186,7 @@ class Claim:
             why = written_by_packshard(out)
             if why is not None:  # something appeared there during the run
                 raise OutputError(f"{out}: output folder {why}; it was left as it is")
-            old = out.parent / f".{self.stem}.old-{os.getpid()}"
+            old = self.tmp.parent / f".{self.stem}.old-{os.getpid()}"
             os.replace(out, old)
             try:
                 os.replace(self.tmp, out)
@@ -242,7 +242,7 @@ def _lock(out: Path, path: Path) -> int:
 
 def _clean(claim: Claim) -> None:
     """Remove what interrupted runs left beside OUT; put back an OUT lost mid-swap."""
-    parent, stem = claim.out.parent, claim.stem
+    parent, stem = claim.tmp.parent, claim.stem
     for name in sorted(os.listdir(parent)):
         for kind in ("old", "partial"):
             prefix = f".{stem}.{kind}-"
@@ -272,16 +272,16 @@ def claim_out(
     leaving, the temp folder is removed (it is gone already once published) and the lock
     released.
     """
-    path = Path(out)
+    path, place = Path(out), Path(os.path.abspath(out))  # place: "." has a name and a parent
     check_overlap(out, specs, files)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        place.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{out}: cannot create its parent folder ({exc.strerror})") from None
-    stem = temp_stem(path.name)
-    lock = path.parent / f".{stem}.lock"
+    stem = temp_stem(place.name)
+    lock = place.parent / f".{stem}.lock"
     fd = _lock(path, lock)
-    claim = Claim(path, path.parent / f".{stem}.partial-{os.getpid()}", stem, notify=notify)
+    claim = Claim(path, place.parent / f".{stem}.partial-{os.getpid()}", stem, notify=notify)
     try:
         _clean(claim)
         check_out(out, overwrite)

@@ -101,7 +101,7 @@ BATTERY = {
     ),
     "rendered text": (
         "{% for i in range(99999) %}{{ 'x' * 999 }}{% endfor %}",
-        (big(1_048_950, "rendered text"),),
+        (big(1_054_944, "rendered text"),),
     ),
 }
 
