@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 
 CHUNK = 1 << 20
 
@@ -14,9 +16,18 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_path(path: str | os.PathLike[str], chunk: int = CHUNK) -> str:
-    """Return the lowercase hex SHA-256 of a file, read ``chunk`` bytes at a time."""
+    """Return the lowercase hex SHA-256 of a file, read ``chunk`` bytes at a time.
+
+    Only a regular file is read: a FIFO or a device (endless, or blocking) raises
+    :class:`OSError` without a byte read.
+    """
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as fh:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()

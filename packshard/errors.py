@@ -97,6 +97,16 @@ class AuditError(PackshardError):
     exit_code = EXIT_DATA
 
 
+class NothingToPackError(PackshardError):
+    """Every record was rejected or dropped: ``pack`` writes no output folder."""
+
+    exit_code = EXIT_DATA
+
+
+class OutputError(UsageError):
+    """The output folder cannot be used: locked, not packshard's, overlapping an input."""
+
+
 REJECTED = "rejected"
 """Kind of a reject code: the record is bad input (it failed reading, normalizing or rendering)."""
 DROPPED = "dropped"
@@ -123,6 +133,17 @@ REJECT_CODES: dict[str, RejectCode] = {
             "lone surrogate (a JSON escape such as \\ud800 that is no Unicode character)",
         ),
         RejectCode("not_an_object", REJECTED, "the JSON value is not an object"),
+        RejectCode(
+            "duplicate_key",
+            REJECTED,
+            "a JSON object holds the same key twice (which value is meant is ambiguous)",
+        ),
+        RejectCode(
+            "too_large",
+            REJECTED,
+            "the line, array element or Parquet row is larger than --max-record-bytes (it never "
+            "reaches the tokenizer)",
+        ),
         RejectCode(
             "unreadable",
             REJECTED,

@@ -22,6 +22,14 @@ from typing import Any
 import numpy as np
 
 from packshard.errors import REJECT_CODES, UsageError
+from packshard.limits import (
+    LIMIT_DEFAULTS,
+    MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANSION,
+    MAX_RECORD_BYTES,
+    TEMPLATE_SECONDS,
+    check_range,
+)
 
 IGNORE_INDEX = -100
 """Label value meaning "no loss here" (the Hugging Face / PyTorch convention)."""
@@ -244,7 +252,10 @@ class PackedRow:
 
 @dataclass(frozen=True, slots=True)
 class IngestOptions:
-    """How records are read, labelled and batched (the ``--format``/``--loss``… flags)."""
+    """How records are read, labelled and batched (the ``--format``/``--loss``… flags).
+
+    The limits (:data:`LIMIT_DEFAULTS`) bound what one record may cost (README: Limits).
+    """
 
     format: str = "auto"
     domain_field: str = "domain"
@@ -255,6 +266,10 @@ class IngestOptions:
     empty_reasoning: str = "train"
     turns: str = "as_rendered"
     reasoning_markers: tuple[str, str] = REASONING_MARKERS
+    max_record_bytes: int = MAX_RECORD_BYTES
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+    max_expansion: int = MAX_EXPANSION
+    template_timeout: float = TEMPLATE_SECONDS
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
@@ -264,14 +279,21 @@ class IngestOptions:
         check_choice("--reasoning", self.reasoning, REASONING_POLICIES)
         check_choice("--empty-reasoning", self.empty_reasoning, EMPTY_REASONING)
         check_choice("--turns", self.turns, TURN_POLICIES)
-        if self.batch_size < 1:
-            raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
+        check_range("--batch-size", self.batch_size, 1, 1 << 24)
+        check_range("--max-record-bytes", self.max_record_bytes, 1, 1 << 40)
+        check_range("--max-decompressed-bytes", self.max_decompressed_bytes, 1, 1 << 50)
+        check_range("--max-expansion", self.max_expansion, 1, 1 << 30)
+        check_range("--template-timeout", self.template_timeout, 0.001, 86400)
         opening, closing = self.reasoning_markers
         if not opening.strip() or not closing.strip() or opening == closing:
             why = f"two different non-blank markers, got {opening!r} and {closing!r}"
             raise UsageError(f"--reasoning-markers needs {why} (e.g. '<think>,</think>')")
         if self.turns == "expand" and self.loss == "all":
             raise UsageError("--turns expand trains one turn per example (use --loss assistant)")
+
+    def limits(self) -> dict[str, Any]:
+        """Return the limits that differ from their defaults (what a manifest records)."""
+        return {k: getattr(self, k) for k, v in LIMIT_DEFAULTS.items() if getattr(self, k) != v}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from packshard.errors import (
 )
 
 # Every code a stage emits: reading and normalizing, rendering, ingest, the overlong policy.
-READ = {"invalid_json", "invalid_utf8", "not_an_object", "unreadable"}
+READ = {"invalid_json", "invalid_utf8", "not_an_object", "duplicate_key", "too_large", "unreadable"}
 NORMALIZE = {
     "unknown_format",
     "missing_field",
@@ -36,7 +36,7 @@ POLICY = {"too_long", "truncated_no_targets", "split_no_targets"}
 
 def test_every_emitted_code_is_registered_once_with_its_kind() -> None:
     assert set(REJECT_CODES) == READ | NORMALIZE | RENDER | INGEST | POLICY
-    assert len(REJECT_CODES) == 20
+    assert len(REJECT_CODES) == 22
     for name, code in REJECT_CODES.items():
         assert isinstance(code, RejectCode) and code.name == name
         assert code.meaning and code.meaning == code.meaning.strip()
@@ -66,3 +66,11 @@ def test_exit_codes_and_format_errors() -> None:
     assert isinstance(err, PackshardError) and err.exit_code == EXIT_DATA
     assert (err.path, err.problem) == ("out/shard-00000.parquet", "unreadable Parquet: boom")
     assert str(err) == "out/shard-00000.parquet: unreadable Parquet: boom"
+
+
+def test_the_new_errors_exit_as_their_kind() -> None:
+    from packshard.errors import NothingToPackError, OutputError
+
+    assert NothingToPackError("nothing to pack").exit_code == EXIT_DATA
+    assert isinstance(OutputError("out: locked"), UsageError)
+    assert OutputError("out: locked").exit_code == EXIT_USAGE

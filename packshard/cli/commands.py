@@ -2,15 +2,19 @@
 
 Every command turns :class:`~packshard.errors.PackshardError` into a one-line message on
 stderr and its exit code (1 data or audit failure, 2 usage) in one place,
-:class:`_Group.invoke`.  The choices each option offers are the vocabularies of
+:class:`_Group.invoke`; an :class:`OSError` the environment raises (disk full, permissions)
+becomes one line and exit 2 there too.  The choices each option offers are the vocabularies of
 :mod:`packshard.records`.  Terminal output uses rich (:mod:`packshard.cli.tables`); ``--json``
 and ``--html`` options write machine-readable results and pages (:mod:`packshard.cli.html`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -18,7 +22,7 @@ import click
 
 from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, VERIFY
 from packshard.engine import EngineOptions
-from packshard.errors import EXIT_DATA, EXIT_USAGE, PackshardError
+from packshard.errors import EXIT_DATA, EXIT_USAGE, PackshardError, UsageError
 from packshard.records import IngestOptions
 
 
@@ -32,11 +36,63 @@ def _show_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else progress
 
 
+def _one_line(text: str) -> str:
+    """Keep a message on one line whatever a path or a record holds (newlines escaped)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _fail(exc: PackshardError) -> NoReturn:
     # One unwrapped line: messages start with ``file:line`` and must stay greppable.
     click.secho("error:", fg="red", bold=True, err=True, nl=False)
-    click.echo(f" {exc}", err=True)
+    click.echo(f" {_one_line(str(exc))}", err=True)
     sys.exit(exc.exit_code)
+
+
+_OS_HINTS = {
+    errno.ENOSPC: "the disk is full: free space or write elsewhere",
+    errno.EDQUOT: "the disk quota is full: free space or write elsewhere",
+    errno.EFBIG: "the file is larger than this system allows",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.EACCES: "check the permissions",
+    errno.EPERM: "check the permissions",
+}
+
+
+def _fail_os(exc: OSError) -> NoReturn:
+    # The last resort for what the environment refused (disk full, permissions): one line.
+    where = f"{exc.filename}: " if exc.filename else ""
+    hint = _OS_HINTS.get(exc.errno or 0, "")
+    what = exc.strerror or " ".join(str(exc).split())
+    click.secho("error:", fg="red", bold=True, err=True, nl=False)
+    click.echo(_one_line(f" {where}{what}" + (f" ({hint})" if hint else "")), err=True)
+    sys.exit(EXIT_USAGE)
+
+
+@contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """Give an OSError that names no file (a failed write, disk full) the path being written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = path
+        raise
+
+
+def _not_over(*paths: str | None, reading: list[Path]) -> None:
+    """Refuse a report path that would overwrite an input or a file of the folder read."""
+    for path in paths:
+        if path is None:
+            continue
+        real = Path(path).resolve()
+        for read in reading:
+            if real == read.resolve() or read.resolve() in real.parents:
+                raise UsageError(f"{path}: would write over or into {read}, which is being read")
+
+
+def _warn(message: str) -> None:
+    click.secho("warning:", fg="yellow", err=True, nl=False)
+    click.echo(f" {_one_line(message)}", err=True)
 
 
 class _Group(click.Group):
@@ -45,6 +101,16 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except PackshardError as exc:
             _fail(exc)
+        except OSError as exc:
+            _fail_os(exc)
+        except MemoryError:
+            click.secho("error:", fg="red", bold=True, err=True, nl=False)
+            click.echo(
+                " out of memory (lower --batch-size or --max-record-bytes, or give the run "
+                "more memory)",
+                err=True,
+            )
+            sys.exit(EXIT_USAGE)
 
 
 @click.group(cls=_Group)
@@ -86,6 +152,7 @@ def profile(
     workers: int = 1,
     ray_address: str | None = None,
     split_bytes: int = 0,
+    **limits: Any,
 ) -> None:
     """Length quantiles per domain and the padding waste packing would remove.
 
@@ -99,10 +166,8 @@ def profile(
     from packshard.ingest.templates import load_template
     from packshard.ingest.tokenizer import load_tokenizer
     from packshard.profile import profile_inputs, report_to_dict
+    from packshard.profile.lengths import check_profile_options
 
-    files = expand_inputs(data)
-    bundle = load_tokenizer(tokenizer)
-    tmpl = load_template(template, bundle)
     options = IngestOptions(
         format=fmt,
         domain_field=domain_field,
@@ -112,7 +177,14 @@ def profile(
         empty_reasoning=empty_reasoning,
         turns=turns,
         reasoning_markers=reasoning_markers,
+        **limits,
     )
+    options.check()
+    check_profile_options(max_seq_len, batch_size, seed)
+    files = expand_inputs(data)
+    _not_over(json_path, html_path, reading=[f.real for f in files])
+    bundle = load_tokenizer(tokenizer)
+    tmpl = load_template(template, bundle)
     scale = EngineOptions(engine, workers, ray_address)
     scale.check()
     if scale.serial:
@@ -131,10 +203,12 @@ def profile(
     console.print(render_rejects(report))
     if json_path:
         text = json.dumps(report_to_dict(report), indent=2, sort_keys=True, ensure_ascii=False)
-        Path(json_path).write_text(text + "\n", encoding="utf-8")
+        with _naming(json_path):
+            Path(json_path).write_text(text + "\n", encoding="utf-8")
         click.echo(f"wrote {json_path}")
     if html_path:
-        write_profile_html(report, html_path)
+        with _naming(html_path):
+            write_profile_html(report, html_path)
         click.echo(f"wrote {html_path}")
 
 
@@ -173,10 +247,10 @@ def pack(
         on_error=on_error,
         **options,
     )
-    result = pack_dataset(config, progress=_show_progress(progress))
+    with _naming(config.out):
+        result = pack_dataset(config, progress=_show_progress(progress), notify=_warn)
     for warning in result.warnings:
-        click.secho("warning:", fg="yellow", err=True, nl=False)
-        click.echo(f" {warning}", err=True)
+        _warn(warning)
     _console().print(render_pack_summary(result))
 
 
@@ -196,10 +270,12 @@ def verify(out: str, json_path: str | None, **options: Any) -> None:
     from packshard.cli.tables import render_verify_summary
     from packshard.verify.run import VerifyOptions, verify_dataset, write_report_json
 
+    _not_over(json_path, reading=[Path(out)])
     report = verify_dataset(out, VerifyOptions(**options))
     _console().print(render_verify_summary(report), soft_wrap=True)  # findings stay one line each
     if json_path:
-        write_report_json(report, json_path)
+        with _naming(json_path):
+            write_report_json(report, json_path)
         click.echo(f"wrote {json_path}")
     if len(report.findings):
         sys.exit(EXIT_DATA)
@@ -220,10 +296,12 @@ def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: st
     from packshard.cli.html import write_row_html
     from packshard.cli.inspect import inspect_row, render_row_console
 
+    _not_over(html_path, reading=[Path(out)])
     view = inspect_row(Path(out), row=row, shard=shard, tokenizer=tokenizer)
     _console().print(render_row_console(view))
     if html_path:
-        write_row_html(view, html_path)
+        with _naming(html_path):
+            write_row_html(view, html_path)
         click.echo(f"wrote {html_path}")
 
 

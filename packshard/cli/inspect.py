@@ -26,7 +26,8 @@ import numpy as np
 from packshard.errors import FormatError, InputError, UsageError
 from packshard.format.examples import ExamplesIndex, read_examples
 from packshard.format.manifest import load_manifest
-from packshard.format.shards import read_row, read_shard
+from packshard.format.paths import MISSING, inside_folder
+from packshard.format.shards import read_row, read_shard, rows_problem
 from packshard.records import IGNORE_INDEX, REASONING_MARKERS, PackedRow
 
 
@@ -105,17 +106,31 @@ def inspect_row(
     shards = manifest["shards"]
     if not 0 <= shard < len(shards):
         raise UsageError(f"--shard {shard} out of range (the folder has {len(shards)} shards)")
-    path = folder / shards[shard]["path"]
-    if not path.is_file():
-        raise InputError(f"{path}: shard missing (run packshard verify {out} to audit the folder)")
+    try:
+        path = inside_folder(folder, shards[shard]["path"])
+    except FormatError as exc:
+        if exc.problem != MISSING:
+            problem = f"{exc.problem} (run packshard verify)"
+            raise FormatError(str(folder / exc.path), problem) from None
+        path = folder / shards[shard]["path"]
+        raise InputError(
+            f"{path}: shard missing (run packshard verify {out} to audit the folder)"
+        ) from None
     table = read_shard(path, manifest["dataset_id"])
     if not 0 <= row < table.num_rows:
         raise UsageError(
             f"--row {row} out of range ({shards[shard]['path']} has {table.num_rows} rows)"
         )
+    broken = rows_problem(table.slice(row, 1))
+    if broken is not None:  # a crafted row: say so instead of decoding nonsense
+        why = broken.replace("row 0: ", "")
+        raise FormatError(f"{path}", f"row {row}: {why} (run packshard verify)")
     packed: PackedRow = read_row(table, row)
     where = _index_entries(folder, manifest, packed.example_ids)
-    tok = _load_tokenizer(tokenizer or manifest["tokenizer"]["path"])
+    recorded_tok = manifest["tokenizer"]
+    tok = _load_tokenizer(
+        tokenizer or _existing(recorded_tok["path"], recorded_tok.get("resolved"))
+    )
     recorded = manifest["config"].get("reasoning_markers") or REASONING_MARKERS
     markers = (str(recorded[0]), str(recorded[1]))
     segments = []
@@ -148,8 +163,8 @@ def _index_entries(
     folder: Path, manifest: dict[str, Any], example_ids: np.ndarray
 ) -> dict[int, tuple[str, int, int]]:
     """Return ``{example_id: ("file:line", part, turn)}`` for the given ids ({} if unreadable)."""
-    path = folder / manifest["files"]["examples"]["path"]
     try:
+        path = inside_folder(folder, manifest["files"]["examples"]["path"])
         table = read_examples(path, manifest["dataset_id"])
     except (FormatError, OSError):
         return {}  # the row still shows; verify reports the damaged index
@@ -161,6 +176,13 @@ def _index_entries(
         if at >= 0:
             found[eid] = (str(index.where(eid)), int(parts[at]), int(turns[at]))
     return found
+
+
+def _existing(path: str, resolved: Any) -> str:
+    """Return the recorded path, or where pack resolved it when that is not found from here."""
+    if not Path(path).exists() and isinstance(resolved, str) and Path(resolved).exists():
+        return resolved
+    return path
 
 
 def _load_tokenizer(path: str) -> Any:

@@ -13,6 +13,12 @@ import click
 
 from packshard.engine import ENGINES
 from packshard.ingest.splits import SPLIT_BYTES
+from packshard.limits import (
+    MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANSION,
+    MAX_RECORD_BYTES,
+    TEMPLATE_SECONDS,
+)
 from packshard.records import (
     COMPRESSIONS,
     EMPTY_REASONING,
@@ -148,6 +154,34 @@ INGEST = _group(
         default=None,
         help="Progress bar (default: when stderr is a terminal).",
     ),
+    click.option(
+        "--max-record-bytes",
+        type=int,
+        default=MAX_RECORD_BYTES,
+        show_default=True,
+        help="Largest record (line, element, row) and rendered text; larger: too_large.",
+    ),
+    click.option(
+        "--max-decompressed-bytes",
+        type=int,
+        default=MAX_DECOMPRESSED_BYTES,
+        show_default=True,
+        help="Most bytes one .gz/.zst input may decompress to (more: the run stops).",
+    ),
+    click.option(
+        "--max-expansion",
+        type=int,
+        default=MAX_EXPANSION,
+        show_default=True,
+        help="Most decompressed/compressed ratio past 16 MiB (a bomb stops the run).",
+    ),
+    click.option(
+        "--template-timeout",
+        type=float,
+        default=TEMPLATE_SECONDS,
+        show_default=True,
+        help="Seconds one record's render may take (more: template_error).",
+    ),
 )
 
 PROFILE = _group(
@@ -181,7 +215,6 @@ PACK = _group(
         "-o",
         "--out",
         required=True,
-        type=click.Path(file_okay=False),
         help="Output folder (written atomically).",
     ),
     click.option(

@@ -25,10 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from packshard.digests import sha256_bytes
-from packshard.errors import ManifestError
+from packshard.errors import FormatError, ManifestError
+from packshard.format.paths import MISSING, inside_folder
 from packshard.format.version import FORMAT_VERSION, check_format_version
 
 MANIFEST_NAME = "manifest.json"
+MAX_MANIFEST_BYTES = 256 << 20
+"""Largest manifest read (a manifest is a few kilobytes per shard and per input)."""
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def compute_dataset_id(config: Mapping[str, Any], fingerprints: Mapping[str, Any]) -> str:
@@ -101,6 +108,29 @@ def schema_errors(manifest: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def part_errors(manifest: Mapping[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """Validate only the top-level ``keys`` of ``manifest`` against their schema entries.
+
+    For readers that use a few values of a folder someone else wrote: each is checked
+    before it is used, without requiring what the reader never touches.
+    """
+    import jsonschema
+
+    full = load_schema()
+    schema = {
+        "type": "object",
+        "required": list(keys),
+        "properties": {k: full["properties"][k] for k in keys},
+        "$defs": full["$defs"],
+    }
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path))
+    return [
+        f"manifest.json: {'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
+        for e in errors
+    ]
+
+
 def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
     """Write ``folder/manifest.json``: sorted, indented, via a temporary file and a rename."""
     path = folder / MANIFEST_NAME
@@ -120,15 +150,25 @@ def load_manifest(out: str | os.PathLike[str], validate: bool = True) -> dict[st
     violations are reported together.
     """
     path = Path(out) / MANIFEST_NAME
-    if not path.is_file():
+    try:
+        inside_folder(out, MANIFEST_NAME)
+    except FormatError as exc:
+        if exc.problem != MISSING:
+            raise ManifestError(f"{path}: {exc.problem.removesuffix(' (not read)')}") from None
         raise ManifestError(
             f"{path}: no manifest (is {out} a packshard output folder? a run that was "
             "interrupted leaves none: pack again)"
-        )
+        ) from None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{path}: unreadable manifest: {exc}") from exc
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_MANIFEST_BYTES + 1)
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise ValueError(f"larger than {MAX_MANIFEST_BYTES:,} bytes")
+        manifest = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except RecursionError:
+        raise ManifestError(f"{path}: unreadable manifest: nested too deeply") from None
+    except (OSError, ValueError) as exc:  # JSON and UTF-8 errors are ValueErrors
+        raise ManifestError(f"{path}: unreadable manifest: {exc}") from None
     if not isinstance(manifest, dict):
         raise ManifestError(f"{path}: manifest is not a JSON object")
     check_format_version(manifest.get("format_version"), str(path))

@@ -23,6 +23,7 @@ from packshard.errors import DROPPED, REJECT_CODES, REJECTED, FormatError
 from packshard.records import Reject, SourceRef
 
 REJECTS_NAME = "rejects.jsonl"
+MAX_LINE = 1 << 20  # characters: a reject line holds a path, a domain and a short reason
 _KEYS = ("code", "domain", "line", "reason", "source")
 
 
@@ -104,7 +105,11 @@ def read_rejects(path: Path) -> Iterator[Reject]:
     """
     with open(path, encoding="utf-8", errors="strict") as fh:
         try:
-            for number, text in enumerate(fh, start=1):
+            for number, text in enumerate(iter(lambda: fh.readline(MAX_LINE + 1), ""), start=1):
+                if len(text) > MAX_LINE:
+                    raise FormatError(
+                        f"{path}:{number}", f"line longer than {MAX_LINE:,} characters"
+                    )
                 if text.strip():
                     yield _parse(text, f"{path}:{number}")
         except UnicodeDecodeError as exc:

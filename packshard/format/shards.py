@@ -191,6 +191,39 @@ def read_row(table: pa.Table, index: int) -> PackedRow:
     )
 
 
+def rows_problem(table: pa.Table) -> str | None:
+    """Say which row first breaks the boundaries a reader relies on, or None (vectorised).
+
+    The token lists agree in length, and each row's ``cu_seqlens`` starts at 0, strictly
+    increases, ends at its length and has one entry more than ``example_ids`` (the columns
+    present are checked: ``position_ids`` may be left out by a reader that derives it).
+    """
+    _, tok_off = list_values(table["input_ids"])
+    for name in ("labels", "position_ids"):
+        if name in table.column_names and not np.array_equal(list_values(table[name])[1], tok_off):
+            row = int(np.flatnonzero(np.diff(list_values(table[name])[1]) != np.diff(tok_off))[0])
+            return f"row {row}: input_ids and {name} differ in length"
+    cu, cu_off = list_values(table["cu_seqlens"])
+    nseg = np.diff(cu_off) - 1
+    lengths = np.diff(tok_off)
+    cu = cu.astype(np.int64)
+    padded = np.append(cu, -1)
+    first = np.where(nseg >= 0, padded[np.minimum(cu_off[:-1], len(cu))], -1)
+    last = np.where(nseg >= 0, padded[np.maximum(cu_off[1:] - 1, 0)], -1)
+    step = np.diff(cu)
+    inner = np.ones(len(step), dtype=bool)
+    cross = cu_off[1:-1] - 1
+    inner[cross[(cross >= 0) & (cross < len(step))]] = False
+    broken = np.zeros(len(nseg), dtype=bool)
+    broken[np.searchsorted(cu_off, np.flatnonzero(inner & (step <= 0)), side="right") - 1] = True
+    bad = (nseg < 1) | (first != 0) | (last != lengths) | broken
+    if "example_ids" in table.column_names:
+        bad |= np.diff(list_values(table["example_ids"])[1]) != nseg
+    if bad.any():
+        return f"row {int(np.flatnonzero(bad)[0])}: cu_seqlens or example_ids break the row"
+    return None
+
+
 def schema_problem(schema: pa.Schema) -> str | None:
     """Say what is wrong with a shard's columns, or None when they match the contract.
 

@@ -26,6 +26,8 @@ tokenizer is never left waiting for a label pass; the first chunk is encoded in 
     tokenize thread       [0a][0b]..[0h][encode 1            ][encode 2            ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][label 0, yield][render 2][label 1]..
 
+Templates render within ``max_record_bytes`` characters and ``template_timeout`` seconds.
+
 An example is rejected as ``no_trainable_tokens`` when every label after its first token is
 ``IGNORE_INDEX``: once packed, the first label of a segment is masked at the seam, so such an
 example would contribute nothing to the loss.  ``chunk.loss_tokens`` holds, per example, the
@@ -159,7 +161,7 @@ def _render_pieces(
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
     options: IngestOptions,
-    read: Callable[[Any], Iterable[RawRecord]],
+    read: Callable[..., Iterable[RawRecord]],
 ) -> Iterator[_Piece]:
     """Read, normalize and render records (the pure-Python half), a piece at a time.
 
@@ -171,8 +173,10 @@ def _render_pieces(
     rejects: list[tuple[int, Reject]] = []
     seq = count = 0  # records read, records in the open chunk
     piece = min(FIRST_PIECE, options.batch_size)
+    if template is not None:
+        template = template.bounded(options.max_record_bytes, options.template_timeout)
     for f in files:
-        for raw in read(f):
+        for raw in read(f, options=options):
             seq += 1
             count += 1
             try:
@@ -201,7 +205,7 @@ def ingest(
     template: ChatTemplate | None,
     options: IngestOptions,
     progress: bool = False,
-    read: Callable[[Any], Iterable[RawRecord]] = read_records,
+    read: Callable[..., Iterable[RawRecord]] = read_records,
 ) -> Iterator[IngestChunk]:
     """Stream ``files`` as tokenized, labelled chunks of ``options.batch_size`` records.
 

@@ -1,9 +1,8 @@
 r"""Find input files and stream their records, one :class:`RawRecord` at a time.
 
 Inputs are ``.jsonl``, ``.json`` (an array, or one object) and ``.parquet`` files; JSON files may
-be compressed as ``.gz`` or ``.zst``.  A spec is a file, a folder (every supported file below it,
-hidden entries skipped) or a glob; the result is deduplicated by real path and keeps spec order,
-each spec's matches sorted.
+be compressed as ``.gz`` or ``.zst``.  Specs (files, folders, globs) are expanded by
+:mod:`packshard.ingest.inputs`; files are opened there too, refusing FIFOs and devices.
 
 Nothing is read whole.  Compressed bytes are fed to ``zlib``/``zstandard`` decompression objects
 one chunk at a time (``chunk_size``, 1 MiB), and the end-of-stream marker is checked, so a
@@ -15,122 +14,41 @@ truncated ``.gz``/``.zst`` is noticed instead of silently ending early::
 A record's ``line`` is the 1-based physical line for JSONL (blank lines skipped but counted), the
 1-based element index of a JSON array (1 for a lone object) and the 1-based Parquet row.
 
-Decompression and the growing JSON text buffer live in :mod:`packshard.ingest.streams`.
+Decompression and the growing JSON text buffer live in :mod:`packshard.ingest.streams`, JSON
+values (duplicate keys refused) in :mod:`packshard.ingest.jsonparse`.
 
 Record-level problems never raise: the record carries a :class:`RecordError` (``invalid_json``,
-``invalid_utf8``, ``not_an_object``, ``unreadable``).  A broken array or a broken compressed
-stream cannot be resynchronized, so one error record marks where reading stopped; every record
-read before it is still yielded, so counts add up.  Only a file that cannot be opened raises
-:class:`InputError`.
+``invalid_utf8``, ``not_an_object``, ``duplicate_key``, ``too_large``, ``unreadable``).  A line,
+element or row over ``max_record_bytes`` is rejected unparsed (an oversized line is skipped,
+never held); an unusable array element is skipped and the next one read.  A broken array or
+compressed stream cannot be resynchronized, so one error record marks where reading stopped
+(every record before it is yielded: counts add up).  A file that cannot be opened, or that
+decompresses past its limits (its other records could not be counted), raises InputError.
 """
 
 from __future__ import annotations
 
-import glob
-import json
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from packshard.errors import InputError, RecordError
-from packshard.ingest.streams import StreamError, TextBuffer, iter_bytes
-from packshard.records import RawRecord, SourceRef
+from packshard.ingest.inputs import InputFile, expand_inputs, open_regular, split_ext
+from packshard.ingest.jsonparse import parse_record
+from packshard.ingest.streams import StreamError, StreamLimitError, TextBuffer, iter_bytes
+from packshard.records import IngestOptions, RawRecord, SourceRef
+
+__all__ = ["CHUNK_SIZE", "InputFile", "expand_inputs", "file_domain", "read_records"]
 
 CHUNK_SIZE = 1 << 20
-_EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"
-_CODECS = (".gz", ".zst")
-_TYPES = (".jsonl", ".json", ".parquet")
-
-
-@dataclass(frozen=True, slots=True)
-class InputFile:
-    """One input file: ``path`` as given or found (the recorded ``source``), ``real`` resolved."""
-
-    path: str
-    real: Path
-
-
-def _split_ext(name: str) -> tuple[str, str, str]:
-    """Return ``(stem, type, codec)`` of a file name, e.g. ``("chat", ".jsonl", ".gz")``."""
-    lower, codec, kind = name.lower(), "", ""
-    for ext in _CODECS:
-        if lower.endswith(ext):
-            codec, name, lower = ext, name[: -len(ext)], lower[: -len(ext)]
-            break
-    for ext in _TYPES:
-        if lower.endswith(ext):
-            kind, name = ext, name[: -len(ext)]
-            break
-    return name, kind, codec
+PARQUET_BATCH_BYTES = 64 << 20  # Parquet rows are read in batches of about this many bytes
 
 
 def file_domain(path: str) -> str:
     """Return the file's name without its known extensions (``chat.jsonl.gz`` -> ``chat``)."""
     name = os.path.basename(path)
-    stem = _split_ext(name)[0]
+    stem = split_ext(name)[0]
     return stem or name
-
-
-def _check_type(path: str) -> None:
-    _, kind, codec = _split_ext(os.path.basename(path))
-    if kind == ".parquet" and codec:
-        why = f"Parquet is compressed inside; remove the outer {codec}"
-        raise InputError(f"{path}: unsupported input type ({why})")
-    if not kind:
-        raise InputError(f"{path}: unsupported input type ({_EXPECTED})")
-
-
-def _walk(folder: str) -> list[str]:
-    found = []
-    for p in Path(folder).rglob("*"):
-        rel = p.relative_to(folder)
-        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
-            _, kind, codec = _split_ext(p.name)
-            if kind and not (kind == ".parquet" and codec):
-                found.append(rel.as_posix())
-    return [str(Path(folder) / rel) for rel in sorted(found)]
-
-
-def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
-    """Expand files, folders and globs into input files, in a deterministic order.
-
-    Folders contribute every supported file below them (sorted, hidden entries and other files
-    skipped); globs their sorted matches, each of which must be supported.  A file named twice
-    (or reached through two specs or links) is kept once, at its first place.
-    """
-    files: list[InputFile] = []
-    seen: set[Path] = set()
-    for spec in specs:
-        p = Path(spec)
-        if p.is_dir():
-            paths = _walk(spec)
-            if not paths:
-                raise InputError(f"{spec}: folder holds no input files ({_EXPECTED})")
-        elif p.is_file():
-            _check_type(spec)
-            paths = [spec]
-        elif any(c in spec for c in "*?["):
-            paths = []
-            for match in sorted(glob.glob(spec, recursive=True)):
-                if os.path.isdir(match):
-                    paths.extend(_walk(match))
-                else:
-                    _check_type(match)
-                    paths.append(match)
-            if not paths:
-                raise InputError(f"{spec}: pattern matches no input files (check the glob)")
-        elif p.exists():
-            raise InputError(f"{spec}: not a regular file or folder")
-        else:
-            raise InputError(f"{spec}: no such file or folder")
-        for path in paths:
-            real = Path(path).resolve()
-            if real not in seen:
-                seen.add(real)
-                files.append(InputFile(path, real))
-    return files
 
 
 def _reject(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
@@ -164,24 +82,23 @@ def _parse_line(f: InputFile, line_no: int, domain: str, line: bytes) -> RawReco
         return _reject(f, line_no, "invalid_utf8", reason)
     if line_no == 1 and text.startswith("\ufeff"):
         text = text[1:]
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return _reject(
-            f,
-            line_no,
-            "invalid_json",
-            f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}",
-        )
-    except RecursionError:
-        return _reject(f, line_no, "invalid_json", "invalid JSON: nested too deeply")
-    except ValueError as exc:
-        return _reject(f, line_no, "invalid_json", f"invalid JSON: {exc}")
+    value, error = parse_record(text)
+    if error is not None:
+        return _reject(f, line_no, *error)
     return _record(f, line_no, domain, value)
 
 
-def _read_jsonl(f: InputFile, chunks: Iterator[bytes]) -> Iterator[RawRecord]:
-    domain, line_no, parts = file_domain(f.path), 0, []
+def _too_large(f: InputFile, line: int, what: str, limit: int) -> RawRecord:
+    reason = (
+        f"{what} is larger than {limit:,} bytes (use --max-record-bytes to raise the limit "
+        "for records this large)"
+    )
+    return _reject(f, line, "too_large", reason)
+
+
+def _read_jsonl(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[RawRecord]:
+    """Split on newlines; a line longer than ``limit`` is rejected and skipped, never held."""
+    domain, line_no, parts, pending, skipping = file_domain(f.path), 0, [], 0, False
     while True:
         try:
             chunk = next(chunks)
@@ -191,22 +108,37 @@ def _read_jsonl(f: InputFile, chunks: Iterator[bytes]) -> Iterator[RawRecord]:
             reason = f"cannot decompress: {exc}; the rest of the file is not read"
             yield _reject(f, line_no + 1, "unreadable", reason)
             return
+        if skipping:  # inside an oversized line: drop bytes up to its newline
+            end = chunk.find(b"\n")
+            if end < 0:
+                continue
+            line_no, skipping, chunk = line_no + 1, False, chunk[end + 1 :]
         if b"\n" not in chunk:
+            pending += len(chunk)
             parts.append(chunk)
+            if pending > limit:
+                yield _too_large(f, line_no + 1, "line", limit)
+                parts, pending, skipping = [], 0, True
             continue
         parts.append(chunk)
         lines = b"".join(parts).split(b"\n")
-        parts = [lines.pop()]
+        tail = lines.pop()
         for line in lines:
             line_no += 1
-            if line.strip():
+            if len(line) > limit:
+                yield _too_large(f, line_no, "line", limit)
+            elif line.strip():
                 yield _parse_line(f, line_no, domain, line)
+        parts, pending = [tail], len(tail)
+        if pending > limit:
+            yield _too_large(f, line_no + 1, "line", limit)
+            parts, pending, skipping = [], 0, True
     tail = b"".join(parts)
-    if tail.strip():
+    if tail.strip() and not skipping:
         yield _parse_line(f, line_no + 1, domain, tail)
 
 
-def _read_json(f: InputFile, chunks: Iterator[bytes]) -> Iterator[RawRecord]:
+def _read_json(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[RawRecord]:
     buf, domain, stop = (
         TextBuffer(chunks),
         file_domain(f.path),
@@ -218,7 +150,7 @@ def _read_json(f: InputFile, chunks: Iterator[bytes]) -> Iterator[RawRecord]:
             code, why = buf.failure or ("invalid_json", "invalid JSON: the file is empty")
             yield _reject(f, 1, code, why)
             return
-        value, error = buf.decode()
+        value, error, _ = buf.decode(limit)
         if error is None and buf.peek():
             hint = "; a file of one JSON value per line must be named .jsonl"
             error = ("invalid_json", f"invalid JSON: extra data at line {buf.line()}{hint}")
@@ -233,11 +165,11 @@ def _read_json(f: InputFile, chunks: Iterator[bytes]) -> Iterator[RawRecord]:
     while nxt != "]":
         index += 1
         buf.peek()
-        value, error = buf.decode()
-        if error:
+        value, error, fatal = buf.decode(limit)
+        if error and fatal:
             yield _reject(f, index, error[0], error[1] + stop)
             return
-        yield _record(f, index, domain, value)
+        yield _reject(f, index, *error) if error else _record(f, index, domain, value)
         nxt = buf.peek()
         if nxt not in (",", "]"):
             code, why = buf.failure or (
@@ -254,14 +186,48 @@ def _read_json(f: InputFile, chunks: Iterator[bytes]) -> Iterator[RawRecord]:
         yield _reject(f, index + 1, *buf.failure)
 
 
-def _read_parquet(f: InputFile, batch_rows: int) -> Iterator[RawRecord]:
+def _repeated_field(fields: Any) -> str | None:
+    """Return a field name occurring twice in one struct of an Arrow schema, if any."""
+    import pyarrow as pa
+
+    stack = [list(fields)]
+    while stack:
+        level = stack.pop()
+        names = [field.name for field in level]
+        for name in names:
+            if names.count(name) > 1:
+                return str(name)
+        for field in level:
+            kind = field.type
+            while pa.types.is_list(kind) or pa.types.is_large_list(kind):
+                kind = kind.value_type
+            if pa.types.is_struct(kind):
+                stack.append([kind.field(i) for i in range(kind.num_fields)])
+    return None
+
+
+def _read_parquet(f: InputFile, batch_rows: int, limit: int) -> Iterator[RawRecord]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    try:
-        pfile = pq.ParquetFile(f.real)
-    except (OSError, pa.ArrowException) as exc:
-        raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
+    with open_regular(f.real, f.path) as fh:
+        try:
+            pfile = pq.ParquetFile(fh)
+            repeated = _repeated_field(pfile.schema_arrow)
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
+        yield from _parquet_rows(f, pfile, repeated, batch_rows, limit)
+
+
+def _parquet_rows(
+    f: InputFile, pfile: Any, repeated: str | None, batch_rows: int, limit: int
+) -> Iterator[RawRecord]:
+    import pyarrow as pa
+
+    meta = pfile.metadata
+    if meta.num_rows and meta.num_row_groups:  # fewer rows per batch when rows are large
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) or 1
+        batch_rows = max(1, min(batch_rows, PARQUET_BATCH_BYTES * meta.num_rows // size))
     domain, row, batches = file_domain(f.path), 0, pfile.iter_batches(batch_size=batch_rows)
     while True:
         try:
@@ -272,27 +238,62 @@ def _read_parquet(f: InputFile, batch_rows: int) -> Iterator[RawRecord]:
             reason = f"cannot read Parquet data ({exc}); the rest of the file is not read"
             yield _reject(f, row + 1, "unreadable", reason)
             return
-        for value in batch.to_pylist():
-            row += 1
-            yield RawRecord(SourceRef(f.path, row), domain, value)
+        if repeated is not None:
+            for _ in range(batch.num_rows):
+                row += 1
+                why = f"duplicate field {repeated!r} in the Parquet schema (fix the file)"
+                yield _reject(f, row, "duplicate_key", why)
+            continue
+        for part in _within(batch, limit):
+            if part is None:  # one row over the limit: never turned into Python values
+                row += 1
+                yield _too_large(f, row, "row", limit)
+                continue
+            for value in part.to_pylist():
+                row += 1
+                yield RawRecord(SourceRef(f.path, row), domain, value)
 
 
-def read_records(f: InputFile, chunk_size: int = CHUNK_SIZE) -> Iterator[RawRecord]:
+def _within(batch: Any, limit: int) -> Iterator[Any]:
+    """Cut a record batch, in order, into slices of at most ``limit`` bytes (None: one row over)."""
+    stack = [batch]
+    while stack:
+        part = stack.pop()
+        if part.nbytes <= limit:
+            yield part
+        elif part.num_rows == 1:
+            yield None
+        else:
+            half = part.num_rows // 2
+            stack += [part.slice(half), part.slice(0, half)]
+
+
+def read_records(
+    f: InputFile, chunk_size: int = CHUNK_SIZE, options: IngestOptions | None = None
+) -> Iterator[RawRecord]:
     """Stream the records of one input file, in file order.
 
-    Bad records come back as records with ``error`` set (see the module docstring); only a
-    file that cannot be opened raises :class:`InputError`.  ``chunk_size`` is the number of
-    bytes read (and, for ``.gz``, decompressed) at a time; Parquet is read in batches of
-    ``min(chunk_size, 1024)`` rows.
+    Bad records come back as records with ``error`` set (see the module docstring).
+    ``chunk_size`` is the number of bytes read (and decompressed) at a time; Parquet is read
+    in batches of ``min(chunk_size, 1024)`` rows, fewer when its rows are large.  ``options``
+    gives the limits (``max_record_bytes``, ``max_decompressed_bytes``, ``max_expansion``).
+
+    Raises:
+        InputError: the file cannot be opened or is not a regular file, or it decompresses
+            past its limits.
+
     """
-    _, kind, codec = _split_ext(os.path.basename(f.path))
+    options = options or IngestOptions()
+    limit = options.max_record_bytes
+    _, kind, codec = split_ext(os.path.basename(f.path))
     if kind == ".parquet":
-        yield from _read_parquet(f, max(1, min(chunk_size, 1024)))
+        yield from _read_parquet(f, max(1, min(chunk_size, 1024)), limit)
         return
-    try:
-        fh = open(f.real, "rb")
-    except OSError as exc:
-        raise InputError(f"{f.path}: cannot open ({exc.strerror or exc})") from None
-    with fh:
-        chunks = iter_bytes(fh, codec, chunk_size)
-        yield from (_read_json if kind == ".json" else _read_jsonl)(f, chunks)
+    with open_regular(f.real, f.path) as fh:
+        chunks = iter_bytes(
+            fh, codec, chunk_size, options.max_decompressed_bytes, options.max_expansion
+        )
+        try:
+            yield from (_read_json if kind == ".json" else _read_jsonl)(f, chunks, limit)
+        except StreamLimitError as exc:
+            raise InputError(f"{f.path}: {exc}") from None

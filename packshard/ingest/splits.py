@@ -32,16 +32,19 @@ from pathlib import Path
 from typing import BinaryIO
 
 from packshard.errors import InputError
+from packshard.ingest.inputs import open_regular, split_ext
 from packshard.ingest.sources import (
     CHUNK_SIZE,
     InputFile,
     _read_jsonl,
     _reject,
-    _split_ext,
+    _repeated_field,
+    _too_large,
+    _within,
     file_domain,
     read_records,
 )
-from packshard.records import RawRecord, SourceRef
+from packshard.records import IngestOptions, RawRecord, SourceRef
 
 SPLIT_BYTES = 64 * 1024 * 1024
 """Default unit size (bytes of JSONL; Parquet row groups are gathered up to about this)."""
@@ -88,7 +91,7 @@ def plan_splits(files: Sequence[InputFile], target_bytes: int = SPLIT_BYTES) -> 
     """Cut ``files`` into splits of about ``target_bytes``, in input order."""
     splits: list[Split] = []
     for index, f in enumerate(files):
-        _, kind, codec = _split_ext(os.path.basename(f.path))
+        _, kind, codec = split_ext(os.path.basename(f.path))
         try:
             st = os.stat(f.real)
         except OSError as exc:
@@ -165,21 +168,24 @@ class SplitRead:
     stopped: bool = False  # reading broke off: later splits of the file are not read
 
 
-def read_split(split: Split, state: SplitRead | None = None) -> Iterator[RawRecord]:
-    """Stream the records of one split, in file order (lines relative for ``bytes`` splits)."""
+def read_split(
+    split: Split, state: SplitRead | None = None, options: IngestOptions | None = None
+) -> Iterator[RawRecord]:
+    """Stream the records of one split, in file order (lines relative for ``bytes`` splits).
+
+    The limits of ``options`` apply as they do to the whole file (:func:`read_records`).
+    """
     state = state if state is not None else SplitRead()
+    options = options or IngestOptions()
     f = split.input
     if split.kind == "file":
-        yield from read_records(f)
+        yield from read_records(f, options=options)
     elif split.kind == "rows":
-        yield from _read_row_groups(split, state)
+        yield from _read_row_groups(split, state, options.max_record_bytes)
     else:
-        try:
-            fh = open(f.real, "rb")
-        except OSError as exc:
-            raise InputError(f"{f.path}: cannot open ({exc.strerror or exc})") from None
-        with fh:
-            yield from _read_jsonl(f, _range_bytes(fh, split.start, split.stop, state))
+        with open_regular(f.real, f.path) as fh:
+            chunks = _range_bytes(fh, split.start, split.stop, state)
+            yield from _read_jsonl(f, chunks, options.max_record_bytes)
 
 
 def count_newlines(split: Split) -> int:
@@ -203,14 +209,19 @@ def _range_bytes(fh: BinaryIO, start: int, stop: int, state: SplitRead) -> Itera
         yield chunk
 
 
-def _read_row_groups(split: Split, state: SplitRead) -> Iterator[RawRecord]:
-    """Rows of some row groups, numbered from the split's first row, as the whole file's."""
+def _read_row_groups(split: Split, state: SplitRead, limit: int) -> Iterator[RawRecord]:
+    """Rows of some row groups, numbered from the split's first row, as the whole file's.
+
+    Rows are checked as the whole-file reader checks them: a schema with a repeated field
+    makes every row a ``duplicate_key`` reject, a row over ``limit`` bytes is ``too_large``.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     f = split.input
     try:
         pfile = pq.ParquetFile(f.real)
+        repeated = _repeated_field(pfile.schema_arrow)
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
     domain, row = file_domain(f.path), split.first_row
@@ -225,6 +236,17 @@ def _read_row_groups(split: Split, state: SplitRead) -> Iterator[RawRecord]:
             state.stopped = True
             yield _reject(f, row + 1, "unreadable", reason)
             return
-        for value in batch.to_pylist():
-            row += 1
-            yield RawRecord(SourceRef(f.path, row), domain, value)
+        if repeated is not None:
+            why = f"duplicate field {repeated!r} in the Parquet schema (fix the file)"
+            for _ in range(batch.num_rows):
+                row += 1
+                yield _reject(f, row, "duplicate_key", why)
+            continue
+        for part in _within(batch, limit):
+            if part is None:  # one row over the limit: never turned into Python values
+                row += 1
+                yield _too_large(f, row, "row", limit)
+                continue
+            for value in part.to_pylist():
+                row += 1
+                yield RawRecord(SourceRef(f.path, row), domain, value)

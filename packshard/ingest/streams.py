@@ -10,6 +10,16 @@ string) may just mean "not enough text yet": the buffer then grows by at least i
 size and the element is decoded again, so a 50 MB element costs O(50 MB) of parsing, not
 O(50 MB × chunks).  A number ending within 3 characters of the buffer's end also grows it,
 since "1." may be "1.5".
+
+Limits (the ``--max-…`` options): an element larger than ``limit`` characters, one nested
+too deeply, holding a repeated key or an unconvertible number is skipped with
+:class:`~packshard.ingest.jsonparse.ValueScanner` and reported, and reading goes on with the
+next element.  Decompression is bounded too: zlib is asked for at most ``chunk_size`` bytes per
+call, and zstd, which has no such argument, is fed ``ZSTD_FEED`` bytes at a time (a zstd block
+of a few bytes decodes to at most 128 KiB, so one call yields at most about 32 MiB).  A file
+decompressing to more than ``max_bytes``, or past ``EXPANSION_FLOOR`` to more than
+``max_expansion`` times its compressed size (a decompression bomb), raises
+:class:`StreamLimitError`: the records past that point cannot be counted, so the run stops.
 """
 
 from __future__ import annotations
@@ -23,44 +33,112 @@ from typing import Any, BinaryIO
 
 import zstandard
 
+from packshard.ingest.jsonparse import (
+    DECODER,
+    DuplicateKeyError,
+    ValueScanner,
+    duplicate_reason,
+    value_reason,
+)
+
 _WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
 _MARGIN = 16  # a decode error this close to the buffer's end may be a cut-off token
+ZSTD_FEED = 1024
+EXPANSION_FLOOR = 16 << 20
 
 
 class StreamError(Exception):
     """A compressed stream broke; its message is the reject reason."""
 
 
-def iter_bytes(fh: BinaryIO, codec: str, chunk_size: int) -> Iterator[bytes]:
-    """Yield the decompressed bytes; raise :class:`StreamError` on a corrupt or cut stream."""
+class StreamLimitError(Exception):
+    """A compressed stream decompresses to more than its limits allow (the run stops)."""
+
+
+def iter_bytes(
+    fh: BinaryIO,
+    codec: str,
+    chunk_size: int,
+    max_bytes: int | None = None,
+    max_expansion: int | None = None,
+) -> Iterator[bytes]:
+    """Yield the decompressed bytes, about ``chunk_size`` at a time.
+
+    Raises:
+        StreamError: a corrupt or cut stream.
+        StreamLimitError: more than ``max_bytes`` decompressed, or, past
+            ``EXPANSION_FLOOR``, more than ``max_expansion`` times the bytes read.
+
+    """
     if not codec:
         while chunk := fh.read(chunk_size):
             yield chunk
         return
+    read = [0]
+    made, ready, pending = 0, [], 0
+    for out in _decompress(fh, codec, chunk_size, read):
+        made += len(out)
+        _check_expansion(codec, read[0], made, max_bytes, max_expansion)
+        ready.append(out)
+        pending += len(out)
+        if pending >= chunk_size:
+            yield b"".join(ready) if len(ready) > 1 else out
+            ready, pending = [], 0
+    if ready:
+        yield b"".join(ready)
+
+
+def _decompress(fh: BinaryIO, codec: str, chunk_size: int, read: list[int]) -> Iterator[bytes]:
+    """Decompressed pieces of a multi-member gzip or multi-frame zstd stream, bounded in size.
+
+    Input is fed in slices (``ZSTD_FEED`` bytes for zstd, ``chunk_size`` for gzip, whose
+    output is capped by ``max_length``) and positions are tracked as offsets, so many small
+    members cost no copying.  ``read[0]`` counts the compressed bytes read so far.
+    """
+    gz = codec == ".gz"
+    feed = chunk_size if gz else ZSTD_FEED
     fresh: Any = (
         (lambda: zlib.decompressobj(wbits=31))
-        if codec == ".gz"
+        if gz
         else (lambda: zstandard.ZstdDecompressor().decompressobj())
     )
-    obj, open_member = fresh(), False
+    obj, open_member, between = fresh(), False, False
     while data := fh.read(chunk_size):
-        while data:
-            open_member = True
+        read[0] += len(data)
+        view, pos = memoryview(data), 0
+        while pos < len(data):
+            if between and gz and view[pos] == 0 and not bytes(view[pos:]).strip(b"\0"):
+                break  # gzip allows zero padding after the last member
+            piece = view[pos : pos + feed]
+            open_member, between = True, False
             try:
-                out = obj.decompress(data, chunk_size) if codec == ".gz" else obj.decompress(data)
+                out = obj.decompress(piece, chunk_size) if gz else obj.decompress(piece)
             except (zlib.error, zstandard.ZstdError) as exc:
                 raise StreamError(f"corrupt {codec} stream ({exc})") from None
             if out:
                 yield out
             if obj.eof:  # a member/frame ended; another may follow
-                data, obj, open_member = obj.unused_data, fresh(), False
-                if codec == ".gz" and not data.strip(b"\0"):
-                    data = b""  # gzip allows zero padding after the last member
+                pos += len(piece) - len(obj.unused_data)
+                obj, open_member, between = fresh(), False, True
             else:
-                data = obj.unconsumed_tail
+                pos += len(piece) - (len(obj.unconsumed_tail) if gz else 0)
     if open_member:
         raise StreamError(f"the {codec} stream is truncated (it ends before its end marker)")
+
+
+def _check_expansion(
+    codec: str, read: int, made: int, max_bytes: int | None, max_expansion: int | None
+) -> None:
+    if max_bytes is not None and made > max_bytes:
+        raise StreamLimitError(
+            f"decompresses to more than {max_bytes:,} bytes (use --max-decompressed-bytes "
+            "to raise the limit for a file this large)"
+        )
+    if max_expansion is not None and made > EXPANSION_FLOOR and made > max_expansion * read:
+        raise StreamLimitError(
+            f"expands more than {max_expansion}x ({read:,} {codec} bytes to over {made:,}): a "
+            "decompression bomb? (use --max-expansion to allow more)"
+        )
 
 
 class TextBuffer:
@@ -132,29 +210,68 @@ class TextBuffer:
         """1-based line of the file at the current position."""
         return self._dropped_lines + self.text.count("\n", 0, self.pos) + 1
 
-    def decode(self) -> tuple[Any, tuple[str, str] | None]:
-        """Decode the value at the position: ``(value, None)`` or ``(None, (code, why))``."""
+    def decode(self, limit: int | None = None) -> tuple[Any, tuple[str, str] | None, bool]:
+        """Decode the value at the position.
+
+        Returns ``(value, None, False)``; or ``(None, (code, why), fatal)``: a fatal error
+        leaves the position at the error (the text cannot be resynchronized), any other has
+        skipped the value (larger than ``limit`` characters, nested too deeply, a repeated
+        key, a number Python cannot convert) so reading can go on after it.
+        """
         while True:
             try:
-                value, end = _DECODER.raw_decode(self.text, self.pos)
+                value, end = DECODER.raw_decode(self.text, self.pos)
             except json.JSONDecodeError as exc:
                 cut = exc.msg.startswith("Unterminated") or exc.pos >= len(self.text) - _MARGIN
                 if cut and not self.done:
+                    if limit is not None and len(self.text) - self.pos > limit:
+                        return self.skip("too_large", _too_large(limit))
                     self.grow()
                     continue
                 if cut and self.failure:
-                    return None, self.failure
+                    return None, self.failure, True
                 self.pos = exc.pos
-                return None, (
-                    "invalid_json",
-                    f"invalid JSON: {exc.msg.removesuffix(' at')} at line {self.line()}",
+                return (
+                    None,
+                    (
+                        "invalid_json",
+                        f"invalid JSON: {exc.msg.removesuffix(' at')} at line {self.line()}",
+                    ),
+                    True,
                 )
+            except DuplicateKeyError as exc:
+                return self.skip("duplicate_key", duplicate_reason(exc))
             except RecursionError:
-                return None, ("invalid_json", "invalid JSON: nested too deeply")
-            except ValueError as exc:
-                return None, ("invalid_json", f"invalid JSON: {exc}")
+                return self.skip("invalid_json", "invalid JSON: nested too deeply")
+            except ValueError as exc:  # e.g. an integer with more digits than Python converts
+                return self.skip("invalid_json", value_reason(exc))
             if type(value) in (int, float) and end >= len(self.text) - 3 and not self.done:
                 self.grow()  # "1", "1.", "1e-" at the end may be a cut-off "1.5e-3"
                 continue
+            if limit is not None and end - self.pos > limit:
+                self.pos = end
+                return None, ("too_large", _too_large(limit)), False
             self.pos = end
-            return value, None
+            return value, None, False
+
+    def skip(self, code: str, why: str) -> tuple[None, tuple[str, str], bool]:
+        """Move past the value at the position without parsing it; report ``(code, why)``.
+
+        Fatal when the text ends inside the value.
+        """
+        scanner, i = ValueScanner(), self.pos
+        while (end := scanner.scan(self.text, i)) is None:
+            self.pos = len(self.text)
+            if not self.fill():
+                failure = self.failure or ("invalid_json", "invalid JSON: the file ends inside it")
+                return None, (code, f"{why}; {failure[1]}"), True
+            i = self.pos
+        self.pos = end
+        return None, (code, why), False
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"element is larger than {limit:,} bytes (use --max-record-bytes to raise the "
+        "limit for records this large)"
+    )

@@ -12,19 +12,33 @@ A template comes from the tokenizer folder (``chat_template.jinja``, else the co
 ``chat_template``), a ``.jinja`` file, or a built-in name (``chatml``).  :func:`render_chat`
 returns the text and, for templates with ``{% generation %}`` blocks, where each block's output
 landed; which characters are trained is decided in :mod:`packshard.ingest.spans`.
+
+Each render runs under its template's :class:`~packshard.ingest.budget.RenderLimits` (time and
+size, :mod:`packshard.ingest.budget`); going over them is a :class:`TemplateError` for that
+record.  Compiling is bounded too: a template text over ``MAX_TEMPLATE_BYTES``, or one too
+deeply nested to compile, is refused as a usage error before any record is read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from jinja2 import nodes
 
-from packshard.errors import TemplateError
+from packshard.errors import InputError, TemplateError
+from packshard.ingest.budget import (
+    BUDGET,
+    Budget,
+    RenderLimits,
+    TemplateBudgetError,
+)
+from packshard.ingest.inputs import open_regular
 from packshard.ingest.sandbox import (
     RECORDER,
     Recorder,
@@ -63,6 +77,8 @@ CHATML = r"""{%- set ns = namespace(start=0) %}
 {%- endif %}
 """
 BUILTINS = {"chatml": CHATML}
+MAX_TEMPLATE_BYTES = 4 << 20
+"""Largest chat template text accepted (real ones are a few kilobytes)."""
 
 
 @dataclass(frozen=True)
@@ -75,16 +91,27 @@ class ChatTemplate:
     has_generation: bool
     compiled: jinja2.Template = field(repr=False, compare=False)
     flat_globals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    limits: RenderLimits = field(default=RenderLimits(), compare=False)
 
     @property
     def label_spans(self) -> str:
         """The label path chat records take: ``generation_tags`` or ``offsets``."""
         return "generation_tags" if self.has_generation else "offsets"
 
+    def bounded(self, max_chars: int, seconds: float) -> ChatTemplate:
+        """Return this template rendering under the given size and time budget."""
+        return dataclasses.replace(self, limits=RenderLimits(max_chars, seconds))
+
 
 def compile_template(text: str, source: str) -> ChatTemplate:
     """Compile ``text`` in the sandbox; ``source`` names it in errors and the manifest."""
     env = make_environment()
+    if len(text) > MAX_TEMPLATE_BYTES:
+        raise TemplateError(
+            f"{source}: template is {len(text):,} characters, more than {MAX_TEMPLATE_BYTES:,} "
+            "(not a chat template? choose another with --template)"
+        )
+    token = BUDGET.set(Budget.start(RenderLimits()))
     try:
         tree = env.parse(text)
         compiled = env.from_string(tree)
@@ -93,6 +120,14 @@ def compile_template(text: str, source: str) -> ChatTemplate:
             f"{source}:{exc.lineno}: template syntax error: {exc.message} "
             "(fix the template or choose another with --template)"
         ) from exc
+    except (RecursionError, MemoryError, TemplateError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc) or "too large"
+        raise TemplateError(
+            f"{source}: template cannot be compiled: {why} (fix the template or choose "
+            "another with --template)"
+        ) from None
+    finally:
+        BUDGET.reset(token)
     has_generation = any(
         isinstance(n.call, nodes.Call)
         and isinstance(n.call.node, nodes.ExtensionAttribute)
@@ -121,9 +156,20 @@ def load_template(spec: str | None, bundle: TokenizerBundle) -> ChatTemplate | N
     if spec.startswith("builtin:"):
         known = ", ".join(sorted(BUILTINS))
         raise TemplateError(f"{spec}: unknown built-in template (known: {known})")
-    path = Path(spec)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open_regular(Path(spec), spec) as fh:  # never a FIFO or a device
+            data = fh.read(MAX_TEMPLATE_BYTES + 1)
+        if len(data) > MAX_TEMPLATE_BYTES:
+            raise TemplateError(
+                f"{spec}: template is more than {MAX_TEMPLATE_BYTES:,} bytes (not a chat "
+                "template? choose another with --template)"
+            )
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as text mode
+    except InputError as exc:
+        why = str(exc).removeprefix(f"{spec}: ")
+        raise TemplateError(
+            f"{spec}: cannot read chat template: {why} (pass a .jinja file or --template chatml)"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateError(
             f"{spec}: cannot read chat template: {exc} (pass a .jinja file or --template chatml)"
@@ -171,15 +217,24 @@ def render_chat(
         compiled.name,
         compiled.blocks,
     )
-    recorder = Recorder()
-    token = RECORDER.set(recorder)
+    recorder, budget = Recorder(), Budget.start(template.limits)
+    token, limit = RECORDER.set(recorder), BUDGET.set(budget)
     try:
         try:
-            if not template.has_generation:
-                return "".join(compiled.root_render_func(context)), []
             parts: list[str] = []
-            for piece in compiled.root_render_func(context):
-                recorder.emitted += len(piece)
+            total, most, pieces = 0, budget.limits.max_chars, compiled.root_render_func(context)
+            if not template.has_generation:  # a few pieces at a time: bounded, and cheap
+                while chunk := list(islice(pieces, 8)):
+                    total += sum(map(len, chunk))
+                    if total > most:
+                        budget.size(total, "rendered text")
+                    parts += chunk
+                return "".join(parts), []
+            for piece in pieces:  # {% generation %} blocks need to know where each piece lands
+                total += len(piece)
+                if total > most:  # the output is bounded while it is made
+                    budget.size(total, "rendered text")
+                recorder.emitted = total
                 parts.append(piece)
         except Exception:
             env.handle_exception()  # re-raises with template line numbers
@@ -187,12 +242,15 @@ def render_chat(
         raise TemplateSecurityError(
             f"{template.source}: template tried to leave the sandbox: {exc}{_template_line(exc)}"
         ) from exc
+    except TemplateBudgetError as exc:
+        raise TemplateError(f"{exc}{_template_line(exc)}") from None
     except TemplateError as exc:
         raise TemplateError(f"template raised: {exc}{_template_line(exc)}") from exc
     except Exception as exc:  # a template may fail in many ways; all are the template's
         raise TemplateError(f"template failed: {type(exc).__name__}: {exc}") from exc
     finally:
         RECORDER.reset(token)
+        BUDGET.reset(limit)
     text = "".join(parts)
     blocks = [(lo, out) for lo, out in recorder.blocks if out]
     if any(text[lo : lo + len(out)] != out for lo, out in blocks):

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from packshard.engine import EngineOptions
 from packshard.errors import UsageError
 from packshard.ingest.splits import SPLIT_BYTES
+from packshard.limits import (
+    MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANSION,
+    MAX_RECORD_BYTES,
+    MAX_SEED,
+    TEMPLATE_SECONDS,
+    check_max_seq_len,
+    check_range,
+)
+from packshard.pack.outdir import check_out
 from packshard.records import (
     COMPRESSIONS,
     ON_ERROR,
@@ -53,6 +62,10 @@ class PackConfig:
     empty_reasoning: str = "train"
     turns: str = "as_rendered"
     reasoning_markers: tuple[str, str] = REASONING_MARKERS
+    max_record_bytes: int = MAX_RECORD_BYTES
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+    max_expansion: int = MAX_EXPANSION
+    template_timeout: float = TEMPLATE_SECONDS
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""
@@ -66,10 +79,18 @@ class PackConfig:
             empty_reasoning=self.empty_reasoning,
             turns=self.turns,
             reasoning_markers=self.reasoning_markers,
+            max_record_bytes=self.max_record_bytes,
+            max_decompressed_bytes=self.max_decompressed_bytes,
+            max_expansion=self.max_expansion,
+            template_timeout=self.template_timeout,
         )
 
     def recorded(self) -> dict[str, Any]:
-        """Return the manifest's ``config`` block (what determines the output's content)."""
+        """Return the manifest's ``config`` block (what determines the output's content).
+
+        ``limits`` is there only when a limit was moved from its default, so packs made with
+        the defaults keep their dataset ids.
+        """
         return {
             "max_seq_len": self.max_seq_len,
             "strategy": self.strategy,
@@ -88,6 +109,7 @@ class PackConfig:
             "empty_reasoning": self.empty_reasoning,
             "turns": self.turns,
             "reasoning_markers": list(self.reasoning_markers),
+            **({"limits": limits} if (limits := self.ingest_options().limits()) else {}),
         }
 
     def plan_group(self) -> int | None:
@@ -97,19 +119,21 @@ class PackConfig:
 
 def check_config(config: PackConfig) -> list[str]:
     """Refuse impossible options up front; return warnings for questionable ones."""
-    if config.max_seq_len < 2:
-        raise UsageError(f"--max-seq-len {config.max_seq_len} is too small (need at least 2)")
+    check_max_seq_len(config.max_seq_len)
+    check_range("--seed", config.seed, 0, MAX_SEED)
     check_choice("--strategy", config.strategy, STRATEGIES)
     check_choice("--overlong", config.overlong, OVERLONG_POLICIES)
     check_choice("--compression", config.compression, COMPRESSIONS)
     check_choice("--on-error", config.on_error, ON_ERROR)
     config.ingest_options().check()
+    check_range("--shard-rows", config.shard_rows, -(1 << 63), (1 << 31) - 1)
+    check_range("--shard-bytes", config.shard_bytes, -(1 << 63), 1 << 50)
     if config.shard_rows < 1 or config.shard_bytes < 1:
         raise UsageError("--shard-rows and --shard-bytes must be positive")
     _check_scale(config)
-    out = Path(config.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
-        raise UsageError(f"{out}: output folder exists and is not empty (use --overwrite)")
+    if config.num_workers is not None:
+        check_range("--num-workers", config.num_workers, 1, 4096)
+    check_out(config.out, config.overwrite)
     warnings: list[str] = []
     if config.strategy == "wrapped" and config.turns == "expand":
         raise UsageError(

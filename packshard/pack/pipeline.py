@@ -13,7 +13,9 @@ file's tally, the plan, the shards' entries) and :func:`pack_stats` combines the
 
 Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
-at most a ``.partial`` folder with no manifest, never an ``OUT`` that looks complete.
+at most a ``.partial`` folder with no manifest, never an ``OUT`` that looks complete.  What
+may be replaced, the lock on ``OUT`` and the temporary names are :mod:`packshard.pack.outdir`'s.
+A run that packs nothing (every record rejected or dropped) fails and writes no ``OUT``.
 
 Determinism: the same inputs and options give byte-identical shards and examples index; only
 the manifest's ``created_at`` differs.  Example ids number the packed examples in input order
@@ -30,7 +32,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -41,11 +43,12 @@ import numpy as np
 from packshard.digests import sha256_path
 from packshard.engine import Engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
+from packshard.errors import REJECTED, NothingToPackError
 from packshard.format.card import write_card
 from packshard.format.environment import pack_environment
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
-from packshard.format.rejects import REJECTS_NAME, RejectsWriter
+from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
 from packshard.format.shards import SHARD_PATTERN, write_shard
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.chunks import ingest
@@ -62,6 +65,7 @@ from packshard.pack.counts import (
     records_per_input,
     wrapped_drops,
 )
+from packshard.pack.outdir import claim_out
 from packshard.pack.planner import plan_packs
 from packshard.pack.rows import RowPlan, finalize_plan, ordering_stats
 from packshard.pack.scale import engine_for, hash_inputs, map_inputs, work_folder
@@ -79,31 +83,29 @@ class PackResult:
     warnings: tuple[str, ...] = field(default=())
 
 
-def pack_dataset(config: PackConfig, progress: bool = False) -> PackResult:
-    """Run the whole ``pack`` job and return the written folder and manifest."""
+def pack_dataset(
+    config: PackConfig, progress: bool = False, notify: Callable[[str], None] | None = None
+) -> PackResult:
+    """Run the whole ``pack`` job and return the written folder and manifest.
+
+    ``notify`` hears at once what was done beside OUT (leftovers of interrupted runs
+    removed); without it those notes come back among the result's warnings.
+    """
     started = time.perf_counter()
     warnings = check_config(config)
     if config.num_workers:
         os.environ["RAYON_NUM_THREADS"] = str(config.num_workers)
     files = expand_inputs(config.inputs)
-    out = Path(config.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with claim_out(config.out, config.overwrite, config.inputs, files, notify) as claim:
         with engine_for(config) as engine:  # workers start loading while the driver does
             bundle = load_tokenizer(config.tokenizer)
             template = load_template(config.template, bundle)
-            manifest = _pack_into(tmp, config, files, bundle, template, progress, engine)
-        _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            manifest = _pack_into(claim.tmp, config, files, bundle, template, progress, engine)
+        claim.publish()
     if engine is not None:
-        shutil.rmtree(work_folder(out), ignore_errors=True)
-    return PackResult(out, manifest, time.perf_counter() - started, tuple(warnings))
+        shutil.rmtree(work_folder(claim.out), ignore_errors=True)
+    warnings += claim.notes
+    return PackResult(claim.out, manifest, time.perf_counter() - started, tuple(warnings))
 
 
 def _pack_into(
@@ -145,6 +147,8 @@ def _pack_into(
         plan = _plan(spill, config)
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
+    if plan.num_rows == 0:
+        raise NothingToPackError(_nothing_packed(spill, tally))
     ordering = ordering_stats(plan)
     plan = plan.permute_rows(_row_order(plan, config))
     input_hashes = units.get("hashes") or [sha256_path(f.real) for f in files]
@@ -178,10 +182,10 @@ def _pack_into(
     manifest = build_manifest(
         dataset_id=dataset_id,
         config=config.recorded(),
-        tokenizer=bundle.manifest_entry(),
+        tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},
         template=_template_entry(template, config.loss),
         inputs=[
-            {"path": f.path, "sha256": sha, "records": n}
+            {"path": f.path, "resolved": str(f.real), "sha256": sha, "records": n}
             for f, sha, n in zip(files, input_hashes, per_input, strict=True)
         ],
         stats={**pack_stats(spill, plan, tally, ordering), "reasoning_dropped": reasoning_dropped},
@@ -210,12 +214,24 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     if template is None:
         return {"source": None, "sha256": None, "label_spans": "none"}
     label_spans = "none" if loss == "all" else template.label_spans
-    return {
+    entry = {
         "source": template.source,
         "sha256": template.sha256,
         "label_spans": label_spans,
         "reasoning_field": reasoning_field(template),
     }
+    if Path(template.source).is_file():  # a file (not builtin:NAME or the tokenizer config)
+        entry["resolved"] = str(Path(template.source).resolve())
+    return entry
+
+
+def _nothing_packed(spill: Spill, tally: RejectTally) -> str:
+    records = sum(spill.counts.records_per_source) + tally.total(REJECTED)
+    codes = ", ".join(f"{code} {n}" for code, n in tally.by_code.items()) or "no records"
+    return (
+        f"nothing to pack: none of the {records} records read was packed ({codes}); no "
+        "output was written (fix the inputs or the options, e.g. --max-seq-len, --overlong)"
+    )
 
 
 def _plan(spill: Spill, config: PackConfig) -> RowPlan:
@@ -246,18 +262,3 @@ def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:
     first = plan.seg_example[plan.row_offsets[:-1]] // group  # a row's group: its first example's
     edges = np.r_[0, np.flatnonzero(np.diff(first)) + 1, plan.num_rows]
     return np.concatenate([lo + rng.permutation(hi - lo) for lo, hi in pairwise(edges.tolist())])
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Move the finished folder into place, replacing an old one only when it is complete."""
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        try:
-            os.replace(tmp, out)
-        except BaseException:
-            os.replace(old, out)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)

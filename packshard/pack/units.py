@@ -164,7 +164,13 @@ def _map_into(
     records = reasoning_dropped = 0
     error = None
     try:
-        chunks = ingest([split], bundle, template, ctx.options, read=lambda s: read_split(s, state))
+        chunks = ingest(
+            [split],
+            bundle,
+            template,
+            ctx.options,
+            read=lambda s, options: read_split(s, state, options),
+        )
         for chunk in chunks:
             records += chunk.records
             rejects += chunk.rejects

@@ -26,6 +26,7 @@ from packshard.profile.lengths import (
     PERCENTILE_METHOD,
     LengthStats,
     Utilization,
+    check_profile_options,
     compute_histogram_edges,
     measure_lengths,
     measure_utilization,
@@ -289,6 +290,7 @@ def profile_inputs(
     """
     from packshard.ingest.chunks import ingest, ingest_label_path
 
+    check_profile_options(max_seq_len, batch_size, seed)
     chunks = ingest(files, bundle, template, options, progress=progress)
     default = ingest_label_path(template, options.loss)
     return profile_chunks(chunks, max_seq_len, batch_size, seed, default)

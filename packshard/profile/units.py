@@ -64,7 +64,11 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
     error = None
     try:
         chunks = ingest(
-            [task.split], bundle, template, task.options, read=lambda s: read_split(s, state)
+            [task.split],
+            bundle,
+            template,
+            task.options,
+            read=lambda s, options: read_split(s, state, options),
         )
         for chunk in chunks:
             lengths.append(np.diff(chunk.batch.offsets))

@@ -19,6 +19,12 @@ read (about a third less work).  ``cache_dir`` keeps an uncompressed Arrow IPC c
 decoded shard and memory-maps it, so later processes, DataLoader workers and epochs skip the
 decode and share one copy through the page cache.
 
+A folder may come from anyone: the manifest is schema-checked, every shard path must be a
+regular file inside ``OUT`` (:mod:`packshard.format.paths`), each shard's row count is read
+from its Parquet footer before any array is sized by it, a shard's dataset id must be the
+manifest's (a folder replaced while open is refused), its rows' boundaries are checked when
+it is opened, and cache files are named by the SHA-256 the reader computed itself.
+
 Streaming, shuffled and split over ranks and workers, is :mod:`packshard.torch.stream`.
 """
 
@@ -35,9 +41,11 @@ import torch
 from torch.utils.data import Dataset
 
 from packshard.arrays import exclusive_cumsum
-from packshard.digests import sha256_path
+from packshard.digests import sha256_bytes, sha256_path
 from packshard.errors import FormatError, ManifestError, UsageError
-from packshard.format.manifest import load_manifest
+from packshard.format.manifest import load_manifest, part_errors
+from packshard.format.paths import inside_folder
+from packshard.format.shards import rows_problem
 from packshard.format.version import metadata_problem
 
 TOKEN_COLUMNS = ("input_ids", "labels", "position_ids")
@@ -64,13 +72,26 @@ def _column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     return arr.offsets.to_numpy(), arr.values.to_numpy()
 
 
-def _read_table(path: Path, columns: list[str], cache: Path | None) -> pa.Table:
-    """Decode a shard's columns, or map its uncompressed Arrow IPC copy from ``cache``."""
-    if cache is not None and cache.is_file():
+def _read_table(
+    path: Path, columns: list[str], cache_dir: Path | None, kind: str, sha256: str
+) -> pa.Table:
+    """Decode a shard's columns, or map its uncompressed Arrow IPC copy from ``cache_dir``.
+
+    The copy is named by the SHA-256 of the shard's bytes as read here (and found equal to
+    the manifest's), never by a manifest string, and those same bytes are what is decoded:
+    a folder whose manifest lies about a shard cannot place its tokens under another
+    dataset's name.
+    """
+    if cache_dir is None:
+        return pq.read_table(path, columns=columns, memory_map=True).combine_chunks()
+    data = path.read_bytes()
+    digest = sha256_bytes(data)
+    if digest != sha256:
+        raise FormatError(str(path), "SHA-256 differs from the manifest (run packshard verify)")
+    cache = cache_dir / f"{digest}-{kind}-positions.arrow"
+    if cache.is_file():
         return pa.ipc.open_file(pa.memory_map(str(cache))).read_all()
-    table = pq.read_table(path, columns=columns, memory_map=True).combine_chunks()
-    if cache is None:
-        return table
+    table = pq.read_table(pa.BufferReader(data), columns=columns).combine_chunks()
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
@@ -91,10 +112,17 @@ class _Shard:
         derive_positions: bool,
         cache: Path | None,
         dataset_id: str,
+        sha256: str,
     ) -> None:
         names = [c for c in LIST_COLUMNS if not (derive_positions and c == "position_ids")]
-        table = _read_table(path, names, cache)
-        problem = metadata_problem(table.schema.metadata, dataset_id)
+        kind = "derived" if derive_positions else "stored"
+        try:
+            table = _read_table(path, names, cache, kind, sha256)
+        except (OSError, pa.ArrowException) as exc:
+            raise FormatError(
+                str(path), f"unreadable shard: {exc} (run packshard verify)"
+            ) from None
+        problem = metadata_problem(table.schema.metadata, dataset_id) or rows_problem(table)
         if problem is not None:
             raise FormatError(str(path), f"{problem} (run packshard verify)")
         if table.num_rows != expected_rows:
@@ -143,6 +171,14 @@ class PackedDataset(Dataset[Row]):
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.manifest = load_manifest(self.out, validate=False)
         where = str(self.out / "manifest.json")
+        problems = part_errors(self.manifest, ("shards",))  # checked before any value is used
+        if not isinstance(self.manifest.get("dataset_id"), str):
+            problems.append("manifest.json: dataset_id: not a string")
+        config = self.manifest.get("config", {})
+        if not isinstance(config, dict) or type(config.get("max_seq_len", 0)) is not int:
+            problems.append("manifest.json: config/max_seq_len: not an integer")
+        if problems:
+            raise ManifestError(f"{where}: {'; '.join(problems[:3])} (run packshard verify)")
         packed_sha = str(self.manifest.get("tokenizer", {}).get("sha256", ""))
         checks = []
         if expected_tokenizer_sha256 is not None:
@@ -156,18 +192,24 @@ class PackedDataset(Dataset[Row]):
                     f"{source} has sha256 {expected} (train with the tokenizer the data was "
                     "packed with, or pack again with this one)"
                 )
-        shards = self.manifest.get("shards")
-        if not isinstance(shards, list):
-            raise ManifestError(f"{where}: no 'shards' list")
-        self.shard_paths = [self.out / str(s["path"]) for s in shards]
+        shards = self.manifest["shards"]
+        self.shard_paths = [inside_folder(self.out, s["path"]) for s in shards]
+        for path, entry in zip(self.shard_paths, shards, strict=True):
+            try:
+                rows = pq.read_metadata(path).num_rows  # the footer, not the manifest's word
+            except (OSError, pa.ArrowException) as exc:
+                raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
+            if rows != entry["rows"]:
+                raise ManifestError(
+                    f"{path}: {rows} rows, but the manifest says {entry['rows']} (the folder "
+                    "is incomplete or was modified: run packshard verify)"
+                )
         self.shard_rows = np.array([int(s["rows"]) for s in shards], dtype=np.int64)
         self.starts = exclusive_cumsum(self.shard_rows)
         self.max_seq_len = int(self.manifest.get("config", {}).get("max_seq_len", 0))
         self.dataset_id = str(self.manifest.get("dataset_id", ""))
         self.derive_positions = self.manifest.get("config", {}).get("position_ids") == "reset"
-        self.shard_keys = [
-            str(s.get("sha256") or f"{self.dataset_id}-{k}") for k, s in enumerate(shards)
-        ]
+        self.shard_sha256 = [str(s["sha256"]) for s in shards]
         self._shards: dict[int, _Shard] = {}
 
     def __len__(self) -> int:
@@ -181,12 +223,15 @@ class PackedDataset(Dataset[Row]):
     def _shard(self, k: int) -> _Shard:
         shard = self._shards.get(k)
         if shard is None:
-            cache = None
-            if self.cache_dir is not None:
-                kind = "derived" if self.derive_positions else "stored"
-                cache = self.cache_dir / f"{self.shard_keys[k]}-{kind}-positions.arrow"
-            rows = int(self.shard_rows[k])
-            shard = _Shard(self.shard_paths[k], rows, self.derive_positions, cache, self.dataset_id)
+            rows, sha = int(self.shard_rows[k]), self.shard_sha256[k]
+            shard = _Shard(
+                self.shard_paths[k],
+                rows,
+                self.derive_positions,
+                self.cache_dir,
+                self.dataset_id,
+                sha,
+            )
             self._shards[k] = shard
         return shard
 

@@ -8,7 +8,10 @@ the counting rule holds::
 
     records = records_packed + rejected + dropped        lines(rejects.jsonl) = rejected + dropped
 
-in total and per domain.  Files the manifest does not name are never read.  The files stage
+in total and per domain.  Files the manifest does not name are never read, nor any it names
+outside the folder (a ``..``, an absolute path, a link leaving it) or that is no regular file:
+each of those is a finding (:mod:`packshard.format.paths`).  A manifest that breaks its schema
+is a finding and nothing it names is opened.  The files stage
 (:func:`check_files`) opens the shards and the examples index for the later stages; the counts
 stage (:func:`check_counts`) runs after the structural audit, whose per-shard totals it needs.
 """
@@ -27,6 +30,7 @@ from packshard.errors import FormatError
 from packshard.format.card import card_problem
 from packshard.format.examples import ExamplesIndex, read_examples
 from packshard.format.manifest import schema_errors
+from packshard.format.paths import MISSING, inside_folder
 from packshard.format.rejects import read_rejects
 from packshard.format.shards import read_shard
 from packshard.verify.findings import Finding, FindingList
@@ -58,6 +62,8 @@ def check_files(folder: Path, manifest: dict[str, Any], findings: FindingList) -
     problems = schema_errors(manifest)
     for problem in problems:
         findings.add(Finding("integrity", problem), "schema")
+    if problems:  # values of the wrong type or size: nothing it names is opened
+        return OpenedFiles({}, None, False)
     tables: dict[int, pa.Table] = {}
     dataset_id = str(manifest.get("dataset_id", ""))
     named = [(f"files/{k}", v) for k, v in sorted(manifest.get("files", {}).items())]
@@ -83,20 +89,26 @@ def _named_file(
     folder: Path, key: str, entry: Mapping[str, Any], findings: FindingList
 ) -> Path | None:
     """Return the file a manifest entry names when it exists with its recorded size and hash."""
-    rel = str(entry.get("path", ""))
-    path = folder / rel
-    if not rel or ".." in Path(rel).parts or Path(rel).is_absolute():
-        findings.add(Finding("integrity", f"{key}: path {rel!r} is not inside the folder"))
-        return None
-    if not path.is_file():
-        findings.add(Finding("integrity", f"{rel}: listed in the manifest but missing"), "missing")
+    rel = entry.get("path", "")
+    try:
+        path = inside_folder(folder, rel)
+    except FormatError as exc:
+        if exc.problem == MISSING:
+            findings.add(Finding("integrity", str(exc)), "missing")
+        else:
+            findings.add(Finding("integrity", f"{key}: {exc}"), "outside")
         return None
     size = path.stat().st_size
     if "bytes" in entry and size != entry["bytes"]:
         findings.add(
             Finding("integrity", f"{rel}: {size} bytes, manifest says {entry['bytes']}"), "size"
         )
-    if sha256_path(path) != entry.get("sha256"):
+    try:
+        digest = sha256_path(path)
+    except OSError as exc:
+        findings.add(Finding("integrity", f"{rel}: cannot be read ({exc.strerror})"), "unreadable")
+        return None
+    if digest != entry.get("sha256"):
         findings.add(Finding("integrity", f"{rel}: SHA-256 differs from the manifest"), "sha")
     return path
 
@@ -153,13 +165,19 @@ def _check_rejects(
 ) -> None:
     """Check that the rejects file parses line by line and holds rejected + dropped lines."""
     entry = manifest.get("files", {}).get("rejects", {})
-    path = folder / str(entry.get("path", "rejects.jsonl"))
-    if not path.is_file() or None in parts:
-        return  # missing (already a finding) or counts unknown
+    try:
+        path = inside_folder(folder, entry.get("path", "rejects.jsonl"))
+    except FormatError:
+        return  # missing or outside the folder: already a finding
+    if None in parts:
+        return  # counts unknown
     try:
         lines = sum(1 for _ in read_rejects(path))
     except FormatError as exc:
         findings.add(Finding("integrity", str(exc)), "rejects")
+        return
+    except OSError as exc:
+        findings.add(Finding("integrity", f"{path.name}: cannot be read ({exc})"), "rejects")
         return
     expected = parts[1] + parts[2]
     if lines != expected:

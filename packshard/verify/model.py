@@ -52,14 +52,24 @@ def crop_row(row: PackedRow, max_tokens: int) -> PackedRow:
     )
 
 
-def pick_rows(tables: dict[int, pa.Table], count: int, seed: int) -> list[tuple[int, int]]:
-    """Choose up to ``count`` (shard, row) pairs, multi-segment rows first, seeded."""
+def pick_rows(
+    tables: dict[int, pa.Table],
+    count: int,
+    seed: int,
+    exclude: dict[int, np.ndarray] | None = None,
+) -> list[tuple[int, int]]:
+    """Choose up to ``count`` (shard, row) pairs, multi-segment rows first, seeded.
+
+    Rows in ``exclude`` (per shard: rows the structural audit found broken) are never chosen.
+    """
     multi: list[tuple[int, int]] = []
     single: list[tuple[int, int]] = []
     for shard, table in sorted(tables.items()):
         lengths = np.diff(np.asarray(table["cu_seqlens"].combine_chunks().offsets)) - 1
+        if exclude is not None and shard in exclude:
+            lengths[exclude[shard]] = -1  # broken: neither multi nor single
         multi += [(shard, int(r)) for r in np.flatnonzero(lengths >= 2)]
-        single += [(shard, int(r)) for r in np.flatnonzero(lengths < 2)]
+        single += [(shard, int(r)) for r in np.flatnonzero((lengths >= 0) & (lengths < 2))]
     rng = np.random.default_rng(seed)
     chosen = [multi[i] for i in rng.permutation(len(multi))[:count]]
     if len(chosen) < count:
@@ -206,8 +216,13 @@ def check_model(
     tables: dict[int, pa.Table],
     index: ExamplesIndex | None,
     options: Any,
+    broken: dict[int, np.ndarray] | None = None,
 ) -> tuple[CheckResult, EquivalenceReport | None, list[tuple[int, int]]]:
-    """Run the proof on sampled rows: the check's result, the report and the rows picked."""
+    """Run the proof on sampled rows: the check's result, the report and the rows picked.
+
+    Rows in ``broken`` (the structural audit's findings) are left out: the proof needs rows
+    whose boundaries are sound.
+    """
     missing = [m for m in ("torch", "transformers") if not _installed(m)]
     if missing and options.model != "none":
         why = (
@@ -217,9 +232,9 @@ def check_model(
         return CheckResult("model", not_run=why), None, []
     from packshard.verify.equivalence import check_rows
 
-    picks = pick_rows(tables, options.model_rows, options.seed)
+    picks = pick_rows(tables, options.model_rows, options.seed, broken)
     if not picks:
-        return CheckResult("model", skipped="no rows to check"), None, []
+        return CheckResult("model", not_run="no sound rows to check"), None, []
     rows = [crop_row(read_row(tables[s], r), options.model_max_tokens) for s, r in picks]
     paths = [manifest["shards"][s]["path"] for s, _ in picks]
     recorded = int(manifest.get("tokenizer", {}).get("vocab_size", 0) or 0)

@@ -1,65 +1,103 @@
-"""What a pack was made from, found again: its inputs, tokenizer and template, hash-checked.
+"""Find what a manifest recorded — inputs, tokenizer, template — again, and check their hashes.
 
-The manifest records each input's path as given and its SHA-256, the tokenizer's path and
-hash, and the template's source and hash.  :func:`locate` looks for a recorded path as it is,
-then under ``--source-root`` (the same relative path, then the file name); the tokenizer and
-template may also be given explicitly.  A file found with another hash is a :class:`Mismatch`:
-the source check must not compare against a different tokenizer or an edited template.
+Each recorded file is looked for under ``--source-root`` first (by its recorded path, then by
+name), then at the absolute path ``pack`` resolved (``resolved``: verify finds the files from
+any working directory), then at the path as recorded.  Only a regular file (a folder for the
+tokenizer) counts, so a device or FIFO a manifest names is never opened.  A file found whose
+SHA-256 differs from the recorded one is a :class:`Mismatch`.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
-from packshard.digests import sha256_path
+from packshard.digests import sha256_bytes, sha256_path
 from packshard.ingest.templates import ChatTemplate, load_template
 from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
 
 
-def locate(recorded: str, root: str | None) -> Path | None:
-    """Return the recorded path, else the same path or file name under ``root``, if it exists."""
-    candidates = [Path(recorded)]
+def locate(
+    recorded: str,
+    root: str | None,
+    resolved: Any = None,
+    folder_ok: bool = False,
+    sha256: str | None = None,
+    digest: Any = sha256_path,
+) -> tuple[Path | None, bool]:
+    """Find a recorded file; with ``sha256``, the first candidate holding those bytes.
+
+    Candidates, in order: under ``--source-root`` (by recorded path, then by name), the
+    recorded path, the path pack resolved.  Only a regular file (or, with ``folder_ok``, a
+    folder) counts: a device or FIFO named by a manifest is never opened.  When no candidate
+    matches ``sha256`` the first existing one is returned with ``False`` (the caller reports
+    the mismatch); ``(None, False)`` when nothing is found.
+    """
+    candidates = []
     if root:
         candidates += [Path(root) / recorded, Path(root) / Path(recorded).name]
-    return next((p for p in candidates if p.exists()), None)
+    candidates.append(Path(recorded))
+    if isinstance(resolved, str) and resolved:
+        candidates.append(Path(resolved))
+    found = []
+    for path in candidates:
+        try:
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISREG(mode) or (folder_ok and stat.S_ISDIR(mode)):
+            if sha256 is None:
+                return path, True
+            try:
+                if digest(path) == sha256:
+                    return path, True
+            except OSError:
+                pass
+            found.append(path)
+    return (found[0] if found else None), False
 
 
 def resolve_tokenizer(
     manifest: dict[str, Any], options: Any
 ) -> tuple[TokenizerBundle | None, str | None]:
-    """Load the recorded (or given) tokenizer; ``(None, why)`` when it is not found.
+    """Load the recorded (or given) tokenizer: ``(bundle, None)``, or ``(None, why)``.
 
     Raises:
-        Mismatch: the tokenizer found is not the one recorded (its SHA-256 differs).
+        Mismatch: it was found but its SHA-256 is not the recorded one.
 
     """
     recorded = manifest["tokenizer"]
-    path = locate(options.tokenizer or recorded["path"], options.source_root)
+    given = options.tokenizer or recorded["path"]
+    resolved = None if options.tokenizer else recorded.get("resolved")
+    path, _ = locate(given, options.source_root, resolved, True, recorded["sha256"], _json_sha)
     if path is None:
-        return None, f"tokenizer {recorded['path']} not found (give --tokenizer or --source-root)"
-    bundle = load_tokenizer(str(path))
+        return None, f"tokenizer {given} not found (give --tokenizer or --source-root)"
     json_path = path / "tokenizer.json" if path.is_dir() else path
-    sha = sha256_path(json_path)
+    try:
+        sha = sha256_path(json_path)  # before loading: a file that is not the one packed is
+    except OSError as exc:  # never parsed
+        raise Mismatch(f"tokenizer {json_path}: cannot be read ({exc.strerror})") from None
     if sha != recorded["sha256"]:
         raise Mismatch(
             f"tokenizer {path}: SHA-256 {sha[:12]}… differs from {recorded['sha256'][:12]}… "
             "recorded at pack time (a different tokenizer gives different ids)"
         )
-    return bundle, None
+    return load_tokenizer(str(path)), None
 
 
 class Mismatch(Exception):
-    """A recorded file was found but is not the one the pack was made with."""
+    """A recorded file was found but is not the one packed (its hash differs)."""
 
 
 def resolve_template(
     manifest: dict[str, Any], bundle: TokenizerBundle, options: Any
 ) -> ChatTemplate | None:
-    """Load the recorded (or given) chat template, ``None`` for a pack made without one.
+    """Load the recorded (or given) template; None when the pack used none.
 
     Raises:
-        Mismatch: the template is not found, or is not the one recorded.
+        Mismatch: it cannot be found, or its SHA-256 is not the recorded one.
 
     """
     recorded = manifest["template"]
@@ -73,7 +111,8 @@ def resolve_template(
     elif source.startswith("builtin:"):
         spec = source.split(":", 1)[1]
     else:
-        found = locate(source, options.source_root)
+        where = (recorded.get("resolved"), False, recorded.get("sha256"), _text_sha)
+        found, _ = locate(source, options.source_root, *where)
         if found is None:
             raise Mismatch(f"template {source} not found (give --template or --source-root)")
         spec = str(found)
@@ -86,3 +125,13 @@ def resolve_template(
             "(the template was edited or replaced after packing)"
         )
     return template
+
+
+def _json_sha(path: Path) -> str:
+    """SHA-256 of a tokenizer given as its ``tokenizer.json`` or its folder."""
+    return sha256_path(path / "tokenizer.json" if path.is_dir() else path)
+
+
+def _text_sha(path: Path) -> str:
+    """SHA-256 of a template file's text as loaded (UTF-8, universal newlines)."""
+    return sha256_bytes(path.read_text(encoding="utf-8").encode("utf-8"))

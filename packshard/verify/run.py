@@ -40,6 +40,7 @@ from packshard.errors import ManifestError
 from packshard.format.environment import Drift, environment_drift, running_environment
 from packshard.format.manifest import load_manifest
 from packshard.ingest.sandbox import template_conventions
+from packshard.limits import MAX_SEED, check_range
 from packshard.verify.equivalence import CONTROL_FLOOR, DEFAULT_ATOL
 from packshard.verify.findings import NOT_RUN, CheckResult, EquivalenceReport, FindingList
 from packshard.verify.integrity import check_counts, check_files
@@ -65,6 +66,14 @@ class VerifyOptions:
     engine: str = "local"  # the source check's re-ingest: one process, local workers, Ray
     workers: int = 1
     ray_address: str | None = None
+
+    def check(self) -> None:
+        """Raise :class:`UsageError` for an option out of range (before anything is read)."""
+        if self.sample is not None:
+            check_range("--sample", self.sample, 1, MAX_SEED)
+        check_range("--model-rows", self.model_rows, 1, 1 << 20)
+        check_range("--seed", self.seed, 0, MAX_SEED)
+        check_range("model_max_tokens", self.model_max_tokens, 2, 1 << 24)
 
 
 @dataclass
@@ -108,6 +117,7 @@ class VerifyReport:
 def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> VerifyReport:
     """Run every check on a packed folder and return the report (never raises on findings)."""
     options = options or VerifyOptions()
+    options.check()
     folder = Path(out)
     if not folder.is_dir():
         raise ManifestError(f"{folder}: not a folder (give the OUT folder that pack wrote)")
@@ -117,24 +127,31 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     drift = environment_drift(manifest, environment)
     integrity, structure = FindingList(), FindingList()
     opened = check_files(folder, manifest, integrity)
-    audits = check_structure(manifest, opened.tables, opened.index, structure)
-    check_counts(folder, manifest, audits, opened.index, integrity)
-    results = [CheckResult("integrity", integrity), CheckResult("structure", structure)]
-    invalid = None if opened.schema_valid else "the manifest is invalid"
-    if options.source is False or invalid:
-        results.append(CheckResult("source", skipped=invalid or "--no-source"))
+    invalid = None if opened.schema_valid else "the manifest is invalid (see integrity)"
+    audits: dict[int, ShardAudit] = {}
+    if invalid is None:
+        audits = check_structure(manifest, opened.tables, opened.index, structure)
+        check_counts(folder, manifest, audits, opened.index, integrity)
+    results = [
+        CheckResult("integrity", integrity),
+        CheckResult("structure", structure, not_run=invalid),
+    ]
+    if invalid or options.source is False:
+        results.append(CheckResult("source", skipped="--no-source", not_run=invalid))
     else:
         from packshard.verify.source import check_sources
 
         results.append(check_sources(folder, manifest, opened.tables, opened.index, options, drift))
     equivalence: EquivalenceReport | None = None
     picks: list[tuple[int, int]] = []
-    if options.model == "none" or invalid:
-        results.append(CheckResult("model", skipped=invalid or "--model none"))
+    if invalid or options.model == "none":
+        results.append(CheckResult("model", skipped="--model none", not_run=invalid))
     else:
         from packshard.verify.model import check_model
 
-        model, equivalence, picks = check_model(manifest, opened.tables, opened.index, options)
+        sound = {i: t for i, t in opened.tables.items() if i in audits}
+        bad = {i: a.bad_rows for i, a in audits.items() if len(a.bad_rows)}
+        model, equivalence, picks = check_model(manifest, sound, opened.index, options, bad)
         results.append(model)
     findings = FindingList()
     for result in results:

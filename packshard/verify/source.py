@@ -9,7 +9,11 @@ its example's slice ``[token_offset, token_offset + num_tokens)``: same ids, sam
 except the seam-masked first one, positions ``0 … n-1``.  Every record read must be in the
 examples index or in ``rejects.jsonl``; nothing may be missing or invented.
 
-When the inputs cannot be found the stage is skipped (or, with ``--source``, fails).
+Files are looked for under ``--source-root`` first (by recorded path, then by name), then at
+the absolute path ``pack`` resolved (``resolved``, so verify finds them from any working
+directory), then at the path as recorded.  When the inputs cannot be found the stage is
+``not run`` — verify then cannot end OK — or, with ``--source``, a finding; only
+``--no-source`` skips it.
 
 The hashes pin the files, not the code that reads them: a tokenizers or jinja2 release can
 change what the same tokenizer and template produce.  When the running versions differ from
@@ -19,17 +23,18 @@ drifted libraries as its likely cause.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from packshard.digests import sha256_path
 from packshard.engine import EngineOptions
 from packshard.errors import FormatError, PackshardError
 from packshard.format.environment import Drift, likely_cause
 from packshard.format.examples import ExamplesIndex
+from packshard.format.paths import inside_folder
 from packshard.format.rejects import read_rejects
 from packshard.format.shards import read_row
 from packshard.ingest.chunks import ingest
@@ -62,14 +67,18 @@ def check_sources(
         return CheckResult("source", findings)
 
     def unavailable(why: str) -> CheckResult:
-        return failed(why) if options.source is True else CheckResult("source", skipped=why)
+        return failed(why) if options.source is True else CheckResult("source", not_run=why)
 
     files = []
     for entry in manifest.get("inputs", []):
-        path = locate(entry["path"], options.source_root)
+        path, same = locate(
+            entry["path"], options.source_root, entry.get("resolved"), sha256=entry["sha256"]
+        )
         if path is None:
+            if any(os.path.exists(p) for p in (entry["path"], entry.get("resolved") or "")):
+                return failed(f"input {entry['path']} is not a regular file (not read)")
             return unavailable(f"input {entry['path']} not found (give --source-root)")
-        if sha256_path(path) != entry["sha256"]:
+        if not same:
             return failed(f"input {entry['path']}: SHA-256 differs from the manifest")
         files.append(InputFile(path=entry["path"], real=path.resolve()))
     try:
@@ -95,13 +104,11 @@ def check_sources(
 
 def _rejected(folder: Path, manifest: dict[str, Any]) -> set[tuple[str, int]]:
     """Return the ``(source, line)`` of every record in the rejects file."""
-    path = folder / manifest["files"]["rejects"]["path"]
-    if not path.is_file():
-        return set()
     try:
+        path = inside_folder(folder, manifest["files"]["rejects"]["path"])
         return {(r.ref.source, r.ref.line) for r in read_rejects(path)}
-    except FormatError:
-        return set()  # a damaged rejects file is an integrity finding
+    except (FormatError, OSError):
+        return set()  # a damaged, missing or outside rejects file is an integrity finding
 
 
 def _compare(

@@ -28,13 +28,18 @@ from packshard.ingest.frame import Frame, template_frame
 from packshard.ingest.reasoning import find_block
 from packshard.ingest.templates import ChatTemplate
 from packshard.ingest.tokenizer import TokenizerBundle
+from packshard.limits import LIMIT_DEFAULTS
 from packshard.records import IGNORE_INDEX, REASONING_MARKERS, IngestOptions
 from packshard.verify.findings import Finding, FindingList
 
 
 def recorded_options(config: dict[str, Any]) -> IngestOptions:
-    """Return the ingest options a manifest's ``config`` records (defaults for older packs)."""
+    """Return the ingest options a manifest's ``config`` records (defaults for older packs).
+
+    The ingest limits are recorded only when moved from their defaults (``limits``).
+    """
     markers = config.get("reasoning_markers") or REASONING_MARKERS
+    limits = config.get("limits") or {}
     return IngestOptions(
         format=config["format"],
         domain_field=config["domain_field"],
@@ -43,6 +48,7 @@ def recorded_options(config: dict[str, Any]) -> IngestOptions:
         empty_reasoning=config.get("empty_reasoning", "train"),
         turns=config.get("turns", "as_rendered"),
         reasoning_markers=(str(markers[0]), str(markers[1])),
+        **{k: v for k, v in limits.items() if k in LIMIT_DEFAULTS},
     )
 
 

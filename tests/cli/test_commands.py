@@ -103,15 +103,24 @@ def test_pack_refuses_a_non_empty_out_without_overwrite(tmp_path, packed_demo_to
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
+    refused = (
+        f"error: {out}: output folder holds 'keep.txt' but no packshard manifest; --overwrite "
+        "only replaces a folder packshard wrote (choose another -o, or empty it)\n"
+    )
+    for extra in ((), ("--overwrite",)):  # a folder packshard did not write is never replaced
+        result = run(*pack_args(packed_demo_tokenizer, out, *extra))
+        assert (result.exit_code, result.stderr) == (2, refused)
+        assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    assert run(*pack_args(packed_demo_tokenizer, out)).exit_code == 0
     result = run(*pack_args(packed_demo_tokenizer, out))
     assert result.exit_code == 2
     assert (
         result.stderr == f"error: {out}: output folder exists and is not empty (use --overwrite)\n"
     )
-    assert (out / "keep.txt").read_text() == "mine"
     result = run(*pack_args(packed_demo_tokenizer, out, "--overwrite"))
     assert result.exit_code == 0, result.output
-    assert not (out / "keep.txt").exists() and (out / "manifest.json").is_file()
+    assert (out / "manifest.json").is_file()
 
 
 @pytest.mark.parametrize(
@@ -279,10 +288,11 @@ def test_verify_no_source_skips_the_source_check(packed_demo):
 def test_verify_required_source_that_is_missing_fails(packed_demo_copy, tmp_path):
     manifest_path = packed_demo_copy / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["inputs"][0]["path"] = str(tmp_path / "gone.jsonl")
+    manifest["inputs"][0]["path"] = manifest["inputs"][0]["resolved"] = str(tmp_path / "gone.jsonl")
     manifest_path.write_text(json.dumps(manifest))
     result = run("verify", packed_demo_copy, "--model", "none")
-    assert result.exit_code == 0, result.output  # not found: skipped unless --source
+    assert result.exit_code == 2, result.output  # not found: not run (only --no-source skips)
+    assert f"not run: source: input {tmp_path}/gone.jsonl not found" in result.stdout
     result = run("verify", packed_demo_copy, "--model", "none", "--source")
     assert result.exit_code == 1
     assert f"input {tmp_path}/gone.jsonl not found (give --source-root)" in result.stdout

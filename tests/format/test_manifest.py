@@ -63,6 +63,7 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
     bundle = load_tokenizer(str(demo_tokenizer))
     assert m["tokenizer"] == {
         "path": str(demo_tokenizer),
+        "resolved": str(demo_tokenizer.resolve()),
         "sha256": sha(demo_tokenizer / "tokenizer.json"),
         "vocab_size": bundle.tokenizer.get_vocab_size(with_added_tokens=True),
         "bos_token_id": None,
@@ -78,7 +79,12 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
     data = demo_data_path()
     lines = data.read_text(encoding="utf-8").splitlines()
     assert m["inputs"] == [
-        {"path": str(data), "sha256": sha(data), "records": sum(1 for x in lines if x.strip())}
+        {
+            "path": str(data),
+            "resolved": str(data.resolve()),
+            "sha256": sha(data),
+            "records": sum(1 for x in lines if x.strip()),
+        }
     ]
     assert m["files"] == {
         "examples": {"path": "examples.parquet", "sha256": sha(demo_pack.out / "examples.parquet")},

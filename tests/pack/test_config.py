@@ -41,9 +41,9 @@ def test_out_must_be_new_or_empty_unless_overwritten(tmp_path):
     (tmp_path / "out").mkdir()
     assert check_config(config(tmp_path)) == []  # empty
     (tmp_path / "out" / "x").write_text("mine")
-    with pytest.raises(UsageError, match="output folder exists and is not empty"):
-        check_config(config(tmp_path))
-    assert check_config(config(tmp_path, overwrite=True)) == []
+    for overwrite in (False, True):  # never over a folder packshard did not write
+        with pytest.raises(UsageError, match="output folder holds 'x' but no packshard manifest"):
+            check_config(config(tmp_path, overwrite=overwrite))
 
 
 def test_questionable_options_give_warnings(tmp_path):

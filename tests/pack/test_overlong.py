@@ -178,19 +178,23 @@ def test_split_drops_a_record_none_of_whose_parts_trains(
     tmp_path, make_jsonl, word_tokenizer, run_pack
 ):
     # 5 tokens, only <eos> trained; L = 4 leaves it alone in part 1 where it is masked.
+    from packshard.errors import NothingToPackError
+
     data = make_jsonl(tmp_path / "d.jsonl", [{"prompt": "w2 w3 w4 w5 ", "completion": ""}])
-    packed = run_pack([data], word_tokenizer, max_seq_len=4, overlong="split")
+    other = make_jsonl(tmp_path / "e.jsonl", [{"text": "w2 w3"}])
+    packed = run_pack([data, other], word_tokenizer, max_seq_len=4, overlong="split")
     [reject] = packed.rejects
     assert (reject["line"], reject["code"]) == (1, "split_no_targets")
     assert reject["reason"] == "no part kept a target token after splitting (dropped)"
     stats = packed.manifest["stats"]
     assert (stats["records"], stats["dropped"], stats["rows"], stats["parts_dropped"]) == (
+        2,
         1,
         1,
-        0,
         2,
     )
-    assert packed.manifest["shards"][0]["rows"] == 0
+    with pytest.raises(NothingToPackError, match=r"^nothing to pack: .*split_no_targets 1"):
+        run_pack([data], word_tokenizer, tmp_path / "alone", max_seq_len=4, overlong="split")
 
 
 def test_error_stops_at_the_first_overlong_record(tmp_path, make_jsonl, word_tokenizer):

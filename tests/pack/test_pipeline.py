@@ -485,20 +485,20 @@ def test_interrupted_overwrite_keeps_the_old_output(
 # --- edges --------------------------------------------------------------------------------------
 
 
-def test_nothing_usable_gives_an_empty_but_valid_pack(
-    tmp_path, make_jsonl, word_tokenizer, run_pack
-):
+def test_nothing_usable_is_an_error_and_writes_nothing(tmp_path, make_jsonl, word_tokenizer):
+    from packshard.errors import NothingToPackError
+    from packshard.pack import pack_dataset
+
     data = make_jsonl(tmp_path / "bad.jsonl", ['{"text": "w2"', "[1, 2]", {"text": ""}])
-    packed = run_pack([data], word_tokenizer, max_seq_len=8)
-    assert packed.rows == [] and packed.examples["example_id"] == []
-    assert [r["code"] for r in packed.rejects] == [
-        "invalid_json",
-        "not_an_object",
-        "no_trainable_tokens",
-    ]
-    stats = packed.manifest["stats"]
-    assert (stats["records"], stats["rejected"], stats["rows"], stats["fill_rate"]) == (3, 3, 0, 0)
-    assert [s["rows"] for s in packed.manifest["shards"]] == [0]
+    with pytest.raises(NothingToPackError) as info:
+        pack_dataset(pack_config([data], word_tokenizer, tmp_path / "out", max_seq_len=8))
+    assert str(info.value) == (
+        "nothing to pack: none of the 3 records read was packed (invalid_json 1, "
+        "no_trainable_tokens 1, not_an_object 1); no output was written (fix the inputs or "
+        "the options, e.g. --max-seq-len, --overlong)"
+    )
+    assert info.value.exit_code == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
 
 
 def test_group_by_domain_with_wrapped(tmp_path, make_jsonl, word_tokenizer, run_pack):

@@ -74,9 +74,11 @@ def test_reset_positions_are_derived_and_cached_shards_read_the_same(tmp_path):
     assert sorted(p.name for p in cache.iterdir()) == sorted(
         f"{sha}-derived-positions.arrow" for sha in shas
     )
-    (out / "shard-00001.parquet").write_bytes(b"not parquet any more")
     reopened = PackedDataset(out, cache_dir=cache)  # served from the memory-mapped copy
     assert torch.equal(reopened[8]["input_ids"], stored[8]["input_ids"])
+    (out / "shard-00001.parquet").write_bytes(b"not parquet any more")  # the cache is no excuse
+    with pytest.raises(FormatError, match=r"shard-00001\.parquet: unreadable Parquet"):
+        PackedDataset(out, cache_dir=cache)
 
 
 def test_rows_are_writable_copies(out_11):
@@ -107,10 +109,8 @@ def test_shard_with_wrong_row_count_is_refused(out_11):
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["shards"][1]["rows"] = 5
     (out / "manifest.json").write_text(json.dumps(manifest))
-    ds = PackedDataset(out)
-    ds[0]  # shard 0 is fine
-    with pytest.raises(ManifestError) as err:
-        ds[4]
+    with pytest.raises(ManifestError) as err:  # the footer is read before any row is sized
+        PackedDataset(out)
     assert str(err.value) == (
         f"{out / 'shard-00001.parquet'}: 4 rows, but the manifest says 5 "
         "(the folder is incomplete or was modified: run packshard verify)"

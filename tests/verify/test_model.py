@@ -153,13 +153,13 @@ def test_check_model_on_a_good_pack(packed_demo):
 
 
 @pytest.mark.torch
-def test_check_model_with_no_rows_is_skipped(packed_demo):
+def test_check_model_with_no_rows_did_not_run(packed_demo):
     manifest, _, index = opened(packed_demo)
     result, report, picks = check_model(manifest, {}, index, VerifyOptions())
-    assert (result.status, result.skipped, report, picks) == (
-        "skipped",
-        "no rows to check",
+    assert (result.status, result.not_run, report, picks) == (
+        "not run",
+        "no sound rows to check",
         None,
         [],
     )
-    assert result.summary() == {"status": "skipped", "detail": "no rows to check"}
+    assert result.summary() == {"status": "not run", "detail": "no sound rows to check"}

@@ -30,7 +30,7 @@ def test_input_edited_after_packing(packed_demo_copy, tmp_path):
     data = Path(manifest["inputs"][0]["path"])
     edited = tmp_path / "edited.jsonl"
     edited.write_text(data.read_text().replace("palindrome", "anagram"))
-    manifest["inputs"][0]["path"] = str(edited)
+    manifest["inputs"][0]["path"] = manifest["inputs"][0]["resolved"] = str(edited)
     (packed_demo_copy / "manifest.json").write_text(json.dumps(manifest))
     report = verify_dataset(packed_demo_copy, VerifyOptions(model="none"))
     assert report.ok is False
@@ -39,12 +39,12 @@ def test_input_edited_after_packing(packed_demo_copy, tmp_path):
     ]
 
 
-def test_missing_input_skips_unless_required(tmp_path, packed_demo_tokenizer):
+def test_missing_input_is_not_run_or_a_finding_when_required(tmp_path, packed_demo_tokenizer):
     out, gone, _ = packed_then_moved(tmp_path, packed_demo_tokenizer)
     report = verify_dataset(out, VerifyOptions(model="none"))
-    assert report.ok
+    assert report.ok is False and len(report.findings) == 0
     assert report.checks["source"] == {
-        "status": "skipped",
+        "status": "not run",
         "detail": f"input {gone} not found (give --source-root)",
     }
     report = verify_dataset(out, VerifyOptions(model="none", source=True))
@@ -93,12 +93,12 @@ def test_given_tokenizer_and_template_must_match_the_recorded_hashes(
     assert message.startswith(f"[source] tokenizer {other}: SHA-256 ")
 
 
-def test_missing_tokenizer_skips_the_source_check(packed_demo, tmp_path):
+def test_missing_tokenizer_means_the_source_check_did_not_run(packed_demo, tmp_path):
     report = verify_dataset(
         packed_demo, VerifyOptions(model="none", tokenizer=str(tmp_path / "no-tokenizer"))
     )
-    assert report.ok
-    assert report.checks["source"]["status"] == "skipped"
+    assert report.ok is False and len(report.findings) == 0
+    assert report.checks["source"]["status"] == "not run"
     assert report.checks["source"]["detail"].endswith(
         "not found (give --tokenizer or --source-root)"
     )

@@ -1,0 +1,138 @@
+r"""JSON values as packshard reads them: duplicate keys refused, a value's end found unparsed.
+
+``json`` keeps the last of two equal keys, so ``{"role": "user", "role": "assistant"}`` would
+silently become an assistant turn.  :data:`DECODER` builds every object through a hook that
+refuses a repeated key (:class:`DuplicateKeyError`); the record is rejected as
+``duplicate_key`` instead.
+
+A JSON array's element can be valid JSON and still unusable: nested deeper than the parser's
+recursion limit, a number with more digits than Python converts, a duplicate key, or larger
+than ``--max-record-bytes``.  The element is rejected and reading goes on with the next one,
+so its end must be found without parsing it.  :class:`ValueScanner` walks the text with two
+regular expressions (the next structural character outside strings, the next quote or
+backslash inside one) and keeps its state between calls, so an element arriving in pieces is
+skipped in O(size) time and O(piece) memory::
+
+    [ {"a": [[[[ … 100k levels … ]]]]} , {"messages": …} ]
+      ^ depth 1 ... depth 100k ... 0 ^   ^ parsing resumes here
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+_STRUCTURE = re.compile(r'["\[\]{}]')
+_IN_STRING = re.compile(r'["\\]')
+_SCALAR_END = re.compile(r"[\s,\]}]")
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object holds the same key twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r} in a JSON object")
+        self.key = key
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return value
+
+
+DECODER = json.JSONDecoder(object_pairs_hook=_unique_object)
+"""The decoder of every JSON record: like ``json.loads``, but a repeated key raises."""
+
+
+def duplicate_reason(exc: DuplicateKeyError) -> str:
+    """Return the reject reason of a record holding a repeated key."""
+    return (
+        f"duplicate key {exc.key!r} in a JSON object (json would silently keep the last "
+        "value; fix the record)"
+    )
+
+
+def parse_record(text: str) -> tuple[Any, tuple[str, str] | None]:
+    """Parse one JSONL line: ``(value, None)``, or ``(None, (code, reason))``."""
+    try:
+        return DECODER.decode(text), None
+    except json.JSONDecodeError as exc:
+        why = f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
+        return None, ("invalid_json", why)
+    except DuplicateKeyError as exc:
+        return None, ("duplicate_key", duplicate_reason(exc))
+    except RecursionError:
+        return None, ("invalid_json", "invalid JSON: nested too deeply")
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        return None, ("invalid_json", value_reason(exc))
+
+
+def value_reason(exc: ValueError) -> str:
+    """Return the reject reason of a value ``json`` parsed but could not convert."""
+    if "integer string conversion" in str(exc):
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        return f"invalid JSON: a number with more than {limit} digits (Python does not convert it)"
+    return f"invalid JSON: {exc}"
+
+
+class ValueScanner:
+    """Find where a JSON value ends without parsing it, text piece by text piece.
+
+    Feed text with :meth:`scan` from the value's first character on; it returns the offset
+    just past the value, or ``None`` when the text ended first (call again with the next
+    piece, starting at offset 0).  Brackets are counted outside strings only; escapes inside
+    strings are skipped, so ``"\\"]"`` does not close anything.
+    """
+
+    __slots__ = ("_depth", "_escape", "_scalar", "_started", "_string")
+
+    def __init__(self) -> None:
+        self._depth, self._string, self._escape = 0, False, False
+        self._started, self._scalar = False, False
+
+    def scan(self, text: str, i: int) -> int | None:
+        """Scan ``text`` from ``i``; return the end of the value, or None if it goes on."""
+        n = len(text)
+        if not self._started and i < n:
+            self._started = True
+            self._scalar = text[i] not in '"[{'
+        if self._scalar:
+            m = _SCALAR_END.search(text, i)
+            return None if m is None else m.start()
+        while i < n:
+            if self._escape:
+                self._escape, i = False, i + 1
+                continue
+            if self._string:
+                m = _IN_STRING.search(text, i)
+                if m is None:
+                    return None
+                i = m.end()
+                if m.group() == "\\":
+                    self._escape = True
+                    continue
+                self._string = False
+                if self._depth == 0:
+                    return i
+                continue
+            m = _STRUCTURE.search(text, i)
+            if m is None:
+                return None
+            i, c = m.end(), m.group()
+            if c == '"':
+                self._string = True
+            elif c in "[{":
+                self._depth += 1
+            else:
+                self._depth -= 1
+                if self._depth <= 0:
+                    return i
+        return None

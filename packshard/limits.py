@@ -1,0 +1,55 @@
+"""Resource limits and option ranges: their defaults, their bounds and the one check.
+
+The limits ingest honours (:data:`LIMIT_DEFAULTS`, the README's "Limits and safety" table):
+
+    max_record_bytes        a JSONL line, JSON array element or Parquet row (and any string a
+                            template builds) at most; larger: a ``too_large`` reject
+    max_decompressed_bytes  what one ``.gz``/``.zst`` input may decompress to; more: exit 2
+    max_expansion           decompressed / compressed bytes, checked past 16 MiB; more: exit 2
+    template_timeout        seconds one render of one record may take; more: ``template_error``
+
+Every option with a numeric range is checked with :func:`check_range` before any work starts,
+so a wrong value is one line and exit 2, never a traceback after a long ingest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packshard.errors import UsageError
+
+MAX_RECORD_BYTES = 16 << 20
+MAX_DECOMPRESSED_BYTES = 64 << 30
+MAX_EXPANSION = 200
+TEMPLATE_SECONDS = 5.0
+LIMIT_DEFAULTS = {
+    "max_record_bytes": MAX_RECORD_BYTES,
+    "max_decompressed_bytes": MAX_DECOMPRESSED_BYTES,
+    "max_expansion": MAX_EXPANSION,
+    "template_timeout": TEMPLATE_SECONDS,
+}
+"""The resource limits, by ``IngestOptions`` field, with their defaults."""
+MAX_SEQ_LEN = 1 << 24
+"""Largest ``--max-seq-len``: planning allocates per possible row length."""
+MAX_SEED = (1 << 63) - 1
+
+
+def check_range(option: str, value: Any, low: float, high: float | None = None) -> None:
+    """Raise :class:`UsageError` unless ``low <= value <= high`` (a number, not a bool)."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
+        raise UsageError(f"{option} must be a number, got {value!r}")
+    if value < low:
+        raise UsageError(f"{option} must be at least {_shown(low)}, got {value!r}")
+    if high is not None and value > high:
+        raise UsageError(f"{option} must be at most {_shown(high)}, got {value!r}")
+
+
+def _shown(bound: float) -> str:
+    return f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+
+
+def check_max_seq_len(value: Any) -> None:
+    """Raise :class:`UsageError` unless ``value`` is a usable ``--max-seq-len``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value < 2:
+        raise UsageError(f"--max-seq-len {value} is too small (need at least 2)")
+    check_range("--max-seq-len", value, 2, MAX_SEQ_LEN)
