@@ -1,4 +1,4 @@
-"""Typed values that flow between the pipeline stages, and every option vocabulary.
+"""Typed values that flow between the pipeline stages.
 
 ``read_records`` yields :class:`RawRecord` (a parsed JSON value, or the reason it could not be
 parsed, with its place).  ``normalize_record`` turns a value into a :class:`Conversation`;
@@ -8,14 +8,12 @@ lists of ints — which ingest hands on as :class:`IngestChunk` values.  Records
 used become :class:`Reject` values, each with a registered ``code``
 (:data:`packshard.errors.REJECT_CODES`).
 
-The option vocabularies (``--format``, ``--loss``, ``--strategy`` …) are defined here once;
-the command line offers exactly these choices and every stage validates against them with
-:func:`check_choice`.
+The option vocabularies these values speak (``--format``, ``--loss`` …) are in
+:mod:`packshard.vocab`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,48 +28,19 @@ from packshard.limits import (
     TEMPLATE_SECONDS,
     check_range,
 )
+from packshard.vocab import (
+    EMPTY_REASONING,
+    FORMAT_CHOICES,
+    LOSS_POLICIES,
+    ON_ERROR,
+    REASONING_MARKERS,
+    REASONING_POLICIES,
+    TURN_POLICIES,
+    check_choice,
+)
 
 IGNORE_INDEX = -100
 """Label value meaning "no loss here" (the Hugging Face / PyTorch convention)."""
-
-FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text")
-"""Record formats (``--format`` also takes ``auto``: detect per record)."""
-FORMAT_CHOICES = ("auto", *FORMATS)
-ROLES = ("system", "user", "assistant", "tool")
-LOSS_POLICIES = ("auto", "assistant", "last_assistant", "all", "completion")
-"""``--loss``: ``auto`` resolves per record format (:data:`AUTO_LOSS`)."""
-AUTO_LOSS = {
-    "messages": "assistant",
-    "sharegpt": "assistant",
-    "alpaca": "assistant",
-    "prompt_completion": "completion",
-    "text": "all",
-}
-"""What ``--loss auto`` means for each record format (recorded in the manifest)."""
-ON_ERROR = ("skip", "fail")
-STRATEGIES = ("bfd", "ffd", "wrapped")
-"""``--strategy``: best-fit decreasing, first-fit decreasing, or a stream cut into rows."""
-OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
-COMPRESSIONS = ("zstd", "snappy", "none")
-POSITION_POLICIES = ("reset",)
-EXPORT_TARGETS = ("megatron", "torchtune", "mds", "unpacked")
-"""``packshard export --to``: each a module of :mod:`packshard.export`."""
-LABEL_PATHS = ("generation_tags", "offsets", "none")
-"""How a record's trained characters are found (see :mod:`packshard.ingest.templates`)."""
-REASONING_POLICIES = ("train", "mask", "drop")
-"""``--reasoning``: train it with the answer, keep it untrained, or remove it before rendering."""
-EMPTY_REASONING = ("train", "mask")
-"""``--empty-reasoning``: what to do with an empty reasoning block a template renders."""
-TURN_POLICIES = ("as_rendered", "expand")
-"""``--turns``: the conversation once as rendered, or one example per trained turn."""
-REASONING_MARKERS = ("<think>", "</think>")
-"""Default ``--reasoning-markers``: the opening and closing marker of an inline block."""
-
-
-def check_choice(option: str, value: str, allowed: Sequence[str]) -> None:
-    """Raise :class:`UsageError` unless ``value`` is one of ``allowed`` (named as ``option``)."""
-    if value not in allowed:
-        raise UsageError(f"{option} {value!r} is not one of {', '.join(allowed)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,8 +284,3 @@ class IngestChunk:
     reasoning_tokens: np.ndarray | None = None  # per example: tokens in reasoning blocks
     reasoning_loss: np.ndarray | None = None  # per example: trained ones (None: no reasoning)
     reasoning_dropped: int = 0  # trained turns the template rendered without their reasoning
-
-
-def resolve_loss(loss: str, fmt: str) -> str:
-    """Return the loss policy a record of format ``fmt`` is labelled with under ``--loss``."""
-    return AUTO_LOSS[fmt] if loss == "auto" else loss

@@ -2,7 +2,7 @@
 
 Layers, lowest first (a module may import its own layer and the layers below)::
 
-    errors, limits, records, arrays, digests   the values and idioms every stage shares
+    errors, limits, vocab, records, arrays, digests   the values and idioms every stage shares
     engine                                runs work units: in process, local processes, Ray
     format                                the output folder's contract
     ingest | torch | export               read → … → label | the trainer-side reader | other formats
@@ -25,13 +25,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "packshard"
-BASE = {"errors", "limits", "records", "arrays", "digests"}
+BASE = {"errors", "limits", "vocab", "records", "arrays", "digests"}
 ALLOWED = {
     "errors": set(),
     "digests": set(),
     "engine": BASE | {"engine"},
     "limits": {"errors"},
-    "records": {"errors", "limits"},
+    "vocab": {"errors"},
+    "records": {"errors", "limits", "vocab"},
     "arrays": {"records"},
     "format": BASE | {"format"},
     "ingest": BASE | {"ingest"},

@@ -2,27 +2,26 @@
 
 Every command turns :class:`~packshard.errors.PackshardError` into a one-line message on
 stderr and its exit code (1 data or audit failure, 2 usage) in one place,
-:class:`_Group.invoke`; an :class:`OSError` the environment raises (disk full, permissions)
-becomes one line and exit 2 there too.  The choices each option offers are the vocabularies of
-:mod:`packshard.records`.  Terminal output uses rich (:mod:`packshard.cli.tables`); ``--json``
-and ``--html`` options write machine-readable results and pages (:mod:`packshard.cli.html`).
+:class:`~packshard.cli.errors.CommandGroup`; an :class:`OSError` the environment raises (disk
+full, permissions) becomes one line and exit 2 there too.  The choices each option offers are
+the vocabularies of :mod:`packshard.vocab` (:mod:`packshard.cli.options`).  Terminal output
+uses rich (:mod:`packshard.cli.tables`); ``--json`` and ``--html`` options write
+machine-readable results and pages (:mod:`packshard.cli.html`).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
+from packshard.cli.errors import CommandGroup, naming, not_over, warn
 from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, VERIFY
 from packshard.engine import EngineOptions
-from packshard.errors import EXIT_DATA, EXIT_USAGE, PackshardError, UsageError
+from packshard.errors import EXIT_DATA, EXIT_USAGE
 from packshard.records import IngestOptions
 
 
@@ -36,84 +35,7 @@ def _show_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else progress
 
 
-def _one_line(text: str) -> str:
-    """Keep a message on one line whatever a path or a record holds (newlines escaped)."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
-
-
-def _fail(exc: PackshardError) -> NoReturn:
-    # One unwrapped line: messages start with ``file:line`` and must stay greppable.
-    click.secho("error:", fg="red", bold=True, err=True, nl=False)
-    click.echo(f" {_one_line(str(exc))}", err=True)
-    sys.exit(exc.exit_code)
-
-
-_OS_HINTS = {
-    errno.ENOSPC: "the disk is full: free space or write elsewhere",
-    errno.EDQUOT: "the disk quota is full: free space or write elsewhere",
-    errno.EFBIG: "the file is larger than this system allows",
-    errno.EROFS: "the file system is read-only: write elsewhere",
-    errno.EACCES: "check the permissions",
-    errno.EPERM: "check the permissions",
-}
-
-
-def _fail_os(exc: OSError) -> NoReturn:
-    # The last resort for what the environment refused (disk full, permissions): one line.
-    where = f"{exc.filename}: " if exc.filename else ""
-    hint = _OS_HINTS.get(exc.errno or 0, "")
-    what = exc.strerror or " ".join(str(exc).split())
-    click.secho("error:", fg="red", bold=True, err=True, nl=False)
-    click.echo(_one_line(f" {where}{what}" + (f" ({hint})" if hint else "")), err=True)
-    sys.exit(EXIT_USAGE)
-
-
-@contextmanager
-def _naming(path: str) -> Iterator[None]:
-    """Give an OSError that names no file (a failed write, disk full) the path being written."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is None:
-            exc.filename = path
-        raise
-
-
-def _not_over(*paths: str | None, reading: list[Path]) -> None:
-    """Refuse a report path that would overwrite an input or a file of the folder read."""
-    for path in paths:
-        if path is None:
-            continue
-        real = Path(path).resolve()
-        for read in reading:
-            if real == read.resolve() or read.resolve() in real.parents:
-                raise UsageError(f"{path}: would write over or into {read}, which is being read")
-
-
-def _warn(message: str) -> None:
-    click.secho("warning:", fg="yellow", err=True, nl=False)
-    click.echo(f" {_one_line(message)}", err=True)
-
-
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except PackshardError as exc:
-            _fail(exc)
-        except OSError as exc:
-            _fail_os(exc)
-        except MemoryError:
-            click.secho("error:", fg="red", bold=True, err=True, nl=False)
-            click.echo(
-                " out of memory (lower --batch-size or --max-record-bytes, or give the run "
-                "more memory)",
-                err=True,
-            )
-            sys.exit(EXIT_USAGE)
-
-
-@click.group(cls=_Group)
+@click.group(cls=CommandGroup)
 @click.version_option(package_name="packshard")
 def main() -> None:
     """Pack chat fine-tuning data into audited, seam-safe Parquet shards.
@@ -161,7 +83,7 @@ def profile(
       packshard profile chat.jsonl code.jsonl -t tokenizer/ --max-seq-len 4096 --html profile.html
     """
     from packshard.cli.html import write_profile_html
-    from packshard.cli.tables import render_profile_table, render_rejects
+    from packshard.cli.profile_tables import render_profile_table, render_rejects
     from packshard.ingest.sources import expand_inputs
     from packshard.ingest.templates import load_template
     from packshard.ingest.tokenizer import load_tokenizer
@@ -182,7 +104,7 @@ def profile(
     options.check()
     check_profile_options(max_seq_len, batch_size, seed)
     files = expand_inputs(data)
-    _not_over(json_path, html_path, reading=[f.real for f in files])
+    not_over(json_path, html_path, reading=[f.real for f in files])
     bundle = load_tokenizer(tokenizer)
     tmpl = load_template(template, bundle)
     scale = EngineOptions(engine, workers, ray_address)
@@ -203,11 +125,11 @@ def profile(
     console.print(render_rejects(report))
     if json_path:
         text = json.dumps(report_to_dict(report), indent=2, sort_keys=True, ensure_ascii=False)
-        with _naming(json_path):
+        with naming(json_path):
             Path(json_path).write_text(text + "\n", encoding="utf-8")
         click.echo(f"wrote {json_path}")
     if html_path:
-        with _naming(html_path):
+        with naming(html_path):
             write_profile_html(report, html_path)
         click.echo(f"wrote {html_path}")
 
@@ -247,10 +169,10 @@ def pack(
         on_error=on_error,
         **options,
     )
-    with _naming(config.out):
-        result = pack_dataset(config, progress=_show_progress(progress), notify=_warn)
+    with naming(config.out):
+        result = pack_dataset(config, progress=_show_progress(progress), notify=warn)
     for warning in result.warnings:
-        _warn(warning)
+        warn(warning)
     _console().print(render_pack_summary(result))
 
 
@@ -270,11 +192,11 @@ def verify(out: str, json_path: str | None, **options: Any) -> None:
     from packshard.cli.tables import render_verify_summary
     from packshard.verify.run import VerifyOptions, verify_dataset, write_report_json
 
-    _not_over(json_path, reading=[Path(out)])
+    not_over(json_path, reading=[Path(out)])
     report = verify_dataset(out, VerifyOptions(**options))
     _console().print(render_verify_summary(report), soft_wrap=True)  # findings stay one line each
     if json_path:
-        with _naming(json_path):
+        with naming(json_path):
             write_report_json(report, json_path)
         click.echo(f"wrote {json_path}")
     if len(report.findings):
@@ -296,11 +218,11 @@ def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: st
     from packshard.cli.html import write_row_html
     from packshard.cli.inspect import inspect_row, render_row_console
 
-    _not_over(html_path, reading=[Path(out)])
+    not_over(html_path, reading=[Path(out)])
     view = inspect_row(Path(out), row=row, shard=shard, tokenizer=tokenizer)
     _console().print(render_row_console(view))
     if html_path:
-        with _naming(html_path):
+        with naming(html_path):
             write_row_html(view, html_path)
         click.echo(f"wrote {html_path}")
 

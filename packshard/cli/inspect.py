@@ -28,7 +28,8 @@ from packshard.format.examples import ExamplesIndex, read_examples
 from packshard.format.manifest import load_manifest
 from packshard.format.paths import MISSING, inside_folder
 from packshard.format.shards import read_row, read_shard, rows_problem
-from packshard.records import IGNORE_INDEX, REASONING_MARKERS, PackedRow
+from packshard.records import IGNORE_INDEX, PackedRow
+from packshard.vocab import REASONING_MARKERS
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,6 @@ number of trained labels after the first token (what the packed row will count).
 
 from __future__ import annotations
 
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -49,6 +48,7 @@ from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
 from packshard.ingest.labels import encode_texts, label_batch
 from packshard.ingest.normalize import is_encodable, normalize_record
+from packshard.ingest.progress import IngestProgress
 from packshard.ingest.sources import read_records
 from packshard.ingest.spans import render_examples
 from packshard.ingest.templates import ChatTemplate
@@ -223,7 +223,7 @@ def ingest(
 
     """
     options.check()
-    bar = _Progress() if progress else None
+    bar = IngestProgress() if progress else None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
     pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[list[Encoding]]]]]
     pending = deque()
@@ -267,42 +267,3 @@ def ingest(
         pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
             bar.close()
-
-
-class _Progress:
-    """A rich progress line on stderr: records, tokens and their rates."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(
-            SpinnerColumn(),
-            TextColumn("ingest"),
-            TextColumn("{task.fields[records]:>12,} records ({task.fields[rate]:,.0f}/s)"),
-            TextColumn("{task.fields[tokens]:>14,} tokens ({task.fields[trate]:,.0f}/s)"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-        )
-        self._task = self._progress.add_task(
-            "ingest", total=None, records=0, rate=0.0, tokens=0, trate=0.0
-        )
-        self._records = 0
-        self._tokens = 0
-        self._start = time.perf_counter()
-        self._progress.start()
-
-    def advance(self, chunk: IngestChunk) -> None:
-        self._records += chunk.records
-        self._tokens += int(chunk.batch.offsets[-1])
-        elapsed = max(time.perf_counter() - self._start, 1e-9)
-        fields: dict[str, Any] = {
-            "records": self._records,
-            "tokens": self._tokens,
-            "rate": self._records / elapsed,
-            "trate": self._tokens / elapsed,
-        }
-        self._progress.update(self._task, **fields)
-
-    def close(self) -> None:
-        self._progress.stop()

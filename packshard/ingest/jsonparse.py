@@ -136,3 +136,21 @@ class ValueScanner:
                 if self._depth <= 0:
                     return i
         return None
+
+
+def json_kind(value: Any) -> str:
+    """Name a parsed JSON value's kind: ``null``, ``boolean``, ``number``, ``string`` and so on."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    names: dict[type, str] = {str: "string", list: "list", dict: "object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def a_json_kind(value: Any) -> str:
+    """Name the kind with its article, for messages: ``a list``, ``an object``, ``null``."""
+    kind = json_kind(value)
+    return "null" if kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind

@@ -38,7 +38,9 @@ from typing import Any
 
 from packshard.errors import RecordError
 from packshard.ingest.fields import read_fields, thinking_parts
-from packshard.records import FORMAT_CHOICES, Conversation, Message, RawRecord, check_choice
+from packshard.ingest.jsonparse import a_json_kind, json_kind
+from packshard.records import Conversation, Message, RawRecord
+from packshard.vocab import FORMAT_CHOICES, check_choice
 
 _MESSAGE_ROLES = {
     **{r: r for r in ("system", "user", "assistant", "tool")},
@@ -51,21 +53,6 @@ _SHAREGPT_ROLES = {
 }
 _MESSAGE_FORM = (_MESSAGE_ROLES, "role", "content", ", ".join(_MESSAGE_ROLES))
 _SHAREGPT_FORM = (_SHAREGPT_ROLES, "from", "value", ", ".join(sorted(_SHAREGPT_ROLES)))
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    names: dict[type, str] = {str: "string", list: "list", dict: "object"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _a(kind: str) -> str:
-    return "null" if kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind
 
 
 def is_encodable(text: str) -> bool:
@@ -112,7 +99,7 @@ def _string(field: Any, where: str) -> str:
         return field
     if field is None:
         raise RecordError("invalid_content", f"{where} is missing")
-    raise RecordError("invalid_content", f"{where} must be a string, got {_kind(field)}")
+    raise RecordError("invalid_content", f"{where} must be a string, got {json_kind(field)}")
 
 
 def _content(content: Any, where: str) -> str:
@@ -122,7 +109,7 @@ def _content(content: Any, where: str) -> str:
         texts = []
         for j, part in enumerate(content):
             if type(part) is not dict or part.get("type") != "text":
-                kind = part.get("type") if type(part) is dict else _kind(part)
+                kind = part.get("type") if type(part) is dict else json_kind(part)
                 raise RecordError(
                     "invalid_content",
                     f"{where} part {j} is {kind!r}; only text parts are supported",
@@ -135,13 +122,13 @@ def _content(content: Any, where: str) -> str:
 def _messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, str]) -> list:
     roles, role_key, text_key, allowed = form
     if type(turns) is not list:
-        raise RecordError("invalid_message", f"'{name}' must be a list, got {_kind(turns)}")
+        raise RecordError("invalid_message", f"'{name}' must be a list, got {json_kind(turns)}")
     if not turns:
         raise RecordError("empty_conversation", f"'{name}' is empty")
     out = []
     for i, turn in enumerate(turns):
         if type(turn) is not dict:
-            why = f"{name}[{i}] is {_a(_kind(turn))}, expected an object"
+            why = f"{name}[{i}] is {a_json_kind(turn)}, expected an object"
             raise RecordError("invalid_message", f"{why} with '{role_key}' and '{text_key}'")
         raw_role = turn.get(role_key)
         text = turn.get(text_key)
@@ -159,7 +146,7 @@ def _messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, str])
             if calls is not None and type(calls) is not list:
                 raise RecordError(
                     "invalid_message",
-                    f"{name}[{i}] 'tool_calls' must be a list, got {_kind(calls)}",
+                    f"{name}[{i}] 'tool_calls' must be a list, got {json_kind(calls)}",
                 )
             if calls:  # an OpenAI tool-calling turn: "content": null
                 text = ""
@@ -196,7 +183,8 @@ def _tools(value: dict[str, Any]) -> tuple[Any, ...] | None:
         return None
     if type(tools) is not list:
         raise RecordError(
-            "invalid_tools", f"'tools' must be a list or a JSON string of one, got {_kind(tools)}"
+            "invalid_tools",
+            f"'tools' must be a list or a JSON string of one, got {json_kind(tools)}",
         )
     return tuple(tools) or None
 
@@ -222,7 +210,9 @@ def _from_alpaca(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
     history = value.get("history")
     if history is not None:
         if type(history) is not list:
-            raise RecordError("invalid_content", f"'history' must be a list, got {_kind(history)}")
+            raise RecordError(
+                "invalid_content", f"'history' must be a list, got {json_kind(history)}"
+            )
         for i, pair in enumerate(history):
             if type(pair) not in (list, tuple) or len(pair) != 2:
                 raise RecordError(
@@ -247,7 +237,7 @@ def _from_prompt_completion(value: dict[str, Any], ref: Any, domain: str) -> Con
     raise RecordError(
         "invalid_content",
         "'prompt' and 'completion' must both be strings or both lists of messages "
-        f"(got {_kind(prompt)} and {_kind(completion)})",
+        f"(got {json_kind(prompt)} and {json_kind(completion)})",
     )
 
 
@@ -281,7 +271,7 @@ def normalize_record(
     try:
         if type(value) is not dict:
             raise RecordError(
-                "not_an_object", f"record is {_a(_kind(value))}, expected a JSON object"
+                "not_an_object", f"record is {a_json_kind(value)}, expected a JSON object"
             )
         domain = value.get(domain_field)
         if type(domain) is not str or not domain:

@@ -34,7 +34,7 @@ from typing import Any
 
 from packshard.errors import InputError, RecordError
 from packshard.ingest.inputs import InputFile, expand_inputs, open_regular, split_ext
-from packshard.ingest.jsonparse import parse_record
+from packshard.ingest.jsonparse import a_json_kind, parse_record
 from packshard.ingest.streams import StreamError, StreamLimitError, TextBuffer, iter_bytes
 from packshard.records import IngestOptions, RawRecord, SourceRef
 
@@ -57,20 +57,10 @@ def _reject(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
     )
 
 
-def _type_name(value: Any) -> str:
-    """Name the JSON kind of a value with its article: ``a list``, ``a number``, ``null``."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    names = {list: "a list", str: "a string", dict: "an object", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
 def _record(f: InputFile, line: int, domain: str, value: Any) -> RawRecord:
     if type(value) is dict:
         return RawRecord(SourceRef(f.path, line), domain, value)
-    reason = f"record is {_type_name(value)}, expected a JSON object"
+    reason = f"record is {a_json_kind(value)}, expected a JSON object"
     return _reject(f, line, "not_an_object", reason)
 
 

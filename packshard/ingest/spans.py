@@ -33,7 +33,8 @@ from packshard.ingest.reasoning import template_messages
 from packshard.ingest.sandbox import TemplateSecurityError
 from packshard.ingest.templates import ChatTemplate, render_chat
 from packshard.ingest.tokenizer import TokenizerBundle
-from packshard.records import Conversation, IngestOptions, Rendered, resolve_loss
+from packshard.records import Conversation, IngestOptions, Rendered
+from packshard.vocab import resolve_loss
 
 
 def _own_bos(bundle: TokenizerBundle) -> str:

@@ -18,13 +18,13 @@ from packshard.limits import (
     check_range,
 )
 from packshard.pack.outdir import check_out
-from packshard.records import (
+from packshard.records import IngestOptions
+from packshard.vocab import (
     COMPRESSIONS,
     ON_ERROR,
     OVERLONG_POLICIES,
     REASONING_MARKERS,
     STRATEGIES,
-    IngestOptions,
     check_choice,
 )
 

@@ -27,7 +27,8 @@ from packshard.format.rejects import RejectTally
 from packshard.format.shards import ShardInfo
 from packshard.pack.rows import RowPlan
 from packshard.pack.spill import Spill
-from packshard.records import Reject, SourceRef, resolve_loss
+from packshard.records import Reject, SourceRef
+from packshard.vocab import resolve_loss
 
 
 def wrapped_drops(spill: Spill, plan: RowPlan) -> tuple[Reject, ...]:

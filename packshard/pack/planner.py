@@ -68,7 +68,7 @@ from numba.extending import intrinsic
 from packshard.arrays import exclusive_cumsum
 from packshard.errors import UsageError
 from packshard.pack.rows import RowPlan
-from packshard.records import STRATEGIES
+from packshard.vocab import STRATEGIES
 
 _ctz: Any = trailing_zeros  # count trailing zero bits (LLVM cttz)
 _ONES = np.uint64(0xFFFFFFFFFFFFFFFF)

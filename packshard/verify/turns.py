@@ -29,8 +29,9 @@ from packshard.ingest.reasoning import find_block
 from packshard.ingest.templates import ChatTemplate
 from packshard.ingest.tokenizer import TokenizerBundle
 from packshard.limits import LIMIT_DEFAULTS
-from packshard.records import IGNORE_INDEX, REASONING_MARKERS, IngestOptions
+from packshard.records import IGNORE_INDEX, IngestOptions
 from packshard.verify.findings import Finding, FindingList
+from packshard.vocab import REASONING_MARKERS
 
 
 def recorded_options(config: dict[str, Any]) -> IngestOptions:

@@ -21,7 +21,7 @@ from packshard.format.manifest import (
     write_manifest,
 )
 from packshard.format.version import check_format_version
-from packshard.records import AUTO_LOSS
+from packshard.vocab import AUTO_LOSS
 
 
 def sha(path) -> str:

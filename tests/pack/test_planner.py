@@ -11,7 +11,7 @@ from packshard.arrays import fill_rate, lower_bound_rows
 from packshard.errors import UsageError
 from packshard.pack.planner import plan_packs, plan_packs_reference
 from packshard.pack.rows import RowPlan
-from packshard.records import STRATEGIES
+from packshard.vocab import STRATEGIES
 
 FIELDS = ("row_offsets", "seg_example", "seg_start", "seg_length")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from packshard.cli.tables import format_count, render_profile_table
+from packshard.cli.profile_tables import format_count, render_profile_table
 from packshard.profile import ProfileReport
 from tests.helpers import small_profile
 

@@ -1,0 +1,102 @@
+"""Every failure of a command becomes one line on stderr and an exit code, in one place.
+
+:class:`CommandGroup` runs a command and turns what escapes it into a message:
+:class:`~packshard.errors.PackshardError` with its own exit code (1 data, 2 usage), an
+``OSError`` the environment raised (disk full, permission, read-only) with a hint, and running
+out of memory with the options that lower it.  Messages stay on one line (a newline inside a
+path or a record is escaped) so that they remain greppable.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from packshard.errors import EXIT_USAGE, PackshardError, UsageError
+
+
+def one_line(text: str) -> str:
+    """Keep a message on one line whatever a path or a record holds (newlines escaped)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _fail(exc: PackshardError) -> NoReturn:
+    # One unwrapped line: messages start with ``file:line`` and must stay greppable.
+    click.secho("error:", fg="red", bold=True, err=True, nl=False)
+    click.echo(f" {one_line(str(exc))}", err=True)
+    sys.exit(exc.exit_code)
+
+
+_OS_HINTS = {
+    errno.ENOSPC: "the disk is full: free space or write elsewhere",
+    errno.EDQUOT: "the disk quota is full: free space or write elsewhere",
+    errno.EFBIG: "the file is larger than this system allows",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.EACCES: "check the permissions",
+    errno.EPERM: "check the permissions",
+}
+
+
+def _fail_os(exc: OSError) -> NoReturn:
+    # The last resort for what the environment refused (disk full, permissions): one line.
+    where = f"{exc.filename}: " if exc.filename else ""
+    hint = _OS_HINTS.get(exc.errno or 0, "")
+    what = exc.strerror or " ".join(str(exc).split())
+    click.secho("error:", fg="red", bold=True, err=True, nl=False)
+    click.echo(one_line(f" {where}{what}" + (f" ({hint})" if hint else "")), err=True)
+    sys.exit(EXIT_USAGE)
+
+
+@contextmanager
+def naming(path: str) -> Iterator[None]:
+    """Give an OSError that names no file (a failed write, disk full) the path being written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = path
+        raise
+
+
+def not_over(*paths: str | None, reading: list[Path]) -> None:
+    """Refuse a report path that would overwrite an input or a file of the folder read."""
+    for path in paths:
+        if path is None:
+            continue
+        real = Path(path).resolve()
+        for read in reading:
+            if real == read.resolve() or read.resolve() in real.parents:
+                raise UsageError(f"{path}: would write over or into {read}, which is being read")
+
+
+def warn(message: str) -> None:
+    """Print one warning line on stderr."""
+    click.secho("warning:", fg="yellow", err=True, nl=False)
+    click.echo(f" {one_line(message)}", err=True)
+
+
+class CommandGroup(click.Group):
+    """A click group whose commands end in one line and an exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; what escapes it ends in one line and an exit code."""
+        try:
+            return super().invoke(ctx)
+        except PackshardError as exc:
+            _fail(exc)
+        except OSError as exc:
+            _fail_os(exc)
+        except MemoryError:
+            click.secho("error:", fg="red", bold=True, err=True, nl=False)
+            click.echo(
+                " out of memory (lower --batch-size or --max-record-bytes, or give the run "
+                "more memory)",
+                err=True,
+            )
+            sys.exit(EXIT_USAGE)
