@@ -29,8 +29,10 @@ VENV = Path(os.environ.get("VENV", REPO / ".venv-latest"))
 DEV_VENV = Path(os.environ.get("DEV_VENV", REPO / ".venv"))
 TORCH = "torch==2.13.0"
 UPGRADE = ["tokenizers", "jinja2", "markupsafe", "transformers", "pyarrow", "numpy", "numba"]
-SHOWN = [*UPGRADE, "huggingface-hub", "safetensors", "torch"]
-RUNNER = ["pytest", "pytest-xdist"]  # what the tests below need besides packshard[torch]
+# what the tests below need besides packshard[torch]: the runner, and the trainers that
+# tests/torch/test_hf.py feeds (installed at their newest too, so a trainer that moves shows)
+RUNNER = ["pytest", "pytest-xdist", "datasets", "trl", "accelerate"]
+SHOWN = [*UPGRADE, "huggingface-hub", "safetensors", "datasets", "trl", "accelerate", "torch"]
 TESTS = [
     "tests/test_contract.py",
     "tests/ingest/test_families.py",
