@@ -2,8 +2,9 @@
 
 ``profile --workers N`` (or ``--engine ray``) cuts the inputs into the same units as ``pack``
 (:mod:`packshard.ingest.splits`).  A worker runs the ingest stream over its unit and returns
-only the three integers per example the report needs (length, loss tokens, domain code), its
-first rejects and its reject counts; the driver makes lines absolute and domain codes global,
+only the few integers per example the report needs (length, loss tokens, domain code,
+reasoning tokens and the trained ones, whether it starts a record), its first rejects and its
+reject counts; the driver makes lines absolute and domain codes global,
 in unit order, and computes the report exactly as one process would
 (:func:`~packshard.profile.report.profile_lengths`).
 """
@@ -31,6 +32,7 @@ from packshard.profile.report import (
     ProfileReport,
     describe_label_paths,
     profile_lengths,
+    record_starts,
 )
 from packshard.records import IngestOptions, Reject, SourceRef
 
@@ -56,7 +58,7 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
     bundle, template = _loaded(task.tokenizer, task.template)
     state = SplitRead()
     names = NameCodes()
-    lengths, losses, codes = [], [], []
+    lengths, losses, codes, thoughts, thought_losses, firsts = [], [], [], [], [], []
     listed: list[Reject] = []
     by_domain: Counter[str] = Counter()
     by_code: Counter[str] = Counter()
@@ -74,6 +76,10 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
             lengths.append(np.diff(chunk.batch.offsets))
             losses.append(chunk.loss_tokens)
             codes.append(names.encode(chunk.batch.domains).astype(np.int64))
+            none = np.zeros(len(chunk.batch), np.int64)
+            thoughts.append(none if chunk.reasoning_tokens is None else chunk.reasoning_tokens)
+            thought_losses.append(none if chunk.reasoning_loss is None else chunk.reasoning_loss)
+            firsts.append(record_starts(chunk.batch))
             by_domain.update(r.domain for r in chunk.rejects)
             by_code.update(r.code for r in chunk.rejects)
             listed.extend(chunk.rejects[: MAX_LISTED_REJECTS - len(listed)])
@@ -85,6 +91,9 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
         "lengths": np.concatenate([empty, *lengths]),
         "loss_tokens": np.concatenate([empty, *losses]).astype(np.int64),
         "codes": np.concatenate([empty, *codes]),
+        "thoughts": np.concatenate([empty, *thoughts]).astype(np.int64),
+        "thought_losses": np.concatenate([empty, *thought_losses]).astype(np.int64),
+        "firsts": np.concatenate([np.zeros(0, bool), *firsts]),
         "domains": tuple(names.names),
         "listed": tuple(listed),
         "by_domain": dict(by_domain),
@@ -121,7 +130,7 @@ def profile_on_engine(
     names = NameCodes()
     line_base = [0] * len(files)
     stopped: set[int] = set()
-    lengths, losses, codes = [], [], []
+    lengths, losses, codes, thoughts, thought_losses, firsts = [], [], [], [], [], []
     listed: list[Reject] = []
     rejected: Counter[str] = Counter()
     by_code: Counter[str] = Counter()
@@ -140,6 +149,9 @@ def profile_on_engine(
         lengths.append(r["lengths"])
         losses.append(r["loss_tokens"])
         codes.append(glob[r["codes"]] if len(glob) else r["codes"])
+        thoughts.append(r["thoughts"])
+        thought_losses.append(r["thought_losses"])
+        firsts.append(r["firsts"])
         for x in r["listed"][: MAX_LISTED_REJECTS - len(listed)]:
             listed.append(
                 Reject(SourceRef(x.ref.source, x.ref.line + base), x.domain, x.code, x.reason)
@@ -158,5 +170,7 @@ def profile_on_engine(
         batch_size,
         seed,
         describe_label_paths(paths, label_path),
+        (np.concatenate([empty, *thoughts]), np.concatenate([empty, *thought_losses])),
+        np.concatenate([np.zeros(0, bool), *firsts]),
     )
     return replace(report, rejects=tuple(listed), reject_codes=tuple(sorted(by_code.items())))

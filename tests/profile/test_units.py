@@ -5,6 +5,7 @@ import pytest
 from packshard.engine import EngineOptions
 from packshard.errors import RecordError
 from packshard.ingest.sources import expand_inputs
+from packshard.ingest.splits import plan_splits
 from packshard.ingest.templates import load_template
 from packshard.ingest.tokenizer import load_tokenizer
 from packshard.profile import profile_inputs, report_to_dict
@@ -30,3 +31,36 @@ def test_profile_on_two_workers_is_the_one_process_report(tmp_path, packed_demo_
     with pytest.raises(RecordError) as units:
         profile_on_engine(files, tok, "chatml", fail, 128, 8, 0, engine, 8000)
     assert str(serial.value) == str(units.value)
+
+
+@pytest.mark.parametrize("turns", ["as_rendered", "expand"])
+def test_reasoning_and_records_on_workers_are_the_one_process_report(tmp_path, turns):
+    """Reasoning tokens, the trained ones and record counts (``--turns expand`` makes several
+    examples of a record) merge from units exactly as one process counts them."""
+    from packshard.ingest.templates import compile_template
+    from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
+
+    tok = str(build_qwen(tmp_path / "qwen"))
+    records = [
+        chat(
+            user(f"{k}+{k}?"),
+            answer(f"{2 * k}", reasoning_content="Add."),
+            user(f"{k}*{k}?"),
+            answer(f"{k * k}", reasoning_content="Multiply." if k % 3 else ""),
+            domain="math" if k % 2 else "talk",
+        )
+        for k in range(30)
+    ]
+    files = expand_inputs([str(write_jsonl(tmp_path / "d.jsonl", records))])
+    template_path = tmp_path / "think.jinja"
+    template_path.write_text(THINK, encoding="utf-8")
+    bundle = load_tokenizer(tok)
+    options = IngestOptions(turns=turns)
+    template = compile_template(THINK, "think.jinja")
+    one = profile_inputs(files, bundle, template, options, 128, 8, 0)
+    engine = EngineOptions("local", 2)
+    two = profile_on_engine(files, tok, str(template_path), options, 128, 8, 0, engine, 600)
+    assert len(plan_splits(files, 600)) > 2  # records of one file, cut into several units
+    assert report_to_dict(one) == report_to_dict(two)
+    assert one.total.reasoning_tokens > 0 and one.total.records == 30
+    assert one.total.examples == (60 if turns == "expand" else 30)
