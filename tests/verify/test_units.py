@@ -53,3 +53,40 @@ def test_a_changed_segment_is_found_by_the_workers(packed, tmp_path):
     assert sorted(one_findings) == sorted(two_findings)
     manifest = json.loads((copy / "manifest.json").read_text())
     assert manifest["shards"][0]["path"] == "shard-00000.parquet"
+
+
+@pytest.mark.parametrize("turns", ["as_rendered", "expand"])
+def test_reasoning_turns_on_two_workers_match_one_process(tmp_path, turns, monkeypatch):
+    """A reasoning pack (one example per turn on expand): the workers re-ingest the turns and
+    compare every example as the one-process check does."""
+    from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
+
+    template = tmp_path / "think.jinja"
+    template.write_text(THINK, encoding="utf-8")
+    records = [
+        chat(
+            user(f"{k}+{k}?"),
+            answer(f"{2 * k}", reasoning_content="Add."),
+            user(f"{k}*{k}?"),
+            answer(f"{k * k}", reasoning_content="Multiply."),
+        )
+        for k in range(40)
+    ]
+    data = write_jsonl(tmp_path / "r.jsonl", records)
+    out = tmp_path / "out"
+    qwen = str(build_qwen(tmp_path / "qwen"))
+    config = PackConfig((str(data),), qwen, str(out), 128, template=str(template), turns=turns)
+    pack_dataset(config)
+    from packshard.ingest import splits
+    from packshard.verify import units
+
+    one, one_findings = source_check(out)
+    cut = []
+    monkeypatch.setattr(
+        units, "plan_splits", lambda f: cut.extend(splits.plan_splits(f, 1500)) or cut
+    )
+    two, two_findings = source_check(out, workers=2)
+    assert len(cut) > 2
+    assert one == two and one_findings == two_findings == []
+    assert two["status"] == "passed"
+    assert two["examples_compared"] == (80 if turns == "expand" else 40)
