@@ -15,7 +15,8 @@ A record's ``line`` is the 1-based physical line for JSONL (blank lines skipped 
 1-based element index of a JSON array (1 for a lone object) and the 1-based Parquet row.
 
 Decompression and the growing JSON text buffer live in :mod:`packshard.ingest.streams`, JSON
-values (duplicate keys refused) in :mod:`packshard.ingest.jsonparse`.
+values (duplicate keys refused) in :mod:`packshard.ingest.jsonparse`, Parquet rows in
+:mod:`packshard.ingest.parquet`.
 
 Record-level problems never raise: the record carries a :class:`RecordError` (``invalid_json``,
 ``invalid_utf8``, ``not_an_object``, ``duplicate_key``, ``too_large``, ``unreadable``).  A line,
@@ -41,7 +42,6 @@ from packshard.records import IngestOptions, RawRecord, SourceRef
 __all__ = ["CHUNK_SIZE", "InputFile", "expand_inputs", "file_domain", "read_records"]
 
 CHUNK_SIZE = 1 << 20
-PARQUET_BATCH_BYTES = 64 << 20  # Parquet rows are read in batches of about this many bytes
 
 
 def file_domain(path: str) -> str:
@@ -176,88 +176,6 @@ def _read_json(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[Ra
         yield _reject(f, index + 1, *buf.failure)
 
 
-def _repeated_field(fields: Any) -> str | None:
-    """Return a field name occurring twice in one struct of an Arrow schema, if any."""
-    import pyarrow as pa
-
-    stack = [list(fields)]
-    while stack:
-        level = stack.pop()
-        names = [field.name for field in level]
-        for name in names:
-            if names.count(name) > 1:
-                return str(name)
-        for field in level:
-            kind = field.type
-            while pa.types.is_list(kind) or pa.types.is_large_list(kind):
-                kind = kind.value_type
-            if pa.types.is_struct(kind):
-                stack.append([kind.field(i) for i in range(kind.num_fields)])
-    return None
-
-
-def _read_parquet(f: InputFile, batch_rows: int, limit: int) -> Iterator[RawRecord]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    with open_regular(f.real, f.path) as fh:
-        try:
-            pfile = pq.ParquetFile(fh)
-            repeated = _repeated_field(pfile.schema_arrow)
-        except (OSError, pa.ArrowException) as exc:
-            raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
-        yield from _parquet_rows(f, pfile, repeated, batch_rows, limit)
-
-
-def _parquet_rows(
-    f: InputFile, pfile: Any, repeated: str | None, batch_rows: int, limit: int
-) -> Iterator[RawRecord]:
-    import pyarrow as pa
-
-    meta = pfile.metadata
-    if meta.num_rows and meta.num_row_groups:  # fewer rows per batch when rows are large
-        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) or 1
-        batch_rows = max(1, min(batch_rows, PARQUET_BATCH_BYTES * meta.num_rows // size))
-    domain, row, batches = file_domain(f.path), 0, pfile.iter_batches(batch_size=batch_rows)
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except (OSError, pa.ArrowException) as exc:
-            reason = f"cannot read Parquet data ({exc}); the rest of the file is not read"
-            yield _reject(f, row + 1, "unreadable", reason)
-            return
-        if repeated is not None:
-            for _ in range(batch.num_rows):
-                row += 1
-                why = f"duplicate field {repeated!r} in the Parquet schema (fix the file)"
-                yield _reject(f, row, "duplicate_key", why)
-            continue
-        for part in _within(batch, limit):
-            if part is None:  # one row over the limit: never turned into Python values
-                row += 1
-                yield _too_large(f, row, "row", limit)
-                continue
-            for value in part.to_pylist():
-                row += 1
-                yield RawRecord(SourceRef(f.path, row), domain, value)
-
-
-def _within(batch: Any, limit: int) -> Iterator[Any]:
-    """Cut a record batch, in order, into slices of at most ``limit`` bytes (None: one row over)."""
-    stack = [batch]
-    while stack:
-        part = stack.pop()
-        if part.nbytes <= limit:
-            yield part
-        elif part.num_rows == 1:
-            yield None
-        else:
-            half = part.num_rows // 2
-            stack += [part.slice(half), part.slice(0, half)]
-
-
 def read_records(
     f: InputFile, chunk_size: int = CHUNK_SIZE, options: IngestOptions | None = None
 ) -> Iterator[RawRecord]:
@@ -277,7 +195,9 @@ def read_records(
     limit = options.max_record_bytes
     _, kind, codec = split_ext(os.path.basename(f.path))
     if kind == ".parquet":
-        yield from _read_parquet(f, max(1, min(chunk_size, 1024)), limit)
+        from packshard.ingest.parquet import read_parquet  # imports this module's row makers
+
+        yield from read_parquet(f, max(1, min(chunk_size, 1024)), limit)
         return
     with open_regular(f.real, f.path) as fh:
         chunks = iter_bytes(

@@ -33,18 +33,14 @@ from typing import BinaryIO
 
 from packshard.errors import InputError
 from packshard.ingest.inputs import open_regular, split_ext
+from packshard.ingest.parquet import parquet_batches, parquet_records, repeated_field
 from packshard.ingest.sources import (
     CHUNK_SIZE,
     InputFile,
     _read_jsonl,
-    _reject,
-    _repeated_field,
-    _too_large,
-    _within,
-    file_domain,
     read_records,
 )
-from packshard.records import IngestOptions, RawRecord, SourceRef
+from packshard.records import IngestOptions, RawRecord
 
 SPLIT_BYTES = 64 * 1024 * 1024
 """Default unit size (bytes of JSONL; Parquet row groups are gathered up to about this)."""
@@ -221,32 +217,12 @@ def _read_row_groups(split: Split, state: SplitRead, limit: int) -> Iterator[Raw
     f = split.input
     try:
         pfile = pq.ParquetFile(f.real)
-        repeated = _repeated_field(pfile.schema_arrow)
+        repeated = repeated_field(pfile.schema_arrow)
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
-    domain, row = file_domain(f.path), split.first_row
-    batches = pfile.iter_batches(batch_size=1024, row_groups=range(split.start, split.stop))
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except (OSError, pa.ArrowException) as exc:
-            reason = f"cannot read Parquet data ({exc}); the rest of the file is not read"
-            state.stopped = True
-            yield _reject(f, row + 1, "unreadable", reason)
-            return
-        if repeated is not None:
-            why = f"duplicate field {repeated!r} in the Parquet schema (fix the file)"
-            for _ in range(batch.num_rows):
-                row += 1
-                yield _reject(f, row, "duplicate_key", why)
-            continue
-        for part in _within(batch, limit):
-            if part is None:  # one row over the limit: never turned into Python values
-                row += 1
-                yield _too_large(f, row, "row", limit)
-                continue
-            for value in part.to_pylist():
-                row += 1
-                yield RawRecord(SourceRef(f.path, row), domain, value)
+    batches = parquet_batches(pfile, 1024, range(split.start, split.stop))
+
+    def stop() -> None:
+        state.stopped = True
+
+    yield from parquet_records(f, batches, split.first_row, repeated, limit, stop)
