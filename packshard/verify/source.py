@@ -24,6 +24,7 @@ drifted libraries as its likely cause.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,45 @@ def _compare(
     return compared, check.counts() if check is not None else {}
 
 
+def packed_segment(
+    tables: dict[int, pa.Table],
+    manifest: dict[str, Any],
+    index: ExamplesIndex,
+    pos: int,
+    row_cache: dict[tuple[int, int], PackedRow],
+    findings: FindingList,
+) -> tuple[PackedRow, int, Callable[..., None]] | None:
+    """Find index row ``pos``'s segment: its packed row, its segment, how to report on it.
+
+    None when it cannot be read: a missing shard (already an integrity finding), a row past
+    the shard's end or an example id not in its row (both findings here).
+    """
+    shard, row = int(index.shard[pos]), int(index.row[pos])
+    eid = int(index.example_id[pos])
+    where = index.where(eid)
+    if shard not in tables:
+        return None
+    name = manifest["shards"][shard]["path"]
+    if (shard, row) not in row_cache:
+        if row >= tables[shard].num_rows:
+            why = "examples.parquet points past the shard's last row"
+            findings.add(Finding("source", why, name, row, None, eid, where))
+            return None
+        row_cache[(shard, row)] = read_row(tables[shard], row)
+    packed = row_cache[(shard, row)]
+    segs = np.flatnonzero(packed.example_ids == eid)
+    if segs.size != 1:
+        why = "example id not found in its row"
+        findings.add(Finding("source", why, name, row, None, eid, where))
+        return None
+    seg = int(segs[0])
+
+    def bad(message: str, because: str = "") -> None:
+        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
+
+    return packed, seg, bad
+
+
 def _compare_segment(
     tables: dict[int, pa.Table],
     manifest: dict[str, Any],
@@ -221,46 +261,16 @@ def _compare_segment(
     cause: str,
 ) -> bool:
     """Compare one packed segment with its re-ingested example; False when it cannot be read."""
-    offset = int(index.token_offset[pos])
-    shard, row = int(index.shard[pos]), int(index.row[pos])
-    eid = int(index.example_id[pos])
-    where = index.where(eid)
-    if shard not in tables:
-        return False  # missing or unreadable shard: already an integrity finding
-    name = manifest["shards"][shard]["path"]
-    if (shard, row) not in row_cache:
-        if row >= tables[shard].num_rows:
-            findings.add(
-                Finding(
-                    "source",
-                    "examples.parquet points past the shard's last row",
-                    name,
-                    row,
-                    None,
-                    eid,
-                    where,
-                )
-            )
-            return False
-        row_cache[(shard, row)] = read_row(tables[shard], row)
-    packed = row_cache[(shard, row)]
-    segs = np.flatnonzero(packed.example_ids == eid)
-    if segs.size != 1:
-        findings.add(
-            Finding("source", "example id not found in its row", name, row, None, eid, where)
-        )
+    found = packed_segment(tables, manifest, index, pos, row_cache, findings)
+    if found is None:
         return False
-    seg = int(segs[0])
+    packed, seg, bad = found
     lo, hi = int(packed.cu_seqlens[seg]), int(packed.cu_seqlens[seg + 1])
-    n = hi - lo
+    n, offset = hi - lo, int(index.token_offset[pos])
     want_ids = ids[offset : offset + n]
     want_labels = labels[offset : offset + n].copy()
     if len(want_labels):
         want_labels[0] = IGNORE_INDEX
-
-    def bad(message: str, because: str = "") -> None:
-        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
-
     if len(want_ids) != n or not np.array_equal(packed.input_ids[lo:hi], want_ids):
         bad("token ids differ from the source example re-tokenized", cause)
     elif not np.array_equal(packed.labels[lo:hi], want_labels):

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from packshard.engine import EngineOptions, open_engine
-from packshard.format.shards import read_row
 from packshard.ingest.chunks import ingest
 from packshard.ingest.sources import InputFile
 from packshard.ingest.splits import Split, count_newlines, plan_splits, read_split
@@ -34,6 +33,7 @@ from packshard.ingest.templates import ChatTemplate, load_template
 from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
 from packshard.records import IGNORE_INDEX, IngestOptions, PackedRow
 from packshard.verify.findings import Finding, FindingList
+from packshard.verify.source import packed_segment
 from packshard.verify.turns import turn_check
 
 
@@ -233,30 +233,11 @@ def _compare_digest(
     cause: str,
 ) -> bool:
     """Compare one packed segment with its example's digests, as the one-process check does."""
-    shard, row = int(index.shard[pos]), int(index.row[pos])
-    eid = int(index.example_id[pos])
-    where = index.where(eid)
-    if shard not in tables:
-        return False  # missing or unreadable shard: already an integrity finding
-    name = manifest["shards"][shard]["path"]
-    if (shard, row) not in rows:
-        if row >= tables[shard].num_rows:
-            why = "examples.parquet points past the shard's last row"
-            findings.add(Finding("source", why, name, row, None, eid, where))
-            return False
-        rows[(shard, row)] = read_row(tables[shard], row)
-    packed = rows[(shard, row)]
-    segs = np.flatnonzero(packed.example_ids == eid)
-    if segs.size != 1:
-        why = "example id not found in its row"
-        findings.add(Finding("source", why, name, row, None, eid, where))
+    found = packed_segment(tables, manifest, index, pos, rows, findings)
+    if found is None:
         return False
-    seg = int(segs[0])
+    packed, seg, bad = found
     lo, hi = int(packed.cu_seqlens[seg]), int(packed.cu_seqlens[seg + 1])
-
-    def bad(message: str, because: str = "") -> None:
-        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
-
     n, ids, labels = want
     if n != hi - lo or digest(packed.input_ids[lo:hi]) != ids:
         bad("token ids differ from the source example re-tokenized", cause)
