@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import sys
@@ -208,12 +209,27 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
         spent["plan"] = time.process_time() - start
         return out
 
-    serial_cpu = []
+    serial_cpu, busy = [], []
     for _ in range(2):
-        start = time.process_time()
+        start, wall = time.process_time(), time.perf_counter()
         pack_dataset(config(data, folder / "serial"))
         serial_cpu.append(time.process_time() - start)
+        busy.append(serial_cpu[-1] / (time.perf_counter() - wall))
+    from packshard.pack.units import warm_worker
+
+    # a worker loads the tokenizer and compiles the template once, before its first unit (the
+    # fork server's warm-up): a cost per worker, shown by part 3, not per token of the map
+    warm_worker((str(QWEN), str(TEMPLATE)))
+    saved_load = pipeline.load_tokenizer
+
+    def load(*a, **k):
+        start = time.process_time()
+        out = saved_load(*a, **k)
+        spent["load"] = time.process_time() - start
+        return out
+
     scale.open_engine, scale.merge_units, pipeline._plan = timing_engine, merge, plan
+    pipeline.load_tokenizer = load
     try:
         start = time.process_time()
         pack_dataset(
@@ -222,6 +238,7 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
         total = time.process_time() - start
     finally:
         scale.open_engine, scale.merge_units, pipeline._plan = saved_open, saved_merge, saved_plan
+        pipeline.load_tokenizer = saved_load
     stages = {
         "hash": spent.get("_hash", 0.0),
         "map": spent.get("map_unit", 0.0),
@@ -229,18 +246,18 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
         "write": spent.get("write_task", 0.0),
         "merge": spent.get("merge", 0.0),
     }
-    from packshard.ingest.templates import load_template
-    from packshard.ingest.tokenizer import load_tokenizer
-
-    start = time.process_time()
-    load_template(str(TEMPLATE), load_tokenizer(str(QWEN)))
-    fixed = time.process_time() - start  # the driver loads them once per job
+    fixed = spent.get("load", 0.0)  # the driver loads the tokenizer once per job
     stages["driver rest"] = total - sum(stages.values()) - fixed
-    print(f"fixed per job in the driver: tokenizer and template load {fixed:.2f} CPU s")
+    print(f"fixed per job in the driver: tokenizer load {fixed:.2f} CPU s")
     print(
         f"CPU of the whole job, this process and its threads: one-process path "
         f"{min(serial_cpu):.2f} s, unit path (8 units, same process) {total:.2f} s: "
         f"{total / min(serial_cpu):.2f}× (the split/merge machinery's cost)"
+    )
+    cores = os.cpu_count() or 1
+    print(
+        f"one process keeps {max(busy):.2f} cores busy (the tokenizer's threads beside the main "
+        f"thread): on {cores} cores --workers can give at most {cores / max(busy):.2f}× it"
     )
     per_m = {k: v / tokens * 1e6 for k, v in stages.items()}
     print(f"CPU seconds per million tokens (unit path in one process, {tokens:,} tokens):")

@@ -19,6 +19,11 @@ suspect, not only the one that killed it.  So::
 A task that fails for good does not stop the others: they finish (so that ``--resume`` has
 them), then the failure of the first such task, in task order, is raised.  Results are
 collected by task index, so completion order never shows.
+
+Workers import the main module again (as every ``forkserver`` or ``spawn`` child does): a
+script that starts a job at its top level, not under ``if __name__ == "__main__":``, would
+start it again in every worker, which dies.  A script whose source never tests ``__name__``
+is refused before any worker starts.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -34,6 +40,34 @@ from typing import Any
 
 from packshard.engine.base import TaskFailed, call, describe, raise_error
 from packshard.engine.forkwarm import FORK_WARM_ENV
+from packshard.errors import UsageError
+
+GUARD = 'if __name__ == "__main__":'
+
+
+def main_script() -> tuple[str, bool] | None:
+    """Return the main script workers import again, and whether its source tests ``__name__``.
+
+    None where there is no script file (an interactive session, a notebook, ``python -c``).
+    """
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return path, "__name__" in fh.read()
+    except OSError:
+        return path, True  # unreadable: say nothing rather than guess
+
+
+def check_main_guard() -> None:
+    """Refuse a script without a ``__name__`` test: every worker would run it again."""
+    found = main_script()
+    if found is not None and not found[1]:
+        raise UsageError(
+            f"{found[0]}: the workers of --workers/--engine local import this script again and "
+            f"would rerun it; put the call under `{GUARD}` (or use one worker)"
+        )
 
 
 def _context(module: str, warm: tuple[Callable[[Any], Any], Any] | None) -> Any:
@@ -87,6 +121,7 @@ class LocalEngine:
         self._env = dict(env)
         self._warm = warm
         self._pool: ProcessPoolExecutor | None = None
+        check_main_guard()
         if warm is not None:  # start the workers now: they warm up while the driver works
             pool = self._executor(warm[0].__module__)
             for _ in range(workers):

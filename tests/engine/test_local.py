@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from packshard.engine import EngineOptions, TaskFailed, open_engine
@@ -65,3 +68,47 @@ def test_engine_options_are_checked():
     with pytest.raises(UsageError, match=r"^--engine 'spark' is not one of local, ray$"):
         EngineOptions("spark").check()
     assert EngineOptions("local", 1).serial and not EngineOptions("local", 2).serial
+
+
+def test_a_script_without_a_main_guard_is_refused_before_any_worker_starts(tmp_path):
+    """Workers import the main script again: one without the guard would rerun the job in each
+    worker and die there; it is refused in one line instead."""
+    import subprocess
+    import sys
+
+    body = (
+        "from packshard.engine import EngineOptions, open_engine\n"
+        "from tests.helpers import slow_square\n"
+        "{indent}with open_engine(EngineOptions('local', workers=2)) as engine:\n"
+        "{indent}    print(engine.run(slow_square, [2, 3], ['a', 'b']))\n"
+    )
+    bare, guarded = tmp_path / "bare.py", tmp_path / "guarded.py"
+    bare.write_text(body.format(indent=""), encoding="utf-8")
+    guarded.write_text(
+        body.replace("{indent}with", 'if __name__ == "__main__":\n{indent}with').format(
+            indent="    "
+        ),
+        encoding="utf-8",
+    )
+    root = str(Path(__file__).resolve().parents[2])
+
+    def run(script):
+        return subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": root},
+        )
+
+    refused = run(bare)
+    assert refused.returncode != 0 and "bootstrapping" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"packshard.errors.UsageError: {bare}: the workers of --workers/--engine local import "
+        'this script again and would rerun it; put the call under `if __name__ == "__main__":` '
+        "(or use one worker)"
+    )
+    ran = run(guarded)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[4, 9]"
