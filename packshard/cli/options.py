@@ -10,7 +10,6 @@ import click
 
 from packshard.cli.common_options import INGEST, group
 from packshard.engine import ENGINES
-from packshard.ingest.splits import SPLIT_BYTES
 from packshard.vocab import COMPRESSIONS, EXPORT_TARGETS, OVERLONG_POLICIES, STRATEGIES
 
 ENGINE = group(
@@ -35,9 +34,9 @@ ENGINE = group(
 UNITS = click.option(
     "--split-bytes",
     type=int,
-    default=SPLIT_BYTES,
-    show_default=True,
-    help="Work unit size: JSONL is cut at line starts, Parquet at row groups.",
+    default=0,
+    help="Work unit size: JSONL is cut at line starts, Parquet at row groups "
+    "(default: the inputs' bytes over 64, within 1–64 MiB).",
 )
 
 

@@ -43,7 +43,11 @@ from packshard.ingest.sources import (
 from packshard.records import IngestOptions, RawRecord
 
 SPLIT_BYTES = 64 * 1024 * 1024
-"""Default unit size (bytes of JSONL; Parquet row groups are gathered up to about this)."""
+"""The largest unit :func:`auto_split_bytes` makes (bytes of JSONL; Parquet row groups are
+gathered up to about this)."""
+MIN_SPLIT_BYTES = 1024 * 1024
+UNITS_WANTED = 64
+"""Units :func:`auto_split_bytes` aims at: enough to keep 16 workers busy to the end."""
 _BOM = b"\xef\xbb\xbf"
 KINDS = ("bytes", "rows", "file")
 
@@ -83,8 +87,27 @@ class Split:
         return InputFile(self.path, Path(self.real))
 
 
-def plan_splits(files: Sequence[InputFile], target_bytes: int = SPLIT_BYTES) -> list[Split]:
-    """Cut ``files`` into splits of about ``target_bytes``, in input order."""
+def auto_split_bytes(files: Sequence[InputFile]) -> int:
+    """Return the unit size when none is given: the inputs' bytes over 64, within 1–64 MiB.
+
+    It depends on the inputs alone, never on the number of workers, so that a ``--resume``
+    with other workers keeps the units.  Small inputs still make several units (an 8 MB file
+    makes 8), so that ``--workers`` has work to share; large ones make 64 MiB units.
+    """
+    total = 0
+    for f in files:
+        try:
+            st = os.stat(f.real)
+        except OSError:
+            continue  # plan_splits names it
+        total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // UNITS_WANTED)))
+
+
+def plan_splits(files: Sequence[InputFile], target_bytes: int = 0) -> list[Split]:
+    """Cut ``files`` into splits of about ``target_bytes`` (0: :func:`auto_split_bytes`)."""
+    if target_bytes <= 0:
+        target_bytes = auto_split_bytes(files)
     splits: list[Split] = []
     for index, f in enumerate(files):
         _, kind, codec = split_ext(os.path.basename(f.path))

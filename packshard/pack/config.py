@@ -7,7 +7,6 @@ from typing import Any
 
 from packshard.engine import EngineOptions
 from packshard.errors import UsageError
-from packshard.ingest.splits import SPLIT_BYTES
 from packshard.limits import (
     MAX_DECOMPRESSED_BYTES,
     MAX_EXPANSION,
@@ -57,7 +56,7 @@ class PackConfig:
     ray_address: str | None = None
     resume: bool = False
     plan_scope: str = "global"
-    split_bytes: int = SPLIT_BYTES
+    split_bytes: int = 0  # 0: packshard.ingest.splits.auto_split_bytes
     reasoning: str = "train"
     empty_reasoning: str = "train"
     turns: str = "as_rendered"
@@ -157,8 +156,10 @@ def check_config(config: PackConfig) -> list[str]:
 def _check_scale(config: PackConfig) -> None:
     """Refuse engine, unit and plan-scope options that cannot work."""
     EngineOptions(config.engine, config.workers, config.ray_address).check()
-    if config.split_bytes < 1:
-        raise UsageError(f"--split-bytes must be positive, got {config.split_bytes}")
+    if config.split_bytes < 0:
+        raise UsageError(
+            f"--split-bytes must be positive (0: chosen from the inputs), got {config.split_bytes}"
+        )
     scope = config.plan_scope
     if scope != "global":
         size = scope.removeprefix("group:")

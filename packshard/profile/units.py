@@ -24,7 +24,7 @@ from packshard.engine import EngineOptions, open_engine
 from packshard.errors import RecordError
 from packshard.ingest.chunks import ingest
 from packshard.ingest.sources import InputFile
-from packshard.ingest.splits import SPLIT_BYTES, Split, SplitRead, plan_splits, read_split
+from packshard.ingest.splits import Split, SplitRead, plan_splits, read_split
 from packshard.ingest.templates import ChatTemplate, load_template
 from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
 from packshard.profile.report import (
@@ -114,7 +114,7 @@ def profile_on_engine(
     batch_size: int,
     seed: int,
     engine: EngineOptions,
-    split_bytes: int = SPLIT_BYTES,
+    split_bytes: int = 0,
     label_path: str = "offsets",
 ) -> ProfileReport:
     """Profile ``files`` unit by unit on ``engine``; the same report one process gives.

@@ -94,3 +94,29 @@ def test_files_that_cannot_be_cut_are_one_unit(tmp_path, name):
     (split,) = plan_splits([f], 1)
     assert split.kind == "file" and split.describe() == f"{path} (whole file)"
     assert records_of([split]) == whole(f)
+
+
+def test_the_unit_size_follows_the_inputs_not_the_workers(tmp_path):
+    """Without --split-bytes: the inputs' bytes over 64, within 1–64 MiB, so a file of a few
+    megabytes still gives --workers several units, and a large dataset 64 MiB units."""
+    from packshard.ingest.splits import MIN_SPLIT_BYTES, SPLIT_BYTES, auto_split_bytes
+
+    def sized(name, size):
+        path = tmp_path / name
+        with open(path, "wb") as fh:
+            fh.truncate(size)  # sparse: only the size matters here
+        return InputFile(name, path)
+
+    mib = 1 << 20
+    assert auto_split_bytes([sized("tiny.jsonl", 1000)]) == MIN_SPLIT_BYTES
+    assert auto_split_bytes([sized("a.jsonl", 96 * mib), sized("b.jsonl", 32 * mib)]) == 2 * mib
+    assert auto_split_bytes([sized("big.jsonl", 100 * 64 * mib)]) == SPLIT_BYTES
+    assert auto_split_bytes([InputFile("gone.jsonl", tmp_path / "gone.jsonl")]) == MIN_SPLIT_BYTES
+
+    lines = b"".join(b'{"text": "%06d %s"}\n' % (i, b"x" * 200) for i in range(40_000))
+    data = tmp_path / "eight.jsonl"
+    data.write_bytes(lines)
+    files = [InputFile("eight.jsonl", data)]
+    splits = plan_splits(files)  # the default: chosen from the inputs
+    assert len(splits) == -(-len(lines) // MIN_SPLIT_BYTES) > 4
+    assert b"".join(data.read_bytes()[s.start : s.stop] for s in splits) == lines
