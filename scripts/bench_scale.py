@@ -180,9 +180,9 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
     spent: dict[str, float] = {}
 
     class Timing(SerialEngine):
-        def run(self, fn, args, keys, on_result=None):
+        def run(self, fn, args, keys, on_result=None, on_started=None):
             start = time.process_time()
-            out = super().run(fn, args, keys, on_result)
+            out = super().run(fn, args, keys, on_result, on_started)
             spent[fn.__name__] = spent.get(fn.__name__, 0.0) + time.process_time() - start
             return out
 

@@ -77,14 +77,24 @@ class Engine(Protocol):
     name: str
     workers: int
 
+    @property
+    def starting(self) -> bool:
+        """Whether the workers are still starting up (the driver has time to spare)."""
+        ...
+
     def run(
         self,
         fn: Callable[[Any], Any],
         args: Sequence[Any],
         keys: Sequence[str],
         on_result: Callable[[int, Any], None] | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> list[Any]:
-        """Return ``[fn(a) for a in args]``; ``on_result(i, value)`` as each one finishes."""
+        """Return ``[fn(a) for a in args]``; ``on_result(i, value)`` as each one finishes.
+
+        ``on_started()`` is called once, when the first tasks have been handed to the workers
+        (after the last task, on an engine that runs them in this process).
+        """
         ...
 
     def close(self) -> None:
@@ -97,6 +107,7 @@ class SerialEngine:
 
     name = "local"
     workers = 1
+    starting = False
 
     def __init__(self, max_retries: int = MAX_RETRIES) -> None:
         self.max_retries = max_retries
@@ -107,6 +118,7 @@ class SerialEngine:
         args: Sequence[Any],
         keys: Sequence[str],
         on_result: Callable[[int, Any], None] | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> list[Any]:
         """Run the tasks in order, retrying unexpected errors like any engine."""
         out = []
@@ -123,6 +135,8 @@ class SerialEngine:
             out.append(value)
             if on_result is not None:
                 on_result(i, value)
+        if on_started is not None:  # nothing runs elsewhere: whatever waited runs after
+            on_started()
         return out
 
     def close(self) -> None:

@@ -32,6 +32,7 @@ import json
 import multiprocessing as mp
 import os
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -122,10 +123,30 @@ class LocalEngine:
         self._warm = warm
         self._pool: ProcessPoolExecutor | None = None
         check_main_guard()
+        self._starting: list[Future[Any]] = []
+        self._starter: threading.Thread | None = None
         if warm is not None:  # start the workers now: they warm up while the driver works
-            pool = self._executor(warm[0].__module__)
-            for _ in range(workers):
-                pool.submit(_noop)
+            # on a thread: the first start waits for the fork server's imports and warm-up
+            self._starter = threading.Thread(target=self._start, args=(warm[0].__module__,))
+            self._starter.start()
+
+    def _start(self, module: str) -> None:
+        try:
+            pool = self._executor(module)
+            self._starting = [pool.submit(_noop) for _ in range(self.workers)]
+        except Exception:  # the first run starts the pool again and reports what fails
+            return
+
+    def _started(self) -> None:
+        if self._starter is not None:
+            self._starter.join()
+            self._starter = None
+
+    @property
+    def starting(self) -> bool:
+        """Whether the workers are still starting (the driver has time to spare)."""
+        alive = self._starter is not None and self._starter.is_alive()
+        return alive or not all(f.done() for f in self._starting)
 
     def _executor(self, module: str) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -148,8 +169,10 @@ class LocalEngine:
         args: Sequence[Any],
         keys: Sequence[str],
         on_result: Callable[[int, Any], None] | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> list[Any]:
         """Return ``[fn(a) for a in args]`` in order; retry as the module docstring says."""
+        self._started()
         results: dict[int, Any] = {}
         errors = [0] * len(args)  # Python exceptions raised by each task
         deaths = [0] * len(args)  # worker deaths charged to each task (while alone)
@@ -189,6 +212,9 @@ class LocalEngine:
                     running.clear()
                     self._reset()
                     continue
+                if on_started is not None:
+                    on_started()
+                    on_started = None
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 broken = False
                 for future in done:
@@ -225,6 +251,7 @@ class LocalEngine:
 
     def close(self) -> None:
         """Stop the workers."""
+        self._started()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

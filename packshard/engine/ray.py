@@ -51,6 +51,7 @@ class RayEngine:
     """Tasks on a Ray cluster (see the module docstring)."""
 
     name = "ray"
+    starting = False  # a cluster is up once it is joined or started
 
     def __init__(
         self, workers: int, address: str | None, max_retries: int, env: dict[str, str]
@@ -87,6 +88,7 @@ class RayEngine:
         args: Sequence[Any],
         keys: Sequence[str],
         on_result: Callable[[int, Any], None] | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> list[Any]:
         """Return ``[fn(a) for a in args]`` in order, at most ``2 × CPUs`` in flight."""
         ray = self._ray
@@ -100,6 +102,9 @@ class RayEngine:
                 while nxt < len(args) and len(pending) < 2 * self.workers:
                     pending[self._task.remote(fn_ref, args[nxt], self._env)] = nxt
                     nxt += 1
+                if on_started is not None:
+                    on_started()
+                    on_started = None
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:
                     i = pending.pop(ref)

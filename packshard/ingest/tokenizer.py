@@ -160,6 +160,23 @@ def _id_bound(tok: tokenizers.Tokenizer, model: Any, added: dict[int, Any]) -> i
     return max(count, top + 1, max(added, default=-1) + 1)
 
 
+def tokenizer_json_path(path: str) -> Path:
+    """Return the ``tokenizer.json`` that ``path`` names (the file, or the one in a folder).
+
+    Raises:
+        TokenizerError: there is no such regular file.
+
+    """
+    given = Path(path)
+    json_path = given / "tokenizer.json" if given.is_dir() else given
+    if not json_path.is_file():
+        where = "folder holds no tokenizer.json" if given.is_dir() else "no such file"
+        raise TokenizerError(
+            f"{path}: {where} (pass a tokenizer.json or its folder with --tokenizer)"
+        )
+    return json_path
+
+
 def load_tokenizer(path: str) -> TokenizerBundle:
     """Load ``path`` (a ``tokenizer.json`` or a folder holding one) without any network access.
 
@@ -172,13 +189,7 @@ def load_tokenizer(path: str) -> TokenizerBundle:
         TokenizerError: the file is missing, unreadable or not a tokenizer.
 
     """
-    given = Path(path)
-    json_path = given / "tokenizer.json" if given.is_dir() else given
-    if not json_path.is_file():
-        where = "folder holds no tokenizer.json" if given.is_dir() else "no such file"
-        raise TokenizerError(
-            f"{path}: {where} (pass a tokenizer.json or its folder with --tokenizer)"
-        )
+    json_path = tokenizer_json_path(path)
     raw = json_path.read_bytes()
     try:
         try:

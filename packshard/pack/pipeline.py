@@ -33,6 +33,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -43,7 +44,7 @@ import numpy as np
 from packshard.digests import sha256_path
 from packshard.engine import Engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
-from packshard.errors import REJECTED, NothingToPackError
+from packshard.errors import REJECTED, NothingToPackError, PackshardError
 from packshard.format.card import write_card
 from packshard.format.environment import pack_environment
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
@@ -55,8 +56,7 @@ from packshard.ingest.chunks import ingest
 from packshard.ingest.reasoning import reasoning_field
 from packshard.ingest.sandbox import template_conventions
 from packshard.ingest.sources import InputFile, expand_inputs
-from packshard.ingest.templates import ChatTemplate, load_template
-from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.templates import ChatTemplate
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.counts import (
     examples_columns,
@@ -68,7 +68,7 @@ from packshard.pack.counts import (
 from packshard.pack.outdir import claim_out
 from packshard.pack.planner import plan_packs
 from packshard.pack.rows import RowPlan, finalize_plan, ordering_stats
-from packshard.pack.scale import engine_for, hash_inputs, map_inputs, work_folder
+from packshard.pack.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
 from packshard.pack.spill import Spill, SpillWriter
 from packshard.pack.write import row_groups, shard_bounds, write_shards_on
 
@@ -97,10 +97,11 @@ def pack_dataset(
         os.environ["RAYON_NUM_THREADS"] = str(config.num_workers)
     files = expand_inputs(config.inputs)
     with claim_out(config.out, config.overwrite, config.inputs, files, notify) as claim:
-        with engine_for(config) as engine:  # workers start loading while the driver does
-            bundle = load_tokenizer(config.tokenizer)
-            template = load_template(config.template, bundle)
-            manifest = _pack_into(claim.tmp, config, files, bundle, template, progress, engine)
+        with engine_for(config) as engine, ThreadPoolExecutor(1) as loader:
+            loaded = DriverLoad(config, loader)
+            if engine is None:
+                loaded.result()
+            manifest = _pack_into(claim.tmp, config, files, loaded, progress, engine)
         claim.publish()
     if engine is not None:
         shutil.rmtree(work_folder(claim.out), ignore_errors=True)
@@ -112,8 +113,7 @@ def _pack_into(
     tmp: Path,
     config: PackConfig,
     files: Sequence[InputFile],
-    bundle: TokenizerBundle,
-    template: ChatTemplate | None,
+    loaded: DriverLoad,
     progress: bool,
     engine: Engine | None = None,
 ) -> dict[str, Any]:
@@ -131,6 +131,7 @@ def _pack_into(
     reasoning_dropped = 0  # turns trained without the reasoning their template left out
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
         if engine is None:
+            bundle, template = loaded.result()
             chunks = ingest(files, bundle, template, config.ingest_options(), progress=progress)
             for chunk in chunks:
                 rejects.write(chunk.rejects)
@@ -139,10 +140,20 @@ def _pack_into(
             spill = writer.finish()
         else:  # work units on the engine (packshard.pack.scale)
             writer.finish()
-            units["hashes"] = hash_inputs(engine, list(files))
-            spill, units["work"], units["info"] = map_inputs(
-                engine, config, list(files), units["hashes"], bundle, template, rejects
-            )
+            try:
+                if engine.starting:  # workers still starting: load now, while they do
+                    loaded.start()
+                units["hashes"] = hash_inputs(engine, list(files))
+                spill, units["work"], units["info"] = map_inputs(
+                    engine, config, list(files), units["hashes"], rejects, loaded.start
+                )
+            except PackshardError:
+                if loaded.failed():  # the driver's own error comes first, and
+                    # units mapped with a tokenizer or template that cannot load are no use
+                    shutil.rmtree(work_folder(Path(config.out)), ignore_errors=True)
+                    loaded.result()
+                raise
+            bundle, template = loaded.result()
             reasoning_dropped = units["info"].pop("reasoning_dropped", 0)
         plan = _plan(spill, config)
         rejects.write(wrapped_drops(spill, plan))

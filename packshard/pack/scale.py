@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -39,18 +40,56 @@ from packshard.format.rejects import RejectsWriter
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.sources import InputFile
 from packshard.ingest.splits import plan_splits
-from packshard.ingest.templates import ChatTemplate
-from packshard.ingest.tokenizer import TokenizerBundle
+from packshard.ingest.templates import ChatTemplate, load_template
+from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
 from packshard.pack.merge import merge_units
 from packshard.pack.spill import Spill
 from packshard.pack.units import MARKER, MapTask, UnitContext, load_unit, map_unit, warm_worker
 
 JOB = "job.json"
+TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+"""Beside ``tokenizer.json``: what :func:`~packshard.ingest.tokenizer.load_tokenizer` reads."""
 UNIT_BATCH = 256
 """Records per ingest chunk inside a unit: small chunks keep rendering, tokenizing and
 labelling overlapped in a unit of a few chunks.  Any size gives the same output (the merge
 orders rejects by ``--batch-size`` chunks, whatever the units used)."""
+
+
+class DriverLoad:
+    """The driver's tokenizer and template (the manifest needs them), loaded on a thread.
+
+    On an engine the workers load their own.  While they are still starting, the driver loads
+    at once; when they are ready, its load starts once the map tasks are handed out
+    (:func:`map_inputs` calls :meth:`start`), so that it runs while they
+    map instead of before: it holds the GIL for most of its time, and would delay the first
+    tasks.  Without an engine it is awaited at once.
+    """
+
+    def __init__(self, config: PackConfig, pool: ThreadPoolExecutor) -> None:
+        self._config, self._pool = config, pool
+        self._future: Future[tuple[TokenizerBundle, ChatTemplate | None]] | None = None
+
+    def start(self) -> None:
+        """Start loading, once."""
+        if self._future is None:
+            self._future = self._pool.submit(self._load)
+
+    def _load(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
+        bundle = load_tokenizer(self._config.tokenizer)
+        return bundle, load_template(self._config.template, bundle)
+
+    def result(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
+        """Return the tokenizer and template (raising what loading raised), once loaded."""
+        self.start()
+        assert self._future is not None
+        return self._future.result()
+
+    def failed(self) -> bool:
+        """Whether loading raised, once it is done."""
+        self.start()
+        assert self._future is not None
+        return self._future.exception() is not None
 
 
 def work_folder(out: Path) -> Path:
@@ -79,6 +118,23 @@ def engine_for(config: PackConfig) -> Iterator[Engine | None]:
     warm = (warm_worker, (config.tokenizer, config.template))
     with open_engine(options, worker_env(config), warm) as engine:
         yield engine
+
+
+def setup_files(config: PackConfig) -> dict[str, str | None]:
+    """SHA-256 of each file the tokenizer and template load from (None: absent), and the spec.
+
+    What decides the units' content besides the inputs and options, known before anything is
+    loaded: the driver loads the tokenizer while the workers map.
+    """
+    main = tokenizer_json_path(config.tokenizer)
+    files = [main, *(main.parent / n for n in TOKENIZER_FILES)]
+    digests: dict[str, str | None] = {
+        str(f): sha256_path(f) if f.is_file() else None for f in files
+    }
+    digests["template"] = config.template
+    if config.template is not None and Path(config.template).is_file():
+        digests["template_file"] = sha256_path(Path(config.template))
+    return digests
 
 
 def _hash(path: str) -> str:
@@ -113,11 +169,13 @@ def map_inputs(
     config: PackConfig,
     files: list[InputFile],
     hashes: list[str],
-    bundle: TokenizerBundle,
-    template: ChatTemplate | None,
     rejects: RejectsWriter,
+    started: Callable[[], None] = lambda: None,
 ) -> tuple[Spill, Path, dict[str, int]]:
-    """Map every unit (reusing finished ones on ``--resume``), merge, write the rejects."""
+    """Map every unit (reusing finished ones on ``--resume``), merge, write the rejects.
+
+    ``started`` is called once the map tasks are handed to the engine.
+    """
     splits = plan_splits(files, config.split_bytes)
     fingerprint = sha256_bytes(
         json.dumps(
@@ -125,8 +183,7 @@ def map_inputs(
                 "config": config.recorded(),
                 "ingest": [config.batch_size, config.split_bytes],
                 "inputs": hashes,
-                "tokenizer": bundle.sha256,
-                "template": template.sha256 if template is not None else None,
+                "setup": setup_files(config),
                 "versions": [__version__, FORMAT_VERSION],
             },
             sort_keys=True,
@@ -150,7 +207,7 @@ def map_inputs(
             results[i] = load_unit(work / split.name, split)
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, splits[i]) for i in todo]
-    mapped = engine.run(map_unit, tasks, [t.split.describe() for t in tasks])
+    mapped = engine.run(map_unit, tasks, [t.split.describe() for t in tasks], on_started=started)
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
     spill, ordered = merge_units(results, context.sources, config.batch_size)

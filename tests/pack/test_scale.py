@@ -179,3 +179,39 @@ def test_reasoning_turns_on_workers_write_the_same_bytes(tmp_path, turns):
     expected_examples = 80 if turns == "expand" else 40
     assert one["stats"]["examples"] == expected_examples
     assert one["stats"]["reasoning_dropped"] == (0 if turns == "expand" else 40)
+
+
+@pytest.mark.parametrize("broken", ["tokenizer", "template"])
+def test_a_tokenizer_or_template_that_cannot_load_fails_as_one_process_does(
+    inputs, tokenizer, tmp_path, broken
+):
+    """The driver loads them while the workers map: its error still comes first, word for
+    word the one-process error, and no work folder is left beside OUT."""
+    from packshard.errors import TemplateError, TokenizerError
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "tokenizer.json").write_text('{"model": {"type": "nothing"}}', encoding="utf-8")
+    (bad / "template.jinja").write_text("{% for m in messages %}", encoding="utf-8")
+    options = (
+        {"tokenizer": bad}
+        if broken == "tokenizer"
+        else {"tokenizer": tokenizer, "template": str(bad / "template.jinja")}
+    )
+    error = TokenizerError if broken == "tokenizer" else TemplateError
+    messages = []
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        with pytest.raises(error) as caught:
+            pack(
+                inputs,
+                options.get("tokenizer"),
+                out,
+                workers=workers,
+                split_bytes=SPLIT,
+                **{k: v for k, v in options.items() if k != "tokenizer"},
+            )
+        messages.append(str(caught.value))
+        assert not out.exists() and not work_folder(out).exists()
+    assert messages[0] == messages[1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
