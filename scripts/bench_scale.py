@@ -220,7 +220,7 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
     # a worker loads the tokenizer and compiles the template once, before its first unit (the
     # fork server's warm-up): a cost per worker, shown by part 3, not per token of the map
     warm_worker((str(QWEN), str(TEMPLATE)))
-    saved_load = pipeline.load_tokenizer
+    saved_load = scale.load_tokenizer
 
     def load(*a, **k):
         start = time.process_time()
@@ -229,7 +229,7 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
         return out
 
     scale.open_engine, scale.merge_units, pipeline._plan = timing_engine, merge, plan
-    pipeline.load_tokenizer = load
+    scale.load_tokenizer = load
     try:
         start = time.process_time()
         pack_dataset(
@@ -238,7 +238,7 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
         total = time.process_time() - start
     finally:
         scale.open_engine, scale.merge_units, pipeline._plan = saved_open, saved_merge, saved_plan
-        pipeline.load_tokenizer = saved_load
+        scale.load_tokenizer = saved_load
     stages = {
         "hash": spent.get("_hash", 0.0),
         "map": spent.get("map_unit", 0.0),
