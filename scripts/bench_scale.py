@@ -8,7 +8,8 @@ Part 1 (the Qwen3 finding): ``pack`` of ``--records`` multi-turn chats of ``../s
 with the Qwen3 tokenizer and its training template, against raw ``Tokenizer.encode_batch``
 on the same texts rendered beforehand (tokenizer loaded beforehand, not timed), for each
 ``--workers`` count on the local engine and on Ray; runs alternate, ratios are medians of
-pairs with their range.  Part 2: what one job spends per stage (CPU seconds per million
+pairs with their range.  Part 1b: the same through ``packshard pack``, a process per job
+(each starts its own workers).  Part 2: what one job spends per stage (CPU seconds per million
 tokens: hashing, map, plan, write, driver merge and the rest), measured by running the unit
 path in this process; from it, the projected throughput on 16, 64 and 256 cores (Amdahl,
 with the driver's part serial).  Part 3: what loading and rendering cost (tokenizer load,
@@ -278,6 +279,31 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
         )
 
 
+def command_line_part(data: Path, folder: Path, rounds: int, workers: int) -> None:
+    """Part 1b: ``packshard pack`` from the command line, one process per job, alternating.
+
+    Each job then starts its own fork server (imports and one tokenizer load for all its
+    workers), which jobs inside one Python process (part 1) pay only once.
+    """
+    import subprocess
+
+    exe = Path(sys.executable).with_name("packshard")
+    base = [str(exe), "pack", str(data), "-t", str(QWEN), "--template", str(TEMPLATE)]
+    base += ["--max-seq-len", "4096", "--overwrite", "-o", str(folder / "cli")]
+    times: dict[int, list[float]] = {1: [], workers: []}
+    for _ in range(rounds):
+        for w in times:
+            run = [*base, "--workers", str(w)]
+            times[w].append(
+                timed(lambda run=run: subprocess.run(run, check=True, capture_output=True))
+            )
+    ratio = ratios(times[1], times[workers])
+    print(
+        f"command line, a process per job: one process median {statistics.median(times[1]):.2f} s, "
+        f"--workers {workers} {statistics.median(times[workers]):.2f} s: {spread(ratio)}"
+    )
+
+
 def loading_part() -> None:
     """Part 3: what loading the tokenizer and template and rendering one record cost."""
     from packshard.ingest.normalize import normalize_record
@@ -328,6 +354,7 @@ def main() -> None:
     parser.add_argument("--no-ray", dest="ray", action="store_false")
     parser.add_argument("--plan-sizes", default="10000000,100000000")
     parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--no-cli", dest="cli", action="store_false", help="skip part 1b")
     args = parser.parse_args()
     args.workers = [int(w) for w in args.workers.split(",")]
     if not QWEN.is_dir():
@@ -336,6 +363,8 @@ def main() -> None:
         folder = Path(tmp)
         if not args.skip_e2e:
             found = engines_part(args, folder)
+            if args.cli and max(args.workers) > 1:
+                command_line_part(found["data"], folder, args.rounds, max(args.workers))
             stages_part(found["data"], folder, found["tokens"])
             loading_part()
     planning_part([int(n) for n in args.plan_sizes.split(",") if n])

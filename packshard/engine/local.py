@@ -33,6 +33,7 @@ import multiprocessing as mp
 import os
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -44,6 +45,7 @@ from packshard.engine.forkwarm import FORK_WARM_ENV
 from packshard.errors import UsageError
 
 GUARD = 'if __name__ == "__main__":'
+READY_WAIT = 0.25
 
 
 def main_script() -> tuple[str, bool] | None:
@@ -144,9 +146,19 @@ class LocalEngine:
 
     @property
     def starting(self) -> bool:
-        """Whether the workers are still starting (the driver has time to spare)."""
-        alive = self._starter is not None and self._starter.is_alive()
-        return alive or not all(f.done() for f in self._starting)
+        """Whether the workers are still starting (the driver has time to spare).
+
+        Workers forked from a running fork server are up within a fraction of a second; the
+        fork server's own first start (imports, the warm-up) takes a second or more.  So this
+        waits up to :data:`READY_WAIT` seconds for them before it answers.
+        """
+        deadline = time.monotonic() + READY_WAIT
+        if self._starter is not None:
+            self._starter.join(READY_WAIT)
+            if self._starter.is_alive():
+                return True
+        wait(self._starting, max(0.0, deadline - time.monotonic()))
+        return not all(f.done() for f in self._starting)
 
     def _executor(self, module: str) -> ProcessPoolExecutor:
         if self._pool is None:

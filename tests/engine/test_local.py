@@ -49,7 +49,11 @@ def test_a_dead_worker_is_retried_and_bystanders_are_not_charged(tmp_path):
     bystander.mkdir()
     args = [(str(dying), 1, "crash"), (str(bystander), 0, "crash")]
     with open_engine(EngineOptions("local", workers=2)) as engine:
-        assert engine.run(flaky_task, args, ["a", "b"]) == ["done after 2", "done after 1"]
+        dying_result, bystander_result = engine.run(flaky_task, args, ["a", "b"])
+    assert dying_result == "done after 2"
+    # a bystander whose result was still on its way when the pool broke runs again, alone,
+    # and is not charged: whichever happened, it succeeds
+    assert bystander_result in ("done after 1", "done after 2")
 
 
 def test_a_task_whose_worker_keeps_dying_fails_naming_it(tmp_path):
