@@ -1,6 +1,7 @@
 """``packshard profile``: how long the examples are and what padding, bucketing and packing cost."""
 
 from packshard.profile.export import report_to_dict
+from packshard.profile.gather import describe_label_paths, profile_chunks, profile_inputs
 from packshard.profile.lengths import (
     HISTOGRAM_BINS_PER_OCTAVE,
     PERCENTILE_METHOD,
@@ -17,9 +18,6 @@ from packshard.profile.report import (
     MAX_LISTED_REJECTS,
     DomainProfile,
     ProfileReport,
-    describe_label_paths,
-    profile_chunks,
-    profile_inputs,
     profile_lengths,
     write_verdict,
 )

@@ -1,42 +1,36 @@
 """The profile of a dataset: per-domain counts, lengths and utilization, from the ingest stream.
 
-``profile_lengths`` works on three per-example arrays (token count, loss-token count, domain
-code); ``profile_inputs`` builds them from the ingest stream, keeping only those arrays and
-never the tokens.  The report has one :class:`DomainProfile` for the whole input and one per
-domain (a domain whose records were all rejected still gets a row).  Loss tokens are labels
-``!= IGNORE_INDEX`` excluding each example's first token (its label is masked at every seam
-once packed); prompt tokens = tokens − loss tokens.  Per-domain utilization treats each domain
-as if it were profiled alone, so per-domain rows do not add up to the total's rows; records,
-rejects and token counts do add up.
+``profile_lengths`` works on per-example arrays (token count, loss-token count, domain code,
+reasoning tokens, record starts); :mod:`packshard.profile.gather` builds them from the ingest
+stream, keeping only those arrays and never the tokens.  The report has one
+:class:`DomainProfile` for the whole input and one per domain (a domain whose records were all
+rejected still gets a row).  Loss tokens are labels ``!= IGNORE_INDEX`` excluding each example's
+first token (its label is masked at every seam once packed); prompt tokens = tokens − loss
+tokens. Per-domain utilization treats each domain as if it were profiled alone, so per-domain
+rows do not add up to the total's rows; records, rejects and token counts do add up.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from operator import ne
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from packshard.arrays import NameCodes
 from packshard.errors import UsageError
 from packshard.profile.lengths import (
     PERCENTILE_METHOD,
     LengthStats,
     Utilization,
-    check_profile_options,
     compute_histogram_edges,
     measure_lengths,
     measure_utilization,
 )
-from packshard.records import IngestChunk, IngestOptions, Reject, TokenizedBatch
+from packshard.records import Reject
 
 if TYPE_CHECKING:
-    from packshard.ingest.sources import InputFile
-    from packshard.ingest.templates import ChatTemplate
-    from packshard.ingest.tokenizer import TokenizerBundle
+    pass
 
 MAX_LISTED_REJECTS = 10
 
@@ -200,97 +194,3 @@ def write_verdict(total: DomainProfile, max_seq_len: int) -> str:
         f"{max_seq_len} ({pad.rows:,} padded rows → {packed.rows:,} packed rows, "
         f"fill {packed.fraction:.1%}; bucketed batches reach {bucketed.fraction:.1%})"
     )
-
-
-def describe_label_paths(counts: Mapping[str, int], default: str) -> str:
-    """Return ``"offsets"`` for one label path, ``"offsets 950, none 50"`` for several."""
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    if len(ranked) <= 1:
-        return ranked[0][0] if ranked else default
-    return ", ".join(f"{name} {count:,}" for name, count in ranked)
-
-
-def profile_chunks(
-    chunks: Iterable[IngestChunk],
-    max_seq_len: int,
-    batch_size: int = 8,
-    seed: int = 0,
-    label_path: str = "offsets",
-) -> ProfileReport:
-    """Profile an ingest stream, keeping per-example lengths, loss counts and domains only.
-
-    The chunks' ``label_paths`` counts replace ``label_path`` when present.
-    """
-    lengths: list[np.ndarray] = []
-    losses: list[np.ndarray] = []
-    codes: list[np.ndarray] = []
-    names = NameCodes()
-    rejected: Counter[str] = Counter()
-    codes_seen: Counter[str] = Counter()
-    listed: list[Reject] = []
-    paths: Counter[str] = Counter()
-    thoughts: list[np.ndarray] = []
-    thought_losses: list[np.ndarray] = []
-    firsts: list[np.ndarray] = []
-    for chunk in chunks:
-        batch = chunk.batch
-        offsets = np.asarray(batch.offsets, dtype=np.int64)
-        lengths.append(np.diff(offsets))
-        losses.append(chunk.loss_tokens)
-        none = np.zeros(len(batch), dtype=np.int64)
-        thoughts.append(none if chunk.reasoning_tokens is None else chunk.reasoning_tokens)
-        thought_losses.append(none if chunk.reasoning_loss is None else chunk.reasoning_loss)
-        firsts.append(record_starts(batch))
-        codes.append(names.encode(batch.domains).astype(np.int64))
-        rejected.update(r.domain for r in chunk.rejects)
-        codes_seen.update(r.code for r in chunk.rejects)
-        listed.extend(chunk.rejects[: MAX_LISTED_REJECTS - len(listed)])
-        paths.update(chunk.label_paths)
-    empty = np.zeros(0, dtype=np.int64)
-    report = profile_lengths(
-        np.concatenate([empty, *lengths]),
-        np.concatenate([empty, *losses]),
-        np.concatenate([empty, *codes]),
-        names.names,
-        dict(rejected),
-        max_seq_len,
-        batch_size,
-        seed,
-        describe_label_paths(paths, label_path),
-        (np.concatenate([empty, *thoughts]), np.concatenate([empty, *thought_losses])),
-        np.concatenate([np.zeros(0, dtype=bool), *firsts]),
-    )
-    return replace(report, rejects=tuple(listed), reject_codes=tuple(sorted(codes_seen.items())))
-
-
-def record_starts(batch: TokenizedBatch) -> np.ndarray:
-    """Mark the first example of each record in ``batch`` (expanded ones share a ref)."""
-    first = np.ones(len(batch), dtype=bool)
-    if batch.turns is not None and len(batch) > 1:
-        refs = batch.refs
-        first[1:] = np.fromiter(map(ne, refs[1:], refs[:-1]), dtype=bool, count=len(refs) - 1)
-    return first
-
-
-def profile_inputs(
-    files: Sequence[InputFile],
-    bundle: TokenizerBundle,
-    template: ChatTemplate | None,
-    options: IngestOptions,
-    max_seq_len: int,
-    batch_size: int = 8,
-    seed: int = 0,
-    progress: bool = False,
-) -> ProfileReport:
-    """Tokenize ``files`` through :func:`packshard.ingest.ingest` and profile the examples.
-
-    Only three integers per example are kept (length, loss tokens, domain code), never the
-    tokens.  ``batch_size`` is the training batch size the batching strategies assume, not
-    ``options.batch_size`` (records per ingest chunk).
-    """
-    from packshard.ingest.chunks import ingest, ingest_label_path
-
-    check_profile_options(max_seq_len, batch_size, seed)
-    chunks = ingest(files, bundle, template, options, progress=progress)
-    default = ingest_label_path(template, options.loss)
-    return profile_chunks(chunks, max_seq_len, batch_size, seed, default)

@@ -1,0 +1,178 @@
+"""What a profile keeps of the ingest stream, gathered once, whether in one process or in units.
+
+A profile keeps a few integers per example, never the tokens: its length, its loss tokens, its
+domain's code, its reasoning tokens and the trained ones, and whether it starts a record
+(``--turns expand`` makes several examples of one record).  Beside them it keeps rejected
+records per domain and per code, the first :data:`MAX_LISTED_REJECTS` rejects with their
+``file:line``, and how many examples each label path labelled.
+
+:class:`ProfileParts` gathers all of it from ingest chunks (:meth:`ProfileParts.add_chunk`: one
+process, or a worker on its unit) and from what units returned (:meth:`ProfileParts.add_unit`:
+the driver, which makes domain codes global and lines absolute), and
+:meth:`ProfileParts.report` concatenates once and computes the report
+(:func:`~packshard.profile.report.profile_lengths`).  One gatherer for every path, so a field
+the one-process report has cannot be missing from the report of the workers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from operator import ne
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from packshard.arrays import NameCodes
+from packshard.profile.lengths import check_profile_options
+from packshard.profile.report import MAX_LISTED_REJECTS, ProfileReport, profile_lengths
+from packshard.records import IngestChunk, IngestOptions, Reject, SourceRef, TokenizedBatch
+
+if TYPE_CHECKING:
+    from packshard.ingest.sources import InputFile
+    from packshard.ingest.templates import ChatTemplate
+    from packshard.ingest.tokenizer import TokenizerBundle
+
+COLUMNS = ("lengths", "loss_tokens", "codes", "thoughts", "thought_losses", "firsts")
+"""The per-example arrays, in :func:`profile_lengths`' terms: tokens, loss tokens, domain
+code, reasoning tokens, trained reasoning tokens, first example of its record (bool)."""
+
+
+@dataclass
+class ProfileParts:
+    """The per-example arrays and reject counts of a profile, gathered part by part."""
+
+    names: NameCodes = field(default_factory=NameCodes)
+    parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {c: [] for c in COLUMNS})
+    rejected: Counter[str] = field(default_factory=Counter)  # rejected records per domain
+    by_code: Counter[str] = field(default_factory=Counter)
+    listed: list[Reject] = field(default_factory=list)
+    paths: Counter[str] = field(default_factory=Counter)  # examples per label path
+
+    def add_chunk(self, chunk: IngestChunk) -> None:
+        """Add one ingest chunk's examples and rejects."""
+        batch = chunk.batch
+        none = np.zeros(len(batch), dtype=np.int64)
+        self.parts["lengths"].append(np.diff(np.asarray(batch.offsets, dtype=np.int64)))
+        self.parts["loss_tokens"].append(chunk.loss_tokens)
+        self.parts["codes"].append(self.names.encode(batch.domains).astype(np.int64))
+        thoughts, trained = chunk.reasoning_tokens, chunk.reasoning_loss
+        self.parts["thoughts"].append(none if thoughts is None else thoughts)
+        self.parts["thought_losses"].append(none if trained is None else trained)
+        self.parts["firsts"].append(record_starts(batch))
+        self.rejected.update(r.domain for r in chunk.rejects)
+        self.by_code.update(r.code for r in chunk.rejects)
+        self.listed.extend(chunk.rejects[: MAX_LISTED_REJECTS - len(self.listed)])
+        self.paths.update(chunk.label_paths)
+
+    def add_unit(self, unit: Mapping[str, Any], line_base: int) -> None:
+        """Add what :meth:`to_unit` returned for a unit whose lines start after ``line_base``."""
+        glob = self.names.encode(unit["domains"]).astype(np.int64)
+        for name in COLUMNS:
+            values = unit[name]
+            self.parts[name].append(glob[values] if name == "codes" and len(glob) else values)
+        for x in unit["listed"][: MAX_LISTED_REJECTS - len(self.listed)]:
+            where = SourceRef(x.ref.source, x.ref.line + line_base)
+            self.listed.append(Reject(where, x.domain, x.code, x.reason))
+        self.rejected.update(unit["by_domain"])
+        self.by_code.update(unit["by_code"])
+        self.paths.update(unit["paths"])
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every per-example array, concatenated (empty ones with their dtype)."""
+        out = {}
+        for name in COLUMNS:
+            empty = np.zeros(0, dtype=bool if name == "firsts" else np.int64)
+            out[name] = np.concatenate([empty, *self.parts[name]]).astype(empty.dtype)
+        return out
+
+    def to_unit(self) -> dict[str, Any]:
+        """Return what a worker sends back for its unit: small, plain values (:meth:`add_unit`)."""
+        return {
+            **self.columns(),
+            "domains": tuple(self.names.names),
+            "listed": tuple(self.listed),
+            "by_domain": dict(self.rejected),
+            "by_code": dict(self.by_code),
+            "paths": dict(self.paths),
+        }
+
+    def report(
+        self, max_seq_len: int, batch_size: int, seed: int, label_path: str
+    ) -> ProfileReport:
+        """Compute the report; ``label_path`` is named when no example said otherwise."""
+        c = self.columns()
+        report = profile_lengths(
+            c["lengths"],
+            c["loss_tokens"],
+            c["codes"],
+            self.names.names,
+            dict(self.rejected),
+            max_seq_len,
+            batch_size,
+            seed,
+            describe_label_paths(self.paths, label_path),
+            (c["thoughts"], c["thought_losses"]),
+            c["firsts"],
+        )
+        codes = tuple(sorted(self.by_code.items()))
+        return replace(report, rejects=tuple(self.listed), reject_codes=codes)
+
+
+def describe_label_paths(counts: Mapping[str, int], default: str) -> str:
+    """Return ``"offsets"`` for one label path, ``"offsets 950, none 50"`` for several."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    if len(ranked) <= 1:
+        return ranked[0][0] if ranked else default
+    return ", ".join(f"{name} {count:,}" for name, count in ranked)
+
+
+def record_starts(batch: TokenizedBatch) -> np.ndarray:
+    """Mark the first example of each record in ``batch`` (expanded ones share a ref)."""
+    first = np.ones(len(batch), dtype=bool)
+    if batch.turns is not None and len(batch) > 1:
+        refs = batch.refs
+        first[1:] = np.fromiter(map(ne, refs[1:], refs[:-1]), dtype=bool, count=len(refs) - 1)
+    return first
+
+
+def profile_chunks(
+    chunks: Iterable[IngestChunk],
+    max_seq_len: int,
+    batch_size: int = 8,
+    seed: int = 0,
+    label_path: str = "offsets",
+) -> ProfileReport:
+    """Profile an ingest stream, keeping per-example integers only (see the module docstring).
+
+    The chunks' ``label_paths`` counts replace ``label_path`` when present.
+    """
+    parts = ProfileParts()
+    for chunk in chunks:
+        parts.add_chunk(chunk)
+    return parts.report(max_seq_len, batch_size, seed, label_path)
+
+
+def profile_inputs(
+    files: Sequence[InputFile],
+    bundle: TokenizerBundle,
+    template: ChatTemplate | None,
+    options: IngestOptions,
+    max_seq_len: int,
+    batch_size: int = 8,
+    seed: int = 0,
+    progress: bool = False,
+) -> ProfileReport:
+    """Tokenize ``files`` through :func:`packshard.ingest.ingest` and profile the examples.
+
+    Only a few integers per example are kept (see the module docstring), never the tokens.
+    ``batch_size`` is the training batch size the batching strategies assume, not
+    ``options.batch_size`` (records per ingest chunk).
+    """
+    from packshard.ingest.chunks import ingest, ingest_label_path
+
+    check_profile_options(max_seq_len, batch_size, seed)
+    chunks = ingest(files, bundle, template, options, progress=progress)
+    default = ingest_label_path(template, options.loss)
+    return profile_chunks(chunks, max_seq_len, batch_size, seed, default)
