@@ -19,6 +19,15 @@ from pathlib import Path
 DEMO_DATA = "data/demo_chat.jsonl"
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 VOCAB_SIZE = 1024
+TOKENIZER_CONFIG = {
+    "tokenizer_class": "PreTrainedTokenizerFast",
+    "bos_token": None,
+    "eos_token": "<|im_end|>",
+    "pad_token": "<|endoftext|>",
+    "add_bos_token": False,
+    "model_max_length": 4096,
+}
+"""The demo tokenizer's ``tokenizer_config.json`` (ChatML end and padding tokens, no BOS)."""
 
 
 def demo_data_path() -> Path:
@@ -58,15 +67,7 @@ def build_demo_tokenizer(folder: str | Path) -> Path:
     )
     tokenizer.train_from_iterator(list(_texts(demo_data_path())), trainer=trainer)
     tokenizer.save(str(folder / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "add_bos_token": False,
-        "model_max_length": 4096,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2) + "\n")
     return folder
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from packshard.demo import TOKENIZER_CONFIG, demo_data_path
 from packshard.demo import _texts as demo_texts  # the demo tokenizer's training texts
-from packshard.demo import demo_data_path
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDER = REPO / "tests" / "fixtures" / "contract" / "tokenizer"
@@ -92,15 +92,7 @@ def build(folder: Path) -> Path:
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "add_bos_token": False,
-        "model_max_length": 4096,
-        "chat_template": TEMPLATE,
-    }
+    config = {**TOKENIZER_CONFIG, "chat_template": TEMPLATE}
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     return folder
 

@@ -84,8 +84,6 @@ class UnitResult:
     split: Split
     folder: str
     arrays: dict[str, np.ndarray]
-    domains: tuple[str, ...]
-    formats: tuple[str, ...]
     counts: SpillCounts
     rejects: tuple[Reject, ...]
     records: int
@@ -93,6 +91,16 @@ class UnitResult:
     stopped: bool
     error: tuple[str, str, str, int] | None = None  # a RecordError's code, reason, place
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """The names the unit's domain codes index."""
+        return self.counts.domains
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The names the unit's format codes index."""
+        return self.counts.formats
 
     @property
     def tokens(self) -> int:
@@ -189,14 +197,11 @@ def _map_into(
     arrays["lengths"] = spill.lengths
     arrays["record_lines"] = np.concatenate([np.zeros(0, np.int64), *lines])
     arrays["reject_stage"] = np.array(stages, dtype=np.int8)
-    counts = spill.counts
     return UnitResult(
         split=split,
         folder=str(folder),
         arrays=arrays,
-        domains=counts.domains,
-        formats=counts.formats,
-        counts=counts,
+        counts=spill.counts,
         rejects=tuple(rejects),
         records=records,
         newlines=state.newlines,
@@ -247,8 +252,6 @@ def load_unit(folder: Path, split: Split) -> UnitResult:
         split=split,
         folder=str(folder),
         arrays=arrays,
-        domains=counts.domains,
-        formats=counts.formats,
         counts=counts,
         rejects=rejects,
         records=doc["records"],
