@@ -31,9 +31,10 @@ STRATEGIES = ("bfd", "ffd", "wrapped")
 """``--strategy``: best-fit decreasing, first-fit decreasing, or a stream cut into rows."""
 OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
 COMPRESSIONS = ("zstd", "snappy", "none")
-POSITION_POLICIES = ("reset",)
 EXPORT_TARGETS = ("megatron", "torchtune", "mds", "unpacked")
 """``packshard export --to``: each a module of :mod:`packshard.export`."""
+CHECKS = ("integrity", "structure", "source", "model")
+"""The checks ``verify`` runs, in order (:mod:`packshard.verify.run`)."""
 LABEL_PATHS = ("generation_tags", "offsets", "none")
 """How a record's trained characters are found (see :mod:`packshard.ingest.templates`)."""
 REASONING_POLICIES = ("train", "mask", "drop")

@@ -13,6 +13,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from packshard.vocab import CHECKS
+
 
 def _num(value: Any) -> str:
     if isinstance(value, float):
@@ -79,7 +81,7 @@ def render_verify_summary(report: Any) -> Group:
     table.add_column("check", style="cyan")
     table.add_column("status")
     table.add_column("detail")
-    for name in ("integrity", "structure", "source", "model"):
+    for name in CHECKS:
         info = report.checks.get(name, {"status": "skipped"})
         status = info.get("status", "?")
         style = {"passed": "green", "failed": "bold red"}.get(status, "yellow")

@@ -16,7 +16,6 @@ from typing import Any
 
 from packshard.errors import TemplateError
 from packshard.ingest.templates import ChatTemplate, render_chat
-from packshard.ingest.tokenizer import TokenizerBundle
 
 
 def search_contents(text: str, messages: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
@@ -76,33 +75,6 @@ def locate_contents(
         found[i] = (lo, lo + len(content))
         shift += len(content) - len(match.group())
     return found
-
-
-def locate_trained(
-    template: ChatTemplate,
-    text: str,
-    messages: list[dict[str, Any]],
-    trained: list[int],
-    tools: list[Any] | None,
-    bundle: TokenizerBundle,
-) -> dict[int, tuple[int, int]]:
-    """Place the trained messages; a content occurring exactly once needs no second render.
-
-    A tool-calling turn is placed as a whole (:func:`locate_turn`), not by its content.
-    """
-    variables = bundle.special_tokens_map
-    where: dict[int, tuple[int, int]] = {}
-    for i in trained:
-        if calls_tools(messages[i]):
-            if (turn := locate_turn(template, text, messages, i, tools, variables)) is not None:
-                where[i] = turn
-            continue
-        content = messages[i]["content"]
-        if not content or (lo := text.find(content)) < 0 or text.find(content, lo + 1) >= 0:
-            found = locate_contents(template, text, messages, tools, variables)
-            return {**{i: found[i] for i in trained if i in found}, **where}
-        where[i] = (lo, lo + len(content))
-    return where
 
 
 def calls_tools(message: dict[str, Any]) -> bool:

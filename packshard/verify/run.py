@@ -46,8 +46,6 @@ from packshard.verify.findings import NOT_RUN, CheckResult, EquivalenceReport, F
 from packshard.verify.integrity import check_counts, check_files
 from packshard.verify.structure import ShardAudit, check_structure
 
-CHECKS = ("integrity", "structure", "source", "model")
-
 
 @dataclass(frozen=True, slots=True)
 class VerifyOptions:
