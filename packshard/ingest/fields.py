@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from packshard.errors import RecordError
+from packshard.ingest.jsonparse import a_json_kind
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 FLAG_FIELDS = ("train", "weight")
@@ -35,10 +36,10 @@ _THOUGHT_PARTS = ("thinking", "redacted_thinking")
 
 
 def _kind(value: Any) -> str:
-    names = {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}
+    """Name a JSON value for a message; a number by its value (``the number 2``)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return f"the number {value}"
-    return names.get(type(value), type(value).__name__)
+    return a_json_kind(value)
 
 
 def thinking_parts(content: Any, where: str, role: str) -> tuple[Any, str | None]:
