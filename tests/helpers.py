@@ -1439,6 +1439,17 @@ REASONING_CHAT = [
 ]
 
 
+def rendered_spans(record: dict[str, Any], template: Any, bundle: Any, **options: Any) -> list:
+    """Render ``record`` as ingest does: per example its text, trained spans and reasoning."""
+    from packshard.ingest.normalize import normalize_record
+    from packshard.ingest.spans import render_examples
+    from packshard.records import IngestOptions, RawRecord, SourceRef
+
+    conv = normalize_record(RawRecord(SourceRef("t.jsonl", 2), "t", record))
+    rendered = render_examples(conv, template, bundle, IngestOptions(**options))
+    return [(r.text, r.spans, r.reasoning, r.reasoning_dropped) for r in rendered]
+
+
 # --- hostile inputs: capped runs, untouched trees, canaries ------------------------------------
 
 CAPPED_MEMORY = 3 << 30

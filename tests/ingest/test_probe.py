@@ -8,12 +8,9 @@ from typing import Any
 import pytest
 
 import packshard.ingest.turns as turns
-from packshard.ingest.normalize import normalize_record
-from packshard.ingest.spans import render_examples
 from packshard.ingest.templates import compile_template
 from packshard.ingest.tokenizer import load_tokenizer
-from packshard.records import IngestOptions, RawRecord, SourceRef
-from tests.helpers import REASONING_CHAT, THINK, answer, build_qwen, chat, user
+from tests.helpers import REASONING_CHAT, THINK, answer, build_qwen, chat, rendered_spans, user
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +23,9 @@ def think() -> Any:
     return compile_template(THINK, "think.jinja")
 
 
-def _spans(record: dict[str, Any], template: Any, bundle: Any, **options: Any) -> list[Any]:
-    conv = normalize_record(RawRecord(SourceRef("t.jsonl", 2), "t", record))
-    rendered = render_examples(conv, template, bundle, IngestOptions(**options))
-    return [(r.text, r.spans, r.reasoning, r.reasoning_dropped) for r in rendered]
-
-
 @pytest.mark.parametrize("options", [{}, {"reasoning": "mask"}, {"turns": "expand"}])
 def test_the_probe_places_what_search_places(think, bundle, monkeypatch, options) -> None:
-    searched = [_spans(record, think, bundle, **options) for record in REASONING_CHAT]
+    searched = [rendered_spans(record, think, bundle, **options) for record in REASONING_CHAT]
     probes: list[int] = []
     real = turns.probe_anchors
 
@@ -47,7 +38,7 @@ def test_the_probe_places_what_search_places(think, bundle, monkeypatch, options
     monkeypatch.setattr(turns, "probe_anchors", probe_only)
     monkeypatch.setattr(turns, "plain_turns", lambda *args: None)
     monkeypatch.setattr("packshard.ingest.chat.plain_turns", lambda *args: None)
-    probed = [_spans(record, think, bundle, **options) for record in REASONING_CHAT]
+    probed = [rendered_spans(record, think, bundle, **options) for record in REASONING_CHAT]
     assert probed == searched
     assert probes and all(probes)  # every probe agreed with the text
 
@@ -55,5 +46,5 @@ def test_the_probe_places_what_search_places(think, bundle, monkeypatch, options
 def test_stand_ins_avoid_characters_the_text_holds(think, bundle, monkeypatch) -> None:
     monkeypatch.setattr(turns, "_searched", lambda *args: None)
     record = chat(user("private \ue000\ue001 use"), answer("ok \ue0000\ue001", reasoning="hm"))
-    ((text, spans, _, _),) = _spans(record, think, bundle)
+    ((text, spans, _, _),) = rendered_spans(record, think, bundle)
     assert [text[a:b] for a, b in spans] == ["<think>\nhm\n</think>\n\nok \ue0000\ue001<|im_end|>"]

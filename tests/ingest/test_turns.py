@@ -21,6 +21,7 @@ from tests.helpers import (
     build_qwen,
     call,
     chat,
+    rendered_spans,
     user,
 )
 
@@ -35,12 +36,6 @@ def think() -> Any:
     return compile_template(THINK, "think.jinja")
 
 
-def _spans(record: dict[str, Any], template: Any, bundle: Any, **options: Any) -> list[Any]:
-    conv = normalize_record(RawRecord(SourceRef("t.jsonl", 2), "t", record))
-    rendered = render_examples(conv, template, bundle, IngestOptions(**options))
-    return [(r.text, r.spans, r.reasoning, r.reasoning_dropped) for r in rendered]
-
-
 def test_pieces_found_twice_go_to_the_probe(think, bundle, monkeypatch) -> None:
     calls: list[Any] = []
     real = turns.probe_anchors
@@ -52,7 +47,7 @@ def test_pieces_found_twice_go_to_the_probe(think, bundle, monkeypatch) -> None:
         user("ok?"),
         answer("ok", reasoning_content="Add."),
     )
-    ((text, spans, reasoning, dropped),) = _spans(record, think, bundle)
+    ((text, spans, reasoning, dropped),) = rendered_spans(record, think, bundle)
     assert calls
     assert [text[a:b] for a, b in spans] == [
         "ok<|im_end|>",
@@ -69,7 +64,7 @@ def test_a_tool_calling_turn_is_trained_whole(think, bundle) -> None:
         TOOL,
         answer("21.", reasoning_content="Read it."),
     )
-    ((text, spans, _, dropped),) = _spans(record, think, bundle)
+    ((text, spans, _, dropped),) = rendered_spans(record, think, bundle)
     assert [text[a:b] for a, b in spans] == [
         '<think>\nAsk the tool.\n</think>\n\n\n<tool_call>\n{"name": "get_weather", '
         '"arguments": {"city": "Paris"}}\n</tool_call><|im_end|>',
@@ -103,13 +98,13 @@ def test_a_template_that_rewrites_the_answer_is_rejected(bundle) -> None:
 def test_empty_and_whitespace_turns_train_their_end_marker(think, bundle) -> None:
     for content in ("", "  "):
         record = chat(user("q"), answer(content), user("r"), answer("fine"))
-        ((text, spans, _, _),) = _spans(record, think, bundle)
+        ((text, spans, _, _),) = rendered_spans(record, think, bundle)
         assert text[spans[0][0] : spans[0][1]] == f"{content}<|im_end|>"
 
 
 def test_a_trained_user_message_trains_its_content_and_end_marker(think, bundle) -> None:
     record = chat(user("Repeat after me.", train=True), answer("Repeat after me."))
-    ((text, spans, _, _),) = _spans(record, think, bundle)
+    ((text, spans, _, _),) = rendered_spans(record, think, bundle)
     assert [text[a:b] for a, b in spans] == [
         "Repeat after me.<|im_end|>",
         "<think>\n\n</think>\n\nRepeat after me.<|im_end|>",
@@ -118,7 +113,7 @@ def test_a_trained_user_message_trains_its_content_and_end_marker(think, bundle)
 
 def test_expanded_examples_are_prefixes_each_training_its_last_turn(think, bundle) -> None:
     record = REASONING_CHAT[2]
-    examples = _spans(record, think, bundle, turns="expand")
+    examples = rendered_spans(record, think, bundle, turns="expand")
     assert len(examples) == 2
     (first, spans1, _, _), (second, spans2, _, _) = examples
     assert second.startswith(first.split("<|im_start|>assistant")[0])
