@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from packshard.engine import EngineOptions
@@ -68,21 +68,8 @@ class PackConfig:
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""
-        return IngestOptions(
-            format=self.format,
-            domain_field=self.domain_field,
-            loss=self.loss,
-            on_error=self.on_error,
-            batch_size=self.batch_size,
-            reasoning=self.reasoning,
-            empty_reasoning=self.empty_reasoning,
-            turns=self.turns,
-            reasoning_markers=self.reasoning_markers,
-            max_record_bytes=self.max_record_bytes,
-            max_decompressed_bytes=self.max_decompressed_bytes,
-            max_expansion=self.max_expansion,
-            template_timeout=self.template_timeout,
-        )
+        # every ingest option is a PackConfig field of the same name
+        return IngestOptions(**{f.name: getattr(self, f.name) for f in fields(IngestOptions)})
 
     def recorded(self) -> dict[str, Any]:
         """Return the manifest's ``config`` block (what determines the output's content).
