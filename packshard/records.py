@@ -1,43 +1,18 @@
-"""Typed values that flow between the pipeline stages.
+"""The values that cross stages: a record's place, a reject, a packed row, ``IGNORE_INDEX``.
 
-``read_records`` yields :class:`RawRecord` (a parsed JSON value, or the reason it could not be
-parsed, with its place).  ``normalize_record`` turns a value into a :class:`Conversation`;
-rendering makes a :class:`Rendered`; tokenization and labelling produce
-:class:`TokenizedBatch` — flat int32 token and label arrays with an offsets array, never Python
-lists of ints — which ingest hands on as :class:`IngestChunk` values.  Records that cannot be
-used become :class:`Reject` values, each with a registered ``code``
-(:data:`packshard.errors.REJECT_CODES`).
-
-The option vocabularies these values speak (``--format``, ``--loss`` …) are in
-:mod:`packshard.vocab`.
+Ingest, pack, verify, the reader and the exporters all speak of records by
+:class:`SourceRef` (``file:line``) and of unusable ones as :class:`Reject` values, each with a
+registered ``code`` (:data:`packshard.errors.REJECT_CODES`); a shard row is a
+:class:`PackedRow`.  The values only ingest makes are in :mod:`packshard.ingest.types`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
-from packshard.errors import REJECT_CODES, UsageError
-from packshard.limits import (
-    LIMIT_DEFAULTS,
-    MAX_DECOMPRESSED_BYTES,
-    MAX_EXPANSION,
-    MAX_RECORD_BYTES,
-    TEMPLATE_SECONDS,
-    check_range,
-)
-from packshard.vocab import (
-    EMPTY_REASONING,
-    FORMAT_CHOICES,
-    LOSS_POLICIES,
-    ON_ERROR,
-    REASONING_MARKERS,
-    REASONING_POLICIES,
-    TURN_POLICIES,
-    check_choice,
-)
+from packshard.errors import REJECT_CODES
 
 IGNORE_INDEX = -100
 """Label value meaning "no loss here" (the Hugging Face / PyTorch convention)."""
@@ -52,86 +27,6 @@ class SourceRef:
 
     def __str__(self) -> str:
         return f"{self.source}:{self.line}"
-
-
-@dataclass(frozen=True, slots=True)
-class RawRecord:
-    """One record as read from a file: a JSON value, or the error that stopped parsing it.
-
-    ``domain`` is the file's default domain (its name without extensions); normalization
-    replaces it with the record's ``--domain-field`` value when there is one.
-    """
-
-    ref: SourceRef
-    domain: str
-    value: Any = None
-    error: Any = None  # RecordError | None (kept loose to avoid an import cycle)
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One chat turn.  ``role`` is one of :data:`ROLES`; ``content`` is plain text (data).
-
-    ``extra`` holds the turn's other fields as ``(key, value)`` pairs, in record order
-    (``tool_calls``, ``tool_call_id``, ``name`` …); the template sees them beside ``role`` and
-    ``content``, as ``transformers`` shows a message dict.  Values may be lists or dicts, so a
-    message is not hashable when it has them.  ``reasoning`` and ``train`` come from the
-    fields :mod:`packshard.ingest.fields` reads (they are not in ``extra``).
-    """
-
-    role: str
-    content: str
-    extra: tuple[tuple[str, Any], ...] = ()
-    reasoning: str | None = None  # from a reasoning field (inline blocks stay in content)
-    train: bool | None = None  # the turn's own flag ('train', or 'weight' 0), None: the policy
-
-
-@dataclass(frozen=True, slots=True)
-class Conversation:
-    """A normalized record, ready to be rendered.
-
-    Exactly one shape is used:
-
-    * chat: ``messages`` (rendered through the chat template); ``completion_start`` is the
-      index of the first message that belongs to a prompt/completion record's completion;
-    * plain prompt/completion: ``prompt`` and ``completion`` strings (no template);
-    * plain text: ``text`` (no template, every token a target).
-    """
-
-    ref: SourceRef
-    domain: str
-    format: str
-    messages: tuple[Message, ...] = ()
-    tools: tuple[Any, ...] | None = None
-    completion_start: int | None = None
-    prompt: str | None = None
-    completion: str | None = None
-    text: str | None = None
-
-    @property
-    def is_chat(self) -> bool:
-        """True when the record goes through the chat template."""
-        return self.text is None and self.prompt is None
-
-
-@dataclass(frozen=True, slots=True)
-class Rendered:
-    """One rendered example: its text and the character spans ``[lo, hi)`` to train on.
-
-    ``label_path`` is one of :data:`LABEL_PATHS`.  ``bos_chars`` > 0: the text starts with the
-    tokenizer's BOS, put there for the tokenizer (plain records), so it becomes the BOS id and
-    the rest is encoded as if alone — what ``add_special_tokens=True`` gives; a SentencePiece
-    "first" prefix then lands on the text.  ``reasoning`` lists the rendered reasoning blocks
-    (trained or not, for counting); ``turn`` is set on ``--turns expand`` examples.
-    """
-
-    text: str
-    spans: tuple[tuple[int, int], ...]
-    label_path: str
-    bos_chars: int = 0
-    reasoning: tuple[tuple[int, int], ...] = ()  # rendered non-empty reasoning blocks
-    turn: int = 0  # --turns expand: the 1-based message the example trains (0: all)
-    reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,44 +52,6 @@ class Reject:
 
 
 @dataclass(frozen=True, slots=True)
-class TokenizedBatch:
-    """Tokenized examples in columnar form.
-
-    Example ``i`` owns ``input_ids[offsets[i]:offsets[i+1]]`` and the same slice of
-    ``labels`` (unshifted; ``IGNORE_INDEX`` where no loss).  ``refs``, ``domains`` and
-    ``formats`` (the record format each example came from) hold one entry per example.  With
-    ``--turns expand`` one record gives consecutive examples with the same ref, told apart by
-    ``turns``.
-    """
-
-    input_ids: np.ndarray  # int32, flat
-    labels: np.ndarray  # int32, flat
-    offsets: np.ndarray  # int64, len == n + 1
-    refs: tuple[SourceRef, ...]
-    domains: tuple[str, ...]
-    formats: tuple[str, ...]
-    turns: np.ndarray | None = None  # int32 per example (--turns expand), None: all 0
-
-    def __post_init__(self) -> None:
-        n = len(self.refs)
-        assert len(self.domains) == n and len(self.formats) == n, "one domain, format per example"
-        assert self.offsets.shape == (n + 1,), "offsets has one entry per example, plus one"
-
-    def __len__(self) -> int:
-        return len(self.refs)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Token count of each example (int64)."""
-        return np.diff(self.offsets)
-
-    def example(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Return example ``i``'s ``(input_ids, labels)`` views."""
-        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self.input_ids[lo:hi], self.labels[lo:hi]
-
-
-@dataclass(frozen=True, slots=True)
 class PackedRow:
     """One packed row as stored in a shard (the contract's per-row columns).
 
@@ -217,70 +74,3 @@ class PackedRow:
     def num_segments(self) -> int:
         """Number of segments (examples or example parts) in the row."""
         return int(self.cu_seqlens.shape[0]) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class IngestOptions:
-    """How records are read, labelled and batched (the ``--format``/``--loss``… flags).
-
-    The limits (:data:`LIMIT_DEFAULTS`) bound what one record may cost (README: Limits).
-    """
-
-    format: str = "auto"
-    domain_field: str = "domain"
-    loss: str = "auto"
-    on_error: str = "skip"
-    batch_size: int = 1024
-    reasoning: str = "train"
-    empty_reasoning: str = "train"
-    turns: str = "as_rendered"
-    reasoning_markers: tuple[str, str] = REASONING_MARKERS
-    max_record_bytes: int = MAX_RECORD_BYTES
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
-    max_expansion: int = MAX_EXPANSION
-    template_timeout: float = TEMPLATE_SECONDS
-
-    def check(self) -> None:
-        """Raise :class:`UsageError` for a value ingest cannot honour."""
-        check_choice("--format", self.format, FORMAT_CHOICES)
-        check_choice("--loss", self.loss, LOSS_POLICIES)
-        check_choice("--on-error", self.on_error, ON_ERROR)
-        check_choice("--reasoning", self.reasoning, REASONING_POLICIES)
-        check_choice("--empty-reasoning", self.empty_reasoning, EMPTY_REASONING)
-        check_choice("--turns", self.turns, TURN_POLICIES)
-        check_range("--batch-size", self.batch_size, 1, 1 << 24)
-        check_range("--max-record-bytes", self.max_record_bytes, 1, 1 << 40)
-        check_range("--max-decompressed-bytes", self.max_decompressed_bytes, 1, 1 << 50)
-        check_range("--max-expansion", self.max_expansion, 1, 1 << 30)
-        check_range("--template-timeout", self.template_timeout, 0.001, 86400)
-        opening, closing = self.reasoning_markers
-        if not opening.strip() or not closing.strip() or opening == closing:
-            why = f"two different non-blank markers, got {opening!r} and {closing!r}"
-            raise UsageError(f"--reasoning-markers needs {why} (e.g. '<think>,</think>')")
-        if self.turns == "expand" and self.loss == "all":
-            raise UsageError("--turns expand trains one turn per example (use --loss assistant)")
-
-    def limits(self) -> dict[str, Any]:
-        """Return the limits that differ from their defaults (what a manifest records)."""
-        return {k: getattr(self, k) for k, v in LIMIT_DEFAULTS.items() if getattr(self, k) != v}
-
-
-@dataclass(frozen=True)
-class IngestChunk:
-    """The examples and rejects of ``records`` consecutive input records.
-
-    ``label_paths`` counts the examples per label path, so a manifest can say how labels were
-    found.  ``loss_tokens`` holds, per example, its trained labels after the first token
-    (:func:`packshard.arrays.count_trained`); ``reasoning_tokens`` and ``reasoning_loss``
-    count the same way inside rendered reasoning blocks.  With ``--turns expand``
-    ``records`` counts records, not examples.
-    """
-
-    batch: TokenizedBatch
-    rejects: tuple[Reject, ...]
-    records: int
-    loss_tokens: np.ndarray
-    label_paths: dict[str, int] = field(default_factory=dict)
-    reasoning_tokens: np.ndarray | None = None  # per example: tokens in reasoning blocks
-    reasoning_loss: np.ndarray | None = None  # per example: trained ones (None: no reasoning)
-    reasoning_dropped: int = 0  # trained turns the template rendered without their reasoning

@@ -4,7 +4,8 @@
     of the same size ingest uses, ids read out of every encoding;
 (b) ``ingest`` end to end: read + normalize + render + tokenize + labels;
 (c) ``Tokenizer.encode_batch_fast`` (no offsets) the same way as (a): what ingest itself
-    calls when the tokenizer has a byte aligner (:mod:`packshard.ingest.alignment`), for reference.
+    calls when the tokenizer has a byte aligner (:mod:`packshard.ingest.tokens.alignment`), for
+    reference.
 
 Default data: every chat dataset of ``../shared/data`` with the phi-3-mini tokenizer and its
 config template, repeated until there are at least ``--min-tokens`` tokens; without that
@@ -34,12 +35,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from packshard.ingest.chunks import ingest  # noqa: E402
+from packshard.ingest.label.spans import render_examples  # noqa: E402
 from packshard.ingest.normalize import normalize_record  # noqa: E402
-from packshard.ingest.sources import InputFile, expand_inputs, read_records  # noqa: E402
-from packshard.ingest.spans import render_examples  # noqa: E402
-from packshard.ingest.templates import load_template  # noqa: E402
-from packshard.ingest.tokenizer import load_tokenizer  # noqa: E402
+from packshard.ingest.read.sources import InputFile, expand_inputs, read_records  # noqa: E402
+from packshard.ingest.stream import ingest  # noqa: E402
+from packshard.ingest.template.render import load_template  # noqa: E402
+from packshard.ingest.tokens.tokenizer import load_tokenizer  # noqa: E402
 from packshard.records import IngestOptions  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
@@ -212,8 +213,8 @@ def main() -> None:
 
 def render_alone_vs_labelled(convs, template, bundle, options, rounds) -> None:
     """CPU time of one render per record against render_examples (labels, probes, expand)."""
-    from packshard.ingest.reasoning import template_messages
-    from packshard.ingest.templates import render_chat
+    from packshard.ingest.label.reasoning import template_messages
+    from packshard.ingest.template.render import render_chat
 
     prepared = []
     for conv in convs:

@@ -31,12 +31,12 @@ from rich.console import Console
 from rich.table import Table
 
 from packshard.arrays import lower_bound_rows
-from packshard.ingest.sources import expand_inputs, read_records
-from packshard.ingest.spans import render_example
-from packshard.ingest.templates import load_template
-from packshard.ingest.tokenizer import load_tokenizer
+from packshard.ingest.label.spans import render_example
+from packshard.ingest.read.sources import expand_inputs, read_records
+from packshard.ingest.template.render import load_template
+from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.pack.pipeline import PackConfig, pack_dataset
-from packshard.pack.planner import plan_packs
+from packshard.pack.plan.planner import plan_packs
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +194,8 @@ def end_to_end_data(
 
 def normalize_record_value(value: object) -> object:
     from packshard.ingest.normalize import normalize_record
-    from packshard.records import RawRecord, SourceRef
+    from packshard.ingest.types import RawRecord
+    from packshard.records import SourceRef
 
     return normalize_record(RawRecord(SourceRef("bench", 1), "bench", value))
 

@@ -46,7 +46,7 @@ MULTI_TURN = (
 
 def write_chats(folder: Path, records: int) -> Path:
     """``records`` multi-turn chats from the shared datasets, cycled, as one JSONL file."""
-    from packshard.ingest.sources import expand_inputs, read_records
+    from packshard.ingest.read.sources import expand_inputs, read_records
 
     values = []
     for f in expand_inputs([str(SHARED / "chat" / name) for name in MULTI_TURN]):
@@ -59,11 +59,11 @@ def write_chats(folder: Path, records: int) -> Path:
 
 
 def rendered_texts(data: Path) -> list[str]:
+    from packshard.ingest.label.spans import render_example
     from packshard.ingest.normalize import normalize_record
-    from packshard.ingest.sources import InputFile, read_records
-    from packshard.ingest.spans import render_example
-    from packshard.ingest.templates import load_template
-    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.ingest.read.sources import InputFile, read_records
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
 
     bundle = load_tokenizer(str(QWEN))
     template = load_template(str(TEMPLATE), bundle)
@@ -101,7 +101,7 @@ def ratios(base: list[float], ours: list[float]) -> list[float]:
 
 def engines_part(args, folder: Path) -> dict:
     """Part 1: raw encode_batch vs pack on each engine, alternating, medians of pairs."""
-    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
     from packshard.pack import pack_dataset
 
     data = write_chats(folder, args.records)
@@ -306,11 +306,11 @@ def command_line_part(data: Path, folder: Path, rounds: int, workers: int) -> No
 
 def loading_part() -> None:
     """Part 3: what loading the tokenizer and template and rendering one record cost."""
+    from packshard.ingest.label.spans import render_example
     from packshard.ingest.normalize import normalize_record
-    from packshard.ingest.sources import InputFile, read_records
-    from packshard.ingest.spans import render_example
-    from packshard.ingest.templates import load_template
-    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.ingest.read.sources import InputFile, read_records
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
 
     load = [timed(lambda: load_tokenizer(str(QWEN))) for _ in range(3)]
     bundle = load_tokenizer(str(QWEN))
@@ -328,7 +328,7 @@ def loading_part() -> None:
 
 def planning_part(sizes: list[int]) -> None:
     """Part 4: the planner on lognormal lengths (median 300), with peak memory."""
-    from packshard.pack.planner import plan_packs
+    from packshard.pack.plan.planner import plan_packs
 
     plan_packs(np.array([3, 1, 2], np.int64), 4, "bfd")
     for n in sizes:

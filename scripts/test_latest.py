@@ -36,9 +36,9 @@ SHOWN = [*UPGRADE, "huggingface-hub", "safetensors", "datasets", "trl", "acceler
 TESTS = [
     "tests/test_contract.py",
     "tests/ingest/test_families.py",
-    "tests/ingest/test_templates.py",
+    "tests/ingest/template/test_render.py",
     "tests/ingest/test_transformers_parity.py",
-    "tests/verify/test_equivalence.py",
+    "tests/verify/model/test_equivalence.py",
     "tests/torch/test_hf.py",
 ]
 VERSIONS = (

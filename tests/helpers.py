@@ -46,8 +46,9 @@ from tokenizers import (
     trainers,
 )
 
+from packshard.ingest.types import Conversation, Message, Rendered
 from packshard.pack.spill import Spill, SpillCounts
-from packshard.records import IGNORE_INDEX, Conversation, Message, PackedRow, Rendered, SourceRef
+from packshard.records import IGNORE_INDEX, PackedRow, SourceRef
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -1441,9 +1442,10 @@ REASONING_CHAT = [
 
 def rendered_spans(record: dict[str, Any], template: Any, bundle: Any, **options: Any) -> list:
     """Render ``record`` as ingest does: per example its text, trained spans and reasoning."""
+    from packshard.ingest.label.spans import render_examples
     from packshard.ingest.normalize import normalize_record
-    from packshard.ingest.spans import render_examples
-    from packshard.records import IngestOptions, RawRecord, SourceRef
+    from packshard.ingest.types import IngestOptions, RawRecord
+    from packshard.records import SourceRef
 
     conv = normalize_record(RawRecord(SourceRef("t.jsonl", 2), "t", record))
     rendered = render_examples(conv, template, bundle, IngestOptions(**options))

@@ -219,12 +219,12 @@ def test_fixture_ids_and_labels_match_transformers(spec):
     assistant mask is our labels."""
     transformers = pytest.importorskip("transformers")
     from packshard.errors import RecordError
-    from packshard.ingest.labels import encode_rendered
+    from packshard.ingest.label.spans import render_example
     from packshard.ingest.normalize import normalize_record
-    from packshard.ingest.sources import expand_inputs, read_records
-    from packshard.ingest.spans import render_example
-    from packshard.ingest.templates import load_template
-    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.ingest.read.sources import expand_inputs, read_records
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.labels import encode_rendered
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
 
     folder = FIXTURES / "tokenizer"
     bundle = load_tokenizer(str(folder))
@@ -266,7 +266,7 @@ def test_fixture_ids_and_labels_match_transformers(spec):
 @pytest.mark.torch
 def test_a_fixture_pack_is_the_same_packed_and_alone(packed, torch_one_thread):
     pytest.importorskip("transformers")
-    from packshard.verify.equivalence import DEFAULT_ATOL
+    from packshard.verify.model.equivalence import DEFAULT_ATOL
     from packshard.verify.run import VerifyOptions, verify_dataset
 
     report = verify_dataset(packed("wrapped"), VerifyOptions(model_rows=4))

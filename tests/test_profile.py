@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from packshard.arrays import count_trained
 from packshard.errors import UsageError
+from packshard.ingest.types import IngestChunk, TokenizedBatch
 from packshard.profile import (
     Utilization,
     compute_histogram_edges,
@@ -17,7 +18,7 @@ from packshard.profile import (
     profile_lengths,
     report_to_dict,
 )
-from packshard.records import IGNORE_INDEX, IngestChunk, Reject, SourceRef, TokenizedBatch
+from packshard.records import IGNORE_INDEX, Reject, SourceRef
 
 M = IGNORE_INDEX
 
@@ -262,11 +263,11 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
 
 @pytest.mark.shared_data
 def test_profile_inputs_on_real_chat_files(shared_data):
-    from packshard.ingest.sources import expand_inputs
-    from packshard.ingest.templates import load_template
-    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.ingest.read.sources import expand_inputs
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
+    from packshard.ingest.types import IngestOptions
     from packshard.profile import profile_inputs
-    from packshard.records import IngestOptions
 
     bundle = load_tokenizer(str(shared_data / "tokenizers" / "phi-3-mini"))
     template = load_template(None, bundle)
@@ -329,11 +330,11 @@ def test_profile_plain_text_with_a_tokenizer_without_chat_template(shared_data, 
 
 
 def test_profile_reports_reasoning_per_domain(tmp_path) -> None:
-    from packshard.ingest.sources import expand_inputs
-    from packshard.ingest.templates import compile_template
-    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.ingest.read.sources import expand_inputs
+    from packshard.ingest.template.render import compile_template
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
+    from packshard.ingest.types import IngestOptions
     from packshard.profile import profile_inputs
-    from packshard.records import IngestOptions
     from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
 
     bundle = load_tokenizer(str(build_qwen(tmp_path / "qwen")))

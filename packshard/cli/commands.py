@@ -4,7 +4,7 @@ Every command turns :class:`~packshard.errors.PackshardError` into a one-line me
 stderr and its exit code (1 data or audit failure, 2 usage) in one place,
 :class:`~packshard.cli.errors.CommandGroup`; an :class:`OSError` the environment raises (disk
 full, permissions) becomes one line and exit 2 there too.  The choices each option offers are
-the vocabularies of :mod:`packshard.vocab` (:mod:`packshard.cli.options`).  Terminal output
+the vocabularies of :mod:`packshard.options` (:mod:`packshard.cli.options`).  Terminal output
 uses rich (:mod:`packshard.cli.tables`); ``--json`` and ``--html`` options write
 machine-readable results and pages (:mod:`packshard.cli.html`).
 """
@@ -22,7 +22,7 @@ from packshard.cli.errors import CommandGroup, naming, not_over, warn
 from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, VERIFY
 from packshard.engine import EngineOptions
 from packshard.errors import EXIT_DATA, EXIT_USAGE
-from packshard.records import IngestOptions
+from packshard.ingest.types import IngestOptions
 
 
 def _console() -> Any:
@@ -83,10 +83,10 @@ def profile(
       packshard profile chat.jsonl code.jsonl -t tokenizer/ --max-seq-len 4096 --html profile.html
     """
     from packshard.cli.html import write_profile_html
-    from packshard.cli.profile_tables import render_profile_table, render_rejects
-    from packshard.ingest.sources import expand_inputs
-    from packshard.ingest.templates import load_template
-    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.cli.tables import render_profile_table, render_rejects
+    from packshard.ingest.read.sources import expand_inputs
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
     from packshard.profile import profile_inputs, report_to_dict
     from packshard.profile.lengths import check_profile_options
 
@@ -114,7 +114,7 @@ def profile(
             files, bundle, tmpl, options, max_seq_len, batch_size, seed, _show_progress(progress)
         )
     else:
-        from packshard.ingest.chunks import ingest_label_path
+        from packshard.ingest.stream import ingest_label_path
         from packshard.profile.units import profile_on_engine
 
         label_path = ingest_label_path(tmpl, loss)

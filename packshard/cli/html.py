@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.table import Table
 
 from packshard.cli.inspect import RowView, segment_title
-from packshard.cli.profile_tables import (
+from packshard.cli.tables import (
     STRATEGY_LABELS,
     build_counts_table,
     build_lengths_table,

@@ -28,8 +28,8 @@ from packshard.format.examples import ExamplesIndex, read_examples
 from packshard.format.manifest import load_manifest
 from packshard.format.paths import MISSING, inside_folder
 from packshard.format.shards import read_row, read_shard, rows_problem
+from packshard.options import REASONING_MARKERS
 from packshard.records import IGNORE_INDEX, PackedRow
-from packshard.vocab import REASONING_MARKERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +188,7 @@ def _existing(path: str, resolved: Any) -> str:
 
 def _load_tokenizer(path: str) -> Any:
     try:
-        from packshard.ingest.tokenizer import load_tokenizer
+        from packshard.ingest.tokens.tokenizer import load_tokenizer
 
         return load_tokenizer(path).tokenizer
     except Exception:  # decoding is a convenience: fall back to ids

@@ -1,5 +1,48 @@
-"""Engines that run packshard's work units: in this process, on local processes, or on Ray."""
+"""Engines that run packshard's work units: in this process, on local processes, or on Ray.
 
-from packshard.engine.base import ENGINES, Engine, EngineOptions, TaskFailed, open_engine
+:func:`open_engine` picks one from :class:`EngineOptions`: the serial engine for one local
+worker, :mod:`packshard.engine.local`'s processes for more, :mod:`packshard.engine.ray` for a
+Ray cluster (Ray is imported only then).  The rules every engine keeps are in
+:mod:`packshard.engine.base`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from packshard.engine.base import ENGINES, Engine, EngineOptions, SerialEngine, TaskFailed
 
 __all__ = ["ENGINES", "Engine", "EngineOptions", "TaskFailed", "open_engine"]
+
+
+@contextmanager
+def open_engine(
+    options: EngineOptions,
+    env: dict[str, str] | None = None,
+    warm: tuple[Callable[[Any], Any], Any] | None = None,
+) -> Iterator[Engine]:
+    """Start the engine ``options`` name, yield it, and release it whatever happens.
+
+    ``env`` is set in every worker before it runs a task (thread counts, for instance);
+    ``warm = (fn, arg)`` runs once in each local worker as it starts (best effort: a load
+    that fails there fails again, with its message, in the first task).  Ray is imported only
+    here, and only when asked for.
+    """
+    options.check()
+    engine: Engine
+    if options.serial:
+        engine = SerialEngine(options.max_retries)
+    elif options.engine == "local":
+        from packshard.engine.local import LocalEngine
+
+        engine = LocalEngine(options.workers, options.max_retries, env or {}, warm)
+    else:
+        from packshard.engine.ray import RayEngine
+
+        engine = RayEngine(options.workers, options.address, options.max_retries, env or {})
+    try:
+        yield engine
+    finally:
+        engine.close()

@@ -24,8 +24,7 @@ Rules every engine keeps:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -171,34 +170,3 @@ def raise_error(carried: tuple[type[PackshardError], tuple[Any, ...], dict[str, 
     Exception.__init__(exc, *args)
     exc.__dict__.update(state)
     raise exc
-
-
-@contextmanager
-def open_engine(
-    options: EngineOptions,
-    env: dict[str, str] | None = None,
-    warm: tuple[Callable[[Any], Any], Any] | None = None,
-) -> Iterator[Engine]:
-    """Start the engine ``options`` name, yield it, and release it whatever happens.
-
-    ``env`` is set in every worker before it runs a task (thread counts, for instance);
-    ``warm = (fn, arg)`` runs once in each local worker as it starts (best effort: a load
-    that fails there fails again, with its message, in the first task).  Ray is imported only
-    here, and only when asked for.
-    """
-    options.check()
-    engine: Engine
-    if options.serial:
-        engine = SerialEngine(options.max_retries)
-    elif options.engine == "local":
-        from packshard.engine.local import LocalEngine
-
-        engine = LocalEngine(options.workers, options.max_retries, env or {}, warm)
-    else:
-        from packshard.engine.ray import RayEngine
-
-        engine = RayEngine(options.workers, options.address, options.max_retries, env or {})
-    try:
-        yield engine
-    finally:
-        engine.close()

@@ -26,7 +26,7 @@ from packshard.export.megatron import write_megatron
 from packshard.export.torchtune import write_torchtune
 from packshard.export.unpacked import write_unpacked
 from packshard.format.manifest import load_manifest
-from packshard.vocab import EXPORT_TARGETS, check_choice
+from packshard.options import EXPORT_TARGETS, check_choice
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ all read, in this order of precedence, and kept as ``Message.reasoning``::
 
 Two sources that disagree are a reject (``invalid_reasoning``), as is a reasoning value that
 is not a string; an inline ``<think>…</think>`` block at the start of ``content`` stays in
-the content (:mod:`packshard.ingest.reasoning` reads it).  Only assistant messages carry
+the content (:mod:`packshard.ingest.label.reasoning` reads it).  Only assistant messages carry
 reasoning: on other roles these fields travel to the template untouched.
 
 Training flags override the loss policy for one message (``Message.train``)::
@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from packshard.errors import RecordError
-from packshard.ingest.jsonparse import a_json_kind
+from packshard.ingest.read.jsonparse import a_json_kind
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 FLAG_FIELDS = ("train", "weight")

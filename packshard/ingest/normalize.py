@@ -38,9 +38,9 @@ from typing import Any
 
 from packshard.errors import RecordError
 from packshard.ingest.fields import read_fields, thinking_parts
-from packshard.ingest.jsonparse import a_json_kind, json_kind
-from packshard.records import Conversation, Message, RawRecord
-from packshard.vocab import FORMAT_CHOICES, check_choice
+from packshard.ingest.read.jsonparse import a_json_kind, json_kind
+from packshard.ingest.types import Conversation, Message, RawRecord
+from packshard.options import FORMAT_CHOICES, check_choice
 
 _MESSAGE_ROLES = {
     **{r: r for r in ("system", "user", "assistant", "tool")},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from packshard.records import IngestChunk
+from packshard.ingest.types import IngestChunk
 
 
 class IngestProgress:

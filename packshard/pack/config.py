@@ -7,25 +7,23 @@ from typing import Any
 
 from packshard.engine import EngineOptions
 from packshard.errors import UsageError
-from packshard.limits import (
+from packshard.ingest.types import IngestOptions
+from packshard.options import (
+    COMPRESSIONS,
     MAX_DECOMPRESSED_BYTES,
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
     MAX_SEED,
-    TEMPLATE_SECONDS,
-    check_max_seq_len,
-    check_range,
-)
-from packshard.pack.outdir import check_out
-from packshard.records import IngestOptions
-from packshard.vocab import (
-    COMPRESSIONS,
     ON_ERROR,
     OVERLONG_POLICIES,
     REASONING_MARKERS,
     STRATEGIES,
+    TEMPLATE_SECONDS,
     check_choice,
+    check_max_seq_len,
+    check_range,
 )
+from packshard.pack.write.outdir import check_out
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +54,7 @@ class PackConfig:
     ray_address: str | None = None
     resume: bool = False
     plan_scope: str = "global"
-    split_bytes: int = 0  # 0: packshard.ingest.splits.auto_split_bytes
+    split_bytes: int = 0  # 0: packshard.ingest.read.splits.auto_split_bytes
     reasoning: str = "train"
     empty_reasoning: str = "train"
     turns: str = "as_rendered"

@@ -25,10 +25,10 @@ from packshard.arrays import exclusive_cumsum, fill_rate, lower_bound_rows
 from packshard.errors import DROPPED, REJECTED
 from packshard.format.rejects import RejectTally
 from packshard.format.shards import ShardInfo
-from packshard.pack.rows import RowPlan
+from packshard.options import resolve_loss
+from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
 from packshard.records import Reject, SourceRef
-from packshard.vocab import resolve_loss
 
 
 def wrapped_drops(spill: Spill, plan: RowPlan) -> tuple[Reject, ...]:

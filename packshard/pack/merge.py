@@ -29,7 +29,7 @@ import numpy as np
 from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
 from packshard.errors import RecordError
 from packshard.pack.parts import PartFiles
-from packshard.pack.spill import _META, Spill, SpillCounts
+from packshard.pack.spill import PER_EXAMPLE, Spill, SpillCounts
 from packshard.pack.units import STAGE_INGEST, UnitResult
 from packshard.records import Reject, SourceRef
 
@@ -60,7 +60,7 @@ def merge_units(
     units = kept_units(results)
     domains, formats = NameCodes(), NameCodes()
     line_base = [0] * len(sources)
-    meta: dict[str, list[np.ndarray]] = {k: [] for k in (*_META, "lengths")}
+    meta: dict[str, list[np.ndarray]] = {k: [] for k in (*PER_EXAMPLE, "lengths")}
     keys: list[tuple[int, int, int]] = []
     rejects: list[Reject] = []
     per_source = np.zeros(len(sources), np.int64)
@@ -76,7 +76,7 @@ def merge_units(
         a = r.arrays
         dom = domains.encode(r.domains)
         fmt = formats.encode(r.formats)
-        for key in _META:
+        for key in PER_EXAMPLE:
             meta[key].append(a[key])
         meta["lengths"].append(a["lengths"])
         meta["lines"][-1] = a["lines"] + base
@@ -108,10 +108,10 @@ def merge_units(
         **policy,
     )
     joined: dict[str, Any] = {
-        k: np.concatenate([np.zeros(0, _META.get(k, np.int64)), *v]) for k, v in meta.items()
+        k: np.concatenate([np.zeros(0, PER_EXAMPLE.get(k, np.int64)), *v]) for k, v in meta.items()
     }
     lengths = joined.pop("lengths").astype(np.int64)
-    for k, dtype in _META.items():
+    for k, dtype in PER_EXAMPLE.items():
         joined[k] = joined[k].astype(dtype, copy=False)
     parts = PartFiles(
         tuple(r.folder for r in units),

@@ -26,7 +26,8 @@ import numpy as np
 
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
-from packshard.records import Reject, TokenizedBatch
+from packshard.ingest.types import TokenizedBatch
+from packshard.records import Reject
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ file's tally, the plan, the shards' entries) and :func:`pack_stats` combines the
 Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
 at most a ``.partial`` folder with no manifest, never an ``OUT`` that looks complete.  What
-may be replaced, the lock on ``OUT`` and the temporary names are :mod:`packshard.pack.outdir`'s.
+may be replaced, the lock on ``OUT`` and the temporary names are
+:mod:`packshard.pack.write.outdir`'s.
 A run that packs nothing (every record rejected or dropped) fails and writes no ``OUT``.
 
 Determinism: the same inputs and options give byte-identical shards and examples index; only
@@ -52,11 +53,11 @@ from packshard.format.manifest import build_manifest, compute_dataset_id, write_
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
 from packshard.format.shards import SHARD_PATTERN, write_shard
 from packshard.format.version import FORMAT_VERSION
-from packshard.ingest.chunks import ingest
-from packshard.ingest.reasoning import reasoning_field
-from packshard.ingest.sandbox import template_conventions
-from packshard.ingest.sources import InputFile, expand_inputs
-from packshard.ingest.templates import ChatTemplate
+from packshard.ingest.label.reasoning import reasoning_field
+from packshard.ingest.read.sources import InputFile, expand_inputs
+from packshard.ingest.stream import ingest
+from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.template.sandbox import template_conventions
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.counts import (
     examples_columns,
@@ -65,12 +66,12 @@ from packshard.pack.counts import (
     records_per_input,
     wrapped_drops,
 )
-from packshard.pack.outdir import claim_out
-from packshard.pack.planner import plan_packs
-from packshard.pack.rows import RowPlan, finalize_plan, ordering_stats
+from packshard.pack.plan.planner import plan_packs
+from packshard.pack.plan.rows import RowPlan, finalize_plan, ordering_stats
 from packshard.pack.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
 from packshard.pack.spill import Spill, SpillWriter
-from packshard.pack.write import row_groups, shard_bounds, write_shards_on
+from packshard.pack.write.outdir import claim_out
+from packshard.pack.write.shards import row_groups, shard_bounds, write_shards_on
 
 
 @dataclass(frozen=True)

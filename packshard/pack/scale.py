@@ -38,10 +38,10 @@ from packshard.engine import Engine, EngineOptions, open_engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.rejects import RejectsWriter
 from packshard.format.version import FORMAT_VERSION
-from packshard.ingest.sources import InputFile
-from packshard.ingest.splits import plan_splits
-from packshard.ingest.templates import ChatTemplate, load_template
-from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
+from packshard.ingest.read.sources import InputFile
+from packshard.ingest.read.splits import plan_splits
+from packshard.ingest.template.render import ChatTemplate, load_template
+from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
 from packshard.pack.merge import merge_units
 from packshard.pack.spill import Spill
@@ -49,7 +49,8 @@ from packshard.pack.units import MARKER, MapTask, UnitContext, load_unit, map_un
 
 JOB = "job.json"
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
-"""Beside ``tokenizer.json``: what :func:`~packshard.ingest.tokenizer.load_tokenizer` reads."""
+"""Beside ``tokenizer.json``: what :func:`~packshard.ingest.tokens.tokenizer.load_tokenizer`
+reads."""
 UNIT_BATCH = 256
 """Records per ingest chunk inside a unit: small chunks keep rendering, tokenizing and
 labelling overlapped in a unit of a few chunks.  Any size gives the same output (the merge

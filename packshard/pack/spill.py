@@ -31,9 +31,10 @@ import numpy as np
 from numba import njit
 
 from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cumsum
+from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong
 from packshard.pack.parts import PartFiles, read_part_ranges
-from packshard.records import Reject, TokenizedBatch
+from packshard.records import Reject
 
 IN_MEMORY_BYTES = 64 * 1024 * 1024  # a spill this small (tokens + labels) is read back whole
 
@@ -129,7 +130,7 @@ class Spill:
                 mapped.madvise(mmap.MADV_DONTNEED)
 
 
-_META = {
+PER_EXAMPLE = {
     "loss_tokens": np.int32,
     "source_index": np.int32,
     "lines": np.int64,
@@ -165,7 +166,7 @@ class SpillWriter:
         self._tok = open(folder / "tokens.bin", "wb")
         self._lab = open(folder / "labels.bin", "wb")
         self._total = 0
-        self._meta: dict[str, list[np.ndarray]] = {k: [] for k in _META}
+        self._meta: dict[str, list[np.ndarray]] = {k: [] for k in PER_EXAMPLE}
         self._lengths: list[np.ndarray] = []
         self._sources, self._domains, self._formats = NameCodes(sources), NameCodes(), NameCodes()
         self._records = 0
@@ -209,7 +210,7 @@ class SpillWriter:
             "turns": batch.turns[at] if batch.turns is not None else np.zeros(len(at), np.int32),
         }
         for key, arr in meta.items():
-            self._meta[key].append(arr.astype(_META[key], copy=False))
+            self._meta[key].append(arr.astype(PER_EXAMPLE[key], copy=False))
         return policed.rejects
 
     def _count(
@@ -236,7 +237,8 @@ class SpillWriter:
         self._lab.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         meta: dict[str, Any] = {
-            k: (np.concatenate(v) if v else np.zeros(0, _META[k])) for k, v in self._meta.items()
+            k: (np.concatenate(v) if v else np.zeros(0, PER_EXAMPLE[k]))
+            for k, v in self._meta.items()
         }
         nsrc, ndom = len(self._sources.names), len(self._domains.names)
 

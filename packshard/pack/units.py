@@ -34,15 +34,16 @@ import numpy as np
 
 from packshard.engine.faults import inject
 from packshard.errors import PackshardError, RecordError
-from packshard.ingest.chunks import ingest
-from packshard.ingest.labels import encode_texts, label_encodings
+from packshard.ingest.label.spans import render_example
 from packshard.ingest.normalize import normalize_record
-from packshard.ingest.spans import render_example
-from packshard.ingest.splits import Split, SplitRead, read_split
-from packshard.ingest.templates import ChatTemplate, load_template
-from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.read.splits import Split, SplitRead, read_split
+from packshard.ingest.stream import ingest
+from packshard.ingest.template.render import ChatTemplate, load_template
+from packshard.ingest.tokens.labels import encode_texts, label_encodings
+from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.pack.spill import SpillCounts, SpillWriter
-from packshard.records import IngestOptions, RawRecord, Reject, SourceRef
+from packshard.records import Reject, SourceRef
 
 MARKER = "unit.json"
 ARRAYS = "meta.npz"

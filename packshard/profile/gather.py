@@ -25,14 +25,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from packshard.arrays import NameCodes
+from packshard.ingest.types import IngestChunk, IngestOptions, TokenizedBatch
 from packshard.profile.lengths import check_profile_options
 from packshard.profile.report import MAX_LISTED_REJECTS, ProfileReport, profile_lengths
-from packshard.records import IngestChunk, IngestOptions, Reject, SourceRef, TokenizedBatch
+from packshard.records import Reject, SourceRef
 
 if TYPE_CHECKING:
-    from packshard.ingest.sources import InputFile
-    from packshard.ingest.templates import ChatTemplate
-    from packshard.ingest.tokenizer import TokenizerBundle
+    from packshard.ingest.read.sources import InputFile
+    from packshard.ingest.template.render import ChatTemplate
+    from packshard.ingest.tokens.tokenizer import TokenizerBundle
 
 COLUMNS = ("lengths", "loss_tokens", "codes", "thoughts", "thought_losses", "firsts")
 """The per-example arrays, in :func:`profile_lengths`' terms: tokens, loss tokens, domain
@@ -170,7 +171,7 @@ def profile_inputs(
     ``batch_size`` is the training batch size the batching strategies assume, not
     ``options.batch_size`` (records per ingest chunk).
     """
-    from packshard.ingest.chunks import ingest, ingest_label_path
+    from packshard.ingest.stream import ingest, ingest_label_path
 
     check_profile_options(max_seq_len, batch_size, seed)
     chunks = ingest(files, bundle, template, options, progress=progress)

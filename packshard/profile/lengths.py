@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packshard.arrays import lower_bound_rows
-from packshard.limits import MAX_SEED, check_max_seq_len, check_range
+from packshard.options import MAX_SEED, check_max_seq_len, check_range
 
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "nearest-rank (numpy inverted_cdf)"
@@ -100,7 +100,7 @@ def measure_utilization(
     lengths: np.ndarray, max_seq_len: int, batch_size: int, seed: int
 ) -> tuple[tuple[Utilization, ...], int]:
     """Return the four strategies' utilization and the packing lower bound for ``lengths``."""
-    from packshard.pack.planner import plan_packs
+    from packshard.pack.plan.planner import plan_packs
 
     clipped = np.minimum(lengths, max_seq_len).astype(np.int64)
     n, useful = clipped.shape[0], int(clipped.sum())

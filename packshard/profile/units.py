@@ -1,7 +1,7 @@
 """``profile`` on an engine: every work unit profiled by a worker, the arrays merged in order.
 
 ``profile --workers N`` (or ``--engine ray``) cuts the inputs into the same units as ``pack``
-(:mod:`packshard.ingest.splits`).  A worker runs the ingest stream over its unit and returns
+(:mod:`packshard.ingest.read.splits`).  A worker runs the ingest stream over its unit and returns
 only the few integers per example the report needs (length, loss tokens, domain code,
 reasoning tokens and the trained ones, whether it starts a record), its first rejects and its
 reject counts; the driver makes lines absolute and domain codes global, in unit order, and
@@ -18,14 +18,14 @@ from typing import Any
 
 from packshard.engine import EngineOptions, open_engine
 from packshard.errors import RecordError
-from packshard.ingest.chunks import ingest
-from packshard.ingest.sources import InputFile
-from packshard.ingest.splits import Split, SplitRead, plan_splits, read_split
-from packshard.ingest.templates import ChatTemplate, load_template
-from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.read.sources import InputFile
+from packshard.ingest.read.splits import Split, SplitRead, plan_splits, read_split
+from packshard.ingest.stream import ingest
+from packshard.ingest.template.render import ChatTemplate, load_template
+from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.types import IngestOptions
 from packshard.profile.gather import ProfileParts
 from packshard.profile.report import ProfileReport
-from packshard.records import IngestOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ def profile_on_engine(
     """Profile ``files`` unit by unit on ``engine``; the same report one process gives.
 
     ``label_path`` is the default the report names when no example says otherwise
-    (:func:`packshard.ingest.chunks.ingest_label_path`).
+    (:func:`packshard.ingest.stream.ingest_label_path`).
     """
     options.check()
     splits = plan_splits(files, split_bytes)

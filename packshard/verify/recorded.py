@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from packshard.digests import sha256_bytes, sha256_path
-from packshard.ingest.templates import ChatTemplate, load_template
-from packshard.ingest.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.template.render import ChatTemplate, load_template
+from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
 
 
 def locate(

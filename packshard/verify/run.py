@@ -10,7 +10,8 @@ pinned to shard, row, segment and source line):
 3. **source** (:mod:`~packshard.verify.source`) — re-ingest the recorded inputs with the
    recorded tokenizer and template (hashes must match) and compare each example's ids, labels
    and positions with its packed segment;
-4. **model** (:mod:`~packshard.verify.model`, :mod:`~packshard.verify.equivalence`) — a small
+4. **model** (:mod:`~packshard.verify.model.forward`, :mod:`~packshard.verify.model.equivalence`) —
+a small
    causal model gives the same logits for each example packed as alone, mutating neighbours
    changes nothing, and a naive causal mask over the same rows is caught leaking.  If the
    control is not caught, verify itself is broken.
@@ -39,11 +40,11 @@ import numpy as np
 from packshard.errors import ManifestError
 from packshard.format.environment import Drift, environment_drift, running_environment
 from packshard.format.manifest import load_manifest
-from packshard.ingest.sandbox import template_conventions
-from packshard.limits import MAX_SEED, check_range
-from packshard.verify.equivalence import CONTROL_FLOOR, DEFAULT_ATOL
+from packshard.ingest.template.sandbox import template_conventions
+from packshard.options import MAX_SEED, check_range
 from packshard.verify.findings import NOT_RUN, CheckResult, EquivalenceReport, FindingList
 from packshard.verify.integrity import check_counts, check_files
+from packshard.verify.model.equivalence import CONTROL_FLOOR, DEFAULT_ATOL
 from packshard.verify.structure import ShardAudit, check_structure
 
 
@@ -145,7 +146,7 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     if invalid or options.model == "none":
         results.append(CheckResult("model", skipped="--model none", not_run=invalid))
     else:
-        from packshard.verify.model import check_model
+        from packshard.verify.model.check import check_model
 
         sound = {i: t for i, t in opened.tables.items() if i in audits}
         bad = {i: a.bad_rows for i, a in audits.items() if len(a.bad_rows)}

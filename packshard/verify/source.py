@@ -24,7 +24,6 @@ drifted libraries as its likely cause.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +36,15 @@ from packshard.format.environment import Drift, likely_cause
 from packshard.format.examples import ExamplesIndex
 from packshard.format.paths import inside_folder
 from packshard.format.rejects import read_rejects
-from packshard.format.shards import read_row
-from packshard.ingest.chunks import ingest
-from packshard.ingest.sources import InputFile
-from packshard.ingest.templates import ChatTemplate
-from packshard.ingest.tokenizer import TokenizerBundle
+from packshard.ingest.read.sources import InputFile
+from packshard.ingest.stream import ingest
+from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.records import IGNORE_INDEX, PackedRow
+from packshard.verify import reingest as units
 from packshard.verify.findings import CheckResult, Finding, FindingList
 from packshard.verify.recorded import Mismatch, locate, resolve_template, resolve_tokenizer
+from packshard.verify.reingest import packed_segment
 from packshard.verify.turns import recorded_options, turn_check
 
 
@@ -141,9 +141,7 @@ def _compare(
     opts = recorded_options(config)
     label_spans = manifest["template"].get("label_spans")
     engine = EngineOptions(options.engine, options.workers, options.ray_address)
-    if not engine.serial:  # the re-ingest on workers (packshard.verify.units)
-        from packshard.verify import units
-
+    if not engine.serial:  # the re-ingest on workers (packshard.verify.reingest)
         spec = units.template_spec(template, bundle)
         mask = np.array(
             [
@@ -208,45 +206,6 @@ def _compare(
             "invented",
         )
     return compared, check.counts() if check is not None else {}
-
-
-def packed_segment(
-    tables: dict[int, pa.Table],
-    manifest: dict[str, Any],
-    index: ExamplesIndex,
-    pos: int,
-    row_cache: dict[tuple[int, int], PackedRow],
-    findings: FindingList,
-) -> tuple[PackedRow, int, Callable[..., None]] | None:
-    """Find index row ``pos``'s segment: its packed row, its segment, how to report on it.
-
-    None when it cannot be read: a missing shard (already an integrity finding), a row past
-    the shard's end or an example id not in its row (both findings here).
-    """
-    shard, row = int(index.shard[pos]), int(index.row[pos])
-    eid = int(index.example_id[pos])
-    where = index.where(eid)
-    if shard not in tables:
-        return None
-    name = manifest["shards"][shard]["path"]
-    if (shard, row) not in row_cache:
-        if row >= tables[shard].num_rows:
-            why = "examples.parquet points past the shard's last row"
-            findings.add(Finding("source", why, name, row, None, eid, where))
-            return None
-        row_cache[(shard, row)] = read_row(tables[shard], row)
-    packed = row_cache[(shard, row)]
-    segs = np.flatnonzero(packed.example_ids == eid)
-    if segs.size != 1:
-        why = "example id not found in its row"
-        findings.add(Finding("source", why, name, row, None, eid, where))
-        return None
-    seg = int(segs[0])
-
-    def bad(message: str, because: str = "") -> None:
-        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
-
-    return packed, seg, bad
 
 
 def _compare_segment(

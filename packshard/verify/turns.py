@@ -2,7 +2,7 @@ r"""The labels of every rendered assistant turn, checked against the recorded po
 
 This check does not reuse the spans ingest chose: it reads each re-tokenized example back,
 token by token, finds the assistant turns in the decoded text by the template's header and
-end markers (:mod:`packshard.ingest.frame`) and their leading reasoning block by the
+end markers (:mod:`packshard.ingest.label.frame`) and their leading reasoning block by the
 recorded markers, and asks of the labels what the policies promise::
 
     <|im_start|>assistant\n<think>\nAdd.\n</think>\n\nIt is 4.<|im_end|>
@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from packshard.ingest.frame import Frame, template_frame
-from packshard.ingest.reasoning import find_block
-from packshard.ingest.templates import ChatTemplate
-from packshard.ingest.tokenizer import TokenizerBundle
-from packshard.limits import LIMIT_DEFAULTS
-from packshard.records import IGNORE_INDEX, IngestOptions
+from packshard.ingest.label.frame import Frame, template_frame
+from packshard.ingest.label.reasoning import find_block
+from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
+from packshard.ingest.types import IngestOptions
+from packshard.options import LIMIT_DEFAULTS, REASONING_MARKERS
+from packshard.records import IGNORE_INDEX
 from packshard.verify.findings import Finding, FindingList
-from packshard.vocab import REASONING_MARKERS
 
 
 def recorded_options(config: dict[str, Any]) -> IngestOptions:

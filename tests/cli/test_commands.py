@@ -166,11 +166,11 @@ def test_long_error_lines_are_not_wrapped(tmp_path):
 
 
 def test_profile_json_is_the_report_sorted(tmp_path, packed_demo_tokenizer):
-    from packshard.ingest.sources import expand_inputs
-    from packshard.ingest.templates import load_template
-    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.ingest.read.sources import expand_inputs
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
+    from packshard.ingest.types import IngestOptions
     from packshard.profile import profile_inputs, report_to_dict
-    from packshard.records import IngestOptions
 
     path, page = tmp_path / "profile.json", tmp_path / "profile.html"
     args = ["profile", demo_data_path(), "-t", packed_demo_tokenizer, "--template", "chatml"]

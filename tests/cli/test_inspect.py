@@ -12,7 +12,7 @@ from rich.console import Console
 from packshard.cli.commands import main
 from packshard.cli.inspect import inspect_row, render_row_console
 from packshard.errors import FormatError
-from packshard.ingest.tokenizer import load_tokenizer
+from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.records import IGNORE_INDEX
 
 SHARD = "shard-00001.parquet"

@@ -21,7 +21,7 @@ from packshard.format.manifest import (
     write_manifest,
 )
 from packshard.format.version import check_format_version
-from packshard.vocab import AUTO_LOSS
+from packshard.options import AUTO_LOSS
 
 
 def sha(path) -> str:
@@ -40,8 +40,8 @@ def demo_pack(tmp_path, demo_tokenizer, run_pack):
 def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
     from packshard import __version__
     from packshard.demo import demo_data_path
-    from packshard.ingest.templates import CHATML
-    from packshard.ingest.tokenizer import load_tokenizer
+    from packshard.ingest.template.render import CHATML
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
 
     m = demo_pack.manifest
     assert sorted(m) == [

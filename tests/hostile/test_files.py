@@ -149,7 +149,7 @@ def test_parquet_rows_with_repeated_fields_or_over_the_limit(tmp_path, word_toke
 
 
 def test_an_unreadable_subfolder_is_a_usage_error(tmp_path, word_tokenizer, monkeypatch):
-    import packshard.ingest.inputs as inputs
+    import packshard.ingest.read.inputs as inputs
 
     (tmp_path / "data" / "locked").mkdir(parents=True)
     (tmp_path / "data" / "a.jsonl").write_text(json.dumps(GOOD) + "\n")

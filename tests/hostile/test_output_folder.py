@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from packshard.cli.commands import main
-from packshard.pack.outdir import NAME_MAX, claim_out, temp_stem
+from packshard.pack.write.outdir import NAME_MAX, claim_out, temp_stem
 from tests.helpers import changed, tree_state
 
 RECORD = json.dumps({"text": "w2 w3 w4"}) + "\n"
@@ -140,7 +140,7 @@ def test_an_unwritable_parent_is_a_usage_error(root, word_tokenizer):
 
 
 def test_a_lock_file_that_cannot_be_made_is_a_usage_error(root, word_tokenizer, monkeypatch):
-    import packshard.pack.outdir as outdir
+    import packshard.pack.write.outdir as outdir
 
     real = os.open
 

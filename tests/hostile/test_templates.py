@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from packshard.cli.commands import main
 from packshard.errors import TemplateError
-from packshard.ingest.templates import compile_template
+from packshard.ingest.template.render import compile_template
 from tests.helpers import changed, run_capped, tree_state
 
 SIZE = 1 << 20  # the budget the battery runs with: 1 MiB, 0.5 s
@@ -108,7 +108,7 @@ BATTERY = {
 DRIVER = """
 import json, sys, time
 from packshard.errors import TemplateError
-from packshard.ingest.templates import compile_template, render_chat
+from packshard.ingest.template.render import compile_template, render_chat
 battery = json.loads(sys.argv[1])
 messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
 for name, text in battery.items():

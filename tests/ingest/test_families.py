@@ -38,17 +38,18 @@ import pytest
 
 from packshard.errors import RecordError
 from packshard.format.shards import read_row
-from packshard.ingest.chunks import ingest
-from packshard.ingest.labels import encode_rendered
-from packshard.ingest.locate import locate_contents
+from packshard.ingest.label.locate import locate_contents
+from packshard.ingest.label.spans import render_example
 from packshard.ingest.normalize import normalize_record
-from packshard.ingest.sources import expand_inputs
-from packshard.ingest.spans import render_example
-from packshard.ingest.templates import load_template
-from packshard.ingest.tokenizer import load_tokenizer
+from packshard.ingest.read.sources import expand_inputs
+from packshard.ingest.stream import ingest
+from packshard.ingest.template.render import load_template
+from packshard.ingest.tokens.labels import encode_rendered
+from packshard.ingest.tokens.tokenizer import load_tokenizer
+from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.pack import PackConfig, pack_dataset
 from packshard.profile import profile_inputs
-from packshard.records import IGNORE_INDEX, IngestOptions, RawRecord, SourceRef
+from packshard.records import IGNORE_INDEX, SourceRef
 from packshard.verify.run import VerifyOptions, verify_dataset
 from tests.helpers import (
     BY_NAME,
@@ -247,7 +248,7 @@ def test_tool_call_turn_a_template_cannot_place_is_rejected(folders: dict[str, P
         "{% if not loop.last and messages[loop.index0 + 1].role == 'tool' %}<tool_call>x"
         "</tool_call>{% endif %}{{ '<|im_end|>\\n' }}{% endfor %}"
     )
-    from packshard.ingest.templates import compile_template
+    from packshard.ingest.template.render import compile_template
 
     template = compile_template(lookahead, "lookahead.jinja")
     with pytest.raises(RecordError) as err:

@@ -8,7 +8,8 @@ import pytest
 
 from packshard.errors import RecordError
 from packshard.ingest.normalize import normalize_record
-from packshard.records import Message, RawRecord, SourceRef
+from packshard.ingest.types import Message, RawRecord
+from packshard.records import SourceRef
 from tests.helpers import msg
 
 

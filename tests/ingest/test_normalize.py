@@ -10,8 +10,9 @@ import pytest
 
 from packshard.errors import REJECT_CODES, REJECTED, RecordError, UsageError
 from packshard.ingest.normalize import detect_format, normalize_record
-from packshard.ingest.sources import expand_inputs, read_records
-from packshard.records import Conversation, Message, RawRecord, SourceRef
+from packshard.ingest.read.sources import expand_inputs, read_records
+from packshard.ingest.types import Conversation, Message, RawRecord
+from packshard.records import SourceRef
 
 REF = SourceRef("data/chat.jsonl", 7)
 

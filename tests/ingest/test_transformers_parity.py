@@ -16,21 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packshard.ingest.labels import encode_rendered
-from packshard.ingest.locate import locate_contents
+from packshard.ingest.label.locate import locate_contents
+from packshard.ingest.label.spans import render_example, render_examples
 from packshard.ingest.normalize import normalize_record
-from packshard.ingest.sources import expand_inputs, read_records
-from packshard.ingest.spans import render_example, render_examples
-from packshard.ingest.templates import CHATML, compile_template, load_template
-from packshard.ingest.tokenizer import load_tokenizer
-from packshard.records import (
-    IGNORE_INDEX,
-    Conversation,
-    IngestOptions,
-    Message,
-    RawRecord,
-    SourceRef,
-)
+from packshard.ingest.read.sources import expand_inputs, read_records
+from packshard.ingest.template.render import CHATML, compile_template, load_template
+from packshard.ingest.tokens.labels import encode_rendered
+from packshard.ingest.tokens.tokenizer import load_tokenizer
+from packshard.ingest.types import Conversation, IngestOptions, Message, RawRecord
+from packshard.records import IGNORE_INDEX, SourceRef
 from tests.helpers import REASONING_CHAT
 
 transformers = pytest.importorskip("transformers")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from packshard.errors import UsageError
+from packshard.ingest.types import IngestOptions
 from packshard.pack import PackConfig
 from packshard.pack.config import check_config
-from packshard.records import IngestOptions
 
 
 def config(tmp_path, **options) -> PackConfig:

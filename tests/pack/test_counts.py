@@ -19,6 +19,7 @@ import pytest
 
 from packshard.format.rejects import RejectsWriter
 from packshard.format.shards import ShardInfo
+from packshard.ingest.types import TokenizedBatch
 from packshard.pack.counts import (
     examples_columns,
     loss_policies,
@@ -26,11 +27,11 @@ from packshard.pack.counts import (
     records_per_input,
     wrapped_drops,
 )
-from packshard.pack.planner import plan_packs
-from packshard.pack.rows import finalize_plan
+from packshard.pack.plan.planner import plan_packs
+from packshard.pack.plan.rows import finalize_plan
 from packshard.pack.spill import SpillWriter
 from packshard.records import IGNORE_INDEX as X
-from packshard.records import Reject, SourceRef, TokenizedBatch
+from packshard.records import Reject, SourceRef
 from tests.helpers import make_spill
 
 

@@ -9,9 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from packshard.errors import RecordError
+from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong
 from packshard.records import IGNORE_INDEX as X
-from packshard.records import SourceRef, TokenizedBatch
+from packshard.records import SourceRef
 
 # ``wN`` has id N and <eos> id 0 (the word_tokenizer fixture); a text record is its words + eos.
 RECORDS = [

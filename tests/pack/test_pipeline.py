@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from packshard.errors import UsageError
-from packshard.ingest.tokenizer import load_tokenizer
+from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.records import IGNORE_INDEX as X
 
 # ``wN`` has id N, ``<eos>`` id 0: "w2 w3 w4" is [2, 3, 4, 0], every label a target.
@@ -175,11 +175,11 @@ def test_wrapped_drops_parts_without_targets(tmp_path, make_jsonl, word_tokenize
 
 def unpacked_examples(packed, inputs, tokenizer, template, **options):
     """Re-ingest the inputs alone: ``{(source, line): (input_ids, labels)}`` and the rejects."""
-    from packshard.ingest.chunks import ingest
-    from packshard.ingest.sources import expand_inputs
-    from packshard.ingest.templates import load_template
-    from packshard.ingest.tokenizer import load_tokenizer
-    from packshard.records import IngestOptions
+    from packshard.ingest.read.sources import expand_inputs
+    from packshard.ingest.stream import ingest
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
+    from packshard.ingest.types import IngestOptions
 
     bundle = load_tokenizer(str(tokenizer))
     tmpl = load_template(template, bundle)

@@ -36,8 +36,8 @@ SPLIT = 8000  # bytes per unit: 6 byte ranges of chat.jsonl, 2 of rows.parquet, 
 
 
 def units(inputs) -> list:
-    from packshard.ingest.sources import expand_inputs
-    from packshard.ingest.splits import plan_splits
+    from packshard.ingest.read.sources import expand_inputs
+    from packshard.ingest.read.splits import plan_splits
 
     return plan_splits(expand_inputs([str(p) for p in inputs]), SPLIT)
 

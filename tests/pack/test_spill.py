@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import packshard.pack.spill as spill_module
+from packshard.ingest.types import TokenizedBatch
 from packshard.pack.spill import SpillCounts, SpillWriter
 from packshard.records import IGNORE_INDEX as X
-from packshard.records import SourceRef, TokenizedBatch
+from packshard.records import SourceRef
 
 
 def batch(

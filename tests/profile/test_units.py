@@ -4,13 +4,13 @@ import pytest
 
 from packshard.engine import EngineOptions
 from packshard.errors import RecordError
-from packshard.ingest.sources import expand_inputs
-from packshard.ingest.splits import plan_splits
-from packshard.ingest.templates import load_template
-from packshard.ingest.tokenizer import load_tokenizer
+from packshard.ingest.read.sources import expand_inputs
+from packshard.ingest.read.splits import plan_splits
+from packshard.ingest.template.render import load_template
+from packshard.ingest.tokens.tokenizer import load_tokenizer
+from packshard.ingest.types import IngestOptions
 from packshard.profile import profile_inputs, report_to_dict
 from packshard.profile.units import profile_on_engine
-from packshard.records import IngestOptions
 from tests.helpers import scale_inputs
 
 
@@ -37,7 +37,7 @@ def test_profile_on_two_workers_is_the_one_process_report(tmp_path, packed_demo_
 def test_reasoning_and_records_on_workers_are_the_one_process_report(tmp_path, turns):
     """Reasoning tokens, the trained ones and record counts (``--turns expand`` makes several
     examples of a record) merge from units exactly as one process counts them."""
-    from packshard.ingest.templates import compile_template
+    from packshard.ingest.template.render import compile_template
     from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
 
     tok = str(build_qwen(tmp_path / "qwen"))

@@ -401,7 +401,7 @@ def test_tokenizer_swapped_after_packing_is_caught(tmp_path, packed_demo_tokeniz
 
 
 def test_template_edited_after_packing_is_caught(tmp_path, packed_demo_tokenizer):
-    from packshard.ingest.templates import BUILTINS
+    from packshard.ingest.template.render import BUILTINS
 
     template = tmp_path / "chatml.jinja"
     template.write_text(BUILTINS["chatml"], encoding="utf-8")
@@ -473,7 +473,7 @@ def test_model_check_holds_and_its_control_leaks(packed_demo):
 def test_a_plain_causal_mask_in_place_of_the_block_mask_fails(packed_demo, monkeypatch):
     """If the packed forward leaked like naive concatenation, verify must say so."""
     pytest.importorskip("transformers")
-    import packshard.verify.equivalence as equivalence
+    import packshard.verify.model.equivalence as equivalence
 
     block_mask = equivalence.build_block_mask
 
@@ -498,7 +498,7 @@ def test_a_plain_causal_mask_in_place_of_the_block_mask_fails(packed_demo, monke
 def test_a_control_that_cannot_leak_is_itself_a_finding(packed_demo, monkeypatch):
     """A check that cannot fail proves nothing: a blind control fails verify."""
     pytest.importorskip("transformers")
-    import packshard.verify.equivalence as equivalence
+    import packshard.verify.model.equivalence as equivalence
 
     block_mask = equivalence.build_block_mask
 

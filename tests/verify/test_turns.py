@@ -9,12 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-import packshard.ingest.chat as chat_module
-from packshard.ingest.frame import template_frame
-from packshard.ingest.templates import compile_template
-from packshard.ingest.tokenizer import load_tokenizer
+import packshard.ingest.label.chat as chat_module
+from packshard.ingest.label.frame import template_frame
+from packshard.ingest.template.render import compile_template
+from packshard.ingest.tokens.tokenizer import load_tokenizer
+from packshard.ingest.types import IngestOptions
 from packshard.pack import PackConfig, pack_dataset
-from packshard.records import IGNORE_INDEX, IngestOptions
+from packshard.records import IGNORE_INDEX
 from packshard.verify.run import VerifyOptions, verify_dataset
 from packshard.verify.turns import TurnCheck, decode_pieces, recorded_options
 from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl

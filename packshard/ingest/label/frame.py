@@ -1,0 +1,92 @@
+r"""What a template renders around every turn: the assistant header and the end markers.
+
+**Header**: what ``add_generation_prompt`` adds after a user turn — what the model is
+prompted with at inference, so never trained — cut before a reasoning marker it may hold.
+It is found once per template, by rendering one user message with and without the prompt
+and keeping what the prompted render adds (never cutting a special token in two)::
+
+    without   <|user|>\n\ue010\ue011<|end|>\n<|endoftext|>
+    with      <|user|>\n\ue010\ue011<|end|>\n<|assistant|>\n
+    header                           <|assistant|>\n
+
+A template that ignores ``add_generation_prompt`` has no header; its turns then start where
+their first piece does.  **End markers**: the tokenizer's special tokens and EOS, except
+those the header holds (openers such as ``<|im_start|>``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from packshard.errors import TemplateError
+from packshard.ingest.label.reasoning import Markers
+from packshard.ingest.template.render import ChatTemplate, render_chat
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
+
+_PROBE_USER = "\ue010\ue011"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What a template renders around turns: the assistant header and the end markers."""
+
+    header: str
+    closers: re.Pattern[str]
+    final: re.Pattern[str]  # the EOS that ends the text, with whitespace around it
+    opening: str = ""  # the reasoning marker a turn without a header may start with
+
+
+_FRAMES: dict[tuple[Any, ...], Frame] = {}
+_LAST: list[Any] = [None, None, None, None]  # the last (template, bundle, markers, frame)
+
+
+def template_frame(template: ChatTemplate, bundle: TokenizerBundle, markers: Markers) -> Frame:
+    """Return (and cache) the header and end markers of ``template`` with ``bundle``."""
+    last = _LAST
+    if last[0] is template and last[1] is bundle and last[2] == markers:
+        cached: Frame = last[3]
+        return cached
+    variables = bundle.special_tokens_map
+    specials = tuple(s for s in (*bundle.special_tokens, bundle.eos_token or "") if s)
+    key = (template.sha256, template.source, tuple(sorted(variables.items())), specials, markers)
+    if (frame := _FRAMES.get(key)) is None:
+        header = _header(template, variables, specials, markers[0])
+        if len(_FRAMES) > 64:
+            _FRAMES.clear()
+        closers = sorted({s for s in specials if s not in header}, key=lambda s: (-len(s), s))
+        alternatives = "|".join(re.escape(s) for s in closers) or "(?!)"
+        eos = bundle.eos_token
+        final = re.compile(rf"\s*{re.escape(eos)}\s*\Z" if eos else "(?!)")
+        frame = _FRAMES[key] = Frame(header, re.compile(alternatives), final, markers[0])
+    last[:] = [template, bundle, markers, frame]
+    return frame
+
+
+def _header(
+    template: ChatTemplate, variables: dict[str, str], specials: tuple, opening: str
+) -> str:
+    user = [{"role": "user", "content": _PROBE_USER}]
+    try:
+        prompted, _ = render_chat(template, user, None, variables, add_generation_prompt=True)
+        plain, _ = render_chat(template, user, None, variables)
+    except TemplateError:
+        return ""
+    i, j = prompted.rfind(_PROBE_USER), plain.rfind(_PROBE_USER)
+    if i < 0 or j < 0:
+        return ""
+    after, before = prompted[i + len(_PROBE_USER) :], plain[j + len(_PROBE_USER) :]
+    k = 0
+    while k < min(len(after), len(before)) and after[k] == before[k]:
+        k += 1
+    for s in specials:  # never cut inside a special token (<|end|>\n<|assistant|> vs <|endof…)
+        at = after.find(s)
+        while at >= 0:
+            if at < k < at + len(s):
+                k = at
+            at = after.find(s, at + 1)
+    header = after[k:]
+    if opening in header:
+        header = header[: header.index(opening)]
+    return header if header.strip() else ""

@@ -1,0 +1,166 @@
+r"""Reasoning blocks: what the template is given, and where the rendered blocks are.
+
+An assistant message's reasoning comes from a field (``Message.reasoning``, see
+:mod:`packshard.ingest.fields`) or inline, as a block at the start of its content::
+
+    <think>\nFirst add 2 and 2.\n</think>\n\nIt is 4.
+    [open ][ reasoning           ][close ]  [answer]
+
+The markers are ``--reasoning-markers`` (default ``<think>,</think>``).  A closing marker with
+no opening one (what a model prompted with ``<think>\n`` writes) counts as inline reasoning
+only for a template that splits content on that marker itself (DeepSeek-R1, Qwen3).
+
+What the template is given (:func:`template_messages`), per ``--reasoning``:
+
+* ``train`` / ``mask``: the message as the record has it, the field under the name the
+  template reads (``reasoning_content``, ``thinking`` or ``reasoning``: whichever its source
+  mentions first in that order); a template that reads none gets the reasoning inline, in
+  the markers, before the content; inline blocks stay where they are;
+* ``drop``: no reasoning field, and the inline block cut from the content.
+
+A reasoning field together with an inline block, or reasoning that holds the closing marker,
+is ambiguous and rejected (``invalid_reasoning``).  Which tokens are reasoning is decided on
+the rendered text, not on the record: the block a rendered assistant turn starts with
+(:func:`find_block`), so a template that injects an empty block, or drops a turn's
+reasoning, is seen as it renders.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import nodes
+
+from packshard.errors import RecordError
+from packshard.ingest.fields import REASONING_FIELDS
+from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.template.sandbox import make_environment
+from packshard.ingest.types import Message
+
+Markers = tuple[str, str]
+
+
+@lru_cache(maxsize=32)
+def _template_reads(text: str) -> tuple[str | None, frozenset[str]]:
+    """Return the reasoning field a template reads, and the string constants it uses."""
+    try:
+        tree = make_environment().parse(text)
+    except Exception:  # compile_template already reported it; nothing is read then
+        return None, frozenset()
+    names = {n.attr for n in tree.find_all(nodes.Getattr)}
+    names |= {n.arg.value for n in tree.find_all(nodes.Getitem) if isinstance(n.arg, nodes.Const)}
+    consts = frozenset(n.value for n in tree.find_all(nodes.Const) if isinstance(n.value, str))
+    field = next((f for f in REASONING_FIELDS if f in names), None)
+    return field, consts
+
+
+def reasoning_field(template: ChatTemplate) -> str | None:
+    """Return the message field ``template`` reads reasoning from (``None``: none)."""
+    return _template_reads(template.text)[0]
+
+
+def splits_inline(template: ChatTemplate, markers: Markers) -> bool:
+    """Tell whether ``template`` itself looks for the closing marker in a message's content."""
+    return _splits(template.text, markers[1])
+
+
+@lru_cache(maxsize=32)
+def _splits(text: str, closing: str) -> bool:
+    return any(closing in c for c in _template_reads(text)[1])
+
+
+def split_inline(content: str, markers: Markers, closing_only: bool) -> tuple[str, str] | None:
+    """Return ``(reasoning, answer)`` of an inline block at the start of ``content``, or None.
+
+    ``closing_only`` also accepts a closing marker with no opening one before it.
+    """
+    opening, closing = markers
+    end = content.find(closing)
+    if end < 0:
+        return None
+    head = content[:end]
+    stripped = head.lstrip()
+    if stripped.startswith(opening):
+        return stripped[len(opening) :], content[end + len(closing) :]
+    if closing_only and opening not in head:
+        return head, content[end + len(closing) :]
+    return None
+
+
+def template_messages(
+    messages: tuple[Message, ...],
+    template: ChatTemplate,
+    policy: str,
+    markers: Markers,
+    where: Any,
+) -> tuple[list[dict[str, Any]], list[bool]]:
+    """Return the message dicts ``template`` renders, and which assistant turns hold reasoning.
+
+    ``where`` is the record's :class:`~packshard.records.SourceRef` (for rejects).
+    """
+    closing = markers[1]
+    if all(m.reasoning is None and closing not in m.content for m in messages):
+        plain = [
+            {"role": m.role, "content": m.content, **dict(m.extra)}
+            if m.extra
+            else {"role": m.role, "content": m.content}
+            for m in messages
+        ]
+        return plain, [False] * len(messages)
+    field = reasoning_field(template)
+    closing_only = splits_inline(template, markers)
+    out: list[dict[str, Any]] = []
+    has: list[bool] = []
+    for i, m in enumerate(messages):
+        d = {"role": m.role, "content": m.content, **dict(m.extra)}
+        inline = split_inline(m.content, markers, closing_only) if m.role == "assistant" else None
+        reasoning = m.reasoning if inline is None else inline[0]
+        if m.reasoning is not None and inline is not None:
+            raise _ambiguous(where, i, "has a reasoning field and an inline block (keep one)")
+        if reasoning is not None and markers[1] in reasoning:
+            raise _ambiguous(where, i, f"reasoning holds the closing marker {markers[1]!r}")
+        if inline is not None and markers[1] in inline[1]:
+            raise _ambiguous(where, i, f"content holds {markers[1]!r} after its inline block")
+        has.append(bool(reasoning and reasoning.strip()) and policy != "drop")
+        if policy == "drop":
+            if inline is not None:
+                d["content"] = inline[1].lstrip()
+        elif m.reasoning is not None:
+            if field is not None:
+                d[field] = m.reasoning
+            else:
+                d["content"] = f"{markers[0]}\n{m.reasoning}\n{markers[1]}\n\n{m.content}"
+        out.append(d)
+    return out, has
+
+
+def _ambiguous(where: Any, i: int, why: str) -> RecordError:
+    return RecordError("invalid_reasoning", f"message {i + 1} (assistant) {why}", *_place(where))
+
+
+def _place(where: Any) -> tuple[str, int]:
+    return (where.source, where.line) if where is not None else ("<unknown>", 0)
+
+
+def find_block(text: str, lo: int, hi: int, markers: Markers) -> tuple[int, int, bool] | None:
+    """Find the reasoning block a turn body ``text[lo:hi]`` starts with.
+
+    Returns ``(start, end, empty)``: the block from its opening marker through its closing
+    marker and the whitespace after it, and whether it holds only whitespace; ``None`` when
+    the body does not start (after whitespace) with a complete block.
+    """
+    opening, closing = markers
+    start = lo
+    while start < hi and text[start].isspace():
+        start += 1
+    if not text.startswith(opening, start):
+        return None
+    close = text.find(closing, start + len(opening), hi)
+    if close < 0:
+        return None
+    end = close + len(closing)
+    inner = text[start + len(opening) : close]
+    while end < hi and text[end].isspace():
+        end += 1
+    return start, end, not inner.strip()

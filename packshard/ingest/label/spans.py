@@ -1,0 +1,191 @@
+r"""Render one normalized record and choose the characters to train on.
+
+Each example becomes a :class:`~packshard.records.Rendered`: the text plus the character
+spans to train on, found on one of three label paths::
+
+    generation_tags  the template wraps assistant output in {% generation %} blocks; the
+                     blocks decide, character for character (transformers' assistant mask)
+    offsets          no blocks: each trained turn as the template renders it, from the end of
+                     its header through the end marker that closes it (reasoning block and
+                     tool-call markup included), plus a final EOS, so the model learns to stop:
+                         <|assistant|>\nSure.<|end|>\n<|endoftext|>
+                                        [-----------)  [------------)
+    none             every token is trained (plain text, or --loss all)
+
+Chat records are labelled turn by turn in :mod:`packshard.ingest.label.chat`; reasoning is given
+to the template as :mod:`packshard.ingest.label.reasoning` says.  ``--turns expand`` makes one
+example per trained turn, the conversation up to and including it, that turn alone trained
+(``Rendered.turn`` is its 1-based message number).  Plain records skip the template:
+prompt/completion renders ``prompt + completion + EOS`` and trains ``completion + EOS``;
+text renders ``[BOS] + text + EOS`` (BOS when the tokenizer adds one; no EOS when the
+tokenizer has none).  Which turns are trained follows the loss policy, ``--loss auto``
+resolved per record format (:data:`packshard.records.AUTO_LOSS`), then the messages' own
+``train``/``weight`` flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from packshard.errors import RecordError, TemplateError
+from packshard.ingest.label.chat import label_chat
+from packshard.ingest.label.reasoning import template_messages
+from packshard.ingest.template.render import ChatTemplate, render_chat
+from packshard.ingest.template.sandbox import TemplateSecurityError
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
+from packshard.ingest.types import Conversation, IngestOptions, Rendered
+from packshard.options import resolve_loss
+
+
+def _own_bos(bundle: TokenizerBundle) -> str:
+    """Return the BOS a plain record starts with: the tokenizer's, when it adds one."""
+    if bundle.add_bos_token and bundle.bos_token and bundle.bos_token_id is not None:
+        return bundle.bos_token
+    return ""
+
+
+def _trained_messages(conv: Conversation, loss: str) -> list[int]:
+    """Return the indices of the messages trained: the policy's, then each message's flag."""
+    picked = [i for i, m in enumerate(conv.messages) if m.role == "assistant"]
+    if loss == "last_assistant":
+        picked = picked[-1:]
+    elif loss == "completion" and conv.completion_start is not None:
+        picked = [i for i in picked if i >= conv.completion_start]
+    flags = {i: m.train for i, m in enumerate(conv.messages) if m.train is not None}
+    if not flags:
+        return picked
+    off = {i for i, flag in flags.items() if not flag}
+    return sorted((set(picked) - off) | {i for i, flag in flags.items() if flag})
+
+
+def render_example(
+    conv: Conversation,
+    template: ChatTemplate | None,
+    bundle: TokenizerBundle,
+    loss: str,
+    options: IngestOptions | None = None,
+) -> Rendered:
+    r"""Render one normalized record as one example and choose its trained character spans.
+
+    ``options`` gives the reasoning policies (default: :class:`IngestOptions`'s); ``loss``
+    replaces its loss policy, and ``--turns`` is taken as ``as_rendered``.
+
+    Raises:
+        RecordError: ``template_error`` (the template raised, or a trained turn is missing
+            from its output), ``no_assistant_turn`` (the loss policy needs one),
+            ``no_trainable_tokens`` (every turn flagged untrained), ``invalid_reasoning``,
+            ``reasoning_dropped`` or ``invalid_utf8`` (the text holds a lone surrogate, which
+            JSON can spell as ``"\ud800"`` with an escape but no tokenizer can encode),
+            placed at ``conv.ref``.
+        TemplateError: a chat record but no template, or a sandbox escape (fatal).
+
+    """
+    chosen = options or _DEFAULT
+    if chosen.loss != loss or chosen.turns != "as_rendered":
+        chosen = replace(chosen, loss=loss, turns="as_rendered")
+    return render_examples(conv, template, bundle, chosen)[0]
+
+
+_DEFAULT = IngestOptions()
+
+
+def render_examples(
+    conv: Conversation,
+    template: ChatTemplate | None,
+    bundle: TokenizerBundle,
+    options: IngestOptions,
+) -> tuple[Rendered, ...]:
+    """Render one record as its examples: one, or one per trained turn (``--turns expand``).
+
+    Raises what :func:`render_example` raises.
+    """
+    out = _render_examples(conv, template, bundle, options)
+    for rendered in out:
+        text = rendered.text
+        if text.isascii():
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            where = f"\\u{ord(text[exc.start]):04x} at character {exc.start}"
+            raise RecordError(
+                "invalid_utf8",
+                f"rendered text holds a lone surrogate {where} "
+                "(a JSON escape that is not a Unicode character; fix the record)",
+                conv.ref.source,
+                conv.ref.line,
+            ) from None
+    return out
+
+
+def _render_examples(
+    conv: Conversation,
+    template: ChatTemplate | None,
+    bundle: TokenizerBundle,
+    options: IngestOptions,
+) -> tuple[Rendered, ...]:
+    loss = resolve_loss(options.loss, conv.format)
+    eos = bundle.eos_token or ""
+
+    def reject(code: str, reason: str) -> RecordError:
+        return RecordError(code, reason, conv.ref.source, conv.ref.line)
+
+    if conv.text is not None:
+        if loss != "all":
+            raise reject(
+                "no_assistant_turn",
+                f"plain text record has no assistant turn to "
+                f"train with --loss {loss} (use --loss all or auto)",
+            )
+        bos = _own_bos(bundle)
+        text = bos + conv.text + eos
+        return (Rendered(text, ((0, len(text)),), "none", len(bos)),)
+    if not conv.is_chat:
+        bos = _own_bos(bundle)
+        head = bos + (conv.prompt or "")
+        text = head + (conv.completion or "") + eos
+        if loss == "all":
+            return (Rendered(text, ((0, len(text)),), "none", len(bos)),)
+        return (Rendered(text, ((len(head), len(text)),), "offsets", len(bos)),)
+    if template is None:
+        raise TemplateError(
+            f"{bundle.path}: the tokenizer has no chat template (use --template chatml or "
+            "--template FILE.jinja)"
+        )
+    trained = _trained_messages(conv, loss)
+    if loss == "all":
+        if any(m.train is False for m in conv.messages):
+            i = next(i for i, m in enumerate(conv.messages) if m.train is False)
+            raise reject(
+                "invalid_flag",
+                f"message {i + 1} is flagged untrained, but --loss all trains every token "
+                "(use --loss assistant to honour per-message flags)",
+            )
+    elif not trained:
+        if not any(m.role == "assistant" for m in conv.messages):
+            raise reject("no_assistant_turn", f"no assistant message to train with --loss {loss}")
+        raise reject(
+            "no_trainable_tokens",
+            f"every turn --loss {loss} trains is flagged untrained ('weight': 0 or 'train': false)",
+        )
+    messages, has = template_messages(
+        conv.messages, template, options.reasoning, options.reasoning_markers, conv.ref
+    )
+    tools = list(conv.tools) if conv.tools is not None else None
+    if options.turns == "expand":
+        groups = [(messages[: i + 1], [i], i + 1) for i in trained]
+    else:
+        groups = [(messages, trained, 0)]
+    out = []
+    for msgs, chosen, turn in groups:
+        try:
+            rendered = render_chat(template, msgs, tools, bundle.special_tokens_map)
+        except TemplateSecurityError:
+            raise
+        except TemplateError as exc:
+            raise reject("template_error", str(exc)) from exc
+        labelled = label_chat(
+            conv.ref, template, bundle, rendered, msgs, chosen, tools, options, has, loss == "all"
+        )
+        out.append(replace(labelled, turn=turn) if turn else labelled)
+    return tuple(out)

@@ -1,0 +1,282 @@
+"""Input specs to input files: files, folders and globs, expanded without losing anything.
+
+A spec is a file, a folder (every supported file below it) or a glob (``*``, ``?``, ``[…]``,
+``**`` for any number of folders).  The result keeps spec order, each spec's matches sorted,
+and is deduplicated by real path.  Hidden entries (a name starting with ``.``) are skipped in
+folders and by wildcards, as the shell does; files of other types are skipped in folders.
+
+Nothing is skipped silently otherwise: a folder that cannot be listed, or a FIFO, socket or
+device with a supported name (reading one could block forever), is a usage error naming it,
+found before any record is read.  Globs are expanded here, not by :mod:`glob`, because
+``glob`` passes over folders it cannot read without a word.  Files are opened with
+:func:`open_regular`, which refuses anything but a regular file without blocking on it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from packshard.errors import InputError, RecordError
+from packshard.ingest.types import RawRecord
+from packshard.records import SourceRef
+
+EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"
+_CODECS = (".gz", ".zst")
+_TYPES = (".jsonl", ".json", ".parquet")
+_MAGIC = frozenset("*?[")
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """One input file: ``path`` as given or found (the recorded ``source``), ``real`` resolved."""
+
+    path: str
+    real: Path
+
+
+def split_ext(name: str) -> tuple[str, str, str]:
+    """Return ``(stem, type, codec)`` of a file name, e.g. ``("chat", ".jsonl", ".gz")``."""
+    lower, codec, kind = name.lower(), "", ""
+    for ext in _CODECS:
+        if lower.endswith(ext):
+            codec, name, lower = ext, name[: -len(ext)], lower[: -len(ext)]
+            break
+    for ext in _TYPES:
+        if lower.endswith(ext):
+            kind, name = ext, name[: -len(ext)]
+            break
+    return name, kind, codec
+
+
+def _supported(name: str) -> bool:
+    _, kind, codec = split_ext(name)
+    return bool(kind) and not (kind == ".parquet" and codec)
+
+
+def _check_type(path: str) -> None:
+    _, kind, codec = split_ext(os.path.basename(path))
+    if kind == ".parquet" and codec:
+        why = f"Parquet is compressed inside; remove the outer {codec}"
+        raise InputError(f"{path}: unsupported input type ({why})")
+    if not kind:
+        raise InputError(f"{path}: unsupported input type ({EXPECTED})")
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _special(path: str, mode: int) -> InputError:
+    return InputError(
+        f"{path}: {_kind_of(mode)}, not a regular file (reading it could block forever; "
+        "remove it from the inputs)"
+    )
+
+
+def _listing(folder: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        raise InputError(
+            f"{folder}: cannot list folder ({exc.strerror or exc}); its files would be "
+            "left out (fix its permissions or leave it out of the inputs)"
+        ) from None
+
+
+def _mode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return None  # a broken link, or gone
+
+
+def _broken(path: str) -> InputError:
+    return InputError(
+        f"{path}: broken link or unreadable entry (fix it or leave it out of the inputs)"
+    )
+
+
+def _walk(folder: str) -> list[str]:
+    """Every supported file below ``folder``, sorted by path, hidden entries skipped.
+
+    Iterative, and each folder is listed once by identity, so a link back to a parent
+    neither loops nor recurses without bound.
+    """
+    found: list[str] = []
+    stack, seen = [""], set()
+    while stack:
+        rel = stack.pop()
+        here = os.path.join(folder, rel) if rel else folder
+        info = os.stat(here)
+        if (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        for entry in _listing(here):
+            if entry.name.startswith("."):
+                continue
+            sub = f"{rel}/{entry.name}" if rel else entry.name
+            mode = _mode(os.path.join(here, entry.name))
+            if mode is not None and stat.S_ISDIR(mode):
+                stack.append(sub)
+            elif _supported(entry.name):
+                if mode is None:
+                    raise _broken(os.path.join(here, entry.name))
+                if not stat.S_ISREG(mode):
+                    raise _special(os.path.join(here, entry.name), mode)
+                found.append(sub)
+    return [str(Path(folder) / rel) for rel in sorted(found)]
+
+
+def _glob(pattern: str) -> list[str]:
+    """Expand ``pattern`` like ``glob.glob(recursive=True)``, refusing unreadable folders."""
+    parts = pattern.split(os.sep)
+    roots = [os.sep] if pattern.startswith(os.sep) else [""]
+    parts = [p for p in parts if p] if pattern.startswith(os.sep) else parts
+    for k, part in enumerate(parts):
+        last = k == len(parts) - 1
+        nxt: list[str] = []
+        for root in roots:
+            base = root or os.curdir
+            if part == "**":  # any folders; last, any entries too (as glob does)
+                nxt.append(os.path.join(root, "") if last and root else root)
+                nxt.extend(_below(root, files=last))
+            elif not _MAGIC & set(part):
+                path = os.path.join(root, part)
+                if os.path.lexists(path) and (last or os.path.isdir(path)):
+                    nxt.append(path)
+            elif os.path.isdir(base):
+                for entry in _listing(base):
+                    hidden = entry.name.startswith(".") and not part.startswith(".")
+                    if not hidden and fnmatch.fnmatchcase(entry.name, part):
+                        path = os.path.join(root, entry.name)
+                        if last or os.path.isdir(path):
+                            nxt.append(path)
+        roots = nxt
+    return sorted({r for r in roots if r})
+
+
+def _below(root: str, files: bool) -> list[str]:
+    """Every non-hidden folder (and file) below ``root``, each folder once, no recursion."""
+    out: list[str] = []
+    stack, seen = [root], set()
+    while stack:
+        here = stack.pop()
+        info = os.stat(here or os.curdir)
+        if (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        for entry in _listing(here or os.curdir):
+            path = os.path.join(here, entry.name)
+            if entry.name.startswith("."):
+                continue
+            if os.path.isdir(path):
+                out.append(path)
+                stack.append(path)
+            elif files:
+                out.append(path)
+    return out
+
+
+def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
+    """Expand files, folders and globs into input files, in a deterministic order.
+
+    Folders contribute every supported file below them (sorted, hidden entries and other files
+    skipped); globs their sorted matches, each of which must be supported.  A file named twice
+    (or reached through two specs or links) is kept once, at its first place.
+
+    Raises:
+        InputError: a spec matches nothing, names an unsupported or special file, or reaches
+            a folder that cannot be listed.
+
+    """
+    files: list[InputFile] = []
+    seen: set[Path] = set()
+    for spec in specs:
+        mode = _mode(spec)
+        if mode is not None and stat.S_ISDIR(mode):
+            paths = _walk(spec)
+            if not paths:
+                raise InputError(f"{spec}: folder holds no input files ({EXPECTED})")
+        elif mode is not None and stat.S_ISREG(mode):
+            _check_type(spec)
+            paths = [spec]
+        elif _MAGIC & set(spec):
+            paths = []
+            for match in _glob(spec):
+                found = _mode(match)
+                if found is not None and stat.S_ISDIR(found):
+                    paths.extend(_walk(match))
+                else:
+                    _check_type(match)
+                    if found is None:
+                        raise _broken(match)
+                    if not stat.S_ISREG(found):
+                        raise _special(match, found)
+                    paths.append(match)
+            if not paths:
+                raise InputError(f"{spec}: pattern matches no input files (check the glob)")
+        elif mode is not None:
+            raise _special(spec, mode)
+        else:
+            raise InputError(f"{spec}: no such file or folder")
+        for path in paths:
+            real = Path(path).resolve()
+            if real not in seen:
+                seen.add(real)
+                files.append(InputFile(path, real))
+    return files
+
+
+def open_regular(path: str | os.PathLike[str], shown: str) -> BinaryIO:
+    """Open ``path`` for reading, refusing (without blocking) anything but a regular file.
+
+    Raises:
+        InputError: it cannot be opened, or is a FIFO, socket, device or folder.
+
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot open ({exc.strerror or exc})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _special(shown, mode)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def file_domain(path: str) -> str:
+    """Return the file's name without its known extensions (``chat.jsonl.gz`` -> ``chat``)."""
+    name = os.path.basename(path)
+    stem = split_ext(name)[0]
+    return stem or name
+
+
+def reject_record(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
+    """Return the raw record that stands for a record of ``f`` rejected with ``code``."""
+    return RawRecord(
+        SourceRef(f.path, line), file_domain(f.path), None, RecordError(code, reason, f.path, line)
+    )
+
+
+def too_large_record(f: InputFile, line: int, what: str, limit: int) -> RawRecord:
+    """Return the ``too_large`` reject of a record over the ``--max-record-bytes`` limit."""
+    reason = (
+        f"{what} is larger than {limit:,} bytes (use --max-record-bytes to raise the limit "
+        "for records this large)"
+    )
+    return reject_record(f, line, "too_large", reason)

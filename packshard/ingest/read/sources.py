@@ -1,0 +1,196 @@
+r"""Find input files and stream their records, one :class:`RawRecord` at a time.
+
+Inputs are ``.jsonl``, ``.json`` (an array, or one object) and ``.parquet`` files; JSON files may
+be compressed as ``.gz`` or ``.zst``.  Specs (files, folders, globs) are expanded by
+:mod:`packshard.ingest.read.inputs`; files are opened there too, refusing FIFOs and devices.
+
+Nothing is read whole.  Compressed bytes are fed to ``zlib``/``zstandard`` decompression objects
+one chunk at a time (``chunk_size``, 1 MiB), and the end-of-stream marker is checked, so a
+truncated ``.gz``/``.zst`` is noticed instead of silently ending early::
+
+    file ──read(chunk)──► decompress ──► JSONL: split on b"\n", json.loads per line
+                                     └─► JSON:  incremental UTF-8 ──► text buffer ──► raw_decode
+
+A record's ``line`` is the 1-based physical line for JSONL (blank lines skipped but counted), the
+1-based element index of a JSON array (1 for a lone object) and the 1-based Parquet row.
+
+Decompression and the growing JSON text buffer live in :mod:`packshard.ingest.read.streams`, JSON
+values (duplicate keys refused) in :mod:`packshard.ingest.read.jsonparse`, Parquet rows in
+:mod:`packshard.ingest.read.parquet`.
+
+Record-level problems never raise: the record carries a :class:`RecordError` (``invalid_json``,
+``invalid_utf8``, ``not_an_object``, ``duplicate_key``, ``too_large``, ``unreadable``).  A line,
+element or row over ``max_record_bytes`` is rejected unparsed (an oversized line is skipped,
+never held); an unusable array element is skipped and the next one read.  A broken array or
+compressed stream cannot be resynchronized, so one error record marks where reading stopped
+(every record before it is yielded: counts add up).  A file that cannot be opened, or that
+decompresses past its limits (its other records could not be counted), raises InputError.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from packshard.errors import InputError
+from packshard.ingest.read.inputs import (
+    InputFile,
+    expand_inputs,
+    file_domain,
+    open_regular,
+    reject_record,
+    split_ext,
+    too_large_record,
+)
+from packshard.ingest.read.jsonparse import a_json_kind, parse_record
+from packshard.ingest.read.parquet import read_parquet
+from packshard.ingest.read.streams import StreamError, StreamLimitError, TextBuffer, iter_bytes
+from packshard.ingest.types import IngestOptions, RawRecord
+from packshard.records import SourceRef
+
+__all__ = ["CHUNK_SIZE", "InputFile", "expand_inputs", "file_domain", "read_records"]
+
+CHUNK_SIZE = 1 << 20
+
+
+def _record(f: InputFile, line: int, domain: str, value: Any) -> RawRecord:
+    if type(value) is dict:
+        return RawRecord(SourceRef(f.path, line), domain, value)
+    reason = f"record is {a_json_kind(value)}, expected a JSON object"
+    return reject_record(f, line, "not_an_object", reason)
+
+
+def _parse_line(f: InputFile, line_no: int, domain: str, line: bytes) -> RawRecord:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        reason = f"invalid UTF-8 at byte offset {exc.start} of the line ({exc.reason})"
+        return reject_record(f, line_no, "invalid_utf8", reason)
+    if line_no == 1 and text.startswith("\ufeff"):
+        text = text[1:]
+    value, error = parse_record(text)
+    if error is not None:
+        return reject_record(f, line_no, *error)
+    return _record(f, line_no, domain, value)
+
+
+def read_jsonl(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[RawRecord]:
+    """Split on newlines; a line longer than ``limit`` is rejected and skipped, never held."""
+    domain, line_no, parts, pending, skipping = file_domain(f.path), 0, [], 0, False
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration:
+            break
+        except StreamError as exc:
+            reason = f"cannot decompress: {exc}; the rest of the file is not read"
+            yield reject_record(f, line_no + 1, "unreadable", reason)
+            return
+        if skipping:  # inside an oversized line: drop bytes up to its newline
+            end = chunk.find(b"\n")
+            if end < 0:
+                continue
+            line_no, skipping, chunk = line_no + 1, False, chunk[end + 1 :]
+        if b"\n" not in chunk:
+            pending += len(chunk)
+            parts.append(chunk)
+            if pending > limit:
+                yield too_large_record(f, line_no + 1, "line", limit)
+                parts, pending, skipping = [], 0, True
+            continue
+        parts.append(chunk)
+        lines = b"".join(parts).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            line_no += 1
+            if len(line) > limit:
+                yield too_large_record(f, line_no, "line", limit)
+            elif line.strip():
+                yield _parse_line(f, line_no, domain, line)
+        parts, pending = [tail], len(tail)
+        if pending > limit:
+            yield too_large_record(f, line_no + 1, "line", limit)
+            parts, pending, skipping = [], 0, True
+    tail = b"".join(parts)
+    if tail.strip() and not skipping:
+        yield _parse_line(f, line_no + 1, domain, tail)
+
+
+def _read_json(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[RawRecord]:
+    buf, domain, stop = (
+        TextBuffer(chunks),
+        file_domain(f.path),
+        "; the rest of the file is not read",
+    )
+    first = buf.peek()
+    if first != "[":  # one object (or a broken file)
+        if not first:
+            code, why = buf.failure or ("invalid_json", "invalid JSON: the file is empty")
+            yield reject_record(f, 1, code, why)
+            return
+        value, error, _ = buf.decode(limit)
+        if error is None and buf.peek():
+            hint = "; a file of one JSON value per line must be named .jsonl"
+            error = ("invalid_json", f"invalid JSON: extra data at line {buf.line()}{hint}")
+        if error is None and buf.failure:
+            error = buf.failure
+        yield reject_record(f, 1, *error) if error else _record(f, 1, domain, value)
+        return
+    buf.pos += 1
+    index, nxt = 0, buf.peek()
+    if nxt == "]":
+        buf.pos += 1
+    while nxt != "]":
+        index += 1
+        buf.peek()
+        value, error, fatal = buf.decode(limit)
+        if error and fatal:
+            yield reject_record(f, index, error[0], error[1] + stop)
+            return
+        yield reject_record(f, index, *error) if error else _record(f, index, domain, value)
+        nxt = buf.peek()
+        if nxt not in (",", "]"):
+            code, why = buf.failure or (
+                "invalid_json",
+                f"invalid JSON: expected ',' or ']' after element {index} at line {buf.line()}",
+            )
+            yield reject_record(f, index + 1, code, why + stop)
+            return
+        buf.pos += 1
+    if buf.peek():
+        why = f"invalid JSON: extra data after the closing ']' at line {buf.line()}"
+        yield reject_record(f, index + 1, "invalid_json", why)
+    elif buf.failure:
+        yield reject_record(f, index + 1, *buf.failure)
+
+
+def read_records(
+    f: InputFile, chunk_size: int = CHUNK_SIZE, options: IngestOptions | None = None
+) -> Iterator[RawRecord]:
+    """Stream the records of one input file, in file order.
+
+    Bad records come back as records with ``error`` set (see the module docstring).
+    ``chunk_size`` is the number of bytes read (and decompressed) at a time; Parquet is read
+    in batches of ``min(chunk_size, 1024)`` rows, fewer when its rows are large.  ``options``
+    gives the limits (``max_record_bytes``, ``max_decompressed_bytes``, ``max_expansion``).
+
+    Raises:
+        InputError: the file cannot be opened or is not a regular file, or it decompresses
+            past its limits.
+
+    """
+    options = options or IngestOptions()
+    limit = options.max_record_bytes
+    _, kind, codec = split_ext(os.path.basename(f.path))
+    if kind == ".parquet":
+        yield from read_parquet(f, max(1, min(chunk_size, 1024)), limit)
+        return
+    with open_regular(f.real, f.path) as fh:
+        chunks = iter_bytes(
+            fh, codec, chunk_size, options.max_decompressed_bytes, options.max_expansion
+        )
+        try:
+            yield from (_read_json if kind == ".json" else read_jsonl)(f, chunks, limit)
+        except StreamLimitError as exc:
+            raise InputError(f"{f.path}: {exc}") from None

@@ -1,0 +1,251 @@
+"""Work units of the inputs: byte ranges of JSONL, row groups of Parquet, whole other files.
+
+The driver cuts every input into deterministic splits before any worker starts; a split's
+identity is its input's index and its range, never who runs it::
+
+    chat.jsonl   [0 ──────── 4 MiB)[4 MiB ─────── 8 MiB)[8 MiB ── 9.5 MiB)   byte ranges,
+                  ^ line start      ^ line start          ^ line start         cut at line starts
+    rows.parquet [groups 0–3][groups 4–5]                                      whole row groups
+    big.json.gz  [whole file]                                                  cannot be cut
+
+A JSONL cut point is the first line start at or after each ``target_bytes`` boundary (a
+line that begins with a UTF-8 byte order mark is never a cut point: only the file's first
+line may carry one).  Records are read with :mod:`packshard.ingest.read.sources`' own JSONL parser,
+so a split gives exactly the records, rejects and reasons the whole file gives.  Lines inside
+a byte range are numbered from 1 at its start; the driver knows how many lines every earlier
+range of the file held (:attr:`SplitRead.newlines`) and adds them, which makes every
+``file:line`` absolute without a pass over the file before the work starts.  Parquet splits
+know their first row from the footer, so their rows are numbered absolutely from the start.
+A Parquet split whose data cannot be decoded ends with the same ``unreadable`` reject the
+whole file gives and sets :attr:`SplitRead.stopped`: the driver then ignores the file's later
+splits, as reading the whole file would have stopped there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import BinaryIO
+
+from packshard.errors import InputError
+from packshard.ingest.read.inputs import open_regular, split_ext
+from packshard.ingest.read.parquet import parquet_batches, parquet_records, repeated_field
+from packshard.ingest.read.sources import (
+    CHUNK_SIZE,
+    InputFile,
+    read_jsonl,
+    read_records,
+)
+from packshard.ingest.types import IngestOptions, RawRecord
+
+SPLIT_BYTES = 64 * 1024 * 1024
+"""The largest unit :func:`auto_split_bytes` makes (bytes of JSONL; Parquet row groups are
+gathered up to about this)."""
+MIN_SPLIT_BYTES = 1024 * 1024
+UNITS_WANTED = 64
+"""Units :func:`auto_split_bytes` aims at: enough to keep 16 workers busy to the end."""
+_BOM = b"\xef\xbb\xbf"
+KINDS = ("bytes", "rows", "file")
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """One work unit: input ``index``, and ``[start, stop)`` in bytes or row groups.
+
+    ``kind`` is ``bytes`` (a JSONL range), ``rows`` (Parquet row groups, the first of which
+    begins at 0-based row ``first_row``) or ``file`` (read whole).
+    """
+
+    index: int
+    path: str
+    real: str
+    kind: str
+    start: int = 0
+    stop: int = 0
+    first_row: int = 0
+
+    def describe(self) -> str:
+        """Name the unit for people: ``chat.jsonl bytes 0–4194304``."""
+        if self.kind == "bytes":
+            return f"{self.path} bytes {self.start}–{self.stop}"
+        if self.kind == "rows":
+            return f"{self.path} row groups {self.start}–{self.stop - 1}"
+        return f"{self.path} (whole file)"
+
+    @property
+    def name(self) -> str:
+        """A file-name-safe identity: ``00003-bytes-0-4194304``."""
+        return f"{self.index:05d}-{self.kind}-{self.start}-{self.stop}"
+
+    @property
+    def input(self) -> InputFile:
+        """The input file this split reads."""
+        return InputFile(self.path, Path(self.real))
+
+
+def auto_split_bytes(files: Sequence[InputFile]) -> int:
+    """Return the unit size when none is given: the inputs' bytes over 64, within 1–64 MiB.
+
+    It depends on the inputs alone, never on the number of workers, so that a ``--resume``
+    with other workers keeps the units.  Small inputs still make several units (an 8 MB file
+    makes 8), so that ``--workers`` has work to share; large ones make 64 MiB units.
+    """
+    total = 0
+    for f in files:
+        try:
+            st = os.stat(f.real)
+        except OSError:
+            continue  # plan_splits names it
+        total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // UNITS_WANTED)))
+
+
+def plan_splits(files: Sequence[InputFile], target_bytes: int = 0) -> list[Split]:
+    """Cut ``files`` into splits of about ``target_bytes`` (0: :func:`auto_split_bytes`)."""
+    if target_bytes <= 0:
+        target_bytes = auto_split_bytes(files)
+    splits: list[Split] = []
+    for index, f in enumerate(files):
+        _, kind, codec = split_ext(os.path.basename(f.path))
+        try:
+            st = os.stat(f.real)
+        except OSError as exc:
+            raise InputError(f"{f.path}: cannot open ({exc.strerror or exc})") from None
+        whole = Split(index, f.path, str(f.real), "file")
+        if not stat.S_ISREG(st.st_mode) or codec or kind == ".json":
+            splits.append(whole)
+        elif kind == ".parquet":
+            splits.extend(_row_group_splits(index, f, target_bytes) or [whole])
+        else:
+            cuts = _line_cuts(f.real, st.st_size, target_bytes)
+            for lo, hi in pairwise(cuts):
+                splits.append(Split(index, f.path, str(f.real), "bytes", lo, hi))
+    return splits
+
+
+def _line_cuts(path: Path, size: int, target: int) -> list[int]:
+    """``[0, c1, …, size]``: each cut the first usable line start at or after a boundary."""
+    cuts = [0]
+    with open(path, "rb") as fh:
+        while cuts[-1] + target < size:
+            at = _next_line_start(fh, cuts[-1] + target, size)
+            if at >= size:
+                break
+            cuts.append(at)
+    cuts.append(size)
+    return cuts
+
+
+def _next_line_start(fh: BinaryIO, pos: int, size: int) -> int:
+    """Return the first offset >= ``pos`` after a newline that does not start with a BOM."""
+    at = pos - 1
+    while at < size:
+        fh.seek(at)
+        piece = fh.read(1 << 16)
+        if not piece:
+            break
+        nl = piece.find(b"\n")
+        if nl < 0:
+            at += len(piece)
+            continue
+        start = at + nl + 1
+        fh.seek(start)
+        if fh.read(len(_BOM)) != _BOM:
+            return start
+        at = start
+    return size
+
+
+def _row_group_splits(index: int, f: InputFile, target: int) -> list[Split]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(f.real).metadata
+    except (OSError, pa.ArrowException):
+        return []  # read whole: the reader reports the problem
+    splits: list[Split] = []
+    lo = row = first = size = 0
+    for g in range(meta.num_row_groups):
+        size += meta.row_group(g).total_byte_size
+        row += meta.row_group(g).num_rows
+        if size >= target or g == meta.num_row_groups - 1:
+            splits.append(Split(index, f.path, str(f.real), "rows", lo, g + 1, first))
+            lo, first, size = g + 1, row, 0
+    return splits
+
+
+@dataclass
+class SplitRead:
+    """Counts a reader learns while it reads a split (filled in as records are yielded)."""
+
+    newlines: int = 0  # b"\n" bytes in a byte range: the lines it holds
+    stopped: bool = False  # reading broke off: later splits of the file are not read
+
+
+def read_split(
+    split: Split, state: SplitRead | None = None, options: IngestOptions | None = None
+) -> Iterator[RawRecord]:
+    """Stream the records of one split, in file order (lines relative for ``bytes`` splits).
+
+    The limits of ``options`` apply as they do to the whole file (:func:`read_records`).
+    """
+    state = state if state is not None else SplitRead()
+    options = options or IngestOptions()
+    f = split.input
+    if split.kind == "file":
+        yield from read_records(f, options=options)
+    elif split.kind == "rows":
+        yield from _read_row_groups(split, state, options.max_record_bytes)
+    else:
+        with open_regular(f.real, f.path) as fh:
+            chunks = _range_bytes(fh, split.start, split.stop, state)
+            yield from read_jsonl(f, chunks, options.max_record_bytes)
+
+
+def count_newlines(split: Split) -> int:
+    """Return the lines a ``bytes`` split holds (its newline bytes), read without parsing."""
+    state = SplitRead()
+    with open(split.real, "rb") as fh:
+        for _ in _range_bytes(fh, split.start, split.stop, state):
+            pass
+    return state.newlines
+
+
+def _range_bytes(fh: BinaryIO, start: int, stop: int, state: SplitRead) -> Iterator[bytes]:
+    fh.seek(start)
+    left = stop - start
+    while left > 0:
+        chunk = fh.read(min(CHUNK_SIZE, left))
+        if not chunk:
+            raise OSError(f"{fh.name}: file ended at byte {stop - left}, expected {stop}")
+        state.newlines += chunk.count(b"\n")
+        left -= len(chunk)
+        yield chunk
+
+
+def _read_row_groups(split: Split, state: SplitRead, limit: int) -> Iterator[RawRecord]:
+    """Rows of some row groups, numbered from the split's first row, as the whole file's.
+
+    Rows are checked as the whole-file reader checks them: a schema with a repeated field
+    makes every row a ``duplicate_key`` reject, a row over ``limit`` bytes is ``too_large``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = split.input
+    try:
+        pfile = pq.ParquetFile(f.real)
+        repeated = repeated_field(pfile.schema_arrow)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
+    batches = parquet_batches(pfile, 1024, range(split.start, split.stop))
+
+    def stop() -> None:
+        state.stopped = True
+
+    yield from parquet_records(f, batches, split.first_row, repeated, limit, stop)

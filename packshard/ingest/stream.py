@@ -1,0 +1,263 @@
+"""The ingest stream: files in, tokenized examples and rejects out, in input order.
+
+Every command that needs tokens (``profile``, ``pack``) reads them from :func:`ingest`::
+
+    read_records ─► normalize_record ─► render_example ──┐  pure Python, one record at a time
+         │                 │                  │          │
+         └── RecordError ──┴──────────────────┘          ▼
+               (reject, or raise with on_error=fail)   chunk of ``batch_size`` records
+                                                          │
+                                  encode_texts ◄──────────┘  encode_batch_fast (all cores, no GIL)
+                                     │
+                                  label_encodings, no_trainable_tokens check (vectorised)
+                                     │
+                                     └─► IngestChunk(batch, rejects)
+
+A chunk covers ``batch_size`` consecutive input records (the last one fewer), so
+``chunk.records == len(chunk.batch) + len(chunk.rejects)`` and summing ``records`` over the
+stream counts every record read.  Examples keep input order; so do rejects.
+
+Only the tokenizer call (``encode_batch_fast``, or ``encode_batch`` when labels need the
+offsets: see :mod:`packshard.ingest.tokens.labels`) leaves the main thread.  Everything that holds
+the
+GIL (reading, rendering, labelling, and the consumer of the chunks) stays on it, so the
+tokenizer is never left waiting for a label pass; the first chunk is encoded in pieces of
+``FIRST_PIECE`` records so the cores start at once::
+
+    tokenize thread       [0a][0b]..[0h][encode 1            ][encode 2            ]..
+    main thread      [r0a][r0b][r0c]..[r0h][render 1][label 0, yield][render 2][label 1]..
+
+Templates render within ``max_record_bytes`` characters and ``template_timeout`` seconds.
+
+An example is rejected as ``no_trainable_tokens`` when every label after its first token is
+``IGNORE_INDEX``: once packed, the first label of a segment is masked at the seam, so such an
+example would contribute nothing to the loss.  ``chunk.loss_tokens`` holds, per example, the
+number of trained labels after the first token (what the packed row will count).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from tokenizers import Encoding
+
+from packshard.arrays import count_trained, exclusive_cumsum
+from packshard.errors import RecordError
+from packshard.ingest.label.spans import render_examples
+from packshard.ingest.normalize import is_encodable, normalize_record
+from packshard.ingest.progress import IngestProgress
+from packshard.ingest.read.sources import read_records
+from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.tokens.labels import encode_texts, label_batch
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
+from packshard.ingest.types import IngestChunk, IngestOptions, RawRecord, Rendered, TokenizedBatch
+from packshard.records import Reject, SourceRef
+
+IN_FLIGHT = 2  # chunks rendered but not yet labelled: one encoding, one queued
+FIRST_PIECE = 128  # records per encode_batch call in the first chunk
+
+
+def _encodings(parts: list[Future[list[Encoding]]]) -> list[Encoding]:
+    if len(parts) == 1:
+        return parts[0].result()
+    return [enc for part in parts for enc in part.result()]
+
+
+def ingest_label_path(template: ChatTemplate | None, loss: str) -> str:
+    """Return the label path chat records take under ``template`` and ``loss``."""
+    if loss == "all" or template is None:
+        return "none"
+    return template.label_spans
+
+
+def _domain_of(raw: RawRecord, domain_field: str) -> str:
+    value = raw.value
+    if type(value) is dict:
+        domain = value.get(domain_field)
+        if type(domain) is str and domain and is_encodable(domain):
+            return domain
+    return raw.domain
+
+
+_Item = tuple[int, SourceRef, str, str, Rendered]  # input position, place, domain, format
+
+
+def _label_batch(
+    bundle: TokenizerBundle,
+    items: list[_Item],
+    rejects: list[tuple[int, Reject]],
+    options: IngestOptions,
+    encs: list[Encoding],
+) -> IngestChunk:
+    records = len({item[0] for item in items}) + len(rejects)
+    done = label_batch(bundle, [item[4] for item in items], encs)
+    ids, labels, offsets, reasoning = done.input_ids, done.labels, done.offsets, done.reasoning
+    loss = count_trained(labels, offsets)
+    empty = np.flatnonzero(loss == 0)
+    if empty.size:  # a record with an example that trains nothing is rejected whole
+        dropped = {}
+        for i in empty.tolist():
+            seq, ref, domain, _, rendered = items[i]
+            turn = f"message {rendered.turn}: " if rendered.turn else ""
+            reason = (
+                f"{turn}no token to train on after the first (loss policy {options.loss}: the "
+                "trained turns are empty or the template drops them)"
+            )
+            if options.on_error == "fail":
+                raise RecordError("no_trainable_tokens", reason, ref.source, ref.line)
+            dropped[seq] = Reject(ref, domain, "no_trainable_tokens", reason)
+        rejects = sorted(rejects + list(dropped.items()), key=lambda pair: pair[0])
+        keep = np.fromiter((item[0] not in dropped for item in items), dtype=bool, count=len(items))
+        lengths = np.diff(offsets)
+        token_keep = np.repeat(keep, lengths)
+        ids, labels = ids[token_keep], labels[token_keep]
+        offsets = exclusive_cumsum(lengths[keep])
+        loss = loss[keep]
+        if reasoning is not None:
+            reasoning = (reasoning[0][keep], reasoning[1][keep])
+        items = [item for item, k in zip(items, keep.tolist(), strict=True) if k]
+    turns = [item[4].turn for item in items]
+    batch = TokenizedBatch(
+        input_ids=ids,
+        labels=labels,
+        offsets=offsets,
+        refs=tuple(item[1] for item in items),
+        domains=tuple(item[2] for item in items),
+        formats=tuple(item[3] for item in items),
+        turns=np.asarray(turns, dtype=np.int32) if any(turns) else None,
+    )
+    paths = dict(Counter(item[4].label_path for item in items))
+    tokens, trained = reasoning if reasoning is not None else (None, None)
+    lost = sum(item[4].reasoning_dropped for item in items)
+    return IngestChunk(
+        batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost
+    )
+
+
+class _Failed(Exception):
+    """A record failed with ``on_error=fail``; ``items`` were rendered before it, unencoded."""
+
+    def __init__(self, error: RecordError, items: list[_Item]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.items = items
+
+
+_Piece = tuple[list[_Item], list[tuple[int, Reject]], bool]
+
+
+def _render_pieces(
+    files: Sequence[Any],
+    bundle: TokenizerBundle,
+    template: ChatTemplate | None,
+    options: IngestOptions,
+    read: Callable[..., Iterable[RawRecord]],
+) -> Iterator[_Piece]:
+    """Read, normalize and render records (the pure-Python half), a piece at a time.
+
+    A piece ending with ``True`` closes a chunk of ``batch_size`` records.  The first chunk
+    comes in pieces of ``FIRST_PIECE`` records, so the tokenizer starts after a few
+    milliseconds of rendering instead of a whole chunk's worth.
+    """
+    items: list[_Item] = []
+    rejects: list[tuple[int, Reject]] = []
+    seq = count = 0  # records read, records in the open chunk
+    piece = min(FIRST_PIECE, options.batch_size)
+    if template is not None:
+        template = template.bounded(options.max_record_bytes, options.template_timeout)
+    for f in files:
+        for raw in read(f, options=options):
+            seq += 1
+            count += 1
+            try:
+                conv = normalize_record(raw, options.format, options.domain_field)
+                examples = render_examples(conv, template, bundle, options)
+            except RecordError as err:
+                if options.on_error == "fail":
+                    raise _Failed(err, items) from err
+                domain = _domain_of(raw, options.domain_field)
+                rejects.append((seq, Reject(raw.ref, domain, err.code, err.reason)))
+            else:
+                items += [(seq, conv.ref, conv.domain, conv.format, r) for r in examples]
+            if count >= options.batch_size:
+                yield items, rejects, True
+                items, rejects, count, piece = [], [], 0, options.batch_size
+            elif len(items) + len(rejects) >= piece:
+                yield items, rejects, False
+                items, rejects = [], []
+    if count:
+        yield items, rejects, True
+
+
+def ingest(
+    files: Sequence[Any],
+    bundle: TokenizerBundle,
+    template: ChatTemplate | None,
+    options: IngestOptions,
+    progress: bool = False,
+    read: Callable[..., Iterable[RawRecord]] = read_records,
+) -> Iterator[IngestChunk]:
+    """Stream ``files`` as tokenized, labelled chunks of ``options.batch_size`` records.
+
+    ``read`` turns each item of ``files`` into its records: :func:`read_records` for input
+    files, :func:`packshard.ingest.read.splits.read_split` for a work unit.
+
+    Chunk ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
+    chunk ``k + 1`` is rendered and chunk ``k - 1`` is labelled and consumed on this one;
+    at most ``IN_FLIGHT`` chunks are rendered ahead of the consumer.
+
+    Raises:
+        RecordError: the first bad record, when ``options.on_error == "fail"``.
+        TemplateError: a chat record with no template, or a template escaping its sandbox.
+        UsageError: an option ingest does not know.
+
+    """
+    options.check()
+    bar = IngestProgress() if progress else None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
+    pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[list[Encoding]]]]]
+    pending = deque()
+    items: list[_Item] = []
+    rejects: list[tuple[int, Reject]] = []
+    encoding: list[Future[list[Encoding]]] = []
+    pieces = _render_pieces(files, bundle, template, options, read)
+    try:
+        while True:
+            try:
+                piece = next(pieces, None)
+            except _Failed as failed:
+                # A record read before the failing one may have no token to train on: that
+                # failure comes first.  (With on_error=fail there are no rejects to keep.)
+                last = [item[4] for item in failed.items]
+                encoding.append(pool.submit(encode_texts, bundle, last))
+                for earlier in (*pending, (items + failed.items, rejects, encoding)):
+                    _label_batch(bundle, *earlier[:2], options, _encodings(earlier[2]))
+                raise failed.error from failed.error.__cause__
+            if piece is not None:
+                items += piece[0]
+                rejects += piece[1]
+                if piece[0]:
+                    rendered = [item[4] for item in piece[0]]
+                    encoding.append(pool.submit(encode_texts, bundle, rendered))
+                if not piece[2]:
+                    continue
+                pending.append((items, rejects, encoding))
+                items, rejects, encoding = [], [], []
+            while pending and (
+                piece is None or len(pending) > IN_FLIGHT or all(f.done() for f in pending[0][2])
+            ):
+                done = pending.popleft()
+                chunk = _label_batch(bundle, *done[:2], options, _encodings(done[2]))
+                if bar is not None:
+                    bar.advance(chunk)
+                yield chunk
+            if piece is None:
+                break
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        if bar is not None:
+            bar.close()

@@ -1,0 +1,254 @@
+r"""Where each token lies in its text, from the token ids alone (no tokenizer offsets).
+
+Labels need to know which tokens overlap the trained character spans.  ``encode_batch``
+answers with offsets, but computing them is a large share of tokenization time, which
+``encode_batch_fast`` skips (the README gives the figures).  For the two tokenizer families
+nearly every chat model uses, each token id stands for a fixed byte string of the original
+text, so the byte range of every token follows from the ids:
+
+* byte-level BPE (GPT-2, Llama 3, Qwen, Phi-2 …): a piece is the bytes its characters encode
+  through the byte-to-unicode table;
+* SentencePiece-style pieces (Llama 2, Mistral, Phi-3, Gemma …): ``▁`` stands for a space,
+  ``<0xNN>`` (byte fallback) for the byte ``NN``, anything else for its UTF-8 bytes.
+
+Added tokens stand for their content, plus the whitespace that ``lstrip``/``rstrip`` swallow
+on either side, and end a section of the text.  The tokenizer may put a ``▁`` in front of a
+section (``Metaspace`` with ``prepend_scheme`` ``always`` or ``first`` when the section does
+not start with a space, ``first`` only at the start of the text; a ``Prepend("▁")``
+normalizer in front of every section): that ``▁`` stands for no byte, and the token holding
+it is aligned with the section's first character, as the tokenizer aligns it::
+
+    text    <|assistant|>\n Hi 😀<|end|>
+    ids     [<|assistant|>][▁Hi][▁][<0xF0>][<0x9F>][<0x98>][<0x80>][<|end|>]
+    bytes   <|assistant|>\n   ␠Hi  ␠  F0      9F      98      80    <|end|>
+            (content + the "\n" its rstrip swallows)
+
+:func:`align` walks the ids of each example and compares every byte it assigns with the text.
+An example whose tokens do not spell its text exactly (a normalizer rewrote it, an unknown
+token, a rule not modelled here) comes back not ``ok``; the caller encodes it again with
+offsets, so this path can make labels faster but never different.  A tokenizer outside the
+two families gets no :class:`~packshard.ingest.tokens.aligner.ByteAligner` at all (see
+:mod:`packshard.ingest.tokens.aligner`).
+
+:func:`span_tokens` turns character spans into token ranges with the rule the offsets path
+uses: a token belongs to a span when its bytes overlap the span's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from packshard.arrays import exclusive_cumsum
+from packshard.ingest.tokens.aligner import (
+    ADDED,
+    LSTRIP,
+    NO_PREPEND,
+    PREPEND_ALWAYS,
+    PREPEND_UNLESS_SPACE,
+    RSTRIP,
+    UNKNOWN,
+    ByteAligner,
+)
+
+
+def utf8_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Return the texts' UTF-8 bytes, concatenated, and the byte offset of each (int64)."""
+    encoded = [t.encode("utf-8") for t in texts]
+    offsets = exclusive_cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
+
+
+def align(
+    aligner: ByteAligner,
+    text: np.ndarray,
+    text_offsets: np.ndarray,
+    ids: np.ndarray,
+    token_offsets: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte range of every token within its example's text, and which examples parsed.
+
+    ``ids[token_offsets[e]:token_offsets[e + 1]]`` are the ids of example ``e`` (as encoded,
+    without an inserted BOS), whose text is ``text[text_offsets[e]:text_offsets[e + 1]]``.
+    Returns ``(start, end, ok)``: int64 byte positions relative to each example's text, and
+    a bool per example, false where the ids do not spell the text exactly.
+    """
+    start = np.zeros(len(ids), dtype=np.int64)
+    end = np.zeros(len(ids), dtype=np.int64)
+    ok = np.zeros(len(text_offsets) - 1, dtype=np.bool_)
+    _parse(
+        text,
+        text_offsets,
+        ids,
+        token_offsets,
+        aligner.kind,
+        aligner.strip,
+        aligner.data,
+        aligner.start,
+        aligner.length,
+        aligner.prepend,
+        start,
+        end,
+        ok,
+    )
+    return start, end, ok
+
+
+def span_tokens(
+    text: np.ndarray,
+    text_offsets: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    token_offsets: np.ndarray,
+    span_example: np.ndarray,
+    span_lo: np.ndarray,
+    span_hi: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token range ``[t0, t1)`` (within its example) overlapping each character span.
+
+    Spans are ``[span_lo, span_hi)`` in characters of example ``span_example``'s text; an
+    empty result is ``(0, 0)``.  A token that stands for no byte (a section's lone ``▁``)
+    counts as covering the byte where it sits.
+    """
+    t0 = np.zeros(len(span_example), dtype=np.int64)
+    t1 = np.zeros(len(span_example), dtype=np.int64)
+    _spans(text, text_offsets, start, end, token_offsets, span_example, span_lo, span_hi, t0, t1)
+    return t0, t1
+
+
+@njit(cache=True, nogil=True)
+def _whitespace(text: np.ndarray, i: int, stop: int) -> int:  # pragma: no cover - jitted
+    """Byte length of the Unicode whitespace character at ``text[i]`` (0 if it is not one)."""
+    b = text[i]
+    if b == 0x20 or 0x09 <= b <= 0x0D:
+        return 1
+    if b == 0xC2 and i + 1 < stop and (text[i + 1] == 0x85 or text[i + 1] == 0xA0):
+        return 2
+    if i + 2 >= stop:
+        return 0
+    c, d = text[i + 1], text[i + 2]
+    if b == 0xE1 and c == 0x9A and d == 0x80:
+        return 3
+    if b == 0xE2 and c == 0x80 and (0x80 <= d <= 0x8A or d == 0xA8 or d == 0xA9 or d == 0xAF):
+        return 3
+    if b == 0xE2 and c == 0x81 and d == 0x9F:
+        return 3
+    if b == 0xE3 and c == 0x80 and d == 0x80:
+        return 3
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _skip_whitespace(text: np.ndarray, pos: int, stop: int) -> int:  # pragma: no cover
+    while pos < stop:
+        w = _whitespace(text, pos, stop)
+        if w == 0:
+            break
+        pos += w
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def _parse(  # pragma: no cover - jitted
+    text: np.ndarray,
+    text_offsets: np.ndarray,
+    ids: np.ndarray,
+    token_offsets: np.ndarray,
+    kind: np.ndarray,
+    strip: np.ndarray,
+    data: np.ndarray,
+    piece_start: np.ndarray,
+    piece_length: np.ndarray,
+    prepend: int,
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+) -> None:
+    vocab = len(kind)
+    for e in range(len(text_offsets) - 1):
+        first, stop = text_offsets[e], text_offsets[e + 1]
+        pos = first
+        section = True
+        good = True
+        for k in range(token_offsets[e], token_offsets[e + 1]):
+            tid = ids[k]
+            if tid < 0 or tid >= vocab or kind[tid] == UNKNOWN:
+                good = False
+                break
+            a = piece_start[tid]
+            b = a + piece_length[tid]
+            begin = pos
+            skip = 0
+            if kind[tid] == ADDED:
+                if strip[tid] & LSTRIP:
+                    pos = _skip_whitespace(text, pos, stop)
+            elif section and prepend != NO_PREPEND and b > a and data[a] == 0x20:
+                if prepend == PREPEND_ALWAYS:
+                    skip = 1
+                elif pos >= stop or text[pos] != 0x20:
+                    if prepend == PREPEND_UNLESS_SPACE or pos == first:
+                        skip = 1
+            n = b - a - skip
+            if pos + n > stop:
+                good = False
+                break
+            for j in range(n):
+                if text[pos + j] != data[a + skip + j]:
+                    good = False
+                    break
+            if not good:
+                break
+            pos += n
+            if kind[tid] == ADDED:
+                if strip[tid] & RSTRIP:
+                    pos = _skip_whitespace(text, pos, stop)
+                section = True
+            else:
+                section = False
+            start[k] = begin - first
+            end[k] = pos - first
+        ok[e] = good and pos == stop
+
+
+@njit(cache=True, nogil=True)
+def _char_to_byte(text: np.ndarray, first: int, stop: int, chars: int) -> int:  # pragma: no cover
+    """Byte position (from ``first``) where character ``chars`` of the text starts."""
+    seen = 0
+    for i in range(first, stop):
+        if text[i] & 0xC0 != 0x80:
+            if seen == chars:
+                return i - first
+            seen += 1
+    return stop - first
+
+
+@njit(cache=True, nogil=True)
+def _spans(  # pragma: no cover - jitted
+    text: np.ndarray,
+    text_offsets: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    token_offsets: np.ndarray,
+    span_example: np.ndarray,
+    span_lo: np.ndarray,
+    span_hi: np.ndarray,
+    t0: np.ndarray,
+    t1: np.ndarray,
+) -> None:
+    for s in range(len(span_example)):
+        e = span_example[s]
+        first, stop = text_offsets[e], text_offsets[e + 1]
+        lo = _char_to_byte(text, first, stop, span_lo[s])
+        hi = _char_to_byte(text, first, stop, span_hi[s])
+        if hi <= lo:
+            continue
+        k0, k1 = token_offsets[e], token_offsets[e + 1]
+        a = k0
+        while a < k1 and max(end[a], start[a] + 1) <= lo:
+            a += 1
+        b = a
+        while b < k1 and start[b] < hi:
+            b += 1
+        if b > a:
+            t0[s] = a - k0
+            t1[s] = b - k0

@@ -1,0 +1,281 @@
+r"""Turn rendered text into token ids and labels, in batches.
+
+Labels (:func:`encode_rendered`) come from trained character spans.  A span maps to every
+token whose character range overlaps it — the rule ``transformers`` uses for its assistant
+mask — so a special token that swallowed the following newline (``rstrip``) still counts::
+
+    text    <|assistant|>\nHi!<|end|>\n<|endoftext|>
+    span                   [---------)  (content + end marker)
+    tokens  [<|assistant|>\n][Hi][!][<|end|>\n][<|endoftext|>]
+    labels        -100       Hi  !   <|end|>      -100
+
+Where the tokens lie comes from one of two places:
+
+* the ids alone, when the tokenizer is byte-level BPE or SentencePiece-style (nearly every
+  chat model): :mod:`packshard.ingest.tokens.alignment` parses each example's ids against its text,
+  so
+  tokenization runs as ``encode_batch_fast``, without offsets (a quarter less work); an
+  example whose ids do not spell its text is encoded again with offsets;
+* the offsets of ``encode_batch`` otherwise: only the span edges are looked up
+  (``Encoding.char_to_token``), never every offset (converting all of them to numpy costs
+  about 30% of tokenization time).
+
+Both give the same labels (``tests/test_alignment.py`` holds them equal on every shared
+tokenizer and dataset, the family imitations and random texts).  The per-token work is
+vectorised: span edges become +1/-1 marks in a difference array whose running sum is the
+label mask.  Token ids are int32 from end to end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+import tokenizers
+
+from packshard.arrays import count_trained, exclusive_cumsum
+from packshard.ingest.tokens.alignment import align, span_tokens, utf8_batch
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
+from packshard.ingest.types import Rendered
+from packshard.records import IGNORE_INDEX
+
+_EDGE_SCAN = 64  # characters searched for a covered edge before falling back to all offsets
+
+
+def _first_token(enc: tokenizers.Encoding, lo: int, hi: int) -> int | None:
+    """Index of the first token overlapping characters [lo, hi), via ``char_to_token``."""
+    for c in range(lo, min(hi, lo + _EDGE_SCAN)):
+        t = enc.char_to_token(c)
+        if t is not None:
+            return int(t)
+    return None if hi <= lo + _EDGE_SCAN else -1
+
+
+def _last_token(enc: tokenizers.Encoding, lo: int, hi: int, n: int) -> int | None:
+    """One past the last token overlapping characters [lo, hi)."""
+    for c in range(hi - 1, max(lo, hi - _EDGE_SCAN) - 1, -1):
+        t = enc.char_to_token(c)
+        if t is not None:
+            # Byte-fallback pieces of one character share its offsets: take them all.
+            while t + 1 < n:
+                chars = enc.token_to_chars(t + 1)
+                if chars is None or chars[0] >= hi or chars[1] <= chars[0]:
+                    break
+                t += 1
+            return int(t) + 1
+    return None if hi - lo <= _EDGE_SCAN else -1
+
+
+def _span_tokens(enc: tokenizers.Encoding, lo: int, hi: int, n: int) -> tuple[int, int]:
+    """Token range [t0, t1) overlapping characters [lo, hi); empty when none does."""
+    t0 = _first_token(enc, lo, hi)
+    t1 = _last_token(enc, lo, hi, n) if t0 is not None else None
+    if t0 is None or t1 is None:
+        return 0, 0
+    if t0 < 0 or t1 < 0:  # long uncovered edge (a normalizer removed text): use all offsets
+        offs = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+        hit = np.flatnonzero((offs[:, 1] > lo) & (offs[:, 0] < hi) & (offs[:, 1] > offs[:, 0]))
+        return (int(hit[0]), int(hit[-1]) + 1) if hit.size else (0, 0)
+    return t0, t1
+
+
+def encode_rendered(
+    bundle: TokenizerBundle, rendered: Sequence[Rendered]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tokenize rendered examples in one ``encode_batch`` call and label their trained spans.
+
+    Returns flat ``(input_ids int32, labels int32, offsets int64)``; example ``i`` owns
+    ``[offsets[i], offsets[i+1])``.  An example whose ``label_path`` is ``"none"`` is trained on
+    every token; otherwise a token is trained when it overlaps one of ``spans``.  An example
+    with ``bos_chars`` gets the BOS id, then the tokens of the text after those characters.
+    """
+    if not rendered:
+        return label_encodings(bundle, rendered, [])
+    return label_encodings(bundle, rendered, encode_texts(bundle, rendered))
+
+
+def offsets_needed(bundle: TokenizerBundle, rendered: Sequence[Rendered]) -> bool:
+    """Tell whether labelling ``rendered`` needs the tokenizer's character offsets.
+
+    Not when every example trains on all its tokens, nor when the tokenizer has a
+    :class:`~packshard.ingest.tokens.aligner.ByteAligner` (token positions then come from
+    the ids).
+    """
+    return bundle.aligner is None and any(r.label_path != "none" for r in rendered)
+
+
+def _encoded_text(r: Rendered) -> str:
+    return r.text[r.bos_chars :] if r.bos_chars else r.text
+
+
+def encode_texts(
+    bundle: TokenizerBundle, rendered: Sequence[Rendered]
+) -> list[tokenizers.Encoding]:
+    """Run one ``encode_batch`` over rendered examples (the text after any ``bos_chars``).
+
+    This is the half of :func:`encode_rendered` that runs without the GIL, on all cores;
+    :func:`label_encodings` is the other half.  It skips the offsets (``encode_batch_fast``,
+    a quarter less work) unless :func:`offsets_needed`.
+    """
+    texts = [_encoded_text(r) for r in rendered]
+    if offsets_needed(bundle, rendered):
+        return bundle.tokenizer.encode_batch(texts, add_special_tokens=False)
+    return bundle.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+
+
+def label_encodings(
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[tokenizers.Encoding]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flatten the encodings of ``rendered`` into ``(input_ids, labels, offsets)``.
+
+    See :func:`encode_rendered`; ``encs`` comes from :func:`encode_texts` on the same list.
+    """
+    labelled = label_batch(bundle, rendered, encs)
+    return labelled.input_ids, labelled.labels, labelled.offsets
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    """A labelled batch and, per example, the tokens of its reasoning blocks.
+
+    ``reasoning`` (``None`` when no example has a reasoning block) holds the tokens inside
+    reasoning blocks and the trained ones among them, each example's first token left out
+    (as :func:`~packshard.arrays.count_trained` counts).
+    """
+
+    input_ids: np.ndarray
+    labels: np.ndarray
+    offsets: np.ndarray
+    reasoning: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def label_batch(
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[tokenizers.Encoding]
+) -> Labelled:
+    """Label the encodings of ``rendered`` and count the tokens of their reasoning blocks."""
+    n = len(rendered)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int32)
+        return Labelled(empty, empty.copy(), np.zeros(1, dtype=np.int64))
+    cuts = [r.bos_chars for r in rendered]
+    lead = np.fromiter((c > 0 for c in cuts), dtype=bool, count=n)  # a BOS id goes first
+    encoded = np.fromiter(map(len, encs), dtype=np.int64, count=n)
+    lengths = encoded + lead
+    offsets = exclusive_cumsum(lengths)
+    total = int(offsets[-1])
+    flat = chain.from_iterable(e.ids for e in encs)
+    raw_ids = np.fromiter(flat, dtype=np.int32, count=total - int(lead.sum()))
+    ids = raw_ids
+    if lead.any():
+        ids = np.full(total, bundle.bos_token_id, dtype=np.int32)
+        body = np.ones(total, dtype=bool)
+        body[offsets[:-1][lead]] = False
+        ids[body] = raw_ids
+
+    starts: list[int] = []
+    ends: list[int] = []
+    spans: list[tuple[int, int, int]] = []  # (example, lo, hi) in characters of the encoded text
+    blocks = 0  # reasoning spans, listed after the trained ones
+    for i, (r, cut, start, length) in enumerate(
+        zip(rendered, cuts, offsets[:-1].tolist(), lengths.tolist(), strict=True)
+    ):
+        if r.label_path == "none":
+            starts.append(start)
+            ends.append(start + length)
+            continue
+        for lo, hi in r.spans:
+            lo, hi = lo - cut, hi - cut
+            if lo < 0 < hi + cut:  # the span covers the BOS
+                starts.append(start)
+                ends.append(start + 1)
+            lo = max(lo, 0)
+            if hi > lo:
+                spans.append((i, lo, hi))
+    for i, r in enumerate(rendered):
+        for lo, hi in r.reasoning:
+            spans.append((i, lo - cuts[i], hi - cuts[i]))
+            blocks += 1
+    block_starts = block_ends = np.zeros(0, dtype=np.int64)
+    if spans:
+        table = np.array(spans, dtype=np.int64).reshape(-1, 3)
+        if offsets_needed(bundle, rendered):
+            t0, t1 = _offset_spans(encs, encoded, table)
+        else:
+            t0, t1 = _byte_spans(bundle, rendered, encs, raw_ids, encoded, table)
+        base = offsets[table[:, 0]] + lead[table[:, 0]]
+        hit = t1 > t0
+        hit[len(spans) - blocks :] = False
+        starts.extend((base + t0)[hit].tolist())
+        ends.extend((base + t1)[hit].tolist())
+        block_starts, block_ends = (
+            (base + t0)[len(spans) - blocks :],
+            (base + t1)[len(spans) - blocks :],
+        )
+    trained = _covered(total, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+    labels = np.where(trained, ids, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
+    if not blocks:
+        return Labelled(ids, labels, offsets)
+    inside = _covered(total, block_starts, block_ends)
+    tokens = count_trained(np.where(inside, 0, IGNORE_INDEX), offsets)
+    loss = count_trained(np.where(inside & trained, 0, IGNORE_INDEX), offsets)
+    return Labelled(ids, labels, offsets, (tokens, loss))
+
+
+def _covered(total: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Mark every token inside one of the ranges ``[starts[k], ends[k])`` (a difference array)."""
+    marks = np.zeros(total + 1, dtype=np.int32)
+    np.add.at(marks, starts, 1)
+    np.add.at(marks, ends, -1)
+    return np.cumsum(marks[:-1]) > 0
+
+
+def _offset_spans(
+    encs: Sequence[tokenizers.Encoding], encoded: np.ndarray, table: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token ranges of character spans from the encodings' offsets (``char_to_token``)."""
+    t0 = np.zeros(len(table), dtype=np.int64)
+    t1 = np.zeros(len(table), dtype=np.int64)
+    for s, (i, lo, hi) in enumerate(table.tolist()):
+        t0[s], t1[s] = _span_tokens(encs[i], lo, hi, int(encoded[i]))
+    return t0, t1
+
+
+def _byte_spans(
+    bundle: TokenizerBundle,
+    rendered: Sequence[Rendered],
+    encs: Sequence[tokenizers.Encoding],
+    raw_ids: np.ndarray,
+    encoded: np.ndarray,
+    table: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token ranges of character spans from the ids (see :mod:`packshard.ingest.tokens.alignment`).
+
+    Examples whose ids do not spell their text are encoded again, with offsets.
+    """
+    assert bundle.aligner is not None
+    text, text_offsets = utf8_batch([_encoded_text(r) for r in rendered])
+    token_offsets = exclusive_cumsum(encoded)
+    start, end, ok = align(bundle.aligner, text, text_offsets, raw_ids, token_offsets)
+    t0, t1 = span_tokens(
+        text,
+        text_offsets,
+        start,
+        end,
+        token_offsets,
+        table[:, 0].copy(),
+        table[:, 1].copy(),
+        table[:, 2].copy(),
+    )
+    failed = ~ok[table[:, 0]]
+    if failed.any():
+        redo = np.unique(table[failed, 0])
+        again = bundle.tokenizer.encode_batch(
+            [_encoded_text(rendered[i]) for i in redo.tolist()], add_special_tokens=False
+        )
+        where = {i: j for j, i in enumerate(redo.tolist())}
+        sub = table[failed].copy()
+        sub[:, 0] = [where[i] for i in sub[:, 0].tolist()]
+        t0[failed], t1[failed] = _offset_spans(again, encoded[redo], sub)
+    return t0, t1

@@ -1,0 +1,108 @@
+"""Every option vocabulary and resource limit, defined once, with the one check of each.
+
+**Vocabularies** (the command line offers exactly these choices): ``--format``, ``--loss``
+(and what ``auto`` resolves to per record format), ``--on-error``, ``--strategy``,
+``--overlong``, ``--compression``, ``--reasoning``, ``--empty-reasoning``, ``--turns``,
+``export --to``, and the label paths and roles records are labelled with.  Every stage
+validates its options against these with :func:`check_choice`.
+
+**Limits** ingest honours (:data:`LIMIT_DEFAULTS`, the README's "Limits and safety" table):
+
+    max_record_bytes        a JSONL line, JSON array element or Parquet row (and any string a
+                            template builds) at most; larger: a ``too_large`` reject
+    max_decompressed_bytes  what one ``.gz``/``.zst`` input may decompress to; more: exit 2
+    max_expansion           decompressed / compressed bytes, checked past 16 MiB; more: exit 2
+    template_timeout        seconds one render of one record may take; more: ``template_error``
+
+Every option with a numeric range is checked with :func:`check_range` before any work starts,
+so a wrong value is one line and exit 2, never a traceback after a long ingest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from packshard.errors import UsageError
+
+FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text")
+"""Record formats (``--format`` also takes ``auto``: detect per record)."""
+FORMAT_CHOICES = ("auto", *FORMATS)
+ROLES = ("system", "user", "assistant", "tool")
+LOSS_POLICIES = ("auto", "assistant", "last_assistant", "all", "completion")
+"""``--loss``: ``auto`` resolves per record format (:data:`AUTO_LOSS`)."""
+AUTO_LOSS = {
+    "messages": "assistant",
+    "sharegpt": "assistant",
+    "alpaca": "assistant",
+    "prompt_completion": "completion",
+    "text": "all",
+}
+"""What ``--loss auto`` means for each record format (recorded in the manifest)."""
+ON_ERROR = ("skip", "fail")
+STRATEGIES = ("bfd", "ffd", "wrapped")
+"""``--strategy``: best-fit decreasing, first-fit decreasing, or a stream cut into rows."""
+OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
+COMPRESSIONS = ("zstd", "snappy", "none")
+EXPORT_TARGETS = ("megatron", "torchtune", "mds", "unpacked")
+"""``packshard export --to``: each a module of :mod:`packshard.export`."""
+CHECKS = ("integrity", "structure", "source", "model")
+"""The checks ``verify`` runs, in order (:mod:`packshard.verify.run`)."""
+LABEL_PATHS = ("generation_tags", "offsets", "none")
+"""How a record's trained characters are found (see :mod:`packshard.ingest.template.render`)."""
+REASONING_POLICIES = ("train", "mask", "drop")
+"""``--reasoning``: train it with the answer, keep it untrained, or remove it before rendering."""
+EMPTY_REASONING = ("train", "mask")
+"""``--empty-reasoning``: what to do with an empty reasoning block a template renders."""
+TURN_POLICIES = ("as_rendered", "expand")
+"""``--turns``: the conversation once as rendered, or one example per trained turn."""
+REASONING_MARKERS = ("<think>", "</think>")
+"""Default ``--reasoning-markers``: the opening and closing marker of an inline block."""
+
+
+def check_choice(option: str, value: str, allowed: Sequence[str]) -> None:
+    """Raise :class:`UsageError` unless ``value`` is one of ``allowed`` (named as ``option``)."""
+    if value not in allowed:
+        raise UsageError(f"{option} {value!r} is not one of {', '.join(allowed)}")
+
+
+def resolve_loss(loss: str, fmt: str) -> str:
+    """Return the loss policy a record of format ``fmt`` is labelled with under ``--loss``."""
+    return AUTO_LOSS[fmt] if loss == "auto" else loss
+
+
+MAX_RECORD_BYTES = 16 << 20
+MAX_DECOMPRESSED_BYTES = 64 << 30
+MAX_EXPANSION = 200
+TEMPLATE_SECONDS = 5.0
+LIMIT_DEFAULTS = {
+    "max_record_bytes": MAX_RECORD_BYTES,
+    "max_decompressed_bytes": MAX_DECOMPRESSED_BYTES,
+    "max_expansion": MAX_EXPANSION,
+    "template_timeout": TEMPLATE_SECONDS,
+}
+"""The resource limits, by ``IngestOptions`` field, with their defaults."""
+MAX_SEQ_LEN = 1 << 24
+"""Largest ``--max-seq-len``: planning allocates per possible row length."""
+MAX_SEED = (1 << 63) - 1
+
+
+def check_range(option: str, value: Any, low: float, high: float | None = None) -> None:
+    """Raise :class:`UsageError` unless ``low <= value <= high`` (a number, not a bool)."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
+        raise UsageError(f"{option} must be a number, got {value!r}")
+    if value < low:
+        raise UsageError(f"{option} must be at least {_shown(low)}, got {value!r}")
+    if high is not None and value > high:
+        raise UsageError(f"{option} must be at most {_shown(high)}, got {value!r}")
+
+
+def _shown(bound: float) -> str:
+    return f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+
+
+def check_max_seq_len(value: Any) -> None:
+    """Raise :class:`UsageError` unless ``value`` is a usable ``--max-seq-len``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value < 2:
+        raise UsageError(f"--max-seq-len {value} is too small (need at least 2)")
+    check_range("--max-seq-len", value, 2, MAX_SEQ_LEN)

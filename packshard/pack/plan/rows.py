@@ -1,0 +1,254 @@
+"""Row plans: which example segments go into which packed row, in which order.
+
+:class:`RowPlan` is the one plan type.  The planner (:func:`packshard.pack.plan.planner.plan_packs`)
+sees only lengths and returns a plan whose segments name positions in its lengths array, with
+parts, targets and example ids not yet known.  :func:`finalize_plan` maps segments back to
+spilled examples, numbers the parts of split examples, drops parts left without a target
+(possible when ``wrapped`` cuts an example so that its only target becomes a masked segment
+start) and assigns example ids in input order; :meth:`RowPlan.permute_rows` shuffles rows with
+the seed so that training order is not sorted by length.
+
+All operations are vectorised over segment arrays; row ``r`` is the slice
+``row_offsets[r]:row_offsets[r + 1]`` of the segment arrays::
+
+    row_offsets  [0, 3, 5]
+    seg_example  [7, 2, 9, 4, 1]        segments 0-2 form row 0, 3-4 row 1
+    seg_start    [0, 0, 0, 0, 0]        > 0 for the later parts of a cut example
+    seg_length   [5, 2, 1, 6, 2]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from packshard.arrays import count_trained, exclusive_cumsum, fill_rate, lower_bound_rows
+from packshard.pack.spill import Spill
+
+TARGET_BLOCK_TOKENS = 1 << 22
+_SEGMENT_FIELDS = (
+    "seg_example",
+    "seg_start",
+    "seg_length",
+    "seg_part",
+    "seg_targets",
+    "example_id",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RowPlan:
+    """Packed rows as segment arrays (one entry per segment, rows are contiguous slices).
+
+    Straight from the planner, ``seg_example`` indexes its lengths array and ``seg_part``,
+    ``seg_targets`` and ``example_id`` are zeros; :func:`finalize_plan` fills them.
+    """
+
+    row_offsets: np.ndarray  # int64 [rows + 1]
+    seg_example: np.ndarray  # int64, index into the spill (the lengths, from the planner)
+    seg_start: np.ndarray  # int64, token offset within the example
+    seg_length: np.ndarray  # int32 from the planner, int64 once finalized
+    seg_part: np.ndarray  # int32, part number of the segment's record
+    seg_targets: np.ndarray  # int64, targets in the segment (first label excluded)
+    example_id: np.ndarray  # int64, id of the segment in the examples index
+    max_seq_len: int
+    strategy: str = "bfd"
+    examples_dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    parts_dropped: int = 0
+
+    @staticmethod
+    def from_segments(
+        row_offsets: np.ndarray,
+        seg_example: np.ndarray,
+        seg_start: np.ndarray,
+        seg_length: np.ndarray,
+        max_seq_len: int,
+        strategy: str,
+    ) -> RowPlan:
+        """Return a planner's plan: segments laid out in rows, not yet numbered or counted."""
+        n = len(seg_example)
+        return RowPlan(
+            row_offsets,
+            seg_example,
+            seg_start,
+            seg_length,
+            np.zeros(n, np.int32),
+            np.zeros(n, np.int64),
+            np.zeros(n, np.int64),
+            max_seq_len,
+            strategy,
+        )
+
+    @property
+    def num_rows(self) -> int:
+        """Number of packed rows."""
+        return int(self.row_offsets.shape[0]) - 1
+
+    @property
+    def num_segments(self) -> int:
+        """Number of segments (packed examples or example parts)."""
+        return int(self.seg_length.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens over all rows."""
+        return int(self.seg_length.sum(dtype=np.int64))
+
+    @property
+    def lower_bound_rows(self) -> int:
+        """⌈tokens / max_seq_len⌉: no packing of these tokens has fewer rows."""
+        return lower_bound_rows(self.num_tokens, self.max_seq_len)
+
+    @property
+    def fill_rate(self) -> float:
+        """Tokens over row capacity, a fraction (:func:`packshard.arrays.fill_rate`)."""
+        return fill_rate(self.num_tokens, self.num_rows, self.max_seq_len)
+
+    def row_tokens(self) -> np.ndarray:
+        """Tokens in each row (int64)."""
+        ends = exclusive_cumsum(self.seg_length)
+        return ends[self.row_offsets[1:]] - ends[self.row_offsets[:-1]]
+
+    def segment_rows(self) -> np.ndarray:
+        """Row index of each segment (int64)."""
+        return np.repeat(np.arange(self.num_rows, dtype=np.int64), np.diff(self.row_offsets))
+
+    def rows(self, start: int, stop: int) -> RowPlan:
+        """Return the sub-plan of rows ``start:stop`` with local row offsets."""
+        lo, hi = int(self.row_offsets[start]), int(self.row_offsets[stop])
+        return self._take(slice(lo, hi), self.row_offsets[start : stop + 1] - lo)
+
+    def permute_rows(self, order: np.ndarray) -> RowPlan:
+        """Reorder rows so that new row ``r`` is old row ``order[r]``."""
+        counts = np.diff(self.row_offsets)[order]
+        new_offsets = exclusive_cumsum(counts)
+        gather = np.repeat(self.row_offsets[:-1][order] - new_offsets[:-1], counts)
+        gather += np.arange(int(new_offsets[-1]), dtype=np.int64)
+        return self._take(gather, new_offsets)
+
+    def _take(self, segments: slice | np.ndarray, row_offsets: np.ndarray) -> RowPlan:
+        picked = {name: getattr(self, name)[segments] for name in _SEGMENT_FIELDS}
+        return replace(self, row_offsets=row_offsets, **picked)
+
+    @staticmethod
+    def concatenate(plans: list[RowPlan]) -> RowPlan:
+        """Join finalized plans (e.g. one per domain) row-wise and renumber example ids."""
+        offsets = [np.zeros(1, dtype=np.int64)]
+        base = 0
+        for p in plans:
+            offsets.append(p.row_offsets[1:] + base)
+            base += p.num_segments
+
+        def joined(name: str) -> np.ndarray:
+            return np.concatenate([getattr(p, name) for p in plans])
+
+        plan = RowPlan(
+            row_offsets=np.concatenate(offsets),
+            seg_example=joined("seg_example"),
+            seg_start=joined("seg_start"),
+            seg_length=joined("seg_length"),
+            seg_part=joined("seg_part"),
+            seg_targets=joined("seg_targets"),
+            example_id=joined("example_id"),
+            max_seq_len=plans[0].max_seq_len,
+            strategy=plans[0].strategy,
+            examples_dropped=joined("examples_dropped"),
+            parts_dropped=sum(p.parts_dropped for p in plans),
+        )
+        return number_examples(plan)
+
+
+def number_examples(plan: RowPlan) -> RowPlan:
+    """Assign example ids in input order: by spilled example, then by start within it."""
+    order = np.lexsort((plan.seg_start, plan.seg_example))
+    ids = np.empty(plan.num_segments, dtype=np.int64)
+    ids[order] = np.arange(plan.num_segments, dtype=np.int64)
+    return replace(plan, example_id=ids)
+
+
+def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Count targets per token range of the spill (first label of each range excluded).
+
+    Ranges are gathered in blocks of about ``TARGET_BLOCK_TOKENS`` tokens, so memory stays
+    bounded whatever the spill's size.
+    """
+    out = np.zeros(len(lengths), dtype=np.int64)
+    csum_len = exclusive_cumsum(lengths)
+    lo = 0
+    while lo < len(lengths):
+        hi = int(np.searchsorted(csum_len, csum_len[lo] + TARGET_BLOCK_TOKENS, side="right"))
+        hi = max(hi - 1, lo + 1)
+        seg = lengths[lo:hi]
+        base = csum_len[lo : hi + 1] - csum_len[lo]
+        if spill.part_files is not None:  # the work units' parts: positioned reads
+            labels = spill.read_ranges(starts[lo:hi], seg)[1]
+        else:
+            labels = spill.labels[np.repeat(starts[lo:hi] - base[:-1], seg) + np.arange(base[-1])]
+        out[lo:hi] = count_trained(labels, base)
+        spill.release_pages()
+        lo = hi
+    return out
+
+
+def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
+    """Turn a planner's plan over ``spill.lengths[index]`` into a plan over the spill."""
+    row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
+    seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]
+    seg_start = np.asarray(raw.seg_start, dtype=np.int64)
+    seg_length = np.asarray(raw.seg_length, dtype=np.int64)
+    if raw.strategy != "wrapped":
+        plan = replace(
+            raw,
+            row_offsets=row_offsets,
+            seg_example=seg_example,
+            seg_start=seg_start,
+            seg_length=seg_length,
+            seg_part=spill.parts[seg_example].astype(np.int32),
+            seg_targets=spill.loss_tokens[seg_example].astype(np.int64),
+        )
+        return number_examples(plan)
+    # wrapped: an example's segments are consecutive in the plan; number its parts.
+    first = np.concatenate(([True], seg_example[1:] != seg_example[:-1]))
+    group_start = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
+    seg_part = (np.arange(len(first)) - group_start).astype(np.int32)
+    targets = segment_targets(spill, spill.offsets[seg_example] + seg_start, seg_length)
+    keep = targets > 0
+    kept_examples = np.unique(seg_example[keep])
+    seg_rows = np.repeat(np.arange(len(row_offsets) - 1), np.diff(row_offsets))
+    counts = np.bincount(seg_rows[keep], minlength=len(row_offsets) - 1)
+    plan = replace(
+        raw,
+        row_offsets=exclusive_cumsum(counts[counts > 0]),
+        seg_example=seg_example[keep],
+        seg_start=seg_start[keep],
+        seg_length=seg_length[keep],
+        seg_part=seg_part[keep],
+        seg_targets=targets[keep],
+        example_id=np.zeros(int(keep.sum()), dtype=np.int64),
+        examples_dropped=np.setdiff1d(np.unique(seg_example), kept_examples),
+        parts_dropped=int((~keep).sum()),
+    )
+    return number_examples(plan)
+
+
+def ordering_stats(plan: RowPlan) -> dict[str, float]:
+    """Length-order bias of a plan before shuffling: segments per row, first/last decile."""
+    rows = plan.num_rows
+    if rows == 0:
+        return {
+            "segments_per_row_mean": 0.0,
+            "first_decile_mean_example_len": 0.0,
+            "last_decile_mean_example_len": 0.0,
+        }
+    decile = max(1, -(-rows // 10))
+
+    def mean_len(lo_row: int, hi_row: int) -> float:
+        lo, hi = int(plan.row_offsets[lo_row]), int(plan.row_offsets[hi_row])
+        return round(float(plan.seg_length[lo:hi].mean()), 3) if hi > lo else 0.0
+
+    return {
+        "segments_per_row_mean": round(plan.num_segments / rows, 4),
+        "first_decile_mean_example_len": mean_len(0, decile),
+        "last_decile_mean_example_len": mean_len(rows - decile, rows),
+    }

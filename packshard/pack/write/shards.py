@@ -1,0 +1,140 @@
+"""The write stage: the plan's rows cut into shards, each written by a task of its own.
+
+Shard boundaries come from the plan alone (rows in order, at most ``shard_rows`` rows and
+about ``shard_bytes`` each), so they are known before any shard is written, and shard
+``k`` is always ``shard-0000k.parquet`` whoever writes it::
+
+    plan rows   [0 ........ 8191][8192 ...... 16383][16384 .. 17000]
+    shards       shard-00000      shard-00001        shard-00002
+    tasks        write_task(0)    write_task(1)      write_task(2)     any order, any worker
+
+A write task gets its rows' segments (the flat start of each in the spill parts, its
+length, its example id), assembles them one row group at a time
+(:func:`~packshard.pack.write.assemble.assemble_ranges`) and writes the shard under a name of its
+attempt, renamed to the shard's name when complete; it returns the shard's size and
+checksum.  Its memory holds its plan slice and two row groups.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from packshard.engine import Engine
+from packshard.engine.faults import inject
+from packshard.format.shards import ROW_GROUP_ROWS, SHARD_PATTERN, ShardInfo, write_shard
+from packshard.pack.parts import PartFiles, read_part_ranges
+from packshard.pack.plan.rows import RowPlan
+from packshard.pack.spill import Spill
+from packshard.pack.write.assemble import assemble_ranges, assemble_rows
+
+BYTES_PER_TOKEN_ESTIMATE = 2.5
+
+
+def shard_bounds(plan: RowPlan, shard_rows: int, shard_bytes: int) -> list[tuple[int, int]]:
+    """Return each shard's rows ``[lo, hi)``: an empty plan still makes one (empty) shard."""
+    row_tokens = plan.row_tokens()
+    token_budget = max(1, int(shard_bytes / BYTES_PER_TOKEN_ESTIMATE))
+    bounds: list[tuple[int, int]] = []
+    row = 0
+    while row < plan.num_rows or not bounds:
+        csum = np.cumsum(row_tokens[row : row + shard_rows])
+        take = int(np.searchsorted(csum, token_budget, side="left")) + 1
+        take = max(1, min(take, shard_rows, plan.num_rows - row)) if plan.num_rows else 0
+        bounds.append((row, row + take))
+        row += take
+    return bounds
+
+
+def row_groups(spill: Spill, plan: RowPlan, lo: int, hi: int) -> Iterator[pa.Table]:
+    """Assemble rows ``lo:hi`` of ``plan`` one row group at a time (one empty table if none)."""
+    for start in range(lo, max(hi, lo + 1), ROW_GROUP_ROWS):
+        yield assemble_rows(spill, plan.rows(start, min(start + ROW_GROUP_ROWS, hi)))
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTask:
+    """One shard to write: its rows' segments and where to put it."""
+
+    parts: PartFiles
+    folder: str
+    name: str
+    dataset_id: str
+    compression: str
+    row_offsets: np.ndarray  # int64 [rows + 1]
+    starts: np.ndarray  # int64 [segments]: flat start of each segment in the parts
+    seg_length: np.ndarray
+    example_id: np.ndarray
+    max_seq_len: int
+    work: str | None = None
+    faults: tuple[tuple[str, str, int], ...] = ()
+
+
+def write_task(task: WriteTask) -> ShardInfo:
+    """Write one shard from the spill parts (runs in a worker)."""
+    inject(task.name, task.faults, Path(task.work) / "_faults" if task.work else None)
+    n = len(task.starts)
+    local = np.arange(n, dtype=np.int64)
+    block = RowPlan.from_segments(
+        task.row_offsets, local, np.zeros(n, np.int64), task.seg_length, task.max_seq_len, "bfd"
+    )
+    block = replace(block, example_id=task.example_id)
+
+    def read(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return read_part_ranges(task.parts, starts, lengths)
+
+    def tables() -> Iterator[pa.Table]:
+        rows = block.num_rows
+        for start in range(0, max(rows, 1), ROW_GROUP_ROWS):
+            sub = block.rows(start, min(start + ROW_GROUP_ROWS, rows))
+            yield assemble_ranges(read, task.starts[sub.seg_example], sub)
+
+    folder = Path(task.folder)
+    attempt = f".{task.name}.attempt-{uuid.uuid4().hex[:12]}"
+    try:
+        info = write_shard(tables(), folder, attempt, task.dataset_id, task.compression)
+        os.replace(folder / attempt, folder / task.name)
+    finally:
+        (folder / attempt).unlink(missing_ok=True)
+    return replace(info, path=task.name)
+
+
+def write_shards_on(
+    engine: Engine,
+    folder: Path,
+    spill: Spill,
+    plan: RowPlan,
+    bounds: list[tuple[int, int]],
+    dataset_id: str,
+    compression: str,
+    work: Path | None = None,
+    faults: tuple[tuple[str, str, int], ...] = (),
+) -> list[ShardInfo]:
+    """Write every shard with ``engine``'s tasks; entries come back in shard order."""
+    assert spill.part_files is not None, "tasks read the work units' spill parts"
+    tasks = []
+    for k, (lo, hi) in enumerate(bounds):
+        sub = plan.rows(lo, hi)
+        tasks.append(
+            WriteTask(
+                parts=spill.part_files,
+                folder=str(folder),
+                name=SHARD_PATTERN.format(index=k),
+                dataset_id=dataset_id,
+                compression=compression,
+                row_offsets=sub.row_offsets,
+                starts=spill.offsets[sub.seg_example] + sub.seg_start,
+                seg_length=sub.seg_length,
+                example_id=sub.example_id,
+                max_seq_len=plan.max_seq_len,
+                work=str(work) if work is not None else None,
+                faults=faults,
+            )
+        )
+    return engine.run(write_task, tasks, [t.name for t in tasks])

@@ -1,0 +1,87 @@
+"""The model stage of ``verify``: sampled rows through the tiny model, findings pinned to them.
+
+Picks sound rows (:func:`~packshard.verify.model.forward.pick_rows`), crops them, loads the
+model, runs :func:`~packshard.verify.model.equivalence.check_rows` and turns its issues into
+findings at ``shard/row/segment`` and the example's ``file:line``.  Without torch and
+transformers the stage is reported as not run, never as passed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from packshard.format.examples import ExamplesIndex
+from packshard.format.shards import read_row
+from packshard.verify.findings import CheckResult, EquivalenceReport, Finding, FindingList
+from packshard.verify.model.equivalence import check_rows
+from packshard.verify.model.forward import crop_row, load_model, pick_rows
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken or blocked install counts as missing
+        return False
+
+
+def check_model(
+    manifest: dict[str, Any],
+    tables: dict[int, pa.Table],
+    index: ExamplesIndex | None,
+    options: Any,
+    broken: dict[int, np.ndarray] | None = None,
+) -> tuple[CheckResult, EquivalenceReport | None, list[tuple[int, int]]]:
+    """Run the proof on sampled rows: the check's result, the report and the rows picked.
+
+    Rows in ``broken`` (the structural audit's findings) are left out: the proof needs rows
+    whose boundaries are sound.
+    """
+    missing = [m for m in ("torch", "transformers") if not _installed(m)]
+    if missing and options.model != "none":
+        why = (
+            f"the model stage needs {' and '.join(missing)}: pip install 'packshard[torch]' "
+            "(or pass --model none to skip it)"
+        )
+        return CheckResult("model", not_run=why), None, []
+    picks = pick_rows(tables, options.model_rows, options.seed, broken)
+    if not picks:
+        return CheckResult("model", not_run="no sound rows to check"), None, []
+    rows = [crop_row(read_row(tables[s], r), options.model_max_tokens) for s, r in picks]
+    paths = [manifest["shards"][s]["path"] for s, _ in picks]
+    recorded = int(manifest.get("tokenizer", {}).get("vocab_size", 0) or 0)
+    largest = max((int(r.input_ids.max()) for r in rows if r.num_tokens), default=0)
+    model = load_model(options.model, max(recorded, largest + 1, 2), seed=options.seed)
+    names = [f"{path} row {r}" for path, (_, r) in zip(paths, picks, strict=True)]
+    report = check_rows(model, rows, names=names, seed=options.seed)
+    findings = FindingList()
+    for issue in report.issues:
+        if issue.row < 0:
+            findings.add(Finding("model", issue.message), "model")
+            continue
+        row, path = rows[issue.row], paths[issue.row]
+        seg = issue.segment
+        eid = int(row.example_ids[seg]) if seg is not None and seg < len(row.example_ids) else None
+        source = index.where(eid) if index is not None and eid is not None else None
+        findings.add(
+            Finding("model", issue.message, path, picks[issue.row][1], seg, eid, source), "model"
+        )
+    if not report.control_detected and any(r.control_delta is not None for r in report.rows):
+        findings.add(Finding("model", "the naive-mask control was not detected: verify is broken"))
+    detail = {
+        "rows": len(rows),
+        "atol": report.atol,
+        "max_logit_delta": report.max_logit_delta,
+        "max_loss_delta": report.max_loss_delta,
+        "max_mutation_delta": report.max_mutation_delta,
+        "control_detected": report.control_detected,
+        "control_min_delta": report.control_min_delta,
+        "control_max_delta": report.control_max_delta,
+        "loss_true": report.loss_true,
+        "loss_naive": report.loss_naive,
+        "notes": list(report.notes),
+    }
+    return CheckResult("model", findings, detail), report, picks

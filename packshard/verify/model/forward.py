@@ -1,0 +1,201 @@
+"""The model stage of ``verify``: pick rows, crop them, build the model, run the proof.
+
+Rows are sampled with the seed, preferring rows with two or more segments (a row holding one
+example has no seam to leak across).  A row longer than ``model_max_tokens`` is cut after its
+last whole segment that fits: attention is causal, so logits of a prefix do not depend on what
+follows, and the cut row is still a valid packed row.  The default model is a random
+``LlamaForCausalLM`` (rotary positions, float32) whose vocabulary keeps at most
+:data:`TINY_VOCAB` entries: larger token ids are folded modulo its size, which keeps a
+2,048-token forward cheap on a CPU.  :func:`run_forwards` runs a row the ways the proof
+(:mod:`packshard.verify.model.equivalence`) compares.  torch and transformers are imported only
+inside
+these functions, so ``verify --model none`` and the other checks work without them, and a
+missing install is reported as the stage not run, in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from packshard.errors import UsageError
+from packshard.records import IGNORE_INDEX, PackedRow
+
+if TYPE_CHECKING:
+    import torch
+
+TINY_VOCAB = 4096
+
+
+def crop_row(row: PackedRow, max_tokens: int) -> PackedRow:
+    """Keep the leading whole segments of ``row`` that fit in ``max_tokens`` (at least one)."""
+    cu = row.cu_seqlens
+    keep = max(int(np.searchsorted(cu, max_tokens, side="right")) - 1, 1)
+    end = int(cu[keep])
+    if end >= row.num_tokens:
+        return row
+    return PackedRow(
+        input_ids=row.input_ids[:end],
+        labels=row.labels[:end],
+        position_ids=row.position_ids[:end],
+        cu_seqlens=cu[: keep + 1],
+        example_ids=row.example_ids[:keep],
+    )
+
+
+def pick_rows(
+    tables: dict[int, pa.Table],
+    count: int,
+    seed: int,
+    exclude: dict[int, np.ndarray] | None = None,
+) -> list[tuple[int, int]]:
+    """Choose up to ``count`` (shard, row) pairs, multi-segment rows first, seeded.
+
+    Rows in ``exclude`` (per shard: rows the structural audit found broken) are never chosen.
+    """
+    multi: list[tuple[int, int]] = []
+    single: list[tuple[int, int]] = []
+    for shard, table in sorted(tables.items()):
+        lengths = np.diff(np.asarray(table["cu_seqlens"].combine_chunks().offsets)) - 1
+        if exclude is not None and shard in exclude:
+            lengths[exclude[shard]] = -1  # broken: neither multi nor single
+        multi += [(shard, int(r)) for r in np.flatnonzero(lengths >= 2)]
+        single += [(shard, int(r)) for r in np.flatnonzero((lengths >= 0) & (lengths < 2))]
+    rng = np.random.default_rng(seed)
+    chosen = [multi[i] for i in rng.permutation(len(multi))[:count]]
+    if len(chosen) < count:
+        chosen += [single[i] for i in rng.permutation(len(single))[: count - len(chosen)]]
+    return sorted(chosen)
+
+
+def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) -> Any:
+    """Return a small random float32 ``LlamaForCausalLM`` in eval mode on the CPU.
+
+    The weights depend only on ``seed`` (the global torch generator is left untouched).
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    settings: dict[str, Any] = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_seq_len,
+        tie_word_embeddings=False,
+        attn_implementation="sdpa",
+    )
+    config = LlamaConfig(**settings)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model: Any = LlamaForCausalLM(config)
+    return model.float().eval()
+
+
+def load_model(spec: str, vocab_size: int, seed: int = 0) -> Any:
+    """Return the model named by ``spec``: ``tiny``, or a local Hugging Face model folder.
+
+    ``tiny`` keeps at most :data:`TINY_VOCAB` vocabulary entries (larger ids are folded).
+    A folder is loaded offline, without remote code, in float32.
+    """
+    if spec == "tiny":
+        return build_tiny_model(min(vocab_size, TINY_VOCAB), seed=seed)
+    folder = Path(spec)
+    if not (folder / "config.json").is_file():
+        raise UsageError(
+            f"{spec}: not a model folder (no config.json) (use --model tiny or a local folder)"
+        )
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        folder,
+        local_files_only=True,
+        trust_remote_code=False,
+        torch_dtype=torch.float32,
+        attn_implementation="sdpa",
+    )
+    return model.eval()
+
+
+def forward_logits(
+    model: Any, input_ids: np.ndarray, positions: np.ndarray | None, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Run one sequence (batch 1) and return float32 logits ``[T, V]``."""
+    import torch
+
+    ids = torch.from_numpy(np.asarray(input_ids, dtype=np.int64))[None]
+    pos = None if positions is None else torch.from_numpy(np.asarray(positions, np.int64))[None]
+    out = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=False)
+    return out.logits[0].float()
+
+
+def score_loss(logits: torch.Tensor, labels: np.ndarray) -> tuple[float, int]:
+    """Return (summed shifted cross entropy, number of loss tokens) of one segment."""
+    import torch
+    import torch.nn.functional as F
+
+    target = torch.from_numpy(np.asarray(labels[1:], dtype=np.int64))
+    count = int((target != IGNORE_INDEX).sum())
+    if count == 0:
+        return 0.0, 0
+    total = F.cross_entropy(logits[:-1], target, ignore_index=IGNORE_INDEX, reduction="sum")
+    return float(total), count
+
+
+def mutate_tokens(
+    input_ids: np.ndarray, cu_seqlens: np.ndarray, keep: int, vocab: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Return a copy where every segment of parity ``1 - keep`` gets different random tokens."""
+    lengths = np.diff(cu_seqlens)
+    mutated = np.repeat(np.arange(lengths.size) % 2 != keep, lengths)
+    shift = rng.integers(1, vocab, size=input_ids.size)
+    return np.where(mutated, (input_ids.astype(np.int64) + shift) % vocab, input_ids)
+
+
+@dataclass(frozen=True)
+class Forwards:
+    """The logits of one row: packed, each segment alone, mutated twice, and the control."""
+
+    packed: torch.Tensor
+    alone: list[torch.Tensor]
+    mutated: list[torch.Tensor]
+    control: torch.Tensor | None
+
+
+def run_forwards(
+    model: Any,
+    ids: np.ndarray,
+    positions: np.ndarray,
+    cu: np.ndarray,
+    mutate: bool,
+    rng: np.random.Generator,
+    block_mask: Callable[..., torch.Tensor],
+) -> Forwards:
+    """Run one row packed, each segment alone, mutated twice (``mutate``) and as the control.
+
+    ``block_mask(cu, causal_only=False)`` builds the attention masks (the proof's own builder).
+    """
+    import torch
+
+    vocab = int(model.config.vocab_size)
+    with torch.inference_mode():
+        block = block_mask(cu)
+        packed = forward_logits(model, ids, positions, block)
+        alone = [forward_logits(model, ids[a:b], None, None) for a, b in pairwise(cu)]
+        mutated, control = [], None
+        if cu.size > 2:
+            control = forward_logits(model, ids, np.arange(ids.size), block_mask(cu, True))
+            if mutate:
+                for keep in (0, 1):
+                    mut = mutate_tokens(ids, cu, keep, vocab, rng)
+                    mutated.append(forward_logits(model, mut, positions, block))
+    return Forwards(packed, alone, mutated, control)

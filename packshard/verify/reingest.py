@@ -1,0 +1,290 @@
+"""The source check on an engine: the inputs re-ingested unit by unit, by workers.
+
+Re-ingesting every input (render, tokenize, label) is the costly part of ``verify``.  With
+``--workers N`` or ``--engine ray`` the inputs are cut into the same units as ``pack``
+(:mod:`packshard.ingest.read.splits`) and each worker re-ingests one::
+
+    driver: count the lines of every byte range (cheap reads) ─► absolute lines
+            hand each unit the examples of its records: (line, token offset, length, index row)
+    worker: re-ingest the unit; for each of those examples digest its slice of the ids and of
+            the labels (the first one masked); return the digests, the lines it accepted and
+            the lines it rejected (small: 32 bytes per example, 8 per record)
+    driver: digest each packed segment and compare: the findings of the one-process check
+
+Only digests come back, never tokens.  ``--sample K`` picks the same records as the
+one-process check (the same seed and draw).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from packshard.engine import EngineOptions, open_engine
+from packshard.format.examples import ExamplesIndex
+from packshard.format.shards import read_row
+from packshard.ingest.read.sources import InputFile
+from packshard.ingest.read.splits import Split, count_newlines, plan_splits, read_split
+from packshard.ingest.stream import ingest
+from packshard.ingest.template.render import ChatTemplate, load_template
+from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.types import IngestOptions
+from packshard.records import IGNORE_INDEX, PackedRow
+from packshard.verify.findings import Finding, FindingList
+from packshard.verify.turns import turn_check
+
+
+@dataclass(frozen=True, slots=True)
+class SourceTask:
+    """One unit to re-ingest and the packed examples of its records."""
+
+    tokenizer: str
+    template: str | None
+    options: IngestOptions
+    split: Split
+    line_base: int
+    lines: np.ndarray  # int64, sorted: the record line of each example below
+    offsets: np.ndarray  # token_offset of each example
+    lengths: np.ndarray  # num_tokens of each example
+    positions: np.ndarray  # row of each example in the examples index
+    turns: np.ndarray  # int64, the --turns expand message of each example (0: the whole record)
+    label_spans: str | None = None  # the manifest's, for the turn check
+
+
+@lru_cache(maxsize=4)
+def _loaded(tokenizer: str, template: str | None) -> tuple[TokenizerBundle, ChatTemplate | None]:
+    bundle = load_tokenizer(tokenizer)
+    return bundle, load_template(template, bundle)
+
+
+def template_spec(template: ChatTemplate | None, bundle: TokenizerBundle) -> str | None:
+    """Return the ``load_template`` spec that loads ``template`` again in a worker."""
+    same = ("tokenizer_config.json", bundle.chat_template_path)
+    if template is None or template.source in same:
+        return None
+    return template.source.removeprefix("builtin:")
+
+
+def digest(values: np.ndarray) -> bytes:
+    """16-byte digest of an int32 array's bytes."""
+    return hashlib.blake2b(
+        np.ascontiguousarray(values, np.int32).tobytes(), digest_size=16
+    ).digest()
+
+
+def source_unit(task: SourceTask) -> dict[str, Any]:
+    """Re-ingest one unit and digest the slices of its packed examples (runs in a worker)."""
+    bundle, template = _loaded(task.tokenizer, task.template)
+    check = turn_check(template, bundle, task.options, task.label_spans)
+    found = FindingList()
+    shift = task.line_base if task.split.kind == "bytes" else 0
+    out_pos, out_len, dig_ids, dig_labels = [], [], [], []
+    accepted, rejected = [], []
+    for chunk in ingest([task.split], bundle, template, task.options, read=read_split):
+        rejected += [r.ref.line + shift for r in chunk.rejects]
+        batch = chunk.batch
+        for i, ref in enumerate(batch.refs):
+            line = ref.line + shift
+            accepted.append(line)
+            lo = int(np.searchsorted(task.lines, line, "left"))
+            hi = int(np.searchsorted(task.lines, line, "right"))
+            if lo == hi:
+                continue
+            ids, labels = batch.example(i)
+            turn = int(batch.turns[i]) if batch.turns is not None else 0
+            if check is not None:
+                place = f"{task.split.path}:{line}"
+                check.example(bundle.tokenizer, ids, labels, place, turn, found)
+            for k in range(lo, hi):
+                if int(task.turns[k]) != turn:
+                    continue
+                offset, n = int(task.offsets[k]), int(task.lengths[k])
+                want_ids = ids[offset : offset + n]
+                want_labels = labels[offset : offset + n].copy()
+                if len(want_labels):
+                    want_labels[0] = IGNORE_INDEX
+                out_pos.append(int(task.positions[k]))
+                out_len.append(len(want_ids))
+                dig_ids.append(digest(want_ids))
+                dig_labels.append(digest(want_labels))
+    return {
+        "positions": np.array(out_pos, np.int64),
+        "lengths": np.array(out_len, np.int64),
+        "ids": dig_ids,
+        "labels": dig_labels,
+        "accepted": np.array(accepted, np.int64),
+        "rejected": np.array(rejected, np.int64),
+        "findings": found,
+        "checked": check.counts() if check is not None else {},
+    }
+
+
+def reingest_on_engine(
+    files: Sequence[InputFile],
+    tokenizer: str,
+    template: str | None,
+    options: IngestOptions,
+    label_spans: str | None,
+    index: Any,
+    chosen: np.ndarray,
+    engine: EngineOptions,
+) -> list[tuple[Split, dict[str, Any]]]:
+    """Run :func:`source_unit` over every unit, in order; ``chosen`` masks the index rows."""
+    splits = plan_splits(files)
+    with open_engine(engine) as running:
+        cut = [s for s in splits if s.kind == "bytes"]
+        counts = running.run(count_newlines, cut, [s.describe() for s in cut])
+        newlines = dict(zip(cut, counts, strict=True))
+        code_of = {name: code for code, name in enumerate(index.source_names)}
+        base = [0] * len(files)
+        tasks = []
+        for k, s in enumerate(splits):
+            first = s.first_row if s.kind == "rows" else base[s.index]
+            mine = chosen & (index.source_code == code_of.get(s.path, -1))
+            if s.kind == "bytes":
+                base[s.index] += newlines[s]
+                mine &= (index.lines > first) & (index.lines <= first + newlines[s] + 1)
+            elif s.kind == "rows":
+                later = [t.first_row for t in splits[k + 1 :] if t.index == s.index]
+                mine &= (index.lines > first) & (index.lines <= (later[0] if later else 2**62))
+            pos = np.flatnonzero(mine)
+            pos = pos[np.argsort(index.lines[pos], kind="stable")]
+            lines = index.lines[pos].astype(np.int64)
+            offsets = index.token_offset[pos].astype(np.int64)
+            lengths = index.num_tokens[pos].astype(np.int64)
+            turns = index.turns[pos] if index.turns is not None else np.zeros(len(pos))
+            task = SourceTask(
+                tokenizer,
+                template,
+                options,
+                s,
+                first,
+                lines,
+                offsets,
+                lengths,
+                pos,
+                turns.astype(np.int64),
+                label_spans,
+            )
+            tasks.append(task)
+        results = running.run(source_unit, tasks, [s.describe() for s in splits])
+    return list(zip(splits, results, strict=True))
+
+
+def compare_units(
+    units: list[tuple[Split, dict[str, Any]]],
+    tables: dict[int, Any],
+    manifest: dict[str, Any],
+    index: Any,
+    by_record: dict[tuple[str, int], list[int]],
+    rejected: set[tuple[str, int]],
+    findings: FindingList,
+    cause: str = "",
+) -> tuple[int, dict[str, int]]:
+    """Turn the units' results into the one-process check's findings.
+
+    Returns the examples compared and the turn check's counts.  ``cause`` (the drifted
+    libraries, or '') ends the findings of changed records and segments.
+    """
+    seen: set[tuple[str, int]] = set()
+    compared = 0
+    checked: dict[str, int] = {}
+    rows: dict[tuple[int, int], PackedRow] = {}
+
+    def place(key: tuple[str, int]) -> str:
+        return f"{key[0]}:{key[1]}"
+
+    for split, r in units:
+        findings.extend(r["findings"])
+        for name, n in r["checked"].items():
+            checked[name] = checked.get(name, 0) + n
+        for line in r["rejected"].tolist():
+            key = (split.path, line)
+            seen.add(key)
+            if key not in rejected:
+                why = "record rejected on re-ingest but not in rejects.jsonl" + cause
+                findings.add(Finding("source", why, source=place(key)), "reject_missing")
+        for line in r["accepted"].tolist():
+            key = (split.path, line)
+            seen.add(key)
+            if key not in by_record and key not in rejected:
+                why = "record is neither packed nor in rejects.jsonl" + cause
+                findings.add(Finding("source", why, source=place(key)), "record_missing")
+        for k, pos in enumerate(r["positions"].tolist()):
+            want = (int(r["lengths"][k]), r["ids"][k], r["labels"][k])
+            compared += _compare_digest(tables, manifest, index, pos, want, rows, findings, cause)
+    for key in sorted(set(by_record) - seen):
+        why = "packed example has no record in the inputs"
+        findings.add(Finding("source", why, source=place(key)), "invented")
+    return compared, checked
+
+
+def _compare_digest(
+    tables: dict[int, Any],
+    manifest: dict[str, Any],
+    index: Any,
+    pos: int,
+    want: tuple[int, bytes, bytes],
+    rows: dict[tuple[int, int], PackedRow],
+    findings: FindingList,
+    cause: str,
+) -> bool:
+    """Compare one packed segment with its example's digests, as the one-process check does."""
+    found = packed_segment(tables, manifest, index, pos, rows, findings)
+    if found is None:
+        return False
+    packed, seg, bad = found
+    lo, hi = int(packed.cu_seqlens[seg]), int(packed.cu_seqlens[seg + 1])
+    n, ids, labels = want
+    if n != hi - lo or digest(packed.input_ids[lo:hi]) != ids:
+        bad("token ids differ from the source example re-tokenized", cause)
+    elif digest(packed.labels[lo:hi]) != labels:
+        bad("labels differ from the source example's (loss policy not preserved)", cause)
+    if not np.array_equal(packed.position_ids[lo:hi], np.arange(hi - lo)):
+        bad("positions differ from the example's positions alone")
+    return True
+
+
+def packed_segment(
+    tables: dict[int, pa.Table],
+    manifest: dict[str, Any],
+    index: ExamplesIndex,
+    pos: int,
+    row_cache: dict[tuple[int, int], PackedRow],
+    findings: FindingList,
+) -> tuple[PackedRow, int, Callable[..., None]] | None:
+    """Find index row ``pos``'s segment: its packed row, its segment, how to report on it.
+
+    None when it cannot be read: a missing shard (already an integrity finding), a row past
+    the shard's end or an example id not in its row (both findings here).
+    """
+    shard, row = int(index.shard[pos]), int(index.row[pos])
+    eid = int(index.example_id[pos])
+    where = index.where(eid)
+    if shard not in tables:
+        return None
+    name = manifest["shards"][shard]["path"]
+    if (shard, row) not in row_cache:
+        if row >= tables[shard].num_rows:
+            why = "examples.parquet points past the shard's last row"
+            findings.add(Finding("source", why, name, row, None, eid, where))
+            return None
+        row_cache[(shard, row)] = read_row(tables[shard], row)
+    packed = row_cache[(shard, row)]
+    segs = np.flatnonzero(packed.example_ids == eid)
+    if segs.size != 1:
+        why = "example id not found in its row"
+        findings.add(Finding("source", why, name, row, None, eid, where))
+        return None
+    seg = int(segs[0])
+
+    def bad(message: str, because: str = "") -> None:
+        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
+
+    return packed, seg, bad

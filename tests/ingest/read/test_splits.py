@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packshard.ingest.read.sources import InputFile, read_records
+from packshard.ingest.read.splits import Split, SplitRead, plan_splits, read_split
+
+BOM = b"\xef\xbb\xbf"
+
+
+def records_of(splits: list[Split]) -> list[tuple[int, str]]:
+    """Every split's records with lines made absolute, as the driver does."""
+    out, base = [], {}
+    for s in splits:
+        state = SplitRead()
+        records = list(read_split(s, state))
+        shift = base.get(s.index, 0) if s.kind == "bytes" else 0
+        out += [(r.ref.line + shift, r.error.code if r.error else "ok") for r in records]
+        base[s.index] = base.get(s.index, 0) + state.newlines
+    return out
+
+
+def whole(f: InputFile) -> list[tuple[int, str]]:
+    return [(r.ref.line, r.error.code if r.error else "ok") for r in read_records(f)]
+
+
+def test_jsonl_is_cut_at_line_starts_and_lines_stay_absolute(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    lines = [b'{"a": 1}', b"", b"{bad", b'{"b": 2}', b"", b"", b'{"c": 3}']
+    path.write_bytes(BOM + b"\n".join(lines))  # no newline after the last line
+    f = InputFile(str(path), path)
+    splits = plan_splits([f], 9)
+    assert [(s.start, s.stop) for s in splits] == [(0, 12), (12, 27), (27, 37)]
+    assert all(path.read_bytes()[s.start - 1 : s.start] == b"\n" for s in splits[1:])
+    assert splits[0].describe() == f"{path} bytes 0–12"
+    assert splits[0].name == "00000-bytes-0-12"
+    assert records_of(splits) == whole(f) == [(1, "ok"), (3, "invalid_json"), (4, "ok"), (7, "ok")]
+
+
+def test_a_line_starting_with_a_bom_is_never_a_cut_point(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'{"a": 1}\n' + BOM + b'{"b": 2}\n{"c": 3}\n')
+    f = InputFile(str(path), path)
+    splits = plan_splits([f], 5)
+    assert [(s.start, s.stop) for s in splits] == [(0, 21), (21, 30)]
+    assert records_of(splits) == whole(f) == [(1, "ok"), (2, "invalid_json"), (3, "ok")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([b'{"x": 1}', b"", b"  ", b"[]", b'{"y": "\xc3\xa9"}', b"\xff"]),
+        max_size=12,
+    ),
+    st.integers(1, 40),
+    st.booleans(),
+)
+def test_any_cut_reads_what_the_whole_file_reads(tmp_path_factory, lines, target, newline_end):
+    path = tmp_path_factory.mktemp("cut") / "data.jsonl"
+    path.write_bytes(b"\n".join(lines) + (b"\n" if newline_end else b""))
+    f = InputFile(str(path), path)
+    assert records_of(plan_splits([f], target)) == whole(f)
+
+
+def test_parquet_is_cut_at_row_groups_numbered_from_the_file_start(tmp_path):
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(10)]}), path, row_group_size=3)
+    f = InputFile(str(path), path)
+    splits = plan_splits([f], 1)
+    assert [(s.start, s.stop, s.first_row) for s in splits] == [
+        (0, 1, 0),
+        (1, 2, 3),
+        (2, 3, 6),
+        (3, 4, 9),
+    ]
+    assert splits[1].describe() == f"{path} row groups 1–1"
+    assert records_of(splits) == whole(f)
+    assert [r.value["text"] for r in read_split(splits[2])] == ["row 6", "row 7", "row 8"]
+
+
+@pytest.mark.parametrize("name", ["chat.json", "chat.jsonl.gz"])
+def test_files_that_cannot_be_cut_are_one_unit(tmp_path, name):
+    path = tmp_path / name
+    data = json.dumps([{"a": 1}, {"b": 2}]) if name.endswith(".json") else '{"a": 1}\n{"b": 2}\n'
+    path.write_bytes(gzip.compress(data.encode()) if name.endswith(".gz") else data.encode())
+    f = InputFile(str(path), path)
+    (split,) = plan_splits([f], 1)
+    assert split.kind == "file" and split.describe() == f"{path} (whole file)"
+    assert records_of([split]) == whole(f)
+
+
+def test_the_unit_size_follows_the_inputs_not_the_workers(tmp_path):
+    """Without --split-bytes: the inputs' bytes over 64, within 1–64 MiB, so a file of a few
+    megabytes still gives --workers several units, and a large dataset 64 MiB units."""
+    from packshard.ingest.read.splits import MIN_SPLIT_BYTES, SPLIT_BYTES, auto_split_bytes
+
+    def sized(name, size):
+        path = tmp_path / name
+        with open(path, "wb") as fh:
+            fh.truncate(size)  # sparse: only the size matters here
+        return InputFile(name, path)
+
+    mib = 1 << 20
+    assert auto_split_bytes([sized("tiny.jsonl", 1000)]) == MIN_SPLIT_BYTES
+    assert auto_split_bytes([sized("a.jsonl", 96 * mib), sized("b.jsonl", 32 * mib)]) == 2 * mib
+    assert auto_split_bytes([sized("big.jsonl", 100 * 64 * mib)]) == SPLIT_BYTES
+    assert auto_split_bytes([InputFile("gone.jsonl", tmp_path / "gone.jsonl")]) == MIN_SPLIT_BYTES
+
+    lines = b"".join(b'{"text": "%06d %s"}\n' % (i, b"x" * 200) for i in range(40_000))
+    data = tmp_path / "eight.jsonl"
+    data.write_bytes(lines)
+    files = [InputFile("eight.jsonl", data)]
+    splits = plan_splits(files)  # the default: chosen from the inputs
+    assert len(splits) == -(-len(lines) // MIN_SPLIT_BYTES) > 4
+    assert b"".join(data.read_bytes()[s.start : s.stop] for s in splits) == lines

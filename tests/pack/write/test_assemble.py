@@ -1,0 +1,122 @@
+"""Shard assembly by hand: the columns of planned rows, gathered from the spill."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+
+from packshard.format.shards import SHARD_SCHEMA, read_row
+from packshard.pack.plan.planner import plan_packs
+from packshard.pack.plan.rows import RowPlan, finalize_plan
+from packshard.pack.spill import Spill
+from packshard.pack.write.assemble import assemble_rows
+from packshard.records import IGNORE_INDEX as X
+from tests.helpers import make_spill
+
+LENGTHS = [2, 2, 2, 5, 6, 1, 1, 5, 1, 1]  # example i holds tokens 100*i, 100*i + 1, …
+
+
+def toy_spill() -> Spill:
+    return make_spill([[100 * i + k for k in range(n)] for i, n in enumerate(LENGTHS)])
+
+
+def block(
+    row_offsets: list[int],
+    seg_example: list[int],
+    seg_start: list[int],
+    seg_length: list[int],
+    example_id: list[int],
+) -> RowPlan:
+    """A plan of the given segments and example ids (parts and targets do not matter here)."""
+    plan = RowPlan.from_segments(
+        np.array(row_offsets, dtype=np.int64),
+        np.array(seg_example, dtype=np.int64),
+        np.array(seg_start, dtype=np.int64),
+        np.array(seg_length, dtype=np.int64),
+        16,
+        "bfd",
+    )
+    return replace(plan, example_id=np.array(example_id, dtype=np.int64))
+
+
+def assemble(segments: list[list[tuple[int, int, int]]], ids: list[list[int]]) -> pa.Table:
+    flat = [s for row in segments for s in row]
+    row_offsets = np.concatenate(([0], np.cumsum([len(r) for r in segments]))).tolist()
+    return assemble_rows(
+        toy_spill(),
+        block(
+            row_offsets,
+            [s[0] for s in flat],
+            [s[1] for s in flat],
+            [s[2] for s in flat],
+            [e for row in ids for e in row],
+        ),
+    )
+
+
+def test_assemble_rows_as_drawn_in_the_docstring():
+    # segments [ex7 0:5] [ex2 0:2] [ex9 0:1] | [ex4 0:6] [ex1 0:2], plus a wrapped part [ex3 2:5]
+    table = assemble(
+        [[(7, 0, 5), (2, 0, 2), (9, 0, 1)], [(4, 0, 6), (1, 0, 2)], [(3, 2, 3)]],
+        [[17, 12, 19], [14, 11], [13]],
+    )
+    assert table.schema == SHARD_SCHEMA
+    assert table.to_pydict() == {
+        "input_ids": [
+            [700, 701, 702, 703, 704, 200, 201, 900],
+            [400, 401, 402, 403, 404, 405, 100, 101],
+            [302, 303, 304],
+        ],
+        "labels": [
+            [X, 701, 702, 703, 704, X, 201, X],
+            [X, 401, 402, 403, 404, 405, X, 101],
+            [X, 303, 304],
+        ],
+        "position_ids": [[0, 1, 2, 3, 4, 0, 1, 0], [0, 1, 2, 3, 4, 5, 0, 1], [0, 1, 2]],
+        "cu_seqlens": [[0, 5, 7, 8], [0, 6, 8], [0, 3]],
+        "example_ids": [[17, 12, 19], [14, 11], [13]],
+        "num_tokens": [8, 8, 3],
+        "num_loss_tokens": [5, 6, 2],
+        "max_seqlen": [5, 6, 3],
+    }
+
+
+def test_assemble_rows_keeps_already_masked_labels():
+    spill = toy_spill()
+    spill.labels[spill.offsets[4] : spill.offsets[4] + 3] = X  # a prompt of 3 tokens
+    table = assemble_rows(spill, block([0, 2], [4, 0], [0, 0], [6, 2], [0, 1]))
+    row = read_row(table, 0)
+    assert row.labels.tolist() == [X, X, X, 403, 404, 405, X, 1]
+    assert table["num_loss_tokens"].to_pylist() == [4]
+
+
+def test_assemble_no_rows():
+    table = assemble_rows(toy_spill(), block([0], [], [], [], []))
+    assert table.num_rows == 0 and table.schema == SHARD_SCHEMA
+
+
+def test_assemble_a_slice_of_a_finalized_plan():
+    spill = toy_spill()
+    plan = finalize_plan(spill, plan_packs(spill.lengths, 8, "bfd"), np.arange(len(LENGTHS)))
+    whole = assemble_rows(spill, plan.rows(0, plan.num_rows))
+    assert whole.num_rows == plan.num_rows
+    assert whole["num_tokens"].to_pylist() == plan.row_tokens().tolist()
+    for lo, hi in ((0, 1), (1, plan.num_rows), (2, 2)):
+        assert (
+            assemble_rows(spill, plan.rows(lo, hi)).to_pydict()
+            == whole.slice(lo, hi - lo).to_pydict()
+        )
+    for r in range(plan.num_rows):
+        row = read_row(whole, r)
+        segs = slice(int(plan.row_offsets[r]), int(plan.row_offsets[r + 1]))
+        assert row.example_ids.tolist() == plan.example_id[segs].tolist()
+        assert np.diff(row.cu_seqlens).tolist() == plan.seg_length[segs].tolist()
+        # every token is the example's own (100 * example + k), segments start at 0
+        expected = [
+            100 * int(e) + k
+            for e, n in zip(plan.seg_example[segs], plan.seg_length[segs], strict=True)
+            for k in range(int(n))
+        ]
+        assert row.input_ids.tolist() == expected
