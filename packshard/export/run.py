@@ -1,6 +1,6 @@
 """``packshard export``: convert an output folder to another project's format, atomically.
 
-Targets (:data:`packshard.records.EXPORT_TARGETS`), each a module of this package:
+Targets (:data:`packshard.options.EXPORT_TARGETS`), each a module of this package:
 
     megatron    Megatron-Bridge / NeMo packed Parquet (input_ids, seq_start_id, shifted loss_mask)
     torchtune   torchtune packed samples (tokens, labels, input_pos, seq_lens) and their loader

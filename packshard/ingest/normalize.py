@@ -10,7 +10,7 @@ gives for a column a row does not use, counts as absent)::
     prompt + completion      prompt_completion  tools (message-list form)
     text                     text               -
 
-Roles end up in :data:`~packshard.records.ROLES`.  ``messages`` also accepts ``developer`` (as
+Roles end up in :data:`~packshard.options.ROLES`.  ``messages`` also accepts ``developer`` (as
 system) and ``function``/``ipython`` (as tool); ShareGPT maps ``human``/``user`` -> user,
 ``gpt``/``assistant``/``chatgpt``/``bard``/``model`` -> assistant, ``function_call`` -> assistant,
 ``observation``/``tool``/``function``/``ipython`` -> tool, and also reads ``role``/``content``
@@ -260,7 +260,7 @@ def normalize_record(
 ) -> Conversation:
     """Return the record as a :class:`Conversation`; raise :class:`RecordError` at its place.
 
-    ``fmt`` is ``"auto"`` (detect per record) or one of :data:`~packshard.records.FORMATS`.
+    ``fmt`` is ``"auto"`` (detect per record) or one of :data:`~packshard.options.FORMATS`.
     The domain is ``value[domain_field]`` when that is a non-empty string, else the file's.
     A record read with an error re-raises that error.
     """

@@ -51,7 +51,9 @@ class RawRecord:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat turn.  ``role`` is one of :data:`ROLES`; ``content`` is plain text (data).
+    """One chat turn: a ``role`` and its ``content`` (plain text, data).
+
+    ``role`` is one of :data:`~packshard.options.ROLES`.
 
     ``extra`` holds the turn's other fields as ``(key, value)`` pairs, in record order
     (``tool_calls``, ``tool_call_id``, ``name`` …); the template sees them beside ``role`` and
@@ -99,7 +101,8 @@ class Conversation:
 class Rendered:
     """One rendered example: its text and the character spans ``[lo, hi)`` to train on.
 
-    ``label_path`` is one of :data:`LABEL_PATHS`.  ``bos_chars`` > 0: the text starts with the
+    ``label_path`` is one of :data:`~packshard.options.LABEL_PATHS`.  ``bos_chars`` > 0: the text
+    starts with the
     tokenizer's BOS, put there for the tokenizer (plain records), so it becomes the BOS id and
     the rest is encoded as if alone — what ``add_special_tokens=True`` gives; a SentencePiece
     "first" prefix then lands on the text.  ``reasoning`` lists the rendered reasoning blocks

@@ -165,7 +165,7 @@ def profile_inputs(
     seed: int = 0,
     progress: bool = False,
 ) -> ProfileReport:
-    """Tokenize ``files`` through :func:`packshard.ingest.ingest` and profile the examples.
+    """Tokenize ``files`` through :func:`packshard.ingest.stream.ingest` and profile the examples.
 
     Only a few integers per example are kept (see the module docstring), never the tokens.
     ``batch_size`` is the training batch size the batching strategies assume, not

@@ -117,7 +117,10 @@ def measure_utilization(
 
 
 def check_profile_options(max_seq_len: int, batch_size: int, seed: int) -> None:
-    """Raise :class:`UsageError` for a ``profile`` option out of range (before any work)."""
+    """Refuse a ``profile`` option out of range, before any work.
+
+    Raises :class:`~packshard.errors.UsageError`.
+    """
     check_max_seq_len(max_seq_len)
     check_range("--batch-size", batch_size, 1, 1 << 24)
     check_range("--seed", seed, 0, MAX_SEED)

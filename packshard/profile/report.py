@@ -79,7 +79,10 @@ class DomainProfile:
         return self.over_max / self.examples if self.examples else 0.0
 
     def strategy(self, name: str) -> Utilization:
-        """Return the utilization of strategy ``name`` (one of :data:`STRATEGIES`)."""
+        """Return the utilization of strategy ``name``.
+
+        ``name`` is one of :data:`~packshard.profile.lengths.STRATEGIES`.
+        """
         return next(u for u in self.utilization if u.strategy == name)
 
 

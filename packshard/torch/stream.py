@@ -107,7 +107,7 @@ class PackedIterableDataset(IterableDataset[Row]):
             )
 
     def current_placement(self) -> Placement:
-        """Return how a pass starting now would be split (see :mod:`~.placement`)."""
+        """Return how a pass starting now would be split (see :mod:`packshard.torch.placement`)."""
         carried = self._carried if get_worker_info() is not None else None
         return resolve_placement(self.explicit, carried)
 

@@ -202,7 +202,10 @@ class RowResult:
 
 @dataclass(frozen=True, slots=True)
 class EquivalenceReport:
-    """Everything :func:`check_rows` measured; ``ok`` is true when ``issues`` is empty."""
+    """Everything the model check measured; ``ok`` is true when ``issues`` is empty.
+
+    Made by :func:`~packshard.verify.model.equivalence.check_rows`.
+    """
 
     rows: tuple[RowResult, ...]
     max_logit_delta: float

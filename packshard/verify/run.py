@@ -67,7 +67,10 @@ class VerifyOptions:
     ray_address: str | None = None
 
     def check(self) -> None:
-        """Raise :class:`UsageError` for an option out of range (before anything is read)."""
+        """Refuse an option out of range, before anything is read.
+
+        Raises :class:`~packshard.errors.UsageError`.
+        """
         if self.sample is not None:
             check_range("--sample", self.sample, 1, MAX_SEED)
         check_range("--model-rows", self.model_rows, 1, 1 << 20)

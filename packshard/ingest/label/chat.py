@@ -11,9 +11,10 @@ their characters are found::
                          <|im_start|>assistant\n<think>\n\n</think>\n\nSure.<|im_end|>\n
                                                 [---------------------------------)
 
-Then the reasoning block a trained turn starts with (:func:`~packshard.ingest.label.reasoning.
-find_block`) follows ``--reasoning`` (``mask``: cut out of the spans; ``train``: in them,
-even where a template's tags leave it out) and, when it is empty, ``--empty-reasoning``.  A
+Then the reasoning block a trained turn starts with
+(:func:`~packshard.ingest.label.reasoning.find_block`) follows ``--reasoning`` (``mask``: cut
+out of the spans; ``train``: in them, even where a template's tags leave it out) and, when it is
+empty, ``--empty-reasoning``.  A
 turn with reasoning that the template renders without it is counted
 (``Rendered.reasoning_dropped``) — unless it is the conversation's last message: a template
 that drops reasoning there cannot render it at all, and the record is rejected.

@@ -1,6 +1,6 @@
 r"""Render one normalized record and choose the characters to train on.
 
-Each example becomes a :class:`~packshard.records.Rendered`: the text plus the character
+Each example becomes a :class:`~packshard.ingest.types.Rendered`: the text plus the character
 spans to train on, found on one of three label paths::
 
     generation_tags  the template wraps assistant output in {% generation %} blocks; the
@@ -19,7 +19,7 @@ example per trained turn, the conversation up to and including it, that turn alo
 prompt/completion renders ``prompt + completion + EOS`` and trains ``completion + EOS``;
 text renders ``[BOS] + text + EOS`` (BOS when the tokenizer adds one; no EOS when the
 tokenizer has none).  Which turns are trained follows the loss policy, ``--loss auto``
-resolved per record format (:data:`packshard.records.AUTO_LOSS`), then the messages' own
+resolved per record format (:data:`packshard.options.AUTO_LOSS`), then the messages' own
 ``train``/``weight`` flags.
 """
 

@@ -13,8 +13,9 @@ in the text.  Found by search where every piece occurs exactly once, in order, w
 turn (:func:`_searched`: a plain content, or the cores of reasoning, answer and tool-call
 arguments); otherwise by a second render with stand-ins, the probe
 (:mod:`packshard.ingest.label.probe`); otherwise the contents are searched for as before and a
-tool-calling turn is placed by rendering prefixes (:func:`~packshard.ingest.label.locate.
-locate_turn`).  Reasoning found nowhere is reasoning the template dropped.
+tool-calling turn is placed by rendering prefixes
+(:func:`~packshard.ingest.label.locate.locate_turn`).  Reasoning found nowhere is reasoning the
+template dropped.
 
 **Span**: from the end of the last header before the first anchor (or the anchor, for a
 template without a header) to the end of the first end marker after the last anchor, as

@@ -18,7 +18,8 @@ Decompression and the growing JSON text buffer live in :mod:`packshard.ingest.re
 values (duplicate keys refused) in :mod:`packshard.ingest.read.jsonparse`, Parquet rows in
 :mod:`packshard.ingest.read.parquet`.
 
-Record-level problems never raise: the record carries a :class:`RecordError` (``invalid_json``,
+Record-level problems never raise: the record carries a :class:`~packshard.errors.RecordError`
+(``invalid_json``,
 ``invalid_utf8``, ``not_an_object``, ``duplicate_key``, ``too_large``, ``unreadable``).  A line,
 element or row over ``max_record_bytes`` is rejected unparsed (an oversized line is skipped,
 never held); an unusable array element is skipped and the next one read.  A broken array or

@@ -1,4 +1,4 @@
-r"""What each token id stands for in the original text: the tables :mod:`alignment` parses with.
+r"""What each token id stands for in the original text: the tables of the ids-only alignment.
 
 For the two tokenizer families nearly every chat model uses, each token id stands for a fixed
 byte string of the original text:
