@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_OUT ?= demo-out
 
-.PHONY: install demo test test-core test-latest repin lint bench clean
+.PHONY: install demo test test-core test-latest repin lint bench docs clean
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
@@ -37,6 +37,10 @@ test-latest:
 # rewrite the fixture pins deliberately (tests/fixtures/contract/pins.json)
 repin: install
 	$(PY) scripts/repin_fixtures.py
+
+# docs/cli.md from the commands (tests/cli/test_reference.py fails when it is stale)
+docs: install
+	$(PY) -m packshard.cli.reference docs/cli.md
 
 lint: install
 	$(VENV)/bin/ruff format --check packshard tests scripts

@@ -212,7 +212,7 @@ REJECT_CODES: dict[str, RejectCode] = {
         RejectCode("split_no_targets", DROPPED, "no part kept a trained token after splitting"),
     )
 }
-"""Every reject code packshard emits, in the order the README lists them."""
+"""Every reject code packshard emits, in the order docs/pack.md lists them."""
 
 
 def reject_kind(code: str) -> str:

@@ -6,7 +6,7 @@
 ``export --to``, and the label paths and roles records are labelled with.  Every stage
 validates its options against these with :func:`check_choice`.
 
-**Limits** ingest honours (:data:`LIMIT_DEFAULTS`, the README's "Limits and safety" table):
+**Limits** ingest honours (:data:`LIMIT_DEFAULTS`, docs/limits.md):
 
     max_record_bytes        a JSONL line, JSON array element or Parquet row (and any string a
                             template builds) at most; larger: a ``too_large`` reject

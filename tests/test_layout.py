@@ -213,7 +213,7 @@ def test_every_module_documents_itself() -> None:
 
 def test_the_readme_module_map_lists_every_module() -> None:
     readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    block = readme.split("## Development", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    block = readme.split("## Layout", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     listed: set[str] = set()
     folders: list[tuple[int, str]] = []  # (indent, "a/b/") of the open folders
     for line in block.splitlines()[1:]:

@@ -1,4 +1,4 @@
-"""Every reject code lives in one registry, with its kind, and the README lists exactly those."""
+"""Every reject code lives in one registry, with its kind, and docs/pack.md lists exactly those."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_every_code_has_a_kind_and_a_meaning() -> None:
 def test_the_readme_table_is_the_registry() -> None:
     rows = [f"| `{c.name}` | {c.kind} | {c.meaning} |" for c in REJECT_CODES.values()]
     table = "\n".join(["| code | kind | meaning |", "| --- | --- | --- |", *rows])
-    assert table in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert table in (ROOT / "docs" / "pack.md").read_text(encoding="utf-8")
 
 
 def test_every_registered_code_is_emitted_and_every_emitted_code_registered() -> None:

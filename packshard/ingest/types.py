@@ -160,7 +160,7 @@ class TokenizedBatch:
 class IngestOptions:
     """How records are read, labelled and batched (the ``--format``/``--loss``… flags).
 
-    The limits (:data:`LIMIT_DEFAULTS`) bound what one record may cost (README: Limits).
+    The limits (:data:`LIMIT_DEFAULTS`) bound what one record may cost (docs/limits.md).
     """
 
     format: str = "auto"

@@ -2,7 +2,7 @@ r"""Where each token lies in its text, from the token ids alone (no tokenizer of
 
 Labels need to know which tokens overlap the trained character spans.  ``encode_batch``
 answers with offsets, but computing them is a large share of tokenization time, which
-``encode_batch_fast`` skips (the README gives the figures).  For the two tokenizer families
+``encode_batch_fast`` skips (docs/performance.md gives the figures).  For the two tokenizer families
 nearly every chat model uses, each token id stands for a fixed byte string of the original
 text, so the byte range of every token follows from the ids:
 

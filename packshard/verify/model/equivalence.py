@@ -29,7 +29,7 @@ Checks, for each row (all in float32 unless the caller passes another model):
 Tolerance: ``atol = 1e-4`` on logits and loss.  The forwards run the same float32 kernels on
 the same tokens; they differ only in matrix shapes and masked-out terms, whose softmax weight
 is exactly 0, so the packed-vs-alone noise sits decades below ``atol`` and the naive leak
-decades above it (the README gives the measured figures).  A random model's loss stays near
+decades above it (docs/verify.md gives the measured figures).  A random model's loss stays near
 ln(vocab) either way, so the logit leak, not the loss gap, is the control's signal.
 
 Rotary attention depends only on position differences, so a segment whose stored positions
