@@ -40,8 +40,9 @@ AUTO_LOSS = {
 }
 """What ``--loss auto`` means for each record format (recorded in the manifest)."""
 ON_ERROR = ("skip", "fail")
-STRATEGIES = ("bfd", "ffd", "wrapped")
-"""``--strategy``: best-fit decreasing, first-fit decreasing, or a stream cut into rows."""
+STRATEGIES = ("bfd", "ffd", "sequential", "wrapped")
+"""``--strategy``: best-fit or first-fit decreasing, next-fit in input order, or a stream cut
+into rows."""
 OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
 COMPRESSIONS = ("zstd", "snappy", "none")
 EXPORT_TARGETS = ("megatron", "torchtune", "mds", "unpacked")

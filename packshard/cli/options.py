@@ -225,7 +225,8 @@ PACK = group(
         default="bfd",
         show_default=True,
         type=click.Choice(STRATEGIES),
-        help="Packing algorithm.",
+        help="bfd/ffd: best/first-fit decreasing; sequential: next-fit in input order, rows not "
+        "shuffled (curricula, ordered data); wrapped: a token stream cut into full rows.",
     ),
     click.option(
         "--overlong",

@@ -45,6 +45,11 @@ def render_pack_summary(result: Any) -> Group:
         ("rows", stats["rows"]),
         ("lower bound rows", stats["lower_bound_rows"]),
         ("fill rate", f"{100 * stats['fill_rate']:.2f}%"),
+        *(
+            [("fill rate with bfd", f"{100 * stats['bfd_fill_rate']:.2f}% (order not kept)")]
+            if "bfd_fill_rate" in stats
+            else []
+        ),
         ("shards", len(result.manifest["shards"])),
         ("time", f"{result.seconds:.2f} s"),
         ("tokens/s", f"{stats['tokens'] / max(result.seconds, 1e-9):,.0f}"),

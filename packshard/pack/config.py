@@ -124,6 +124,11 @@ def check_config(config: PackConfig) -> list[str]:
             "--turns expand builds one example per turn; --strategy wrapped would cut them "
             "into a stream (use --strategy bfd|ffd)"
         )
+    if config.strategy == "sequential" and config.group_by_domain:
+        raise UsageError(
+            "--strategy sequential keeps the input order; --group-by-domain would regroup the "
+            "rows by domain (drop one of them)"
+        )
     if config.strategy == "wrapped" and config.overlong not in ("drop", "split"):
         warnings.append(
             f"--strategy wrapped splits every example at row ends; --overlong {config.overlong} "

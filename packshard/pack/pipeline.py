@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from packshard.arrays import fill_rate
 from packshard.digests import sha256_path
 from packshard.engine import Engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
@@ -200,7 +201,11 @@ def _pack_into(
             {"path": f.path, "resolved": str(f.real), "sha256": sha, "records": n}
             for f, sha, n in zip(files, input_hashes, per_input, strict=True)
         ],
-        stats={**pack_stats(spill, plan, tally, ordering), "reasoning_dropped": reasoning_dropped},
+        stats={
+            **pack_stats(spill, plan, tally, ordering),
+            **_beside_bfd(spill, plan, config),
+            "reasoning_dropped": reasoning_dropped,
+        },
         files={
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
@@ -265,8 +270,21 @@ def _plan(spill: Spill, config: PackConfig) -> RowPlan:
     return RowPlan.concatenate(plans)
 
 
+def _beside_bfd(spill: Spill, plan: RowPlan, config: PackConfig) -> dict[str, Any]:
+    """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples."""
+    if config.strategy != "sequential":
+        return {}
+    rows = plan_packs(spill.lengths, config.max_seq_len, "bfd").num_rows
+    return {
+        "bfd_rows": rows,
+        "bfd_fill_rate": round(fill_rate(plan.num_tokens, rows, plan.max_seq_len), 6),
+    }
+
+
 def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:
     """Shuffle rows with the seed; with ``group:N`` only within each group's rows."""
+    if config.strategy == "sequential":  # rows keep the input order too
+        return np.arange(plan.num_rows)
     rng = np.random.default_rng(config.seed)
     group = config.plan_group()
     if group is None or plan.num_rows == 0:

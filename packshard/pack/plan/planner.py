@@ -1,4 +1,4 @@
-"""Plan packed rows from example lengths alone: best-fit or first-fit decreasing, or wrapped.
+"""Plan packed rows from example lengths alone: best/first-fit decreasing, sequential, wrapped.
 
 The planner never sees tokens. It takes the lengths array (one entry per example, after the
 overlong policy) and returns a :class:`~packshard.pack.plan.rows.RowPlan`: for every row, its
@@ -43,6 +43,15 @@ slots: the plan does not depend on the number of threads.
 so "the leftmost leaf ≥ l" is either an open row or the next new one): O(n log rows); its
 steps 1, 3 and 4 are those of ``bfd``.  Any-fit packers leave at most one row half empty,
 so rows ≤ 2·⌈Σlen / L⌉ + 1 bounds every array up front.
+
+``sequential`` keeps input order: next-fit, each example appended to the open row while it fits,
+else a new row is opened.  Read row after row, the examples come in input order, for curricula
+and ordered data.  It needs no look-ahead: with the order fixed, the only choice is where to cut,
+and cutting as late as possible gives the fewest rows (after k rows, greedy has placed at least
+as many examples as any cut that keeps the order), so a window would change nothing::
+
+    lengths  300 500 3600 200 100 ...        L = 4096
+    rows     [300 500 ····]  [3600 200 100 ···] ...   fill = Σlen / (rows · L)
 
 ``plan_packs_reference`` is the obviously-correct quadratic twin that the tests hold the
 kernels to, plan for plan.
@@ -306,7 +315,9 @@ def _cut_wrapped(  # pragma: no cover - compiled
 
 def _check_arguments(lengths: np.ndarray, max_seq_len: int, strategy: str) -> np.ndarray:
     if strategy not in STRATEGIES:
-        raise UsageError(f"unknown packing strategy {strategy!r} (use --strategy bfd|ffd|wrapped)")
+        raise UsageError(
+            f"unknown packing strategy {strategy!r} (use --strategy {'|'.join(STRATEGIES)})"
+        )
     if int(max_seq_len) < 1:
         raise UsageError(f"max_seq_len is {max_seq_len}, it must be ≥ 1 (use --max-seq-len N)")
     lengths = np.asarray(lengths)
@@ -331,7 +342,8 @@ def plan_packs(lengths: np.ndarray, max_seq_len: int, strategy: str = "bfd") -> 
         lengths: one length per example (int32 or int64), each in 1..max_seq_len for ``bfd``
             and ``ffd``; any positive length for ``wrapped``.
         max_seq_len: the capacity of a row in tokens.
-        strategy: ``bfd`` (best-fit decreasing), ``ffd`` (first-fit decreasing) or ``wrapped``.
+        strategy: ``bfd`` (best-fit decreasing), ``ffd`` (first-fit decreasing),
+            ``sequential`` (next-fit in input order) or ``wrapped``.
 
     Raises:
         UsageError: on an unknown strategy, a non-positive ``max_seq_len`` or a length that
@@ -364,6 +376,8 @@ def plan_packs(lengths: np.ndarray, max_seq_len: int, strategy: str = "bfd") -> 
         total = sum(int(t) for t, _ in counted)
         if not capped:
             return _plan_wrapped(lengths, big, total)
+        if strategy == "sequential":
+            return _plan_sequential(lengths, big)
         return _plan_decreasing(pool, lengths, cuts, hists, total, big, strategy)
 
 
@@ -375,6 +389,31 @@ def _plan_wrapped(lengths: np.ndarray, big: int, total: int) -> RowPlan:
     seg_length = np.empty(segments, np.int32)
     _cut_wrapped(lengths, big, row_offsets, seg_example, seg_start, seg_length)
     return RowPlan.from_segments(row_offsets, seg_example, seg_start, seg_length, big, "wrapped")
+
+
+@njit(cache=True, nogil=True)
+def _next_fit(lengths: np.ndarray, big: int, row_first: np.ndarray) -> int:  # pragma: no cover
+    """Write the first example of every row into ``row_first``; return the number of rows."""
+    rows, room = 0, 0
+    for i in range(lengths.shape[0]):
+        if lengths[i] > room:
+            row_first[rows] = i
+            rows += 1
+            room = big
+        room -= lengths[i]
+    return rows
+
+
+def _plan_sequential(lengths: np.ndarray, big: int) -> RowPlan:
+    n = len(lengths)
+    row_first = np.empty(n, np.int64)
+    rows = _next_fit(lengths, big, row_first)
+    row_offsets = np.append(row_first[:rows], n).astype(np.int64)
+    seg_example = np.arange(n, dtype=np.int64)
+    seg_start = np.zeros(n, np.int64)
+    return RowPlan.from_segments(
+        row_offsets, seg_example, seg_start, lengths.astype(np.int32), big, "sequential"
+    )
 
 
 def _plan_decreasing(
@@ -432,7 +471,8 @@ def plan_packs_reference(
     ``bfd``: take examples by decreasing length, then by index; put each into the open row
     with the least room that still fits it, preferring among equals the row whose room
     changed last; open a new row when none fits.  ``ffd``: the first row (in opening order)
-    that fits.  ``wrapped``: cut the concatenated stream every ``max_seq_len`` tokens.
+    that fits.  ``sequential``: in input order, the last row if it fits, else a new one.
+    ``wrapped``: cut the concatenated stream every ``max_seq_len`` tokens.
     """
     values = [int(v) for v in _check_arguments(np.asarray(lengths), max_seq_len, strategy)]
     big = int(max_seq_len)
@@ -450,6 +490,14 @@ def plan_packs_reference(
                 take = min(v - done, room)
                 segments[-1].append((i, done, take))
                 done, room = done + take, room - take
+    elif strategy == "sequential":
+        room = 0
+        for i, v in enumerate(values):
+            if v > room:
+                segments.append([])
+                room = big
+            segments[-1].append((i, 0, v))
+            room -= v
     else:
         rooms: list[int] = []
         changed: list[int] = []  # when each row's room last changed

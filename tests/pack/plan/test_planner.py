@@ -68,6 +68,7 @@ def check_invariants(plan: RowPlan, lengths: np.ndarray, max_seq_len: int) -> No
         assert np.array_equal(np.sort(plan.seg_example), np.arange(len(lengths)))
         assert np.all(plan.seg_start == 0)
         assert np.array_equal(plan.seg_length, lengths[plan.seg_example])
+    if plan.strategy in ("bfd", "ffd"):
         # Within a row, placement order: longest first, then by example index.
         row = plan.segment_rows()
         key = np.lexsort((plan.seg_example, -plan.seg_length.astype(np.int64), row))
@@ -294,3 +295,39 @@ def test_threaded_passes_give_the_same_plan_as_one_thread(monkeypatch, strategy)
     for name in ("row_offsets", "seg_example", "seg_start", "seg_length"):
         assert np.array_equal(getattr(single, name), getattr(threaded, name)), name
         assert np.array_equal(getattr(threaded, name), getattr(reference, name)), name
+
+
+# -- sequential: next-fit in input order -------------------------------------------------------
+
+
+def test_sequential_small_pack_by_hand():
+    plan = plan_packs(np.array([3, 4, 2, 5, 1, 6]), 8, "sequential")
+    assert rows_of(plan) == [[(0, 0, 3), (1, 0, 4)], [(2, 0, 2), (3, 0, 5), (4, 0, 1)], [(5, 0, 6)]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=problems())
+def test_sequential_keeps_input_order_and_matches_reference(problem):
+    lengths, max_seq_len = problem
+    plan = plan_packs(lengths, max_seq_len, "sequential")
+    check_invariants(plan, lengths, max_seq_len)
+    assert np.array_equal(plan.seg_example, np.arange(len(lengths)))  # read in order: input order
+    assert_same(plan, plan_packs_reference(lengths, max_seq_len, "sequential"))
+    # Next-fit is optimal among cuts that keep the order: no row could take the next example.
+    tokens = plan.row_tokens()
+    firsts = plan.seg_example[plan.row_offsets[1:-1]]
+    assert np.all(tokens[:-1] + lengths[firsts] > max_seq_len)
+
+
+def test_sequential_row_count_is_the_fewest_that_keep_the_order():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 40, size=60)
+    plan = plan_packs(lengths, 50, "sequential")
+    # dynamic programme over every order-keeping cut: fewest rows for the first i examples
+    best = [0] + [10**9] * len(lengths)
+    for i in range(1, len(lengths) + 1):
+        for j in range(i - 1, -1, -1):
+            if lengths[j:i].sum() > 50:
+                break
+            best[i] = min(best[i], best[j] + 1)
+    assert plan.num_rows == best[-1]
