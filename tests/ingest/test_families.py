@@ -40,7 +40,6 @@ from packshard.errors import RecordError
 from packshard.format.shards import read_row
 from packshard.ingest.chunks import ingest
 from packshard.ingest.labels import encode_rendered
-from packshard.ingest.locate import locate_contents
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.sources import expand_inputs
 from packshard.ingest.spans import render_example
@@ -57,6 +56,7 @@ from tests.helpers import (
     HIGH_IDS,
     TOOL_CHAT,
     WEATHER_TOOL,
+    content_places,
     msg,
 )
 
@@ -125,7 +125,7 @@ def test_ids_and_labels_match_transformers(folders: dict[str, Path], name: str) 
             else:
                 assert what in got and got.startswith(("{", "<tool_call>")), where
         tools = list(conv.tools) if conv.tools else None
-        places = locate_contents(template, rendered.text, messages, tools,
+        places = content_places(template, rendered.text, messages, tools,
                                  bundle.special_tokens_map)  # fmt: skip
         enc = bundle.tokenizer.encode(rendered.text, add_special_tokens=False)
         offs = np.asarray(enc.offsets).reshape(-1, 2)

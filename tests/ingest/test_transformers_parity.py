@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from packshard.ingest.labels import encode_rendered
-from packshard.ingest.locate import locate_contents
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.sources import expand_inputs, read_records
 from packshard.ingest.spans import render_example, render_examples
@@ -31,7 +30,7 @@ from packshard.records import (
     RawRecord,
     SourceRef,
 )
-from tests.helpers import REASONING_CHAT
+from tests.helpers import REASONING_CHAT, content_places
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.shared_data, pytest.mark.torch]
@@ -105,7 +104,7 @@ def _check(name, template_spec, convs, tokenizers_) -> int:
         enc = bundle.tokenizer.encode(rendered.text, add_special_tokens=False)
         offs = np.asarray(enc.offsets).reshape(-1, 2)
         trained = labels != IGNORE_INDEX
-        places = locate_contents(template, rendered.text, messages, tools,
+        places = content_places(template, rendered.text, messages, tools,
                                  bundle.special_tokens_map)  # fmt: skip
         for i, m in enumerate(messages):
             if m["role"] != "assistant" and i in places and m["content"].strip():
