@@ -38,7 +38,6 @@ import pytest
 
 from packshard.errors import RecordError
 from packshard.format.shards import read_row
-from packshard.ingest.label.locate import locate_contents
 from packshard.ingest.label.spans import render_example
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.read.sources import expand_inputs
@@ -58,6 +57,7 @@ from tests.helpers import (
     HIGH_IDS,
     TOOL_CHAT,
     WEATHER_TOOL,
+    content_places,
     msg,
 )
 
@@ -126,7 +126,7 @@ def test_ids_and_labels_match_transformers(folders: dict[str, Path], name: str) 
             else:
                 assert what in got and got.startswith(("{", "<tool_call>")), where
         tools = list(conv.tools) if conv.tools else None
-        places = locate_contents(template, rendered.text, messages, tools,
+        places = content_places(template, rendered.text, messages, tools,
                                  bundle.special_tokens_map)  # fmt: skip
         enc = bundle.tokenizer.encode(rendered.text, add_special_tokens=False)
         offs = np.asarray(enc.offsets).reshape(-1, 2)

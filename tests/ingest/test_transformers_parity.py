@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packshard.ingest.label.locate import locate_contents
 from packshard.ingest.label.spans import render_example, render_examples
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.read.sources import expand_inputs, read_records
@@ -25,7 +24,7 @@ from packshard.ingest.tokens.labels import encode_rendered
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import Conversation, IngestOptions, Message, RawRecord
 from packshard.records import IGNORE_INDEX, SourceRef
-from tests.helpers import REASONING_CHAT
+from tests.helpers import REASONING_CHAT, content_places
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.shared_data, pytest.mark.torch]
@@ -99,7 +98,7 @@ def _check(name, template_spec, convs, tokenizers_) -> int:
         enc = bundle.tokenizer.encode(rendered.text, add_special_tokens=False)
         offs = np.asarray(enc.offsets).reshape(-1, 2)
         trained = labels != IGNORE_INDEX
-        places = locate_contents(template, rendered.text, messages, tools,
+        places = content_places(template, rendered.text, messages, tools,
                                  bundle.special_tokens_map)  # fmt: skip
         for i, m in enumerate(messages):
             if m["role"] != "assistant" and i in places and m["content"].strip():

@@ -1,4 +1,7 @@
-r"""What a template renders around every turn: the assistant header and the end markers.
+r"""The conversation being labelled, and what its template renders around every turn.
+
+:class:`Chat` is one rendered conversation with its record's choices.  Around every turn:
+the assistant header and the end markers.
 
 **Header**: what ``add_generation_prompt`` adds after a user turn — what the model is
 prompted with at inference, so never trained — cut before a reasoning marker it may hold.
@@ -21,9 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from packshard.errors import TemplateError
-from packshard.ingest.label.reasoning import Markers
+from packshard.ingest.label.reasoning import Markers, reasoning_field, splits_inline
 from packshard.ingest.template.render import ChatTemplate, render_chat
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
+from packshard.ingest.types import IngestOptions
+from packshard.records import SourceRef
 
 _PROBE_USER = "\ue010\ue011"
 
@@ -36,6 +41,47 @@ class Frame:
     closers: re.Pattern[str]
     final: re.Pattern[str]  # the EOS that ends the text, with whitespace around it
     opening: str = ""  # the reasoning marker a turn without a header may start with
+
+
+@dataclass(frozen=True)
+class Chat:
+    """One rendered conversation to label, and what its record asks for."""
+
+    ref: SourceRef
+    template: ChatTemplate
+    bundle: TokenizerBundle
+    text: str
+    blocks: list[tuple[int, int]]  # the {% generation %} blocks of the render
+    messages: list[dict[str, Any]]
+    tools: list[Any] | None
+    options: IngestOptions
+    has_reasoning: list[bool]  # per message: holds reasoning the template is given
+    everything: bool = False  # --loss all
+
+    @property
+    def markers(self) -> Markers:
+        """The opening and closing reasoning markers."""
+        return self.options.reasoning_markers
+
+    @property
+    def reasoning(self) -> bool:
+        """Whether any message holds reasoning the template is given."""
+        return True in self.has_reasoning[: len(self.messages)]
+
+    @property
+    def field(self) -> str | None:
+        """The message field the template reads reasoning from (when there is reasoning)."""
+        return reasoning_field(self.template) if self.reasoning else None
+
+    @property
+    def closing_only(self) -> bool:
+        """Whether the template splits content on the closing marker itself."""
+        return splits_inline(self.template, self.markers) if self.reasoning else False
+
+    @property
+    def frame(self) -> Frame:
+        """The template's header and end markers (cached)."""
+        return template_frame(self.template, self.bundle, self.markers)
 
 
 _FRAMES: dict[tuple[Any, ...], Frame] = {}

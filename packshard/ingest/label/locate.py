@@ -1,80 +1,30 @@
-r"""Where each message sits in a rendered conversation, for templates without generation tags.
+r"""Tier 4, the prefix difference: a turn is what rendering it adds to the conversation before.
 
-The trained characters of an assistant turn start where its content starts.  A content that
-occurs exactly once in the text is found by search.  Otherwise the conversation is rendered
-once more with every content replaced by a stand-in (``\ue000<i>\ue001``): the template text
-around the stand-ins is the same as around the real contents, so each stand-in's place, shifted
-by the length differences before it, is the content's place (:func:`locate_contents`).  A
-tool-calling turn, whose content is not all the model writes, is placed as a whole: what
-rendering ``messages[:i + 1]`` adds to rendering ``messages[:i]`` (:func:`locate_turn`).
+The last tier, for the turns the search and the probe could not place (a template that
+rewrites what the stand-ins stand for, a content found twice).  Two renders per turn: the
+conversation before it, with the generation prompt for an assistant turn, and the
+conversation through it.  The first must be a prefix of the text (less the EOS a template
+ends a conversation with); the turn starts where it ends, after the generation prompt, and
+runs to where the second parts from the text, never inside a special token::
+
+    before     <|user|>\nWeather?<|end|>\n<|assistant|>\n
+    through    <|user|>\nWeather?<|end|>\n<|assistant|>\n{"city": "Paris"}<|end|>\n<|endoftext|>
+    text       <|user|>\nWeather?<|end|>\n<|assistant|>\n{"city": "Paris"}<|end|>\n<|user|>\n…
+    turn                                                 [-----------------------)
+
+It ends through the first end marker of the special tokens and whitespace it ends with;
+one that ends in none must be all of the second render.  A message with no header before it
+(another role, a template that ignores the generation prompt) starts at its content, which
+must be in the turn; one with neither is left unplaced.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from packshard.errors import TemplateError
-from packshard.ingest.template.render import ChatTemplate, render_chat
-
-
-def search_contents(text: str, messages: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
-    """Find each message's content in ``text`` by search, in order: ``{index: (lo, hi)}``.
-
-    The fallback of :func:`locate_contents`.  A message not found (a template may drop roles
-    it does not know) is left out and does not move the cursor; stripped content is tried
-    when the exact content is missing.
-    """
-    found: dict[int, tuple[int, int]] = {}
-    pos = 0
-    for i, message in enumerate(messages):
-        content = message["content"]
-        for needle in (content, content.strip()):
-            if needle and (lo := text.find(needle, pos)) >= 0:
-                found[i] = (lo, lo + len(needle))
-                pos = lo + len(needle)
-                break
-    return found
-
-
-_STAND_IN = re.compile("\ue000([0-9]+)\ue001")
-
-
-def locate_contents(
-    template: ChatTemplate,
-    text: str,
-    messages: list[dict[str, Any]],
-    tools: list[Any] | None,
-    variables: dict[str, Any],
-) -> dict[int, tuple[int, int]]:
-    """Find where each message's content sits in ``text``: ``{index: (lo, hi)}``.
-
-    The conversation is rendered once more with every content replaced by a stand-in
-    (``\ue000<i>\ue001``).  The template text around the stand-ins is the same as around the
-    real contents, so each stand-in's place, shifted by the length differences before it,
-    is the content's place — even for an empty content, or one that also occurs in a role
-    header (``a`` in ``assistant``).  When the template rewrites content, renders it twice
-    or fails on the stand-ins, the contents are searched for instead.
-    """
-    probe = [
-        m if calls_tools(m) and not m["content"] else {**m, "content": f"\ue000{i}\ue001"}
-        for i, m in enumerate(messages)
-    ]
-    try:
-        probe_text, _ = render_chat(template, probe, tools, variables)
-    except TemplateError:
-        return search_contents(text, messages)
-    found: dict[int, tuple[int, int]] = {}
-    shift = 0
-    for match in _STAND_IN.finditer(probe_text):
-        i = int(match.group(1))
-        content = messages[i]["content"] if i < len(messages) else None
-        lo = match.start() + shift
-        if content is None or i in found or text[lo : lo + len(content)] != content:
-            return search_contents(text, messages)
-        found[i] = (lo, lo + len(content))
-        shift += len(content) - len(match.group())
-    return found
+from packshard.ingest.label.frame import Chat
+from packshard.ingest.template.render import render_chat
 
 
 def calls_tools(message: dict[str, Any]) -> bool:
@@ -82,45 +32,66 @@ def calls_tools(message: dict[str, Any]) -> bool:
     return bool(message.get("tool_calls"))
 
 
-def locate_turn(
-    template: ChatTemplate,
-    text: str,
-    messages: list[dict[str, Any]],
-    i: int,
-    tools: list[Any] | None,
-    variables: dict[str, Any],
-) -> tuple[int, int] | None:
-    r"""Place all that message ``i`` renders after its role header: ``(lo, hi)``, or ``None``.
-
-        For a turn whose content is not all the model writes (tool calls, rendered from message
-        fields, often with no content at all).  The turn is what rendering ``messages[:i + 1]``
-        adds to rendering ``messages[:i]``, both prefixes of ``text``; trailing whitespace is left
-        out, the closing marker kept.  Its header ends where a plain assistant message in its
-        place would start its content (a stand-in says where), or earlier where the two renders
-        part::
-
-            before   <|im_start|>user
-    Weather?<|im_end|>
-
-            turn     <|im_start|>assistant
-    <tool_call>{...}</tool_call><|im_end|>
-
-                                              [--------------------------------)
-    """
+def prefix_turn(chat: Chat, i: int) -> tuple[int, int, int] | None:
+    """Place message ``i`` by prefix renders: ``(head, lo, hi)`` as in a turn, or ``None``."""
+    message, frame, text = chat.messages[i], chat.frame, chat.text
+    header = frame.header if message["role"] == "assistant" else ""
+    variables = chat.bundle.special_tokens_map
     try:
-        before, _ = render_chat(template, messages[:i], tools, variables)
-        upto, _ = render_chat(template, messages[: i + 1], tools, variables)
-        plain = [*messages[:i], {"role": messages[i]["role"], "content": "\ue000\ue001"}]
-        probe, _ = render_chat(template, plain, tools, variables)
+        before, _ = render_chat(
+            chat.template, chat.messages[:i], chat.tools, variables, bool(header)
+        )
+        through, _ = render_chat(chat.template, chat.messages[: i + 1], chat.tools, variables)
     except TemplateError:
         return None
-    if not (upto.startswith(before) and text.startswith(upto)):
+    if not text.startswith(before) and (eos := frame.final.search(before)) is not None:
+        before = before[: eos.start()]
+    if not text.startswith(before):
         return None
-    head = probe.find("\ue000\ue001", len(before))
-    if head < 0:
-        return None
-    parted = len(before)
-    while parted < min(head, len(upto)) and probe[parted] == upto[parted]:
-        parted += 1
-    lo, hi = parted, len(upto.rstrip())
-    return (lo, hi) if hi > lo else None
+    start, end = len(before), _parting(chat, through)
+    body, hi = _body_end(chat, start, end)
+    if hi is None and end < len(through):
+        return None  # the turn ends in no end marker and is not all of ``through``
+    hi = body if hi is None else hi
+    content = message["content"] if isinstance(message["content"], str) else ""
+    needle = content.rsplit(chat.markers[1], 1)[-1].strip()
+    if header:
+        lo = start
+        head = lo - len(header) if text.startswith(header, lo - len(header)) else lo
+    elif needle:
+        head = lo = text.rfind(needle, start, body)
+    else:
+        head = lo = -1 if calls_tools(message) else body
+    if lo < 0 or hi <= lo or (needle and needle not in text[lo:hi]):
+        return None  # no header and no content to start at, or the template rewrites it
+    return head, lo, hi
+
+
+def _parting(chat: Chat, through: str) -> int:
+    """Where ``through`` parts from the text, moved back out of any special token."""
+    text, end = chat.text, 0
+    most = min(len(through), len(text))
+    while end < most and through[end] == text[end]:
+        end += 1
+    for s in (*chat.bundle.special_tokens, chat.bundle.eos_token or ""):
+        if s and (at := text.find(s, max(0, end - len(s) + 1))) >= 0 and at < end < at + len(s):
+            end = at
+    return end
+
+
+def _body_end(chat: Chat, start: int, end: int) -> tuple[int, int | None]:
+    """Return where the turn's trailing end markers start, and where the first of them ends.
+
+    The turn ``text[start:end]`` may end in end markers and whitespace (``<|end|>\n`` and a
+    final ``<|endoftext|>``): the turn runs through the first of them (``None``: there is none).
+    """
+    text, closers = chat.text, chat.frame.closers
+    body, first = end, None
+    while True:
+        body = start + len(text[start:body].rstrip())
+        for k in range(body - 1, max(start, body - 64) - 1, -1):
+            if (m := closers.match(text, k, body)) is not None and m.end() == body:
+                body, first = k, body
+                break
+        else:
+            return body, first

@@ -1,4 +1,4 @@
-r"""The probe render: where each piece of an assistant message lands, by a second render.
+r"""Tier 3, the probe render: where each piece of an assistant message lands, by a second render.
 
 The conversation is rendered once more with the *core* of every assistant piece (its text
 without the surrounding whitespace: reasoning, answer, tool-call names) replaced by a
@@ -21,10 +21,10 @@ import re
 from typing import Any
 
 from packshard.errors import TemplateError
+from packshard.ingest.label.frame import Chat
 from packshard.ingest.label.locate import calls_tools
 from packshard.ingest.label.reasoning import Markers, split_inline
-from packshard.ingest.template.render import ChatTemplate, render_chat
-from packshard.ingest.tokens.tokenizer import TokenizerBundle
+from packshard.ingest.template.render import render_chat
 
 Anchors = dict[int, list[tuple[int, int, str]]]  # message: (lo, hi, kind r|c|n), in order
 
@@ -68,17 +68,9 @@ class _Probe:
         return m
 
 
-def probe_anchors(
-    template: ChatTemplate,
-    text: str,
-    messages: list[dict[str, Any]],
-    tools: list[Any] | None,
-    bundle: TokenizerBundle,
-    markers: Markers,
-    closing_only: bool,
-    field: str | None,
-) -> Anchors | None:
+def probe_anchors(chat: Chat) -> Anchors | None:
     """Return the anchors of a probe render (see the module notes); ``None`` if none agrees."""
+    text, markers, closing_only, field = chat.text, chat.markers, chat.closing_only, chat.field
     free = [c for c in "\ue000\ue001\ue002\ue003\ue004\ue005" if c not in text]
     if len(free) < 2:
         return None
@@ -86,10 +78,11 @@ def probe_anchors(
         probe = _Probe(free[0], free[1], empty_too)
         shown = [
             probe.message(m, i, markers, closing_only, field) if m["role"] == "assistant" else m
-            for i, m in enumerate(messages)
+            for i, m in enumerate(chat.messages)
         ]
         try:
-            rendered, _ = render_chat(template, shown, tools, bundle.special_tokens_map)
+            variables = chat.bundle.special_tokens_map
+            rendered, _ = render_chat(chat.template, shown, chat.tools, variables)
         except TemplateError:
             continue
         found = _put_back(rendered, text, probe.pieces, free[0], free[1])

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from packshard.errors import RecordError, TemplateError
 from packshard.ingest.label.chat import label_chat
+from packshard.ingest.label.frame import Chat
 from packshard.ingest.label.reasoning import template_messages
 from packshard.ingest.template.render import ChatTemplate, render_chat
 from packshard.ingest.template.sandbox import TemplateSecurityError
@@ -184,8 +185,10 @@ def _render_examples(
             raise
         except TemplateError as exc:
             raise reject("template_error", str(exc)) from exc
-        labelled = label_chat(
-            conv.ref, template, bundle, rendered, msgs, chosen, tools, options, has, loss == "all"
+        text, blocks = rendered
+        chat = Chat(
+            conv.ref, template, bundle, text, blocks, msgs, tools, options, has, loss == "all"
         )
+        labelled = label_chat(chat, chosen)
         out.append(replace(labelled, turn=turn) if turn else labelled)
     return tuple(out)

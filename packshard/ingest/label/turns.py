@@ -1,4 +1,4 @@
-r"""Where each trained turn sits in a rendered conversation.
+r"""Where each trained turn sits in a rendered conversation: tiers 2–4 of the labelling.
 
 A trained turn is everything the template renders for a message after its header, through
 the end marker that closes it: reasoning block, content, tool-call markup, end marker::
@@ -6,20 +6,23 @@ the end marker that closes it: reasoning block, content, tool-call markup, end m
     <|im_start|>assistant\n<think>\nAdd.\n</think>\n\nIt is 4.<|im_end|>\n
     [header  (frame)      ][------------- the turn -----------------)
 
-The header and the end markers come from :mod:`packshard.ingest.label.frame`.
+The header and the end markers come from :mod:`packshard.ingest.label.frame`.  The turns are
+placed by the first tier that can (tier 1, ``{% generation %}`` tags, is in
+:mod:`packshard.ingest.label.chat`):
 
-**Anchors**: the places of a message's own pieces (reasoning, content, tool-call arguments)
-in the text.  Found by search where every piece occurs exactly once, in order, within one
-turn (:func:`_searched`: a plain content, or the cores of reasoning, answer and tool-call
-arguments); otherwise by a second render with stand-ins, the probe
-(:mod:`packshard.ingest.label.probe`); otherwise the contents are searched for as before and a
-tool-calling turn is placed by rendering prefixes
-(:func:`~packshard.ingest.label.locate.locate_turn`).  Reasoning found nowhere is reasoning the
-template dropped.
+2. **search** (:func:`search_anchors`): every piece of every wanted message — a plain
+   content, or the cores of reasoning, answer and tool-call arguments — occurs exactly once,
+   in order, within one turn; no render.
+3. **probe** (:func:`~packshard.ingest.label.probe.probe_anchors`): one more render with stand-ins
+   for the assistant pieces, which says where each lands.
+4. **prefix difference** (:func:`~packshard.ingest.label.locate.prefix_turn`): each turn still
+   missing is what rendering ``messages[:i + 1]`` adds to ``messages[:i]`` with the
+   generation prompt; two renders per turn.
 
-**Span**: from the end of the last header before the first anchor (or the anchor, for a
-template without a header) to the end of the first end marker after the last anchor, as
-long as no other message's anchor and no header come first (else: to the last anchor).
+**Span** (tiers 2 and 3): from the end of the last header before the first anchor (or the
+anchor, for a template without a header) to the end of the first end marker after the last
+anchor, as long as no other message's anchor and no header come first (else: to the last
+anchor).  Reasoning found nowhere is reasoning the template dropped.
 """
 
 from __future__ import annotations
@@ -29,12 +32,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from packshard.ingest.label.frame import Frame, template_frame
-from packshard.ingest.label.locate import calls_tools, locate_contents, locate_turn
-from packshard.ingest.label.probe import probe_anchors
-from packshard.ingest.label.reasoning import Markers, split_inline
-from packshard.ingest.template.render import ChatTemplate
-from packshard.ingest.tokens.tokenizer import TokenizerBundle
+from packshard.ingest.label.frame import Chat, Frame
+from packshard.ingest.label.locate import prefix_turn
+from packshard.ingest.label.probe import Anchors, probe_anchors
+from packshard.ingest.label.reasoning import split_inline
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,27 +49,14 @@ class Turn:
     reasoning_shown: bool  # the message's reasoning is in the text
 
 
-def locate_turns(
-    template: ChatTemplate,
-    text: str,
-    messages: list[dict[str, Any]],
-    wanted: list[int],
-    tools: list[Any] | None,
-    bundle: TokenizerBundle,
-    markers: Markers,
-    closing_only: bool,
-    field: str | None,
-) -> dict[int, Turn]:
+def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
     """Place the turns of ``messages[i]`` for ``i`` in ``wanted``; unplaceable ones are left out."""
-    frame = template_frame(template, bundle, markers)
-    anchors = _searched(frame, text, messages, wanted, field, markers, closing_only)
+    anchors = search_anchors(chat, wanted)
     if anchors is None:
-        anchors = probe_anchors(
-            template, text, messages, tools, bundle, markers, closing_only, field
-        )
+        anchors = probe_anchors(chat)
     out: dict[int, Turn] = {}
     order = sorted(anchors) if anchors is not None else []
-    chosen = set(wanted)
+    chosen, text = set(wanted), chat.text
     for n, i in enumerate(order):
         if i not in chosen or anchors is None:
             continue
@@ -77,42 +65,12 @@ def locate_turns(
         prev = anchors[order[n - 1]][-1][1] if n else 0
         following = anchors[order[n + 1]][0][0] if n + 1 < len(order) else len(text)
         shown = any(p[2] == "r" for p in pieces)
-        out[i] = _span(frame, text, i, a, b, prev, following, messages[i]["role"], shown)
-    missing = [i for i in wanted if i not in out]
-    if missing:
-        out.update(_fallback(template, text, messages, missing, tools, bundle, frame))
-    return out
-
-
-def plain_turns(
-    frame: Frame, text: str, messages: list[dict[str, Any]], wanted: list[int]
-) -> list[tuple[int, int]] | None:
-    """Return the spans of ``wanted`` turns if each is plain content found once, else None.
-
-    The common case, without building a :class:`Turn`: what :func:`locate_turns` gives when
-    no message carries reasoning.
-    """
-    found = []
+        role = chat.messages[i]["role"]
+        out[i] = _span(chat.frame, text, i, a, b, prev, following, role, shown)
     for i in wanted:
-        m = messages[i]
-        content = m["content"]
-        if not content or m.get("tool_calls") or m["role"] != "assistant":
-            return None
-        if (lo := text.find(content)) < 0 or text.find(content, lo + 1) >= 0:
-            return None
-        found.append((lo, lo + len(content)))
-    header, closers = frame.header, frame.closers
-    spans = []
-    for n, (a, b) in enumerate(found):
-        prev = found[n - 1][1] if n else 0
-        following = found[n + 1][0] if n + 1 < len(found) else len(text)
-        if header and (at := text.rfind(header, prev, a)) >= 0:
-            a = at + len(header)
-        if (close := closers.search(text, b, following)) is not None:
-            if not header or text.find(header, b, close.start()) < 0:
-                b = close.end()
-        spans.append((a, b))
-    return spans
+        if i not in out and (placed := prefix_turn(chat, i)) is not None:
+            out[i] = Turn(i, *placed, False)
+    return out
 
 
 def _span(
@@ -140,15 +98,7 @@ def _span(
     return Turn(i, head, lo, hi, shown)
 
 
-def _searched(
-    frame: Frame,
-    text: str,
-    messages: list[dict[str, Any]],
-    wanted: list[int],
-    field: str | None,
-    markers: Markers,
-    closing_only: bool,
-) -> dict[int, list[tuple[int, int, str]]] | None:
+def search_anchors(chat: Chat, wanted: list[int]) -> Anchors | None:
     """Anchors by search, when every piece of every wanted message occurs exactly once.
 
     A plain content is searched as it is; otherwise the cores of the message's reasoning
@@ -157,6 +107,8 @@ def _searched(
     Anything else — a piece found twice, out of order, an empty turn — is left to the
     probe (``None``).
     """
+    text, frame, markers, field = chat.text, chat.frame, chat.markers, chat.field
+    messages = chat.messages
     out = {}
     last = 0
     for i in wanted:
@@ -170,7 +122,9 @@ def _searched(
             last = lo + len(content)
             continue
         thought = m.get(field) if field else None
-        inline = split_inline(content, markers, closing_only) if markers[1] in content else None
+        inline = (
+            split_inline(content, markers, chat.closing_only) if markers[1] in content else None
+        )
         if inline is not None:
             thought, content = inline
         needles = [(content.strip(), "c")] + [(_arguments(c), "n") for c in calls or ()]
@@ -217,26 +171,3 @@ def _once(text: str, needle: str) -> int:
     """Where ``needle`` occurs in ``text`` if exactly once, else -1."""
     lo = text.find(needle)
     return lo if lo >= 0 and text.find(needle, lo + 1) < 0 else -1
-
-
-def _fallback(
-    template: ChatTemplate,
-    text: str,
-    messages: list[dict[str, Any]],
-    wanted: list[int],
-    tools: list[Any] | None,
-    bundle: TokenizerBundle,
-    frame: Frame,
-) -> dict[int, Turn]:
-    """Contents by search, tool-calling turns by prefix renders (templates that rewrite)."""
-    variables = bundle.special_tokens_map
-    places = locate_contents(template, text, messages, tools, variables)
-    out: dict[int, Turn] = {}
-    for i in wanted:
-        if calls_tools(messages[i]):
-            if (turn := locate_turn(template, text, messages, i, tools, variables)) is not None:
-                out[i] = Turn(i, turn[0], turn[0], turn[1], False)
-        elif i in places:
-            a, b = places[i]
-            out[i] = _span(frame, text, i, a, b, 0, len(text), messages[i]["role"], False)
-    return out

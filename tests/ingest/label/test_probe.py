@@ -34,17 +34,15 @@ def test_the_probe_places_what_search_places(think, bundle, monkeypatch, options
         probes.append(found is not None)
         return found
 
-    monkeypatch.setattr(turns, "_searched", lambda *args: None)
+    monkeypatch.setattr(turns, "search_anchors", lambda *args: None)
     monkeypatch.setattr(turns, "probe_anchors", probe_only)
-    monkeypatch.setattr(turns, "plain_turns", lambda *args: None)
-    monkeypatch.setattr("packshard.ingest.label.chat.plain_turns", lambda *args: None)
     probed = [rendered_spans(record, think, bundle, **options) for record in REASONING_CHAT]
     assert probed == searched
     assert probes and all(probes)  # every probe agreed with the text
 
 
 def test_stand_ins_avoid_characters_the_text_holds(think, bundle, monkeypatch) -> None:
-    monkeypatch.setattr(turns, "_searched", lambda *args: None)
+    monkeypatch.setattr(turns, "search_anchors", lambda *args: None)
     record = chat(user("private \ue000\ue001 use"), answer("ok \ue0000\ue001", reasoning="hm"))
     ((text, spans, _, _),) = rendered_spans(record, think, bundle)
     assert [text[a:b] for a, b in spans] == ["<think>\nhm\n</think>\n\nok \ue0000\ue001<|im_end|>"]
