@@ -29,9 +29,9 @@ the others cannot read (it alone places every record there too, in 2–6 renders
 Then the reasoning block a trained turn starts with
 (:func:`~packshard.ingest.label.reasoning.find_block`) follows ``--reasoning`` (``mask``: cut
 out of the spans; ``train``: in them, even where a template's tags leave it out) and, when it
-is empty, ``--empty-reasoning``.  A turn with reasoning that the template renders without it is counted
-(``Rendered.reasoning_dropped``) — unless it is the conversation's last message: a template
-that drops reasoning there cannot render it at all, and the record is rejected.
+is empty, ``--empty-reasoning``.  A turn with reasoning that the template renders without it
+is counted (``Rendered.reasoning_dropped``) — unless it is the conversation's last message: a
+template that drops reasoning there cannot render it at all, and the record is rejected.
 """
 
 from __future__ import annotations
