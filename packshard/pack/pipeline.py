@@ -101,7 +101,7 @@ def pack_dataset(
             loaded = DriverLoad(config, loader)
             if engine is None:
                 loaded.result()
-            manifest = _pack_into(claim.tmp, config, files, loaded, progress, engine)
+            manifest = _pack_into(claim.tmp, config, files, loaded, progress, engine, claim.note)
         claim.publish()
     if engine is not None:
         shutil.rmtree(work_folder(claim.out), ignore_errors=True)
@@ -116,6 +116,7 @@ def _pack_into(
     loaded: DriverLoad,
     progress: bool,
     engine: Engine | None = None,
+    note: Callable[[str], None] = lambda text: None,
 ) -> dict[str, Any]:
     spill_dir = tmp / "_spill"
     spill_dir.mkdir()
@@ -145,7 +146,7 @@ def _pack_into(
                     loaded.start()
                 units["hashes"] = hash_inputs(engine, list(files))
                 spill, units["work"], units["info"] = map_inputs(
-                    engine, config, list(files), units["hashes"], rejects, loaded.start
+                    engine, config, list(files), units["hashes"], rejects, loaded.start, note
                 )
             except PackshardError:
                 if loaded.failed():  # the driver's own error comes first, and
