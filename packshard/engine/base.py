@@ -198,7 +198,10 @@ def open_engine(
         from packshard.engine.ray import RayEngine
 
         engine = RayEngine(options.workers, options.address, options.max_retries, env or {})
+    from packshard.engine.signals import terminating
+
     try:
-        yield engine
+        with terminating():
+            yield engine
     finally:
         engine.close()
