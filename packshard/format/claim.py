@@ -9,6 +9,8 @@ checks, on the place OUT was resolved to once::
                                  through
     .NAME.partial-PID beside OUT  the run writes here, renamed to OUT when complete
     .NAME.old-PID     beside OUT  the replaced OUT, during the swap only
+    .NAME.rejects.jsonl beside OUT  the rejects of a run that packed nothing (it publishes
+                                 no folder); removed by the next run that publishes
 
 ``NAME`` is OUT's name, or for a name too long to take the suffixes within ``NAME_MAX``
 (255 bytes), its start and a hash of the whole.  Leftover ``.partial`` / ``.old`` folders of a
@@ -37,6 +39,7 @@ from packshard.format.outdir import (
     temp_stem,
     written_by_packshard,
 )
+from packshard.format.rejects import REJECTS_NAME
 
 
 def _alive(pid: int) -> bool:
@@ -93,6 +96,18 @@ class Claim:
             _remove(old)
         else:
             os.replace(self.tmp, out)
+        kept = self.tmp.parent / f".{self.stem}.{REJECTS_NAME}"
+        if kept.is_file() and not kept.is_symlink():  # an earlier run's, now out of date
+            kept.unlink()
+
+    def keep(self, name: str) -> Path:
+        """Move ``name`` out of the temp folder to ``.NAME.<name>`` beside OUT; return it.
+
+        For a run that publishes nothing but has something to show (its rejects).
+        """
+        kept = self.tmp.parent / f".{self.stem}.{name}"
+        os.replace(self.tmp / name, kept)
+        return kept
 
 
 def _remove(path: Path) -> None:

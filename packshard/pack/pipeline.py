@@ -101,7 +101,14 @@ def pack_dataset(
             loaded = DriverLoad(config, loader)
             if engine is None:
                 loaded.result()
-            manifest = _pack_into(claim.tmp, config, files, loaded, progress, engine, claim.note)
+            try:
+                manifest = _pack_into(
+                    claim.tmp, config, files, loaded, progress, engine, claim.note
+                )
+            except NothingToPackError as exc:  # no folder, but the rejects say why
+                kept = claim.keep(REJECTS_NAME).name
+                shown = os.path.join(os.path.dirname(config.out), kept)
+                raise NothingToPackError(f"{exc}; its rejects are in {shown}") from None
         claim.publish()
     if engine is not None:
         shutil.rmtree(work_folder(claim.out), ignore_errors=True)
