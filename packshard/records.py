@@ -23,6 +23,7 @@ from packshard.errors import REJECT_CODES, UsageError
 from packshard.limits import (
     LIMIT_DEFAULTS,
     MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANDED_TOKENS,
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
     TEMPLATE_SECONDS,
@@ -239,6 +240,7 @@ class IngestOptions:
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
     max_expansion: int = MAX_EXPANSION
     template_timeout: float = TEMPLATE_SECONDS
+    max_expanded_tokens: int = MAX_EXPANDED_TOKENS
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
@@ -253,6 +255,7 @@ class IngestOptions:
         check_range("--max-decompressed-bytes", self.max_decompressed_bytes, 1, 1 << 50)
         check_range("--max-expansion", self.max_expansion, 1, 1 << 30)
         check_range("--template-timeout", self.template_timeout, 0.001, 86400)
+        check_range("--max-expanded-tokens", self.max_expanded_tokens, 1, 1 << 40)
         opening, closing = self.reasoning_markers
         if not opening.strip() or not closing.strip() or opening == closing:
             why = f"two different non-blank markers, got {opening!r} and {closing!r}"

@@ -16,6 +16,7 @@ import click
 
 from packshard.limits import (
     MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANDED_TOKENS,
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
     TEMPLATE_SECONDS,
@@ -144,6 +145,13 @@ INGEST = group(
         default=MAX_EXPANSION,
         show_default=True,
         help="Most decompressed/compressed ratio past 16 MiB (a bomb stops the run).",
+    ),
+    click.option(
+        "--max-expanded-tokens",
+        type=int,
+        default=MAX_EXPANDED_TOKENS,
+        show_default=True,
+        help="Most tokens one record's --turns expand examples may hold together.",
     ),
     click.option(
         "--template-timeout",

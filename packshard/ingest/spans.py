@@ -33,6 +33,7 @@ from packshard.ingest.reasoning import template_messages
 from packshard.ingest.sandbox import TemplateSecurityError
 from packshard.ingest.templates import ChatTemplate, render_chat
 from packshard.ingest.tokenizer import TokenizerBundle
+from packshard.limits import EXPANDED_CHARS_PER_TOKEN
 from packshard.records import Conversation, IngestOptions, Rendered
 from packshard.vocab import resolve_loss
 
@@ -87,6 +88,14 @@ def render_example(
 
 
 _DEFAULT = IngestOptions()
+
+
+def expanded_reason(limit: int, turns: int) -> str:
+    """Say why a record's ``--turns expand`` examples, over ``limit`` tokens, are rejected."""
+    return (
+        f"its {turns} turn examples (--turns expand) hold more than {limit:,} tokens together "
+        "(use --max-expanded-tokens to allow more, or --turns as_rendered)"
+    )
 
 
 def render_examples(
@@ -177,6 +186,7 @@ def _render_examples(
     else:
         groups = [(messages, trained, 0)]
     out = []
+    budget, spent = options.max_expanded_tokens * EXPANDED_CHARS_PER_TOKEN, 0
     for msgs, chosen, turn in groups:
         try:
             rendered = render_chat(template, msgs, tools, bundle.special_tokens_map)
@@ -184,6 +194,9 @@ def _render_examples(
             raise
         except TemplateError as exc:
             raise reject("template_error", str(exc)) from exc
+        spent += len(rendered[0]) if turn else 0
+        if spent > budget:  # O(turns²) text: stop before rendering the rest
+            raise reject("too_large", expanded_reason(options.max_expanded_tokens, len(groups)))
         labelled = label_chat(
             conv.ref, template, bundle, rendered, msgs, chosen, tools, options, has, loss == "all"
         )

@@ -9,6 +9,7 @@ from packshard.engine import EngineOptions
 from packshard.errors import UsageError
 from packshard.limits import (
     MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANDED_TOKENS,
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
     MAX_SEED,
@@ -65,6 +66,7 @@ class PackConfig:
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
     max_expansion: int = MAX_EXPANSION
     template_timeout: float = TEMPLATE_SECONDS
+    max_expanded_tokens: int = MAX_EXPANDED_TOKENS
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""
