@@ -13,6 +13,11 @@ validates its options against these with :func:`check_choice`.
     max_decompressed_bytes  what one ``.gz``/``.zst`` input may decompress to; more: exit 2
     max_expansion           decompressed / compressed bytes, checked past 16 MiB; more: exit 2
     template_timeout        seconds one render of one record may take; more: ``template_error``
+    max_expanded_tokens     tokens all the turn examples of one record may hold together under
+                            ``--turns expand`` (each renders the conversation up to its turn:
+                            n turns cost O(n²)); more: a ``too_large`` reject.  Rendering
+                            stops early once the examples' text passes
+                            ``EXPANDED_CHARS_PER_TOKEN`` characters a token
 
 Every option with a numeric range is checked with :func:`check_range` before any work starts,
 so a wrong value is one line and exit 2, never a traceback after a long ingest.
@@ -76,11 +81,15 @@ MAX_RECORD_BYTES = 16 << 20
 MAX_DECOMPRESSED_BYTES = 64 << 30
 MAX_EXPANSION = 200
 TEMPLATE_SECONDS = 5.0
+MAX_EXPANDED_TOKENS = 1 << 22
+EXPANDED_CHARS_PER_TOKEN = 16
+"""Rendered characters a token may stand for before tokenizing (an early, generous bound)."""
 LIMIT_DEFAULTS = {
     "max_record_bytes": MAX_RECORD_BYTES,
     "max_decompressed_bytes": MAX_DECOMPRESSED_BYTES,
     "max_expansion": MAX_EXPANSION,
     "template_timeout": TEMPLATE_SECONDS,
+    "max_expanded_tokens": MAX_EXPANDED_TOKENS,
 }
 """The resource limits, by ``IngestOptions`` field, with their defaults."""
 MAX_SEQ_LEN = 1 << 24

@@ -174,7 +174,7 @@ def engines_part(args, folder: Path) -> dict:
 
 def stages_part(data: Path, folder: Path, tokens: int) -> None:
     """Part 2: CPU seconds per stage per million tokens, and the projection."""
-    import packshard.pack.scale as scale
+    import packshard.pack.units.scale as scale
     from packshard.engine.base import SerialEngine
     from packshard.pack import pack_dataset
 
@@ -216,7 +216,7 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
         pack_dataset(config(data, folder / "serial"))
         serial_cpu.append(time.process_time() - start)
         busy.append(serial_cpu[-1] / (time.perf_counter() - wall))
-    from packshard.pack.units import warm_worker
+    from packshard.pack.units.map import warm_worker
 
     # a worker loads the tokenizer and compiles the template once, before its first unit (the
     # fork server's warm-up): a cost per worker, shown by part 3, not per token of the map

@@ -1028,7 +1028,10 @@ def write_out(
             [int((r.labels != IGNORE_INDEX).sum()) for r in rows], pa.int32()
         )
         cols["max_seqlen"] = pa.array([int(np.diff(r.cu_seqlens).max()) for r in rows], pa.int32())
-        meta = {b"packshard.format_version": str(version).encode(), b"packshard.dataset_id": b"fx"}
+        meta = {
+            b"packshard.format_version": str(version).encode(),
+            b"packshard.dataset_id": b"f0f0f0f0f0f0f0f0",
+        }
         table = pa.table(cols).replace_schema_metadata(meta)
         name = f"shard-{k:05d}.parquet"
         pq.write_table(table, out / name, row_group_size=3, compression="zstd")
@@ -1044,7 +1047,7 @@ def write_out(
         )
     manifest = {
         "format_version": version,
-        "dataset_id": "fx",
+        "dataset_id": "f0f0f0f0f0f0f0f0",
         "config": {"max_seq_len": max_seq_len}
         | ({"position_ids": position_policy} if position_policy else {}),
         "tokenizer": {"path": "tokenizer.json", "sha256": TOKENIZER_SHA},

@@ -82,4 +82,4 @@ def test_a_stale_reference_is_caught() -> None:
     module = importlib.import_module("packshard.records")
     assert _resolves(module, None, "packshard.records.SourceRef")
     assert not _resolves(module, None, "packshard.records.Rendered")  # moved to ingest.types
-    assert not _resolves(module, None, "packshard.ingest.chunks.ingest")
+    assert not _resolves(module, None, "packshard.records.IngestOptions")  # ingest.types

@@ -242,7 +242,7 @@ def export(out: str, target: str, dest: str, overwrite: bool) -> None:
     """
     from packshard.export import export_dataset
 
-    result = export_dataset(out, target, dest, overwrite)
+    result = export_dataset(out, target, dest, overwrite, notify=warn)
     written = result.info["written"]
     counts = ", ".join(f"{k} {v:,}" for k, v in written.items() if isinstance(v, int))
     click.echo(f"exported {out} → {result.dest} ({target}): {counts}")

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 import click
 
+from packshard.engine.signals import Terminated
 from packshard.errors import EXIT_USAGE, PackshardError, UsageError
 
 
@@ -92,6 +93,10 @@ class CommandGroup(click.Group):
             _fail(exc)
         except OSError as exc:
             _fail_os(exc)
+        except Terminated as exc:  # SIGTERM or SIGHUP: workers stopped, partial output removed
+            click.secho("error:", fg="red", bold=True, err=True, nl=False)
+            click.echo(f" {exc} (the partial output was removed)", err=True)
+            sys.exit(exc.exit_code)
         except MemoryError:
             click.secho("error:", fg="red", bold=True, err=True, nl=False)
             click.echo(

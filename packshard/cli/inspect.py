@@ -25,8 +25,8 @@ import numpy as np
 
 from packshard.errors import FormatError, InputError, UsageError
 from packshard.format.examples import ExamplesIndex, read_examples
+from packshard.format.folder.paths import MISSING, inside_folder
 from packshard.format.manifest import load_manifest
-from packshard.format.paths import MISSING, inside_folder
 from packshard.format.shards import read_row, read_shard, rows_problem
 from packshard.options import REASONING_MARKERS
 from packshard.records import IGNORE_INDEX, PackedRow

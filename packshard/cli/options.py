@@ -23,6 +23,7 @@ from packshard.options import (
     FORMAT_CHOICES,
     LOSS_POLICIES,
     MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANDED_TOKENS,
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
     ON_ERROR,
@@ -148,6 +149,13 @@ INGEST = group(
         default=MAX_EXPANSION,
         show_default=True,
         help="Most decompressed/compressed ratio past 16 MiB (a bomb stops the run).",
+    ),
+    click.option(
+        "--max-expanded-tokens",
+        type=int,
+        default=MAX_EXPANDED_TOKENS,
+        show_default=True,
+        help="Most tokens one record's --turns expand examples may hold together.",
     ),
     click.option(
         "--template-timeout",

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from packshard.engine.base import ENGINES, Engine, EngineOptions, SerialEngine, TaskFailed
+from packshard.engine.signals import terminating
 
 __all__ = ["ENGINES", "Engine", "EngineOptions", "TaskFailed", "open_engine"]
 
@@ -43,6 +44,7 @@ def open_engine(
 
         engine = RayEngine(options.workers, options.address, options.max_retries, env or {})
     try:
-        yield engine
+        with terminating():
+            yield engine
     finally:
         engine.close()

@@ -3,7 +3,7 @@
 ``PACKSHARD_FAULTS`` holds comma-separated ``KIND:MATCH:TIMES`` entries.  A task whose key
 contains ``MATCH`` fails its first ``TIMES`` attempts: ``crash`` ends its worker process at
 once (as an out-of-memory kill would), ``raise`` raises :class:`OSError` (as a flaky disk
-would)::
+would), ``hang`` sleeps an hour (as a stuck task would, for signal rehearsals)::
 
     PACKSHARD_FAULTS='crash:bytes 0–:1'        # the first unit's worker dies once, then works
     PACKSHARD_FAULTS='raise:shard-00001:9'     # writing shard 1 fails every attempt
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 from packshard.errors import UsageError
 
 FAULTS_ENV = "PACKSHARD_FAULTS"
-KINDS = ("crash", "raise")
+HANG_SECONDS = 3600.0
+KINDS = ("crash", "raise", "hang")
 
 
 def parse_faults(spec: str | None) -> tuple[tuple[str, str, int], ...]:
@@ -32,7 +34,9 @@ def parse_faults(spec: str | None) -> tuple[tuple[str, str, int], ...]:
             continue
         parts = item.strip().split(":")
         if len(parts) != 3 or parts[0] not in KINDS or not parts[2].isdigit():
-            raise UsageError(f"{FAULTS_ENV}: {item!r} is not KIND:MATCH:TIMES (KIND crash|raise)")
+            raise UsageError(
+                f"{FAULTS_ENV}: {item!r} is not KIND:MATCH:TIMES (KIND crash|raise|hang)"
+            )
         entries.append((parts[0], parts[1], int(parts[2])))
     return tuple(entries)
 
@@ -56,4 +60,6 @@ def inject(key: str, faults: tuple[tuple[str, str, int], ...], folder: Path | No
         if attempt < times:
             if kind == "crash":
                 os._exit(70)
+            if kind == "hang":
+                time.sleep(HANG_SECONDS)
             raise OSError(f"rehearsed fault in {key} (attempt {attempt + 1})")

@@ -20,6 +20,10 @@ A task that fails for good does not stop the others: they finish (so that ``--re
 them), then the failure of the first such task, in task order, is raised.  Results are
 collected by task index, so completion order never shows.
 
+A worker ends itself once the driver is gone (:func:`~packshard.engine.signals.watch_driver`);
+a driver stopped by Ctrl-C, SIGTERM or SIGHUP terminates its workers and the fork server
+before it unwinds (:mod:`packshard.engine.signals`).
+
 Workers import the main module again (as every ``forkserver`` or ``spawn`` child does): a
 script that starts a job at its top level, not under ``if __name__ == "__main__":``, would
 start it again in every worker, which dies.  A script whose source never tests ``__name__``
@@ -42,10 +46,12 @@ from typing import Any
 
 from packshard.engine.base import TaskFailed, call, describe, raise_error
 from packshard.engine.forkwarm import FORK_WARM_ENV
+from packshard.engine.signals import stop_fork_server, watch_driver
 from packshard.errors import UsageError
 
 GUARD = 'if __name__ == "__main__":'
 READY_WAIT = 0.25
+KILL_WAIT = 5.0  # seconds a terminated worker has to exit before it is killed
 
 
 def main_script() -> tuple[str, bool] | None:
@@ -97,8 +103,11 @@ def _noop() -> None:
     return None
 
 
-def _start_worker(env: dict[str, str], warm: tuple[Callable[[Any], Any], Any] | None) -> None:
-    """Set the driver's ``env``, then run the warm-up (loading, compiling) once, best effort."""
+def _start_worker(
+    env: dict[str, str], warm: tuple[Callable[[Any], Any], Any] | None, driver: int
+) -> None:
+    """Watch the driver, set its ``env``, then run the warm-up once, best effort."""
+    watch_driver(driver)
     os.environ.update(env)
     if warm is not None:
         try:
@@ -166,7 +175,7 @@ class LocalEngine:
                 self.workers,
                 mp_context=_context(module, self._warm),
                 initializer=_start_worker,
-                initargs=(self._env, self._warm),
+                initargs=(self._env, self._warm, os.getpid()),
             )
         return self._pool
 
@@ -174,6 +183,20 @@ class LocalEngine:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+    def _kill(self) -> None:
+        """Stop the workers now (their tasks too) and the fork server: the job is over."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            for process in processes:
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.join(KILL_WAIT)
+                if process.is_alive():
+                    process.kill()
+        stop_fork_server()
 
     def run(
         self,
@@ -254,8 +277,11 @@ class LocalEngine:
                     suspects.extend(running.values())  # in flight when the pool broke
                     running.clear()
                     self._reset()
-        except BaseException:
+        except Exception:
             self._reset()
+            raise
+        except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: nothing is left running
+            self._kill()
             raise
         if failed:
             raise failed[min(failed)]

@@ -9,18 +9,16 @@ token)::
     ids       t t t t t t t | t t t t t …    row r = ids[tok_off[r]:tok_off[r + 1]]
     seg_len   3 4 | 5 …                       row r's segments: seg_len[seg_off[r]:seg_off[r + 1]]
 
-An export is written into ``.DIR.partial-PID`` beside ``DIR`` and renamed into place when
-complete, like ``pack``; ``export.json`` (the source dataset, the target, every file's SHA-256)
-is written last.
+An export's folder is claimed like ``pack``'s (:mod:`packshard.format.folder.claim`: never the input
+pack nor inside it, never a folder packshard did not write, locked, written into
+``.DIR.partial-PID`` and renamed into place when complete); ``export.json`` (the source
+dataset, the target, every file's SHA-256) is written last.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +27,13 @@ import numpy as np
 
 from packshard.arrays import exclusive_cumsum
 from packshard.digests import sha256_path
-from packshard.errors import FormatError, UsageError
-from packshard.format.manifest import load_manifest
-from packshard.format.shards import list_values, read_shard, seq_lengths_column
+from packshard.errors import FormatError, ManifestError
+from packshard.format.folder.outdir import EXPORT_INFO
+from packshard.format.folder.paths import inside_folder
+from packshard.format.manifest import load_manifest, load_schema
+from packshard.format.shards import list_values, read_shard, rows_problem, seq_lengths_column
 from packshard.records import IGNORE_INDEX
 
-EXPORT_INFO = "export.json"
 COLUMNS = ["input_ids", "labels", "cu_seqlens", "example_ids"]
 
 
@@ -59,19 +58,64 @@ class Rows:
         return exclusive_cumsum(self.seg_len)[:-1]
 
 
-def read_rows(out: Path) -> Iterator[Rows]:
-    """Yield the rows of ``out`` shard by shard, each shard checked (see module doc)."""
+def load_source(out: Path) -> dict[str, Any]:
+    """Load ``out``'s manifest, checking every value an export uses against the schema.
+
+    The dataset id, every shard entry (a contained relative path, counts, SHA-256),
+    ``config.max_seq_len`` and ``tokenizer.pad_token_id``; a violation is one line
+    (:class:`~packshard.errors.ManifestError`).
+    """
+    import jsonschema
+
     manifest = load_manifest(out, validate=False)
-    dataset_id = str(manifest.get("dataset_id", ""))
-    for entry in manifest.get("shards", []):
-        path = out / str(entry["path"])
-        if not path.is_file():
-            raise FormatError(
-                str(path), "listed in the manifest but missing (run packshard verify)"
-            )
-        if sha256_path(path) != entry.get("sha256"):
+    full = load_schema()
+    props = full["properties"]
+
+    def only(key: str, field: str) -> dict[str, Any]:
+        return {"type": "object", "properties": {field: props[key]["properties"][field]}}
+
+    schema = {
+        "type": "object",
+        "required": ["dataset_id", "shards", "config"],
+        "properties": {
+            "dataset_id": props["dataset_id"],
+            "shards": props["shards"],
+            "config": only("config", "max_seq_len") | {"required": ["max_seq_len"]},
+            "tokenizer": only("tokenizer", "pad_token_id"),
+        },
+        "$defs": full["$defs"],
+    }
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(manifest),
+        key=lambda e: list(e.absolute_path),
+    )
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ManifestError(f"manifest.json: {where}: {errors[0].message}{more}")
+    return manifest
+
+
+def read_rows(out: Path) -> Iterator[Rows]:
+    """Yield the rows of ``out`` shard by shard, each shard checked (see module doc).
+
+    The manifest is checked against its schema first, and every shard path it names must
+    be a regular file inside ``out`` (:func:`~packshard.format.folder.paths.inside_folder`): nothing
+    from outside the folder is read.
+    """
+    manifest = load_source(out)
+    dataset_id = str(manifest["dataset_id"])
+    for entry in manifest["shards"]:
+        try:
+            path = inside_folder(out, entry["path"])
+        except FormatError as exc:
+            raise FormatError(str(out / str(entry["path"])), exc.problem) from None
+        if sha256_path(path) != entry["sha256"]:
             raise FormatError(str(path), "SHA-256 differs from the manifest (run packshard verify)")
-        table = read_shard(path, dataset_id, columns=COLUMNS)
+        table = read_shard(path, dataset_id)  # every column and its type checked
+        problem = rows_problem(table)
+        if problem is not None:
+            raise FormatError(str(path), f"{problem} (run packshard verify)")
         ids, tok_off = list_values(table["input_ids"])
         labels, _ = list_values(table["labels"])
         example_ids, seg_off = list_values(table["example_ids"])
@@ -88,33 +132,6 @@ def _check_seams(rows: Rows, path: Path) -> None:
         raise FormatError(str(path), "a segment's first label is not -100 (run packshard verify)")
     if (rows.labels[trained] != rows.ids[trained]).any():
         raise FormatError(str(path), "a label is neither -100 nor its token (run packshard verify)")
-
-
-@contextmanager
-def staged_folder(dest: Path, overwrite: bool) -> Iterator[Path]:
-    """Yield a fresh hidden folder; rename it to ``dest`` when the block completes.
-
-    ``dest`` may exist only empty, or with ``overwrite`` (it is replaced once the new folder
-    is complete).  On any error the hidden folder is removed and ``dest`` is left as it was.
-    """
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())) and not overwrite:
-        raise UsageError(f"{dest}: output folder exists and is not empty (use --overwrite)")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        if dest.exists():
-            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-            os.replace(dest, old)
-            os.replace(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def write_export_info(folder: Path, info: dict[str, Any]) -> dict[str, Any]:

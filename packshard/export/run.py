@@ -7,25 +7,32 @@ Targets (:data:`packshard.options.EXPORT_TARGETS`), each a module of this packag
     mds         MosaicML streaming MDS, one sample per packed row
     unpacked    one row per example (input_ids, attention_mask, labels): Axolotl, LitGPT
 
-Every shard is checked while it is read (:mod:`packshard.export.common`), the export is written
-into a hidden folder renamed into place when complete, and ``export.json`` (source dataset,
+The input is read the way ``verify`` reads it: the manifest against its schema, every path
+it names contained in the folder, every shard checked while it is read
+(:mod:`packshard.export.common`); any problem is one line.  The destination gets ``pack``'s
+output-folder guard (:mod:`packshard.format.folder.outdir`, :mod:`packshard.format.folder.claim`):
+never the
+input pack, inside it or holding it, never a folder packshard did not write, locked, written
+into a hidden folder renamed into place when complete; ``export.json`` (source dataset,
 target, counts, every file's SHA-256) is written last.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packshard import __version__
-from packshard.export.common import staged_folder, write_export_info
+from packshard.errors import ManifestError
+from packshard.export.common import load_source, write_export_info
 from packshard.export.mds import write_mds
 from packshard.export.megatron import write_megatron
 from packshard.export.torchtune import write_torchtune
 from packshard.export.unpacked import write_unpacked
-from packshard.format.manifest import load_manifest
+from packshard.format.folder.claim import claim_out
 from packshard.options import EXPORT_TARGETS, check_choice
 
 
@@ -38,15 +45,25 @@ class ExportResult:
 
 
 def export_dataset(
-    out: str | os.PathLike[str], target: str, dest: str | os.PathLike[str], overwrite: bool = False
+    out: str | os.PathLike[str],
+    target: str,
+    dest: str | os.PathLike[str],
+    overwrite: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> ExportResult:
-    """Export the packed folder ``out`` as ``target`` into the folder ``dest``."""
+    """Export the packed folder ``out`` as ``target`` into the folder ``dest``.
+
+    ``notify`` hears what was cleaned up beside ``dest`` (leftovers of interrupted runs).
+    """
     check_choice("--to", target, EXPORT_TARGETS)
     source, folder = Path(out), Path(dest)
-    manifest = load_manifest(source, validate=False)
-    max_seq_len = int(manifest["config"]["max_seq_len"])
+    if not source.is_dir():
+        raise ManifestError(f"{source}: not a folder (give the OUT folder that pack wrote)")
+    manifest = load_source(source)
+    max_seq_len = manifest["config"]["max_seq_len"]
     pad = manifest.get("tokenizer", {}).get("pad_token_id")
-    with staged_folder(folder, overwrite) as tmp:
+    with claim_out(os.fspath(dest), overwrite, [os.fspath(out)], [], notify, "export") as claim:
+        tmp = claim.tmp
         if target == "megatron":
             written = write_megatron(source, tmp, max_seq_len)
         elif target == "torchtune":
@@ -65,4 +82,5 @@ def export_dataset(
                 "written": written,
             },
         )
+        claim.publish()
     return ExportResult(folder, info)

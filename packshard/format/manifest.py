@@ -26,7 +26,7 @@ from typing import Any
 
 from packshard.digests import sha256_bytes
 from packshard.errors import FormatError, ManifestError
-from packshard.format.paths import MISSING, inside_folder
+from packshard.format.folder.paths import MISSING, inside_folder
 from packshard.format.version import FORMAT_VERSION, check_format_version
 
 MANIFEST_NAME = "manifest.json"

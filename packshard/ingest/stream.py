@@ -47,7 +47,7 @@ from tokenizers import Encoding
 
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
-from packshard.ingest.label.spans import render_examples
+from packshard.ingest.label.spans import expanded_reason, render_examples
 from packshard.ingest.normalize import is_encodable, normalize_record
 from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import read_records
@@ -98,8 +98,8 @@ def _label_batch(
     ids, labels, offsets, reasoning = done.input_ids, done.labels, done.offsets, done.reasoning
     loss = count_trained(labels, offsets)
     empty = np.flatnonzero(loss == 0)
-    if empty.size:  # a record with an example that trains nothing is rejected whole
-        dropped = {}
+    dropped = _over_expanded(items, np.diff(offsets), options)
+    if empty.size or dropped:  # a record with an example that trains nothing is rejected whole
         for i in empty.tolist():
             seq, ref, domain, _, rendered = items[i]
             turn = f"message {rendered.turn}: " if rendered.turn else ""
@@ -109,7 +109,7 @@ def _label_batch(
             )
             if options.on_error == "fail":
                 raise RecordError("no_trainable_tokens", reason, ref.source, ref.line)
-            dropped[seq] = Reject(ref, domain, "no_trainable_tokens", reason)
+            dropped.setdefault(seq, Reject(ref, domain, "no_trainable_tokens", reason))
         rejects = sorted(rejects + list(dropped.items()), key=lambda pair: pair[0])
         keep = np.fromiter((item[0] not in dropped for item in items), dtype=bool, count=len(items))
         lengths = np.diff(offsets)
@@ -136,6 +136,27 @@ def _label_batch(
     return IngestChunk(
         batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost
     )
+
+
+def _over_expanded(
+    items: list[_Item], lengths: np.ndarray, options: IngestOptions
+) -> dict[int, Reject]:
+    """Reject the records whose ``--turns expand`` examples exceed ``max_expanded_tokens``."""
+    if options.turns != "expand" or not items:
+        return {}
+    seqs = np.fromiter((item[0] for item in items), np.int64, count=len(items))
+    _, first, inverse, examples = np.unique(
+        seqs, return_index=True, return_inverse=True, return_counts=True
+    )
+    totals = np.bincount(inverse, weights=lengths)
+    dropped = {}
+    for k in np.flatnonzero(totals > options.max_expanded_tokens).tolist():
+        seq, ref, domain, _, _ = items[int(first[k])]
+        reason = expanded_reason(options.max_expanded_tokens, int(examples[k]))
+        if options.on_error == "fail":
+            raise RecordError("too_large", reason, ref.source, ref.line)
+        dropped[seq] = Reject(ref, domain, "too_large", reason)
+    return dropped
 
 
 class _Failed(Exception):

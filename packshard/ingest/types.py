@@ -22,6 +22,7 @@ from packshard.options import (
     LIMIT_DEFAULTS,
     LOSS_POLICIES,
     MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANDED_TOKENS,
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
     ON_ERROR,
@@ -176,6 +177,7 @@ class IngestOptions:
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
     max_expansion: int = MAX_EXPANSION
     template_timeout: float = TEMPLATE_SECONDS
+    max_expanded_tokens: int = MAX_EXPANDED_TOKENS
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
@@ -190,6 +192,7 @@ class IngestOptions:
         check_range("--max-decompressed-bytes", self.max_decompressed_bytes, 1, 1 << 50)
         check_range("--max-expansion", self.max_expansion, 1, 1 << 30)
         check_range("--template-timeout", self.template_timeout, 0.001, 86400)
+        check_range("--max-expanded-tokens", self.max_expanded_tokens, 1, 1 << 40)
         opening, closing = self.reasoning_markers
         if not opening.strip() or not closing.strip() or opening == closing:
             why = f"two different non-blank markers, got {opening!r} and {closing!r}"

@@ -11,6 +11,7 @@ from packshard.ingest.types import IngestOptions
 from packshard.options import (
     COMPRESSIONS,
     MAX_DECOMPRESSED_BYTES,
+    MAX_EXPANDED_TOKENS,
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
     MAX_SEED,
@@ -63,6 +64,7 @@ class PackConfig:
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
     max_expansion: int = MAX_EXPANSION
     template_timeout: float = TEMPLATE_SECONDS
+    max_expanded_tokens: int = MAX_EXPANDED_TOKENS
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""

@@ -20,7 +20,7 @@ Everything is vectorised over the chunk; an example of ``n`` tokens split into p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,8 +61,9 @@ def apply_overlong(
 
     ``cut=False`` (the ``wrapped`` strategy) keeps every example whole.  ``records`` numbers
     the record of each example (``--turns expand`` gives one record several examples; by
-    default each example is its own record): ``drop`` drops a record when any of its examples
-    is too long, and a record is dropped (one reject) only when none of its examples is left.
+    default each example is its own record): ``drop`` drops each example that is too long on
+    its own (a turn example that fits is kept; the others count in ``parts_dropped``), and a
+    record is dropped (one reject) only when none of its examples is left.
     """
     ids, labels, offsets = batch.input_ids, batch.labels, batch.offsets
     lengths = np.diff(offsets)
@@ -89,9 +90,13 @@ def apply_overlong(
             batch.refs[i].source,
             batch.refs[i].line,
         )
-    if policy == "drop":
-        keep = ~np.isin(record, record[over])
-        first_over = over[np.unique(record[over], return_index=True)[1]]
+    if policy == "drop":  # each example alone: a turn example that fits is kept
+        keep = np.ones(n, dtype=bool)
+        keep[over] = False
+        kept_any = np.zeros(int(record.max()) + 1, dtype=bool)
+        kept_any[record[keep]] = True
+        gone = over[~kept_any[record[over]]]  # records none of whose examples is left
+        first_over = gone[np.unique(record[gone], return_index=True)[1]]
         rejects = tuple(
             Reject(
                 batch.refs[i],
@@ -102,7 +107,8 @@ def apply_overlong(
             )
             for i in np.sort(first_over).tolist()
         )
-        return _select(whole, keep, rejects)
+        kept = _select(whole, keep, rejects)
+        return replace(kept, parts_dropped=int(over.size - gone.size))
     split = policy == "split"
     cut_ids, cut_labels, cut_offsets, index, parts = _cut(
         ids, labels, offsets, max_seq_len, over, split

@@ -23,8 +23,8 @@ the manifest's ``created_at`` differs.  Example ids number the packed examples i
 (record order, then part).
 
 With ``--workers N`` (N > 1), ``--engine ray`` or ``--resume`` the ingest and the shard writing
-run as tasks on an engine (:mod:`packshard.pack.scale`): the inputs are mapped unit by unit and
-merged into the same spill arrays and rejects order, each shard is written by a task; every
+run as tasks on an engine (:mod:`packshard.pack.units.scale`): the inputs are mapped unit by
+unit and merged into the same spill arrays and rejects order, each shard is written by a task; every
 other stage is this module's, so the output is the same bytes.
 """
 
@@ -69,8 +69,8 @@ from packshard.pack.counts import (
 )
 from packshard.pack.plan.planner import plan_packs
 from packshard.pack.plan.rows import RowPlan, finalize_plan, ordering_stats
-from packshard.pack.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
 from packshard.pack.spill import Spill, SpillWriter
+from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
 from packshard.pack.write.outdir import claim_out
 from packshard.pack.write.shards import row_groups, shard_bounds, write_shards_on
 
@@ -103,7 +103,14 @@ def pack_dataset(
             loaded = DriverLoad(config, loader)
             if engine is None:
                 loaded.result()
-            manifest = _pack_into(claim.tmp, config, files, loaded, progress, engine)
+            try:
+                manifest = _pack_into(
+                    claim.tmp, config, files, loaded, progress, engine, claim.note
+                )
+            except NothingToPackError as exc:  # no folder, but the rejects say why
+                kept = claim.keep(REJECTS_NAME).name
+                shown = os.path.join(os.path.dirname(config.out), kept)
+                raise NothingToPackError(f"{exc}; its rejects are in {shown}") from None
         claim.publish()
     if engine is not None:
         shutil.rmtree(work_folder(claim.out), ignore_errors=True)
@@ -118,6 +125,7 @@ def _pack_into(
     loaded: DriverLoad,
     progress: bool,
     engine: Engine | None = None,
+    note: Callable[[str], None] = lambda text: None,
 ) -> dict[str, Any]:
     spill_dir = tmp / "_spill"
     spill_dir.mkdir()
@@ -140,14 +148,14 @@ def _pack_into(
                 rejects.write(writer.add(chunk.batch))
                 reasoning_dropped += chunk.reasoning_dropped
             spill = writer.finish()
-        else:  # work units on the engine (packshard.pack.scale)
+        else:  # work units on the engine (packshard.pack.units.scale)
             writer.finish()
             try:
                 if engine.starting:  # workers still starting: load now, while they do
                     loaded.start()
                 units["hashes"] = hash_inputs(engine, list(files))
                 spill, units["work"], units["info"] = map_inputs(
-                    engine, config, list(files), units["hashes"], rejects, loaded.start
+                    engine, config, list(files), units["hashes"], rejects, loaded.start, note
                 )
             except PackshardError:
                 if loaded.failed():  # the driver's own error comes first, and

@@ -33,7 +33,7 @@ from numba import njit
 from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cumsum
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong
-from packshard.pack.parts import PartFiles, read_part_ranges
+from packshard.pack.units.parts import PartFiles, read_part_ranges
 from packshard.records import Reject
 
 IN_MEMORY_BYTES = 64 * 1024 * 1024  # a spill this small (tokens + labels) is read back whole

@@ -20,7 +20,7 @@ decoded shard and memory-maps it, so later processes, DataLoader workers and epo
 decode and share one copy through the page cache.
 
 A folder may come from anyone: the manifest is schema-checked, every shard path must be a
-regular file inside ``OUT`` (:mod:`packshard.format.paths`), each shard's row count is read
+regular file inside ``OUT`` (:mod:`packshard.format.folder.paths`), each shard's row count is read
 from its Parquet footer before any array is sized by it, a shard's dataset id must be the
 manifest's (a folder replaced while open is refused), its rows' boundaries are checked when
 it is opened, and cache files are named by the SHA-256 the reader computed itself.
@@ -43,8 +43,8 @@ from torch.utils.data import Dataset
 from packshard.arrays import exclusive_cumsum
 from packshard.digests import sha256_bytes, sha256_path
 from packshard.errors import FormatError, ManifestError, UsageError
+from packshard.format.folder.paths import inside_folder
 from packshard.format.manifest import load_manifest, part_errors
-from packshard.format.paths import inside_folder
 from packshard.format.shards import rows_problem
 from packshard.format.version import metadata_problem
 

@@ -10,7 +10,8 @@ the counting rule holds::
 
 in total and per domain.  Files the manifest does not name are never read, nor any it names
 outside the folder (a ``..``, an absolute path, a link leaving it) or that is no regular file:
-each of those is a finding (:mod:`packshard.format.paths`).  A manifest that breaks its schema
+each of those is a finding (:mod:`packshard.format.folder.paths`).  A manifest that breaks its
+schema
 is a finding and nothing it names is opened.  The files stage
 (:func:`check_files`) opens the shards and the examples index for the later stages; the counts
 stage (:func:`check_counts`) runs after the structural audit, whose per-shard totals it needs.
@@ -29,8 +30,8 @@ from packshard.digests import sha256_path
 from packshard.errors import FormatError
 from packshard.format.card import card_problem
 from packshard.format.examples import ExamplesIndex, read_examples
+from packshard.format.folder.paths import MISSING, inside_folder
 from packshard.format.manifest import schema_errors
-from packshard.format.paths import MISSING, inside_folder
 from packshard.format.rejects import read_rejects
 from packshard.format.shards import read_shard
 from packshard.verify.findings import Finding, FindingList

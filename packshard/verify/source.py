@@ -34,7 +34,7 @@ from packshard.engine import EngineOptions
 from packshard.errors import FormatError, PackshardError
 from packshard.format.environment import Drift, likely_cause
 from packshard.format.examples import ExamplesIndex
-from packshard.format.paths import inside_folder
+from packshard.format.folder.paths import inside_folder
 from packshard.format.rejects import read_rejects
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.stream import ingest

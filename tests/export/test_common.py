@@ -50,15 +50,27 @@ def test_an_existing_folder_is_replaced_only_when_asked_and_complete(packed_demo
     dest = tmp_path / "mds"
     dest.mkdir()
     (dest / "old.txt").write_text("keep me")
-    with pytest.raises(UsageError) as err:
-        export_dataset(packed_demo, "mds", dest)
-    assert str(err.value) == f"{dest}: output folder exists and is not empty (use --overwrite)"
+    for overwrite in (False, True):  # a folder packshard did not write is never replaced
+        with pytest.raises(UsageError) as err:
+            export_dataset(packed_demo, "mds", dest, overwrite=overwrite)
+        assert str(err.value) == (
+            f"{dest}: output folder holds 'old.txt' but no packshard manifest; --overwrite only "
+            "replaces a folder packshard wrote (choose another -o, or empty it)"
+        )
+    (dest / "old.txt").unlink()
+    assert export_dataset(packed_demo, "unpacked", dest).info["target"] == "unpacked"
     broken = tmp_path / "broken"
     shutil.copytree(packed_demo, broken)
     (broken / "shard-00002.parquet").unlink()
     with pytest.raises(FormatError, match="listed in the manifest but missing"):
         export_dataset(broken, "mds", dest, overwrite=True)
-    assert [p.name for p in dest.iterdir()] == ["old.txt"]  # the failed export changed nothing
+    assert sorted(p.name for p in dest.iterdir()) == [  # the failed export changed nothing
+        "export.json",
+        "train-00000-of-00004.parquet",
+        "train-00001-of-00004.parquet",
+        "train-00002-of-00004.parquet",
+        "train-00003-of-00004.parquet",
+    ]
     result = export_dataset(packed_demo, "mds", dest, overwrite=True)
     assert sorted(p.name for p in dest.iterdir()) == [
         "export.json",

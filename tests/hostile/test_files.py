@@ -285,9 +285,9 @@ def test_zero_packed_records_is_an_error_and_leaves_no_out(tmp_path, word_tokeni
         1,
         "error: nothing to pack: none of the 2 records read was packed (not_an_object 1, "
         "unknown_format 1); no output was written (fix the inputs or the options, e.g. "
-        "--max-seq-len, --overlong)\n",
+        f"--max-seq-len, --overlong); its rejects are in {tmp_path}/.out.rejects.jsonl\n",
     )
-    assert changed(before, tree_state(tmp_path)) == []
+    assert changed(before, tree_state(tmp_path)) == [".out.rejects.jsonl"]  # no OUT
 
 
 @pytest.mark.parametrize(

@@ -140,7 +140,7 @@ def test_an_unwritable_parent_is_a_usage_error(root, word_tokenizer):
 
 
 def test_a_lock_file_that_cannot_be_made_is_a_usage_error(root, word_tokenizer, monkeypatch):
-    import packshard.pack.write.outdir as outdir
+    import packshard.format.folder.claim as outdir
 
     real = os.open
 

@@ -19,7 +19,7 @@ def config(tmp_path, **options) -> PackConfig:
     ("options", "message"),
     [
         ({"max_seq_len": 1}, "--max-seq-len 1 is too small (need at least 2)"),
-        ({"strategy": "best"}, "--strategy 'best' is not one of bfd, ffd, wrapped"),
+        ({"strategy": "best"}, "--strategy 'best' is not one of bfd, ffd, sequential, wrapped"),
         ({"overlong": "wrap"}, "--overlong 'wrap' is not one of drop, truncate, split, error"),
         ({"compression": "lz4"}, "--compression 'lz4' is not one of zstd, snappy, none"),
         ({"on_error": "ignore"}, "--on-error 'ignore' is not one of skip, fail"),

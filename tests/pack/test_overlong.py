@@ -62,7 +62,7 @@ def test_nothing_overlong_passes_through_unchanged() -> None:
         assert (out.tokens_truncated, out.records_split, out.parts_dropped) == (0, 0, 0)
 
 
-def test_drop_turns_each_overlong_example_into_a_reject() -> None:
+def test_drop_turns_each_overlong_example_into_areject_record() -> None:
     out = apply_overlong(batch(EXAMPLES), 3, "drop")
     assert kept(out) == [[1, 2]] and out.index.tolist() == [0]
     assert [(str(r.ref), r.code, r.kind) for r in out.rejects] == [
@@ -228,7 +228,7 @@ def test_error_exits_1_on_the_command_line(tmp_path, make_jsonl, word_tokenizer)
     assert not (tmp_path / "out").exists()
 
 
-# --- --turns expand: the examples of one record are dropped together -------------------------
+# --- --turns expand: each turn example on its own -----------------------------------------
 
 
 def expanded() -> TokenizedBatch:
@@ -240,13 +240,15 @@ def expanded() -> TokenizedBatch:
     return TokenizedBatch(b.input_ids, b.labels, b.offsets, refs, b.domains, b.formats, turns)
 
 
-def test_drop_drops_a_record_with_any_example_too_long() -> None:
+def test_drop_keeps_the_turn_examples_that_fit() -> None:
     out = apply_overlong(expanded(), 3, "drop", records=np.array([0, 0, 1]))
-    assert kept(out) == [[8, 9]] and out.index.tolist() == [2]
-    ((reject),) = out.rejects
-    assert (reject.ref.line, reject.code) == (1, "too_long")
-    assert reject.reason == (
-        "example for message 4 is 5 tokens > max_seq_len 3 (dropped; use --overlong "
+    assert kept(out) == [[1, 2], [8, 9]] and out.index.tolist() == [0, 2]
+    assert out.rejects == () and out.parts_dropped == 1  # record 1 keeps its turn 2
+    out = apply_overlong(expanded(), 1, "drop", records=np.array([0, 0, 1]))
+    assert kept(out) == [] and out.parts_dropped == 0
+    assert [(r.ref.line, r.code) for r in out.rejects] == [(1, "too_long"), (2, "too_long")]
+    assert out.rejects[0].reason == (
+        "example for message 2 is 2 tokens > max_seq_len 1 (dropped; use --overlong "
         "truncate|split to keep it)"
     )
 

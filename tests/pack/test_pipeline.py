@@ -495,10 +495,11 @@ def test_nothing_usable_is_an_error_and_writes_nothing(tmp_path, make_jsonl, wor
     assert str(info.value) == (
         "nothing to pack: none of the 3 records read was packed (invalid_json 1, "
         "no_trainable_tokens 1, not_an_object 1); no output was written (fix the inputs or "
-        "the options, e.g. --max-seq-len, --overlong)"
+        f"the options, e.g. --max-seq-len, --overlong); its rejects are in {tmp_path}/"
+        ".out.rejects.jsonl"
     )
     assert info.value.exit_code == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.rejects.jsonl", "bad.jsonl"]
 
 
 def test_group_by_domain_with_wrapped(tmp_path, make_jsonl, word_tokenizer, run_pack):

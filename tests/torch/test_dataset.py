@@ -122,8 +122,9 @@ def test_shard_with_wrong_row_count_is_refused(out_11):
     [
         (
             {b"packshard.format_version": b"1", b"packshard.dataset_id": b"other"},
-            "packshard.dataset_id other differs from the manifest's fx (the file belongs to "
-            "another pack, or the folder was replaced while it was open) (run packshard verify)",
+            "packshard.dataset_id other differs from the manifest's f0f0f0f0f0f0f0f0 (the file "
+            "belongs to another pack, or the folder was replaced while it was open) (run "
+            "packshard verify)",
         ),
         (None, "no packshard.format_version in its Parquet metadata (run packshard verify)"),
     ],

@@ -18,11 +18,12 @@ What the template is given (:func:`template_messages`), per ``--reasoning``:
   the markers, before the content; inline blocks stay where they are;
 * ``drop``: no reasoning field, and the inline block cut from the content.
 
-A reasoning field together with an inline block, or reasoning that holds the closing marker,
-is ambiguous and rejected (``invalid_reasoning``).  Which tokens are reasoning is decided on
-the rendered text, not on the record: the block a rendered assistant turn starts with
-(:func:`find_block`), so a template that injects an empty block, or drops a turn's
-reasoning, is seen as it renders.
+A reasoning field together with an inline block, reasoning that holds the closing marker, or
+an answer that starts with the opening marker and never closes it (trained, it would teach
+the model to open a block it never ends) is ambiguous and rejected (``invalid_reasoning``).
+Which tokens are reasoning is decided on the rendered text, not on the record: the block a
+rendered assistant turn starts with (:func:`find_block`), so a template that injects an
+empty block, or drops a turn's reasoning, is seen as it renders.
 """
 
 from __future__ import annotations
@@ -99,7 +100,11 @@ def template_messages(
 
     ``where`` is the record's :class:`~packshard.records.SourceRef` (for rejects).
     """
-    closing = markers[1]
+    opening, closing = markers
+    for i, m in enumerate(messages):
+        if m.role == "assistant" and _unclosed(m.content, markers):
+            why = f"opens a reasoning block with {opening!r} but never closes it with {closing!r}"
+            raise _ambiguous(where, i, f"{why} (close it, or cut it)")
     if all(m.reasoning is None and closing not in m.content for m in messages):
         plain = [
             {"role": m.role, "content": m.content, **dict(m.extra)}
@@ -133,6 +138,11 @@ def template_messages(
                 d["content"] = f"{markers[0]}\n{m.reasoning}\n{markers[1]}\n\n{m.content}"
         out.append(d)
     return out, has
+
+
+def _unclosed(content: str, markers: Markers) -> bool:
+    """Whether ``content`` starts with the opening marker and never holds the closing one."""
+    return content.lstrip().startswith(markers[0]) and markers[1] not in content
 
 
 def _ambiguous(where: Any, i: int, why: str) -> RecordError:

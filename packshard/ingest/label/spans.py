@@ -35,7 +35,7 @@ from packshard.ingest.template.render import ChatTemplate, render_chat
 from packshard.ingest.template.sandbox import TemplateSecurityError
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import Conversation, IngestOptions, Rendered
-from packshard.options import resolve_loss
+from packshard.options import EXPANDED_CHARS_PER_TOKEN, resolve_loss
 
 
 def _own_bos(bundle: TokenizerBundle) -> str:
@@ -88,6 +88,14 @@ def render_example(
 
 
 _DEFAULT = IngestOptions()
+
+
+def expanded_reason(limit: int, turns: int) -> str:
+    """Say why a record's ``--turns expand`` examples, over ``limit`` tokens, are rejected."""
+    return (
+        f"its {turns} turn examples (--turns expand) hold more than {limit:,} tokens together "
+        "(use --max-expanded-tokens to allow more, or --turns as_rendered)"
+    )
 
 
 def render_examples(
@@ -178,6 +186,7 @@ def _render_examples(
     else:
         groups = [(messages, trained, 0)]
     out = []
+    budget, spent = options.max_expanded_tokens * EXPANDED_CHARS_PER_TOKEN, 0
     for msgs, chosen, turn in groups:
         try:
             rendered = render_chat(template, msgs, tools, bundle.special_tokens_map)
@@ -186,6 +195,9 @@ def _render_examples(
         except TemplateError as exc:
             raise reject("template_error", str(exc)) from exc
         text, blocks = rendered
+        spent += len(text) if turn else 0
+        if spent > budget:  # O(turns²) text: stop before rendering the rest
+            raise reject("too_large", expanded_reason(options.max_expanded_tokens, len(groups)))
         chat = Chat(
             conv.ref, template, bundle, text, blocks, msgs, tools, options, has, loss == "all"
         )

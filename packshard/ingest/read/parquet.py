@@ -8,7 +8,9 @@ one :class:`RawRecord` numbered by its 1-based row.  The checks match the JSON r
   row a ``duplicate_key`` reject, as a JSON object with a repeated key is;
 - a row over ``max_record_bytes`` is a ``too_large`` reject and is never turned into Python
   values: a batch over the limit is halved until its slices fit (:func:`_within`);
-- a batch that cannot be read is one ``unreadable`` reject, and reading the file stops there.
+- a row group that cannot be read is one ``unreadable`` reject naming its row range (the
+  rows it had left), and reading goes on with the next group: the rows before it and after it
+  are kept.
 
 The whole-file reader (:func:`read_parquet`) and the row-group reader of a work unit
 (:mod:`packshard.ingest.read.splits`) share :func:`parquet_records`, so a unit's records are the
@@ -17,7 +19,8 @@ whole file's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from packshard.errors import InputError
@@ -68,13 +71,35 @@ def read_parquet(f: InputFile, batch_rows: int, limit: int) -> Iterator[RawRecor
         yield from parquet_records(f, parquet_batches(pfile, batch_rows), 0, repeated, limit)
 
 
+@dataclass(frozen=True, slots=True)
+class BrokenGroup:
+    """Rows of a row group that could not be read: ``rows`` of group ``group``, and why."""
+
+    group: int
+    rows: int
+    error: str
+
+
 def parquet_batches(pfile: Any, batch_rows: int, row_groups: Any = None) -> Iterator[Any]:
-    """Record batches of at most ``batch_rows``, fewer when rows are large (about 64 MiB)."""
+    """Record batches of at most ``batch_rows`` (fewer when rows are large, about 64 MiB).
+
+    Read one row group at a time: a group that cannot be read is a :class:`BrokenGroup` for
+    the rows it has left, and reading goes on with the next group.
+    """
+    import pyarrow as pa
+
     meta = pfile.metadata
     if meta.num_rows and meta.num_row_groups:
         size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) or 1
         batch_rows = max(1, min(batch_rows, PARQUET_BATCH_BYTES * meta.num_rows // size))
-    return pfile.iter_batches(batch_size=batch_rows, row_groups=row_groups)
+    for g in range(meta.num_row_groups) if row_groups is None else row_groups:
+        left = meta.row_group(g).num_rows
+        try:
+            for batch in pfile.iter_batches(batch_size=batch_rows, row_groups=[g]):
+                left -= batch.num_rows
+                yield batch
+        except (OSError, pa.ArrowException) as exc:
+            yield BrokenGroup(g, left, str(exc))
 
 
 def parquet_records(
@@ -83,28 +108,24 @@ def parquet_records(
     row: int,
     repeated: str | None,
     limit: int,
-    stopped: Callable[[], None] | None = None,
 ) -> Iterator[RawRecord]:
     """Yield the records of Parquet record ``batches``, rows numbered from ``row + 1``.
 
     A schema with a ``repeated`` field makes every row a ``duplicate_key`` reject; a row over
-    ``limit`` bytes is ``too_large`` (never turned into Python values); a batch that cannot be
-    read is one ``unreadable`` reject, ends the file and calls ``stopped``.
+    ``limit`` bytes is ``too_large`` (never turned into Python values); a row group that
+    cannot be read is one ``unreadable`` reject at its first unread row, naming its row range.
     """
-    import pyarrow as pa
-
     domain = file_domain(f.path)
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except (OSError, pa.ArrowException) as exc:
-            reason = f"cannot read Parquet data ({exc}); the rest of the file is not read"
-            if stopped is not None:
-                stopped()
-            yield reject_record(f, row + 1, "unreadable", reason)
-            return
+    for batch in batches:
+        if isinstance(batch, BrokenGroup):
+            if batch.rows:
+                reason = (
+                    f"cannot read Parquet data ({batch.error}); rows {row + 1}–{row + batch.rows}"
+                    f" of row group {batch.group} ({batch.rows} rows) are not read"
+                )
+                yield reject_record(f, row + 1, "unreadable", reason)
+                row += batch.rows
+            continue
         if repeated is not None:
             why = f"duplicate field {repeated!r} in the Parquet schema (fix the file)"
             for _ in range(batch.num_rows):

@@ -16,9 +16,9 @@ a byte range are numbered from 1 at its start; the driver knows how many lines e
 range of the file held (:attr:`SplitRead.newlines`) and adds them, which makes every
 ``file:line`` absolute without a pass over the file before the work starts.  Parquet splits
 know their first row from the footer, so their rows are numbered absolutely from the start.
-A Parquet split whose data cannot be decoded ends with the same ``unreadable`` reject the
-whole file gives and sets :attr:`SplitRead.stopped`: the driver then ignores the file's later
-splits, as reading the whole file would have stopped there.
+A row group whose data cannot be decoded is the same one ``unreadable`` reject the whole file
+gives, and reading goes on with the next group, as the whole-file reader does
+(:attr:`SplitRead.stopped` is left for a reader that breaks off its file).
 """
 
 from __future__ import annotations
@@ -244,8 +244,4 @@ def _read_row_groups(split: Split, state: SplitRead, limit: int) -> Iterator[Raw
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
     batches = parquet_batches(pfile, 1024, range(split.start, split.stop))
-
-    def stop() -> None:
-        state.stopped = True
-
-    yield from parquet_records(f, batches, split.first_row, repeated, limit, stop)
+    yield from parquet_records(f, batches, split.first_row, repeated, limit)

@@ -2,7 +2,8 @@
 
 ``iter_bytes`` feeds ``.gz`` (zlib, multi-member) and ``.zst`` (multi-frame) data through
 decompression objects one chunk at a time and checks the end-of-stream marker, so a truncated
-file raises :class:`StreamError` instead of silently ending early.
+file raises :class:`StreamError` instead of silently ending early — after every byte decoded
+before the break has been yielded, so the readers keep each complete line before it.
 
 ``TextBuffer`` decodes UTF-8 incrementally and hands ``JSONDecoder.raw_decode`` the text of a
 JSON array one element at a time.  A decode error near the buffer's end (or an unterminated
@@ -76,14 +77,19 @@ def iter_bytes(
         return
     read = [0]
     made, ready, pending = 0, [], 0
-    for out in _decompress(fh, codec, chunk_size, read):
-        made += len(out)
-        _check_expansion(codec, read[0], made, max_bytes, max_expansion)
-        ready.append(out)
-        pending += len(out)
-        if pending >= chunk_size:
-            yield b"".join(ready) if len(ready) > 1 else out
-            ready, pending = [], 0
+    try:
+        for out in _decompress(fh, codec, chunk_size, read):
+            made += len(out)
+            _check_expansion(codec, read[0], made, max_bytes, max_expansion)
+            ready.append(out)
+            pending += len(out)
+            if pending >= chunk_size:
+                yield b"".join(ready) if len(ready) > 1 else out
+                ready, pending = [], 0
+    except StreamError:
+        if ready:  # every byte decoded before the break is still read
+            yield b"".join(ready)
+        raise
     if ready:
         yield b"".join(ready)
 

@@ -29,9 +29,9 @@ import pyarrow as pa
 from packshard.engine import Engine
 from packshard.engine.faults import inject
 from packshard.format.shards import ROW_GROUP_ROWS, SHARD_PATTERN, ShardInfo, write_shard
-from packshard.pack.parts import PartFiles, read_part_ranges
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
+from packshard.pack.units.parts import PartFiles, read_part_ranges
 from packshard.pack.write.assemble import assemble_ranges, assemble_rows
 
 BYTES_PER_TOKEN_ESTIMATE = 2.5

@@ -9,7 +9,7 @@ import pytest
 from packshard.engine import TaskFailed
 from packshard.errors import RecordError
 from packshard.pack import PackConfig, pack_dataset
-from packshard.pack.scale import work_folder
+from packshard.pack.units.scale import work_folder
 from tests.helpers import check_pack_output, output_digests, scale_inputs
 
 

@@ -10,7 +10,7 @@
 Only small things travel back: the per-example integers the driver plans with (50 bytes an
 example), the rejects with the stage that made them, and counts.  Lines of a byte range are
 relative to its start and codes of domains and formats local to the unit; the driver makes
-them global (:mod:`packshard.pack.merge`).
+them global (:mod:`packshard.pack.units.merge`).
 
 Idempotent and resumable: the part is written into an attempt folder and renamed to the
 unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json`` as its
@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from packshard.digests import sha256_path
 from packshard.engine.faults import inject
 from packshard.errors import PackshardError, RecordError
 from packshard.ingest.label.spans import render_example
@@ -143,7 +144,10 @@ def map_unit(task: MapTask) -> UnitResult:
     inject(split.describe(), ctx.faults, work / "_faults")
     final = work / split.name
     if (final / MARKER).is_file():
-        return load_unit(final, split)
+        try:
+            return load_unit(final, split)
+        except Exception:  # a marker left malformed: the unit is mapped again
+            shutil.rmtree(final, ignore_errors=True)
     bundle, template = _loaded(ctx.tokenizer, ctx.template)
     attempt = work / f".{split.name}.attempt-{uuid.uuid4().hex[:12]}"
     attempt.mkdir(parents=True)
@@ -218,8 +222,18 @@ _ARRAY_NAMES = (
 )
 
 
+def unit_files(folder: Path) -> dict[str, str]:
+    """Return the SHA-256 of every file of a unit's folder but its marker."""
+    found = sorted(p for p in folder.iterdir() if p.is_file() and p.name != MARKER)
+    return {p.name: sha256_path(p) for p in found if not p.name.startswith(".")}
+
+
 def save_unit(folder: Path, result: UnitResult) -> None:
-    """Write a unit's result beside its part; ``unit.json`` last, as the completion marker."""
+    """Write a unit's result beside its part; ``unit.json`` last, as the completion marker.
+
+    The marker records every file's SHA-256, so that ``--resume`` reuses only the files the
+    unit wrote (:mod:`packshard.pack.units.resume`).
+    """
     arrays: dict[str, Any] = result.arrays
     np.savez(folder / ARRAYS, **arrays)
     counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__}
@@ -232,6 +246,7 @@ def save_unit(folder: Path, result: UnitResult) -> None:
         "stopped": result.stopped,
         "error": None if error is None else list(error),
         "reasoning_dropped": result.reasoning_dropped,
+        "files": unit_files(folder),
     }
     tmp = folder / f".{MARKER}.tmp"
     tmp.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")

@@ -14,8 +14,9 @@ after the merge (plan, shuffle, examples index, rejects, manifest) are the pipel
 
 The work folder ``.OUT.units`` beside the output holds the units' spill parts and their
 completion markers, under a ``job.json`` fingerprint of everything that decides their
-content (options, input hashes, tokenizer and template, unit size).  ``--resume`` keeps the
-units of a folder whose fingerprint matches; any other run starts it afresh.  It is removed
+content (options, library versions, input hashes, tokenizer and template, unit size).
+``--resume`` keeps the units of a folder whose fingerprint matches and whose files hash as
+recorded (:mod:`packshard.pack.units.resume`); any other run starts it afresh.  It is removed
 once the output is published, and kept when a run fails, so that ``--resume`` can continue.
 Driver memory holds the per-example integers (:mod:`packshard.pack.spill`), the plan and the
 rejects; tokens stay in the parts.
@@ -23,31 +24,27 @@ rejects; tokens stay in the parts.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from packshard import __version__
-from packshard.digests import sha256_bytes, sha256_path
+from packshard.digests import sha256_path
 from packshard.engine import Engine, EngineOptions, open_engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.rejects import RejectsWriter
-from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import plan_splits
 from packshard.ingest.template.render import ChatTemplate, load_template
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
-from packshard.pack.merge import merge_units
 from packshard.pack.spill import Spill
-from packshard.pack.units import MARKER, MapTask, UnitContext, load_unit, map_unit, warm_worker
+from packshard.pack.units.map import MapTask, UnitContext, map_unit, warm_worker
+from packshard.pack.units.merge import merge_units
+from packshard.pack.units.resume import job_parts, open_work, reusable_unit
 
-JOB = "job.json"
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 """Beside ``tokenizer.json``: what :func:`~packshard.ingest.tokens.tokenizer.load_tokenizer`
 reads."""
@@ -147,24 +144,6 @@ def hash_inputs(engine: Engine, files: list[InputFile]) -> list[str]:
     return engine.run(_hash, [str(f.real) for f in files], [f.path for f in files])
 
 
-def open_work(out: Path, fingerprint: str, resume: bool) -> tuple[Path, bool]:
-    """Return the work folder and whether it was resumed (see the module docstring)."""
-    work = work_folder(out)
-    job = work / JOB
-    if resume and job.is_file():
-        try:
-            same = json.loads(job.read_text(encoding="utf-8")).get("fingerprint") == fingerprint
-        except ValueError:
-            same = False
-        if same:
-            return work, True
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    (work / JOB).write_text(json.dumps({"fingerprint": fingerprint}) + "\n", encoding="utf-8")
-    return work, False
-
-
 def map_inputs(
     engine: Engine,
     config: PackConfig,
@@ -172,25 +151,22 @@ def map_inputs(
     hashes: list[str],
     rejects: RejectsWriter,
     started: Callable[[], None] = lambda: None,
+    note: Callable[[str], None] = lambda text: None,
 ) -> tuple[Spill, Path, dict[str, int]]:
     """Map every unit (reusing finished ones on ``--resume``), merge, write the rejects.
 
-    ``started`` is called once the map tasks are handed to the engine.
+    ``started`` is called once the map tasks are handed to the engine; ``note`` hears what
+    ``--resume`` could not reuse, and why (:mod:`packshard.pack.units.resume`).
     """
     splits = plan_splits(files, config.split_bytes)
-    fingerprint = sha256_bytes(
-        json.dumps(
-            {
-                "config": config.recorded(),
-                "ingest": [config.batch_size, config.split_bytes],
-                "inputs": hashes,
-                "setup": setup_files(config),
-                "versions": [__version__, FORMAT_VERSION],
-            },
-            sort_keys=True,
-        ).encode("utf-8")
-    )
-    work, _ = open_work(Path(config.out), fingerprint, config.resume)
+    options = {
+        **config.recorded(),
+        "on_error": config.on_error,
+        "ingest": [config.batch_size, config.split_bytes],
+    }
+    parts = job_parts(options, [f.path for f in files], hashes, setup_files(config))
+    work = work_folder(Path(config.out))
+    open_work(work, parts, config.resume, note)
     context = UnitContext(
         tokenizer=config.tokenizer,
         template=config.template,
@@ -204,8 +180,7 @@ def map_inputs(
     )
     results: list = [None] * len(splits)
     for i, split in enumerate(splits):
-        if (work / split.name / MARKER).is_file():
-            results[i] = load_unit(work / split.name, split)
+        results[i] = reusable_unit(work / split.name, split, note)
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, splits[i]) for i in todo]
     mapped = engine.run(map_unit, tasks, [t.split.describe() for t in tasks], on_started=started)

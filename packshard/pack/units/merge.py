@@ -28,9 +28,9 @@ import numpy as np
 
 from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
 from packshard.errors import RecordError
-from packshard.pack.parts import PartFiles
 from packshard.pack.spill import PER_EXAMPLE, Spill, SpillCounts
-from packshard.pack.units import STAGE_INGEST, UnitResult
+from packshard.pack.units.map import STAGE_INGEST, UnitResult
+from packshard.pack.units.parts import PartFiles
 from packshard.records import Reject, SourceRef
 
 

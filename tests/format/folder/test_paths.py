@@ -7,7 +7,7 @@ import os
 import pytest
 
 from packshard.errors import FormatError
-from packshard.format.paths import MISSING, inside_folder
+from packshard.format.folder.paths import MISSING, inside_folder
 
 NOT_RELATIVE = "path is not a relative path inside the folder (not read)"
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
-from packshard.pack.write.outdir import NAME_MAX, _glob_matches, temp_stem, written_by_packshard
+from packshard.format.folder.outdir import NAME_MAX, _glob_matches, temp_stem, written_by_packshard
 
 
 @pytest.mark.parametrize("name", ["out", "o" * 230, "o" * 255, "é" * 127, "数" * 85])
@@ -39,21 +38,20 @@ def test_glob_matching_of_would_be_output_paths(pattern, path, matches):
     assert _glob_matches(pattern, path) is matches
 
 
-def test_what_counts_as_a_folder_packshard_wrote(tmp_path):
-    assert written_by_packshard(tmp_path) is None  # empty
-    (tmp_path / "shard-00000.parquet").write_text("x")
-    assert written_by_packshard(tmp_path) == "holds 'shard-00000.parquet' but no packshard manifest"
-    manifest = {
-        "dataset_id": "ab",
-        "files": {"e": {"path": "examples.parquet"}},
-        "shards": [{"path": "shard-00000.parquet"}],
-    }
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    (tmp_path / "examples.parquet").write_text("x")
-    (tmp_path / "README.md").write_text("card")
-    assert written_by_packshard(tmp_path) is None
-    (tmp_path / "sub").mkdir()
-    assert written_by_packshard(tmp_path) == "holds 'sub', which packshard did not write"
-    (tmp_path / "sub").rmdir()
-    (tmp_path / "manifest.json").write_text("[" * 100_000)
-    assert written_by_packshard(tmp_path).endswith("but no packshard manifest")
+def test_what_counts_as_a_folder_packshard_wrote(tmp_path, packed_demo_copy):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    assert written_by_packshard(mine) is None  # empty
+    (mine / "shard-00000.parquet").write_text("x")
+    assert written_by_packshard(mine) == "holds 'shard-00000.parquet' but no packshard manifest"
+    folder = packed_demo_copy
+    assert written_by_packshard(folder) is None
+    (folder / "README.md").write_text("card")
+    assert written_by_packshard(folder) is None
+    (folder / "sub").mkdir()
+    assert written_by_packshard(folder) == "holds 'sub', which packshard did not write"
+    (folder / "sub").rmdir()
+    manifest = (folder / "manifest.json").read_text()
+    (folder / "manifest.json").write_text("[" * 100_000)
+    assert written_by_packshard(folder).endswith("but no packshard manifest")
+    (folder / "manifest.json").write_text(manifest)

@@ -1,0 +1,232 @@
+"""Claiming an output folder: its lock, its temporary name, clean-up, publishing.
+
+Every command that writes a folder claims it here, after :mod:`packshard.format.folder.outdir`'s
+checks, on the place OUT was resolved to once::
+
+    .NAME.lock        beside OUT held (flock) for the whole run; a second run on the same OUT
+                                 fails at once naming the first one's process.  Opened with
+                                 O_NOFOLLOW: a link planted there is refused, never written
+                                 through
+    .NAME.partial-PID beside OUT  the run writes here, renamed to OUT when complete
+    .NAME.old-PID     beside OUT  the replaced OUT, during the swap only
+    .NAME.rejects.jsonl beside OUT  the rejects of a run that packed nothing (it publishes
+                                 no folder); removed by the next run that publishes
+
+``NAME`` is OUT's name, or for a name too long to take the suffixes within ``NAME_MAX``
+(255 bytes), its start and a hash of the whole.  Leftover ``.partial`` / ``.old`` folders of a
+process that is gone are removed by the next run of any command on the same OUT, which says
+so; an ``.old`` folder left where OUT itself is missing (a crash in the middle of the swap) is
+put back first.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packshard.errors import OutputError
+from packshard.format.folder.outdir import (
+    check_out,
+    check_overlap,
+    resolve_out,
+    temp_stem,
+    written_by_packshard,
+)
+from packshard.format.rejects import REJECTS_NAME
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return pid != os.getpid()
+
+
+@dataclass
+class Claim:
+    """A locked OUT: where to write (``tmp``) and what the preparation did (``notes``).
+
+    ``out`` is OUT as the user gave it (for messages); ``place`` is where it was resolved to,
+    which every rename uses.
+    """
+
+    out: Path
+    tmp: Path
+    stem: str
+    notes: list[str] = field(default_factory=list)
+    notify: Callable[[str], None] | None = None
+    place: Path | None = None
+
+    @property
+    def target(self) -> Path:
+        """The resolved OUT."""
+        return self.place if self.place is not None else self.out
+
+    def note(self, text: str) -> None:
+        """Say what was done: at once through ``notify``, else kept in ``notes``."""
+        if self.notify is not None:
+            self.notify(text)
+        else:
+            self.notes.append(text)
+
+    def publish(self) -> None:
+        """Move the finished folder into place, replacing an old one only when complete."""
+        out = self.target
+        if os.path.lexists(out):
+            why = written_by_packshard(out)
+            if why is not None:  # something appeared there during the run
+                raise OutputError(f"{self.out}: output folder {why}; it was left as it is")
+            old = self.tmp.parent / f".{self.stem}.old-{os.getpid()}"
+            os.replace(out, old)
+            try:
+                os.replace(self.tmp, out)
+            except BaseException:
+                os.replace(old, out)
+                raise
+            _remove(old)
+        else:
+            os.replace(self.tmp, out)
+        kept = self.tmp.parent / f".{self.stem}.{REJECTS_NAME}"
+        if kept.is_file() and not kept.is_symlink():  # an earlier run's, now out of date
+            kept.unlink()
+
+    def keep(self, name: str) -> Path:
+        """Move ``name`` out of the temp folder to ``.NAME.<name>`` beside OUT; return it.
+
+        For a run that publishes nothing but has something to show (its rejects).
+        """
+        kept = self.tmp.parent / f".{self.stem}.{name}"
+        os.replace(self.tmp / name, kept)
+        return kept
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder packshard made (a link is removed, never what it points to)."""
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _lock(out: Path, path: Path, command: str) -> int:
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OutputError(
+                    f"{out}: {path.name} beside the output folder is a link (remove it, or "
+                    "choose another -o)"
+                ) from None
+            raise OutputError(
+                f"{out}: cannot write beside the output folder ({exc.strerror}); choose another -o"
+            ) from None
+        import fcntl
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OutputError(
+                f"{out}: {path.name} beside the output folder is not a regular file (remove "
+                "it, or choose another -o)"
+            )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 256, 0).decode(errors="replace").split()
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            who = f"process {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another run"
+            raise OutputError(
+                f"{out}: another packshard {command} ({who}) is writing this output folder "
+                f"(lock {path.name}); wait for it to finish or choose another -o"
+            ) from None
+        try:
+            current = os.lstat(path)
+        except FileNotFoundError:
+            current = None
+        mine = os.fstat(fd)
+        if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+            return fd
+        os.close(fd)  # the previous holder removed the file as we opened it: lock afresh
+
+
+def _clean(claim: Claim) -> None:
+    """Remove what interrupted runs left beside OUT; put back an OUT lost mid-swap."""
+    parent, stem = claim.tmp.parent, claim.stem
+    for name in sorted(os.listdir(parent)):
+        for kind in ("old", "partial"):
+            prefix = f".{stem}.{kind}-"
+            pid = name[len(prefix) :]
+            if not name.startswith(prefix) or not pid.isdigit() or _alive(int(pid)):
+                continue
+            path = parent / name
+            if kind == "old" and not os.path.lexists(claim.target):
+                os.replace(path, claim.target)
+                claim.note(f"put back {claim.out} from {name} (a replace was interrupted)")
+            else:
+                _remove(path)
+                claim.note(f"removed {name} left by an interrupted run (process {pid})")
+
+
+@contextmanager
+def claim_out(
+    out: str,
+    overwrite: bool,
+    specs: Sequence[str],
+    files: Sequence[tuple[str, str]],
+    notify: Callable[[str], None] | None = None,
+    command: str = "pack",
+) -> Iterator[Claim]:
+    """Lock OUT, check it again, clean up after interrupted runs, and make the temp folder.
+
+    ``specs`` and ``files`` are the command's inputs (see
+    :func:`~packshard.format.folder.outdir.check_overlap`).  What the clean-up did goes to
+    ``notify``
+    as it happens (else to ``Claim.notes``).  On leaving, the temp folder is removed (it is
+    gone already once published) and the lock released.
+    """
+    path = Path(out)
+    for above in (path, *path.parents):  # a file on the way: say so before resolving
+        if os.path.lexists(above) and not above.is_dir():
+            check_out(out, overwrite)
+    place = resolve_out(out)
+    check_overlap(out, specs, files, place)
+    try:
+        place.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot create its parent folder ({exc.strerror})") from None
+    stem = temp_stem(place.name)
+    lock = place.parent / f".{stem}.lock"
+    fd = _lock(path, lock, command)
+    tmp = place.parent / f".{stem}.partial-{os.getpid()}"
+    claim = Claim(path, tmp, stem, notify=notify, place=place)
+    try:
+        _clean(claim)
+        check_out(out, overwrite, place)
+        try:
+            claim.tmp.mkdir()
+        except OSError as exc:
+            raise OutputError(f"{out}: cannot create {claim.tmp.name} ({exc.strerror})") from None
+        try:
+            yield claim
+        finally:
+            shutil.rmtree(claim.tmp, ignore_errors=True)
+    finally:
+        try:
+            os.unlink(lock)
+        finally:
+            os.close(fd)
