@@ -56,7 +56,7 @@ def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
         anchors = probe_anchors(chat)
     out: dict[int, Turn] = {}
     order = sorted(anchors) if anchors is not None else []
-    chosen, text = set(wanted), chat.text
+    chosen, text, frame = set(wanted), chat.text, chat.frame
     for n, i in enumerate(order):
         if i not in chosen or anchors is None:
             continue
@@ -66,7 +66,7 @@ def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
         following = anchors[order[n + 1]][0][0] if n + 1 < len(order) else len(text)
         shown = any(p[2] == "r" for p in pieces)
         role = chat.messages[i]["role"]
-        out[i] = _span(chat.frame, text, i, a, b, prev, following, role, shown)
+        out[i] = _span(frame, text, i, a, b, prev, following, role, shown)
     for i in wanted:
         if i not in out and (placed := prefix_turn(chat, i)) is not None:
             out[i] = Turn(i, *placed, False)
