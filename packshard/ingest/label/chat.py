@@ -22,9 +22,10 @@ through its end marker, plus a final EOS after the last one (label path ``offset
     <|im_start|>assistant\n<think>\n\n</think>\n\nSure.<|im_end|>\n
                            [---------------------------------)
 
-On the shared chat data (5,412 records, phi-3 and Qwen3 templates) search places 5,384
-records in one render, the probe the 28 tool-calling ones in two; tier 4 is for templates
-the others cannot read (it alone places every record there too, in 2–6 renders).
+On 5,412 real chat records (phi-3 and Qwen3 templates) search places 5,384 in one render
+and the probe the other 28 in two.  Tier 4 alone gives the same spans on all
+5,412 and phi-3's generation masks, at two renders per trained turn (three for a Qwen3 turn
+in the history): the last resort, for templates the others cannot read.
 
 Then the reasoning block a trained turn starts with
 (:func:`~packshard.ingest.label.reasoning.find_block`) follows ``--reasoning`` (``mask``: cut

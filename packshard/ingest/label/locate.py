@@ -13,9 +13,12 @@ runs to where the second parts from the text, never inside a special token::
     turn                                                 [-----------------------)
 
 It ends through the first end marker of the special tokens and whitespace it ends with;
-one that ends in none must be all of the second render.  A message with no header before it
-(another role, a template that ignores the generation prompt) starts at its content, which
-must be in the turn; one with neither is left unplaced.
+one that ends in none must be all of the second render.  A template that renders a turn
+otherwise when it is the last (Qwen3's empty reasoning block, missing from a turn in the
+history) is read on: through the message after it, to the first end marker after its
+content.  A message with no header before it (another role, a template that ignores the
+generation prompt) starts at its content, which must be in the turn; one with neither is
+left unplaced.
 """
 
 from __future__ import annotations
@@ -49,12 +52,14 @@ def prefix_turn(chat: Chat, i: int) -> tuple[int, int, int] | None:
     if not text.startswith(before):
         return None
     start, end = len(before), _parting(chat, through)
-    body, hi = _body_end(chat, start, end)
-    if hi is None and end < len(through):
-        return None  # the turn ends in no end marker and is not all of ``through``
-    hi = body if hi is None else hi
     content = message["content"] if isinstance(message["content"], str) else ""
     needle = content.rsplit(chat.markers[1], 1)[-1].strip()
+    body, hi = _body_end(chat, start, end)
+    if hi is None and end < len(through):  # no end marker, and not all of ``through``
+        hi = _read_on(chat, i, start, needle) if header else None
+        if hi is None:
+            return None
+    hi = body if hi is None else hi
     if header:
         lo = start
         head = lo - len(header) if text.startswith(header, lo - len(header)) else lo
@@ -65,6 +70,27 @@ def prefix_turn(chat: Chat, i: int) -> tuple[int, int, int] | None:
     if lo < 0 or hi <= lo or (needle and needle not in text[lo:hi]):
         return None  # no header and no content to start at, or the template rewrites it
     return head, lo, hi
+
+
+def _read_on(chat: Chat, i: int, start: int, needle: str) -> int | None:
+    """Where turn ``i`` ends, read from the conversation through the message after it.
+
+    For a template that renders a turn otherwise once a message follows it (Qwen3 gives the
+    last turn an empty reasoning block, not a turn in the history): the turn ends with the
+    first end marker after its content.
+    """
+    if i + 2 > len(chat.messages):
+        return None
+    try:
+        through, _ = render_chat(
+            chat.template, chat.messages[: i + 2], chat.tools, chat.bundle.special_tokens_map
+        )
+    except TemplateError:
+        return None
+    text, end = chat.text, _parting(chat, through)
+    at = text.find(needle, start, end) + len(needle) if needle else start
+    closer = chat.frame.closers.search(text, at, end) if at >= len(needle) else None
+    return closer.end() if closer is not None else None
 
 
 def _parting(chat: Chat, through: str) -> int:

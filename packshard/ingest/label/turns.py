@@ -56,17 +56,12 @@ def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
         anchors = probe_anchors(chat)
     out: dict[int, Turn] = {}
     order = sorted(anchors) if anchors is not None else []
-    chosen, text = set(wanted), chat.text
+    chosen = set(wanted)
     for n, i in enumerate(order):
-        if i not in chosen or anchors is None:
-            continue
-        pieces = anchors[i]
-        a, b = pieces[0][0], max(p[1] for p in pieces)
-        prev = anchors[order[n - 1]][-1][1] if n else 0
-        following = anchors[order[n + 1]][0][0] if n + 1 < len(order) else len(text)
-        shown = any(p[2] == "r" for p in pieces)
-        role = chat.messages[i]["role"]
-        out[i] = _span(chat.frame, text, i, a, b, prev, following, role, shown)
+        if i in chosen and anchors is not None:
+            prev = anchors[order[n - 1]][-1][1] if n else 0
+            following = anchors[order[n + 1]][0][0] if n + 1 < len(order) else len(chat.text)
+            out[i] = _span(chat, i, anchors[i], prev, following)
     for i in wanted:
         if i not in out and (placed := prefix_turn(chat, i)) is not None:
             out[i] = Turn(i, *placed, False)
@@ -74,17 +69,12 @@ def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
 
 
 def _span(
-    frame: Frame,
-    text: str,
-    i: int,
-    a: int,
-    b: int,
-    prev: int,
-    following: int,
-    role: str,
-    shown: bool,
+    chat: Chat, i: int, pieces: list[tuple[int, int, str]], prev: int, following: int
 ) -> Turn:
-    header = frame.header if role == "assistant" else ""
+    """Return the turn around message ``i``'s anchors, between ``prev`` and ``following``."""
+    text, frame = chat.text, chat.frame
+    a, b = pieces[0][0], max(p[1] for p in pieces)
+    header = frame.header if chat.messages[i]["role"] == "assistant" else ""
     head = lo = a
     if header and (at := text.rfind(header, prev, a)) >= 0:
         head, lo = at, at + len(header)
@@ -95,7 +85,7 @@ def _span(
     if (m := frame.closers.search(text, b, following)) is not None:
         if not header or text.find(header, b, m.start()) < 0:
             hi = m.end()
-    return Turn(i, head, lo, hi, shown)
+    return Turn(i, head, lo, hi, any(p[2] == "r" for p in pieces))
 
 
 def search_anchors(chat: Chat, wanted: list[int]) -> Anchors | None:

@@ -17,7 +17,7 @@ import packshard.ingest.label.turns as turns
 from packshard.errors import RecordError
 from packshard.ingest.template.render import compile_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
-from tests.helpers import answer, build_qwen, chat, rendered_spans, user
+from tests.helpers import THINK, answer, build_qwen, chat, rendered_spans, user
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}SIZE<|im_end|>\n"
@@ -102,3 +102,19 @@ def test_tier_4_leaves_a_rewritten_turn_unplaced(bundle) -> None:
     with pytest.raises(RecordError) as err:
         _trained(upper, chat(user("ok"), answer("ok")), bundle)
     assert err.value.reason.startswith("message 2 (assistant) does not appear")
+
+
+def test_tier_4_reads_on_where_the_last_turn_renders_otherwise(bundle, monkeypatch) -> None:
+    # THINK gives the last turn an empty reasoning block, a turn in the history none: turn 2
+    # is read from the conversation through message 3; tier 4 alone labels as search does
+    think = compile_template(THINK, "think.jinja")
+    record = chat(user("ok"), answer("ok"), user("again"), answer("fine"))
+    searched = rendered_spans(record, think, bundle)
+    monkeypatch.setattr(turns, "search_anchors", lambda *args: None)
+    monkeypatch.setattr(turns, "probe_anchors", lambda *args: None)
+    assert rendered_spans(record, think, bundle) == searched
+    ((text, spans, _, _),) = searched
+    assert [text[a:b] for a, b in spans] == [
+        "ok<|im_end|>",
+        "<think>\n\n</think>\n\nfine<|im_end|>",
+    ]
