@@ -70,6 +70,7 @@ def profile(
     seed: int,
     json_path: str | None,
     html_path: str | None,
+    allow_split_markers: bool = False,
     engine: str = "local",
     workers: int = 1,
     ray_address: str | None = None,
@@ -84,6 +85,7 @@ def profile(
     """
     from packshard.cli.html import write_profile_html
     from packshard.cli.profile_tables import render_profile_table, render_rejects
+    from packshard.ingest.markers import check_markers
     from packshard.ingest.sources import expand_inputs
     from packshard.ingest.templates import load_template
     from packshard.ingest.tokenizer import load_tokenizer
@@ -107,6 +109,7 @@ def profile(
     not_over(json_path, html_path, reading=[f.real for f in files])
     bundle = load_tokenizer(tokenizer)
     tmpl = load_template(template, bundle)
+    check_markers(bundle, tmpl, allow_split_markers)
     scale = EngineOptions(engine, workers, ray_address)
     scale.check()
     if scale.serial:

@@ -62,6 +62,11 @@ INGEST = group(
         default=None,
         help="Chat template: a .jinja file or 'chatml' (default: the tokenizer config's).",
     ),
+    click.option(
+        "--allow-split-markers",
+        is_flag=True,
+        help="Accept a template whose markers (<|im_start|> …) the tokenizer splits into pieces.",
+    ),
     click.option("--max-seq-len", type=int, required=True, help="Row capacity in tokens."),
     click.option(
         "--format",

@@ -65,6 +65,7 @@ class PackConfig:
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
     max_expansion: int = MAX_EXPANSION
     template_timeout: float = TEMPLATE_SECONDS
+    allow_split_markers: bool = False  # not recorded: it changes no output, only a check
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""
