@@ -70,6 +70,7 @@ def profile(
     seed: int,
     json_path: str | None,
     html_path: str | None,
+    max_reject_rate: float | None = None,
     allow_split_markers: bool = False,
     engine: str = "local",
     workers: int = 1,
@@ -85,6 +86,7 @@ def profile(
     """
     from packshard.cli.html import write_profile_html
     from packshard.cli.profile_tables import render_profile_table, render_rejects
+    from packshard.cli.rejectrate import check_max_reject_rate, enforce_reject_rate
     from packshard.ingest.markers import check_markers
     from packshard.ingest.sources import expand_inputs
     from packshard.ingest.templates import load_template
@@ -105,6 +107,7 @@ def profile(
     )
     options.check()
     check_profile_options(max_seq_len, batch_size, seed)
+    check_max_reject_rate(max_reject_rate)
     files = expand_inputs(data)
     not_over(json_path, html_path, reading=[f.real for f in files])
     bundle = load_tokenizer(tokenizer)
@@ -135,6 +138,8 @@ def profile(
         with naming(html_path):
             write_profile_html(report, html_path)
         click.echo(f"wrote {html_path}")
+    codes = dict(report.reject_codes)
+    enforce_reject_rate(report.total.records, codes, max_reject_rate, fmt)
 
 
 @main.command()
@@ -150,6 +155,7 @@ def pack(
     loss: str,
     on_error: str,
     progress: bool | None,
+    max_reject_rate: float | None,
     **options: Any,
 ) -> None:
     """Tokenize, pack and write Parquet shards with an examples index, rejects and a manifest.
@@ -158,9 +164,11 @@ def pack(
     Example:
       packshard pack chat.jsonl -t tokenizer/ --max-seq-len 4096 -o packed/ --overlong split
     """
+    from packshard.cli.rejectrate import check_max_reject_rate, enforce_reject_rate
     from packshard.cli.tables import render_pack_summary
     from packshard.pack import PackConfig, pack_dataset
 
+    check_max_reject_rate(max_reject_rate)
     config = PackConfig(
         inputs=data,
         tokenizer=tokenizer,
@@ -177,6 +185,8 @@ def pack(
     for warning in result.warnings:
         warn(warning)
     _console().print(render_pack_summary(result))
+    stats = result.manifest["stats"]
+    enforce_reject_rate(stats["records"], stats["rejects_by_code"], max_reject_rate, fmt)
 
 
 @main.command()

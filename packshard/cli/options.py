@@ -39,9 +39,18 @@ UNITS = click.option(
     "(default: the inputs' bytes over 64, within 1–64 MiB).",
 )
 
+MAX_REJECT_RATE = click.option(
+    "--max-reject-rate",
+    type=float,
+    default=None,
+    help="Exit 1 when more than this share (0–1) of the records is rejected as bad input "
+    "(default: only a warning above 0.1).",
+)
+
 
 PROFILE = group(
     INGEST,
+    MAX_REJECT_RATE,
     ENGINE,
     UNITS,
     click.option(
@@ -73,6 +82,7 @@ PACK = group(
         required=True,
         help="Output folder (written atomically).",
     ),
+    MAX_REJECT_RATE,
     click.option(
         "--strategy",
         default="bfd",
