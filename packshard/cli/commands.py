@@ -192,7 +192,7 @@ def pack(
 @main.command()
 @click.argument("out", type=click.Path())
 @VERIFY
-def verify(out: str, json_path: str | None, **options: Any) -> None:
+def verify(out: str, json_path: str | None, progress: bool | None, **options: Any) -> None:
     """Audit a packed folder: integrity, structure, source, model equivalence and its control.
 
     Exit 0 when every check holds, 1 on any finding, 2 for usage, unreadable input or a check
@@ -206,7 +206,7 @@ def verify(out: str, json_path: str | None, **options: Any) -> None:
     from packshard.verify.run import VerifyOptions, verify_dataset, write_report_json
 
     not_over(json_path, reading=[Path(out)])
-    report = verify_dataset(out, VerifyOptions(**options))
+    report = verify_dataset(out, VerifyOptions(progress=_show_progress(progress), **options))
     _console().print(render_verify_summary(report), soft_wrap=True)  # findings stay one line each
     if json_path:
         with naming(json_path):

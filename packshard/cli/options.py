@@ -181,6 +181,11 @@ VERIFY = group(
         type=click.Path(dir_okay=False),
         help="Write the full report with the seam table.",
     ),
+    click.option(
+        "--progress/--no-progress",
+        default=None,
+        help="A line per check as it starts and ends (default: when stderr is a terminal).",
+    ),
 )
 
 INSPECT = group(
