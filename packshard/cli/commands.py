@@ -139,7 +139,8 @@ def profile(
             write_profile_html(report, html_path)
         click.echo(f"wrote {html_path}")
     codes = dict(report.reject_codes)
-    enforce_reject_rate(report.total.records, codes, max_reject_rate, fmt)
+    sources = [str(f.real) for f in files]
+    enforce_reject_rate(report.total.records, codes, max_reject_rate, fmt, sources)
 
 
 @main.command()
@@ -186,7 +187,8 @@ def pack(
         warn(warning)
     _console().print(render_pack_summary(result))
     stats = result.manifest["stats"]
-    enforce_reject_rate(stats["records"], stats["rejects_by_code"], max_reject_rate, fmt)
+    sources = [i["resolved"] for i in result.manifest["inputs"]]
+    enforce_reject_rate(stats["records"], stats["rejects_by_code"], max_reject_rate, fmt, sources)
 
 
 @main.command()

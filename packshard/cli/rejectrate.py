@@ -19,33 +19,16 @@ Either line names the codes that dominate and the likely cause of the largest, e
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import click
 
 from packshard.cli.errors import warn
 from packshard.errors import EXIT_DATA, REJECT_CODES, REJECTED, UsageError
+from packshard.format.causes import likely_cause
 
 WARN_RATE = 0.10
 """Rejected share above which a run warns when no ``--max-reject-rate`` is given."""
-
-_CAUSES = {
-    "missing_field": "a field the format needs is absent: a wrong field name?",
-    "unknown_format": "the records hold none of messages, conversations, instruction+output, "
-    "prompt+completion, text: a wrong field name? (convert them, or --format FORMAT)",
-    "not_an_object": "each line is not a JSON object: a JSON array saved as .jsonl? (rename "
-    "it to .json)",
-    "invalid_json": "the lines are not JSON: a JSON array saved as .jsonl (rename it to "
-    ".json), or not JSON Lines at all",
-    "invalid_utf8": "the file is not UTF-8 (re-encode it)",
-    "too_large": "records are larger than --max-record-bytes (raise it)",
-    "unknown_role": "message roles are not system/user/assistant/tool (map them first)",
-    "template_error": "the chat template fails on these records (check --template)",
-    "no_assistant_turn": "--loss needs assistant turns (use --loss all for plain text)",
-    "no_trainable_tokens": "no token is trained (check --loss and the messages' train flags)",
-    "invalid_content": "message contents are not strings (multimodal parts? flatten them)",
-    "invalid_message": "the message lists are not lists of objects",
-}
 
 
 def check_max_reject_rate(value: float | None) -> None:
@@ -59,6 +42,7 @@ def reject_rate_line(
     by_code: Mapping[str, int],
     max_rate: float | None,
     forced_format: str = "auto",
+    sources: Sequence[str] = (),
 ) -> tuple[str | None, bool]:
     """Return the line to print (None when the rate is fine) and whether it is an error."""
     rejected = {c: n for c, n in by_code.items() if n and REJECT_CODES[c].kind == REJECTED}
@@ -71,7 +55,7 @@ def reject_rate_line(
     codes = ", ".join(f"{code} {n:,}" for code, n in ranked[:4])
     if len(ranked) > 4:
         codes += ", …"
-    cause = likely_cause(ranked[0][0], forced_format)
+    cause = likely_cause(ranked[0][0], forced_format, sources)
     over = (
         f"over --max-reject-rate {max_rate:g}"
         if max_rate is not None
@@ -81,18 +65,15 @@ def reject_rate_line(
     return line, max_rate is not None
 
 
-def likely_cause(code: str, forced_format: str = "auto") -> str:
-    """Return the likely cause of many rejects of ``code``."""
-    if forced_format != "auto" and code in ("missing_field", "unknown_format", "invalid_content"):
-        return f"--format {forced_format} is forced on records of other formats (use --format auto)"
-    return _CAUSES.get(code, REJECT_CODES[code].meaning)
-
-
 def enforce_reject_rate(
-    records: int, by_code: Mapping[str, int], max_rate: float | None, forced_format: str
+    records: int,
+    by_code: Mapping[str, int],
+    max_rate: float | None,
+    forced_format: str,
+    sources: Sequence[str] = (),
 ) -> None:
     """Print the reject-rate line on stderr; exit 1 when it is over ``--max-reject-rate``."""
-    line, failed = reject_rate_line(records, by_code, max_rate, forced_format)
+    line, failed = reject_rate_line(records, by_code, max_rate, forced_format, sources)
     if line is None:
         return
     if failed:

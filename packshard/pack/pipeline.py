@@ -44,8 +44,9 @@ import numpy as np
 from packshard.digests import sha256_path
 from packshard.engine import Engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
-from packshard.errors import REJECTED, NothingToPackError, PackshardError
+from packshard.errors import REJECTED, NothingToPackError, PackshardError, reject_kind
 from packshard.format.card import write_card
+from packshard.format.causes import likely_cause
 from packshard.format.environment import pack_environment
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
@@ -159,7 +160,7 @@ def _pack_into(
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
     if plan.num_rows == 0:
-        raise NothingToPackError(_nothing_packed(spill, tally))
+        raise NothingToPackError(_nothing_packed(spill, tally, config, files))
     ordering = ordering_stats(plan)
     plan = plan.permute_rows(_row_order(plan, config))
     input_hashes = units.get("hashes") or [sha256_path(f.real) for f in files]
@@ -236,12 +237,18 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     return entry
 
 
-def _nothing_packed(spill: Spill, tally: RejectTally) -> str:
+def _nothing_packed(
+    spill: Spill, tally: RejectTally, config: PackConfig, files: Sequence[InputFile]
+) -> str:
     records = sum(spill.counts.records_per_source) + tally.total(REJECTED)
     codes = ", ".join(f"{code} {n}" for code, n in tally.by_code.items()) or "no records"
+    fix = "fix the inputs or the options, e.g. --max-seq-len, --overlong"
+    top, most = max(tally.by_code.items(), key=lambda kv: kv[1], default=("", 0))
+    if most * 2 > sum(tally.by_code.values()) and reject_kind(top) == REJECTED:  # dominates
+        fix = f"likely cause: {likely_cause(top, config.format, [str(f.real) for f in files])}"
     return (
         f"nothing to pack: none of the {records} records read was packed ({codes}); no "
-        "output was written (fix the inputs or the options, e.g. --max-seq-len, --overlong)"
+        f"output was written ({fix})"
     )
 
 
