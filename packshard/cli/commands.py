@@ -20,15 +20,16 @@ import click
 
 from packshard.cli.errors import CommandGroup, naming, not_over, warn
 from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, VERIFY
+from packshard.cli.sections import SectionedCommand
 from packshard.engine import EngineOptions
 from packshard.errors import EXIT_DATA, EXIT_USAGE
 from packshard.records import IngestOptions
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from packshard.cli.console import console
 
-    return Console(highlight=False, soft_wrap=False)
+    return console()
 
 
 def _show_progress(progress: bool | None) -> bool:
@@ -143,7 +144,7 @@ def profile(
     enforce_reject_rate(report.total.records, codes, max_reject_rate, fmt, sources)
 
 
-@main.command()
+@main.command(cls=SectionedCommand)
 @click.argument("data", nargs=-1, required=True)
 @PACK
 def pack(
@@ -235,7 +236,9 @@ def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: st
 
     not_over(html_path, reading=[Path(out)])
     view = inspect_row(Path(out), row=row, shard=shard, tokenizer=tokenizer)
-    _console().print(render_row_console(view))
+    from packshard.cli.console import plain
+
+    _console().print(render_row_console(view, marked=plain()))
     if html_path:
         with naming(html_path):
             write_row_html(view, html_path)

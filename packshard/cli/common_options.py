@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from packshard.cli.sections import human_bytes
 from packshard.limits import (
     MAX_DECOMPRESSED_BYTES,
     MAX_EXPANSION,
@@ -133,15 +134,17 @@ INGEST = group(
         "--max-record-bytes",
         type=int,
         default=MAX_RECORD_BYTES,
-        show_default=True,
-        help="Largest record (line, element, row) and rendered text; larger: too_large.",
+        show_default=False,
+        help="Largest record (line, element, row) and rendered text; larger: too_large.  "
+        f"[default: {human_bytes(MAX_RECORD_BYTES)}]",
     ),
     click.option(
         "--max-decompressed-bytes",
         type=int,
         default=MAX_DECOMPRESSED_BYTES,
-        show_default=True,
-        help="Most bytes one .gz/.zst input may decompress to (more: the run stops).",
+        show_default=False,
+        help="Most bytes one .gz/.zst input may decompress to (more: the run stops).  "
+        f"[default: {human_bytes(MAX_DECOMPRESSED_BYTES)}]",
     ),
     click.option(
         "--max-expansion",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from packshard.cli.common_options import INGEST, group
+from packshard.cli.sections import human_bytes
 from packshard.engine import ENGINES
 from packshard.vocab import COMPRESSIONS, EXPORT_TARGETS, OVERLONG_POLICIES, STRATEGIES
 
@@ -106,8 +107,7 @@ PACK = group(
         "--shard-bytes",
         type=int,
         default=256 * 1024 * 1024,
-        show_default=True,
-        help="Approximate most bytes per shard.",
+        help=f"Approximate most bytes per shard.  [default: {human_bytes(256 << 20)}]",
     ),
     click.option(
         "--compression",
@@ -122,7 +122,10 @@ PACK = group(
         help="Replace a non-empty output folder (only once the new one is complete).",
     ),
     click.option(
-        "--num-workers", type=int, default=None, help="Tokenizer threads (default: all cores)."
+        "--num-workers",
+        type=int,
+        default=None,
+        help="Tokenizer threads in each process (default: all cores; --workers: processes).",
     ),
     ENGINE,
     UNITS,

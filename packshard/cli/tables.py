@@ -81,14 +81,14 @@ def render_verify_summary(report: Any) -> Group:
     table = Table(title=f"verify {report.out}", title_justify="left")
     table.add_column("check", style="cyan")
     table.add_column("status")
-    table.add_column("time", justify="right")
     table.add_column("detail")
+    table.add_column("time", justify="right")
     for name in CHECKS:
         info = report.checks.get(name, {"status": "skipped"})
         status = info.get("status", "?")
         style = {"passed": "green", "failed": "bold red"}.get(status, "yellow")
         spent = format_seconds(info.get("seconds"))
-        table.add_row(name, Text(status, style=style), spent, _detail(name, info))
+        table.add_row(name, Text(status, style=style), _detail(name, info), spent)
     parts: list[Any] = [table]
     model = report.checks.get("model", {})
     if model.get("control_detected"):

@@ -40,8 +40,9 @@ def test_a_json_array_saved_as_jsonl_is_named(tmp_path, packed_demo_tokenizer):
     }.items():
         data = tmp_path / name
         data.write_text(text, encoding="utf-8")
+        out = tmp_path / f"out-{name}"
         result = run("pack", data, "-t", packed_demo_tokenizer, "--template", "chatml",
-                     "--max-seq-len", "256", "-o", tmp_path / f"out-{name}", "--no-progress")  # fmt: skip
+                     "--max-seq-len", "256", "-o", out, "--no-progress")  # fmt: skip
         assert result.exit_code == 1, result.output
         assert (
             f"likely cause: {data} looks like a JSON array, not JSON Lines (rename it to .json)"
