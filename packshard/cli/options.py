@@ -211,8 +211,9 @@ EXPORT = group(
         "target",
         required=True,
         type=click.Choice(EXPORT_TARGETS),
-        help="Target format: Megatron-Bridge/NeMo packed Parquet, torchtune packed samples, "
-        "MosaicML MDS, or one row per example (Axolotl, LitGPT).",
+        help="Target format: released Megatron-Bridge's packed .npy (megatron), the Parquet form "
+        "of its main branch (megatron-parquet), torchtune packed samples, MosaicML MDS, or one "
+        "row per example (Axolotl, LitGPT).",
     ),
     click.option(
         "-o",

@@ -2,7 +2,8 @@
 
 Targets (:data:`packshard.records.EXPORT_TARGETS`), each a module of this package:
 
-    megatron    Megatron-Bridge / NeMo packed Parquet (input_ids, seq_start_id, shifted loss_mask)
+    megatron    Megatron-Bridge 0.3.1 (released) packed .npy: one dict per row, and its metadata
+    megatron-parquet  the same rows as Parquet, for Megatron-Bridge's main branch
     torchtune   torchtune packed samples (tokens, labels, input_pos, seq_lens) and their loader
     mds         MosaicML streaming MDS, one sample per packed row
     unpacked    one row per example (input_ids, attention_mask, labels): Axolotl, LitGPT
@@ -23,6 +24,7 @@ from packshard import __version__
 from packshard.export.common import staged_folder, write_export_info
 from packshard.export.mds import write_mds
 from packshard.export.megatron import write_megatron
+from packshard.export.megatron_npy import write_megatron_npy
 from packshard.export.torchtune import write_torchtune
 from packshard.export.unpacked import write_unpacked
 from packshard.format.manifest import load_manifest
@@ -48,6 +50,9 @@ def export_dataset(
     pad = manifest.get("tokenizer", {}).get("pad_token_id")
     with staged_folder(folder, overwrite) as tmp:
         if target == "megatron":
+            eos = manifest.get("tokenizer", {}).get("eos_token_id")
+            written = write_megatron_npy(source, tmp, max_seq_len, eos)
+        elif target == "megatron-parquet":
             written = write_megatron(source, tmp, max_seq_len)
         elif target == "torchtune":
             written = write_torchtune(source, tmp, max_seq_len, 0 if pad is None else int(pad))
