@@ -267,3 +267,8 @@ def export(out: str, target: str, dest: str, overwrite: bool) -> None:
     for name, sha in result.info["files"].items():
         click.echo(f"  {name}  {(result.dest / name).stat().st_size:,} bytes  sha256 {sha[:16]}…")
     click.echo("  export.json  (source, counts and these checksums)")
+    if target == "torchtune":
+        from packshard.export.pins import torchtune_problem
+
+        if problem := torchtune_problem():
+            warn(problem)
