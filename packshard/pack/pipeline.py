@@ -148,13 +148,13 @@ def _pack_into(
                 spill, units["work"], units["info"] = map_inputs(
                     engine, config, list(files), units["hashes"], rejects, loaded.start
                 )
+                bundle, template = loaded.result()  # its errors, too, leave no work folder
             except PackshardError:
                 if loaded.failed():  # the driver's own error comes first, and
                     # units mapped with a tokenizer or template that cannot load are no use
                     shutil.rmtree(work_folder(Path(config.out)), ignore_errors=True)
                     loaded.result()
                 raise
-            bundle, template = loaded.result()
             reasoning_dropped = units["info"].pop("reasoning_dropped", 0)
         plan = _plan(spill, config)
         rejects.write(wrapped_drops(spill, plan))

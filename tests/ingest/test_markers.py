@@ -68,3 +68,20 @@ def test_markers_from_literals_and_from_the_probe(demo_tokenizer: Path) -> None:
         check_markers(bundle, built)  # the demo tokenizer has ChatML's tokens
     check_markers(bundle, built, allow=True)
     check_markers(bundle, load_template("chatml", bundle))
+
+
+def test_on_workers_the_refusal_leaves_no_work_folder(tmp_path, demo_tokenizer: Path) -> None:
+    template = tmp_path / "phi.jinja"
+    template.write_text(
+        "{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}"
+        "{% endfor %}",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    result = run("pack", demo_data_path(), "-t", demo_tokenizer, "--template", template,
+                 "--max-seq-len", "256", "-o", out, "--no-progress", "--workers", "2",
+                 "--split-bytes", "4096")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "the template writes <|assistant|>" in result.stderr
+    assert "use --template chatml" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["phi.jinja"]
