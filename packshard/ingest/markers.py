@@ -14,11 +14,12 @@ markers and refuses any the tokenizer splits::
 Which strings are markers (decided here, documented in docs/loud.md):
 
 * ``<|name|>`` — the form of ChatML, Phi, Llama 3, DeepSeek markers (any text but ``<|>``);
-* ``<name_with_underscore>`` / ``</...>`` — Gemma's ``<start_of_turn>``, ``<end_of_turn>``;
+* ``<start_of_turn>``, ``<end_of_turn>`` — Gemma's turn markers;
 * ``<s>``, ``</s>`` — SentencePiece BOS/EOS written by a template.
 
-Plain tags (``<think>``, ``<tools>``) and bracket forms (``[INST]``) are not checked: many
-tokenizers rightly treat them as text (Llama 2's own template writes ``[INST]`` as text).
+Plain tags (``<think>``, ``<tools>``, ``<tool_call>``) and bracket forms (``[INST]``) are not
+checked: many tokenizers rightly treat them as text (Hermes-style tool tags are text outside
+Qwen; Llama 2's own template writes ``[INST]`` as text).
 The literals of the source catch markers on branches the probe does not take (tools); the
 probe catches markers the template builds from pieces (``'<|' + role + '|>'``).
 
@@ -37,7 +38,7 @@ from packshard.errors import TemplateError
 from packshard.ingest.templates import BUILTINS, ChatTemplate, render_chat
 from packshard.ingest.tokenizer import TokenizerBundle
 
-MARKER = re.compile(r"<\|[^<>|\s]{1,64}\|>|</?[A-Za-z]+_[A-Za-z_]+>|</?s>")
+MARKER = re.compile(r"<\|[^<>|\s]{1,64}\|>|<(?:start|end)_of_turn>|</?s>")
 """What looks like a special marker (see the module docstring)."""
 
 PROBE = [

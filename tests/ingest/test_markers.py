@@ -62,7 +62,8 @@ def test_markers_from_literals_and_from_the_probe(demo_tokenizer: Path) -> None:
     )
     found = template_markers(built)
     assert {"<|user|>", "<|assistant|>", "<|tool_list|>", "<end_of_turn>", "</s>"} <= set(found)
-    assert "<think>" not in template_markers(compile_template("<think>{{ 1 }}", "x.jinja"))
+    plain = compile_template("<think>{{ 1 }}</think><tool_call>[INST]", "x.jinja")
+    assert template_markers(plain) == []
     assert "<|tool_list|>" in split_markers(bundle, built)  # on a branch the probe skips
     with pytest.raises(TemplateError, match=r"use --template chatml"):
         check_markers(bundle, built)  # the demo tokenizer has ChatML's tokens
