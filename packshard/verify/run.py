@@ -133,7 +133,7 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     if invalid is None:
         with clock.stage("structure"):
             audits = check_structure(manifest, opened.tables, opened.index, structure)
-        with clock.stage("integrity"):
+        with clock.stage("integrity", "integrity (counts)"):
             check_counts(folder, manifest, audits, opened.index, integrity)
     results = [
         CheckResult("integrity", integrity),

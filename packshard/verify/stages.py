@@ -30,16 +30,17 @@ class StageClock:
         self.seconds: dict[str, float] = {}
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        """Time the block as (part of) check ``name``; say when it starts and ends."""
-        self._say(f"verify: {name} …")
+    def stage(self, name: str, label: str | None = None) -> Iterator[None]:
+        """Time the block as (part of) check ``name``; say when it starts and ends (``label``)."""
+        shown = label or name
+        self._say(f"verify: {shown} …")
         started = time.perf_counter()
         try:
             yield
         finally:
             spent = time.perf_counter() - started
             self.seconds[name] = self.seconds.get(name, 0.0) + spent
-            self._say(f"verify: {name} done ({spent:.2f} s)")
+            self._say(f"verify: {shown} done ({spent:.2f} s)")
 
     def _say(self, line: str) -> None:
         if self.progress:
