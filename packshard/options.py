@@ -50,7 +50,7 @@ STRATEGIES = ("bfd", "ffd", "sequential", "wrapped")
 into rows."""
 OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
 COMPRESSIONS = ("zstd", "snappy", "none")
-EXPORT_TARGETS = ("megatron", "torchtune", "mds", "unpacked")
+EXPORT_TARGETS = ("megatron", "megatron-parquet", "torchtune", "mds", "unpacked")
 """``packshard export --to``: each a module of :mod:`packshard.export`."""
 CHECKS = ("integrity", "structure", "source", "model")
 """The checks ``verify`` runs, in order (:mod:`packshard.verify.run`)."""

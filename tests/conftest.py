@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import (
     SHARED_DATA,
+    SHARED_SKIP,
     WORD_VOCAB,
     PackOutput,
     check_pack_output,
@@ -24,10 +25,27 @@ from tests.helpers import (
 def shared_data() -> Path:
     """The folder of real tokenizers and chat datasets; skip when this checkout has none."""
     if not (SHARED_DATA / "tokenizers").is_dir():
-        pytest.skip(
-            f"real third-party data not found at {SHARED_DATA} (kept outside the repository)"
-        )
+        pytest.skip(f"{SHARED_SKIP} {SHARED_DATA} (kept outside the repository)")
     return SHARED_DATA
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line at the end: how many tests skipped for want of the real data, and the fix."""
+    if line := shared_skip_line(terminalreporter.stats.get("skipped", [])):
+        terminalreporter.write_line(line, yellow=True, bold=True)
+
+
+def shared_skip_line(skipped: list[Any]) -> str | None:
+    """The summary line for the skipped reports that lacked :data:`SHARED_DATA` (None: none)."""
+    count = sum(SHARED_SKIP in str(getattr(r, "longrepr", "")) for r in skipped)
+    if not count:
+        return None
+    return (
+        f"{count} test(s) skipped: the real tokenizers and datasets are not at {SHARED_DATA} "
+        "(the transformers parity on real tokenizers among them); to run them, put that folder "
+        "there or set PACKSHARD_SHARED_DATA=/path/to/data. Parity on the committed fixture "
+        "tokenizer ran without it (tests/ingest/test_parity_fixture.py)."
+    )
 
 
 # --- pack: hermetic tokenizers and a checked runner -------------------------------------------

@@ -52,7 +52,10 @@ from packshard.pack.spill import Spill, SpillCounts
 from packshard.records import IGNORE_INDEX, PackedRow, SourceRef
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("PACKSHARD_SHARED_DATA") or REPO.parent / "shared" / "data")
+"""The real tokenizers and datasets (outside the repository); PACKSHARD_SHARED_DATA moves it."""
+SHARED_SKIP = "real third-party data not found at"
+"""How a test that needs :data:`SHARED_DATA` starts its skip reason (counted at the end)."""
 
 
 # --- in-memory data ----------------------------------------------------------------------------

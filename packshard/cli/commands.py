@@ -20,15 +20,16 @@ import click
 
 from packshard.cli.errors import CommandGroup, naming, not_over, warn
 from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, VERIFY
+from packshard.cli.sections import SectionedCommand
 from packshard.engine import EngineOptions
 from packshard.errors import EXIT_DATA, EXIT_USAGE
 from packshard.ingest.types import IngestOptions
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from packshard.cli.tables import console
 
-    return Console(highlight=False, soft_wrap=False)
+    return console()
 
 
 def _show_progress(progress: bool | None) -> bool:
@@ -70,6 +71,8 @@ def profile(
     seed: int,
     json_path: str | None,
     html_path: str | None,
+    max_reject_rate: float | None = None,
+    allow_split_markers: bool = False,
     engine: str = "local",
     workers: int = 1,
     ray_address: str | None = None,
@@ -83,7 +86,9 @@ def profile(
       packshard profile chat.jsonl code.jsonl -t tokenizer/ --max-seq-len 4096 --html profile.html
     """
     from packshard.cli.html import write_profile_html
+    from packshard.cli.rejectrate import check_max_reject_rate, enforce_reject_rate
     from packshard.cli.tables import render_profile_table, render_rejects
+    from packshard.ingest.markers import check_markers
     from packshard.ingest.read.sources import expand_inputs
     from packshard.ingest.template.render import load_template
     from packshard.ingest.tokens.tokenizer import load_tokenizer
@@ -103,10 +108,12 @@ def profile(
     )
     options.check()
     check_profile_options(max_seq_len, batch_size, seed)
+    check_max_reject_rate(max_reject_rate)
     files = expand_inputs(data)
     not_over(json_path, html_path, reading=[f.real for f in files])
     bundle = load_tokenizer(tokenizer)
     tmpl = load_template(template, bundle)
+    check_markers(bundle, tmpl, allow_split_markers)
     scale = EngineOptions(engine, workers, ray_address)
     scale.check()
     if scale.serial:
@@ -132,9 +139,12 @@ def profile(
         with naming(html_path):
             write_profile_html(report, html_path)
         click.echo(f"wrote {html_path}")
+    codes = dict(report.reject_codes)
+    sources = [str(f.real) for f in files]
+    enforce_reject_rate(report.total.records, codes, max_reject_rate, fmt, sources)
 
 
-@main.command()
+@main.command(cls=SectionedCommand)
 @click.argument("data", nargs=-1, required=True)
 @PACK
 def pack(
@@ -147,6 +157,7 @@ def pack(
     loss: str,
     on_error: str,
     progress: bool | None,
+    max_reject_rate: float | None,
     **options: Any,
 ) -> None:
     """Tokenize, pack and write Parquet shards with an examples index, rejects and a manifest.
@@ -155,9 +166,11 @@ def pack(
     Example:
       packshard pack chat.jsonl -t tokenizer/ --max-seq-len 4096 -o packed/ --overlong split
     """
+    from packshard.cli.rejectrate import check_max_reject_rate, enforce_reject_rate
     from packshard.cli.tables import render_pack_summary
     from packshard.pack import PackConfig, pack_dataset
 
+    check_max_reject_rate(max_reject_rate)
     config = PackConfig(
         inputs=data,
         tokenizer=tokenizer,
@@ -174,12 +187,15 @@ def pack(
     for warning in result.warnings:
         warn(warning)
     _console().print(render_pack_summary(result))
+    stats = result.manifest["stats"]
+    sources = [i["resolved"] for i in result.manifest["inputs"]]
+    enforce_reject_rate(stats["records"], stats["rejects_by_code"], max_reject_rate, fmt, sources)
 
 
 @main.command()
 @click.argument("out", type=click.Path())
 @VERIFY
-def verify(out: str, json_path: str | None, **options: Any) -> None:
+def verify(out: str, json_path: str | None, progress: bool | None, **options: Any) -> None:
     """Audit a packed folder: integrity, structure, source, model equivalence and its control.
 
     Exit 0 when every check holds, 1 on any finding, 2 for usage, unreadable input or a check
@@ -193,7 +209,7 @@ def verify(out: str, json_path: str | None, **options: Any) -> None:
     from packshard.verify.run import VerifyOptions, verify_dataset, write_report_json
 
     not_over(json_path, reading=[Path(out)])
-    report = verify_dataset(out, VerifyOptions(**options))
+    report = verify_dataset(out, VerifyOptions(progress=_show_progress(progress), **options))
     _console().print(render_verify_summary(report), soft_wrap=True)  # findings stay one line each
     if json_path:
         with naming(json_path):
@@ -220,7 +236,9 @@ def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: st
 
     not_over(html_path, reading=[Path(out)])
     view = inspect_row(Path(out), row=row, shard=shard, tokenizer=tokenizer)
-    _console().print(render_row_console(view))
+    from packshard.cli.tables import plain
+
+    _console().print(render_row_console(view, marked=plain()))
     if html_path:
         with naming(html_path):
             write_row_html(view, html_path)
@@ -249,3 +267,8 @@ def export(out: str, target: str, dest: str, overwrite: bool) -> None:
     for name, sha in result.info["files"].items():
         click.echo(f"  {name}  {(result.dest / name).stat().st_size:,} bytes  sha256 {sha[:16]}…")
     click.echo("  export.json  (source, counts and these checksums)")
+    if target == "torchtune":
+        from packshard.export.pins import torchtune_problem
+
+        if problem := torchtune_problem():
+            warn(problem)

@@ -114,6 +114,15 @@ def draw_histogram(d: DomainProfile, report: ProfileReport) -> str:
     return "".join(parts)
 
 
+BUCKETING_NOTE = (
+    "bucketed is the best case of bucketing: it sorts the whole dataset by length before "
+    "cutting batches (no sampler does that and still shuffles); a real length-grouped sampler "
+    "sorts within a window of batches and lands between random and bucketed. packed needs no "
+    "such assumption: its rows are what pack writes."
+)
+"""What the page says under the chart, so that bucketed is not read as a sampler's rate."""
+
+
 def draw_utilization(d: DomainProfile) -> str:
     """Return an SVG bar chart of the useful-token share under each strategy."""
     width, label_w, row_h, bar_w = 640, 160, 30, 400
@@ -194,6 +203,7 @@ percentiles {escape(report.percentile_method)} · loss tokens from {escape(repor
 {chart}
 <p class="note">useful = Σ min(length, max_seq_len); computed = rows × width of each padded
 batch, or packed rows × max_seq_len; lower bound {total.lower_bound_rows:,} rows.</p>
+<p class="note">{BUCKETING_NOTE}</p>
 <h2>Records and tokens per domain</h2>
 {render_table_html(build_counts_table(report))}
 {reasoning}

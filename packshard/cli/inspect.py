@@ -195,8 +195,16 @@ def _load_tokenizer(path: str) -> Any:
         return None
 
 
-def render_row_console(view: RowView) -> Any:
-    """Build a rich renderable: a header per segment, trained text highlighted, seams drawn."""
+TRAINED_MARKS = ("⟦", "⟧")
+"""What brackets trained text where colour is not seen (``marked``: a pipe, a log)."""
+
+
+def render_row_console(view: RowView, marked: bool = False) -> Any:
+    """Build a rich renderable: a header per segment, trained text highlighted, seams drawn.
+
+    ``marked`` (stdout not a terminal) also brackets trained text with :data:`TRAINED_MARKS`
+    and draws seams as a short line, so that the view keeps its meaning without colour.
+    """
     from rich.console import Group
     from rich.rule import Rule
     from rich.text import Text
@@ -212,16 +220,20 @@ def render_row_console(view: RowView) -> Any:
     styles.update({(True, True): "bold magenta", (False, True): "dim magenta"})
     for seg in view.segments:
         if seg.index:
-            parts.append(Rule("seam", style="red"))
+            parts.append(Text("══ seam ══") if marked else Rule("seam", style="red"))
         parts.append(Text(segment_title(seg), style="cyan"))
         body = Text()
         flags = seg.reasoning or (False,) * len(seg.runs)
         for (text, trained), thought in zip(seg.runs, flags, strict=True):
-            body.append(text, style=styles[trained, thought])
+            shown = f"{TRAINED_MARKS[0]}{text}{TRAINED_MARKS[1]}" if marked and trained else text
+            body.append(shown, style=styles[trained, thought])
         parts.append(body)
     legend = "legend: trained tokens in green, context dim"
+    if marked:
+        legend = "legend: trained tokens between ⟦ ⟧, context unmarked"
     if any(seg.reasoning for seg in view.segments):
-        legend += "; reasoning in magenta (bold when trained)"
+        shown = "within its markers" if marked else "in magenta (bold: trained)"
+        legend += f"; reasoning {shown}"
     parts.append(Text(legend, style="dim"))
     return Group(*parts)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from packshard.cli.sections import human_bytes
 from packshard.engine import ENGINES
 from packshard.options import (
     COMPRESSIONS,
@@ -66,6 +67,11 @@ INGEST = group(
         "--template",
         default=None,
         help="Chat template: a .jinja file or 'chatml' (default: the tokenizer config's).",
+    ),
+    click.option(
+        "--allow-split-markers",
+        is_flag=True,
+        help="Accept a template whose markers (<|im_start|> …) the tokenizer splits into pieces.",
     ),
     click.option("--max-seq-len", type=int, required=True, help="Row capacity in tokens."),
     click.option(
@@ -133,15 +139,17 @@ INGEST = group(
         "--max-record-bytes",
         type=int,
         default=MAX_RECORD_BYTES,
-        show_default=True,
-        help="Largest record (line, element, row) and rendered text; larger: too_large.",
+        show_default=False,
+        help="Largest record (line, element, row) and rendered text; larger: too_large.  "
+        f"[default: {human_bytes(MAX_RECORD_BYTES)}]",
     ),
     click.option(
         "--max-decompressed-bytes",
         type=int,
         default=MAX_DECOMPRESSED_BYTES,
-        show_default=True,
-        help="Most bytes one .gz/.zst input may decompress to (more: the run stops).",
+        show_default=False,
+        help="Most bytes one .gz/.zst input may decompress to (more: the run stops).  "
+        f"[default: {human_bytes(MAX_DECOMPRESSED_BYTES)}]",
     ),
     click.option(
         "--max-expansion",
@@ -194,9 +202,18 @@ UNITS = click.option(
     "(default: the inputs' bytes over 64, within 1–64 MiB).",
 )
 
+MAX_REJECT_RATE = click.option(
+    "--max-reject-rate",
+    type=float,
+    default=None,
+    help="Exit 1 when more than this share (0–1) of the records is rejected as bad input "
+    "(default: only a warning above 0.1).",
+)
+
 
 PROFILE = group(
     INGEST,
+    MAX_REJECT_RATE,
     ENGINE,
     UNITS,
     click.option(
@@ -228,6 +245,7 @@ PACK = group(
         required=True,
         help="Output folder (written atomically).",
     ),
+    MAX_REJECT_RATE,
     click.option(
         "--strategy",
         default="bfd",
@@ -252,8 +270,7 @@ PACK = group(
         "--shard-bytes",
         type=int,
         default=256 * 1024 * 1024,
-        show_default=True,
-        help="Approximate most bytes per shard.",
+        help=f"Approximate most bytes per shard.  [default: {human_bytes(256 << 20)}]",
     ),
     click.option(
         "--compression",
@@ -268,7 +285,10 @@ PACK = group(
         help="Replace a non-empty output folder (only once the new one is complete).",
     ),
     click.option(
-        "--num-workers", type=int, default=None, help="Tokenizer threads (default: all cores)."
+        "--num-workers",
+        type=int,
+        default=None,
+        help="Tokenizer threads in each process (default: all cores; --workers: processes).",
     ),
     ENGINE,
     UNITS,
@@ -327,6 +347,11 @@ VERIFY = group(
         type=click.Path(dir_okay=False),
         help="Write the full report with the seam table.",
     ),
+    click.option(
+        "--progress/--no-progress",
+        default=None,
+        help="A line per check as it starts and ends (default: when stderr is a terminal).",
+    ),
 )
 
 INSPECT = group(
@@ -349,8 +374,9 @@ EXPORT = group(
         "target",
         required=True,
         type=click.Choice(EXPORT_TARGETS),
-        help="Target format: Megatron-Bridge/NeMo packed Parquet, torchtune packed samples, "
-        "MosaicML MDS, or one row per example (Axolotl, LitGPT).",
+        help="Target format: released Megatron-Bridge's packed .npy (megatron), the Parquet form "
+        "of its main branch (megatron-parquet), torchtune packed samples, MosaicML MDS, or one "
+        "row per example (Axolotl, LitGPT).",
     ),
     click.option(
         "-o",

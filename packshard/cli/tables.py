@@ -4,10 +4,22 @@ Kept apart from the commands so that tests can render them to text and assert th
 and so that library users can print the same tables.  A profile's tables (counts,
 reasoning, lengths, utilization, its rejects) have one row per domain and a bold total row;
 they are also drawn into its HTML page (:mod:`packshard.cli.html`).
+
+Where they print: a rich console on a terminal, plain unwrapped text in a pipe.
+
+On a terminal, tables fit its width and colours carry meaning.  In a pipe or a log, rich
+would wrap every table at 80 columns (a long domain name over three lines) and drop the
+colours; so when stdout is not a terminal the console is as wide as the longest line
+(:data:`PIPE_WIDTH`), has no colour, and what colour alone meant is written out in text
+(``inspect`` brackets trained text: :data:`packshard.cli.inspect.TRAINED_MARKS`)::
+
+    terminal: │ records read         │   65 │   (wrapped to the window, coloured)
+    pipe:     one line per row, however long; no escape codes
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +29,7 @@ from rich.text import Text
 
 from packshard.options import CHECKS
 from packshard.profile import STRATEGIES, DomainProfile, ProfileReport
+from packshard.verify.stages import format_seconds
 
 
 def _num(value: Any) -> str:
@@ -89,11 +102,13 @@ def render_verify_summary(report: Any) -> Group:
     table.add_column("check", style="cyan")
     table.add_column("status")
     table.add_column("detail")
+    table.add_column("time", justify="right")
     for name in CHECKS:
         info = report.checks.get(name, {"status": "skipped"})
         status = info.get("status", "?")
         style = {"passed": "green", "failed": "bold red"}.get(status, "yellow")
-        table.add_row(name, Text(status, style=style), _detail(name, info))
+        spent = format_seconds(info.get("seconds"))
+        table.add_row(name, Text(status, style=style), _detail(name, info), spent)
     parts: list[Any] = [table]
     model = report.checks.get("model", {})
     if model.get("control_detected"):
@@ -320,3 +335,41 @@ def render_profile_table(report: ProfileReport) -> Group:
         build_utilization_table(report),
         Text(report.verdict, style="bold"),
     )
+
+
+PIPE_WIDTH = 4096
+"""Columns of the console in a pipe: wide enough that no table or line is wrapped."""
+
+
+def plain() -> bool:
+    """Whether stdout is not a terminal (a pipe, a file, a log)."""
+    return not sys.stdout.isatty()
+
+
+def console() -> Any:
+    """Return the console the commands print to (see the module docstring)."""
+    from rich.console import Console
+
+    if not plain():
+        return Console(highlight=False, soft_wrap=False)
+
+    class PlainConsole(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            for item in objects:
+                unwrap(item)
+            super().print(*objects, **kwargs)
+
+    return PlainConsole(highlight=False, soft_wrap=False, width=PIPE_WIDTH, color_system=None)
+
+
+def unwrap(renderable: Any) -> None:
+    """Let every column of the tables in ``renderable`` be as wide as its longest cell."""
+    from rich.console import Group
+    from rich.table import Table
+
+    if isinstance(renderable, Group):
+        for item in renderable.renderables:
+            unwrap(item)
+    elif isinstance(renderable, Table):
+        for column in renderable.columns:
+            column.max_width, column.no_wrap, column.overflow = None, True, "ignore"

@@ -1,5 +1,9 @@
 """Megatron-Bridge / NeMo packed-sequence Parquet: ``input_ids``, ``seq_start_id``, ``loss_mask``.
 
+This is ``--to megatron-parquet``: the Parquet reader exists only on Megatron-Bridge's main
+branch (with an unreleased megatron-core); released Megatron-Bridge (0.3.1) reads the same
+three fields from a ``.npy`` file, ``--to megatron`` (:mod:`packshard.export.megatron_npy`).
+
 Megatron-Bridge's ``GPTSFTPackedParquetDataset`` reads these three columns of every row
 (other columns are ignored) and slices each segment ``[s, e)`` itself: inputs
 ``input_ids[s:e-1]``, targets ``input_ids[s+1:e]``, loss ``loss_mask[s:e-1]``.  It stores no
@@ -97,11 +101,24 @@ def write_megatron(out: Path, folder: Path, max_seq_len: int) -> dict[str, Any]:
             table, stats = megatron_table(rows)
             if table.num_rows:
                 writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-            for key, value in stats.items():
-                merge = max if key.startswith("max") else min if key.startswith("min") else sum
-                totals[key] = merge([totals[key], value]) if key in totals else value
+            merge_stats(totals, stats)
+    metadata = packing_metadata(totals, max_seq_len)
+    meta_name = f"{max_seq_len}_metadata.jsonl"
+    (folder / meta_name).write_text(json.dumps([metadata]) + "\n", encoding="utf-8")
+    return {"training": name, "metadata": meta_name, **totals, "packing": metadata}
+
+
+def merge_stats(totals: dict[str, Any], stats: dict[str, Any]) -> None:
+    """Add one shard's statistics to ``totals`` (max of maxima, min of minima, sum of counts)."""
+    for key, value in stats.items():
+        merge = max if key.startswith("max") else min if key.startswith("min") else sum
+        totals[key] = merge([totals[key], value]) if key in totals else value
+
+
+def packing_metadata(totals: dict[str, Any], max_seq_len: int) -> dict[str, Any]:
+    """Return the metadata Megatron-Bridge reads (``{N}_metadata.jsonl`` holds a list of it)."""
     rows_out = totals.get("rows", 0)
-    metadata = {
+    return {
         "dataset_max_seqlen": totals.get("max_seqlen", 0),
         "max_samples_per_bin": totals.get("max_segments", 0),
         "packing_factor": round(totals.get("sequences", 0) / rows_out, 2) if rows_out else 0.0,
@@ -113,6 +130,3 @@ def write_megatron(out: Path, folder: Path, max_seq_len: int) -> dict[str, Any]:
         "pack_size": max_seq_len,
         "min_packed_seqlen": totals.get("min_runtime_row", 0),
     }
-    meta_name = f"{max_seq_len}_metadata.jsonl"
-    (folder / meta_name).write_text(json.dumps([metadata]) + "\n", encoding="utf-8")
-    return {"training": name, "metadata": meta_name, **totals, "packing": metadata}

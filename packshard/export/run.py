@@ -2,7 +2,8 @@
 
 Targets (:data:`packshard.options.EXPORT_TARGETS`), each a module of this package:
 
-    megatron    Megatron-Bridge / NeMo packed Parquet (input_ids, seq_start_id, shifted loss_mask)
+    megatron    Megatron-Bridge 0.3.1 (released) packed .npy: one dict per row, and its metadata
+    megatron-parquet  the same rows as Parquet, for Megatron-Bridge's main branch
     torchtune   torchtune packed samples (tokens, labels, input_pos, seq_lens) and their loader
     mds         MosaicML streaming MDS, one sample per packed row
     unpacked    one row per example (input_ids, attention_mask, labels): Axolotl, LitGPT
@@ -30,6 +31,7 @@ from packshard.errors import ManifestError
 from packshard.export.common import load_source, write_export_info
 from packshard.export.mds import write_mds
 from packshard.export.megatron import write_megatron
+from packshard.export.megatron_npy import write_megatron_npy
 from packshard.export.torchtune import write_torchtune
 from packshard.export.unpacked import write_unpacked
 from packshard.format.folder.claim import claim_out
@@ -65,6 +67,9 @@ def export_dataset(
     with claim_out(os.fspath(dest), overwrite, [os.fspath(out)], [], notify, "export") as claim:
         tmp = claim.tmp
         if target == "megatron":
+            eos = manifest.get("tokenizer", {}).get("eos_token_id")
+            written = write_megatron_npy(source, tmp, max_seq_len, eos)
+        elif target == "megatron-parquet":
             written = write_megatron(source, tmp, max_seq_len)
         elif target == "torchtune":
             written = write_torchtune(source, tmp, max_seq_len, 0 if pad is None else int(pad))

@@ -65,6 +65,7 @@ class PackConfig:
     max_expansion: int = MAX_EXPANSION
     template_timeout: float = TEMPLATE_SECONDS
     max_expanded_tokens: int = MAX_EXPANDED_TOKENS
+    allow_split_markers: bool = False  # not recorded: it changes no output, only a check
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""

@@ -46,8 +46,9 @@ from packshard.arrays import fill_rate
 from packshard.digests import sha256_path
 from packshard.engine import Engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
-from packshard.errors import REJECTED, NothingToPackError, PackshardError
+from packshard.errors import REJECTED, NothingToPackError, PackshardError, reject_kind
 from packshard.format.card import write_card
+from packshard.format.causes import likely_cause
 from packshard.format.environment import pack_environment
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
@@ -157,19 +158,19 @@ def _pack_into(
                 spill, units["work"], units["info"] = map_inputs(
                     engine, config, list(files), units["hashes"], rejects, loaded.start, note
                 )
+                bundle, template = loaded.result()  # its errors, too, leave no work folder
             except PackshardError:
                 if loaded.failed():  # the driver's own error comes first, and
                     # units mapped with a tokenizer or template that cannot load are no use
                     shutil.rmtree(work_folder(Path(config.out)), ignore_errors=True)
                     loaded.result()
                 raise
-            bundle, template = loaded.result()
             reasoning_dropped = units["info"].pop("reasoning_dropped", 0)
         plan = _plan(spill, config)
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
     if plan.num_rows == 0:
-        raise NothingToPackError(_nothing_packed(spill, tally))
+        raise NothingToPackError(_nothing_packed(spill, tally, config, files))
     ordering = ordering_stats(plan)
     plan = plan.permute_rows(_row_order(plan, config))
     input_hashes = units.get("hashes") or [sha256_path(f.real) for f in files]
@@ -250,12 +251,18 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     return entry
 
 
-def _nothing_packed(spill: Spill, tally: RejectTally) -> str:
+def _nothing_packed(
+    spill: Spill, tally: RejectTally, config: PackConfig, files: Sequence[InputFile]
+) -> str:
     records = sum(spill.counts.records_per_source) + tally.total(REJECTED)
     codes = ", ".join(f"{code} {n}" for code, n in tally.by_code.items()) or "no records"
+    fix = "fix the inputs or the options, e.g. --max-seq-len, --overlong"
+    top, most = max(tally.by_code.items(), key=lambda kv: kv[1], default=("", 0))
+    if most * 2 > sum(tally.by_code.values()) and reject_kind(top) == REJECTED:  # dominates
+        fix = f"likely cause: {likely_cause(top, config.format, [str(f.real) for f in files])}"
     return (
         f"nothing to pack: none of the {records} records read was packed ({codes}); no "
-        "output was written (fix the inputs or the options, e.g. --max-seq-len, --overlong)"
+        f"output was written ({fix})"
     )
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from packshard.errors import UsageError
+from packshard.torch.launch import check_launch
 
 WRAPPERS = ("IterableDatasetShard", "DataLoaderDispatcher")
 
@@ -80,6 +81,7 @@ def find_wrapper() -> Placement | None:
             else:
                 size, processes = int(owner.batch_size or 1), int(owner.state.num_processes)
             block = size if owner.split_batches else size * processes
+            check_launch(processes)
             return Placement(0, 1, max(block, 1), f"accelerate's {kind.__name__}")
         frame = frame.f_back
     return None
@@ -109,6 +111,7 @@ def resolve_placement(
         return Placement(dist.get_rank(), dist.get_world_size(), 1, "torch.distributed")
     if carried is not None:
         return carried
+    check_launch()  # accelerate counting one process of a launcher's several
     world = os.environ.get("WORLD_SIZE", "")
     if world.isdigit() and int(world) > 1:
         raise UsageError(

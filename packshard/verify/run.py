@@ -45,6 +45,7 @@ from packshard.options import MAX_SEED, check_range
 from packshard.verify.findings import NOT_RUN, CheckResult, EquivalenceReport, FindingList
 from packshard.verify.integrity import check_counts, check_files
 from packshard.verify.model.equivalence import CONTROL_FLOOR, DEFAULT_ATOL
+from packshard.verify.stages import StageClock
 from packshard.verify.structure import ShardAudit, check_structure
 
 
@@ -128,12 +129,16 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     environment["tolerance"] = {"atol": DEFAULT_ATOL, "control_floor": CONTROL_FLOOR}
     drift = environment_drift(manifest, environment)
     integrity, structure = FindingList(), FindingList()
-    opened = check_files(folder, manifest, integrity)
+    clock = StageClock(options.progress)
+    with clock.stage("integrity"):
+        opened = check_files(folder, manifest, integrity)
     invalid = None if opened.schema_valid else "the manifest is invalid (see integrity)"
     audits: dict[int, ShardAudit] = {}
     if invalid is None:
-        audits = check_structure(manifest, opened.tables, opened.index, structure)
-        check_counts(folder, manifest, audits, opened.index, integrity)
+        with clock.stage("structure"):
+            audits = check_structure(manifest, opened.tables, opened.index, structure)
+        with clock.stage("integrity", "integrity (counts)"):
+            check_counts(folder, manifest, audits, opened.index, integrity)
     results = [
         CheckResult("integrity", integrity),
         CheckResult("structure", structure, not_run=invalid),
@@ -143,7 +148,9 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     else:
         from packshard.verify.source import check_sources
 
-        results.append(check_sources(folder, manifest, opened.tables, opened.index, options, drift))
+        with clock.stage("source"):
+            source = check_sources(folder, manifest, opened.tables, opened.index, options, drift)
+        results.append(source)
     equivalence: EquivalenceReport | None = None
     picks: list[tuple[int, int]] = []
     if invalid or options.model == "none":
@@ -153,14 +160,15 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
 
         sound = {i: t for i, t in opened.tables.items() if i in audits}
         bad = {i: a.bad_rows for i, a in audits.items() if len(a.bad_rows)}
-        model, equivalence, picks = check_model(manifest, sound, opened.index, options, bad)
+        with clock.stage("model"):
+            model, equivalence, picks = check_model(manifest, sound, opened.index, options, bad)
         results.append(model)
     findings = FindingList()
     for result in results:
         findings.extend(result.findings)
     return VerifyReport(
         out=str(folder),
-        checks={r.name: r.summary() for r in results},
+        checks={r.name: _timed(r.summary(), clock.seconds.get(r.name)) for r in results},
         findings=findings,
         seam_table=seam_table(manifest, audits, findings, equivalence, picks),
         equivalence=equivalence,
@@ -168,6 +176,10 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
         environment=environment,
         drift=drift,
     )
+
+
+def _timed(summary: dict[str, Any], seconds: float | None) -> dict[str, Any]:
+    return summary if seconds is None else {**summary, "seconds": round(seconds, 3)}
 
 
 def seam_table(

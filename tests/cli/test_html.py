@@ -118,3 +118,10 @@ def test_write_row_html_directly(packed_demo, tmp_path):
     assert "<h1>shard-00000.parquet · row 1</h1>" in text
     for seg in view.segments:
         assert f"positions 0…{seg.num_tokens - 1}" in text
+
+
+def test_profile_page_says_what_bucketing_assumes(report, tmp_path):
+    page = tmp_path / "p.html"
+    write_profile_html(report, page)
+    text = page.read_text(encoding="utf-8")
+    assert "bucketed is the best case of bucketing: it sorts the whole dataset by length" in text

@@ -41,7 +41,7 @@ def megatron_pairs(table) -> Counter:
 
 
 def test_megatron_export_trains_packshards_pairs_exactly(packed_demo, tmp_path):
-    result = export_dataset(packed_demo, "megatron", tmp_path / "mb")
+    result = export_dataset(packed_demo, "megatron-parquet", tmp_path / "mb")
     manifest = json.loads((packed_demo / "manifest.json").read_text())
     names = {"training_256.idx.parquet", "256_metadata.jsonl", "export.json"}
     assert {p.name for p in (tmp_path / "mb").iterdir()} == names
@@ -83,7 +83,7 @@ def test_one_token_segments_are_dropped_and_nothing_else(tmp_path):
     out = write_out(tmp_path / "out", [rows[:9], rows[9:]])
     ones = sum(int((np.diff(r.cu_seqlens) == 1).sum()) for r in rows)
     assert ones > 0
-    result = export_dataset(out, "megatron", tmp_path / "mb")
+    result = export_dataset(out, "megatron-parquet", tmp_path / "mb")
     table = pq.read_table(tmp_path / "mb" / "training_64.idx.parquet")
     assert result.info["written"]["dropped_one_token_segments"] == ones
     for r in table.to_pylist():

@@ -17,7 +17,7 @@ from packshard.errors import RecordError
 from packshard.pack import PackConfig, pack_dataset
 from packshard.pack.units.scale import work_folder
 from tests.helpers import output_digests, scale_inputs
-from tests.pack.test_scale import SPLIT
+from tests.pack.units.test_scale import SPLIT
 
 
 @pytest.fixture(scope="module")

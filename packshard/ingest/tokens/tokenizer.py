@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,10 @@ def _id_bound(tok: tokenizers.Tokenizer, model: Any, added: dict[int, Any]) -> i
     return max(count, top + 1, max(added, default=-1) + 1)
 
 
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
+"""``owner/name`` of the Hugging Face Hub (a path that does not exist and looks like one)."""
+
+
 def tokenizer_json_path(path: str) -> Path:
     """Return the ``tokenizer.json`` that ``path`` names (the file, or the one in a folder).
 
@@ -170,6 +175,13 @@ def tokenizer_json_path(path: str) -> Path:
     given = Path(path)
     json_path = given / "tokenizer.json" if given.is_dir() else given
     if not json_path.is_file():
+        if not given.exists() and HUB_NAME.fullmatch(path) and given.suffix != ".json":
+            raise TokenizerError(
+                f"{path}: no such file or folder; a Hugging Face Hub name? packshard never "
+                f"downloads: fetch the tokenizer folder (huggingface-cli download {path} "
+                f"tokenizer.json tokenizer_config.json --local-dir {given.name}) and pass "
+                f"-t {given.name}"
+            )
         where = "folder holds no tokenizer.json" if given.is_dir() else "no such file"
         raise TokenizerError(
             f"{path}: {where} (pass a tokenizer.json or its folder with --tokenizer)"

@@ -35,6 +35,7 @@ from packshard.digests import sha256_path
 from packshard.engine import Engine, EngineOptions, open_engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.rejects import RejectsWriter
+from packshard.ingest.markers import check_markers
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import plan_splits
 from packshard.ingest.template.render import ChatTemplate, load_template
@@ -75,7 +76,9 @@ class DriverLoad:
 
     def _load(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
         bundle = load_tokenizer(self._config.tokenizer)
-        return bundle, load_template(self._config.template, bundle)
+        template = load_template(self._config.template, bundle)
+        check_markers(bundle, template, self._config.allow_split_markers)
+        return bundle, template
 
     def result(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
         """Return the tokenizer and template (raising what loading raised), once loaded."""

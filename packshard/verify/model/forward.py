@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX, PackedRow
+from packshard.verify.model.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     import torch
@@ -80,7 +81,9 @@ def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) ->
     The weights depend only on ``seed`` (the global torch generator is left untouched).
     """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with quiet_libraries():
+        from transformers import LlamaConfig, LlamaForCausalLM
 
     settings: dict[str, Any] = dict(
         vocab_size=vocab_size,
@@ -94,7 +97,7 @@ def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) ->
         attn_implementation="sdpa",
     )
     config = LlamaConfig(**settings)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), quiet_libraries():
         torch.manual_seed(seed)
         model: Any = LlamaForCausalLM(config)
     return model.float().eval()
@@ -114,7 +117,9 @@ def load_model(spec: str, vocab_size: int, seed: int = 0) -> Any:
             f"{spec}: not a model folder (no config.json) (use --model tiny or a local folder)"
         )
     import torch
-    from transformers import AutoModelForCausalLM
+
+    with quiet_libraries():
+        from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
         folder,

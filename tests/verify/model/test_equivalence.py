@@ -17,9 +17,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from packshard.verify.findings import Issue  # noqa: E402
+from packshard.verify.model import equivalence as eq  # noqa: E402
+from packshard.verify.model import forward as vm  # noqa: E402
 from packshard.verify.model.forward import build_tiny_model  # noqa: E402
-from packshard.verify.model.forward import equivalence as eq  # noqa: E402
-from packshard.verify.model.forward import forward as vm  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,0 +1,83 @@
+"""The reject rate of a run: a loud warning by default, exit 1 over ``--max-reject-rate``.
+
+A run that rejects most of its records is almost always a mistake (a forced ``--format`` on
+mixed data, a wrong field name, a JSON array saved as ``.jsonl``), yet it writes a valid
+output.  After ``pack`` and ``profile`` the share of records *rejected* (bad input; records a
+policy dropped are not counted) is compared with a limit::
+
+    rate = rejected / records read
+    --max-reject-rate F given:  rate > F          → error line, exit 1 (the output is kept
+                                                     for inspection)
+    not given:                  rate > 10 % (WARN) → a warning line, exit 0
+
+Either line names the codes that dominate and the likely cause of the largest, e.g.::
+
+    85.0% of 65 records rejected (missing_field 61, invalid_json 1): --format alpaca is
+    forced on records of other formats (use --format auto)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+
+import click
+
+from packshard.cli.errors import warn
+from packshard.errors import EXIT_DATA, REJECT_CODES, REJECTED, UsageError
+from packshard.format.causes import likely_cause
+
+WARN_RATE = 0.10
+"""Rejected share above which a run warns when no ``--max-reject-rate`` is given."""
+
+
+def check_max_reject_rate(value: float | None) -> None:
+    """Refuse a ``--max-reject-rate`` outside 0..1 (usage error, exit 2)."""
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise UsageError(f"--max-reject-rate must be between 0 and 1 (a share), got {value}")
+
+
+def reject_rate_line(
+    records: int,
+    by_code: Mapping[str, int],
+    max_rate: float | None,
+    forced_format: str = "auto",
+    sources: Sequence[str] = (),
+) -> tuple[str | None, bool]:
+    """Return the line to print (None when the rate is fine) and whether it is an error."""
+    rejected = {c: n for c, n in by_code.items() if n and REJECT_CODES[c].kind == REJECTED}
+    total = sum(rejected.values())
+    rate = total / records if records else 0.0
+    limit = WARN_RATE if max_rate is None else max_rate
+    if total == 0 or rate <= limit:
+        return None, False
+    ranked = sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0]))
+    codes = ", ".join(f"{code} {n:,}" for code, n in ranked[:4])
+    if len(ranked) > 4:
+        codes += ", …"
+    cause = likely_cause(ranked[0][0], forced_format, sources)
+    over = (
+        f"over --max-reject-rate {max_rate:g}"
+        if max_rate is not None
+        else f"over {WARN_RATE:.0%} (set --max-reject-rate to fail the run)"
+    )
+    line = f"{rate:.1%} of {records:,} records rejected, {over} ({codes}): likely cause: {cause}"
+    return line, max_rate is not None
+
+
+def enforce_reject_rate(
+    records: int,
+    by_code: Mapping[str, int],
+    max_rate: float | None,
+    forced_format: str,
+    sources: Sequence[str] = (),
+) -> None:
+    """Print the reject-rate line on stderr; exit 1 when it is over ``--max-reject-rate``."""
+    line, failed = reject_rate_line(records, by_code, max_rate, forced_format, sources)
+    if line is None:
+        return
+    if failed:
+        click.secho("error:", fg="red", bold=True, err=True, nl=False)
+        click.echo(f" {line}", err=True)
+        sys.exit(EXIT_DATA)
+    warn(line)

@@ -1,0 +1,74 @@
+"""Megatron-Bridge's released packed-sequence file: ``training_{N}.npy`` and its metadata.
+
+Released Megatron-Bridge (0.3.1 on the package index) trains packed SFT data only from a
+``.npy`` file (``PackedSequenceSpecs`` asserts the suffix; ``GPTSFTPackedDataset`` loads it
+with ``np.load(path, allow_pickle=True)``): a one-dimensional NumPy *object* array, one
+``dict`` per packed row, as its own ``fill_packing_strategy`` writes it::
+
+    {"input_ids": [a, b, c, d, e, f, g],     Python lists of ints
+     "loss_mask": [1, 1, 0, 0, 1, 1, 0],     shifted: loss_mask[p] trains the target at p + 1
+     "seq_start_id": [0, 3]}                 each sequence's start (a list: the reader appends
+                                             len(input_ids) with +)
+
+The reader slices each sequence ``[s, e)`` itself (inputs ``input_ids[s:e-1]``, targets
+``input_ids[s+1:e]``, loss ``loss_mask[s:e-1]``), exactly as the Parquet form does, so the
+rows are :func:`packshard.export.megatron.megatron_table`'s, written as dicts.  Beside it,
+``{N}_metadata.jsonl`` (a JSON list of one object: ``max_samples_per_bin``,
+``dataset_max_seqlen``, ``min_packed_seqlen`` … which the collator reads with
+``pad_cu_seqlens``), ``N`` = packshard's ``max_seq_len`` = ``packed_sequence_size``.
+
+An object array is stored by NumPy with pickle: that is the released reader's format.
+packshard writes it from lists and ints only, and never loads one (the tests read it back with
+an unpickler that admits NumPy's array reconstruction alone).
+
+The collator also zeroes the loss where the *input* token is the tokenizer's EOS id (it pads
+with EOS).  A trained target that follows an EOS inside a sequence would lose its loss there;
+their count is recorded (``targets_after_eos``) and is 0 for templates that end a turn with
+EOS (the next token, a newline or the next header, is context).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packshard.export.common import read_rows
+from packshard.export.megatron import megatron_table, merge_stats, packing_metadata
+
+
+def write_megatron_npy(
+    out: Path, folder: Path, max_seq_len: int, eos_id: int | None
+) -> dict[str, Any]:
+    """Write ``training_{N}.npy`` and ``{N}_metadata.jsonl`` into ``folder``; return the counts."""
+    samples: list[dict[str, list[int]]] = []
+    totals: dict[str, Any] = {}
+    after_eos = 0
+    for rows in read_rows(out):
+        table, stats = megatron_table(rows)
+        merge_stats(totals, stats)
+        columns = table.to_pydict()
+        for ids, mask, starts in zip(
+            columns["input_ids"], columns["loss_mask"], columns["seq_start_id"], strict=True
+        ):
+            samples.append({"input_ids": ids, "loss_mask": mask, "seq_start_id": starts})
+            if eos_id is not None:
+                after_eos += _targets_after_eos(ids, mask, eos_id)
+    array = np.empty(len(samples), dtype=object)
+    array[:] = samples
+    name = f"training_{max_seq_len}.npy"
+    with open(folder / name, "wb") as fh:
+        np.save(fh, array, allow_pickle=True)
+    metadata = packing_metadata(totals, max_seq_len)
+    meta_name = f"{max_seq_len}_metadata.jsonl"
+    (folder / meta_name).write_text(json.dumps([metadata]) + "\n", encoding="utf-8")
+    totals["targets_after_eos"] = after_eos
+    return {"training": name, "metadata": meta_name, **totals, "packing": metadata}
+
+
+def _targets_after_eos(ids: list[int], mask: list[int], eos_id: int) -> int:
+    """Trained positions whose input token is EOS (the collator would zero their loss)."""
+    tokens, trained = np.asarray(ids), np.asarray(mask, dtype=bool)
+    return int(np.count_nonzero(trained & (tokens == eos_id)))
