@@ -29,6 +29,7 @@ from packshard.limits import (
     check_range,
 )
 from packshard.vocab import (
+    BACKENDS,
     EMPTY_REASONING,
     FORMAT_CHOICES,
     LOSS_POLICIES,
@@ -239,9 +240,11 @@ class IngestOptions:
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
     max_expansion: int = MAX_EXPANSION
     template_timeout: float = TEMPLATE_SECONDS
+    backend: str = "reference"  # the library API's default; the command line's is auto
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
+        check_choice("--backend", self.backend, BACKENDS)
         check_choice("--format", self.format, FORMAT_CHOICES)
         check_choice("--loss", self.loss, LOSS_POLICIES)
         check_choice("--on-error", self.on_error, ON_ERROR)

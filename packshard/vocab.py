@@ -44,6 +44,9 @@ EMPTY_REASONING = ("train", "mask")
 TURN_POLICIES = ("as_rendered", "expand")
 """``--turns``: the conversation once as rendered, or one example per trained turn."""
 REASONING_MARKERS = ("<think>", "</think>")
+BACKENDS = ("auto", "fast", "reference")
+"""``--backend``: which library encodes (:mod:`packshard.ingest.backends`); auto proves the fast
+one on a canary and the first records before it trusts it."""
 """Default ``--reasoning-markers``: the opening and closing marker of an inline block."""
 
 

@@ -21,6 +21,7 @@ from packshard.limits import (
     TEMPLATE_SECONDS,
 )
 from packshard.vocab import (
+    BACKENDS,
     EMPTY_REASONING,
     FORMAT_CHOICES,
     LOSS_POLICIES,
@@ -118,6 +119,14 @@ INGEST = group(
         show_default=True,
         callback=lambda ctx, param, value: _markers(value),
         help="Opening and closing marker of inline reasoning, comma-separated.",
+    ),
+    click.option(
+        "--backend",
+        default="auto",
+        show_default=True,
+        type=click.Choice(BACKENDS),
+        help="Encoder: fast (pip install 'packshard[fast]'), reference (tokenizers), or auto "
+        "(fast where a canary and the first records encode the same both ways).",
     ),
     click.option(
         "--progress/--no-progress",

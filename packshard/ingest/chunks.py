@@ -239,7 +239,7 @@ def ingest(
                 # A record read before the failing one may have no token to train on: that
                 # failure comes first.  (With on_error=fail there are no rejects to keep.)
                 last = [item[4] for item in failed.items]
-                encoding.append(pool.submit(encode_texts, bundle, last))
+                encoding.append(pool.submit(encode_texts, bundle, last, options.backend))
                 for earlier in (*pending, (items + failed.items, rejects, encoding)):
                     _label_batch(bundle, *earlier[:2], options, _encodings(earlier[2]))
                 raise failed.error from failed.error.__cause__
@@ -248,7 +248,7 @@ def ingest(
                 rejects += piece[1]
                 if piece[0]:
                     rendered = [item[4] for item in piece[0]]
-                    encoding.append(pool.submit(encode_texts, bundle, rendered))
+                    encoding.append(pool.submit(encode_texts, bundle, rendered, options.backend))
                 if not piece[2]:
                     continue
                 pending.append((items, rejects, encoding))

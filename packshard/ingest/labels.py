@@ -36,6 +36,7 @@ import tokenizers
 
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.ingest.alignment import align, span_tokens, utf8_batch
+from packshard.ingest.backends import encoder_for
 from packshard.ingest.tokenizer import TokenizerBundle
 from packshard.records import IGNORE_INDEX, Rendered
 
@@ -108,17 +109,21 @@ def _encoded_text(r: Rendered) -> str:
 
 
 def encode_texts(
-    bundle: TokenizerBundle, rendered: Sequence[Rendered]
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], backend: str = "reference"
 ) -> list[tokenizers.Encoding]:
     """Run one ``encode_batch`` over rendered examples (the text after any ``bos_chars``).
 
     This is the half of :func:`encode_rendered` that runs without the GIL, on all cores;
     :func:`label_encodings` is the other half.  It skips the offsets (``encode_batch_fast``,
-    a quarter less work) unless :func:`offsets_needed`.
+    a quarter less work) unless :func:`offsets_needed`.  Without offsets, ``backend``
+    (``--backend``) chooses the library (:mod:`packshard.ingest.backends`); only the ids and
+    lengths of what it returns are read.
     """
     texts = [_encoded_text(r) for r in rendered]
     if offsets_needed(bundle, rendered):
         return bundle.tokenizer.encode_batch(texts, add_special_tokens=False)
+    if backend != "reference":
+        return encoder_for(bundle, backend).encode_batch(texts)
     return bundle.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
 
 

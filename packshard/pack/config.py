@@ -65,6 +65,7 @@ class PackConfig:
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
     max_expansion: int = MAX_EXPANSION
     template_timeout: float = TEMPLATE_SECONDS
+    backend: str = "auto"  # not recorded in config: every backend makes the same bytes
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""

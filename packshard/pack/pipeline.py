@@ -52,6 +52,7 @@ from packshard.format.manifest import build_manifest, compute_dataset_id, write_
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
 from packshard.format.shards import SHARD_PATTERN, write_shard
 from packshard.format.version import FORMAT_VERSION
+from packshard.ingest.backends import backend_note, backends_entry
 from packshard.ingest.chunks import ingest
 from packshard.ingest.reasoning import reasoning_field
 from packshard.ingest.sandbox import template_conventions
@@ -106,6 +107,8 @@ def pack_dataset(
     if engine is not None:
         shutil.rmtree(work_folder(claim.out), ignore_errors=True)
     warnings += claim.notes
+    if note := backend_note(manifest["environment"]["backends"]):
+        warnings.append(note)
     return PackResult(claim.out, manifest, time.perf_counter() - started, tuple(warnings))
 
 
@@ -207,7 +210,10 @@ def _pack_into(
         shards=[s.to_dict() for s in shards],
         loss={"option": config.loss, "by_format": resolved, "examples_by_policy": by_policy},
         engine=_engine_entry(engine, units.get("info", {})),
-        environment=pack_environment(template_conventions()),
+        environment={
+            **pack_environment(template_conventions()),
+            "backends": backends_entry(bundle, config.backend),
+        },
     )
     del spill
     shutil.rmtree(spill_dir)
