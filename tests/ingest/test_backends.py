@@ -212,3 +212,21 @@ def test_shared_tokenizers_encode_as_the_reference(shared_data, name):
         texts += [record["output"], " " + record["instruction"], "<s>" + record["output"]]
     assert first_difference(bundle, FastEncoder(bundle), texts) is None
     assert Encoder(bundle, "auto").name == "fastokens"
+
+
+def test_profile_says_once_that_auto_is_the_reference(demo_tokenizer, monkeypatch):
+    from click.testing import CliRunner
+
+    from packshard.cli import main
+    from packshard.demo import demo_data_path
+
+    real = backends.installed_version
+    monkeypatch.setattr(
+        backends, "installed_version", lambda name: None if name == "fastokens" else real(name)
+    )
+    args = ["profile", str(demo_data_path()), "-t", str(demo_tokenizer), "--max-seq-len", "256"]
+    result = CliRunner().invoke(main, [*args, "--template", "chatml"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("--backend auto: encoding with tokenizers: fastokens is not") == 1
+    bad = CliRunner().invoke(main, [*args, "--backend", "quick"])
+    assert bad.exit_code == 2 and "'quick' is not one of 'auto', 'fast', 'reference'" in bad.output
