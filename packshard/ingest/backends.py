@@ -42,7 +42,7 @@ from importlib import metadata
 from typing import Any
 
 from packshard.errors import UsageError
-from packshard.ingest.metaspace import PrefixedEncoder, fast_spec, load_json
+from packshard.ingest.metaspace import PrefixedEncoder, encode_flat, fast_spec, load_json
 from packshard.ingest.tokenizer import TokenizerBundle
 
 FIRST_TEXTS = 256
@@ -100,11 +100,14 @@ class FastEncoder:
             raise ValueError("its SentencePiece prefix rule is not one packshard models")
         spec, prefix = found
         tok = fastokens.Tokenizer.from_json_str(json.dumps(spec, ensure_ascii=False))
-        self._tok: Any = PrefixedEncoder(tok, spec) if prefix else tok
+        self._tok = tok
+        self._prefixed = PrefixedEncoder(tok, spec) if prefix else None
 
-    def encode_batch(self, texts: list[str]) -> list[Any]:
-        """Encode without special tokens added; each result has ``ids`` and a length."""
-        return self._tok.encode_batch(texts, add_special_tokens=False)
+    def encode_batch(self, texts: list[str]) -> Sequence[Any]:
+        """Encode without special tokens added: :class:`FlatIds` (each item has ``ids``)."""
+        if self._prefixed is not None:
+            return self._prefixed.encode_flat(texts)
+        return encode_flat(self._tok, texts)
 
 
 def canary_texts(bundle: TokenizerBundle) -> list[str]:
@@ -172,7 +175,7 @@ class Encoder:
         """The library that encodes (``fastokens`` or ``tokenizers``)."""
         return FAST if self.fast is not None else "tokenizers"
 
-    def encode_batch(self, texts: list[str]) -> list[Any]:
+    def encode_batch(self, texts: list[str]) -> Sequence[Any]:
         """Encode ``texts`` (no special tokens added) with the chosen library."""
         if self.fast is not None and not self._proven:
             with self._lock:

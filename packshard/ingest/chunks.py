@@ -42,11 +42,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from tokenizers import Encoding
 
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
 from packshard.ingest.labels import encode_texts, label_batch
+from packshard.ingest.metaspace import FlatIds
 from packshard.ingest.normalize import is_encodable, normalize_record
 from packshard.ingest.progress import IngestProgress
 from packshard.ingest.sources import read_records
@@ -67,10 +67,14 @@ IN_FLIGHT = 2  # chunks rendered but not yet labelled: one encoding, one queued
 FIRST_PIECE = 128  # records per encode_batch call in the first chunk
 
 
-def _encodings(parts: list[Future[list[Encoding]]]) -> list[Encoding]:
+def _encodings(parts: list[Future[Sequence[Any]]]) -> Sequence[Any]:
     if len(parts) == 1:
         return parts[0].result()
-    return [enc for part in parts for enc in part.result()]
+    done = [part.result() for part in parts]
+    flat = [d for d in done if isinstance(d, FlatIds)]
+    if len(flat) == len(done):
+        return FlatIds.join(flat)
+    return [enc for part in done for enc in part]
 
 
 def ingest_label_path(template: ChatTemplate | None, loss: str) -> str:
@@ -97,7 +101,7 @@ def _label_batch(
     items: list[_Item],
     rejects: list[tuple[int, Reject]],
     options: IngestOptions,
-    encs: list[Encoding],
+    encs: Sequence[Any],
 ) -> IngestChunk:
     records = len({item[0] for item in items}) + len(rejects)
     done = label_batch(bundle, [item[4] for item in items], encs)
@@ -225,11 +229,11 @@ def ingest(
     options.check()
     bar = IngestProgress() if progress else None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
-    pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[list[Encoding]]]]]
+    pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[Sequence[Any]]]]]
     pending = deque()
     items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
-    encoding: list[Future[list[Encoding]]] = []
+    encoding: list[Future[Sequence[Any]]] = []
     pieces = _render_pieces(files, bundle, template, options, read)
     try:
         while True:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any
 
 import numpy as np
 import tokenizers
@@ -37,6 +38,7 @@ import tokenizers
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.ingest.alignment import align, span_tokens, utf8_batch
 from packshard.ingest.backends import encoder_for
+from packshard.ingest.metaspace import FlatIds
 from packshard.ingest.tokenizer import TokenizerBundle
 from packshard.records import IGNORE_INDEX, Rendered
 
@@ -110,7 +112,7 @@ def _encoded_text(r: Rendered) -> str:
 
 def encode_texts(
     bundle: TokenizerBundle, rendered: Sequence[Rendered], backend: str = "reference"
-) -> list[tokenizers.Encoding]:
+) -> Sequence[Any]:
     """Run one ``encode_batch`` over rendered examples (the text after any ``bos_chars``).
 
     This is the half of :func:`encode_rendered` that runs without the GIL, on all cores;
@@ -128,7 +130,7 @@ def encode_texts(
 
 
 def label_encodings(
-    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[tokenizers.Encoding]
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[Any]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flatten the encodings of ``rendered`` into ``(input_ids, labels, offsets)``.
 
@@ -154,7 +156,7 @@ class Labelled:
 
 
 def label_batch(
-    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[tokenizers.Encoding]
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[Any]
 ) -> Labelled:
     """Label the encodings of ``rendered`` and count the tokens of their reasoning blocks."""
     n = len(rendered)
@@ -163,12 +165,15 @@ def label_batch(
         return Labelled(empty, empty.copy(), np.zeros(1, dtype=np.int64))
     cuts = [r.bos_chars for r in rendered]
     lead = np.fromiter((c > 0 for c in cuts), dtype=bool, count=n)  # a BOS id goes first
-    encoded = np.fromiter(map(len, encs), dtype=np.int64, count=n)
+    if isinstance(encs, FlatIds):  # the fast encoder's ids, already flat
+        encoded, raw_ids = encs.lengths, encs.ids
+    else:
+        encoded = np.fromiter(map(len, encs), dtype=np.int64, count=n)
+        flat = chain.from_iterable(e.ids for e in encs)
+        raw_ids = np.fromiter(flat, dtype=np.int32, count=int(encoded.sum()))
     lengths = encoded + lead
     offsets = exclusive_cumsum(lengths)
     total = int(offsets[-1])
-    flat = chain.from_iterable(e.ids for e in encs)
-    raw_ids = np.fromiter(flat, dtype=np.int32, count=total - int(lead.sum()))
     ids = raw_ids
     if lead.any():
         ids = np.full(total, bundle.bos_token_id, dtype=np.int32)

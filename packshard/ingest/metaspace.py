@@ -28,6 +28,8 @@ canary of :mod:`packshard.ingest.backends` proves the rule on every run before i
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,6 +59,47 @@ def fast_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], bool] | None:
     return replaced, pre["prepend_scheme"] == "first"
 
 
+@dataclass(frozen=True)
+class FlatIds(Sequence[Any]):
+    """A batch's ids, flat: text ``i`` owns ``ids[offsets[i]:offsets[i + 1]]``."""
+
+    ids: np.ndarray  # int32
+    offsets: np.ndarray  # int64 [n + 1]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: Any) -> Any:
+        return _Ids(self.ids[self.offsets[i] : self.offsets[i + 1]])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per text (int64)."""
+        return np.diff(self.offsets)
+
+    @staticmethod
+    def join(parts: Sequence[FlatIds]) -> FlatIds:
+        """Concatenate batches in order."""
+        lengths = np.concatenate([p.lengths for p in parts])
+        offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        return FlatIds(np.concatenate([p.ids for p in parts]).astype(np.int32), offsets)
+
+
+@dataclass(frozen=True)
+class _Ids:
+    ids: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def encode_flat(tok: Any, texts: list[str]) -> FlatIds:
+    """Encode ``texts`` with a fastokens tokenizer into :class:`FlatIds` (no Python ints)."""
+    ids, offsets = tok.encode_batch_flat(texts, add_special_tokens=False)
+    flat = np.frombuffer(ids, dtype=np.uint32).astype(np.int32)
+    return FlatIds(flat, np.frombuffer(offsets, dtype=np.uint64).astype(np.int64))
+
+
 class PrefixedEncoder:
     """Encode as a ``Metaspace(prepend_scheme=first, split=false)`` tokenizer would."""
 
@@ -69,29 +112,29 @@ class PrefixedEncoder:
     def _prefixed(self, text: str) -> bool:
         return bool(text) and text[0] not in (" ", SPACE) and not text.startswith(self._starts)
 
-    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[Any]:
+    def encode_flat(self, texts: list[str]) -> FlatIds:
         """Encode ``texts`` (never adding special tokens): each one's ids as the reference's."""
-        guess = [self._prefixed(t) for t in texts]
-        encs = list(
-            self._tok.encode_batch(
-                [SPACE + t if g else t for t, g in zip(texts, guess, strict=True)],
-                add_special_tokens=False,
-            )
+        guess = np.fromiter(map(self._prefixed, texts), dtype=bool, count=len(texts))
+        flat = encode_flat(
+            self._tok, [SPACE + t if g else t for t, g in zip(texts, guess, strict=True)]
         )
-        wrong = [
-            i
-            for i, (t, g, e) in enumerate(zip(texts, guess, encs, strict=True))
-            if t and not g and t[0] not in (" ", SPACE) and not self._starts_added(e)
-        ]
-        if wrong:  # an added token's text at the start that did not match as the token
-            again = self._tok.encode_batch([SPACE + texts[i] for i in wrong], False)
-            for i, enc in zip(wrong, again, strict=True):
-                encs[i] = enc
-        return encs
-
-    def _starts_added(self, enc: Any) -> bool:
-        ids = enc.ids
-        return len(ids) > 0 and bool(np.isin(ids[0], self._added_ids))
+        lengths = flat.lengths
+        first = flat.ids[np.minimum(flat.offsets[:-1], len(flat.ids) - 1)] if len(flat.ids) else 0
+        starts_added = (lengths > 0) & np.isin(first, self._added_ids)
+        plain = np.fromiter(
+            (bool(t) and t[0] not in (" ", SPACE) for t in texts), dtype=bool, count=len(texts)
+        )
+        wrong = np.flatnonzero(plain & ~guess & ~starts_added)
+        if not wrong.size:
+            return flat
+        # an added token's text at the start that did not match as the token: prefix it
+        again = encode_flat(self._tok, [SPACE + texts[i] for i in wrong.tolist()])
+        pieces = [flat[i].ids for i in range(len(flat))]
+        for j, i in enumerate(wrong.tolist()):
+            pieces[i] = again[j].ids
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        return FlatIds(np.concatenate([flat.ids[:0], *pieces]).astype(np.int32), offsets)
 
 
 def load_json(text: str) -> dict[str, Any]:
