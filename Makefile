@@ -49,6 +49,8 @@ bench: $(BENCH_STAMP)
 	$(PY) scripts/bench_verify.py
 	$(PY) scripts/bench_reader.py
 	$(PY) scripts/bench_scale.py
+	$(PY) scripts/bench_alignment.py
+	$(PY) scripts/bench_backends.py
 
 clean:
 	rm -rf $(VENV) .venv-core .venv-latest $(DEMO_OUT) .pytest_cache .mypy_cache .ruff_cache
