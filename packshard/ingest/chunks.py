@@ -72,7 +72,7 @@ def _encodings(parts: list[Future[Sequence[Any]]]) -> Sequence[Any]:
         return parts[0].result()
     done = [part.result() for part in parts]
     flat = [d for d in done if isinstance(d, FlatIds)]
-    if len(flat) == len(done):
+    if flat and len(flat) == len(done):
         return FlatIds.join(flat)
     return [enc for part in done for enc in part]
 

@@ -230,3 +230,24 @@ def test_profile_says_once_that_auto_is_the_reference(demo_tokenizer, monkeypatc
     assert result.output.count("--backend auto: encoding with tokenizers: fastokens is not") == 1
     bad = CliRunner().invoke(main, [*args, "--backend", "quick"])
     assert bad.exit_code == 2 and "'quick' is not one of 'auto', 'fast', 'reference'" in bad.output
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 64, 1024])
+def test_ingest_chunks_are_the_same_with_the_fast_encoder(demo_tokenizer, batch_size):
+    """Chunks of every size (several encode parts per chunk included) hold the same arrays."""
+    from packshard.demo import demo_data_path
+    from packshard.ingest.chunks import ingest
+    from packshard.ingest.sources import expand_inputs
+    from packshard.ingest.templates import load_template
+    from packshard.records import IngestOptions
+
+    bundle = load_tokenizer(str(demo_tokenizer))
+    template = load_template("chatml", bundle)
+    files = expand_inputs([str(demo_data_path())])
+    got = {}
+    for backend in ("reference", "fast"):
+        options = IngestOptions(batch_size=batch_size, backend=backend)
+        chunks = list(ingest(files, bundle, template, options))
+        got[backend] = [(c.batch.input_ids.tolist(), c.batch.labels.tolist()) for c in chunks]
+    assert got["fast"] == got["reference"]
+    assert len(got["fast"]) == -(-65 // batch_size)  # chunks count records, bad ones too
