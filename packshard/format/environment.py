@@ -13,7 +13,7 @@ their versions, the Python version and the template-rendering conventions it app
       "template_conventions": {"id": "hf-chat-template/1", "rules": ["…", …]},
       "backends": {"render": {"name": "jinja2", …},
                    "encode": {"name": "fastokens", "version": "0.3.5", "requested": "auto",
-                              "reason": "canary and first records equal"}}
+                              "reason": "canary equal"}}
     }
 
 (``packshard_version`` stays where it was, at the top of the manifest.)  ``verify`` collects

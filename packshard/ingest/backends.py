@@ -181,9 +181,8 @@ class Encoder:
             with self._lock:
                 if not self._proven and self.fast is not None:
                     where = first_difference(self.bundle, self.fast, texts[:FIRST_TEXTS])
-                    if where is None:
-                        self.reason = "canary and first records equal"
-                    else:
+                    if where is not None:  # the reason stays "canary equal" otherwise, as
+                        # on workers, where the driver never sees the first records
                         self._refuse(f"{FAST} disagrees with tokenizers on the input: {where}")
                     self._proven = True
         if self.fast is not None:

@@ -125,7 +125,7 @@ def _compare(
     drift: tuple[Drift, ...],
 ) -> tuple[int, dict[str, int]]:
     config = manifest["config"]
-    cause = likely_cause(drift) + encoded_by(manifest)
+    cause = encoded_by(manifest) + likely_cause(drift)
     by_record: dict[tuple[str, int], list[int]] = {}
     by_turn: dict[tuple[str, int, int], list[int]] = {}
     turns = index.turns.tolist() if index.turns is not None else [0] * len(index.lines)
