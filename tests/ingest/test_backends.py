@@ -21,7 +21,7 @@ from packshard.ingest import backends
 from packshard.ingest.backends import Encoder, FastEncoder, canary_texts, first_difference
 from packshard.ingest.tokenizer import load_tokenizer
 from packshard.pack import PackConfig, pack_dataset
-from tests.helpers import FAMILIES
+from tests.helpers import BY_NAME, FAMILIES
 
 pytest.importorskip("fastokens")
 
@@ -251,3 +251,23 @@ def test_ingest_chunks_are_the_same_with_the_fast_encoder(demo_tokenizer, batch_
         got[backend] = [(c.batch.input_ids.tolist(), c.batch.labels.tolist()) for c in chunks]
     assert got["fast"] == got["reference"]
     assert len(got["fast"]) == -(-65 // batch_size)  # chunks count records, bad ones too
+
+
+def test_the_prefix_rule_encodes_again_when_an_added_text_does_not_match(tmp_path):
+    """A text starting with an added token's text that is not matched as the token (single_word)
+    gets the prefix like any text: the guess from the first characters is checked on the ids."""
+    from tokenizers import AddedToken
+
+    from packshard.ingest.metaspace import PrefixedEncoder, encode_flat
+
+    folder = BY_NAME["llama2-metaspace"].build(tmp_path)
+    bundle = load_tokenizer(str(folder))
+    bundle.tokenizer.add_special_tokens([AddedToken("<w>", single_word=True, normalized=False)])
+    texts = ["<w>abc", "<w> abc", "<w>", "abc <w> d", "<s>abc", "x<w>"]
+    want = [e.ids for e in bundle.tokenizer.encode_batch(texts, add_special_tokens=False)]
+    fast = FastEncoder(bundle)
+    assert isinstance(fast._prefixed, PrefixedEncoder)
+    got = fast.encode_batch(texts)
+    assert [list(got[i].ids) for i in range(len(texts))] == want
+    plain = encode_flat(fast._tok, ["<w>abc"])  # without the rule: no prefix, other ids
+    assert list(plain[0].ids) != want[0]
