@@ -217,7 +217,7 @@ def backends_entry(bundle: TokenizerBundle, backend: str) -> dict[str, Any]:
     Rendering is always the reference sandbox (Jinja's ``ImmutableSandboxedEnvironment``).
     """
     return {
-        "render": {"name": "jinja2", "version": installed_version("jinja2"), "requested": backend},
+        "render": {"name": "jinja2", "version": installed_version("jinja2")},
         "encode": encoder_for(bundle, backend).entry(),
     }
 

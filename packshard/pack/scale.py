@@ -38,6 +38,7 @@ from packshard.engine import Engine, EngineOptions, open_engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.rejects import RejectsWriter
 from packshard.format.version import FORMAT_VERSION
+from packshard.ingest.backends import encoder_for
 from packshard.ingest.sources import InputFile
 from packshard.ingest.splits import plan_splits
 from packshard.ingest.templates import ChatTemplate, load_template
@@ -77,7 +78,9 @@ class DriverLoad:
 
     def _load(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
         bundle = load_tokenizer(self._config.tokenizer)
-        return bundle, load_template(self._config.template, bundle)
+        template = load_template(self._config.template, bundle)
+        encoder_for(bundle, self._config.backend)  # the canary; a forced fast that cannot stops
+        return bundle, template
 
     def result(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
         """Return the tokenizer and template (raising what loading raised), once loaded."""

@@ -271,3 +271,20 @@ def test_the_prefix_rule_encodes_again_when_an_added_text_does_not_match(tmp_pat
     assert [list(got[i].ids) for i in range(len(texts))] == want
     plain = encode_flat(fast._tok, ["<w>abc"])  # without the rule: no prefix, other ids
     assert list(plain[0].ids) != want[0]
+
+
+def test_forced_fast_on_a_tokenizer_that_needs_offsets_stops_before_reading(
+    tmp_path, word_tokenizer
+):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "w2 w3"}\n')
+    config = PackConfig(
+        inputs=(str(data),),
+        tokenizer=str(word_tokenizer),
+        out=str(tmp_path / "out"),
+        max_seq_len=8,
+        backend="fast",
+    )
+    with pytest.raises(UsageError, match=r"labels need them \(use --backend auto or reference\)$"):
+        pack_dataset(config)
+    assert not (tmp_path / "out").exists()
