@@ -201,10 +201,13 @@ class Encoder:
 
 def encoder_for(bundle: TokenizerBundle, backend: str) -> Encoder:
     """Return the run's encoder for ``bundle`` under ``--backend backend`` (decided once)."""
+    # keyed by the tokenizer and aligner too: dataclasses.replace shares the dict with a copy
+    # (the Encoder holds the bundle, so the tokenizer's id cannot be reused while it is cached)
+    key = (backend, id(bundle.tokenizer), id(bundle.aligner))
     with _CHOOSING:
-        found = bundle.encoders.get(backend)
+        found = bundle.encoders.get(key)
         if found is None:
-            found = bundle.encoders[backend] = Encoder(bundle, backend)
+            found = bundle.encoders[key] = Encoder(bundle, backend)
         return found
 
 

@@ -288,3 +288,17 @@ def test_forced_fast_on_a_tokenizer_that_needs_offsets_stops_before_reading(
     with pytest.raises(UsageError, match=r"labels need them \(use --backend auto or reference\)$"):
         pack_dataset(config)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_replaced_bundle_gets_its_own_encoder(demo_tokenizer):
+    """``dataclasses.replace`` shares the cache dict; the encoder still follows the tokenizer."""
+    import dataclasses
+
+    from packshard.ingest.backends import encoder_for
+
+    bundle = load_tokenizer(str(demo_tokenizer))
+    fast = encoder_for(bundle, "auto")
+    assert fast.name == "fastokens" and encoder_for(bundle, "auto") is fast
+    no_aligner = dataclasses.replace(bundle, aligner=None)
+    assert encoder_for(no_aligner, "auto").name == "tokenizers"
+    assert encoder_for(bundle, "auto") is fast
