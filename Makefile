@@ -53,6 +53,9 @@ bench: $(BENCH_STAMP)
 	$(PY) scripts/bench_verify.py
 	$(PY) scripts/bench_reader.py
 	$(PY) scripts/bench_scale.py
+	$(PY) scripts/bench_alignment.py
+	$(PY) scripts/bench_backends.py
+	$(PY) scripts/bench_render.py
 
 clean:
 	rm -rf $(VENV) .venv-core .venv-latest $(DEMO_OUT) .pytest_cache .mypy_cache .ruff_cache

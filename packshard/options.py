@@ -64,6 +64,9 @@ TURN_POLICIES = ("as_rendered", "expand")
 """``--turns``: the conversation once as rendered, or one example per trained turn."""
 REASONING_MARKERS = ("<think>", "</think>")
 """Default ``--reasoning-markers``: the opening and closing marker of an inline block."""
+BACKENDS = ("auto", "fast", "reference")
+"""``--backend``: which library encodes (:mod:`packshard.ingest.tokens.backends`); auto proves the
+fast one on a canary and the first records before it trusts it."""
 
 
 def check_choice(option: str, value: str, allowed: Sequence[str]) -> None:

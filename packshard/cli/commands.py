@@ -127,6 +127,10 @@ def profile(
         label_path = ingest_label_path(tmpl, loss)
         settings = (max_seq_len, batch_size, seed, scale, split_bytes, label_path)
         report = profile_on_engine(files, tokenizer, template, options, *settings)
+    from packshard.ingest.tokens.backends import backend_note, backends_entry
+
+    if note := backend_note(backends_entry(bundle, options.backend)):
+        warn(note)
     console = _console()
     console.print(render_profile_table(report))
     console.print(render_rejects(report))

@@ -18,6 +18,7 @@ import click
 from packshard.cli.sections import human_bytes
 from packshard.engine import ENGINES
 from packshard.options import (
+    BACKENDS,
     COMPRESSIONS,
     EMPTY_REASONING,
     EXPORT_TARGETS,
@@ -129,6 +130,14 @@ INGEST = group(
         show_default=True,
         callback=lambda ctx, param, value: _markers(value),
         help="Opening and closing marker of inline reasoning, comma-separated.",
+    ),
+    click.option(
+        "--backend",
+        default="auto",
+        show_default=True,
+        type=click.Choice(BACKENDS),
+        help="Encoder: fast (pip install 'packshard[fast]'), reference (tokenizers), or auto "
+        "(fast where a canary and the first records encode the same both ways).",
     ),
     click.option(
         "--progress/--no-progress",

@@ -23,6 +23,7 @@ PACK_SECTIONS: dict[str, tuple[str, ...]] = {
         "tokenizer",
         "template",
         "allow_split_markers",
+        "backend",
         "max_seq_len",
         "fmt",
         "domain_field",

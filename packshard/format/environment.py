@@ -10,7 +10,10 @@ their versions, the Python version and the template-rendering conventions it app
       "python": "3.11.7",
       "libraries": {"jinja2": "3.1.6", "markupsafe": "3.0.4", "numba": "0.68.1",
                     "numpy": "2.4.6", "pyarrow": "26.0.1", "tokenizers": "0.23.3"},
-      "template_conventions": {"id": "hf-chat-template/1", "rules": ["…", …]}
+      "template_conventions": {"id": "hf-chat-template/1", "rules": ["…", …]},
+      "backends": {"render": {"name": "jinja2", …},
+                   "encode": {"name": "fastokens", "version": "0.3.5", "requested": "auto",
+                              "reason": "canary equal"}}
     }
 
 (``packshard_version`` stays where it was, at the top of the manifest.)  ``verify`` collects
@@ -19,7 +22,9 @@ its model stage, and compares: every recorded item whose value differs is one
 :class:`Drift`.  Drift alone is no finding (an upgrade that changes nothing must re-verify
 cleanly); when the source stage then finds a segment that differs, its finding names the
 drifted libraries as the likely cause.  A manifest written before the environment was
-recorded has none, and drift cannot be named for it.
+recorded has none, and drift cannot be named for it.  ``backends`` names the libraries that
+rendered and encoded (``--backend``); ``verify`` always re-encodes with the reference, and a
+changed segment of a pack encoded by another library names it (:func:`encoded_by`).
 """
 
 from __future__ import annotations
@@ -114,6 +119,18 @@ def environment_drift(manifest: Mapping[str, Any], running: Mapping[str, Any]) -
     if recorded.get("python") != running.get("python"):
         found.append(Drift("python", recorded.get("python"), running.get("python")))
     return tuple(found)
+
+
+def encoded_by(manifest: Mapping[str, Any]) -> str:
+    """Return `` (encoded by LIB VERSION …)`` when the pack was not encoded by the reference."""
+    encode = ((manifest.get("environment") or {}).get("backends") or {}).get("encode") or {}
+    name = encode.get("name")
+    if not name or name == "tokenizers":
+        return ""
+    return (
+        f" (encoded by {name} {encode.get('version') or '?'} with --backend "
+        f"{encode.get('requested')}; verify re-encodes with tokenizers)"
+    )
 
 
 def likely_cause(drift: Sequence[Drift]) -> str:

@@ -43,7 +43,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from tokenizers import Encoding
 
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
@@ -53,6 +52,7 @@ from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import read_records
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.tokens.labels import encode_texts, label_batch
+from packshard.ingest.tokens.metaspace import FlatIds
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestChunk, IngestOptions, RawRecord, Rendered, TokenizedBatch
 from packshard.records import Reject, SourceRef
@@ -61,10 +61,14 @@ IN_FLIGHT = 2  # chunks rendered but not yet labelled: one encoding, one queued
 FIRST_PIECE = 128  # records per encode_batch call in the first chunk
 
 
-def _encodings(parts: list[Future[list[Encoding]]]) -> list[Encoding]:
+def _encodings(parts: list[Future[Sequence[Any]]]) -> Sequence[Any]:
     if len(parts) == 1:
         return parts[0].result()
-    return [enc for part in parts for enc in part.result()]
+    done = [part.result() for part in parts]
+    flat = [d for d in done if isinstance(d, FlatIds)]
+    if flat and len(flat) == len(done):
+        return FlatIds.join(flat)
+    return [enc for part in done for enc in part]
 
 
 def ingest_label_path(template: ChatTemplate | None, loss: str) -> str:
@@ -91,7 +95,7 @@ def _label_batch(
     items: list[_Item],
     rejects: list[tuple[int, Reject]],
     options: IngestOptions,
-    encs: list[Encoding],
+    encs: Sequence[Any],
 ) -> IngestChunk:
     records = len({item[0] for item in items}) + len(rejects)
     done = label_batch(bundle, [item[4] for item in items], encs)
@@ -240,11 +244,11 @@ def ingest(
     options.check()
     bar = IngestProgress() if progress else None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
-    pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[list[Encoding]]]]]
+    pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[Sequence[Any]]]]]
     pending = deque()
     items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
-    encoding: list[Future[list[Encoding]]] = []
+    encoding: list[Future[Sequence[Any]]] = []
     pieces = _render_pieces(files, bundle, template, options, read)
     try:
         while True:
@@ -254,7 +258,7 @@ def ingest(
                 # A record read before the failing one may have no token to train on: that
                 # failure comes first.  (With on_error=fail there are no rejects to keep.)
                 last = [item[4] for item in failed.items]
-                encoding.append(pool.submit(encode_texts, bundle, last))
+                encoding.append(pool.submit(encode_texts, bundle, last, options.backend))
                 for earlier in (*pending, (items + failed.items, rejects, encoding)):
                     _label_batch(bundle, *earlier[:2], options, _encodings(earlier[2]))
                 raise failed.error from failed.error.__cause__
@@ -263,7 +267,7 @@ def ingest(
                 rejects += piece[1]
                 if piece[0]:
                     rendered = [item[4] for item in piece[0]]
-                    encoding.append(pool.submit(encode_texts, bundle, rendered))
+                    encoding.append(pool.submit(encode_texts, bundle, rendered, options.backend))
                 if not piece[2]:
                     continue
                 pending.append((items, rejects, encoding))

@@ -17,6 +17,7 @@ import numpy as np
 
 from packshard.errors import UsageError
 from packshard.options import (
+    BACKENDS,
     EMPTY_REASONING,
     FORMAT_CHOICES,
     LIMIT_DEFAULTS,
@@ -178,9 +179,11 @@ class IngestOptions:
     max_expansion: int = MAX_EXPANSION
     template_timeout: float = TEMPLATE_SECONDS
     max_expanded_tokens: int = MAX_EXPANDED_TOKENS
+    backend: str = "reference"  # the library API's default; the command line's is auto
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
+        check_choice("--backend", self.backend, BACKENDS)
         check_choice("--format", self.format, FORMAT_CHOICES)
         check_choice("--loss", self.loss, LOSS_POLICIES)
         check_choice("--on-error", self.on_error, ON_ERROR)

@@ -66,6 +66,7 @@ class PackConfig:
     template_timeout: float = TEMPLATE_SECONDS
     max_expanded_tokens: int = MAX_EXPANDED_TOKENS
     allow_split_markers: bool = False  # not recorded: it changes no output, only a check
+    backend: str = "auto"  # not recorded in config: every backend makes the same bytes
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""

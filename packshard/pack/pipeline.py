@@ -60,6 +60,7 @@ from packshard.ingest.read.sources import InputFile, expand_inputs
 from packshard.ingest.stream import ingest
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
+from packshard.ingest.tokens.backends import backend_note, backends_entry
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.counts import (
     examples_columns,
@@ -116,6 +117,8 @@ def pack_dataset(
     if engine is not None:
         shutil.rmtree(work_folder(claim.out), ignore_errors=True)
     warnings += claim.notes
+    if note := backend_note(manifest["environment"]["backends"]):
+        warnings.append(note)
     return PackResult(claim.out, manifest, time.perf_counter() - started, tuple(warnings))
 
 
@@ -222,7 +225,10 @@ def _pack_into(
         shards=[s.to_dict() for s in shards],
         loss={"option": config.loss, "by_format": resolved, "examples_by_policy": by_policy},
         engine=_engine_entry(engine, units.get("info", {})),
-        environment=pack_environment(template_conventions()),
+        environment={
+            **pack_environment(template_conventions()),
+            "backends": backends_entry(bundle, config.backend),
+        },
     )
     del spill
     shutil.rmtree(spill_dir)

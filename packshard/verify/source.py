@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from packshard.engine import EngineOptions
 from packshard.errors import FormatError, PackshardError
-from packshard.format.environment import Drift, likely_cause
+from packshard.format.environment import Drift, encoded_by, likely_cause
 from packshard.format.examples import ExamplesIndex
 from packshard.format.folder.paths import inside_folder
 from packshard.format.rejects import read_rejects
@@ -125,7 +125,7 @@ def _compare(
     drift: tuple[Drift, ...],
 ) -> tuple[int, dict[str, int]]:
     config = manifest["config"]
-    cause = likely_cause(drift)
+    cause = encoded_by(manifest) + likely_cause(drift)
     by_record: dict[tuple[str, int], list[int]] = {}
     by_turn: dict[tuple[str, int, int], list[int]] = {}
     turns = index.turns.tolist() if index.turns is not None else [0] * len(index.lines)

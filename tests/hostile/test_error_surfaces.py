@@ -52,6 +52,7 @@ def test_a_full_disk_is_one_line(packed_demo, tmp_path, word_tokenizer):
     (tmp_path / "d.jsonl").write_text('{"text": "w2 w3"}\n')
     full = "/dev/full: No space left on device (the disk is full: free space or write elsewhere)"
     args = ["d.jsonl", "-t", word_tokenizer, "--max-seq-len", "8", "--json", FULL]
+    args += ["--backend", "reference"]  # no note on the encoder: the error is the one line
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
@@ -70,6 +71,7 @@ def test_a_write_past_the_file_size_limit_leaves_nothing(tmp_path, word_tokenize
     (tmp_path / "d.jsonl").write_text("\n".join(lines) + "\n")
     before = tree_state(tmp_path)
     args = ["pack", "d.jsonl", "-t", word_tokenizer, "--max-seq-len", "64", "-o", "out"]
+    args += ["--backend", "reference"]  # stderr holds only the error
     done = run_capped(args, tmp_path, file_size=40_000, seconds=120)  # the data itself fits
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: out: ")

@@ -32,6 +32,7 @@ OUTSIDE = "(a later run would read its own output; choose an -o outside the inpu
 def pack(root: Path, tokenizer: Path, *args: Any) -> Any:
     """Run ``packshard pack`` in-process from ``root`` (paths in ``args`` relative to it)."""
     argv = ["pack", "-t", str(tokenizer), "--max-seq-len", "16", "--no-progress", *map(str, args)]
+    argv += ["--backend", "reference"]  # stderr holds only what the output folder says
     cwd = os.getcwd()
     os.chdir(root)
     try:

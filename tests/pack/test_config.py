@@ -81,5 +81,10 @@ def test_recorded_config_and_ingest_options(tmp_path):
     }
     assert config(tmp_path, overlong="truncate").recorded()["overlong"] == "truncate"
     assert c.ingest_options() == IngestOptions(
-        format="auto", domain_field="domain", loss="all", on_error="skip", batch_size=7
+        format="auto",
+        domain_field="domain",
+        loss="all",
+        on_error="skip",
+        batch_size=7,
+        backend="auto",
     )

@@ -31,12 +31,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any
 
 import numpy as np
 import tokenizers
 
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.ingest.tokens.alignment import align, span_tokens, utf8_batch
+from packshard.ingest.tokens.backends import encoder_for
+from packshard.ingest.tokens.metaspace import FlatIds
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import Rendered
 from packshard.records import IGNORE_INDEX
@@ -111,22 +114,26 @@ def _encoded_text(r: Rendered) -> str:
 
 
 def encode_texts(
-    bundle: TokenizerBundle, rendered: Sequence[Rendered]
-) -> list[tokenizers.Encoding]:
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], backend: str = "reference"
+) -> Sequence[Any]:
     """Run one ``encode_batch`` over rendered examples (the text after any ``bos_chars``).
 
     This is the half of :func:`encode_rendered` that runs without the GIL, on all cores;
     :func:`label_encodings` is the other half.  It skips the offsets (``encode_batch_fast``,
-    a quarter less work) unless :func:`offsets_needed`.
+    a quarter less work) unless :func:`offsets_needed`.  Without offsets, ``backend``
+    (``--backend``) chooses the library (:mod:`packshard.ingest.tokens.backends`); only the ids and
+    lengths of what it returns are read.
     """
     texts = [_encoded_text(r) for r in rendered]
     if offsets_needed(bundle, rendered):
         return bundle.tokenizer.encode_batch(texts, add_special_tokens=False)
+    if backend != "reference":
+        return encoder_for(bundle, backend).encode_batch(texts)
     return bundle.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
 
 
 def label_encodings(
-    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[tokenizers.Encoding]
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[Any]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flatten the encodings of ``rendered`` into ``(input_ids, labels, offsets)``.
 
@@ -152,7 +159,7 @@ class Labelled:
 
 
 def label_batch(
-    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[tokenizers.Encoding]
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[Any]
 ) -> Labelled:
     """Label the encodings of ``rendered`` and count the tokens of their reasoning blocks."""
     n = len(rendered)
@@ -161,12 +168,15 @@ def label_batch(
         return Labelled(empty, empty.copy(), np.zeros(1, dtype=np.int64))
     cuts = [r.bos_chars for r in rendered]
     lead = np.fromiter((c > 0 for c in cuts), dtype=bool, count=n)  # a BOS id goes first
-    encoded = np.fromiter(map(len, encs), dtype=np.int64, count=n)
+    if isinstance(encs, FlatIds):  # the fast encoder's ids, already flat
+        encoded, raw_ids = encs.lengths, encs.ids
+    else:
+        encoded = np.fromiter(map(len, encs), dtype=np.int64, count=n)
+        flat = chain.from_iterable(e.ids for e in encs)
+        raw_ids = np.fromiter(flat, dtype=np.int32, count=int(encoded.sum()))
     lengths = encoded + lead
     offsets = exclusive_cumsum(lengths)
     total = int(offsets[-1])
-    flat = chain.from_iterable(e.ids for e in encs)
-    raw_ids = np.fromiter(flat, dtype=np.int32, count=total - int(lead.sum()))
     ids = raw_ids
     if lead.any():
         ids = np.full(total, bundle.bos_token_id, dtype=np.int32)

@@ -68,6 +68,8 @@ class TokenizerBundle:
     adjustments: tuple[str, ...] = ()
     chat_template_path: str | None = None  # a chat_template.jinja beside tokenizer.json
     aligner: ByteAligner | None = field(default=None, repr=False, compare=False)
+    # per --backend, the encoder chosen for this tokenizer (packshard.ingest.tokens.backends)
+    encoders: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def manifest_entry(self) -> dict[str, Any]:
         """Return what the manifest records about the tokenizer."""

@@ -39,6 +39,7 @@ from packshard.ingest.markers import check_markers
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import plan_splits
 from packshard.ingest.template.render import ChatTemplate, load_template
+from packshard.ingest.tokens.backends import encoder_for
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
 from packshard.pack.spill import Spill
@@ -78,6 +79,7 @@ class DriverLoad:
         bundle = load_tokenizer(self._config.tokenizer)
         template = load_template(self._config.template, bundle)
         check_markers(bundle, template, self._config.allow_split_markers)
+        encoder_for(bundle, self._config.backend)  # the canary; a forced fast that cannot stops
         return bundle, template
 
     def result(self) -> tuple[TokenizerBundle, ChatTemplate | None]:

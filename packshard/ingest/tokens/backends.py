@@ -1,0 +1,233 @@
+r"""Which library encodes rendered text: the reference (``tokenizers``) or a fast one, proven first.
+
+``--backend`` (``pack``, ``profile``) picks the encoder, in this one place:
+
+* ``reference``: Hugging Face ``tokenizers``, as the tokenizer was loaded.
+* ``fast``: ``fastokens`` (``pip install 'packshard[fast]'``) built from the same tokenizer
+  (the JSON of the loaded tokenizer, packshard's adjustments included).  Forced: no canary; a
+  tokenizer it cannot load, or labels that need offsets, stop the run with one line.
+* ``auto`` (the command line's default): ``fast`` only where it proves itself, otherwise
+  ``reference`` and one line saying why::
+
+      load ──► fastokens installed? ── no ──► reference ("not installed")
+                 │ yes
+                 ▼
+      labels need offsets? (no ByteAligner) ── yes ──► reference
+                 │ no
+                 ▼
+      fastokens loads the tokenizer's JSON? ── no ──► reference (its error)
+                 │ yes
+                 ▼
+      canary: every special and added token (alone, between text, between spaces), byte
+      fallback, CJK, emoji, code, whitespace runs, tool-call JSON — ids equal both ways?
+                 │ yes                                  └─ no ──► reference (first differing)
+                 ▼
+      first batch of the input (up to 256 rendered texts) — ids equal both ways?
+                 │ yes: fastokens encodes the run        └─ no ──► reference for the run
+
+The decision is taken before any fast id is used, once per tokenizer and backend (cached on the
+:class:`~packshard.ingest.tokens.tokenizer.TokenizerBundle`), so one run is encoded by one library.
+Ids are all that is taken from the fast encoder: token positions for labels come from the
+ids (:mod:`packshard.ingest.tokens.alignment`), and an example whose ids do not spell its text
+is encoded again by the reference, with offsets.  ``verify`` re-encodes with the reference whatever
+encoded the pack, and the manifest's ``environment.backends`` names what did.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
+
+from packshard.errors import UsageError
+from packshard.ingest.tokens.metaspace import PrefixedEncoder, encode_flat, fast_spec, load_json
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
+
+FIRST_TEXTS = 256
+"""Rendered texts of the first batch encoded both ways before ``auto`` trusts the fast encoder."""
+FAST = "fastokens"
+INSTALL = "pip install 'packshard[fast]'"
+
+CANARY = (
+    "Hello world",
+    " leading space",
+    "trailing space ",
+    "two  spaces   three    four     ",
+    "\t\ttabs\tand\r\nCRLF\r\n\r\n",
+    "\n\n\n\n",
+    "        eight spaces, then a newline\n        ",
+    "你好，世界！这是一个测试。繁體中文與日本語のテキスト、한국어 텍스트",
+    "𠀀𠀁𪚥 rare CJK outside the BMP",
+    "emoji 😀👍🏽👨‍👩‍👧‍👦🏳️‍🌈 and flags 🇫🇷",
+    "e\u0301 combining, \u00a0nbsp, \u2003em space, \u3000ideographic space, \u200bzwsp",
+    "\x00\x01\x07\x1b\x7f control bytes",
+    "\ufffd\U0010fffd\U000e0001 private and tag characters \ue000",
+    "Ωμέγα, Кириллица, العربية, עברית, हिन्दी, ไทย",
+    "def f(x):\n    return {'a': [1, 2, 3]}  # comment\n\nclass A:\n\tpass\n",
+    "for (int i = 0; i < n; ++i) { s += a[i] * 2.5e-3; }",
+    '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "°C"}}',
+    '<tool_call>\n{"name": "search", "arguments": {"q": "a \\"quoted\\" word"}}\n</tool_call>',
+    "1234567890 3.14159 -42 1e10 0x1F",
+    "I'm, you're, it's, don't, we'll, they've, I'd",
+    "ALLCAPS MixedCase camelCaseWord snake_case_word kebab-case-word",
+    "https://example.com/path?q=1&r=2#frag user@example.com",
+    "<s></s><unk><pad><|im_start|><|im_end|><|endoftext|>",
+    "▁ lower one eighth block ▁▁ and <0x0A> written out",
+)
+"""Hard strings every run's canary encodes (the tokenizer's own added tokens join them)."""
+
+
+def installed_version(name: str) -> str | None:
+    """Return the installed distribution version of ``name``, None when it is absent."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class FastEncoder:
+    """``fastokens`` over the tokenizer as loaded: ids only, never offsets."""
+
+    name = FAST
+
+    def __init__(self, bundle: TokenizerBundle) -> None:
+        import fastokens
+
+        found = fast_spec(load_json(bundle.tokenizer.to_str()))
+        if found is None:
+            raise ValueError("its SentencePiece prefix rule is not one packshard models")
+        spec, prefix = found
+        tok = fastokens.Tokenizer.from_json_str(json.dumps(spec, ensure_ascii=False))
+        self._tok = tok
+        self._prefixed = PrefixedEncoder(tok, spec) if prefix else None
+
+    def encode_batch(self, texts: list[str]) -> Sequence[Any]:
+        """Encode without special tokens added: ``FlatIds`` (each item has ``ids``)."""
+        if self._prefixed is not None:
+            return self._prefixed.encode_flat(texts)
+        return encode_flat(self._tok, texts)
+
+
+def canary_texts(bundle: TokenizerBundle) -> list[str]:
+    """Return the canary: :data:`CANARY` and every added token, alone and inside text."""
+    texts = list(CANARY)
+    for token in sorted(t.content for t in bundle.tokenizer.get_added_tokens_decoder().values()):
+        texts += [token, f"a{token}b", f" {token} ", f"\n{token}\n", f"{token}{token}x"]
+    texts.append("".join(texts))
+    return texts
+
+
+def first_difference(
+    bundle: TokenizerBundle, fast: FastEncoder, texts: Sequence[str]
+) -> str | None:
+    """Return where ``fast`` and the reference first differ on ``texts``; None when equal."""
+    texts = list(texts)
+    want = bundle.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+    got = fast.encode_batch(texts)
+    for i, (w, g) in enumerate(zip(want, got, strict=True)):
+        if list(w.ids) != list(g.ids):
+            return f"text {i} ({texts[i][:24]!r}…) encodes to different ids"
+    return None
+
+
+class Encoder:
+    """The encoder one run uses for one tokenizer: decided once, then fixed."""
+
+    def __init__(self, bundle: TokenizerBundle, requested: str) -> None:
+        self.bundle, self.requested = bundle, requested
+        self.fast: FastEncoder | None = None
+        self.reason = "reference requested" if requested == "reference" else ""
+        self._proven = requested != "auto"  # fast forced: no check on the first records
+        self._lock = threading.Lock()
+        if requested != "reference":
+            self._try_fast()
+
+    def _refuse(self, why: str) -> None:
+        if self.requested == "fast":
+            raise UsageError(f"--backend fast: {why} (use --backend auto or reference)")
+        self.fast, self.reason = None, why
+
+    def _try_fast(self) -> None:
+        if installed_version(FAST) is None:
+            return self._refuse(f"{FAST} is not installed ({INSTALL})")
+        if self.bundle.aligner is None:
+            return self._refuse(
+                f"{FAST} gives no offsets, and this tokenizer family's labels need them"
+            )
+        try:
+            self.fast = FastEncoder(self.bundle)
+        except Exception as exc:  # the Rust loader raises ValueError and bare exceptions
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return self._refuse(f"{FAST} cannot load this tokenizer: {first}")
+        if self.requested == "auto":
+            where = first_difference(self.bundle, self.fast, canary_texts(self.bundle))
+            if where is not None:
+                return self._refuse(f"{FAST} disagrees with tokenizers on the canary: {where}")
+            self.reason = "canary equal"
+        else:
+            self.reason = "fast requested"
+        return None
+
+    @property
+    def name(self) -> str:
+        """The library that encodes (``fastokens`` or ``tokenizers``)."""
+        return FAST if self.fast is not None else "tokenizers"
+
+    def encode_batch(self, texts: list[str]) -> Sequence[Any]:
+        """Encode ``texts`` (no special tokens added) with the chosen library."""
+        if self.fast is not None and not self._proven:
+            with self._lock:
+                if not self._proven and self.fast is not None:
+                    where = first_difference(self.bundle, self.fast, texts[:FIRST_TEXTS])
+                    if where is not None:  # the reason stays "canary equal" otherwise, as
+                        # on workers, where the driver never sees the first records
+                        self._refuse(f"{FAST} disagrees with tokenizers on the input: {where}")
+                    self._proven = True
+        if self.fast is not None:
+            return self.fast.encode_batch(texts)
+        return self.bundle.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+
+    def entry(self) -> dict[str, Any]:
+        """Return what the manifest's ``environment.backends`` records about encoding."""
+        return {
+            "name": self.name,
+            "version": installed_version(self.name),
+            "requested": self.requested,
+            "reason": self.reason,
+        }
+
+
+def encoder_for(bundle: TokenizerBundle, backend: str) -> Encoder:
+    """Return the run's encoder for ``bundle`` under ``--backend backend`` (decided once)."""
+    # keyed by the tokenizer and aligner too: dataclasses.replace shares the dict with a copy
+    # (the Encoder holds the bundle, so the tokenizer's id cannot be reused while it is cached)
+    key = (backend, id(bundle.tokenizer), id(bundle.aligner))
+    with _CHOOSING:
+        found = bundle.encoders.get(key)
+        if found is None:
+            found = bundle.encoders[key] = Encoder(bundle, backend)
+        return found
+
+
+_CHOOSING = threading.Lock()
+
+
+def backends_entry(bundle: TokenizerBundle, backend: str) -> dict[str, Any]:
+    """Return the manifest's ``environment.backends``: what rendered and what encoded.
+
+    Rendering is always the reference sandbox (Jinja's ``ImmutableSandboxedEnvironment``).
+    """
+    return {
+        "render": {"name": "jinja2", "version": installed_version("jinja2")},
+        "encode": encoder_for(bundle, backend).entry(),
+    }
+
+
+def backend_note(entry: dict[str, Any]) -> str | None:
+    """One line for the user when ``auto`` did not choose the fast encoder; None otherwise."""
+    encode = entry.get("encode") or {}
+    if encode.get("requested") != "auto" or encode.get("name") == FAST:
+        return None
+    return f"--backend auto: encoding with tokenizers: {encode.get('reason')}"

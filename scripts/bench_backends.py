@@ -1,0 +1,150 @@
+"""Benchmark: end-to-end ``pack`` tokens/s, fast and reference backends, against bare encoding.
+
+For each family (qwen3 with its training template, phi-3-mini with its config template; phi-2
+with ChatML on request) the shared chat datasets are copied until they hold ``--min-tokens``
+tokens, then, interleaved, best of ``--rounds``:
+
+(a) ``packshard pack --backend fast``: a whole process (startup, imports, tokenizer load, canary
+    included), wall time; tokens from the manifest (``stats.tokens_in``);
+(b) the same with ``--backend reference``;
+(c) bare ``tokenizers``: ``Tokenizer.encode_batch`` over the same rendered texts (rendered in
+    this process beforehand, not timed), batches of 1,024, ids read out: the baseline the
+    issue names; (d) ``encode_batch_fast`` (no offsets) beside it.
+
+Ratios: tokens/s of (a) and (b) over (c); (a) over (b).  Run it at 2M tokens here; the final
+figure wants ``--min-tokens 20000000`` (startup then weighs what it weighs in a real job).
+
+    python scripts/bench_backends.py [--min-tokens 2000000] [--rounds 1] [--families qwen3,phi3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SHARED = REPO.parent / "shared" / "data"
+FAMILIES = {
+    "qwen3": ("qwen3", str(SHARED / "tokenizers/qwen3/chat_template.training.jinja")),
+    "phi3": ("phi-3-mini", None),
+    "phi2": ("phi-2", "chatml"),
+}
+MAX_SEQ_LEN = 4096
+
+
+def rendered_texts(tokenizer: Path, template: str | None, files: list[Path]) -> list[str]:
+    """The texts ``pack`` encodes (each example's rendered text), in one process, untimed."""
+    from packshard.ingest.label.spans import render_examples
+    from packshard.ingest.normalize import normalize_record
+    from packshard.ingest.read.sources import expand_inputs, read_records
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
+    from packshard.ingest.types import IngestOptions
+
+    bundle = load_tokenizer(str(tokenizer))
+    tmpl = load_template(template, bundle)
+    options = IngestOptions()
+    texts = []
+    for f in expand_inputs([str(p) for p in files]):
+        for raw in read_records(f, options=options):
+            try:
+                texts += [
+                    r.text for r in render_examples(normalize_record(raw), tmpl, bundle, options)
+                ]
+            except Exception:  # rejected records are not encoded by pack either
+                continue
+    return texts
+
+
+def bare(tokenizer: Path, texts: list[str], fast: bool) -> tuple[float, int]:
+    """Seconds and tokens of bare ``tokenizers`` encoding (tokenizer load not timed)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    encode = tok.encode_batch_fast if fast else tok.encode_batch
+    start = time.perf_counter()
+    n = 0
+    for i in range(0, len(texts), 1024):
+        n += sum(len(e.ids) for e in encode(texts[i : i + 1024], add_special_tokens=False))
+    return time.perf_counter() - start, n
+
+
+def pack(tokenizer: Path, template: str | None, files: list[Path], out: Path, backend: str):
+    """Seconds of one whole ``packshard pack`` process and the tokens it packed."""
+    cli = "from packshard.cli import main; main()"
+    cmd = [sys.executable, "-c", cli, "pack", *map(str, files), "-t", str(tokenizer)]
+    cmd += ["--max-seq-len", str(MAX_SEQ_LEN), "--overlong", "split", "-o", str(out)]
+    cmd += ["--backend", backend, "--overwrite", "--no-progress"]
+    if template is not None:
+        cmd += ["--template", template]
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    seconds = time.perf_counter() - start
+    manifest = json.loads((out / "manifest.json").read_text())
+    shutil.rmtree(out)
+    return seconds, int(manifest["stats"]["tokens_in"]), manifest["environment"]["backends"]
+
+
+def inputs(folder: Path, tokens_per_copy: int, min_tokens: int) -> list[Path]:
+    """Copies of the shared chat files until they hold ``min_tokens`` tokens."""
+    copies = max(1, -(-min_tokens // max(tokens_per_copy, 1)))
+    out = []
+    for k in range(copies):
+        for src in sorted((SHARED / "chat").glob("*.json*")):
+            dst = folder / f"{src.stem}.{k}{src.suffix}"
+            shutil.copyfile(src, dst)
+            out.append(dst)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--min-tokens", type=int, default=2_000_000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--families", default="qwen3,phi3")
+    args = parser.parse_args()
+    if not (SHARED / "chat").is_dir():
+        sys.exit(f"{SHARED} not found: this benchmark needs the shared chat data")
+    for family in args.families.split(","):
+        tok_name, template = FAMILIES[family]
+        tokenizer = SHARED / "tokenizers" / tok_name
+        with tempfile.TemporaryDirectory() as tmp:
+            once = rendered_texts(tokenizer, template, sorted((SHARED / "chat").glob("*.json*")))
+            per_copy = bare(tokenizer, once, True)[1]
+            files = inputs(Path(tmp), per_copy, args.min_tokens)
+            texts = once * (len(files) // len(list((SHARED / "chat").glob("*.json*"))))
+            best: dict[str, tuple[float, int]] = {}
+            used = {}
+            for _ in range(args.rounds):
+                for name in ("fast", "reference", "encode_batch", "encode_batch_fast"):
+                    if name.startswith("encode"):
+                        took = bare(tokenizer, texts, name.endswith("fast"))
+                    else:
+                        s, n, used[name] = pack(tokenizer, template, files, Path(tmp) / "o", name)
+                        took = (s, n)
+                    if name not in best or took[0] < best[name][0]:
+                        best[name] = took
+        rate = {k: n / s for k, (s, n) in best.items()}
+        print(f"\n{family}: {tok_name}, template {template or 'tokenizer config'}, "
+              f"{best['reference'][1]:,} tokens packed, best of {args.rounds}")  # fmt: skip
+        for name, (s, _) in best.items():
+            print(f"  {name:18s} {s:8.2f} s  {rate[name] / 1e6:6.2f} M tokens/s")
+        base = rate["encode_batch"]
+        print(f"  pack --backend fast      / encode_batch: {rate['fast'] / base:5.2f}x")
+        print(f"  pack --backend reference / encode_batch: {rate['reference'] / base:5.2f}x")
+        print(
+            f"  pack fast / pack reference:              {rate['fast'] / rate['reference']:5.2f}x"
+        )
+        print(f"  encoder used by --backend fast: {used['fast']['encode']['name']}")
+
+
+if __name__ == "__main__":
+    main()

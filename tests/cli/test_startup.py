@@ -1,0 +1,43 @@
+"""Startup: a command imports only what it needs (no torch, transformers, numba on --help).
+
+Each check runs in a fresh interpreter, so what earlier tests imported does not count.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "transformers", "numba", "fastokens", "datasets", "ray")
+
+
+def _imported(code: str) -> set[str]:
+    found = f"','.join(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    probe = f"{code}\nimport sys\nprint('IMPORTED:' + {found})"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("IMPORTED:"), done.stdout
+    return set(filter(None, line.removeprefix("IMPORTED:").split(",")))
+
+
+@pytest.mark.parametrize("command", [[], ["pack"], ["profile"], ["verify"], ["export"]])
+def test_help_imports_nothing_heavy(command):
+    code = (
+        "from packshard.cli import main\n"
+        f"try:\n    main({[*command, '--help']!r})\nexcept SystemExit:\n    pass"
+    )
+    assert _imported(code) == set()
+
+
+def test_a_pack_imports_neither_torch_nor_transformers(tmp_path, demo_tokenizer):
+    from packshard.demo import demo_data_path
+
+    args = [str(demo_data_path()), "-t", str(demo_tokenizer), "--template", "chatml"]
+    args += ["--max-seq-len", "256", "-o", str(tmp_path / "out")]
+    code = (
+        "from packshard.cli import main\n"
+        f"try:\n    main({['pack', *args]!r})\nexcept SystemExit as exc:\n    assert not exc.code"
+    )
+    assert _imported(code) <= {"numba", "fastokens"}  # labels and plans are jitted

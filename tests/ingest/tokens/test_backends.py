@@ -1,0 +1,305 @@
+"""``--backend``: the fast encoder makes the same bytes as the reference, or is not used.
+
+* shards and ``examples.parquet`` are byte-identical between ``--backend fast`` and
+  ``--backend reference`` on every shared tokenizer and template, and on the demo;
+* ``auto`` without fastokens is the reference path and says so once; a tokenizer the fast
+  encoder cannot model falls back with its reason (forced ``fast`` stops with one line);
+* the SentencePiece prefix rule (:mod:`packshard.ingest.tokens.metaspace`) gives the reference's ids
+  on the family imitations and on texts that start with and without added tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from packshard.errors import UsageError
+from packshard.ingest.tokens import backends
+from packshard.ingest.tokens.backends import Encoder, FastEncoder, canary_texts, first_difference
+from packshard.ingest.tokens.tokenizer import load_tokenizer
+from packshard.pack import PackConfig, pack_dataset
+from tests.helpers import BY_NAME, FAMILIES
+
+pytest.importorskip("fastokens")
+
+CHAT = (
+    "llamafactory_glaive_toolcall_en_demo.json",
+    "fastchat_dummy_conversation.json",
+    "llamafactory_identity.json",
+)
+# (tokenizer, template, inputs): every shared tokenizer with each template it has
+SHARED = {
+    "phi3-config": ("phi-3-mini", None, CHAT),
+    "phi3-training": ("phi-3-mini", "tokenizers/phi-3-mini/chat_template.training.jinja", CHAT),
+    "phi2-chatml": ("phi-2", "chatml", CHAT),
+    "qwen3-config": ("qwen3", None, CHAT),
+    "qwen3-training": ("qwen3", "tokenizers/qwen3/chat_template.training.jinja", CHAT),
+    "qwen3-alpaca-zh": ("qwen3", None, ("llamafactory_alpaca_zh_demo.json",)),
+}
+
+
+def _digests(out: Path) -> dict[str, str]:
+    """SHA-256 of every shard and the examples index (the manifest records the backend)."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.parquet"))
+    }
+
+
+def _pack(shared: Path, tmp: Path, case: str, backend: str) -> PackConfig:
+    tok, template, names = SHARED[case]
+    if template is not None and template.endswith(".jinja"):
+        template = str(shared / template)
+    config = PackConfig(
+        inputs=tuple(str(shared / "chat" / n) for n in names),
+        tokenizer=str(shared / "tokenizers" / tok),
+        template=template,
+        out=str(tmp / backend),
+        max_seq_len=4096,
+        overlong="split",
+        backend=backend,
+        allow_split_markers=template == "chatml",  # phi-2 has no ChatML tokens: intended here
+    )
+    return config
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("case", sorted(SHARED))
+def test_fast_and_reference_write_the_same_bytes(shared_data, tmp_path, case):
+    made = {}
+    for backend in ("reference", "fast"):
+        result = pack_dataset(_pack(shared_data, tmp_path, case, backend))
+        encode = result.manifest["environment"]["backends"]["encode"]
+        assert encode["name"] == ("fastokens" if backend == "fast" else "tokenizers")
+        assert encode["requested"] == backend and encode["version"]
+        made[backend] = _digests(result.out)
+    assert "examples.parquet" in made["fast"] and len(made["fast"]) > 1
+    assert made["fast"] == made["reference"]
+
+
+def _demo(tmp: Path, tokenizer: Path, backend: str) -> Path:
+    """Pack the demo chats (one copy, so the recorded source is the same) into ``tmp/backend``."""
+    from packshard.demo import demo_data_path
+
+    config = PackConfig(
+        inputs=(str(demo_data_path()),),
+        tokenizer=str(tokenizer),
+        out=str(tmp / backend),
+        max_seq_len=256,
+        template="chatml",
+        shard_rows=4,
+        backend=backend,
+    )
+    return pack_dataset(config).out
+
+
+def test_demo_fast_and_reference_write_the_same_bytes(tmp_path, demo_tokenizer):
+    fast = _demo(tmp_path, demo_tokenizer, "fast")
+    reference = _demo(tmp_path, demo_tokenizer, "reference")
+    manifest = json.loads((fast / "manifest.json").read_text())
+    assert manifest["environment"]["backends"]["encode"]["name"] == "fastokens"
+    assert len(_digests(fast)) > 2 and _digests(fast) == _digests(reference)
+
+
+def test_auto_proves_the_canary_and_the_first_records(tmp_path, demo_tokenizer):
+    out = _demo(tmp_path, demo_tokenizer, "auto")
+    encode = json.loads((out / "manifest.json").read_text())["environment"]["backends"]["encode"]
+    assert encode == {
+        "name": "fastokens",
+        "version": encode["version"],
+        "requested": "auto",
+        "reason": "canary equal",
+    }
+
+
+def test_auto_without_fastokens_is_the_reference_and_says_so_once(
+    tmp_path, demo_tokenizer, monkeypatch
+):
+    real = backends.installed_version
+    monkeypatch.setattr(
+        backends, "installed_version", lambda name: None if name == "fastokens" else real(name)
+    )
+    from packshard.demo import demo_data_path
+
+    config = PackConfig(
+        inputs=(str(demo_data_path()),),
+        tokenizer=str(demo_tokenizer),
+        out=str(tmp_path / "out"),
+        max_seq_len=256,
+        template="chatml",
+    )
+    result = pack_dataset(config)
+    notes = [w for w in result.warnings if "--backend" in w]
+    assert notes == [
+        "--backend auto: encoding with tokenizers: fastokens is not installed "
+        "(pip install 'packshard[fast]')"
+    ]
+    assert result.manifest["environment"]["backends"]["encode"]["name"] == "tokenizers"
+    with pytest.raises(UsageError, match=r"^--backend fast: fastokens is not installed"):
+        Encoder(load_tokenizer(str(demo_tokenizer)), "fast")
+
+
+def test_a_tokenizer_the_fast_encoder_cannot_model_falls_back(demo_tokenizer, monkeypatch):
+    monkeypatch.setattr(backends, "fast_spec", lambda spec: None)
+    auto = Encoder(load_tokenizer(str(demo_tokenizer)), "auto")
+    assert auto.name == "tokenizers"
+    assert auto.reason.startswith("fastokens cannot load this tokenizer: its SentencePiece")
+    with pytest.raises(UsageError, match="use --backend auto or reference"):
+        Encoder(load_tokenizer(str(demo_tokenizer)), "fast")
+
+
+def test_the_canary_holds_every_added_token(demo_tokenizer):
+    bundle = load_tokenizer(str(demo_tokenizer))
+    texts = canary_texts(bundle)
+    for token in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        assert token in texts and f"a{token}b" in texts
+    assert any("\x00" in t for t in texts) and any("😀" in t for t in texts)
+
+
+TEXTS = [
+    "Hello world",
+    " Hello",
+    "▁Hello",
+    "",
+    "  two",
+    "\nnewline first",
+    "你好",
+    "<s>",
+    "<s>Hi",
+    "<s> Hi",
+    "</s>tail",
+    "[INST] Hi [/INST] Yes</s>",
+    "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+    "<start_of_turn>user\nHi<end_of_turn>\n",
+    "<|im_start|>user\nHi<|im_end|>\n",
+    "<unk>x",
+    "<s",
+    "emoji 😀 and bytes \x00\x7f",
+]
+
+
+# fastokens 0.3.5 spells the literal text "<0x0A>" as the byte token where the imitations'
+# vocabulary lacks "<": the canary holds that text, so auto keeps these on the reference
+CANARY_CATCHES = {"mistral", "llama2-metaspace", "gemma", "gemma-strict"}
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_family_imitations_encode_as_the_reference_or_fall_back(tmp_path, family):
+    bundle = load_tokenizer(str(family.build(tmp_path)))
+    auto = Encoder(bundle, "auto")
+    if family.name == "mistral-legacy":  # Metaspace prepend_scheme=always: not modelled
+        assert (
+            auto.name == "tokenizers" and "prefix rule is not one packshard models" in auto.reason
+        )
+        return
+    where = first_difference(bundle, FastEncoder(bundle), TEXTS + canary_texts(bundle))
+    if family.name in CANARY_CATCHES:
+        assert where is not None and "lower one eighth block" in where
+        assert auto.name == "tokenizers"
+        assert auto.reason.startswith("fastokens disagrees with tokenizers on the canary: text")
+        return
+    assert where is None
+    assert auto.name == "fastokens"
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name", ["phi-3-mini", "phi-2", "qwen3"])
+def test_shared_tokenizers_encode_as_the_reference(shared_data, name):
+    bundle = load_tokenizer(str(shared_data / "tokenizers" / name))
+    texts = list(TEXTS)
+    for record in json.loads((shared_data / "chat" / "codealpaca_code_alpaca_2k.json").read_text()):
+        texts += [record["output"], " " + record["instruction"], "<s>" + record["output"]]
+    assert first_difference(bundle, FastEncoder(bundle), texts) is None
+    assert Encoder(bundle, "auto").name == "fastokens"
+
+
+def test_profile_says_once_that_auto_is_the_reference(demo_tokenizer, monkeypatch):
+    from click.testing import CliRunner
+
+    from packshard.cli import main
+    from packshard.demo import demo_data_path
+
+    real = backends.installed_version
+    monkeypatch.setattr(
+        backends, "installed_version", lambda name: None if name == "fastokens" else real(name)
+    )
+    args = ["profile", str(demo_data_path()), "-t", str(demo_tokenizer), "--max-seq-len", "256"]
+    result = CliRunner().invoke(main, [*args, "--template", "chatml"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("--backend auto: encoding with tokenizers: fastokens is not") == 1
+    bad = CliRunner().invoke(main, [*args, "--backend", "quick"])
+    assert bad.exit_code == 2 and "'quick' is not one of 'auto', 'fast', 'reference'" in bad.output
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 64, 1024])
+def test_ingest_chunks_are_the_same_with_the_fast_encoder(demo_tokenizer, batch_size):
+    """Chunks of every size (several encode parts per chunk included) hold the same arrays."""
+    from packshard.demo import demo_data_path
+    from packshard.ingest.read.sources import expand_inputs
+    from packshard.ingest.stream import ingest
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.types import IngestOptions
+
+    bundle = load_tokenizer(str(demo_tokenizer))
+    template = load_template("chatml", bundle)
+    files = expand_inputs([str(demo_data_path())])
+    got = {}
+    for backend in ("reference", "fast"):
+        options = IngestOptions(batch_size=batch_size, backend=backend)
+        chunks = list(ingest(files, bundle, template, options))
+        got[backend] = [(c.batch.input_ids.tolist(), c.batch.labels.tolist()) for c in chunks]
+    assert got["fast"] == got["reference"]
+    assert len(got["fast"]) == -(-65 // batch_size)  # chunks count records, bad ones too
+
+
+def test_the_prefix_rule_encodes_again_when_an_added_text_does_not_match(tmp_path):
+    """A text starting with an added token's text that is not matched as the token (single_word)
+    gets the prefix like any text: the guess from the first characters is checked on the ids."""
+    from tokenizers import AddedToken
+
+    from packshard.ingest.tokens.metaspace import PrefixedEncoder, encode_flat
+
+    folder = BY_NAME["llama2-metaspace"].build(tmp_path)
+    bundle = load_tokenizer(str(folder))
+    bundle.tokenizer.add_special_tokens([AddedToken("<w>", single_word=True, normalized=False)])
+    texts = ["<w>abc", "<w> abc", "<w>", "abc <w> d", "<s>abc", "x<w>"]
+    want = [e.ids for e in bundle.tokenizer.encode_batch(texts, add_special_tokens=False)]
+    fast = FastEncoder(bundle)
+    assert isinstance(fast._prefixed, PrefixedEncoder)
+    got = fast.encode_batch(texts)
+    assert [list(got[i].ids) for i in range(len(texts))] == want
+    plain = encode_flat(fast._tok, ["<w>abc"])  # without the rule: no prefix, other ids
+    assert list(plain[0].ids) != want[0]
+
+
+def test_forced_fast_on_a_tokenizer_that_needs_offsets_stops_before_reading(
+    tmp_path, word_tokenizer
+):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "w2 w3"}\n')
+    config = PackConfig(
+        inputs=(str(data),),
+        tokenizer=str(word_tokenizer),
+        out=str(tmp_path / "out"),
+        max_seq_len=8,
+        backend="fast",
+    )
+    with pytest.raises(UsageError, match=r"labels need them \(use --backend auto or reference\)$"):
+        pack_dataset(config)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_replaced_bundle_gets_its_own_encoder(demo_tokenizer):
+    """``dataclasses.replace`` shares the cache dict; the encoder still follows the tokenizer."""
+    import dataclasses
+
+    from packshard.ingest.tokens.backends import encoder_for
+
+    bundle = load_tokenizer(str(demo_tokenizer))
+    fast = encoder_for(bundle, "auto")
+    assert fast.name == "fastokens" and encoder_for(bundle, "auto") is fast
+    no_aligner = dataclasses.replace(bundle, aligner=None)
+    assert encoder_for(no_aligner, "auto").name == "tokenizers"
+    assert encoder_for(bundle, "auto") is fast
