@@ -106,20 +106,10 @@ def profile(
     files = expand_inputs(data)
     not_over(json_path, html_path, reading=[f.real for f in files])
     bundle = load_tokenizer(tokenizer)
-    tmpl = load_template(template, bundle)
+    loaded = bundle, load_template(template, bundle)
     scale = EngineOptions(engine, workers, ray_address)
-    scale.check()
-    if scale.serial:
-        report = profile_inputs(
-            files, bundle, tmpl, options, max_seq_len, batch_size, seed, _show_progress(progress)
-        )
-    else:
-        from packshard.ingest.stream import ingest_label_path
-        from packshard.profile.units import profile_on_engine
-
-        label_path = ingest_label_path(tmpl, loss)
-        settings = (max_seq_len, batch_size, seed, scale, split_bytes, label_path)
-        report = profile_on_engine(files, tokenizer, template, options, *settings)
+    settings = (max_seq_len, batch_size, seed, scale, split_bytes, _show_progress(progress))
+    report = profile_inputs(files, tokenizer, template, options, *settings, loaded)
     console = _console()
     console.print(render_profile_table(report))
     console.print(render_rejects(report))

@@ -22,10 +22,11 @@ Determinism: the same inputs and options give byte-identical shards and examples
 the manifest's ``created_at`` differs.  Example ids number the packed examples in input order
 (record order, then part).
 
-With ``--workers N`` (N > 1), ``--engine ray`` or ``--resume`` the ingest and the shard writing
-run as tasks on an engine (:mod:`packshard.pack.scale`): the inputs are mapped unit by unit and
-merged into the same spill arrays and rejects order, each shard is written by a task; every
-other stage is this module's, so the output is the same bytes.
+The ingest and the shard writing run as tasks on an engine (:mod:`packshard.pack.scale`),
+whatever ``--workers``: the inputs are mapped unit by unit and merged into one spill, rejects
+in (input, line) order; each shard is written by a task; every other stage is this module's,
+so any engine and any worker count give the same bytes.  ``--workers 1`` runs the tasks in
+this process on the driver's tokenizer and template.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from packshard.digests import sha256_path
-from packshard.engine import Engine
+from packshard.engine import Engine, TaskFailed
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.errors import REJECTED, NothingToPackError, PackshardError
 from packshard.format.card import write_card
@@ -51,11 +52,11 @@ from packshard.format.environment import pack_environment
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
-from packshard.format.shards import SHARD_PATTERN, write_shard
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.label.reasoning import reasoning_field
+from packshard.ingest.loaded import sharing
+from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import InputFile, expand_inputs
-from packshard.ingest.stream import ingest
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
 from packshard.pack.config import PackConfig, check_config
@@ -69,9 +70,10 @@ from packshard.pack.counts import (
 from packshard.pack.plan.planner import plan_packs
 from packshard.pack.plan.rows import RowPlan, finalize_plan, ordering_stats
 from packshard.pack.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
-from packshard.pack.spill import Spill, SpillWriter
+from packshard.pack.spill import Spill
+from packshard.pack.units import UnitResult
 from packshard.pack.write.outdir import claim_out
-from packshard.pack.write.shards import row_groups, shard_bounds, write_shards_on
+from packshard.pack.write.shards import shard_bounds, write_shards_on
 
 
 @dataclass(frozen=True)
@@ -100,12 +102,16 @@ def pack_dataset(
     with claim_out(config.out, config.overwrite, config.inputs, files, notify) as claim:
         with engine_for(config) as engine, ThreadPoolExecutor(1) as loader:
             loaded = DriverLoad(config, loader)
-            if engine is None:
-                loaded.result()
-            manifest = _pack_into(claim.tmp, config, files, loaded, progress, engine)
+            try:
+                with sharing(config.tokenizer, config.template, loaded.result):
+                    manifest = _pack_into(claim.tmp, config, files, loaded, progress, engine)
+            except TaskFailed:
+                raise  # the finished units are kept for --resume
+            except PackshardError:  # bad data or options: the same units would fail again
+                shutil.rmtree(work_folder(claim.out), ignore_errors=True)
+                raise
         claim.publish()
-    if engine is not None:
-        shutil.rmtree(work_folder(claim.out), ignore_errors=True)
+    shutil.rmtree(work_folder(claim.out), ignore_errors=True)
     warnings += claim.notes
     return PackResult(claim.out, manifest, time.perf_counter() - started, tuple(warnings))
 
@@ -116,46 +122,26 @@ def _pack_into(
     files: Sequence[InputFile],
     loaded: DriverLoad,
     progress: bool,
-    engine: Engine | None = None,
+    engine: Engine,
 ) -> dict[str, Any]:
-    spill_dir = tmp / "_spill"
-    spill_dir.mkdir()
-    sources = tuple(f.path for f in files)
-    writer = SpillWriter(
-        spill_dir,
-        config.max_seq_len,
-        config.overlong,
-        split_at_rows=config.strategy == "wrapped",
-        sources=sources,
-    )
-    units: dict[str, Any] = {}
-    reasoning_dropped = 0  # turns trained without the reasoning their template left out
+    bar = IngestProgress() if progress else None
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
-        if engine is None:
-            bundle, template = loaded.result()
-            chunks = ingest(files, bundle, template, config.ingest_options(), progress=progress)
-            for chunk in chunks:
-                rejects.write(chunk.rejects)
-                rejects.write(writer.add(chunk.batch))
-                reasoning_dropped += chunk.reasoning_dropped
-            spill = writer.finish()
-        else:  # work units on the engine (packshard.pack.scale)
-            writer.finish()
-            try:
-                if engine.starting:  # workers still starting: load now, while they do
-                    loaded.start()
-                units["hashes"] = hash_inputs(engine, list(files))
-                spill, units["work"], units["info"] = map_inputs(
-                    engine, config, list(files), units["hashes"], rejects, loaded.start
-                )
-            except PackshardError:
-                if loaded.failed():  # the driver's own error comes first, and
-                    # units mapped with a tokenizer or template that cannot load are no use
-                    shutil.rmtree(work_folder(Path(config.out)), ignore_errors=True)
-                    loaded.result()
-                raise
-            bundle, template = loaded.result()
-            reasoning_dropped = units["info"].pop("reasoning_dropped", 0)
+        try:
+            if engine.starting:  # workers still starting: load now, while they do
+                loaded.start()
+            hashes = hash_inputs(engine, list(files))
+            spill, work, info = map_inputs(
+                engine, config, list(files), hashes, rejects, loaded.start, _counted(bar)
+            )
+        except PackshardError:
+            if loaded.failed():  # the driver's own error comes first
+                loaded.result()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        bundle, template = loaded.result()
+        reasoning_dropped = info.pop("reasoning_dropped", 0)
         plan = _plan(spill, config)
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
@@ -163,26 +149,18 @@ def _pack_into(
         raise NothingToPackError(_nothing_packed(spill, tally))
     ordering = ordering_stats(plan)
     plan = plan.permute_rows(_row_order(plan, config))
-    input_hashes = units.get("hashes") or [sha256_path(f.real) for f in files]
     fingerprints = {
         "format_version": FORMAT_VERSION,
-        "inputs": input_hashes,
+        "inputs": hashes,
         "tokenizer": bundle.sha256,
         "template": template.sha256 if template is not None else None,
     }
     dataset_id = compute_dataset_id(config.recorded(), fingerprints)
     bounds = shard_bounds(plan, config.shard_rows, config.shard_bytes)
-    if engine is None:
-        names = [SHARD_PATTERN.format(index=k) for k in range(len(bounds))]
-        shards = [
-            write_shard(row_groups(spill, plan, lo, hi), tmp, name, dataset_id, config.compression)
-            for name, (lo, hi) in zip(names, bounds, strict=True)
-        ]
-    else:
-        faults = parse_faults(os.environ.get(FAULTS_ENV))
-        shards = write_shards_on(
-            engine, tmp, spill, plan, bounds, dataset_id, config.compression, units["work"], faults
-        )
+    faults = parse_faults(os.environ.get(FAULTS_ENV))
+    shards = write_shards_on(
+        engine, tmp, spill, plan, bounds, dataset_id, config.compression, work, faults
+    )
     table = build_examples_table(
         examples_columns(spill, plan, shards),
         list(spill.counts.sources),
@@ -198,7 +176,7 @@ def _pack_into(
         template=_template_entry(template, config.loss),
         inputs=[
             {"path": f.path, "resolved": str(f.real), "sha256": sha, "records": n}
-            for f, sha, n in zip(files, input_hashes, per_input, strict=True)
+            for f, sha, n in zip(files, hashes, per_input, strict=True)
         ],
         stats={**pack_stats(spill, plan, tally, ordering), "reasoning_dropped": reasoning_dropped},
         files={
@@ -207,19 +185,13 @@ def _pack_into(
         },
         shards=[s.to_dict() for s in shards],
         loss={"option": config.loss, "by_format": resolved, "examples_by_policy": by_policy},
-        engine=_engine_entry(engine, units.get("info", {})),
+        engine={"name": engine.name, "workers": engine.workers, **info},
         environment=pack_environment(template_conventions()),
     )
     del spill
-    shutil.rmtree(spill_dir)
     manifest["files"]["card"] = write_card(tmp, manifest)  # README.md: load_dataset(OUT) reads it
     write_manifest(tmp, manifest)
     return manifest
-
-
-def _engine_entry(engine: Engine | None, info: dict[str, int]) -> dict[str, Any]:
-    name, workers = (engine.name, engine.workers) if engine is not None else ("local", 1)
-    return {"name": name, "workers": workers, **info}
 
 
 def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
@@ -235,6 +207,13 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     if Path(template.source).is_file():  # a file (not builtin:NAME or the tokenizer config)
         entry["resolved"] = str(Path(template.source).resolve())
     return entry
+
+
+def _counted(bar: IngestProgress | None) -> Callable[[UnitResult], None]:
+    """Advance the progress line by each finished unit's records and tokens."""
+    if bar is None:
+        return lambda result: None
+    return lambda result: bar.add(result.records, result.tokens)
 
 
 def _nothing_packed(spill: Spill, tally: RejectTally) -> str:

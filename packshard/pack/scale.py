@@ -1,9 +1,10 @@
 """The pipeline on an engine: inputs cut into units, mapped by workers, merged by the driver.
 
-``pack --workers N`` (N > 1), ``--engine ray`` and ``--resume`` take this path; the stages
-after the merge (plan, shuffle, examples index, rejects, manifest) are the pipeline's own::
+Every ``pack`` takes this path (``--workers 1`` on the serial engine, in the driver's
+process, with the driver's tokenizer and template); the stages after the merge (plan,
+shuffle, examples index, rejects, manifest) are the pipeline's own::
 
-    driver                                    workers (local processes or Ray tasks)
+    driver                                    workers (this process, local processes, Ray)
     expand_inputs ─► hash every input ──────► sha256 per file
     plan_splits (byte ranges, row groups)
     skip units already done (--resume) ─────► map_unit per unit: spill part + UnitResult
@@ -16,7 +17,9 @@ The work folder ``.OUT.units`` beside the output holds the units' spill parts an
 completion markers, under a ``job.json`` fingerprint of everything that decides their
 content (options, input hashes, tokenizer and template, unit size).  ``--resume`` keeps the
 units of a folder whose fingerprint matches; any other run starts it afresh.  It is removed
-once the output is published, and kept when a run fails, so that ``--resume`` can continue.
+once the output is published, and when a run stops on bad data or options (the same units
+would fail again); it is kept when a task keeps failing or the run is interrupted, so that
+``--resume`` can continue.
 Driver memory holds the per-example integers (:mod:`packshard.pack.spill`), the plan and the
 rejects; tokens stay in the parts.
 """
@@ -29,7 +32,6 @@ import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 from packshard import __version__
@@ -45,26 +47,32 @@ from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, t
 from packshard.pack.config import PackConfig
 from packshard.pack.merge import merge_units
 from packshard.pack.spill import Spill
-from packshard.pack.units import MARKER, MapTask, UnitContext, load_unit, map_unit, warm_worker
+from packshard.pack.units import (
+    MARKER,
+    MapTask,
+    UnitContext,
+    UnitResult,
+    load_unit,
+    map_unit,
+    warm_worker,
+)
+from packshard.pack.write.outdir import temp_stem
 
 JOB = "job.json"
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 """Beside ``tokenizer.json``: what :func:`~packshard.ingest.tokens.tokenizer.load_tokenizer`
 reads."""
-UNIT_BATCH = 256
-"""Records per ingest chunk inside a unit: small chunks keep rendering, tokenizing and
-labelling overlapped in a unit of a few chunks.  Any size gives the same output (the merge
-orders rejects by ``--batch-size`` chunks, whatever the units used)."""
 
 
 class DriverLoad:
     """The driver's tokenizer and template (the manifest needs them), loaded on a thread.
 
-    On an engine the workers load their own.  While they are still starting, the driver loads
-    at once; when they are ready, its load starts once the map tasks are handed out
-    (:func:`map_inputs` calls :meth:`start`), so that it runs while they
-    map instead of before: it holds the GIL for most of its time, and would delay the first
-    tasks.  Without an engine it is awaited at once.
+    Workers in other processes load their own.  While they are still starting, the driver
+    loads at once; when they are ready, its load starts once the map tasks are handed out
+    (:func:`map_inputs` calls :meth:`start`), so that it runs while they map instead of
+    before: it holds the GIL for most of its time, and would delay the first tasks.  Tasks
+    run in the driver's process (the serial engine) use this load through
+    :func:`~packshard.ingest.loaded.sharing`: the first of them waits for it.
     """
 
     def __init__(self, config: PackConfig, pool: ThreadPoolExecutor) -> None:
@@ -94,8 +102,11 @@ class DriverLoad:
 
 
 def work_folder(out: Path) -> Path:
-    """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it."""
-    return out.parent / f".{out.name}.units"
+    """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it.
+
+    A name too long for that takes its start and a hash, as the ``.partial`` folder does.
+    """
+    return out.parent / f".{temp_stem(out.name)}.units"
 
 
 def worker_env(config: PackConfig) -> dict[str, str]:
@@ -110,11 +121,8 @@ def worker_env(config: PackConfig) -> dict[str, str]:
 
 
 @contextmanager
-def engine_for(config: PackConfig) -> Iterator[Engine | None]:
-    """Yield the engine of ``config``, or None for the single-process path."""
-    if config.engine == "local" and config.workers == 1 and not config.resume:
-        yield None
-        return
+def engine_for(config: PackConfig) -> Iterator[Engine]:
+    """Yield the engine of ``config`` (the serial one for one local worker)."""
     options = EngineOptions(config.engine, config.workers, config.ray_address)
     warm = (warm_worker, (config.tokenizer, config.template))
     with open_engine(options, worker_env(config), warm) as engine:
@@ -172,10 +180,12 @@ def map_inputs(
     hashes: list[str],
     rejects: RejectsWriter,
     started: Callable[[], None] = lambda: None,
+    done: Callable[[UnitResult], None] = lambda result: None,
 ) -> tuple[Spill, Path, dict[str, int]]:
     """Map every unit (reusing finished ones on ``--resume``), merge, write the rejects.
 
-    ``started`` is called once the map tasks are handed to the engine.
+    ``started`` is called once the map tasks are handed to the engine, ``done`` with each
+    unit's result as it finishes (reused ones first).
     """
     splits = plan_splits(files, config.split_bytes)
     fingerprint = sha256_bytes(
@@ -194,7 +204,7 @@ def map_inputs(
     context = UnitContext(
         tokenizer=config.tokenizer,
         template=config.template,
-        options=replace(config.ingest_options(), batch_size=min(config.batch_size, UNIT_BATCH)),
+        options=config.ingest_options(),
         max_seq_len=config.max_seq_len,
         overlong=config.overlong,
         split_at_rows=config.strategy == "wrapped",
@@ -206,12 +216,14 @@ def map_inputs(
     for i, split in enumerate(splits):
         if (work / split.name / MARKER).is_file():
             results[i] = load_unit(work / split.name, split)
+            done(results[i])
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, splits[i]) for i in todo]
-    mapped = engine.run(map_unit, tasks, [t.split.describe() for t in tasks], on_started=started)
+    keys = [t.split.describe() for t in tasks]
+    mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
-    spill, ordered = merge_units(results, context.sources, config.batch_size)
+    spill, ordered = merge_units(results, context.sources)
     rejects.write(ordered)
     info = {"units": len(splits), "units_reused": len(splits) - len(todo)}
     info["reasoning_dropped"] = sum(r.reasoning_dropped for r in results)

@@ -181,7 +181,9 @@ def test_pack_verify_and_profile(folders: dict[str, Path], name: str, tmp_path: 
     assert packed.manifest["template"]["source"] == expected_source
     source = report.checks["source"]
     assert source["status"] == "passed" and source["examples_compared"] == len(family.records)
-    profile = profile_inputs(expand_inputs([str(data)]), bundle, template, IngestOptions(), 1000)
+    files = expand_inputs([str(data)])
+    load = (bundle, template)
+    profile = profile_inputs(files, str(folder), None, IngestOptions(), 1000, load=load)
     assert profile.total.records == len(family.records) + len(bad)
     assert profile.total.examples == len(family.records)
 
