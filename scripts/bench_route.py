@@ -80,12 +80,13 @@ def digests(out: Path) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, required=True, help="the old code tree")
+    parser.add_argument("--new", type=Path, default=None, help="the new tree (default: this one)")
     parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for name, pack_args in byte_cases(Path(tmp)).items():
             sums = {}
-            for side, tree in (("old", args.base), ("new", None)):
+            for side, tree in (("old", args.base), ("new", args.new)):
                 out = Path(tmp) / "bytes"
                 shutil.rmtree(out, ignore_errors=True)
                 run(tree, pack_args, out)
@@ -96,7 +97,7 @@ def main() -> None:
             old_cpu, new_cpu = [], []
             sums: dict[str, dict[str, str]] = {}
             for i in range(args.pairs):
-                order = [("old", args.base), ("new", None)]
+                order = [("old", args.base), ("new", args.new)]
                 for side, tree in order if i % 2 == 0 else order[::-1]:
                     out = Path(tmp) / f"{name}-{side}"
                     shutil.rmtree(out, ignore_errors=True)
