@@ -265,7 +265,7 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
 def test_profile_inputs_on_real_chat_files(shared_data):
     from packshard.ingest.read.sources import expand_inputs
     from packshard.ingest.types import IngestOptions
-    from packshard.profile import profile_inputs
+    from packshard.profile import ProfileConfig, profile_inputs
 
     tokenizer = str(shared_data / "tokenizers" / "phi-3-mini")
     chat = shared_data / "chat"
@@ -276,7 +276,8 @@ def test_profile_inputs_on_real_chat_files(shared_data):
         ]
     )
     options = IngestOptions(batch_size=64)
-    report = profile_inputs(files, tokenizer, None, options, max_seq_len=2048, batch_size=4)
+    config = ProfileConfig((), tokenizer, 2048, batch_size=4, ingest=options)
+    report = profile_inputs(files, config)
     by = {d.name: d for d in report.domains}
     assert set(by) == {"openai_cookbook_toy_chat_fine_tuning", "fastchat_dummy_conversation"}
     assert by["fastchat_dummy_conversation"].records == 500
@@ -329,7 +330,7 @@ def test_profile_plain_text_with_a_tokenizer_without_chat_template(shared_data, 
 def test_profile_reports_reasoning_per_domain(tmp_path) -> None:
     from packshard.ingest.read.sources import expand_inputs
     from packshard.ingest.types import IngestOptions
-    from packshard.profile import profile_inputs
+    from packshard.profile import ProfileConfig, profile_inputs
     from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
 
     tokenizer = str(build_qwen(tmp_path / "qwen"))
@@ -347,7 +348,8 @@ def test_profile_reports_reasoning_per_domain(tmp_path) -> None:
     files = expand_inputs([str(write_jsonl(tmp_path / "d.jsonl", [thinking, two_turns, plain]))])
 
     def run(**options):
-        report = profile_inputs(files, tokenizer, str(template), IngestOptions(**options), 64)
+        config = ProfileConfig((), tokenizer, 64, str(template), ingest=IngestOptions(**options))
+        report = profile_inputs(files, config)
         return {d.name: d for d in report.domains}, report.total
 
     domains, total = run()

@@ -20,9 +20,7 @@ import click
 
 from packshard.cli.errors import CommandGroup, naming, not_over, warn
 from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, VERIFY
-from packshard.engine import EngineOptions
 from packshard.errors import EXIT_DATA, EXIT_USAGE
-from packshard.ingest.types import IngestOptions
 
 
 def _console() -> Any:
@@ -54,27 +52,10 @@ def main() -> None:
 @PROFILE
 def profile(
     data: tuple[str, ...],
-    tokenizer: str,
-    template: str | None,
-    max_seq_len: int,
-    fmt: str,
-    domain_field: str,
-    loss: str,
-    on_error: str,
-    reasoning: str,
-    empty_reasoning: str,
-    turns: str,
-    reasoning_markers: tuple[str, str],
     progress: bool | None,
-    batch_size: int,
-    seed: int,
     json_path: str | None,
     html_path: str | None,
-    engine: str = "local",
-    workers: int = 1,
-    ray_address: str | None = None,
-    split_bytes: int = 0,
-    **limits: Any,
+    **options: Any,
 ) -> None:
     """Length quantiles per domain and the padding waste packing would remove.
 
@@ -87,29 +68,15 @@ def profile(
     from packshard.ingest.read.sources import expand_inputs
     from packshard.ingest.template.render import load_template
     from packshard.ingest.tokens.tokenizer import load_tokenizer
-    from packshard.profile import profile_inputs, report_to_dict
-    from packshard.profile.lengths import check_profile_options
+    from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
 
-    options = IngestOptions(
-        format=fmt,
-        domain_field=domain_field,
-        loss=loss,
-        on_error=on_error,
-        reasoning=reasoning,
-        empty_reasoning=empty_reasoning,
-        turns=turns,
-        reasoning_markers=reasoning_markers,
-        **limits,
-    )
-    options.check()
-    check_profile_options(max_seq_len, batch_size, seed)
+    config = ProfileConfig.build(inputs=data, **options)
+    config.check()
     files = expand_inputs(data)
     not_over(json_path, html_path, reading=[f.real for f in files])
-    bundle = load_tokenizer(tokenizer)
-    loaded = bundle, load_template(template, bundle)
-    scale = EngineOptions(engine, workers, ray_address)
-    settings = (max_seq_len, batch_size, seed, scale, split_bytes, _show_progress(progress))
-    report = profile_inputs(files, tokenizer, template, options, *settings, loaded)
+    bundle = load_tokenizer(config.tokenizer)
+    loaded = bundle, load_template(config.template, bundle)
+    report = profile_inputs(files, config, _show_progress(progress), loaded)
     console = _console()
     console.print(render_profile_table(report))
     console.print(render_rejects(report))
@@ -148,7 +115,7 @@ def pack(
     from packshard.cli.tables import render_pack_summary
     from packshard.pack import PackConfig, pack_dataset
 
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=data,
         tokenizer=tokenizer,
         template=template,

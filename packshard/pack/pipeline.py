@@ -156,10 +156,10 @@ def _pack_into(
         "template": template.sha256 if template is not None else None,
     }
     dataset_id = compute_dataset_id(config.recorded(), fingerprints)
-    bounds = shard_bounds(plan, config.shard_rows, config.shard_bytes)
+    bounds = shard_bounds(plan, config.shards.shard_rows, config.shards.shard_bytes)
     faults = parse_faults(os.environ.get(FAULTS_ENV))
     shards = write_shards_on(
-        engine, tmp, spill, plan, bounds, dataset_id, config.compression, work, faults
+        engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults
     )
     table = build_examples_table(
         examples_columns(spill, plan, shards),
@@ -167,13 +167,13 @@ def _pack_into(
         list(spill.counts.domains),
     )
     write_examples(tmp / EXAMPLES_NAME, table, dataset_id)
-    resolved, by_policy = loss_policies(spill, plan, config.loss)
+    resolved, by_policy = loss_policies(spill, plan, config.ingest.loss)
     per_input = records_per_input(spill, tally)
     manifest = build_manifest(
         dataset_id=dataset_id,
         config=config.recorded(),
         tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},
-        template=_template_entry(template, config.loss),
+        template=_template_entry(template, config.ingest.loss),
         inputs=[
             {"path": f.path, "resolved": str(f.real), "sha256": sha, "records": n}
             for f, sha, n in zip(files, hashes, per_input, strict=True)
@@ -184,7 +184,7 @@ def _pack_into(
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
         },
         shards=[s.to_dict() for s in shards],
-        loss={"option": config.loss, "by_format": resolved, "examples_by_policy": by_policy},
+        loss={"option": config.ingest.loss, "by_format": resolved, "examples_by_policy": by_policy},
         engine={"name": engine.name, "workers": engine.workers, **info},
         environment=pack_environment(template_conventions()),
     )
@@ -229,8 +229,8 @@ def _plan(spill: Spill, config: PackConfig) -> RowPlan:
     """Plan the whole spill, each domain alone (``--group-by-domain``) or each group alone."""
     lengths = spill.lengths
     group = config.plan_group()
-    if not config.group_by_domain and group is None:
-        raw = plan_packs(lengths, config.max_seq_len, config.strategy)
+    if not config.plan.group_by_domain and group is None:
+        raw = plan_packs(lengths, config.plan.max_seq_len, config.plan.strategy)
         return finalize_plan(spill, raw, np.arange(len(lengths)))
     if group is not None:  # --plan-scope group:N: N consecutive examples at a time
         starts = range(0, len(lengths), group)
@@ -239,14 +239,14 @@ def _plan(spill: Spill, config: PackConfig) -> RowPlan:
         indexes = [np.flatnonzero(spill.domain_codes == c) for c in np.unique(spill.domain_codes)]
     plans = []
     for index in indexes or [np.zeros(0, np.int64)]:
-        raw = plan_packs(lengths[index], config.max_seq_len, config.strategy)
+        raw = plan_packs(lengths[index], config.plan.max_seq_len, config.plan.strategy)
         plans.append(finalize_plan(spill, raw, index))
     return RowPlan.concatenate(plans)
 
 
 def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:
     """Shuffle rows with the seed; with ``group:N`` only within each group's rows."""
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng(config.plan.seed)
     group = config.plan_group()
     if group is None or plan.num_rows == 0:
         return rng.permutation(plan.num_rows)

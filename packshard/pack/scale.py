@@ -36,7 +36,7 @@ from pathlib import Path
 
 from packshard import __version__
 from packshard.digests import sha256_bytes, sha256_path
-from packshard.engine import Engine, EngineOptions, open_engine
+from packshard.engine import Engine, open_engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.rejects import RejectsWriter
 from packshard.format.version import FORMAT_VERSION
@@ -113,17 +113,17 @@ def worker_env(config: PackConfig) -> dict[str, str]:
     """Tokenizer threads per worker: ``--num-workers``, else the cores shared out."""
     if config.num_workers:
         threads = config.num_workers
-    elif config.engine == "ray":
+    elif config.engine.engine == "ray":
         threads = 1  # Ray gives each task one CPU
     else:
-        threads = max(1, (os.cpu_count() or 1) // config.workers)
+        threads = max(1, (os.cpu_count() or 1) // config.engine.workers)
     return {"RAYON_NUM_THREADS": str(threads)}
 
 
 @contextmanager
 def engine_for(config: PackConfig) -> Iterator[Engine]:
     """Yield the engine of ``config`` (the serial one for one local worker)."""
-    options = EngineOptions(config.engine, config.workers, config.ray_address)
+    options = config.engine
     warm = (warm_worker, (config.tokenizer, config.template))
     with open_engine(options, worker_env(config), warm) as engine:
         yield engine
@@ -192,7 +192,7 @@ def map_inputs(
         json.dumps(
             {
                 "config": config.recorded(),
-                "ingest": [config.batch_size, config.split_bytes],
+                "ingest": [config.ingest.batch_size, config.split_bytes],
                 "inputs": hashes,
                 "setup": setup_files(config),
                 "versions": [__version__, FORMAT_VERSION],
@@ -205,9 +205,9 @@ def map_inputs(
         tokenizer=config.tokenizer,
         template=config.template,
         options=config.ingest_options(),
-        max_seq_len=config.max_seq_len,
-        overlong=config.overlong,
-        split_at_rows=config.strategy == "wrapped",
+        max_seq_len=config.plan.max_seq_len,
+        overlong=config.plan.overlong,
+        split_at_rows=config.plan.strategy == "wrapped",
         sources=tuple(f.path for f in files),
         work=str(work),
         faults=parse_faults(os.environ.get(FAULTS_ENV)),

@@ -1,5 +1,6 @@
 """``packshard profile``: how long the examples are and what padding, bucketing and packing cost."""
 
+from packshard.profile.config import ProfileConfig
 from packshard.profile.export import report_to_dict
 from packshard.profile.gather import describe_label_paths, profile_chunks
 from packshard.profile.lengths import (
@@ -31,6 +32,7 @@ __all__ = [
     "STRATEGIES",
     "DomainProfile",
     "LengthStats",
+    "ProfileConfig",
     "ProfileReport",
     "Utilization",
     "compute_histogram_edges",

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packshard.engine import EngineOptions, open_engine
+from packshard.engine import open_engine
 from packshard.errors import RecordError
 from packshard.ingest.loaded import Loaded, loaded, sharing
 from packshard.ingest.progress import IngestProgress
@@ -30,8 +30,8 @@ from packshard.ingest.stream import ingest, ingest_label_path
 from packshard.ingest.template.render import load_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import IngestOptions
+from packshard.profile.config import ProfileConfig
 from packshard.profile.gather import ProfileParts
-from packshard.profile.lengths import check_profile_options
 from packshard.profile.report import ProfileReport
 
 
@@ -71,33 +71,24 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
 
 def profile_inputs(
     files: Sequence[InputFile],
-    tokenizer: str,
-    template: str | None,
-    options: IngestOptions,
-    max_seq_len: int,
-    batch_size: int = 8,
-    seed: int = 0,
-    engine: EngineOptions | None = None,
-    split_bytes: int = 0,
+    config: ProfileConfig,
     progress: bool = False,
     load: Loaded | None = None,
 ) -> ProfileReport:
-    """Profile ``files`` unit by unit on ``engine`` (see the module docstring).
+    """Profile ``files`` (``config.inputs`` expanded) unit by unit on ``config.engine``.
 
-    ``tokenizer`` and ``template`` are specs (what workers load); ``load`` is the tokenizer
-    and template the caller already holds for them (loaded here otherwise).  ``batch_size``
-    is the training batch size the batching strategies assume, not ``options.batch_size``.
+    Tasks load ``config.tokenizer`` and ``config.template`` by spec; ``load`` is the pair the
+    caller already holds for them (loaded here otherwise), which tasks run in this process
+    share.  See the module docstring.
     """
-    options.check()
-    check_profile_options(max_seq_len, batch_size, seed)
-    engine = engine or EngineOptions()
-    engine.check()
+    config.check()
+    tokenizer, template = config.tokenizer, config.template
     if load is None:
         bundle = load_tokenizer(tokenizer)
         load = bundle, load_template(template, bundle)
-    label_path = ingest_label_path(load[1], options.loss)
-    splits = plan_splits(files, split_bytes)
-    tasks = [ProfileTask(tokenizer, template, options, s) for s in splits]
+    label_path = ingest_label_path(load[1], config.ingest.loss)
+    splits = plan_splits(files, config.split_bytes)
+    tasks = [ProfileTask(tokenizer, template, config.ingest, s) for s in splits]
     bar = IngestProgress() if progress else None
 
     def done(_: int, r: dict[str, Any]) -> None:
@@ -106,12 +97,13 @@ def profile_inputs(
 
     shared = load
     try:
-        with open_engine(engine) as running, sharing(tokenizer, template, lambda: shared):
+        with open_engine(config.engine) as running, sharing(tokenizer, template, lambda: shared):
             results = running.run(profile_unit, tasks, [s.describe() for s in splits], done)
     finally:
         if bar is not None:
             bar.close()
-    return _merge(files, splits, results).report(max_seq_len, batch_size, seed, label_path)
+    parts = _merge(files, splits, results)
+    return parts.report(config.max_seq_len, config.batch_size, config.seed, label_path)
 
 
 def _merge(

@@ -396,7 +396,7 @@ def test_seed_changes_row_order_only(tmp_path, make_jsonl, word_tokenizer, run_p
 def pack_config(inputs, tokenizer, out, **options):
     from packshard.pack import PackConfig
 
-    return PackConfig(
+    return PackConfig.build(
         inputs=tuple(str(p) for p in inputs), tokenizer=str(tokenizer), out=str(out),
         max_seq_len=options.pop("max_seq_len", 32), **options,
     )  # fmt: skip
@@ -606,7 +606,7 @@ def test_expand_refuses_the_wrapped_strategy(tmp_path, make_jsonl, demo_tokenize
     from packshard.pack import PackConfig, pack_dataset
 
     data = make_jsonl(tmp_path / "chat.jsonl", [_turns(("hi", "hello"))])
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(data),),
         tokenizer=str(demo_tokenizer),
         out=str(tmp_path / "o"),

@@ -26,7 +26,7 @@ def tokenizer(packed_demo_tokenizer) -> Path:
 def pack(inputs, tokenizer, out: Path, **options) -> dict:
     settings = {"max_seq_len": 256, "template": "chatml", "shard_rows": 5, "batch_size": 7}
     settings.update(options)
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=tuple(map(str, inputs)), tokenizer=str(tokenizer), out=str(out), **settings
     )  # type: ignore[arg-type]
     return pack_dataset(config).manifest

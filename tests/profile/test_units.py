@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from packshard.engine import EngineOptions
@@ -7,25 +9,29 @@ from packshard.errors import RecordError
 from packshard.ingest.read.sources import expand_inputs
 from packshard.ingest.read.splits import plan_splits
 from packshard.ingest.types import IngestOptions
-from packshard.profile import profile_inputs, report_to_dict
+from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
 from tests.helpers import scale_inputs
+
+
+def config(tok: str, template: str, options: IngestOptions, **more: Any) -> ProfileConfig:
+    return ProfileConfig((), tok, 128, template, ingest=options, **more)
 
 
 def test_profile_on_two_workers_is_the_one_process_report(tmp_path, packed_demo_tokenizer):
     files = expand_inputs([str(p) for p in scale_inputs(tmp_path)])
     options = IngestOptions()
     tok = str(packed_demo_tokenizer)
-    one = profile_inputs(files, tok, "chatml", options, 128, 8, 0)
+    one = profile_inputs(files, config(tok, "chatml", options))
     engine = EngineOptions("local", 2)
-    two = profile_inputs(files, tok, "chatml", options, 128, 8, 0, engine, 8000)
+    two = profile_inputs(files, config(tok, "chatml", options, engine=engine, split_bytes=8000))
     assert report_to_dict(one) == report_to_dict(two)
     assert one.rejects == two.rejects and len(two.rejects) >= 2
     assert one.reject_codes == two.reject_codes
     fail = IngestOptions(on_error="fail")
     with pytest.raises(RecordError) as serial:
-        profile_inputs(files, tok, "chatml", fail, 128)
+        profile_inputs(files, config(tok, "chatml", fail))
     with pytest.raises(RecordError) as units:
-        profile_inputs(files, tok, "chatml", fail, 128, 8, 0, engine, 8000)
+        profile_inputs(files, config(tok, "chatml", fail, engine=engine, split_bytes=8000))
     assert str(serial.value) == str(units.value)
 
 
@@ -50,9 +56,11 @@ def test_reasoning_and_records_on_workers_are_the_one_process_report(tmp_path, t
     template_path = tmp_path / "think.jinja"
     template_path.write_text(THINK, encoding="utf-8")
     options = IngestOptions(turns=turns)
-    one = profile_inputs(files, tok, str(template_path), options, 128, 8, 0)
+    one = profile_inputs(files, config(tok, str(template_path), options))
     engine = EngineOptions("local", 2)
-    two = profile_inputs(files, tok, str(template_path), options, 128, 8, 0, engine, 600)
+    two = profile_inputs(
+        files, config(tok, str(template_path), options, engine=engine, split_bytes=600)
+    )
     assert len(plan_splits(files, 600)) > 2  # records of one file, cut into several units
     assert report_to_dict(one) == report_to_dict(two)
     assert one.total.reasoning_tokens > 0 and one.total.records == 30
