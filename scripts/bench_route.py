@@ -82,9 +82,11 @@ def main() -> None:
     parser.add_argument("--base", type=Path, required=True, help="the old code tree")
     parser.add_argument("--new", type=Path, default=None, help="the new tree (default: this one)")
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--case", action="append", help="time only these cases (phi-3, qwen3)")
+    parser.add_argument("--no-bytes", action="store_true", help="skip the byte-only cases")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        for name, pack_args in byte_cases(Path(tmp)).items():
+        for name, pack_args in ({} if args.no_bytes else byte_cases(Path(tmp))).items():
             sums = {}
             for side, tree in (("old", args.base), ("new", args.new)):
                 out = Path(tmp) / "bytes"
@@ -94,6 +96,8 @@ def main() -> None:
             same = {k: sums["old"].get(k) == v for k, v in sums["new"].items()}
             print(f"{name}: same bytes {same}")
         for name, pack_args in cases().items():
+            if args.case and name not in args.case:
+                continue
             old_cpu, new_cpu = [], []
             sums: dict[str, dict[str, str]] = {}
             for i in range(args.pairs):
