@@ -107,8 +107,8 @@ def pack_dataset(
                     manifest = _pack_into(claim.tmp, config, files, loaded, progress, engine)
             except TaskFailed:
                 raise  # the finished units are kept for --resume
-            except PackshardError:  # bad data or options: the same units would fail again
-                shutil.rmtree(work_folder(claim.out), ignore_errors=True)
+            except (PackshardError, OSError):  # bad data or options, a machine limit:
+                shutil.rmtree(work_folder(claim.out), ignore_errors=True)  # not for --resume
                 raise
         claim.publish()
     shutil.rmtree(work_folder(claim.out), ignore_errors=True)
