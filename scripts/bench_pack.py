@@ -222,7 +222,7 @@ def compare_end_to_end(min_tokens: int, max_seq_len: int, repeat: int) -> list[R
                 for batch in batches:
                     sum(len(e.ids) for e in encode(batch, add_special_tokens=False))
 
-            config = PackConfig(inputs=(str(data),), tokenizer=tokenizer, template=template,
+            config = PackConfig.build(inputs=(str(data),), tokenizer=tokenizer, template=template,
                                 out=str(folder / "out"), max_seq_len=max_seq_len,
                                 overwrite=True)  # fmt: skip
             tokens = sum(len(e) for b in batches for e in bundle.tokenizer.encode_batch(b))

@@ -81,7 +81,7 @@ def config(data: Path, out: Path, **options: object):
 
     settings = {"max_seq_len": 4096, "template": str(TEMPLATE), "overwrite": True}
     settings.update(options)
-    return PackConfig(inputs=(str(data),), tokenizer=str(QWEN), out=str(out), **settings)
+    return PackConfig.build(inputs=(str(data),), tokenizer=str(QWEN), out=str(out), **settings)
 
 
 def timed(fn) -> float:

@@ -64,7 +64,7 @@ def build(out: Path, rows: int, max_seq_len: int) -> float:
     write_records(data, rows, max_seq_len, seed=0)
     started = time.perf_counter()
     pack_dataset(
-        PackConfig(
+        PackConfig.build(
             inputs=(str(data),),
             tokenizer=str(tok),
             out=str(out / "packed"),

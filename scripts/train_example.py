@@ -39,7 +39,7 @@ def pack_demo(folder: Path) -> tuple[Path, Path]:
     from packshard.pack.pipeline import PackConfig, pack_dataset
 
     tok = build_demo_tokenizer(folder / "tokenizer")
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(demo_data_path()),),
         tokenizer=str(tok),
         out=str(folder / "out"),

@@ -86,7 +86,7 @@ def run_pack(tmp_path: Path) -> Any:
     def run(inputs: list[Path | str], tokenizer: Path | str, out: Path | None = None,
             **options: Any) -> PackOutput:  # fmt: skip
         out = out if out is not None else tmp_path / "out"
-        config = PackConfig(
+        config = PackConfig.build(
             inputs=tuple(str(p) for p in inputs), tokenizer=str(tokenizer), out=str(out), **options
         )
         result = pack_dataset(config)

@@ -270,7 +270,7 @@ def pack_demo_into(root: Path, tokenizer: Path, **options: object) -> Path:
     shutil.copyfile(demo_data_path(), data)
     settings: dict[str, object] = {"max_seq_len": 256, "template": "chatml", "shard_rows": 4}
     settings.update(options)
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(data),), tokenizer=str(tokenizer), out=str(root / "out"), **settings
     )  # type: ignore[arg-type]
     pack_dataset(config)
@@ -832,7 +832,7 @@ def pack_marked_examples(root: Path, tokenizer: Path, examples: int = 58) -> Pat
         answer = [f"w{w}" for w in rng.integers(2, MARKER, rng.integers(2, 9))]
         records.append({"prompt": " ".join(prompt), "completion": " " + " ".join(answer)})
     data = write_jsonl(root / "marked.jsonl", records)
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(data),),
         tokenizer=str(tokenizer),
         out=str(root / "out"),
@@ -1130,7 +1130,7 @@ def pack_fixture(name: str, out: Path) -> Path:
     from packshard.pack import PackConfig, pack_dataset
 
     options = {**FIXTURE_OPTIONS, **FIXTURE_PACKS[name]}
-    config = PackConfig(inputs=FIXTURE_INPUTS, tokenizer="tokenizer", out=str(out), **options)
+    config = PackConfig.build(inputs=FIXTURE_INPUTS, tokenizer="tokenizer", out=str(out), **options)
     before = Path.cwd()
     os.chdir(FIXTURES)
     try:

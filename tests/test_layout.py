@@ -195,6 +195,37 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def _route_branches(source: str) -> list[str]:
+    """``engine is None`` / ``engine is not None`` tests and ``.serial`` reads in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(
+            isinstance(o, ast.Is | ast.IsNot) for o in node.ops
+        ):
+            names = [node.left, *node.comparators]
+            named = any(ast.unparse(n).split(".")[-1] == "engine" for n in names)
+            if named and any(isinstance(n, ast.Constant) and n.value is None for n in names):
+                found.append(ast.unparse(node))
+        if isinstance(node, ast.Attribute) and node.attr == "serial":
+            found.append(ast.unparse(node))
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_one_route_no_branch_on_the_engine_outside_engine(path: Path) -> None:
+    """Every command runs its work as engine tasks; only ``engine/`` knows it may be serial."""
+    if path.relative_to(PACKAGE).parts[0] == "engine":
+        return
+    found = _route_branches(path.read_text(encoding="utf-8"))
+    assert not found, f"{path.relative_to(PACKAGE)} branches on the engine: {found}"
+
+
+def test_the_route_check_finds_a_branch() -> None:
+    source = "if engine is None: pass\nif x.engine is not None: pass\nif opts.serial: pass\n"
+    assert _route_branches(source) == ["engine is None", "x.engine is not None", "opts.serial"]
+    assert _route_branches("if engine: pass\nif bundle is None: pass\n") == []
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_private_name_is_imported_from_another_file(path: Path) -> None:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -264,13 +264,10 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
 @pytest.mark.shared_data
 def test_profile_inputs_on_real_chat_files(shared_data):
     from packshard.ingest.read.sources import expand_inputs
-    from packshard.ingest.template.render import load_template
-    from packshard.ingest.tokens.tokenizer import load_tokenizer
     from packshard.ingest.types import IngestOptions
-    from packshard.profile import profile_inputs
+    from packshard.profile import ProfileConfig, profile_inputs
 
-    bundle = load_tokenizer(str(shared_data / "tokenizers" / "phi-3-mini"))
-    template = load_template(None, bundle)
+    tokenizer = str(shared_data / "tokenizers" / "phi-3-mini")
     chat = shared_data / "chat"
     files = expand_inputs(
         [
@@ -279,7 +276,8 @@ def test_profile_inputs_on_real_chat_files(shared_data):
         ]
     )
     options = IngestOptions(batch_size=64)
-    report = profile_inputs(files, bundle, template, options, max_seq_len=2048, batch_size=4)
+    config = ProfileConfig((), tokenizer, 2048, batch_size=4, ingest=options)
+    report = profile_inputs(files, config)
     by = {d.name: d for d in report.domains}
     assert set(by) == {"openai_cookbook_toy_chat_fine_tuning", "fastchat_dummy_conversation"}
     assert by["fastchat_dummy_conversation"].records == 500
@@ -331,14 +329,13 @@ def test_profile_plain_text_with_a_tokenizer_without_chat_template(shared_data, 
 
 def test_profile_reports_reasoning_per_domain(tmp_path) -> None:
     from packshard.ingest.read.sources import expand_inputs
-    from packshard.ingest.template.render import compile_template
-    from packshard.ingest.tokens.tokenizer import load_tokenizer
     from packshard.ingest.types import IngestOptions
-    from packshard.profile import profile_inputs
+    from packshard.profile import ProfileConfig, profile_inputs
     from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
 
-    bundle = load_tokenizer(str(build_qwen(tmp_path / "qwen")))
-    template = compile_template(THINK, "think.jinja")
+    tokenizer = str(build_qwen(tmp_path / "qwen"))
+    template = tmp_path / "think.jinja"
+    template.write_text(THINK, encoding="utf-8")
     thinking = chat(user("2+2?"), answer("4", reasoning_content="Add 2 and 2."), domain="math")
     two_turns = chat(
         user("2+2?"),
@@ -351,7 +348,8 @@ def test_profile_reports_reasoning_per_domain(tmp_path) -> None:
     files = expand_inputs([str(write_jsonl(tmp_path / "d.jsonl", [thinking, two_turns, plain]))])
 
     def run(**options):
-        report = profile_inputs(files, bundle, template, IngestOptions(**options), 64)
+        config = ProfileConfig((), tokenizer, 64, str(template), ingest=IngestOptions(**options))
+        report = profile_inputs(files, config)
         return {d.name: d for d in report.domains}, report.total
 
     domains, total = run()

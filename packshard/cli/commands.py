@@ -21,9 +21,7 @@ import click
 from packshard.cli.errors import CommandGroup, naming, not_over, warn
 from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, VERIFY
 from packshard.cli.sections import SectionedCommand
-from packshard.engine import EngineOptions
 from packshard.errors import EXIT_DATA, EXIT_USAGE
-from packshard.ingest.types import IngestOptions
 
 
 def _console() -> Any:
@@ -55,29 +53,12 @@ def main() -> None:
 @PROFILE
 def profile(
     data: tuple[str, ...],
-    tokenizer: str,
-    template: str | None,
-    max_seq_len: int,
-    fmt: str,
-    domain_field: str,
-    loss: str,
-    on_error: str,
-    reasoning: str,
-    empty_reasoning: str,
-    turns: str,
-    reasoning_markers: tuple[str, str],
     progress: bool | None,
-    batch_size: int,
-    seed: int,
     json_path: str | None,
     html_path: str | None,
     max_reject_rate: float | None = None,
     allow_split_markers: bool = False,
-    engine: str = "local",
-    workers: int = 1,
-    ray_address: str | None = None,
-    split_bytes: int = 0,
-    **limits: Any,
+    **options: Any,
 ) -> None:
     """Length quantiles per domain and the padding waste packing would remove.
 
@@ -91,45 +72,20 @@ def profile(
     from packshard.ingest.markers import check_markers
     from packshard.ingest.read.sources import expand_inputs
     from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.backends import backend_note, backends_entry
     from packshard.ingest.tokens.tokenizer import load_tokenizer
-    from packshard.profile import profile_inputs, report_to_dict
-    from packshard.profile.lengths import check_profile_options
+    from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
 
-    options = IngestOptions(
-        format=fmt,
-        domain_field=domain_field,
-        loss=loss,
-        on_error=on_error,
-        reasoning=reasoning,
-        empty_reasoning=empty_reasoning,
-        turns=turns,
-        reasoning_markers=reasoning_markers,
-        **limits,
-    )
-    options.check()
-    check_profile_options(max_seq_len, batch_size, seed)
+    config = ProfileConfig.build(inputs=data, **options)
+    config.check()
     check_max_reject_rate(max_reject_rate)
     files = expand_inputs(data)
     not_over(json_path, html_path, reading=[f.real for f in files])
-    bundle = load_tokenizer(tokenizer)
-    tmpl = load_template(template, bundle)
-    check_markers(bundle, tmpl, allow_split_markers)
-    scale = EngineOptions(engine, workers, ray_address)
-    scale.check()
-    if scale.serial:
-        report = profile_inputs(
-            files, bundle, tmpl, options, max_seq_len, batch_size, seed, _show_progress(progress)
-        )
-    else:
-        from packshard.ingest.stream import ingest_label_path
-        from packshard.profile.units import profile_on_engine
-
-        label_path = ingest_label_path(tmpl, loss)
-        settings = (max_seq_len, batch_size, seed, scale, split_bytes, label_path)
-        report = profile_on_engine(files, tokenizer, template, options, *settings)
-    from packshard.ingest.tokens.backends import backend_note, backends_entry
-
-    if note := backend_note(backends_entry(bundle, options.backend)):
+    bundle = load_tokenizer(config.tokenizer)
+    loaded = bundle, load_template(config.template, bundle)
+    check_markers(bundle, loaded[1], allow_split_markers)
+    report = profile_inputs(files, config, _show_progress(progress), loaded)
+    if note := backend_note(backends_entry(bundle, config.ingest.backend)):
         warn(note)
     console = _console()
     console.print(render_profile_table(report))
@@ -145,7 +101,7 @@ def profile(
         click.echo(f"wrote {html_path}")
     codes = dict(report.reject_codes)
     sources = [str(f.real) for f in files]
-    enforce_reject_rate(report.total.records, codes, max_reject_rate, fmt, sources)
+    enforce_reject_rate(report.total.records, codes, max_reject_rate, config.ingest.format, sources)
 
 
 @main.command(cls=SectionedCommand)
@@ -175,7 +131,7 @@ def pack(
     from packshard.pack import PackConfig, pack_dataset
 
     check_max_reject_rate(max_reject_rate)
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=data,
         tokenizer=tokenizer,
         template=template,

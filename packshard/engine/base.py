@@ -14,7 +14,8 @@ Rules every engine keeps:
 * results come back in the order of ``args``, never in completion order, so whatever the
   caller builds from them (example ids, shard names, row order) cannot depend on scheduling;
 * a :class:`~packshard.errors.PackshardError` raised by ``fn`` (bad data, a usage problem) is
-  deterministic: it is not retried and reaches the caller as itself;
+  deterministic: it is not retried and reaches the caller as itself; so is an ``OSError``
+  for a limit of the machine (:data:`LIMIT_ERRNOS`: file too large, disk full, quota);
 * any other exception, or a worker process that dies, is retried up to ``max_retries``
   times; a task still failing then stops the job with :class:`TaskFailed` naming its key,
   once the other tasks have finished (their work is kept for ``--resume``);
@@ -23,6 +24,7 @@ Rules every engine keeps:
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,8 @@ from packshard.errors import PackshardError, UsageError
 ENGINES = ("local", "ray")
 """``--engine``: processes on this machine, or a Ray cluster."""
 MAX_RETRIES = 2
+LIMIT_ERRNOS = frozenset({errno.EFBIG, errno.ENOSPC, errno.EDQUOT})
+"""``OSError`` numbers a retry cannot cure: they stop the job at once, as themselves."""
 
 
 class TaskFailed(PackshardError):
@@ -129,6 +133,8 @@ class SerialEngine:
                 except PackshardError:
                     raise
                 except Exception as exc:
+                    if isinstance(exc, OSError) and exc.errno in LIMIT_ERRNOS:
+                        raise
                     if attempt > self.max_retries:
                         raise TaskFailed(key, attempt, describe(exc)) from exc
             out.append(value)
@@ -161,11 +167,19 @@ def call(fn: Callable[[Any], Any], arg: Any, env: dict[str, str] | None = None) 
         return "ok", fn(arg)
     except PackshardError as exc:
         return "error", (type(exc), exc.args, vars(exc))
+    except OSError as exc:
+        if exc.errno not in LIMIT_ERRNOS:
+            raise
+        return "error", (OSError, (exc.errno, exc.strerror), {"filename": exc.filename})
 
 
-def raise_error(carried: tuple[type[PackshardError], tuple[Any, ...], dict[str, Any]]) -> None:
+def raise_error(carried: tuple[type[Exception], tuple[Any, ...], dict[str, Any]]) -> None:
     """Raise the error :func:`call` carried back (rebuilt without calling its ``__init__``)."""
     cls, args, state = carried
+    if issubclass(cls, OSError):  # a machine limit (see call)
+        error = OSError(*args)
+        error.filename = state.get("filename")
+        raise error
     exc = cls.__new__(cls)
     Exception.__init__(exc, *args)
     exc.__dict__.update(state)

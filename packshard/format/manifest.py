@@ -84,7 +84,7 @@ def build_manifest(
         "shards": shards,
         "loss": dict(loss),
         "environment": dict(environment),
-        **({"engine": dict(engine)} if engine is not None else {}),
+        **({"engine": dict(engine)} if engine else {}),
     }
 
 

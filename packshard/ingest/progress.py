@@ -33,8 +33,12 @@ class IngestProgress:
 
     def advance(self, chunk: IngestChunk) -> None:
         """Count one more chunk."""
-        self._records += chunk.records
-        self._tokens += int(chunk.batch.offsets[-1])
+        self.add(chunk.records, int(chunk.batch.offsets[-1]))
+
+    def add(self, records: int, tokens: int) -> None:
+        """Count records and tokens done (a chunk, a work unit)."""
+        self._records += records
+        self._tokens += tokens
         elapsed = max(time.perf_counter() - self._start, 1e-9)
         fields: dict[str, Any] = {
             "records": self._records,

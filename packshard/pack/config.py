@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from packshard.engine import EngineOptions
@@ -10,16 +10,10 @@ from packshard.errors import UsageError
 from packshard.ingest.types import IngestOptions
 from packshard.options import (
     COMPRESSIONS,
-    MAX_DECOMPRESSED_BYTES,
-    MAX_EXPANDED_TOKENS,
-    MAX_EXPANSION,
-    MAX_RECORD_BYTES,
     MAX_SEED,
     ON_ERROR,
     OVERLONG_POLICIES,
-    REASONING_MARKERS,
     STRATEGIES,
-    TEMPLATE_SECONDS,
     check_choice,
     check_max_seq_len,
     check_range,
@@ -28,50 +22,88 @@ from packshard.pack.write.outdir import check_out
 
 
 @dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """How examples become rows: ``--max-seq-len``, ``--strategy``, ``--overlong``, the seed."""
+
+    max_seq_len: int
+    strategy: str = "bfd"
+    overlong: str = "drop"
+    seed: int = 0
+    group_by_domain: bool = False
+    plan_scope: str = "global"
+
+    def group(self) -> int | None:
+        """Examples per planning group of ``--plan-scope group:N``; None for ``global``."""
+        return None if self.plan_scope == "global" else int(self.plan_scope.split(":", 1)[1])
+
+
+@dataclass(frozen=True, slots=True)
+class ShardOptions:
+    """How rows become files: rows and bytes per shard, the Parquet compression."""
+
+    shard_rows: int = 8192
+    shard_bytes: int = 256 * 1024 * 1024
+    compression: str = "zstd"
+
+
+@dataclass(frozen=True, slots=True)
 class PackConfig:
-    """Everything ``pack`` needs; the recorded part goes into the manifest's ``config``."""
+    """Everything ``pack`` needs, each field spelled once, in the part that owns it.
+
+    ::
+
+        PackConfig ─ inputs, tokenizer, template, out, overwrite, resume, split_bytes, num_workers
+          ├─ ingest: IngestOptions   (format, loss, reasoning, turns, limits, batch_size …)
+          ├─ plan:   PlanOptions     (max_seq_len, strategy, overlong, seed, scope …)
+          ├─ shards: ShardOptions    (shard_rows, shard_bytes, compression)
+          └─ engine: EngineOptions   (engine, workers, address)
+
+    The manifest's ``config`` block is derived from them (:meth:`recorded`).
+    :meth:`build` takes the flat keywords of the command line.
+    """
 
     inputs: tuple[str, ...]
     tokenizer: str
     out: str
-    max_seq_len: int
+    plan: PlanOptions
     template: str | None = None
-    strategy: str = "bfd"
-    overlong: str = "drop"
-    loss: str = "auto"
-    seed: int = 0
-    group_by_domain: bool = False
-    format: str = "auto"
-    domain_field: str = "domain"
-    on_error: str = "skip"
-    shard_rows: int = 8192
-    shard_bytes: int = 256 * 1024 * 1024
-    compression: str = "zstd"
+    ingest: IngestOptions = field(default_factory=IngestOptions)
+    shards: ShardOptions = field(default_factory=ShardOptions)
+    engine: EngineOptions = field(default_factory=EngineOptions)
     overwrite: bool = False
-    num_workers: int | None = None
-    batch_size: int = 1024
-    engine: str = "local"
-    workers: int = 1
-    ray_address: str | None = None
     resume: bool = False
-    plan_scope: str = "global"
     split_bytes: int = 0  # 0: packshard.ingest.read.splits.auto_split_bytes
-    reasoning: str = "train"
-    empty_reasoning: str = "train"
-    turns: str = "as_rendered"
-    reasoning_markers: tuple[str, str] = REASONING_MARKERS
-    max_record_bytes: int = MAX_RECORD_BYTES
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
-    max_expansion: int = MAX_EXPANSION
-    template_timeout: float = TEMPLATE_SECONDS
-    max_expanded_tokens: int = MAX_EXPANDED_TOKENS
+    num_workers: int | None = None
     allow_split_markers: bool = False  # not recorded: it changes no output, only a check
-    backend: str = "auto"  # not recorded in config: every backend makes the same bytes
+
+    @classmethod
+    def build(
+        cls, inputs: tuple[str, ...], tokenizer: str, out: str, max_seq_len: int, **flat: Any
+    ) -> PackConfig:
+        """Build from flat keywords: each goes to the part that has a field of its name.
+
+        ``ray_address`` is :class:`EngineOptions`' ``address``; an unknown keyword is a
+        ``TypeError``, as for any constructor.  ``backend`` defaults to ``auto`` here, as on the
+        command line (every backend makes the same bytes; it is not recorded in ``config``).
+        """
+        flat.update(inputs=inputs, tokenizer=tokenizer, out=out, max_seq_len=max_seq_len)
+        flat.setdefault("backend", "auto")
+        if "ray_address" in flat:
+            flat["address"] = flat.pop("ray_address")
+        parts: dict[str, Any] = {}
+        for name, kind in (
+            ("ingest", IngestOptions),
+            ("plan", PlanOptions),
+            ("shards", ShardOptions),
+            ("engine", EngineOptions),
+        ):
+            own = {f.name for f in fields(kind)} & set(flat)
+            parts[name] = kind(**{k: flat.pop(k) for k in own})
+        return cls(**flat, **parts)
 
     def ingest_options(self) -> IngestOptions:
         """Return the options ingest runs with."""
-        # every ingest option is a PackConfig field of the same name
-        return IngestOptions(**{f.name: getattr(self, f.name) for f in fields(IngestOptions)})
+        return self.ingest
 
     def recorded(self) -> dict[str, Any]:
         """Return the manifest's ``config`` block (what determines the output's content).
@@ -79,67 +111,69 @@ class PackConfig:
         ``limits`` is there only when a limit was moved from its default, so packs made with
         the defaults keep their dataset ids.
         """
+        plan, ingest, shards = self.plan, self.ingest, self.shards
         return {
-            "max_seq_len": self.max_seq_len,
-            "strategy": self.strategy,
-            "overlong": "split" if self.strategy == "wrapped" else self.overlong,
-            "loss": self.loss,
+            "max_seq_len": plan.max_seq_len,
+            "strategy": plan.strategy,
+            "overlong": "split" if plan.strategy == "wrapped" else plan.overlong,
+            "loss": ingest.loss,
             "position_ids": "reset",
-            "seed": self.seed,
-            "group_by_domain": self.group_by_domain,
-            "format": self.format,
-            "domain_field": self.domain_field,
-            "compression": self.compression,
-            "shard_rows": self.shard_rows,
-            "shard_bytes": self.shard_bytes,
-            "plan_scope": self.plan_scope,
-            "reasoning": self.reasoning,
-            "empty_reasoning": self.empty_reasoning,
-            "turns": self.turns,
-            "reasoning_markers": list(self.reasoning_markers),
-            **({"limits": limits} if (limits := self.ingest_options().limits()) else {}),
+            "seed": plan.seed,
+            "group_by_domain": plan.group_by_domain,
+            "format": ingest.format,
+            "domain_field": ingest.domain_field,
+            "compression": shards.compression,
+            "shard_rows": shards.shard_rows,
+            "shard_bytes": shards.shard_bytes,
+            "plan_scope": plan.plan_scope,
+            "reasoning": ingest.reasoning,
+            "empty_reasoning": ingest.empty_reasoning,
+            "turns": ingest.turns,
+            "reasoning_markers": list(ingest.reasoning_markers),
+            **({"limits": limits} if (limits := ingest.limits()) else {}),
         }
 
     def plan_group(self) -> int | None:
         """Examples per planning group of ``--plan-scope group:N``; None for ``global``."""
-        return None if self.plan_scope == "global" else int(self.plan_scope.split(":", 1)[1])
+        return self.plan.group()
 
 
 def check_config(config: PackConfig) -> list[str]:
     """Refuse impossible options up front; return warnings for questionable ones."""
-    check_max_seq_len(config.max_seq_len)
-    check_range("--seed", config.seed, 0, MAX_SEED)
-    check_choice("--strategy", config.strategy, STRATEGIES)
-    check_choice("--overlong", config.overlong, OVERLONG_POLICIES)
-    check_choice("--compression", config.compression, COMPRESSIONS)
-    check_choice("--on-error", config.on_error, ON_ERROR)
-    config.ingest_options().check()
-    check_range("--shard-rows", config.shard_rows, -(1 << 63), (1 << 31) - 1)
-    check_range("--shard-bytes", config.shard_bytes, -(1 << 63), 1 << 50)
-    if config.shard_rows < 1 or config.shard_bytes < 1:
+    plan, shards = config.plan, config.shards
+    check_max_seq_len(plan.max_seq_len)
+    check_range("--seed", plan.seed, 0, MAX_SEED)
+    check_choice("--strategy", plan.strategy, STRATEGIES)
+    check_choice("--overlong", plan.overlong, OVERLONG_POLICIES)
+    check_choice("--compression", shards.compression, COMPRESSIONS)
+    check_choice("--on-error", config.ingest.on_error, ON_ERROR)
+    config.ingest.check()
+    check_range("--shard-rows", shards.shard_rows, -(1 << 63), (1 << 31) - 1)
+    check_range("--shard-bytes", shards.shard_bytes, -(1 << 63), 1 << 50)
+    if shards.shard_rows < 1 or shards.shard_bytes < 1:
         raise UsageError("--shard-rows and --shard-bytes must be positive")
     _check_scale(config)
     if config.num_workers is not None:
         check_range("--num-workers", config.num_workers, 1, 4096)
     check_out(config.out, config.overwrite)
     warnings: list[str] = []
-    if config.strategy == "wrapped" and config.turns == "expand":
+    if plan.strategy == "wrapped" and config.ingest.turns == "expand":
         raise UsageError(
             "--turns expand builds one example per turn; --strategy wrapped would cut them "
             "into a stream (use --strategy bfd|ffd)"
         )
-    if config.strategy == "sequential" and config.group_by_domain:
+    if plan.strategy == "sequential" and plan.group_by_domain:
         raise UsageError(
             "--strategy sequential keeps the input order; --group-by-domain would regroup the "
             "rows by domain (drop one of them)"
         )
-    if config.strategy == "wrapped" and config.overlong not in ("drop", "split"):
+    if plan.strategy == "wrapped" and plan.overlong not in ("drop", "split"):
         warnings.append(
-            f"--strategy wrapped splits every example at row ends; --overlong {config.overlong} "
+            f"--strategy wrapped splits every example at row ends; --overlong {plan.overlong} "
             "does not apply (the manifest records overlong=split)"
         )
-    split_like = config.overlong == "split" or config.strategy == "wrapped"
-    if split_like and config.loss in ("auto", "assistant", "last_assistant"):
+    split_like = plan.overlong == "split" or plan.strategy == "wrapped"
+    if split_like and config.ingest.loss in ("auto", "assistant", "last_assistant"):
         warnings.append(
             "splitting chat examples: parts after the first lose their prompt (their targets "
             "are trained without the conversation that led to them)"
@@ -149,15 +183,15 @@ def check_config(config: PackConfig) -> list[str]:
 
 def _check_scale(config: PackConfig) -> None:
     """Refuse engine, unit and plan-scope options that cannot work."""
-    EngineOptions(config.engine, config.workers, config.ray_address).check()
+    config.engine.check()
     if config.split_bytes < 0:
         raise UsageError(
             f"--split-bytes must be positive (0: chosen from the inputs), got {config.split_bytes}"
         )
-    scope = config.plan_scope
+    scope = config.plan.plan_scope
     if scope != "global":
         size = scope.removeprefix("group:")
         if not scope.startswith("group:") or not size.isdigit() or int(size) < 1:
             raise UsageError(f"--plan-scope {scope!r} is not global or group:N (N examples >= 1)")
-        if config.group_by_domain:
+        if config.plan.group_by_domain:
             raise UsageError("--plan-scope group:N and --group-by-domain cannot be combined")

@@ -22,10 +22,11 @@ Determinism: the same inputs and options give byte-identical shards and examples
 the manifest's ``created_at`` differs.  Example ids number the packed examples in input order
 (record order, then part).
 
-With ``--workers N`` (N > 1), ``--engine ray`` or ``--resume`` the ingest and the shard writing
-run as tasks on an engine (:mod:`packshard.pack.units.scale`): the inputs are mapped unit by
-unit and merged into the same spill arrays and rejects order, each shard is written by a task; every
-other stage is this module's, so the output is the same bytes.
+The ingest and the shard writing run as tasks on an engine (:mod:`packshard.pack.units.scale`),
+whatever ``--workers``: the inputs are mapped unit by unit and merged into one spill, rejects
+in (input, line) order; each shard is written by a task; every other stage is this module's,
+so any engine and any worker count give the same bytes.  ``--workers 1`` runs the tasks in
+this process on the driver's tokenizer and template.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import numpy as np
 
 from packshard.arrays import fill_rate
 from packshard.digests import sha256_path
-from packshard.engine import Engine
+from packshard.engine import Engine, TaskFailed
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.errors import REJECTED, NothingToPackError, PackshardError, reject_kind
 from packshard.format.card import write_card
@@ -53,11 +54,11 @@ from packshard.format.environment import pack_environment
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
-from packshard.format.shards import SHARD_PATTERN, write_shard
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.label.reasoning import reasoning_field
+from packshard.ingest.loaded import sharing
+from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import InputFile, expand_inputs
-from packshard.ingest.stream import ingest
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
 from packshard.ingest.tokens.backends import backend_note, backends_entry
@@ -71,10 +72,11 @@ from packshard.pack.counts import (
 )
 from packshard.pack.plan.planner import plan_packs
 from packshard.pack.plan.rows import RowPlan, finalize_plan, ordering_stats
-from packshard.pack.spill import Spill, SpillWriter
+from packshard.pack.spill import Spill
+from packshard.pack.units.map import UnitResult
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
 from packshard.pack.write.outdir import claim_out
-from packshard.pack.write.shards import row_groups, shard_bounds, write_shards_on
+from packshard.pack.write.shards import shard_bounds, write_shards_on
 
 
 @dataclass(frozen=True)
@@ -103,19 +105,23 @@ def pack_dataset(
     with claim_out(config.out, config.overwrite, config.inputs, files, notify) as claim:
         with engine_for(config) as engine, ThreadPoolExecutor(1) as loader:
             loaded = DriverLoad(config, loader)
-            if engine is None:
-                loaded.result()
             try:
-                manifest = _pack_into(
-                    claim.tmp, config, files, loaded, progress, engine, claim.note
-                )
+                with sharing(config.tokenizer, config.template, loaded.result):
+                    manifest = _pack_into(
+                        claim.tmp, config, files, loaded, progress, engine, claim.note
+                    )
+            except TaskFailed:
+                raise  # the finished units are kept for --resume
             except NothingToPackError as exc:  # no folder, but the rejects say why
+                shutil.rmtree(work_folder(claim.out), ignore_errors=True)
                 kept = claim.keep(REJECTS_NAME).name
                 shown = os.path.join(os.path.dirname(config.out), kept)
                 raise NothingToPackError(f"{exc}; its rejects are in {shown}") from None
+            except (PackshardError, OSError):  # bad data or options, a machine limit:
+                shutil.rmtree(work_folder(claim.out), ignore_errors=True)  # not for --resume
+                raise
         claim.publish()
-    if engine is not None:
-        shutil.rmtree(work_folder(claim.out), ignore_errors=True)
+    shutil.rmtree(work_folder(claim.out), ignore_errors=True)
     warnings += claim.notes
     if note := backend_note(manifest["environment"]["backends"]):
         warnings.append(note)
@@ -128,47 +134,27 @@ def _pack_into(
     files: Sequence[InputFile],
     loaded: DriverLoad,
     progress: bool,
-    engine: Engine | None = None,
+    engine: Engine,
     note: Callable[[str], None] = lambda text: None,
 ) -> dict[str, Any]:
-    spill_dir = tmp / "_spill"
-    spill_dir.mkdir()
-    sources = tuple(f.path for f in files)
-    writer = SpillWriter(
-        spill_dir,
-        config.max_seq_len,
-        config.overlong,
-        split_at_rows=config.strategy == "wrapped",
-        sources=sources,
-    )
-    units: dict[str, Any] = {}
-    reasoning_dropped = 0  # turns trained without the reasoning their template left out
+    bar = IngestProgress() if progress else None
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
-        if engine is None:
-            bundle, template = loaded.result()
-            chunks = ingest(files, bundle, template, config.ingest_options(), progress=progress)
-            for chunk in chunks:
-                rejects.write(chunk.rejects)
-                rejects.write(writer.add(chunk.batch))
-                reasoning_dropped += chunk.reasoning_dropped
-            spill = writer.finish()
-        else:  # work units on the engine (packshard.pack.units.scale)
-            writer.finish()
-            try:
-                if engine.starting:  # workers still starting: load now, while they do
-                    loaded.start()
-                units["hashes"] = hash_inputs(engine, list(files))
-                spill, units["work"], units["info"] = map_inputs(
-                    engine, config, list(files), units["hashes"], rejects, loaded.start, note
-                )
-                bundle, template = loaded.result()  # its errors, too, leave no work folder
-            except PackshardError:
-                if loaded.failed():  # the driver's own error comes first, and
-                    # units mapped with a tokenizer or template that cannot load are no use
-                    shutil.rmtree(work_folder(Path(config.out)), ignore_errors=True)
-                    loaded.result()
-                raise
-            reasoning_dropped = units["info"].pop("reasoning_dropped", 0)
+        try:
+            if engine.starting:  # workers still starting: load now, while they do
+                loaded.start()
+            hashes = hash_inputs(engine, list(files))
+            spill, work, info = map_inputs(
+                engine, config, list(files), hashes, rejects, loaded.start, _counted(bar), note
+            )
+        except PackshardError:
+            if loaded.failed():  # the driver's own error comes first
+                loaded.result()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        bundle, template = loaded.result()
+        reasoning_dropped = info.pop("reasoning_dropped", 0)
         plan = _plan(spill, config)
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
@@ -176,42 +162,34 @@ def _pack_into(
         raise NothingToPackError(_nothing_packed(spill, tally, config, files))
     ordering = ordering_stats(plan)
     plan = plan.permute_rows(_row_order(plan, config))
-    input_hashes = units.get("hashes") or [sha256_path(f.real) for f in files]
     fingerprints = {
         "format_version": FORMAT_VERSION,
-        "inputs": input_hashes,
+        "inputs": hashes,
         "tokenizer": bundle.sha256,
         "template": template.sha256 if template is not None else None,
     }
     dataset_id = compute_dataset_id(config.recorded(), fingerprints)
-    bounds = shard_bounds(plan, config.shard_rows, config.shard_bytes)
-    if engine is None:
-        names = [SHARD_PATTERN.format(index=k) for k in range(len(bounds))]
-        shards = [
-            write_shard(row_groups(spill, plan, lo, hi), tmp, name, dataset_id, config.compression)
-            for name, (lo, hi) in zip(names, bounds, strict=True)
-        ]
-    else:
-        faults = parse_faults(os.environ.get(FAULTS_ENV))
-        shards = write_shards_on(
-            engine, tmp, spill, plan, bounds, dataset_id, config.compression, units["work"], faults
-        )
+    bounds = shard_bounds(plan, config.shards.shard_rows, config.shards.shard_bytes)
+    faults = parse_faults(os.environ.get(FAULTS_ENV))
+    shards = write_shards_on(
+        engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults
+    )
     table = build_examples_table(
         examples_columns(spill, plan, shards),
         list(spill.counts.sources),
         list(spill.counts.domains),
     )
     write_examples(tmp / EXAMPLES_NAME, table, dataset_id)
-    resolved, by_policy = loss_policies(spill, plan, config.loss)
+    resolved, by_policy = loss_policies(spill, plan, config.ingest.loss)
     per_input = records_per_input(spill, tally)
     manifest = build_manifest(
         dataset_id=dataset_id,
         config=config.recorded(),
         tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},
-        template=_template_entry(template, config.loss),
+        template=_template_entry(template, config.ingest.loss),
         inputs=[
             {"path": f.path, "resolved": str(f.real), "sha256": sha, "records": n}
-            for f, sha, n in zip(files, input_hashes, per_input, strict=True)
+            for f, sha, n in zip(files, hashes, per_input, strict=True)
         ],
         stats={
             **pack_stats(spill, plan, tally, ordering),
@@ -223,23 +201,17 @@ def _pack_into(
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
         },
         shards=[s.to_dict() for s in shards],
-        loss={"option": config.loss, "by_format": resolved, "examples_by_policy": by_policy},
-        engine=_engine_entry(engine, units.get("info", {})),
+        loss={"option": config.ingest.loss, "by_format": resolved, "examples_by_policy": by_policy},
+        engine={"name": engine.name, "workers": engine.workers, **info},
         environment={
             **pack_environment(template_conventions()),
-            "backends": backends_entry(bundle, config.backend),
+            "backends": backends_entry(bundle, config.ingest.backend),
         },
     )
     del spill
-    shutil.rmtree(spill_dir)
     manifest["files"]["card"] = write_card(tmp, manifest)  # README.md: load_dataset(OUT) reads it
     write_manifest(tmp, manifest)
     return manifest
-
-
-def _engine_entry(engine: Engine | None, info: dict[str, int]) -> dict[str, Any]:
-    name, workers = (engine.name, engine.workers) if engine is not None else ("local", 1)
-    return {"name": name, "workers": workers, **info}
 
 
 def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
@@ -257,6 +229,13 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     return entry
 
 
+def _counted(bar: IngestProgress | None) -> Callable[[UnitResult], None]:
+    """Advance the progress line by each finished unit's records and tokens."""
+    if bar is None:
+        return lambda result: None
+    return lambda result: bar.add(result.records, result.tokens)
+
+
 def _nothing_packed(
     spill: Spill, tally: RejectTally, config: PackConfig, files: Sequence[InputFile]
 ) -> str:
@@ -265,7 +244,8 @@ def _nothing_packed(
     fix = "fix the inputs or the options, e.g. --max-seq-len, --overlong"
     top, most = max(tally.by_code.items(), key=lambda kv: kv[1], default=("", 0))
     if most * 2 > sum(tally.by_code.values()) and reject_kind(top) == REJECTED:  # dominates
-        fix = f"likely cause: {likely_cause(top, config.format, [str(f.real) for f in files])}"
+        cause = likely_cause(top, config.ingest.format, [str(f.real) for f in files])
+        fix = f"likely cause: {cause}"
     return (
         f"nothing to pack: none of the {records} records read was packed ({codes}); no "
         f"output was written ({fix})"
@@ -276,8 +256,8 @@ def _plan(spill: Spill, config: PackConfig) -> RowPlan:
     """Plan the whole spill, each domain alone (``--group-by-domain``) or each group alone."""
     lengths = spill.lengths
     group = config.plan_group()
-    if not config.group_by_domain and group is None:
-        raw = plan_packs(lengths, config.max_seq_len, config.strategy)
+    if not config.plan.group_by_domain and group is None:
+        raw = plan_packs(lengths, config.plan.max_seq_len, config.plan.strategy)
         return finalize_plan(spill, raw, np.arange(len(lengths)))
     if group is not None:  # --plan-scope group:N: N consecutive examples at a time
         starts = range(0, len(lengths), group)
@@ -286,27 +266,25 @@ def _plan(spill: Spill, config: PackConfig) -> RowPlan:
         indexes = [np.flatnonzero(spill.domain_codes == c) for c in np.unique(spill.domain_codes)]
     plans = []
     for index in indexes or [np.zeros(0, np.int64)]:
-        raw = plan_packs(lengths[index], config.max_seq_len, config.strategy)
+        raw = plan_packs(lengths[index], config.plan.max_seq_len, config.plan.strategy)
         plans.append(finalize_plan(spill, raw, index))
     return RowPlan.concatenate(plans)
 
 
 def _beside_bfd(spill: Spill, plan: RowPlan, config: PackConfig) -> dict[str, Any]:
     """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples."""
-    if config.strategy != "sequential":
+    if config.plan.strategy != "sequential":
         return {}
-    rows = plan_packs(spill.lengths, config.max_seq_len, "bfd").num_rows
-    return {
-        "bfd_rows": rows,
-        "bfd_fill_rate": round(fill_rate(plan.num_tokens, rows, plan.max_seq_len), 6),
-    }
+    rows = plan_packs(spill.lengths, config.plan.max_seq_len, "bfd").num_rows
+    bfd = fill_rate(plan.num_tokens, rows, plan.max_seq_len)
+    return {"bfd_rows": rows, "bfd_fill_rate": round(bfd, 6)}
 
 
 def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:
     """Shuffle rows with the seed; with ``group:N`` only within each group's rows."""
-    if config.strategy == "sequential":  # rows keep the input order too
+    if config.plan.strategy == "sequential":  # rows keep the input order too
         return np.arange(plan.num_rows)
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng(config.plan.seed)
     group = config.plan_group()
     if group is None or plan.num_rows == 0:
         return rng.permutation(plan.num_rows)

@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cumsum
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong
-from packshard.pack.units.parts import PartFiles, read_part_ranges
+from packshard.pack.units.parts import PartFiles, gather_ranges, read_part_ranges
 from packshard.records import Reject
 
 IN_MEMORY_BYTES = 64 * 1024 * 1024  # a spill this small (tokens + labels) is read back whole
@@ -104,8 +103,8 @@ class Spill:
         labels = np.empty(total, dtype=np.int32)
         if self.folder is None:
             starts = np.asarray(starts, dtype=np.int64)
-            _gather(self.tokens, starts, lengths, out_start, ids)
-            _gather(self.labels, starts, lengths, out_start, labels)
+            gather_ranges(self.tokens, starts, lengths, out_start, ids)
+            gather_ranges(self.labels, starts, lengths, out_start, labels)
             return ids, labels
         places = list(
             zip(np.asarray(starts).tolist(), lengths.tolist(), out_start[:-1].tolist(), strict=True)
@@ -278,16 +277,6 @@ def _read_into(fh: io.FileIO, view: memoryview, offset: int) -> None:
         if not got:
             raise EOFError(f"{fh.name}: spill file ends early at byte {offset + done}")
         done += got
-
-
-@njit(cache=True, nogil=True)
-def _gather(  # pragma: no cover - jitted
-    source: np.ndarray, starts: np.ndarray, lengths: np.ndarray, at: np.ndarray, out: np.ndarray
-) -> None:
-    for i in range(len(starts)):
-        src, dst = starts[i], at[i]
-        for j in range(lengths[i]):
-            out[dst + j] = source[src + j]
 
 
 def _memmap(path: Path, size: int) -> np.ndarray:

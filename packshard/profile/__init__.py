@@ -1,7 +1,8 @@
 """``packshard profile``: how long the examples are and what padding, bucketing and packing cost."""
 
+from packshard.profile.config import ProfileConfig
 from packshard.profile.export import report_to_dict
-from packshard.profile.gather import describe_label_paths, profile_chunks, profile_inputs
+from packshard.profile.gather import describe_label_paths, profile_chunks
 from packshard.profile.lengths import (
     HISTOGRAM_BINS_PER_OCTAVE,
     PERCENTILE_METHOD,
@@ -21,6 +22,7 @@ from packshard.profile.report import (
     profile_lengths,
     write_verdict,
 )
+from packshard.profile.units import profile_inputs
 
 __all__ = [
     "HISTOGRAM_BINS_PER_OCTAVE",
@@ -30,6 +32,7 @@ __all__ = [
     "STRATEGIES",
     "DomainProfile",
     "LengthStats",
+    "ProfileConfig",
     "ProfileReport",
     "Utilization",
     "compute_histogram_edges",

@@ -1,4 +1,4 @@
-"""What a profile keeps of the ingest stream, gathered once, whether in one process or in units.
+"""What a profile keeps of the ingest stream, gathered by each unit's task and by the driver.
 
 A profile keeps a few integers per example, never the tokens: its length, its loss tokens, its
 domain's code, its reasoning tokens and the trained ones, and whether it starts a record
@@ -6,18 +6,17 @@ domain's code, its reasoning tokens and the trained ones, and whether it starts 
 records per domain and per code, the first :data:`MAX_LISTED_REJECTS` rejects with their
 ``file:line``, and how many examples each label path labelled.
 
-:class:`ProfileParts` gathers all of it from ingest chunks (:meth:`ProfileParts.add_chunk`: one
-process, or a worker on its unit) and from what units returned (:meth:`ProfileParts.add_unit`:
-the driver, which makes domain codes global and lines absolute), and
-:meth:`ProfileParts.report` concatenates once and computes the report
-(:func:`~packshard.profile.report.profile_lengths`).  One gatherer for every path, so a field
-the one-process report has cannot be missing from the report of the workers.
+:class:`ProfileParts` gathers all of it from ingest chunks (:meth:`ProfileParts.add_chunk`: a
+task on its unit, :mod:`packshard.profile.units`) and from what units returned
+(:meth:`ProfileParts.add_unit`: the driver, which makes domain codes global and lines
+absolute), and :meth:`ProfileParts.report` concatenates once and computes the report
+(:func:`~packshard.profile.report.profile_lengths`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import ne
 from typing import TYPE_CHECKING, Any
@@ -25,15 +24,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from packshard.arrays import NameCodes
-from packshard.ingest.types import IngestChunk, IngestOptions, TokenizedBatch
-from packshard.profile.lengths import check_profile_options
+from packshard.ingest.types import IngestChunk, TokenizedBatch
 from packshard.profile.report import MAX_LISTED_REJECTS, ProfileReport, profile_lengths
 from packshard.records import Reject, SourceRef
 
 if TYPE_CHECKING:
-    from packshard.ingest.read.sources import InputFile
-    from packshard.ingest.template.render import ChatTemplate
-    from packshard.ingest.tokens.tokenizer import TokenizerBundle
+    pass
 
 COLUMNS = ("lengths", "loss_tokens", "codes", "thoughts", "thought_losses", "firsts")
 """The per-example arrays, in :func:`profile_lengths`' terms: tokens, loss tokens, domain
@@ -153,27 +149,3 @@ def profile_chunks(
     for chunk in chunks:
         parts.add_chunk(chunk)
     return parts.report(max_seq_len, batch_size, seed, label_path)
-
-
-def profile_inputs(
-    files: Sequence[InputFile],
-    bundle: TokenizerBundle,
-    template: ChatTemplate | None,
-    options: IngestOptions,
-    max_seq_len: int,
-    batch_size: int = 8,
-    seed: int = 0,
-    progress: bool = False,
-) -> ProfileReport:
-    """Tokenize ``files`` through :func:`packshard.ingest.stream.ingest` and profile the examples.
-
-    Only a few integers per example are kept (see the module docstring), never the tokens.
-    ``batch_size`` is the training batch size the batching strategies assume, not
-    ``options.batch_size`` (records per ingest chunk).
-    """
-    from packshard.ingest.stream import ingest, ingest_label_path
-
-    check_profile_options(max_seq_len, batch_size, seed)
-    chunks = ingest(files, bundle, template, options, progress=progress)
-    default = ingest_label_path(template, options.loss)
-    return profile_chunks(chunks, max_seq_len, batch_size, seed, default)

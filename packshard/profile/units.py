@@ -1,29 +1,36 @@
-"""``profile`` on an engine: every work unit profiled by a worker, the arrays merged in order.
+"""``profile`` on an engine: every work unit profiled by a task, the arrays merged in order.
 
-``profile --workers N`` (or ``--engine ray``) cuts the inputs into the same units as ``pack``
-(:mod:`packshard.ingest.read.splits`).  A worker runs the ingest stream over its unit and returns
-only the few integers per example the report needs (length, loss tokens, domain code,
-reasoning tokens and the trained ones, whether it starts a record), its first rejects and its
-reject counts; the driver makes lines absolute and domain codes global, in unit order, and
-computes the report exactly as one process would.  Both sides gather with
-:class:`~packshard.profile.gather.ProfileParts`, the one-process path's gatherer.
+``profile`` cuts the inputs into the same units as ``pack`` (:mod:`packshard.ingest.read.splits`)
+and runs one task per unit on the engine ``--workers`` / ``--engine`` name (``--workers 1``:
+in this process, on the driver's tokenizer and template)::
+
+    driver: load tokenizer + template ─► plan_splits ─► engine.run(profile_unit, units)
+    task:   ingest over its unit ─► ProfileParts.to_unit (a few integers per example)
+    driver: ProfileParts.add_unit in unit order (lines absolute, domain codes global) ─► report
+
+A task returns only the few integers per example the report needs (length, loss tokens,
+domain code, reasoning tokens and the trained ones, whether it starts a record), its first
+rejects and its reject counts.  Both sides gather with
+:class:`~packshard.profile.gather.ProfileParts`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from packshard.engine import EngineOptions, open_engine
+from packshard.engine import open_engine
 from packshard.errors import RecordError
+from packshard.ingest.loaded import Loaded, loaded, sharing
+from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import Split, SplitRead, plan_splits, read_split
-from packshard.ingest.stream import ingest
-from packshard.ingest.template.render import ChatTemplate, load_template
-from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.stream import ingest, ingest_label_path
+from packshard.ingest.template.render import load_template
+from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import IngestOptions
+from packshard.profile.config import ProfileConfig
 from packshard.profile.gather import ProfileParts
 from packshard.profile.report import ProfileReport
 
@@ -38,18 +45,13 @@ class ProfileTask:
     split: Split
 
 
-@lru_cache(maxsize=4)
-def _loaded(tokenizer: str, template: str | None) -> tuple[TokenizerBundle, ChatTemplate | None]:
-    bundle = load_tokenizer(tokenizer)
-    return bundle, load_template(template, bundle)
-
-
 def profile_unit(task: ProfileTask) -> dict[str, Any]:
     """Profile one unit: per-example arrays, first rejects, counts (runs in a worker)."""
-    bundle, template = _loaded(task.tokenizer, task.template)
+    bundle, template = loaded(task.tokenizer, task.template)
     state = SplitRead()
     parts = ProfileParts()
     error = None
+    records = 0
     try:
         chunks = ingest(
             [task.split],
@@ -60,33 +62,59 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
         )
         for chunk in chunks:
             parts.add_chunk(chunk)
+            records += chunk.records
     except RecordError as exc:  # --on-error fail: the driver raises the first, in order
         error = (exc.code, exc.reason, exc.source, exc.line)
-    return {**parts.to_unit(), "newlines": state.newlines, "stopped": state.stopped, "error": error}
+    done = {"newlines": state.newlines, "stopped": state.stopped, "records": records}
+    return {**parts.to_unit(), **done, "error": error}
 
 
-def profile_on_engine(
+def profile_inputs(
     files: Sequence[InputFile],
-    tokenizer: str,
-    template: str | None,
-    options: IngestOptions,
-    max_seq_len: int,
-    batch_size: int,
-    seed: int,
-    engine: EngineOptions,
-    split_bytes: int = 0,
-    label_path: str = "offsets",
+    config: ProfileConfig,
+    progress: bool = False,
+    load: Loaded | None = None,
 ) -> ProfileReport:
-    """Profile ``files`` unit by unit on ``engine``; the same report one process gives.
+    """Profile ``files`` (``config.inputs`` expanded) unit by unit on ``config.engine``.
 
-    ``label_path`` is the default the report names when no example says otherwise
-    (:func:`packshard.ingest.stream.ingest_label_path`).
+    Tasks load ``config.tokenizer`` and ``config.template`` by spec; ``load`` is the pair the
+    caller already holds for them (loaded here otherwise), which tasks run in this process
+    share.  See the module docstring.
     """
-    options.check()
-    splits = plan_splits(files, split_bytes)
-    tasks = [ProfileTask(tokenizer, template, options, s) for s in splits]
-    with open_engine(engine) as running:
-        results = running.run(profile_unit, tasks, [s.describe() for s in splits])
+    config.check()
+    tokenizer, template = config.tokenizer, config.template
+    if load is None:
+        bundle = load_tokenizer(tokenizer)
+        load = bundle, load_template(template, bundle)
+    label_path = ingest_label_path(load[1], config.ingest.loss)
+    splits = plan_splits(files, config.split_bytes)
+    tasks = [ProfileTask(tokenizer, template, config.ingest, s) for s in splits]
+    bar = IngestProgress() if progress else None
+
+    def done(_: int, r: dict[str, Any]) -> None:
+        if bar is not None:
+            bar.add(r["records"], int(r["lengths"].sum()))
+
+    shared = load
+    try:
+        with open_engine(config.engine) as running, sharing(tokenizer, template, lambda: shared):
+            results = running.run(profile_unit, tasks, [s.describe() for s in splits], done)
+    finally:
+        if bar is not None:
+            bar.close()
+    parts = _merge(files, splits, results)
+    return parts.report(config.max_seq_len, config.batch_size, config.seed, label_path)
+
+
+def _merge(
+    files: Sequence[InputFile], splits: Sequence[Split], results: Sequence[dict[str, Any]]
+) -> ProfileParts:
+    """Gather the units' results in unit order: lines absolute, a stopped file's tail left out.
+
+    Raises:
+        RecordError: the first unit error in input order (``--on-error fail``).
+
+    """
     parts = ProfileParts()
     line_base = [0] * len(files)
     stopped: set[int] = set()
@@ -101,4 +129,4 @@ def profile_on_engine(
             code, reason, source, line = r["error"]
             raise RecordError(code, reason, source, line + base)
         parts.add_unit(r, base)
-    return parts.report(max_seq_len, batch_size, seed, label_path)
+    return parts

@@ -1,8 +1,9 @@
 """The source check on an engine: the inputs re-ingested unit by unit, by workers.
 
-Re-ingesting every input (render, tokenize, label) is the costly part of ``verify``.  With
-``--workers N`` or ``--engine ray`` the inputs are cut into the same units as ``pack``
-(:mod:`packshard.ingest.read.splits`) and each worker re-ingests one::
+Re-ingesting every input (render, tokenize, label) is the costly part of ``verify``.  The
+inputs are cut into the same units as ``pack`` (:mod:`packshard.ingest.read.splits`) and
+each task re-ingests one, on the engine ``--workers`` / ``--engine`` name (``--workers 1``:
+in this process, on the driver's tokenizer and template)::
 
     driver: count the lines of every byte range (cheap reads) ─► absolute lines
             hand each unit the examples of its records: (line, token offset, length, index row)
@@ -11,8 +12,8 @@ Re-ingesting every input (render, tokenize, label) is the costly part of ``verif
             the lines it rejected (small: 32 bytes per example, 8 per record)
     driver: digest each packed segment and compare: the findings of the one-process check
 
-Only digests come back, never tokens.  ``--sample K`` picks the same records as the
-one-process check (the same seed and draw).
+Only digests come back, never tokens.  ``--sample K`` draws its records with the seed, the
+same draw whatever the engine.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -29,11 +29,13 @@ import pyarrow as pa
 from packshard.engine import EngineOptions, open_engine
 from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import read_row
+from packshard.ingest.loaded import loaded
+from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import Split, count_newlines, plan_splits, read_split
 from packshard.ingest.stream import ingest
-from packshard.ingest.template.render import ChatTemplate, load_template
-from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions
 from packshard.records import IGNORE_INDEX, PackedRow
 from packshard.verify.findings import Finding, FindingList
@@ -57,12 +59,6 @@ class SourceTask:
     label_spans: str | None = None  # the manifest's, for the turn check
 
 
-@lru_cache(maxsize=4)
-def _loaded(tokenizer: str, template: str | None) -> tuple[TokenizerBundle, ChatTemplate | None]:
-    bundle = load_tokenizer(tokenizer)
-    return bundle, load_template(template, bundle)
-
-
 def template_spec(template: ChatTemplate | None, bundle: TokenizerBundle) -> str | None:
     """Return the ``load_template`` spec that loads ``template`` again in a worker."""
     same = ("tokenizer_config.json", bundle.chat_template_path)
@@ -80,7 +76,7 @@ def digest(values: np.ndarray) -> bytes:
 
 def source_unit(task: SourceTask) -> dict[str, Any]:
     """Re-ingest one unit and digest the slices of its packed examples (runs in a worker)."""
-    bundle, template = _loaded(task.tokenizer, task.template)
+    bundle, template = loaded(task.tokenizer, task.template)
     check = turn_check(template, bundle, task.options, task.label_spans)
     found = FindingList()
     shift = task.line_base if task.split.kind == "bytes" else 0
@@ -134,8 +130,12 @@ def reingest_on_engine(
     index: Any,
     chosen: np.ndarray,
     engine: EngineOptions,
+    progress: bool = False,
 ) -> list[tuple[Split, dict[str, Any]]]:
-    """Run :func:`source_unit` over every unit, in order; ``chosen`` masks the index rows."""
+    """Run :func:`source_unit` over every unit, in order; ``chosen`` masks the index rows.
+
+    ``progress`` shows the records and tokens re-ingested, unit by unit.
+    """
     splits = plan_splits(files)
     with open_engine(engine) as running:
         cut = [s for s in splits if s.kind == "bytes"]
@@ -173,7 +173,17 @@ def reingest_on_engine(
                 label_spans,
             )
             tasks.append(task)
-        results = running.run(source_unit, tasks, [s.describe() for s in splits])
+        bar = IngestProgress() if progress else None
+
+        def done(_: int, r: dict[str, Any]) -> None:
+            if bar is not None:
+                bar.add(len(r["accepted"]) + len(r["rejected"]), int(r["lengths"].sum()))
+
+        try:
+            results = running.run(source_unit, tasks, [s.describe() for s in splits], done)
+        finally:
+            if bar is not None:
+                bar.close()
     return list(zip(splits, results, strict=True))
 
 
@@ -187,7 +197,7 @@ def compare_units(
     findings: FindingList,
     cause: str = "",
 ) -> tuple[int, dict[str, int]]:
-    """Turn the units' results into the one-process check's findings.
+    """Turn the units' results into findings, in unit order.
 
     Returns the examples compared and the turn check's counts.  ``cause`` (the drifted
     libraries, or '') ends the findings of changed records and segments.
@@ -235,7 +245,7 @@ def _compare_digest(
     findings: FindingList,
     cause: str,
 ) -> bool:
-    """Compare one packed segment with its example's digests, as the one-process check does."""
+    """Compare one packed segment with its re-ingested example's digests."""
     found = packed_segment(tables, manifest, index, pos, rows, findings)
     if found is None:
         return False

@@ -7,7 +7,9 @@ differs — a tokenizer swapped or a template edited after packing is a finding 
 and re-ingests the records with the recorded options.  Each packed segment must then equal
 its example's slice ``[token_offset, token_offset + num_tokens)``: same ids, same labels
 except the seam-masked first one, positions ``0 … n-1``.  Every record read must be in the
-examples index or in ``rejects.jsonl``; nothing may be missing or invented.
+examples index or in ``rejects.jsonl``; nothing may be missing or invented.  This module is
+the driver's side: it finds and checks the files and picks the records; the re-ingest runs
+as engine tasks, unit by unit, and the comparison is :mod:`packshard.verify.reingest`'s.
 
 Files are looked for under ``--source-root`` first (by recorded path, then by name), then at
 the absolute path ``pack`` resolved (``resolved``, so verify finds them from any working
@@ -36,16 +38,14 @@ from packshard.format.environment import Drift, encoded_by, likely_cause
 from packshard.format.examples import ExamplesIndex
 from packshard.format.folder.paths import inside_folder
 from packshard.format.rejects import read_rejects
+from packshard.ingest.loaded import sharing
 from packshard.ingest.read.sources import InputFile
-from packshard.ingest.stream import ingest
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
-from packshard.records import IGNORE_INDEX, PackedRow
-from packshard.verify import reingest as units
 from packshard.verify.findings import CheckResult, Finding, FindingList
 from packshard.verify.recorded import Mismatch, locate, resolve_template, resolve_tokenizer
-from packshard.verify.reingest import packed_segment
-from packshard.verify.turns import recorded_options, turn_check
+from packshard.verify.reingest import compare_units, reingest_on_engine, template_spec
+from packshard.verify.turns import recorded_options
 
 
 def check_sources(
@@ -141,99 +141,13 @@ def _compare(
     opts = recorded_options(config)
     label_spans = manifest["template"].get("label_spans")
     engine = EngineOptions(options.engine, options.workers, options.ray_address)
-    if not engine.serial:  # the re-ingest on workers (packshard.verify.reingest)
-        spec = units.template_spec(template, bundle)
-        mask = np.array(
-            [
-                (s, int(ln)) in chosen
-                for s, ln in zip(index.sources, index.lines.tolist(), strict=True)
-            ],
-            bool,
+    mask = np.array(
+        [(s, int(ln)) in chosen for s, ln in zip(index.sources, index.lines.tolist(), strict=True)],
+        bool,
+    )
+    spec = template_spec(template, bundle)
+    with sharing(bundle.path, spec, lambda: (bundle, template)):
+        found = reingest_on_engine(
+            files, bundle.path, spec, opts, label_spans, index, mask, engine, options.progress
         )
-        found = units.reingest_on_engine(
-            files, bundle.path, spec, opts, label_spans, index, mask, engine
-        )
-        return units.compare_units(
-            found, tables, manifest, index, by_record, rejected, findings, cause
-        )
-    check = turn_check(template, bundle, opts, label_spans)
-    seen: set[tuple[str, int]] = set()
-    compared = 0
-    row_cache: dict[tuple[int, int], PackedRow] = {}
-    for chunk in ingest(files, bundle, template, opts, progress=options.progress):
-        for reject in chunk.rejects:
-            key = (reject.ref.source, reject.ref.line)
-            seen.add(key)
-            if key not in rejected:
-                findings.add(
-                    Finding(
-                        "source",
-                        "record rejected on re-ingest but not in rejects.jsonl" + cause,
-                        source=f"{key[0]}:{key[1]}",
-                    ),
-                    "reject_missing",
-                )
-        batch = chunk.batch
-        for i, ref in enumerate(batch.refs):
-            key = (ref.source, ref.line)
-            seen.add(key)
-            if key not in by_record:
-                if key not in rejected:
-                    findings.add(
-                        Finding(
-                            "source",
-                            "record is neither packed nor in rejects.jsonl" + cause,
-                            source=str(ref),
-                        ),
-                        "record_missing",
-                    )
-                continue
-            if key not in chosen:
-                continue
-            ids, labels = batch.example(i)
-            turn = int(batch.turns[i]) if batch.turns is not None else 0
-            if check is not None:
-                check.example(bundle.tokenizer, ids, labels, f"{ref}", turn, findings)
-            for pos in by_turn.get((*key, turn), []):
-                compared += _compare_segment(
-                    tables, manifest, index, pos, ids, labels, row_cache, findings, cause
-                )
-    for key in sorted(set(by_record) - seen):
-        findings.add(
-            Finding(
-                "source", "packed example has no record in the inputs", source=f"{key[0]}:{key[1]}"
-            ),
-            "invented",
-        )
-    return compared, check.counts() if check is not None else {}
-
-
-def _compare_segment(
-    tables: dict[int, pa.Table],
-    manifest: dict[str, Any],
-    index: ExamplesIndex,
-    pos: int,
-    ids: np.ndarray,
-    labels: np.ndarray,
-    row_cache: dict[tuple[int, int], PackedRow],
-    findings: FindingList,
-    cause: str,
-) -> bool:
-    """Compare one packed segment with its re-ingested example; False when it cannot be read."""
-    found = packed_segment(tables, manifest, index, pos, row_cache, findings)
-    if found is None:
-        return False
-    packed, seg, bad = found
-    lo, hi = int(packed.cu_seqlens[seg]), int(packed.cu_seqlens[seg + 1])
-    n, offset = hi - lo, int(index.token_offset[pos])
-    want_ids = ids[offset : offset + n]
-    want_labels = labels[offset : offset + n].copy()
-    if len(want_labels):
-        want_labels[0] = IGNORE_INDEX
-    if len(want_ids) != n or not np.array_equal(packed.input_ids[lo:hi], want_ids):
-        bad("token ids differ from the source example re-tokenized", cause)
-    elif not np.array_equal(packed.labels[lo:hi], want_labels):
-        bad("labels differ from the source example's (loss policy not preserved)", cause)
-    if not np.array_equal(packed.position_ids[lo:hi], np.arange(n)):
-        bad("positions differ from the example's positions alone")
-    return True
+    return compare_units(found, tables, manifest, index, by_record, rejected, findings, cause)

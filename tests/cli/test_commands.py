@@ -167,10 +167,7 @@ def test_long_error_lines_are_not_wrapped(tmp_path):
 
 def test_profile_json_is_the_report_sorted(tmp_path, packed_demo_tokenizer):
     from packshard.ingest.read.sources import expand_inputs
-    from packshard.ingest.template.render import load_template
-    from packshard.ingest.tokens.tokenizer import load_tokenizer
-    from packshard.ingest.types import IngestOptions
-    from packshard.profile import profile_inputs, report_to_dict
+    from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
 
     path, page = tmp_path / "profile.json", tmp_path / "profile.html"
     args = ["profile", demo_data_path(), "-t", packed_demo_tokenizer, "--template", "chatml"]
@@ -181,14 +178,9 @@ def test_profile_json_is_the_report_sorted(tmp_path, packed_demo_tokenizer):
     text = path.read_text(encoding="utf-8")
     data = json.loads(text)
     assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    bundle = load_tokenizer(str(packed_demo_tokenizer))
-    report = profile_inputs(
-        expand_inputs([str(demo_data_path())]),
-        bundle,
-        load_template("chatml", bundle),
-        IngestOptions(),
-        256,
-    )
+    files = expand_inputs([str(demo_data_path())])
+    config = ProfileConfig((), str(packed_demo_tokenizer), 256, "chatml")
+    report = profile_inputs(files, config)
     assert data == json.loads(json.dumps(report_to_dict(report)))
     assert data["total"]["records"] == 65 and data["total"]["rejected"] == 1
     assert page.read_text(encoding="utf-8").count('class="hist"') == len(data["domains"]) + (

@@ -93,7 +93,7 @@ def test_html_page_escapes_text(tmp_path, packed_demo_tokenizer):
     data.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "out"
     pack_dataset(
-        PackConfig(inputs=(str(data),), tokenizer=str(packed_demo_tokenizer), out=str(out),
+        PackConfig.build(inputs=(str(data),), tokenizer=str(packed_demo_tokenizer), out=str(out),
                    max_seq_len=256, template="chatml")
     )  # fmt: skip
     page = tmp_path / "row.html"

@@ -151,7 +151,7 @@ def test_reasoning_tokens_are_shown_apart(tmp_path) -> None:
     qwen = build_qwen(tmp_path / "qwen")
     for turns, masked in (("as_rendered", "train"), ("expand", "mask")):
         out = tmp_path / turns
-        config = PackConfig(
+        config = PackConfig.build(
             inputs=(str(data),),
             tokenizer=str(qwen),
             template=str(template),

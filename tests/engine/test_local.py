@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -116,3 +117,17 @@ def test_a_script_without_a_main_guard_is_refused_before_any_worker_starts(tmp_p
     ran = run(guarded)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "[4, 9]"
+
+
+def _too_large(path: str) -> None:
+    raise OSError(errno.EFBIG, "File too large", path)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_machine_limit_stops_the_job_as_itself(workers):
+    """File too large, disk full: a retry cannot cure them, and TaskFailed would hide them."""
+    with open_engine(EngineOptions("local", workers)) as engine:
+        with pytest.raises(OSError) as err:
+            engine.run(_too_large, ["shard-00000.parquet"], ["shard-00000.parquet"])
+    assert type(err.value) is OSError and err.value.errno == errno.EFBIG
+    assert err.value.filename == "shard-00000.parquet"

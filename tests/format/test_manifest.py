@@ -59,7 +59,7 @@ def test_manifest_of_a_demo_pack(demo_pack, demo_tokenizer):
         "empty_reasoning": "train", "turns": "as_rendered",
         "reasoning_markers": ["<think>", "</think>"],
     }  # fmt: skip
-    assert m["engine"] == {"name": "local", "workers": 1}
+    assert m["engine"] == {"name": "local", "workers": 1, "units": 1, "units_reused": 0}
     bundle = load_tokenizer(str(demo_tokenizer))
     assert m["tokenizer"] == {
         "path": str(demo_tokenizer),

@@ -31,7 +31,7 @@ def long_chat(path: Path, pairs: int) -> Path:
 
 def config(data: Path, tokenizer: Path, out: Path, **options) -> PackConfig:
     settings = {"template": "chatml", "turns": "expand", "loss": "assistant", **options}
-    return PackConfig(inputs=(str(data),), tokenizer=str(tokenizer), out=str(out), **settings)  # type: ignore[arg-type]
+    return PackConfig.build(inputs=(str(data),), tokenizer=str(tokenizer), out=str(out), **settings)  # type: ignore[arg-type]
 
 
 def test_turn_examples_that_fit_are_kept_under_drop(tmp_path, packed_demo_tokenizer):

@@ -69,7 +69,7 @@ def test_a_bad_parquet_row_group_rejects_only_itself(tmp_path):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_pack_keeps_the_readable_row_groups(tmp_path, word_tokenizer, workers):
     path = broken_parquet(tmp_path / "rows.parquet")
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(path),),
         tokenizer=str(word_tokenizer),
         out=str(tmp_path / "out"),
@@ -87,7 +87,7 @@ def test_a_pack_keeps_the_readable_row_groups(tmp_path, word_tokenizer, workers)
 def test_rejects_are_kept_when_nothing_is_packed(tmp_path, word_tokenizer):
     data = tmp_path / "bad.jsonl"
     data.write_text('{"x": 1}\n[1]\n')
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(data),), tokenizer=str(word_tokenizer), out=str(tmp_path / "out"), max_seq_len=8
     )
     with pytest.raises(NothingToPackError) as err:

@@ -236,7 +236,7 @@ def test_a_reader_refuses_shards_replaced_under_it(tmp_path, word_tokenizer):
     data.write_text("".join(json.dumps({"text": f"w{i} w{i + 1}"}) + "\n" for i in range(2, 40)))
 
     def pack(seed: int) -> str:
-        config = PackConfig(
+        config = PackConfig.build(
             inputs=(str(data),),
             tokenizer=str(word_tokenizer),
             max_seq_len=8,

@@ -28,7 +28,7 @@ def inputs(tmp_path_factory) -> list[Path]:
 def config(inputs, tokenizer, out: Path, **options) -> PackConfig:
     settings = {"max_seq_len": 256, "template": "chatml", "shard_rows": 5, "batch_size": 7}
     settings |= {"workers": 2, "split_bytes": SPLIT, **options}
-    return PackConfig(
+    return PackConfig.build(
         inputs=tuple(map(str, inputs)), tokenizer=str(tokenizer), out=str(out), **settings
     )  # type: ignore[arg-type]
 

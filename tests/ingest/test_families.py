@@ -47,7 +47,7 @@ from packshard.ingest.tokens.labels import encode_rendered
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.pack import PackConfig, pack_dataset
-from packshard.profile import profile_inputs
+from packshard.profile import ProfileConfig, profile_inputs
 from packshard.records import IGNORE_INDEX, SourceRef
 from packshard.verify.run import VerifyOptions, verify_dataset
 from tests.helpers import (
@@ -155,8 +155,10 @@ def test_pack_verify_and_profile(folders: dict[str, Path], name: str, tmp_path: 
     bad = [record for record, _, _ in family.rejected]
     data = make_jsonl(tmp_path / f"{name}.jsonl", [*family.records, *bad])
     out = tmp_path / "out"
-    pack_dataset(PackConfig(inputs=(str(data),), tokenizer=folder, out=str(out), max_seq_len=1000,
-                            shard_rows=1))  # fmt: skip
+    config = PackConfig.build(
+        inputs=(str(data),), tokenizer=folder, out=str(out), max_seq_len=1000, shard_rows=1
+    )
+    pack_dataset(config)
     packed = check_pack(out)
     stats = packed.manifest["stats"]
     assert (stats["records_packed"], stats["rejected"]) == (len(family.records), len(bad))
@@ -181,7 +183,9 @@ def test_pack_verify_and_profile(folders: dict[str, Path], name: str, tmp_path: 
     assert packed.manifest["template"]["source"] == expected_source
     source = report.checks["source"]
     assert source["status"] == "passed" and source["examples_compared"] == len(family.records)
-    profile = profile_inputs(expand_inputs([str(data)]), bundle, template, IngestOptions(), 1000)
+    files = expand_inputs([str(data)])
+    load = (bundle, template)
+    profile = profile_inputs(files, ProfileConfig((), str(folder), 1000), load=load)
     assert profile.total.records == len(family.records) + len(bad)
     assert profile.total.examples == len(family.records)
 
@@ -196,7 +200,7 @@ def test_llama3_ids_above_int16_survive_into_shards(
     assert bundle.vocab_size > 70_000 and bundle.eos_token_id > 65_535
     data = make_jsonl(tmp_path / "chat.jsonl", list(CHAT))
     out = tmp_path / "out"
-    pack_dataset(PackConfig(inputs=(str(data),), tokenizer=str(folder), out=str(out),
+    pack_dataset(PackConfig.build(inputs=(str(data),), tokenizer=str(folder), out=str(out),
                             max_seq_len=512))  # fmt: skip
     packed = check_pack(out)
     table = pq.read_table(out / packed.manifest["shards"][0]["path"])
@@ -271,7 +275,7 @@ def test_lone_surrogates_are_rejected_not_fatal(folders: dict[str, Path], tmp_pa
     data = tmp_path / "chat.jsonl"
     data.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    pack_dataset(PackConfig(inputs=(str(data),), tokenizer=str(folders["qwen"]), out=str(out),
+    pack_dataset(PackConfig.build(inputs=(str(data),), tokenizer=str(folders["qwen"]), out=str(out),
                             max_seq_len=256))  # fmt: skip
     packed = check_pack(out)
     assert packed.manifest["stats"]["records_packed"] == 1

@@ -12,7 +12,9 @@ from packshard.pack.config import check_config
 
 def config(tmp_path, **options) -> PackConfig:
     settings = {"max_seq_len": 64, **options}
-    return PackConfig(inputs=("a.jsonl",), tokenizer="tok", out=str(tmp_path / "out"), **settings)
+    return PackConfig.build(
+        inputs=("a.jsonl",), tokenizer="tok", out=str(tmp_path / "out"), **settings
+    )
 
 
 @pytest.mark.parametrize(
@@ -88,3 +90,28 @@ def test_recorded_config_and_ingest_options(tmp_path):
         batch_size=7,
         backend="auto",
     )
+
+
+def test_each_option_is_spelled_once() -> None:
+    from dataclasses import fields
+
+    from packshard.engine import EngineOptions
+    from packshard.pack.config import PlanOptions, ShardOptions
+
+    parts = {"ingest", "plan", "shards", "engine"}
+    own = [f.name for f in fields(PackConfig) if f.name not in parts]
+    kinds = (IngestOptions, PlanOptions, ShardOptions, EngineOptions)
+    names = own + [f.name for kind in kinds for f in fields(kind)]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def test_build_puts_each_flat_keyword_in_its_part(tmp_path) -> None:
+    c = PackConfig.build(
+        inputs=("a.jsonl",), tokenizer="tok", out=str(tmp_path / "out"), max_seq_len=8,
+        loss="all", shard_rows=3, engine="ray", workers=2, ray_address="host:1", overwrite=True,
+    )  # fmt: skip
+    assert (c.plan.max_seq_len, c.ingest.loss, c.shards.shard_rows) == (8, "all", 3)
+    assert (c.engine.engine, c.engine.workers, c.engine.address) == ("ray", 2, "host:1")
+    assert c.overwrite and c.ingest_options() is c.ingest
+    with pytest.raises(TypeError):
+        PackConfig.build(inputs=(), tokenizer="tok", out="o", max_seq_len=8, nonsense=1)

@@ -203,7 +203,7 @@ def test_error_stops_at_the_first_overlong_record(tmp_path, make_jsonl, word_tok
 
     [data] = inputs(tmp_path, make_jsonl)
     out = tmp_path / "out"
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(data),), tokenizer=str(word_tokenizer), out=str(out), max_seq_len=4,
         overlong="error",
     )  # fmt: skip

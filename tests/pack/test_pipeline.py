@@ -397,7 +397,7 @@ def test_seed_changes_row_order_only(tmp_path, make_jsonl, word_tokenizer, run_p
 def pack_config(inputs, tokenizer, out, **options):
     from packshard.pack import PackConfig
 
-    return PackConfig(
+    return PackConfig.build(
         inputs=tuple(str(p) for p in inputs), tokenizer=str(tokenizer), out=str(out),
         max_seq_len=options.pop("max_seq_len", 32), **options,
     )  # fmt: skip
@@ -430,18 +430,29 @@ def leftovers(folder: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("exc", [OSError("disk full"), KeyboardInterrupt()])
-def test_interrupted_run_leaves_nothing(tmp_path, make_jsonl, word_tokenizer, monkeypatch, exc):
+def test_interrupted_run_leaves_only_its_units_and_resume_finishes(
+    tmp_path, make_jsonl, word_tokenizer, monkeypatch, exc
+):
     import packshard.pack.pipeline as pipeline
+    import packshard.pack.write.shards as shards
+    from packshard.engine import TaskFailed
 
     data = text_file(tmp_path, make_jsonl, TEXTS)
+    real_write = shards.write_shard
 
     def fail(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr(pipeline, "write_shard", fail)
-    with pytest.raises(type(exc)):
+    monkeypatch.setattr(shards, "write_shard", fail)
+    expected = TaskFailed if isinstance(exc, OSError) else KeyboardInterrupt
+    with pytest.raises(expected):
         pipeline.pack_dataset(pack_config([data], word_tokenizer, tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+    assert leftovers(tmp_path) == [".out.units"]  # the finished units, for --resume
+    monkeypatch.setattr(shards, "write_shard", real_write)
+    config = pack_config([data], word_tokenizer, tmp_path / "out", resume=True)
+    manifest = pipeline.pack_dataset(config).manifest
+    assert manifest["engine"] == {"name": "local", "workers": 1, "units": 1, "units_reused": 1}
     assert leftovers(tmp_path) == []
 
 
@@ -449,26 +460,27 @@ def test_interrupted_overwrite_keeps_the_old_output(
     tmp_path, make_jsonl, word_tokenizer, monkeypatch
 ):
     import packshard.pack.pipeline as pipeline
+    import packshard.pack.write.shards as shards
 
     data = text_file(tmp_path, make_jsonl, TEXTS)
     out = tmp_path / "out"
     pipeline.pack_dataset(pack_config([data], word_tokenizer, out))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    real_write = pipeline.write_shard
+    real_write = shards.write_shard
     calls = []
 
     def write_then_fail(*args, **kwargs):
         calls.append(real_write(*args, **kwargs))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "write_shard", write_then_fail)
+    monkeypatch.setattr(shards, "write_shard", write_then_fail)
     with pytest.raises(KeyboardInterrupt):
         pipeline.pack_dataset(pack_config([data], word_tokenizer, out, overwrite=True, seed=9))
     assert len(calls) == 1
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert leftovers(tmp_path) == []
+    assert leftovers(tmp_path) == [".out.units"]  # kept for --resume
     # and a failed publish (rename) puts the old folder back
-    monkeypatch.setattr(pipeline, "write_shard", real_write)
+    monkeypatch.setattr(shards, "write_shard", real_write)
     real_replace = os.replace
 
     def replace(src, dst):
@@ -480,7 +492,7 @@ def test_interrupted_overwrite_keeps_the_old_output(
     with pytest.raises(OSError, match="rename failed"):
         pipeline.pack_dataset(pack_config([data], word_tokenizer, out, overwrite=True, seed=9))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert leftovers(tmp_path) == []
+    assert leftovers(tmp_path) == [".out.units"]
 
 
 # --- edges --------------------------------------------------------------------------------------
@@ -596,7 +608,7 @@ def test_expand_refuses_the_wrapped_strategy(tmp_path, make_jsonl, demo_tokenize
     from packshard.pack import PackConfig, pack_dataset
 
     data = make_jsonl(tmp_path / "chat.jsonl", [_turns(("hi", "hello"))])
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(data),),
         tokenizer=str(demo_tokenizer),
         out=str(tmp_path / "o"),
@@ -640,3 +652,17 @@ def test_sequential_rows_are_not_shuffled_and_refuse_group_by_domain(
     with pytest.raises(UsageError, match="--group-by-domain"):
         run_pack([data], word_tokenizer, out=tmp_path / "o2", max_seq_len=16,
                  strategy="sequential", group_by_domain=True)  # fmt: skip
+
+
+def test_rejects_are_written_in_input_and_line_order(tmp_path, make_jsonl, word_tokenizer):
+    """An overlong record before a broken line: its reject comes first, as its line does."""
+    from packshard.pack import pack_dataset
+
+    long = " ".join(f"w{i % 7}" for i in range(40))
+    first = make_jsonl(tmp_path / "a.jsonl", [{"text": long}, '{"text": "w2"', {"text": "w1 w2"}])
+    second = make_jsonl(tmp_path / "b.jsonl", ["[1]", {"text": long}])
+    config = pack_config([first, second], word_tokenizer, tmp_path / "out", max_seq_len=8)
+    pack_dataset(config)
+    lines = (tmp_path / "out" / "rejects.jsonl").read_text(encoding="utf-8").splitlines()
+    places = [(json.loads(x)["source"], json.loads(x)["line"]) for x in lines]
+    assert places == [(str(first), 1), (str(first), 2), (str(second), 1), (str(second), 2)]

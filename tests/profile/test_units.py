@@ -1,35 +1,37 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from packshard.engine import EngineOptions
 from packshard.errors import RecordError
 from packshard.ingest.read.sources import expand_inputs
 from packshard.ingest.read.splits import plan_splits
-from packshard.ingest.template.render import load_template
-from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import IngestOptions
-from packshard.profile import profile_inputs, report_to_dict
-from packshard.profile.units import profile_on_engine
+from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
 from tests.helpers import scale_inputs
+
+
+def config(tok: str, template: str, options: IngestOptions, **more: Any) -> ProfileConfig:
+    return ProfileConfig((), tok, 128, template, ingest=options, **more)
 
 
 def test_profile_on_two_workers_is_the_one_process_report(tmp_path, packed_demo_tokenizer):
     files = expand_inputs([str(p) for p in scale_inputs(tmp_path)])
-    bundle = load_tokenizer(str(packed_demo_tokenizer))
     options = IngestOptions()
-    one = profile_inputs(files, bundle, load_template("chatml", bundle), options, 128, 8, 0)
-    engine = EngineOptions("local", 2)
     tok = str(packed_demo_tokenizer)
-    two = profile_on_engine(files, tok, "chatml", options, 128, 8, 0, engine, 8000, "offsets")
+    one = profile_inputs(files, config(tok, "chatml", options))
+    engine = EngineOptions("local", 2)
+    two = profile_inputs(files, config(tok, "chatml", options, engine=engine, split_bytes=8000))
     assert report_to_dict(one) == report_to_dict(two)
     assert one.rejects == two.rejects and len(two.rejects) >= 2
     assert one.reject_codes == two.reject_codes
     fail = IngestOptions(on_error="fail")
     with pytest.raises(RecordError) as serial:
-        profile_inputs(files, bundle, load_template("chatml", bundle), fail, 128)
+        profile_inputs(files, config(tok, "chatml", fail))
     with pytest.raises(RecordError) as units:
-        profile_on_engine(files, tok, "chatml", fail, 128, 8, 0, engine, 8000)
+        profile_inputs(files, config(tok, "chatml", fail, engine=engine, split_bytes=8000))
     assert str(serial.value) == str(units.value)
 
 
@@ -37,7 +39,6 @@ def test_profile_on_two_workers_is_the_one_process_report(tmp_path, packed_demo_
 def test_reasoning_and_records_on_workers_are_the_one_process_report(tmp_path, turns):
     """Reasoning tokens, the trained ones and record counts (``--turns expand`` makes several
     examples of a record) merge from units exactly as one process counts them."""
-    from packshard.ingest.template.render import compile_template
     from tests.helpers import THINK, answer, build_qwen, chat, user, write_jsonl
 
     tok = str(build_qwen(tmp_path / "qwen"))
@@ -54,12 +55,12 @@ def test_reasoning_and_records_on_workers_are_the_one_process_report(tmp_path, t
     files = expand_inputs([str(write_jsonl(tmp_path / "d.jsonl", records))])
     template_path = tmp_path / "think.jinja"
     template_path.write_text(THINK, encoding="utf-8")
-    bundle = load_tokenizer(tok)
     options = IngestOptions(turns=turns)
-    template = compile_template(THINK, "think.jinja")
-    one = profile_inputs(files, bundle, template, options, 128, 8, 0)
+    one = profile_inputs(files, config(tok, str(template_path), options))
     engine = EngineOptions("local", 2)
-    two = profile_on_engine(files, tok, str(template_path), options, 128, 8, 0, engine, 600)
+    two = profile_inputs(
+        files, config(tok, str(template_path), options, engine=engine, split_bytes=600)
+    )
     assert len(plan_splits(files, 600)) > 2  # records of one file, cut into several units
     assert report_to_dict(one) == report_to_dict(two)
     assert one.total.reasoning_tokens > 0 and one.total.records == 30

@@ -290,7 +290,7 @@ def real_pack(tmp_path_factory) -> tuple[Path, Path]:
 
     root = tmp_path_factory.mktemp("real")
     tok = build_demo_tokenizer(root / "tok")
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(demo_data_path()),),
         tokenizer=str(tok),
         out=str(root / "out"),

@@ -49,7 +49,7 @@ def corrupted(monkeypatch):
 
 
 def _pack(tmp: Path, tokenizer: Path, backend: str):
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(demo_data_path()),),
         tokenizer=str(tokenizer),
         out=str(tmp / backend),

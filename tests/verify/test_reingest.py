@@ -15,7 +15,8 @@ def packed(tmp_path_factory, packed_demo_tokenizer):
     inputs = scale_inputs(root / "data")
     out = root / "out"
     settings = {"max_seq_len": 256, "template": "chatml", "overlong": "split"}
-    config = PackConfig(tuple(map(str, inputs)), str(packed_demo_tokenizer), str(out), **settings)
+    tok = str(packed_demo_tokenizer)
+    config = PackConfig.build(tuple(map(str, inputs)), tok, str(out), **settings)
     pack_dataset(config)
     return out
 
@@ -77,7 +78,9 @@ def test_reasoning_turns_on_two_workers_match_one_process(tmp_path, turns, monke
     data = write_jsonl(tmp_path / "r.jsonl", records)
     out = tmp_path / "out"
     qwen = str(build_qwen(tmp_path / "qwen"))
-    config = PackConfig((str(data),), qwen, str(out), 128, template=str(template), turns=turns)
+    config = PackConfig.build(
+        (str(data),), qwen, str(out), 128, template=str(template), turns=turns
+    )
     pack_dataset(config)
     from packshard.ingest.read import splits
     from packshard.verify import reingest as units

@@ -536,7 +536,7 @@ def test_verify_passes_on_what_pack_makes_from_real_data(shared_data, tmp_path, 
     if template is not None and template.endswith(".jinja"):
         template = str(tokenizers / template)
     inputs = tuple(str(p) for p in sorted((shared_data / "chat").iterdir()))
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=inputs,
         tokenizer=str(tokenizers / tokenizer),
         template=template,

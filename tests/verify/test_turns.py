@@ -88,7 +88,7 @@ def test_verify_catches_reasoning_left_untrained(qwen: Path, tmp_path: Path, mon
     template.write_text(THINK, encoding="utf-8")
     data = write_jsonl(tmp_path / "r.jsonl", [chat(user("2+2?"), answer("4", reasoning="Add."))])
     out = tmp_path / "out"
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(data),),
         tokenizer=str(qwen),
         template=str(template),

@@ -8,7 +8,7 @@
         └─► UnitResult: per-example integers, rejects, counts  ──► back to the driver
 
 Only small things travel back: the per-example integers the driver plans with (50 bytes an
-example), the rejects with the stage that made them, and counts.  Lines of a byte range are
+example), the rejects and counts.  Lines of a byte range are
 relative to its start and codes of domains and formats local to the unit; the driver makes
 them global (:mod:`packshard.pack.units.merge`).
 
@@ -16,7 +16,8 @@ Idempotent and resumable: the part is written into an attempt folder and renamed
 unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json`` as its
 completion marker.  A retried or resumed task that finds the marker returns what it holds
 instead of working again.  Tokenizer and template are loaded once per worker process and
-kept for its later tasks.
+kept for its later tasks; in the driver's own process (``--workers 1``) the tasks use the
+driver's load (:func:`packshard.ingest.loaded.sharing`), so that nothing is loaded twice.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import os
 import shutil
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -36,19 +36,19 @@ from packshard.digests import sha256_path
 from packshard.engine.faults import inject
 from packshard.errors import PackshardError, RecordError
 from packshard.ingest.label.spans import render_example
+from packshard.ingest.loaded import loaded
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.read.splits import Split, SplitRead, read_split
 from packshard.ingest.stream import ingest
-from packshard.ingest.template.render import ChatTemplate, load_template
+from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.tokens.labels import encode_texts, label_encodings
-from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.pack.spill import SpillCounts, SpillWriter
 from packshard.records import Reject, SourceRef
 
 MARKER = "unit.json"
 ARRAYS = "meta.npz"
-STAGE_INGEST, STAGE_OVERLONG = 0, 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class UnitResult:
 
     ``arrays`` holds ``lengths`` and the spill's per-example arrays (lines relative to the
     split, domain and format codes into ``domains`` and ``formats``), plus ``record_lines``
-    (the line of every record ingest accepted) and ``reject_stage``.
+    (the line of every record ingest accepted).
     """
 
     split: Split
@@ -110,20 +110,13 @@ class UnitResult:
         return int(self.arrays["lengths"].sum())
 
 
-@lru_cache(maxsize=4)
-def _loaded(tokenizer: str, template: str | None) -> tuple[TokenizerBundle, ChatTemplate | None]:
-    """Return the tokenizer and compiled template, loaded once per worker process."""
-    bundle = load_tokenizer(tokenizer)
-    return bundle, load_template(template, bundle)
-
-
 def warm_worker(specs: tuple[str, str | None]) -> None:
     """Load the tokenizer, compile the template and label one tiny record, once a process.
 
     The tiny record also loads every jitted kernel labelling uses; run in the fork server,
     all of it is in each worker before its first unit (:mod:`packshard.engine.forkwarm`).
     """
-    bundle, template = _loaded(*specs)
+    bundle, template = loaded(*specs)
     value: dict[str, Any] = {"text": "warm"}
     if template is not None:
         value = {
@@ -148,7 +141,7 @@ def map_unit(task: MapTask) -> UnitResult:
             return load_unit(final, split)
         except Exception:  # a marker left malformed: the unit is mapped again
             shutil.rmtree(final, ignore_errors=True)
-    bundle, template = _loaded(ctx.tokenizer, ctx.template)
+    bundle, template = loaded(ctx.tokenizer, ctx.template)
     attempt = work / f".{split.name}.attempt-{uuid.uuid4().hex[:12]}"
     attempt.mkdir(parents=True)
     try:
@@ -172,7 +165,6 @@ def _map_into(
     writer = SpillWriter(folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, ctx.sources)
     state = SplitRead()
     rejects: list[Reject] = []
-    stages: list[int] = []
     lines: list[np.ndarray] = []
     records = reasoning_dropped = 0
     error = None
@@ -187,21 +179,17 @@ def _map_into(
         for chunk in chunks:
             records += chunk.records
             rejects += chunk.rejects
-            stages += [STAGE_INGEST] * len(chunk.rejects)
             refs = chunk.batch.refs
             every = np.fromiter((r.line for r in refs), np.int64, count=len(refs))
             lines.append(every[np.r_[True, every[1:] != every[:-1]]] if len(every) else every)
             reasoning_dropped += chunk.reasoning_dropped
-            dropped = writer.add(chunk.batch)
-            rejects += dropped
-            stages += [STAGE_OVERLONG] * len(dropped)
+            rejects += writer.add(chunk.batch)
     except RecordError as exc:  # --on-error fail or --overlong error: the driver decides
         error = (exc.code, exc.reason, exc.source, exc.line)
     spill = writer.finish()
     arrays = {name: getattr(spill, name) for name in _ARRAY_NAMES}
     arrays["lengths"] = spill.lengths
     arrays["record_lines"] = np.concatenate([np.zeros(0, np.int64), *lines])
-    arrays["reject_stage"] = np.array(stages, dtype=np.int8)
     return UnitResult(
         split=split,
         folder=str(folder),

@@ -10,10 +10,10 @@ made::
     unit        record ids         + records accepted by earlier units
     unit        tokens             laid after the earlier units' (PartFiles bases)
 
-Rejects are put in the order the single-process pipeline writes them: chunk by chunk of
-``batch_size`` records counted over all inputs, and within a chunk first what ingest
-rejected, then what the overlong policy dropped, each by record.  A record's place in that
-count comes from its line: lines are unique and increasing within a split.  A split that
+Rejects are put in (input, line) order: units come in input order and byte order, so a
+stable sort of each unit's rejects by line (what ingest rejected and what the overlong
+policy dropped are interleaved by record; a record's own rejects keep their order) gives
+the order of the whole job, whatever the unit size or the chunk size.  A split that
 broke off reading (``stopped``) ends its file: the file's later units are left out, as
 reading the whole file would have stopped there.  With ``--on-error fail`` the first unit
 (in input order) holding an error raises it, placed at its absolute line.
@@ -29,7 +29,7 @@ import numpy as np
 from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
 from packshard.errors import RecordError
 from packshard.pack.spill import PER_EXAMPLE, Spill, SpillCounts
-from packshard.pack.units.map import STAGE_INGEST, UnitResult
+from packshard.pack.units.map import UnitResult
 from packshard.pack.units.parts import PartFiles
 from packshard.records import Reject, SourceRef
 
@@ -48,9 +48,9 @@ def kept_units(results: Sequence[UnitResult]) -> list[UnitResult]:
 
 
 def merge_units(
-    results: Sequence[UnitResult], sources: tuple[str, ...], batch_size: int
+    results: Sequence[UnitResult], sources: tuple[str, ...]
 ) -> tuple[Spill, list[Reject]]:
-    """Return the merged spill (tokens in the parts) and the rejects in pipeline order.
+    """Return the merged spill (tokens in the parts) and the rejects in (input, line) order.
 
     Raises:
         RecordError: the first unit error in input order (``--on-error fail``,
@@ -61,12 +61,11 @@ def merge_units(
     domains, formats = NameCodes(), NameCodes()
     line_base = [0] * len(sources)
     meta: dict[str, list[np.ndarray]] = {k: [] for k in (*PER_EXAMPLE, "lengths")}
-    keys: list[tuple[int, int, int]] = []
     rejects: list[Reject] = []
     per_source = np.zeros(len(sources), np.int64)
     per_domain = tokens_in = np.zeros(0, np.int64)
     policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
-    seq = accepted = 0
+    accepted = 0
     for r in units:
         base = line_base[r.split.index] if r.split.kind == "bytes" else 0
         line_base[r.split.index] += r.newlines
@@ -92,11 +91,8 @@ def merge_units(
         tokens_in = add_counts(tokens_in, _by_code(dom, c.tokens_in_per_domain, n))
         for k in policy:
             policy[k] += getattr(c, k)
-        keys += _reject_keys(r, seq, batch_size)
-        rejects += [_moved(x, base) for x in r.rejects]
-        seq += r.records
+        rejects += sorted((_moved(x, base) for x in r.rejects), key=_line)
         accepted += int(a["record_lines"].shape[0])
-    order = sorted(range(len(rejects)), key=keys.__getitem__)
     ndom = len(domains.names)
     counts = SpillCounts(
         sources=sources,
@@ -126,7 +122,7 @@ def merge_units(
         counts=counts,
         part_files=parts,
     )
-    return spill, [rejects[i] for i in order]
+    return spill, rejects
 
 
 def _moved(reject: Reject, base: int) -> Reject:
@@ -134,22 +130,11 @@ def _moved(reject: Reject, base: int) -> Reject:
     return Reject(ref, reject.domain, reject.code, reject.reason)
 
 
+def _line(reject: Reject) -> int:
+    return reject.ref.line
+
+
 def _by_code(codes: np.ndarray, values: Sequence[int], n: int) -> np.ndarray:
     out = np.zeros(n, np.int64)
     np.add.at(out, codes, np.asarray(values, np.int64))
     return out
-
-
-def _reject_keys(r: UnitResult, seq: int, batch_size: int) -> list[tuple[int, int, int]]:
-    """``(chunk, stage, record)`` of each reject: where the one-process pipeline writes it."""
-    stage = r.arrays["reject_stage"]
-    ingest_lines = [
-        x.ref.line for x, s in zip(r.rejects, stage.tolist(), strict=True) if s == STAGE_INGEST
-    ]
-    lines = np.sort(np.concatenate([r.arrays["record_lines"], np.array(ingest_lines, np.int64)]))
-    assert lines.shape[0] == r.records, "every record of a unit has a line of its own"
-    place = np.searchsorted(lines, [x.ref.line for x in r.rejects]) + seq  # 0-based record
-    return [
-        (int(p) // batch_size, int(s), int(p))
-        for p, s in zip(place.tolist(), stage.tolist(), strict=True)
-    ]

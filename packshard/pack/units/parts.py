@@ -11,7 +11,11 @@ flat token space; ``bases`` says where each part starts in it::
 
 An example never crosses a part, so a range ``[start, start + length)`` of the flat space
 lies in part ``searchsorted(bases, start, "right") - 1`` and is one positioned read of that
-part's files.  The folders must be on storage every worker reaches (beside the output).
+part's files.  When all the parts together are small (``WHOLE_BYTES``, tokens and labels:
+the rule a one-folder spill keeps) each part a task needs is read whole, one at a time, and
+its ranges gathered by a jitted loop: on the shared chat data (5,412 examples, 8 units) the
+positioned reads cost more than the gather.  The folders must be on storage every worker
+reaches (beside the output).
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from packshard.arrays import exclusive_cumsum
 
 FILES = ("tokens.bin", "labels.bin")
+WHOLE_BYTES = 64 * 1024 * 1024
+"""Parts whose tokens and labels total at most this are read whole (see the docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,17 @@ def read_part_ranges(
     labels = np.empty(total, dtype=np.int32)
     part = np.searchsorted(parts.bases, starts, side="right") - 1
     local = starts - parts.bases[np.clip(part, 0, len(parts.folders) - 1)]
+    if parts.total * 8 <= WHOLE_BYTES:
+        for p in np.unique(part[lengths > 0]).tolist():
+            sel = np.flatnonzero(part == p)
+            size = int(parts.bases[p + 1] - parts.bases[p])
+            for name, out in zip(FILES, (ids, labels), strict=True):
+                path = os.path.join(parts.folders[p], name)
+                whole = np.fromfile(path, dtype=np.int32, count=size)
+                if whole.size < size:
+                    raise EOFError(f"{path}: spill part ends early at byte {4 * whole.size}")
+                gather_ranges(whole, local[sel], lengths[sel], out_start[sel], out)
+        return ids, labels
     order = np.argsort(part, kind="stable")  # one open file per part, reads in file order
     for name, out in zip(FILES, (ids, labels), strict=True):
         view = out.data.cast("B")
@@ -72,6 +90,17 @@ def read_part_ranges(
             if fh is not None:
                 fh.close()
     return ids, labels
+
+
+@njit(cache=True, nogil=True)
+def gather_ranges(  # pragma: no cover - jitted
+    source: np.ndarray, starts: np.ndarray, lengths: np.ndarray, at: np.ndarray, out: np.ndarray
+) -> None:
+    """Copy ``source[starts[i] : starts[i] + lengths[i]]`` to ``out[at[i]:]`` for every i."""
+    for i in range(len(starts)):
+        src, dst = starts[i], at[i]
+        for j in range(lengths[i]):
+            out[dst + j] = source[src + j]
 
 
 def _pread_into(fh: io.FileIO, view: memoryview, offset: int) -> None:

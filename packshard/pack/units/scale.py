@@ -1,9 +1,10 @@
 """The pipeline on an engine: inputs cut into units, mapped by workers, merged by the driver.
 
-``pack --workers N`` (N > 1), ``--engine ray`` and ``--resume`` take this path; the stages
-after the merge (plan, shuffle, examples index, rejects, manifest) are the pipeline's own::
+Every ``pack`` takes this path (``--workers 1`` on the serial engine, in the driver's
+process, with the driver's tokenizer and template); the stages after the merge (plan,
+shuffle, examples index, rejects, manifest) are the pipeline's own::
 
-    driver                                    workers (local processes or Ray tasks)
+    driver                                    workers (this process, local processes, Ray)
     expand_inputs ─► hash every input ──────► sha256 per file
     plan_splits (byte ranges, row groups)
     skip units already done (--resume) ─────► map_unit per unit: spill part + UnitResult
@@ -17,7 +18,9 @@ completion markers, under a ``job.json`` fingerprint of everything that decides 
 content (options, library versions, input hashes, tokenizer and template, unit size).
 ``--resume`` keeps the units of a folder whose fingerprint matches and whose files hash as
 recorded (:mod:`packshard.pack.units.resume`); any other run starts it afresh.  It is removed
-once the output is published, and kept when a run fails, so that ``--resume`` can continue.
+once the output is published, and when a run stops on bad data or options (the same units
+would fail again) or on a limit of the machine (file too large, disk full); it is kept when
+a task keeps failing or the run is interrupted, so that ``--resume`` can continue.
 Driver memory holds the per-example integers (:mod:`packshard.pack.spill`), the plan and the
 rejects; tokens stay in the parts.
 """
@@ -28,11 +31,10 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 from packshard.digests import sha256_path
-from packshard.engine import Engine, EngineOptions, open_engine
+from packshard.engine import Engine, open_engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.rejects import RejectsWriter
 from packshard.ingest.markers import check_markers
@@ -43,27 +45,25 @@ from packshard.ingest.tokens.backends import encoder_for
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
 from packshard.pack.spill import Spill
-from packshard.pack.units.map import MapTask, UnitContext, map_unit, warm_worker
+from packshard.pack.units.map import MapTask, UnitContext, UnitResult, map_unit, warm_worker
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
+from packshard.pack.write.outdir import temp_stem
 
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 """Beside ``tokenizer.json``: what :func:`~packshard.ingest.tokens.tokenizer.load_tokenizer`
 reads."""
-UNIT_BATCH = 256
-"""Records per ingest chunk inside a unit: small chunks keep rendering, tokenizing and
-labelling overlapped in a unit of a few chunks.  Any size gives the same output (the merge
-orders rejects by ``--batch-size`` chunks, whatever the units used)."""
 
 
 class DriverLoad:
     """The driver's tokenizer and template (the manifest needs them), loaded on a thread.
 
-    On an engine the workers load their own.  While they are still starting, the driver loads
-    at once; when they are ready, its load starts once the map tasks are handed out
-    (:func:`map_inputs` calls :meth:`start`), so that it runs while they
-    map instead of before: it holds the GIL for most of its time, and would delay the first
-    tasks.  Without an engine it is awaited at once.
+    Workers in other processes load their own.  While they are still starting, the driver
+    loads at once; when they are ready, its load starts once the map tasks are handed out
+    (:func:`map_inputs` calls :meth:`start`), so that it runs while they map instead of
+    before: it holds the GIL for most of its time, and would delay the first tasks.  Tasks
+    run in the driver's process (the serial engine) use this load through
+    :func:`~packshard.ingest.loaded.sharing`: the first of them waits for it.
     """
 
     def __init__(self, config: PackConfig, pool: ThreadPoolExecutor) -> None:
@@ -79,7 +79,9 @@ class DriverLoad:
         bundle = load_tokenizer(self._config.tokenizer)
         template = load_template(self._config.template, bundle)
         check_markers(bundle, template, self._config.allow_split_markers)
-        encoder_for(bundle, self._config.backend)  # the canary; a forced fast that cannot stops
+        encoder_for(
+            bundle, self._config.ingest.backend
+        )  # the canary; a forced fast that cannot stops
         return bundle, template
 
     def result(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
@@ -96,28 +98,28 @@ class DriverLoad:
 
 
 def work_folder(out: Path) -> Path:
-    """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it."""
-    return out.parent / f".{out.name}.units"
+    """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it.
+
+    A name too long for that takes its start and a hash, as the ``.partial`` folder does.
+    """
+    return out.parent / f".{temp_stem(out.name)}.units"
 
 
 def worker_env(config: PackConfig) -> dict[str, str]:
     """Tokenizer threads per worker: ``--num-workers``, else the cores shared out."""
     if config.num_workers:
         threads = config.num_workers
-    elif config.engine == "ray":
+    elif config.engine.engine == "ray":
         threads = 1  # Ray gives each task one CPU
     else:
-        threads = max(1, (os.cpu_count() or 1) // config.workers)
+        threads = max(1, (os.cpu_count() or 1) // config.engine.workers)
     return {"RAYON_NUM_THREADS": str(threads)}
 
 
 @contextmanager
-def engine_for(config: PackConfig) -> Iterator[Engine | None]:
-    """Yield the engine of ``config``, or None for the single-process path."""
-    if config.engine == "local" and config.workers == 1 and not config.resume:
-        yield None
-        return
-    options = EngineOptions(config.engine, config.workers, config.ray_address)
+def engine_for(config: PackConfig) -> Iterator[Engine]:
+    """Yield the engine of ``config`` (the serial one for one local worker)."""
+    options = config.engine
     warm = (warm_worker, (config.tokenizer, config.template))
     with open_engine(options, worker_env(config), warm) as engine:
         yield engine
@@ -156,18 +158,20 @@ def map_inputs(
     hashes: list[str],
     rejects: RejectsWriter,
     started: Callable[[], None] = lambda: None,
+    done: Callable[[UnitResult], None] = lambda result: None,
     note: Callable[[str], None] = lambda text: None,
 ) -> tuple[Spill, Path, dict[str, int]]:
     """Map every unit (reusing finished ones on ``--resume``), merge, write the rejects.
 
-    ``started`` is called once the map tasks are handed to the engine; ``note`` hears what
-    ``--resume`` could not reuse, and why (:mod:`packshard.pack.units.resume`).
+    ``started`` is called once the map tasks are handed to the engine, ``done`` with each
+    unit's result as it finishes (reused ones first); ``note`` hears what ``--resume`` could
+    not reuse, and why (:mod:`packshard.pack.units.resume`).
     """
     splits = plan_splits(files, config.split_bytes)
     options = {
         **config.recorded(),
-        "on_error": config.on_error,
-        "ingest": [config.batch_size, config.split_bytes],
+        "on_error": config.ingest.on_error,
+        "ingest": [config.ingest.batch_size, config.split_bytes],
     }
     parts = job_parts(options, [f.path for f in files], hashes, setup_files(config))
     work = work_folder(Path(config.out))
@@ -175,10 +179,10 @@ def map_inputs(
     context = UnitContext(
         tokenizer=config.tokenizer,
         template=config.template,
-        options=replace(config.ingest_options(), batch_size=min(config.batch_size, UNIT_BATCH)),
-        max_seq_len=config.max_seq_len,
-        overlong=config.overlong,
-        split_at_rows=config.strategy == "wrapped",
+        options=config.ingest_options(),
+        max_seq_len=config.plan.max_seq_len,
+        overlong=config.plan.overlong,
+        split_at_rows=config.plan.strategy == "wrapped",
         sources=tuple(f.path for f in files),
         work=str(work),
         faults=parse_faults(os.environ.get(FAULTS_ENV)),
@@ -186,12 +190,15 @@ def map_inputs(
     results: list = [None] * len(splits)
     for i, split in enumerate(splits):
         results[i] = reusable_unit(work / split.name, split, note)
+        if results[i] is not None:
+            done(results[i])
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, splits[i]) for i in todo]
-    mapped = engine.run(map_unit, tasks, [t.split.describe() for t in tasks], on_started=started)
+    keys = [t.split.describe() for t in tasks]
+    mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
-    spill, ordered = merge_units(results, context.sources, config.batch_size)
+    spill, ordered = merge_units(results, context.sources)
     rejects.write(ordered)
     info = {"units": len(splits), "units_reused": len(splits) - len(todo)}
     info["reasoning_dropped"] = sum(r.reasoning_dropped for r in results)

@@ -52,7 +52,7 @@ def _pack(shared: Path, tmp: Path, case: str, backend: str) -> PackConfig:
     tok, template, names = SHARED[case]
     if template is not None and template.endswith(".jinja"):
         template = str(shared / template)
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=tuple(str(shared / "chat" / n) for n in names),
         tokenizer=str(shared / "tokenizers" / tok),
         template=template,
@@ -83,7 +83,7 @@ def _demo(tmp: Path, tokenizer: Path, backend: str) -> Path:
     """Pack the demo chats (one copy, so the recorded source is the same) into ``tmp/backend``."""
     from packshard.demo import demo_data_path
 
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(demo_data_path()),),
         tokenizer=str(tokenizer),
         out=str(tmp / backend),
@@ -123,7 +123,7 @@ def test_auto_without_fastokens_is_the_reference_and_says_so_once(
     )
     from packshard.demo import demo_data_path
 
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(demo_data_path()),),
         tokenizer=str(demo_tokenizer),
         out=str(tmp_path / "out"),
@@ -279,7 +279,7 @@ def test_forced_fast_on_a_tokenizer_that_needs_offsets_stops_before_reading(
 ):
     data = tmp_path / "d.jsonl"
     data.write_text('{"text": "w2 w3"}\n')
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=(str(data),),
         tokenizer=str(word_tokenizer),
         out=str(tmp_path / "out"),

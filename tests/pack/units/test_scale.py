@@ -26,7 +26,7 @@ def tokenizer(packed_demo_tokenizer) -> Path:
 def pack(inputs, tokenizer, out: Path, **options) -> dict:
     settings = {"max_seq_len": 256, "template": "chatml", "shard_rows": 5, "batch_size": 7}
     settings.update(options)
-    config = PackConfig(
+    config = PackConfig.build(
         inputs=tuple(map(str, inputs)), tokenizer=str(tokenizer), out=str(out), **settings
     )  # type: ignore[arg-type]
     return pack_dataset(config).manifest
@@ -57,7 +57,7 @@ def test_two_local_workers_write_the_same_bytes_as_one_process(
     options = VARIANTS[variant]
     one = pack(inputs, tokenizer, tmp_path / "one", **options)
     two = pack(inputs, tokenizer, tmp_path / "two", workers=2, split_bytes=SPLIT, **options)
-    assert one["engine"] == {"name": "local", "workers": 1}
+    assert one["engine"] == {"name": "local", "workers": 1, "units": 3, "units_reused": 0}
     assert two["engine"] == {"name": "local", "workers": 2, "units": 9, "units_reused": 0}
     assert output_digests(tmp_path / "one") == output_digests(tmp_path / "two")
     assert {k: v for k, v in one.items() if k not in ("created_at", "engine")} == {

@@ -1,0 +1,57 @@
+"""The tokenizer and template a process works with: the driver's, or loaded once per process.
+
+Every command runs its work as engine tasks (:mod:`packshard.engine`).  A task names the
+tokenizer and template by their specs (paths, ``builtin:NAME``) and asks :func:`loaded`
+for them::
+
+    driver process                                  worker process (local or Ray)
+    sharing(specs, DriverLoad.result) ─┐            loaded(specs) ─► load once, keep
+    task in this process: loaded(specs) ┘─► the driver's objects (never loaded twice)
+
+The driver opens :func:`sharing` around its engine: a task the serial engine runs in the
+driver's process then gets the driver's own tokenizer and template (the driver needs them
+for the manifest anyway).  The entry is keyed by process id too, so that a process forked
+from the driver never waits on the driver's loading thread.  Elsewhere the first task of a
+process loads them and later tasks reuse them (four specs at most are kept).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+
+from packshard.ingest.template.render import ChatTemplate, load_template
+from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
+
+Loaded = tuple[TokenizerBundle, ChatTemplate | None]
+_SHARED: dict[tuple[int, str, str | None], Callable[[], Loaded]] = {}
+_LOCK = threading.Lock()
+
+
+@contextmanager
+def sharing(tokenizer: str, template: str | None, load: Callable[[], Loaded]) -> Iterator[None]:
+    """While open, tasks run in this process get ``load()`` for these specs."""
+    key = (os.getpid(), tokenizer, template)
+    _SHARED[key] = load
+    try:
+        yield
+    finally:
+        _SHARED.pop(key, None)
+
+
+def loaded(tokenizer: str, template: str | None) -> Loaded:
+    """Return the tokenizer and compiled template: the shared ones, else once per process."""
+    shared = _SHARED.get((os.getpid(), tokenizer, template))
+    if shared is not None:
+        return shared()
+    with _LOCK:
+        return _load(tokenizer, template)
+
+
+@lru_cache(maxsize=4)
+def _load(tokenizer: str, template: str | None) -> Loaded:
+    bundle = load_tokenizer(tokenizer)
+    return bundle, load_template(template, bundle)

@@ -1,0 +1,59 @@
+"""What ``profile`` is asked to do: :class:`ProfileConfig`, composed like ``pack``'s.
+
+::
+
+    ProfileConfig ─ inputs, tokenizer, template, max_seq_len, batch_size, seed, split_bytes
+      ├─ ingest: IngestOptions   (format, loss, reasoning, turns, limits …)
+      └─ engine: EngineOptions   (engine, workers, address)
+
+``batch_size`` here is the training batch size the batching estimates assume; the records
+per ingest chunk stay ``ingest.batch_size`` (not an option of ``profile``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from packshard.engine import EngineOptions
+from packshard.ingest.types import IngestOptions
+from packshard.profile.lengths import check_profile_options
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileConfig:
+    """Everything ``profile`` needs; :meth:`build` takes the command line's flat keywords."""
+
+    inputs: tuple[str, ...]
+    tokenizer: str
+    max_seq_len: int
+    template: str | None = None
+    batch_size: int = 8
+    seed: int = 0
+    split_bytes: int = 0  # 0: packshard.ingest.read.splits.auto_split_bytes
+    ingest: IngestOptions = field(default_factory=IngestOptions)
+    engine: EngineOptions = field(default_factory=EngineOptions)
+
+    @classmethod
+    def build(cls, **flat: Any) -> ProfileConfig:
+        """Build from flat keywords: the config's own first, then each part's by field name.
+
+        ``ray_address`` is :class:`EngineOptions`' ``address``; ``fmt`` is ``format``.
+        """
+        renames = {"ray_address": "address", "fmt": "format"}
+        flat = {renames.get(k, k): v for k, v in flat.items()}
+        own = {f.name for f in fields(cls)} - {"ingest", "engine"}
+        mine = {k: flat.pop(k) for k in own & set(flat)}
+        parts: dict[str, Any] = {}
+        for name, kind in (("ingest", IngestOptions), ("engine", EngineOptions)):
+            names = {f.name for f in fields(kind)} & set(flat)
+            parts[name] = kind(**{k: flat.pop(k) for k in names})
+        if flat:
+            raise TypeError(f"ProfileConfig has no option {', '.join(sorted(flat))}")
+        return cls(**mine, **parts)
+
+    def check(self) -> None:
+        """Raise :class:`~packshard.errors.UsageError` for options out of range."""
+        self.ingest.check()
+        check_profile_options(self.max_seq_len, self.batch_size, self.seed)
+        self.engine.check()
