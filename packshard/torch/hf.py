@@ -31,6 +31,7 @@ import torch
 
 from packshard.errors import UsageError
 from packshard.torch.collate import collate_varlen, flash_attn_kwargs, packed_row
+from packshard.torch.steps import STEP_KEY
 
 TRL_RECIPE = "SFTConfig(padding_free=True, packing=False, max_length=None) and no data_collator"
 
@@ -52,6 +53,8 @@ def collate_hf(rows: list[Mapping[str, Any]], flash: bool = False) -> dict[str, 
     }
     if flash:
         out.update(flash_attn_kwargs(batch))
+    if STEP_KEY in batch:  # the trained tokens of the whole optimizer step (grad_accum=)
+        out[STEP_KEY] = batch[STEP_KEY]
     return out
 
 
