@@ -35,13 +35,16 @@ from packshard.torch.masks import (
     seq_idx_from_cu_seqlens,
 )
 from packshard.torch.placement import epoch_rows
+from packshard.torch.seams import SeamLeakError, check_model
 from packshard.torch.stream import PackedIterableDataset, ResumableLoader
 
 __all__ = [
     "PackedDataset",
     "PackedIterableDataset",
     "ResumableLoader",
+    "SeamLeakError",
     "block_causal_mask",
+    "check_model",
     "check_trainer",
     "collate_hf",
     "collate_padded",

@@ -31,6 +31,7 @@ import torch
 
 from packshard.errors import UsageError
 from packshard.torch.collate import collate_varlen, flash_attn_kwargs, packed_row
+from packshard.torch.seams import check_model
 from packshard.torch.steps import STEP_KEY
 
 TRL_RECIPE = "SFTConfig(padding_free=True, packing=False, max_length=None) and no data_collator"
@@ -140,7 +141,9 @@ def check_trainer(trainer: Any, rows: int = 4) -> None:
     ``trainer`` is a built ``transformers.Trainer`` or ``trl.SFTTrainer`` whose train
     dataset holds packshard rows.  Its first ``rows`` rows are collated as the trainer would
     (after its column removal) and the sequences the model separates are compared with the
-    rows' segments.  Call it once, before ``trainer.train()``.
+    rows' segments; then :func:`~packshard.torch.seams.check_model` runs the trainer's model
+    on the first collated row and on each of its segments alone.  Call it once, before
+    ``trainer.train()``.
     """
     args = trainer.args
     is_trl = type(trainer).__name__ == "SFTTrainer"
@@ -170,3 +173,4 @@ def check_trainer(trainer: Any, rows: int = 4) -> None:
     if problem is not None:
         name = type(trainer).__name__
         raise UsageError(f"{name}'s batches would mix examples: {problem} ({_fix(trainer)})")
+    check_model(trainer.model, batch)  # the model itself: its attention path, mask, positions
