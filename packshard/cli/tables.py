@@ -17,6 +17,7 @@ from rich.text import Text
 
 from packshard.options import CHECKS
 from packshard.profile import STRATEGIES, DomainProfile, ProfileReport
+from packshard.profile.shape import describe_shape
 
 
 def _num(value: Any) -> str:
@@ -314,4 +315,5 @@ def render_profile_table(report: ProfileReport) -> Group:
         build_lengths_table(report),
         build_utilization_table(report),
         Text(report.verdict, style="bold"),
+        Text(describe_shape(dict(report.shape))),
     )
