@@ -204,3 +204,64 @@ def test_it_is_what_the_hf_trainer_computes_as_num_items_in_batch(
     assert len(seen) == 8  # 16 rows: 4 steps of 2 micro-batches of 2 rows
     assert all(ours == theirs for theirs, ours in seen), seen
     assert len({ours for _, ours in seen}) > 1
+
+
+def _accelerate_loop(rank, out, results):
+    import json
+
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from accelerate import Accelerator, DataLoaderConfiguration
+    from torch.utils.data import DataLoader
+
+    from tests.helpers import tiny_llama
+
+    # the docs/trainers.md recipe: accelerate splits the stream (IterableDatasetShard), DDP
+    accelerator = Accelerator(
+        cpu=True,
+        gradient_accumulation_steps=ACCUM,
+        dataloader_config=DataLoaderConfiguration(dispatch_batches=False),
+    )
+    data = PackedIterableDataset(out, seed=5, grad_accum=ACCUM, batch_size=1)
+    loader = DataLoader(data, batch_size=1, collate_fn=collate_varlen)
+    model, reference = tiny_llama(), tiny_llama()
+    model, loader = accelerator.prepare(model, loader)
+    world, deltas, counts, local = accelerator.num_processes, [], [], []
+    for batch in loader:
+        with accelerator.accumulate(model):
+            logits = model(
+                input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False
+            ).logits[0]
+            labels = batch["labels"][0]
+            loss_sum = F.cross_entropy(logits[:-1], labels[1:], reduction="sum")
+            accelerator.backward(loss_sum / batch["num_items_in_step"] * ACCUM * world)
+            row = {k: batch[k][0] for k in ("input_ids", "labels")}
+            local.append((row, batch["cu_seqlens"], batch["num_items_in_step"]))
+            if accelerator.sync_gradients:
+                reference.zero_grad()
+                sums = [_alone_sum(reference, {**r, "cu_seqlens": cu}) for r, cu, _ in local]
+                trained = torch.tensor(sum(c for _, c in sums))
+                dist.all_reduce(trained)
+                assert {n for *_, n in local} == {int(trained)}  # the step, every rank
+                (sum(s for s, _ in sums) / int(trained)).backward()
+                grads = _grads(reference)
+                dist.all_reduce(grads)
+                fed = _grads(model.module if hasattr(model, "module") else model)
+                deltas.append(float((fed - grads).abs().max()))
+                counts.append(int(trained))
+                model.zero_grad()
+                local = []
+    (results / f"acc{rank}.json").write_text(json.dumps({"deltas": deltas, "steps": counts}))
+
+
+@pytest.mark.trainers
+def test_the_accelerate_recipe_gets_the_unpacked_token_mean_gradient(marked_pack, tmp_path):
+    import json
+
+    from tests.helpers import run_two_processes
+
+    run_two_processes(_accelerate_loop, marked_pack, tmp_path)
+    records = [json.loads((tmp_path / f"acc{r}.json").read_text()) for r in (0, 1)]
+    assert records[0]["steps"] == records[1]["steps"] and len(records[0]["steps"]) == 2
+    for record in records:
+        assert max(record["deltas"]) <= 1e-6, record["deltas"]
