@@ -25,6 +25,7 @@ from packshard.torch.collate import (
     token_losses,
 )
 from packshard.torch.dataset import PackedDataset, tokenizer_sha256
+from packshard.torch.evaluate import evaluate
 from packshard.torch.hf import check_trainer, collate_hf
 from packshard.torch.masks import (
     block_causal_mask,
@@ -52,6 +53,7 @@ __all__ = [
     "count_loss_tokens",
     "document_mask_mod",
     "epoch_rows",
+    "evaluate",
     "flash_attn_kwargs",
     "flex_block_mask",
     "loss_normalizers",
