@@ -92,3 +92,34 @@ def test_a_leaking_model_is_refused_before_any_number(marked_pack):
     leaking = SelfMasking(tiny_llama().config)
     with pytest.raises(SeamLeakError):
         evaluate(leaking, marked_pack, split="train")
+
+
+@pytest.mark.shared_data
+def test_packed_evaluation_on_real_chat_data(shared_data, run_pack):
+    import transformers
+
+    chat = shared_data / "chat"
+    inputs = [
+        chat / "openai_cookbook_toy_chat_fine_tuning.jsonl",
+        chat / "llamafactory_identity.json",
+    ]
+    packed = run_pack(inputs, shared_data / "tokenizers" / "phi-3-mini", max_seq_len=256)
+    vocab = int(packed.manifest["tokenizer"]["vocab_size"])
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        attn_implementation="sdpa", use_cache=False,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+    records = evaluate(model, packed.out, split="train", batch_size=4)
+    alone = _alone(model, packed.out)
+    assert len(records) == len(alone) == packed.manifest["stats"]["examples"] > 1
+    assert packed.manifest["stats"]["rows"] < len(records)  # several examples share rows
+    worst = 0.0
+    for r in records:
+        loss_sum, tokens = alone[r["example_id"]]
+        assert r["num_tokens"] == tokens > 0 and r["source"].endswith(tuple(p.name for p in inputs))
+        worst = max(worst, abs(r["loss_mean"] - loss_sum / tokens))
+    print(f"{len(records)} examples in {packed.manifest['stats']['rows']} rows: worst {worst:.2e}")
+    assert worst <= 1e-5
