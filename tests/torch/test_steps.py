@@ -212,9 +212,13 @@ def _accelerate_loop(rank, out, results):
     import torch.distributed as dist
     import torch.nn.functional as F
     from accelerate import Accelerator, DataLoaderConfiguration
+    from accelerate.state import AcceleratorState, GradientState
     from torch.utils.data import DataLoader
 
     from tests.helpers import tiny_llama
+
+    AcceleratorState._reset_state(reset_partial_state=True)  # forked: drop the parent's state
+    GradientState._reset_state()
 
     # the docs/trainers.md recipe: accelerate splits the stream (IterableDatasetShard), DDP
     accelerator = Accelerator(
