@@ -815,7 +815,9 @@ MARKER = 300
 """Every example of :func:`pack_marked_examples` starts with its own token ``w{MARKER + k}``."""
 
 
-def pack_marked_examples(root: Path, tokenizer: Path, examples: int = 58) -> Path:
+def pack_marked_examples(
+    root: Path, tokenizer: Path, examples: int = 58, **options: object
+) -> Path:
     """Pack prompt/completion examples (word tokenizer) whose first token names them.
 
     Example ``k`` is ``w{300 + k}`` and 2-9 prompt words (no loss), then 2-8 completion words
@@ -838,6 +840,7 @@ def pack_marked_examples(root: Path, tokenizer: Path, examples: int = 58) -> Pat
         out=str(root / "out"),
         max_seq_len=48,
         shard_rows=6,
+        **options,
     )  # type: ignore[arg-type]
     pack_dataset(config)
     return root / "out"

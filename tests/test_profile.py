@@ -236,6 +236,7 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
         "label_path",
         "max_seq_len",
         "overlong",
+        "packed_shape",
         "percentile_method",
         "seed",
         "total",

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from packshard.options import CHECKS
 from packshard.profile import STRATEGIES, DomainProfile, ProfileReport
+from packshard.profile.shape import describe_shape
 from packshard.verify.stages import format_seconds
 
 
@@ -334,6 +335,7 @@ def render_profile_table(report: ProfileReport) -> Group:
         build_lengths_table(report),
         build_utilization_table(report),
         Text(report.verdict, style="bold"),
+        Text(describe_shape(dict(report.shape))),
     )
 
 

@@ -6,9 +6,9 @@ fail on the second schema.  The card's YAML front matter names them as two confi
 
     ---
     configs:
-    - {"config_name": "default", "default": true, "data_files": [{"split": "train",
-       "path": ["shard-00000.parquet", …]}]}          (one line per configuration)
-    - {"config_name": "examples", "data_files": [{"split": "train", "path": ["examples.parquet"]}]}
+    - {"config_name": "default", "default": true, "description": "packshard rows 49b4d4e35813e627",
+       "data_files": [{"split": "train", "path": ["shard-00000.parquet", …]}]}   (one line each)
+    - {"config_name": "examples", "description": "packshard examples 0c…", "data_files": […]}
     tags:
     - packshard
     ---
@@ -16,7 +16,11 @@ fail on the second schema.  The card's YAML front matter names them as two confi
 so ``load_dataset(OUT)`` gives the packed rows and ``load_dataset(OUT, "examples")`` the index.
 Every configuration is one JSON object on one line (valid YAML flow style), which is what
 :func:`card_configs` reads back without a YAML library.  The shards are listed by name, not by
-glob, so a stray file in the folder is never loaded.  Below the front matter the card tells a
+glob, so a stray file in the folder is never loaded.  Each ``description`` is 16 hex digits of
+the SHA-256 of its files' SHA-256s: ``datasets`` caches a local folder under the folder's name
+and a hash of the card's configurations, so without it every folder named ``out`` would share
+one cache entry and the second to load would get the first one's rows (and a folder packed
+again with ``--overwrite`` its old rows).  Below the front matter the card tells a
 person what the folder is: tokenizer, template, policies, counts, fill rate, how to verify and
 how to train on it.  It is rendered from the manifest alone (never from ``created_at``), so the
 same inputs and options give the same card bytes; ``pack`` writes it before the manifest, which
@@ -30,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from packshard.digests import sha256_path
+from packshard.digests import sha256_bytes, sha256_path
 
 CARD_NAME = "README.md"
 
@@ -38,13 +42,29 @@ CARD_NAME = "README.md"
 def front_matter(manifest: Mapping[str, Any]) -> str:
     """Return the card's YAML front matter (with its ``---`` lines) for ``manifest``."""
     shards = [str(s["path"]) for s in manifest.get("shards", [])]
-    examples = str(manifest.get("files", {}).get("examples", {}).get("path", "examples.parquet"))
+    index = manifest.get("files", {}).get("examples", {})
+    examples = str(index.get("path", "examples.parquet"))
+    rows = _content([str(s.get("sha256")) for s in manifest.get("shards", [])])
     configs = [
-        {"config_name": "default", "default": True, "data_files": [_split(shards)]},
-        {"config_name": "examples", "data_files": [_split([examples])]},
+        {
+            "config_name": "default",
+            "default": True,
+            "description": f"packshard rows {rows}",
+            "data_files": [_split(shards)],
+        },
+        {
+            "config_name": "examples",
+            "description": f"packshard examples {_content([str(index.get('sha256'))])}",
+            "data_files": [_split([examples])],
+        },
     ]
     lines = ["---", "configs:", *(f"- {json.dumps(c)}" for c in configs)]
     return "\n".join([*lines, "tags:", "- packshard", "---", ""])
+
+
+def _content(digests: list[str]) -> str:
+    """Return 16 hex digits of the files' SHA-256s: the key ``datasets`` caches them under."""
+    return sha256_bytes("\n".join(digests).encode("utf-8"))[:16]
 
 
 def _split(paths: list[str]) -> dict[str, Any]:

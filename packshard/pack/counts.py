@@ -27,6 +27,7 @@ from packshard.format.rejects import RejectTally
 from packshard.format.shards import ShardInfo
 from packshard.options import resolve_loss
 from packshard.pack.plan.rows import RowPlan
+from packshard.pack.plan.shape import pack_shape
 from packshard.pack.spill import Spill
 from packshard.records import Reject, SourceRef
 
@@ -148,6 +149,7 @@ def pack_stats(
         "loss_tokens": int(plan.seg_targets.sum()),
         "lower_bound_rows": lower_bound_rows(tokens_out, plan.max_seq_len),
         "fill_rate": round(fill_rate(tokens_out, plan.num_rows, plan.max_seq_len), 6),
+        **pack_shape(plan),  # the spread behind fill_rate, and per optimizer step
         "ordering": ordering,
         "rejects_by_code": tally.by_code,
         "domains": domains,

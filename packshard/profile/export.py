@@ -46,4 +46,5 @@ def report_to_dict(report: ProfileReport) -> dict[str, Any]:
         "total": domain_to_dict(report.total),
         "domains": [domain_to_dict(d) for d in report.domains],
         "verdict": report.verdict,
+        "packed_shape": dict(report.shape),  # row fill spread, trained tokens per step
     }

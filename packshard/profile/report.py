@@ -13,8 +13,8 @@ rows do not add up to the total's rows; records, rejects and token counts do add
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from packshard.profile.lengths import (
     measure_lengths,
     measure_utilization,
 )
+from packshard.profile.shape import packed_shape
 from packshard.records import Reject
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ class ProfileReport:
     percentile_method: str = PERCENTILE_METHOD
     rejects: tuple[Reject, ...] = ()  # the first MAX_LISTED_REJECTS, with file:line
     reject_codes: tuple[tuple[str, int], ...] = ()  # every reject, counted per code
+    shape: Mapping[str, Any] = field(default_factory=dict)  # profile.shape.packed_shape
 
 
 def profile_lengths(
@@ -182,6 +184,7 @@ def profile_lengths(
         domains=domains,
         histogram_edges=tuple(int(e) for e in edges),
         verdict=write_verdict(total, max_seq_len),
+        shape=packed_shape(lengths, loss_tokens, max_seq_len, batch_size),
     )
 
 

@@ -25,6 +25,7 @@ from packshard.torch.collate import (
     token_losses,
 )
 from packshard.torch.dataset import PackedDataset, tokenizer_sha256
+from packshard.torch.evaluate import evaluate
 from packshard.torch.hf import check_trainer, collate_hf
 from packshard.torch.masks import (
     block_causal_mask,
@@ -35,13 +36,16 @@ from packshard.torch.masks import (
     seq_idx_from_cu_seqlens,
 )
 from packshard.torch.placement import epoch_rows
+from packshard.torch.seams import SeamLeakError, check_model
 from packshard.torch.stream import PackedIterableDataset, ResumableLoader
 
 __all__ = [
     "PackedDataset",
     "PackedIterableDataset",
     "ResumableLoader",
+    "SeamLeakError",
     "block_causal_mask",
+    "check_model",
     "check_trainer",
     "collate_hf",
     "collate_padded",
@@ -49,6 +53,7 @@ __all__ = [
     "count_loss_tokens",
     "document_mask_mod",
     "epoch_rows",
+    "evaluate",
     "flash_attn_kwargs",
     "flex_block_mask",
     "loss_normalizers",

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX
+from packshard.torch.steps import with_step
 
 Row = dict[str, torch.Tensor]
 ROW_KEYS = ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
@@ -143,7 +144,7 @@ def collate_varlen(
     if not rows:
         raise UsageError("collate_varlen got an empty batch")
     checked = not all(is_reader_row(r) for r in rows)  # reader rows derive them from cu_seqlens
-    rows = [packed_row(r) for r in rows]
+    raw, rows = rows, [packed_row(r) for r in rows]
     total = sum(int(r["input_ids"].shape[0]) for r in rows)
     pad = (-total) % pad_to_multiple_of if pad_to_multiple_of else 0
     # Per-segment bookkeeping is small: numpy, few calls.  Token columns: one copy each.
@@ -180,7 +181,7 @@ def collate_varlen(
     out["num_loss_tokens_per_segment"] = torch.from_numpy(loss_counts.astype(np.int32))
     out["num_loss_tokens"] = int(loss_counts.sum())
     out["example_ids"] = torch.from_numpy(example_ids.astype(np.int64))
-    return out
+    return with_step(out, raw)
 
 
 def collate_padded(
@@ -195,7 +196,7 @@ def collate_padded(
     """
     if not rows:
         raise UsageError("collate_padded got an empty batch")
-    rows = [packed_row(r) for r in rows]
+    raw, rows = rows, [packed_row(r) for r in rows]
     batch = len(rows)
     ids = torch.full((batch, max_seq_len), pad_token_id, dtype=torch.int64)
     labels = torch.full((batch, max_seq_len), IGNORE_INDEX, dtype=torch.int64)
@@ -220,16 +221,19 @@ def collate_padded(
         )
         cu_all[b] = _pad_1d(cu, width, n).to(torch.int32)
         loss_counts[b, : lens.shape[0]] = count_loss_tokens(r["labels"], cu)
-    return {
-        "input_ids": ids,
-        "labels": labels,
-        "position_ids": positions,
-        "attention_mask": (seq_idx >= 0).to(torch.int64),
-        "seq_idx": seq_idx,
-        "cu_seqlens": cu_all,
-        "num_loss_tokens_per_segment": loss_counts,
-        "num_tokens": num_tokens,
-    }
+    return with_step(
+        {
+            "input_ids": ids,
+            "labels": labels,
+            "position_ids": positions,
+            "attention_mask": (seq_idx >= 0).to(torch.int64),
+            "seq_idx": seq_idx,
+            "cu_seqlens": cu_all,
+            "num_loss_tokens_per_segment": loss_counts,
+            "num_tokens": num_tokens,
+        },
+        raw,
+    )
 
 
 def flash_attn_kwargs(batch: dict[str, torch.Tensor | int]) -> dict[str, torch.Tensor | int]:

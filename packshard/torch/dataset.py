@@ -47,6 +47,7 @@ from packshard.format.folder.paths import inside_folder
 from packshard.format.manifest import load_manifest, part_errors
 from packshard.format.shards import rows_problem
 from packshard.format.version import metadata_problem
+from packshard.torch.steps import STEP_KEY, check_steps, map_step_items
 
 TOKEN_COLUMNS = ("input_ids", "labels", "position_ids")
 LIST_COLUMNS = (*TOKEN_COLUMNS, "cu_seqlens", "example_ids")
@@ -156,6 +157,10 @@ class PackedDataset(Dataset[Row]):
         cache_dir: keep an uncompressed Arrow IPC copy of every shard here (about 12 bytes a
             token, named by the shard's SHA-256) and memory-map it: decoded once, then shared
             through the page cache by all workers, epochs and runs.
+        grad_accum, batch_size, world_size: every row carries ``num_items_in_step``, the
+            trained tokens of its whole optimizer step (``grad_accum`` micro-batches of
+            ``batch_size`` rows on each of ``world_size`` ranks, default torch.distributed's),
+            read in index order (see :mod:`packshard.torch.steps`).
 
     """
 
@@ -166,7 +171,12 @@ class PackedDataset(Dataset[Row]):
         expected_tokenizer_sha256: str | None = None,
         tokenizer: str | os.PathLike[str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
+        grad_accum: int | None = None,
+        batch_size: int = 1,
+        world_size: int | None = None,
     ) -> None:
+        self.grad_accum, self.batch_size = check_steps(grad_accum, batch_size), batch_size
+        self.world_size = check_steps(world_size, 1)
         self.out = Path(out)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.manifest = load_manifest(self.out, validate=False)
@@ -247,4 +257,7 @@ class PackedDataset(Dataset[Row]):
 
     def __getitem__(self, index: int) -> Row:
         k, i = self.locate(int(index))
-        return self._shard(k).row(i)
+        row = self._shard(k).row(i)
+        if self.grad_accum is not None:
+            row[STEP_KEY] = map_step_items(self, int(self.starts[k]) + i)
+        return row

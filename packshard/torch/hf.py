@@ -31,6 +31,8 @@ import torch
 
 from packshard.errors import UsageError
 from packshard.torch.collate import collate_varlen, flash_attn_kwargs, packed_row
+from packshard.torch.seams import check_model
+from packshard.torch.steps import STEP_KEY
 
 TRL_RECIPE = "SFTConfig(padding_free=True, packing=False, max_length=None) and no data_collator"
 
@@ -52,6 +54,8 @@ def collate_hf(rows: list[Mapping[str, Any]], flash: bool = False) -> dict[str, 
     }
     if flash:
         out.update(flash_attn_kwargs(batch))
+    if STEP_KEY in batch:  # the trained tokens of the whole optimizer step (grad_accum=)
+        out[STEP_KEY] = batch[STEP_KEY]
     return out
 
 
@@ -137,7 +141,9 @@ def check_trainer(trainer: Any, rows: int = 4) -> None:
     ``trainer`` is a built ``transformers.Trainer`` or ``trl.SFTTrainer`` whose train
     dataset holds packshard rows.  Its first ``rows`` rows are collated as the trainer would
     (after its column removal) and the sequences the model separates are compared with the
-    rows' segments.  Call it once, before ``trainer.train()``.
+    rows' segments; then :func:`~packshard.torch.seams.check_model` runs the trainer's model
+    on the first collated row and on each of its segments alone.  Call it once, before
+    ``trainer.train()``.
     """
     args = trainer.args
     is_trl = type(trainer).__name__ == "SFTTrainer"
@@ -167,3 +173,4 @@ def check_trainer(trainer: Any, rows: int = 4) -> None:
     if problem is not None:
         name = type(trainer).__name__
         raise UsageError(f"{name}'s batches would mix examples: {problem} ({_fix(trainer)})")
+    check_model(trainer.model, batch)  # the model itself: its attention path, mask, positions

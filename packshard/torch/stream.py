@@ -40,6 +40,7 @@ from packshard.torch.placement import (
     epoch_rows,
     resolve_placement,
 )
+from packshard.torch.steps import STEP_KEY, check_steps, stream_step_items
 
 STATE_VERSION = 1
 
@@ -60,6 +61,8 @@ class PackedIterableDataset(IterableDataset[Row]):
         batch_size: the DataLoader's batch size; needed for an exact order with worker
             processes (:class:`ResumableLoader` sets it).
         expected_tokenizer_sha256, tokenizer, cache_dir: as for :class:`PackedDataset`.
+        grad_accum: every row carries ``num_items_in_step``, the trained tokens of its whole
+            optimizer step on all ranks (:mod:`packshard.torch.steps`; set ``batch_size``).
 
     Without ``set_epoch``, a pass that finished its epoch moves on to the next one; a pass
     read by DataLoader worker processes always starts the next epoch (they cannot report how
@@ -80,7 +83,9 @@ class PackedIterableDataset(IterableDataset[Row]):
         expected_tokenizer_sha256: str | None = None,
         tokenizer: str | os.PathLike[str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
+        grad_accum: int | None = None,
     ) -> None:
+        self.grad_accum = check_steps(grad_accum, batch_size)
         self.data = PackedDataset(
             out,
             expected_tokenizer_sha256=expected_tokenizer_sha256,
@@ -181,12 +186,16 @@ class PackedIterableDataset(IterableDataset[Row]):
             epoch, consumed = self._passes.start_pass(info.id, info.num_workers)
         assert where is not None
         todo = self.rank_rows(epoch, where)[consumed:]
+        items = stream_step_items(self, epoch, where)[consumed:]
         if info is not None and info.num_workers > 1:
             unit = where.block if where.block > 1 else self.batch_size
             chunk = np.arange(len(todo)) // max(unit, 1)
-            todo = todo[chunk % info.num_workers == info.id]
-        for index in todo.tolist():
+            keep = chunk % info.num_workers == info.id
+            todo, items = todo[keep], items[keep]
+        for index, step in zip(todo.tolist(), items.tolist(), strict=True):
             row = self.data[index]
+            if self.grad_accum is not None:
+                row[STEP_KEY] = torch.tensor(step)
             if info is None:
                 self.consumed += 1
             yield row

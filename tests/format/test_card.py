@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from packshard.digests import sha256_path
+from packshard.digests import sha256_bytes, sha256_path
 from packshard.format.card import card_configs, card_problem, front_matter, render_card
 
 
@@ -28,10 +28,16 @@ def test_card_names_every_shard_and_the_index_and_tells_what_the_folder_is(packe
     assert len(shards) == 4
     default = {"split": "train", "path": shards}
     index = {"split": "train", "path": ["examples.parquet"]}
-    assert card_configs(text) == [
+    configs = card_configs(text)
+    assert [{k: v for k, v in c.items() if k != "description"} for c in configs] == [
         {"config_name": "default", "default": True, "data_files": [default]},
         {"config_name": "examples", "data_files": [index]},
     ]
+    # the contents' digest: datasets caches a local folder under its name and its card's configs
+    shas = "\n".join(s["sha256"] for s in m["shards"]).encode()
+    assert configs[0]["description"] == f"packshard rows {sha256_bytes(shas)[:16]}"
+    examples_sha = m["files"]["examples"]["sha256"].encode()
+    assert configs[1]["description"] == f"packshard examples {sha256_bytes(examples_sha)[:16]}"
     yaml = pytest.importorskip("yaml")  # what datasets parses the card with
     assert yaml.safe_load(text.split("---\n")[1])["configs"] == card_configs(text)
     stats = m["stats"]
@@ -129,3 +135,36 @@ def test_verify_reports_a_card_that_names_other_files(packed_demo_copy):
         "(load_dataset would read other files than the manifest lists)"
     ]
     assert report.checks["integrity"]["status"] == "failed"
+
+
+def test_folders_named_alike_and_a_repacked_folder_each_load_their_own_rows(
+    word_tokenizer, tmp_path, monkeypatch
+):
+    datasets = pytest.importorskip("datasets")
+    from tests.helpers import pack_marked_examples
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    cache = str(tmp_path / "hf")  # one user cache for every load
+
+    def rows_of(out):
+        return datasets.load_dataset(str(out), split="train", cache_dir=cache)["input_ids"]
+
+    def own_rows(out):
+        return [r["input_ids"] for r in pq.read_table(out / "shard-00000.parquet").to_pylist()]
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = pack_marked_examples(tmp_path / "a", word_tokenizer, examples=40)
+    second = pack_marked_examples(tmp_path / "b", word_tokenizer, examples=12)
+    assert first.name == second.name == "out"
+    for out in (first, second, first):
+        got = rows_of(out)
+        assert len(got) == manifest_of(out)["stats"]["rows"]
+        assert got[: len(own_rows(out))] == own_rows(out)
+    # one folder packed again over itself from other inputs
+    again = pack_marked_examples(tmp_path / "a", word_tokenizer, examples=20, overwrite=True)
+    assert again == first and manifest_of(again)["stats"]["examples"] == 20
+    got = rows_of(again)
+    assert len(got) == manifest_of(again)["stats"]["rows"]
+    assert got[: len(own_rows(again))] == own_rows(again)

@@ -93,6 +93,12 @@ def test_pack_stats_by_hand(pack):
         "loss_tokens": 6,
         "lower_bound_rows": 3,
         "fill_rate": 0.75,
+        "row_fill": {"min": 0.5, "p10": 0.5, "median": 0.75, "p90": 1.0, "max": 1.0},
+        "step_loss_tokens": {  # rows train 3, 2 and 1 tokens; no step of 8 or 64 rows
+            "1": {"steps": 3, "min": 1, "p10": 1, "median": 2, "p90": 3, "max": 3},
+            "8": {"steps": 0, "min": 0, "p10": 0, "median": 0, "p90": 0, "max": 0},
+            "64": {"steps": 0, "min": 0, "p10": 0, "median": 0, "p90": 0, "max": 0},
+        },
         "ordering": ordering,
         "rejects_by_code": {"invalid_json": 1, "too_long": 1, "unknown_format": 1},
         "tokens_truncated": 0,

@@ -9,7 +9,7 @@ import pytest
 
 from packshard.errors import UsageError
 from packshard.torch import PackedIterableDataset
-from packshard.torch.launch import FIX, accelerate_processes, check_launch
+from packshard.torch.placement import FIX, accelerate_processes, check_launch
 from tests.torch.test_placement import out_13  # noqa: F401  (the fixture)
 
 

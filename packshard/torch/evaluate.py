@@ -1,0 +1,117 @@
+"""Packed evaluation: every example's own loss, from packed rows, traced to its source line.
+
+Rows are fed as :func:`~packshard.torch.hf.collate_hf` lays them (``[1, T]``, positions
+restarting in every segment, no mask), after :func:`~packshard.torch.seams.check_model` has
+shown on the first batch that the model keeps segments apart.  Token losses are summed per
+segment, never across one::
+
+    labels      - a a | - b | - c c c       (- = -100; the first label of a segment is -100)
+    token loss  0 x x | 0 y | 0 z z z       loss of label t from the logits of t - 1
+    per example loss_sum = Σ x, num_tokens = 2; loss_sum = y, 1; …   loss_mean = sum / tokens
+
+so each example's numbers are those of the example run alone (to float rounding).  The
+manifest's shard entries name their split (``"split"``, ``train`` when absent); ``split``
+selects the shards read.  Records carry ``example_id`` and the examples index's ``source``
+and ``line``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from packshard.errors import UsageError
+from packshard.format.examples import read_examples
+from packshard.format.folder.paths import inside_folder
+from packshard.records import IGNORE_INDEX
+from packshard.torch.collate import collate_varlen
+from packshard.torch.dataset import PackedDataset
+from packshard.torch.seams import check_model
+
+INDEX_COLUMNS = ("example_id", "source", "line")
+
+
+def split_rows(data: PackedDataset, split: str) -> np.ndarray:
+    """Return the row indices of the shards whose manifest entry names ``split``."""
+    shards = data.manifest["shards"]
+    chosen = [k for k, s in enumerate(shards) if s.get("split", "train") == split]
+    if not chosen:
+        found = sorted({str(s.get("split", "train")) for s in shards})
+        raise UsageError(
+            f"{data.out} has no {split!r} split (its shards are {found}): evaluate one of "
+            "those, or pack the evaluation records into a folder of their own"
+        )
+    parts = [np.arange(data.starts[k], data.starts[k] + data.shard_rows[k]) for k in chosen]
+    return np.concatenate(parts).astype(np.int64)
+
+
+def _segment_losses(model: Any, batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    device = next(model.parameters()).device
+    ids = batch["input_ids"].to(device)
+    logits = model(input_ids=ids, position_ids=batch["position_ids"].to(device), use_cache=False)
+    labels = batch["labels"][0].to(device)
+    losses = F.cross_entropy(
+        logits.logits[0, :-1].float(), labels[1:], ignore_index=IGNORE_INDEX, reduction="none"
+    )
+    per_token = F.pad(losses.double(), (1, 0)).cpu().numpy()  # loss of label t, 0 at t = 0
+    cu = batch["cu_seqlens"].numpy().astype(np.int64)
+    sums = np.add.reduceat(per_token, cu[:-1]) if len(cu) > 1 else np.zeros(0)
+    counts = batch["num_loss_tokens_per_segment"].numpy().astype(np.int64)
+    return sums, counts
+
+
+def evaluate(
+    model: Any,
+    out: str | os.PathLike[str],
+    split: str = "eval",
+    batch_size: int = 8,
+) -> list[dict[str, Any]]:
+    """Return one record per example of ``split``: its loss summed and averaged over its tokens.
+
+    Each record holds ``example_id``, ``source``, ``line``, ``loss_sum`` (fp64 sum of the
+    token cross-entropies), ``num_tokens`` (trained tokens) and ``loss_mean`` (``nan`` for
+    an example without trained tokens), in example-id order.  The model runs in eval mode
+    without gradients; its mode is restored.
+    """
+    if type(batch_size) is not int or batch_size < 1:
+        raise UsageError(f"batch_size must be a positive integer, got {batch_size!r}")
+    data = PackedDataset(out)
+    rows = split_rows(data, split)
+    name = str(data.manifest.get("files", {}).get("examples", {}).get("path", "examples.parquet"))
+    table = read_examples(inside_folder(data.out, name), data.dataset_id, list(INDEX_COLUMNS))
+    ids, sources, lines = (table[c].to_pylist() for c in INDEX_COLUMNS)
+    where = {k: (src, line) for k, src, line in zip(ids, sources, lines, strict=True)}
+    found: dict[int, tuple[float, int]] = {}
+    training = model.training
+    try:
+        for start in range(0, len(rows), batch_size):
+            batch = collate_varlen([data[int(i)] for i in rows[start : start + batch_size]])
+            if start == 0:
+                check_model(model, batch)
+            model.eval()
+            with torch.no_grad():
+                sums, counts = _segment_losses(model, batch)
+            ids = torch.as_tensor(batch["example_ids"]).tolist()
+            for k, s, c in zip(ids, sums, counts, strict=True):
+                prior = found.get(k, (0.0, 0))  # an example split over rows adds up its parts
+                found[k] = (prior[0] + float(s), prior[1] + int(c))
+    finally:
+        model.train(training)
+    records = []
+    for k in sorted(found):
+        loss_sum, tokens = found[k]
+        records.append(
+            {
+                "example_id": k,
+                "source": where.get(k, ("", 0))[0],
+                "line": where.get(k, ("", 0))[1],
+                "loss_sum": loss_sum,
+                "num_tokens": tokens,
+                "loss_mean": loss_sum / tokens if tokens else float("nan"),
+            }
+        )
+    return records

@@ -1,0 +1,130 @@
+"""The trained tokens of a whole optimizer step, read from the plan: ``num_items_in_step``.
+
+The token-mean loss of one optimizer step divides the summed token losses of every micro-batch
+on every rank by the trained tokens of the whole step.  Dividing each micro-batch by its own
+count weights short micro-batches more, and packed micro-batches are unequal.  The reader
+knows every rank's rows in advance (:func:`~packshard.torch.placement.epoch_rows`), and each
+shard row stores ``num_loss_tokens``, so the step's count needs no collective.  With
+``world_size`` 2, ``batch_size`` 1 and ``grad_accum`` 2 (unit = 2 rows a rank)::
+
+    rank 0 rows   r7 r2 | r4 r0        num_loss_tokens  r7=9 r2=4 | r4=6 r0=3
+    rank 1 rows   r5 r1 | r6 r3                         r5=2 r1=8 | r6=7 r3=5
+    step          0     | 1
+    num_items     9+4+2+8 = 23 | 6+3+7+5 = 21      (every micro-batch of the step, both ranks)
+
+A row read from position ``p`` of its rank's list belongs to step ``p // unit`` with ``unit =
+batch_size × grad_accum`` (or, when accelerate splits the stream in blocks of ``block`` rows,
+``block × grad_accum`` positions of the one whole stream).  The last step of an epoch may hold
+fewer micro-batches; its count is theirs.  Map-style access
+(:class:`~packshard.torch.dataset.PackedDataset`) reads the rows in index order, as
+``DistributedSampler(shuffle=False)`` and accelerate's batch sharding do: step ``s`` is rows
+``[s·W·B·K, (s+1)·W·B·K)`` (the pack already shuffled its rows).
+
+Labels are unshifted and the first label of every segment is -100, so ``num_loss_tokens`` is
+also what transformers counts (``labels[..., 1:] != -100``) as ``num_items_in_batch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from packshard.errors import UsageError
+from packshard.torch.placement import Placement, epoch_rows
+
+STEP_KEY = "num_items_in_step"
+
+
+def check_steps(grad_accum: int | None, batch_size: int) -> int | None:
+    """Validate ``grad_accum`` (None: no step counts) and the loader's ``batch_size``."""
+    for name, value in (("grad_accum", grad_accum), ("batch_size", batch_size)):
+        if value is not None and (type(value) is not int or value < 1):
+            raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    return grad_accum
+
+
+def row_loss_tokens(data: Any) -> np.ndarray:
+    """Return every row's ``num_loss_tokens`` (int64, manifest order), read once per dataset."""
+    cached = data.__dict__.get("_loss_tokens")
+    if cached is None:
+        parts = [
+            pq.read_table(path, columns=["num_loss_tokens"]).column(0).to_numpy()
+            for path in data.shard_paths
+        ]
+        cached = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+        data.__dict__["_loss_tokens"] = cached
+    return cached
+
+
+def step_totals(loss_tokens: np.ndarray, rows: np.ndarray, unit: int) -> np.ndarray:
+    """Return the trained tokens of each step, for ``rows`` ``[world_size, rows_per_rank]``."""
+    width, per_rank = rows.shape
+    steps = -(-per_rank // unit)
+    padded = np.zeros((width, steps * unit), dtype=np.int64)
+    padded[:, :per_rank] = loss_tokens[rows]
+    return padded.reshape(width, steps, unit).sum(axis=(0, 2))
+
+
+def stream_step_items(dataset: Any, epoch: int, where: Placement) -> np.ndarray:
+    """Return ``num_items_in_step`` for each row of this rank's list in ``epoch`` (int64)."""
+    rows = epoch_rows(
+        len(dataset.data),
+        seed=dataset.seed,
+        epoch=epoch,
+        shuffle=dataset.shuffle,
+        world_size=where.world_size,
+        drop_remainder=dataset.drop_remainder,
+        block=where.block,
+    )
+    if dataset.grad_accum is None:
+        return np.zeros(rows.shape[1], dtype=np.int64)
+    unit = (where.block if where.block > 1 else dataset.batch_size) * dataset.grad_accum
+    totals = step_totals(row_loss_tokens(dataset.data), rows, unit)
+    return totals[np.arange(rows.shape[1]) // unit]
+
+
+def map_step_items(data: Any, index: int) -> torch.Tensor:
+    """Return ``num_items_in_step`` of map-style row ``index`` (a 0-dim int64 tensor)."""
+    assert data.grad_accum is not None
+    world = data.world_size
+    if world is None:
+        dist = torch.distributed
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    key = (world, data.batch_size, data.grad_accum)
+    cache = data.__dict__.setdefault("_step_totals", {})
+    if key not in cache:
+        tokens = row_loss_tokens(data)
+        kept = len(tokens) // world * world  # DistributedSampler(drop_last=True) keeps these
+        cache[key] = step_totals(tokens, np.arange(kept)[None], world * key[1] * key[2])
+    totals = cache[key]
+    step = min(index // (world * data.batch_size * data.grad_accum), len(totals) - 1)
+    return torch.tensor(int(totals[step]) if len(totals) else 0, dtype=torch.int64)
+
+
+def batch_step_items(rows: list[Mapping[str, Any]]) -> int | None:
+    """Return the rows' common ``num_items_in_step`` (None when they carry none).
+
+    Raises:
+        UsageError: the rows belong to different steps (the loader's batch size is not the
+            dataset's ``batch_size``).
+
+    """
+    values = {int(r[STEP_KEY]) if STEP_KEY in r else None for r in rows}
+    if len(values) > 1:
+        raise UsageError(
+            f"a batch holds rows of different optimizer steps ({STEP_KEY} {sorted(values, key=str)}"
+            "): give the dataset the DataLoader's batch_size (ResumableLoader does)"
+        )
+    return values.pop() if values else None
+
+
+def with_step(batch: dict[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Add the rows' common ``num_items_in_step`` (an int) to ``batch``, when they carry one."""
+    step = batch_step_items(rows)
+    if step is not None:
+        batch[STEP_KEY] = step
+    return batch
