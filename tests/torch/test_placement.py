@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -61,6 +62,9 @@ def test_a_split_that_changes_mid_epoch_is_refused(out_13, monkeypatch):
 
 def test_a_launcher_without_a_process_group_is_refused(out_13, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
+    state = sys.modules.get("accelerate.state")
+    if state is not None:  # an accelerate state another test left in this process
+        monkeypatch.setattr(state.PartialState, "_shared_state", {})
     ds = PackedIterableDataset(out_13)
     with pytest.raises(UsageError) as err:
         next(iter(ds))
