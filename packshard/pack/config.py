@@ -7,6 +7,7 @@ from typing import Any
 
 from packshard.engine import EngineOptions
 from packshard.errors import UsageError
+from packshard.format.folder.outdir import check_out
 from packshard.ingest.types import IngestOptions
 from packshard.options import (
     COMPRESSIONS,
@@ -18,7 +19,6 @@ from packshard.options import (
     check_max_seq_len,
     check_range,
 )
-from packshard.pack.write.outdir import check_out
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the 
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
 at most a ``.partial`` folder with no manifest, never an ``OUT`` that looks complete.  What
 may be replaced, the lock on ``OUT`` and the temporary names are
-:mod:`packshard.pack.write.outdir`'s.
+:mod:`packshard.format.folder`'s, shared with ``export``.
 A run that packs nothing (every record rejected or dropped) fails and writes no ``OUT``.
 
 Determinism: the same inputs and options give byte-identical shards and examples index; only
@@ -52,6 +52,7 @@ from packshard.format.card import write_card
 from packshard.format.causes import likely_cause
 from packshard.format.environment import pack_environment
 from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
+from packshard.format.folder.claim import claim_out
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
 from packshard.format.version import FORMAT_VERSION
@@ -75,7 +76,6 @@ from packshard.pack.plan.rows import RowPlan, finalize_plan, ordering_stats
 from packshard.pack.spill import Spill
 from packshard.pack.units.map import UnitResult
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
-from packshard.pack.write.outdir import claim_out
 from packshard.pack.write.shards import shard_bounds, write_shards_on
 
 
@@ -102,7 +102,8 @@ def pack_dataset(
     if config.num_workers:
         os.environ["RAYON_NUM_THREADS"] = str(config.num_workers)
     files = expand_inputs(config.inputs)
-    with claim_out(config.out, config.overwrite, config.inputs, files, notify) as claim:
+    reals = [(f.path, str(f.real)) for f in files]
+    with claim_out(config.out, config.overwrite, config.inputs, reals, notify) as claim:
         with engine_for(config) as engine, ThreadPoolExecutor(1) as loader:
             loaded = DriverLoad(config, loader)
             try:

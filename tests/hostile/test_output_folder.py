@@ -21,7 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from packshard.cli.commands import main
-from packshard.pack.write.outdir import NAME_MAX, claim_out, temp_stem
+from packshard.format.folder.claim import claim_out
+from packshard.format.folder.outdir import NAME_MAX, temp_stem
 from tests.helpers import changed, tree_state
 
 RECORD = json.dumps({"text": "w2 w3 w4"}) + "\n"

@@ -36,6 +36,7 @@ from pathlib import Path
 from packshard.digests import sha256_path
 from packshard.engine import Engine, open_engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
+from packshard.format.folder.outdir import temp_stem
 from packshard.format.rejects import RejectsWriter
 from packshard.ingest.markers import check_markers
 from packshard.ingest.read.sources import InputFile
@@ -48,7 +49,6 @@ from packshard.pack.spill import Spill
 from packshard.pack.units.map import MapTask, UnitContext, UnitResult, map_unit, warm_worker
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
-from packshard.pack.write.outdir import temp_stem
 
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 """Beside ``tokenizer.json``: what :func:`~packshard.ingest.tokens.tokenizer.load_tokenizer`
