@@ -66,3 +66,12 @@ def test_help_examples_render_without_a_literal_backslash_b():
         assert result.exit_code == 0
         assert "\\b" not in result.output, args
         assert "Example:\n" in result.output, args
+
+
+def test_the_readme_is_short_and_the_manual_lives_in_docs():
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= 300, f"README.md has {lines} lines: move the detail into docs/ (at most 300)"
+    docs = README.parent / "docs"
+    for link in re.findall(r"\]\((docs/[^)#]+)\)", README.read_text(encoding="utf-8")):
+        assert (README.parent / link).is_file(), f"README links to {link}, which does not exist"
+    assert docs.is_dir() and len(list(docs.glob("*.md"))) >= 8
