@@ -183,3 +183,12 @@ def test_an_input_named_for_both_splits_is_refused(tmp_path, packed_demo_tokeniz
     )  # fmt: skip
     with pytest.raises(UsageError, match="is both a training input and an --eval input"):
         pack_dataset(config)
+
+
+def test_exports_hold_the_eval_split_out(tmp_path, packed_demo_tokenizer):
+    from packshard.export.common import read_rows
+
+    manifest = _pack(tmp_path, packed_demo_tokenizer, eval_fraction=0.3)
+    train = [e["rows"] for e in manifest["shards"] if e["split"] == "train"]
+    assert len(train) < len(manifest["shards"])
+    assert [rows.num_rows for rows in read_rows(tmp_path / "out")] == train
