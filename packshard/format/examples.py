@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from packshard.errors import FormatError
@@ -122,6 +123,12 @@ def read_examples(path: Path, dataset_id: str, columns: list[str] | None = None)
     return table
 
 
+def _is_eval(table: pa.Table) -> np.ndarray | None:
+    if "split" not in table.column_names:
+        return None
+    return np.asarray(pc.equal(table["split"], "eval").fill_null(False).to_numpy(False), bool)
+
+
 @dataclass(frozen=True, slots=True)
 class ExamplesIndex:
     """The examples index as arrays, in file order (``example_id[i] == i`` when sound).
@@ -141,6 +148,7 @@ class ExamplesIndex:
     lines: np.ndarray
     order: np.ndarray | None  # argsort of example_id; None when example_id[i] == i
     turns: np.ndarray | None = None  # the ``turn`` column; None: the file has none (all 0)
+    is_eval: np.ndarray | None = None  # the ``split`` column == "eval"; None: no such column
 
     @staticmethod
     def from_table(table: pa.Table) -> ExamplesIndex:
@@ -161,6 +169,7 @@ class ExamplesIndex:
             lines=table["line"].to_numpy(),
             order=None if dense else np.argsort(ids, kind="stable"),
             turns=table["turn"].to_numpy() if "turn" in table.column_names else None,
+            is_eval=_is_eval(table),
         )
 
     @property

@@ -192,3 +192,36 @@ def test_exports_hold_the_eval_split_out(tmp_path, packed_demo_tokenizer):
     train = [e["rows"] for e in manifest["shards"] if e["split"] == "train"]
     assert len(train) < len(manifest["shards"])
     assert [rows.num_rows for rows in read_rows(tmp_path / "out")] == train
+
+
+def test_verify_finds_an_example_outside_its_split(tmp_path, packed_demo_tokenizer):
+    from packshard.verify.run import VerifyOptions, verify_dataset
+
+    manifest = _pack(tmp_path, packed_demo_tokenizer, eval_fraction=0.3)
+    out = tmp_path / "out"
+    manifest["shards"][-1]["split"] = "train"  # an eval shard now claims to be train
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    report = verify_dataset(str(out), VerifyOptions(model="none", source=False))
+    assert not report.ok
+    assert report.findings.count_kind("structure", "split_mismatch") > 0
+
+
+def test_a_record_in_both_splits_is_a_finding():
+    from packshard.format.examples import ExamplesIndex, build_examples_table
+    from packshard.verify.findings import FindingList
+    from packshard.verify.structure import _check_splits
+
+    n = 4
+    columns = {name: np.zeros(n, np.int64) for name in ("part", "token_offset", "domain")}
+    columns.update(
+        example_id=np.arange(n), source=np.zeros(n, np.int64), line=np.array([1, 1, 2, 3]),
+        num_tokens=np.ones(n), num_loss_tokens=np.ones(n), truncated=np.zeros(n, bool),
+        shard=np.array([0, 1, 0, 1]), row=np.zeros(n), split=np.array([False, True, False, True]),
+    )  # fmt: skip
+    index = ExamplesIndex.from_table(build_examples_table(columns, ["a.jsonl"], ["d"]))
+    manifest = {"shards": [{"split": "train"}, {"split": "eval"}]}
+    findings = FindingList()
+    _check_splits(manifest, index, findings)
+    assert findings.count_kind("structure", "split_leak") == 1  # line 1: examples 0 and 1
+    assert findings.count_kind("structure", "split_mismatch") == 0
+    assert [f.example_id for f in findings.items] == [1]
