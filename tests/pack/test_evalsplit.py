@@ -225,3 +225,20 @@ def test_a_record_in_both_splits_is_a_finding():
     assert findings.count_kind("structure", "split_leak") == 1  # line 1: examples 0 and 1
     assert findings.count_kind("structure", "split_mismatch") == 0
     assert [f.example_id for f in findings.items] == [1]
+
+
+def test_the_command_line_split_is_the_same_on_two_workers(tmp_path, packed_demo_tokenizer):
+    from tests.cli.test_commands import pack_args, run
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    result = run(*pack_args(packed_demo_tokenizer, one, "--eval-fraction", "0.2", "--seed", "5"))
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((one / "manifest.json").read_text())
+    split = manifest["stats"]["splits"]
+    counts = f"{split['train']['records_packed']} / {split['eval']['records_packed']}"
+    assert "train / eval records" in result.stdout and counts in result.stdout
+    more = ("--eval-fraction", "0.2", "--seed", "5", "--workers", "2", "--split-bytes", "4096")
+    assert run(*pack_args(packed_demo_tokenizer, two, *more)).exit_code == 0
+    assert output_digests(one) == output_digests(two)
+    result = run("verify", two, "--model", "none")
+    assert result.exit_code == 0, result.output
