@@ -242,3 +242,14 @@ def test_the_command_line_split_is_the_same_on_two_workers(tmp_path, packed_demo
     assert output_digests(one) == output_digests(two)
     result = run("verify", two, "--model", "none")
     assert result.exit_code == 0, result.output
+
+
+def test_turn_examples_of_one_record_share_its_split(tmp_path, packed_demo_tokenizer):
+    _pack(tmp_path, packed_demo_tokenizer, eval_fraction=0.3, turns="expand")
+    index = pq.read_table(tmp_path / "out" / "examples.parquet").to_pydict()
+    splits: dict[tuple[str, int], set[str]] = {}
+    for source, line, split in zip(index["source"], index["line"], index["split"], strict=True):
+        splits.setdefault((source, line), set()).add(split)
+    assert len(index["turn"]) > len(splits)  # some records gave several turn-examples
+    assert all(len(s) == 1 for s in splits.values())
+    assert {next(iter(s)) for s in splits.values()} == {"train", "eval"}
