@@ -253,3 +253,17 @@ def test_turn_examples_of_one_record_share_its_split(tmp_path, packed_demo_token
     assert len(index["turn"]) > len(splits)  # some records gave several turn-examples
     assert all(len(s) == 1 for s in splits.values())
     assert {next(iter(s)) for s in splits.values()} == {"train", "eval"}
+
+
+def test_verify_checks_the_split_counts(tmp_path, packed_demo_tokenizer):
+    from packshard.verify.run import VerifyOptions, verify_dataset
+
+    manifest = _pack(tmp_path, packed_demo_tokenizer, eval_fraction=0.3)
+    out = tmp_path / "out"
+    rows = manifest["stats"]["splits"]["eval"]["rows"]
+    manifest["stats"]["splits"]["eval"]["rows"] += 1
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    report = verify_dataset(str(out), VerifyOptions(model="none", source=False))
+    assert [f.message for f in report.findings.items] == [
+        f"manifest stats.splits.eval.rows={rows + 1} but its shards add up to {rows}"
+    ]
