@@ -58,14 +58,14 @@ def byte_cases(tmp: Path) -> dict[str, list[str]]:
     }
 
 
-def run(tree: Path | None, args: list[str], out: Path) -> float:
+def run(tree: Path | None, args: list[str], out: Path, extra: tuple[str, ...] = ()) -> float:
     """Pack once with ``tree``'s code (None: this checkout); return the child's CPU seconds."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cmd = [sys.executable, "-c", MAIN, "pack", *args, "--out", str(out), "--workers", "1"]
+    cmd = [sys.executable, "-c", MAIN, "pack", *args, *extra, "--out", str(out), "--workers", "1"]
     subprocess.run(cmd, env=env, cwd=out.parent, check=True, capture_output=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -84,14 +84,22 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--case", action="append", help="time only these cases (phi-3, qwen3)")
     parser.add_argument("--no-bytes", action="store_true", help="skip the byte-only cases")
+    parser.add_argument(
+        "--new-arg",
+        action="append",
+        default=[],
+        help="an option for the new side only "
+        "(e.g. --new-arg=--backend --new-arg=reference: the old code's encoder)",
+    )
     args = parser.parse_args()
+    extra = {"old": (), "new": tuple(args.new_arg)}
     with tempfile.TemporaryDirectory() as tmp:
         for name, pack_args in ({} if args.no_bytes else byte_cases(Path(tmp))).items():
             sums = {}
             for side, tree in (("old", args.base), ("new", args.new)):
                 out = Path(tmp) / "bytes"
                 shutil.rmtree(out, ignore_errors=True)
-                run(tree, pack_args, out)
+                run(tree, pack_args, out, extra[side])
                 sums[side] = digests(out)
             same = {k: sums["old"].get(k) == v for k, v in sums["new"].items()}
             print(f"{name}: same bytes {same}")
@@ -105,7 +113,7 @@ def main() -> None:
                 for side, tree in order if i % 2 == 0 else order[::-1]:
                     out = Path(tmp) / f"{name}-{side}"
                     shutil.rmtree(out, ignore_errors=True)
-                    cpu = run(tree, pack_args, out)
+                    cpu = run(tree, pack_args, out, extra[side])
                     (old_cpu if side == "old" else new_cpu).append(cpu)
                     sums[side] = digests(out)
             pairs = ", ".join(f"{o:.2f}/{n:.2f}" for o, n in zip(old_cpu, new_cpu, strict=True))

@@ -270,7 +270,27 @@ PACK = group(
         type=click.Choice(OVERLONG_POLICIES),
         help="What to do with examples longer than --max-seq-len.",
     ),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed of the row shuffle."),
+    click.option(
+        "--seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Seed of the row shuffle (and of the --eval-fraction draw).",
+    ),
+    click.option(
+        "--eval-fraction",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Share of the records drawn (seeded, by record) into the eval split.",
+    ),
+    click.option(
+        "--eval",
+        "eval_inputs",
+        multiple=True,
+        metavar="FILE",
+        help="An input whose records all go to the eval split (repeatable).",
+    ),
     click.option("--group-by-domain", is_flag=True, help="Rows hold examples of one domain each."),
     click.option(
         "--shard-rows", type=int, default=8192, show_default=True, help="Most rows per shard."

@@ -65,6 +65,11 @@ def render_pack_summary(result: Any) -> Group:
             else []
         ),
         ("shards", len(result.manifest["shards"])),
+        *(
+            [("train / eval records", " / ".join(f"{v['records_packed']:,}" for v in split))]
+            if (split := [stats["splits"][k] for k in ("train", "eval") if "splits" in stats])
+            else []
+        ),
         ("time", f"{result.seconds:.2f} s"),
         ("tokens/s", f"{stats['tokens'] / max(result.seconds, 1e-9):,.0f}"),
     ]

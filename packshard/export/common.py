@@ -101,11 +101,14 @@ def read_rows(out: Path) -> Iterator[Rows]:
 
     The manifest is checked against its schema first, and every shard path it names must
     be a regular file inside ``out`` (:func:`~packshard.format.folder.paths.inside_folder`): nothing
-    from outside the folder is read.
+    from outside the folder is read.  Only the train shards are read: an eval split
+    (``pack --eval-fraction``) is held out of every training export.
     """
     manifest = load_source(out)
     dataset_id = str(manifest["dataset_id"])
     for entry in manifest["shards"]:
+        if entry.get("split", "train") != "train":
+            continue
         try:
             path = inside_folder(out, entry["path"])
         except FormatError as exc:

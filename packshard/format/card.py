@@ -14,6 +14,9 @@ fail on the second schema.  The card's YAML front matter names them as two confi
     ---
 
 so ``load_dataset(OUT)`` gives the packed rows and ``load_dataset(OUT, "examples")`` the index.
+A pack with an eval split (``--eval-fraction``, ``--eval``) has a third, ``eval``, naming the
+``eval-shard-*`` files (``load_dataset(OUT, "eval", split="eval")``); ``default`` keeps the
+train shards only.
 Every configuration is one JSON object on one line (valid YAML flow style), which is what
 :func:`card_configs` reads back without a YAML library.  The shards are listed by name, not by
 glob, so a stray file in the folder is never loaded.  Each ``description`` is 16 hex digits of
@@ -41,16 +44,17 @@ CARD_NAME = "README.md"
 
 def front_matter(manifest: Mapping[str, Any]) -> str:
     """Return the card's YAML front matter (with its ``---`` lines) for ``manifest``."""
-    shards = [str(s["path"]) for s in manifest.get("shards", [])]
+    entries = manifest.get("shards", [])
+    train = [s for s in entries if s.get("split", "train") == "train"]
+    held = [s for s in entries if s.get("split", "train") == "eval"]
     index = manifest.get("files", {}).get("examples", {})
     examples = str(index.get("path", "examples.parquet"))
-    rows = _content([str(s.get("sha256")) for s in manifest.get("shards", [])])
     configs = [
         {
             "config_name": "default",
             "default": True,
-            "description": f"packshard rows {rows}",
-            "data_files": [_split(shards)],
+            "description": f"packshard rows {_content([str(s.get('sha256')) for s in train])}",
+            "data_files": [_split([str(s["path"]) for s in train])],
         },
         {
             "config_name": "examples",
@@ -58,6 +62,14 @@ def front_matter(manifest: Mapping[str, Any]) -> str:
             "data_files": [_split([examples])],
         },
     ]
+    if held:  # the eval split: load_dataset(OUT, "eval", split="eval")
+        configs.append(
+            {
+                "config_name": "eval",
+                "description": f"packshard eval {_content([str(s.get('sha256')) for s in held])}",
+                "data_files": [_split([str(s["path"]) for s in held], "eval")],
+            }
+        )
     lines = ["---", "configs:", *(f"- {json.dumps(c)}" for c in configs)]
     return "\n".join([*lines, "tags:", "- packshard", "---", ""])
 
@@ -67,8 +79,8 @@ def _content(digests: list[str]) -> str:
     return sha256_bytes("\n".join(digests).encode("utf-8"))[:16]
 
 
-def _split(paths: list[str]) -> dict[str, Any]:
-    return {"split": "train", "path": paths}
+def _split(paths: list[str], split: str = "train") -> dict[str, Any]:
+    return {"split": split, "path": paths}
 
 
 def render_card(manifest: Mapping[str, Any]) -> str:
@@ -110,6 +122,14 @@ def render_card(manifest: Mapping[str, Any]) -> str:
             f"(lower bound {n['lower_bound_rows']} rows)",
         ),
     ]
+    if splits := stats.get("splits"):
+        facts.append(
+            (
+                "train / eval examples",
+                " / ".join(f"{int(splits[k]['examples']):,}" for k in ("train", "eval"))
+                + f' (eval: `load_dataset(OUT, "eval", split="eval")`, {config.get("eval")})',
+            )
+        )
     table = "\n".join(f"| {k} | {v} |" for k, v in facts)
     body = BODY.format(version=manifest.get("format_version"), table=table)
     return front_matter(manifest) + body

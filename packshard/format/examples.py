@@ -15,6 +15,8 @@ Columns, in order (one row per segment of every shard, sorted by ``example_id``)
     row              int32    0-based row within that shard
     turn             int32    --turns expand: the 1-based message the example trains, else 0
                               (added within format version 1: a file without it reads as 0)
+    split            string   ``train`` or ``eval``; only in a pack with an eval split
+                              (added within format version 1: a file without it is all train)
 
 Like the shards, the file carries the format version and dataset id in its key-value metadata
 and readers refuse a file of another dataset.  :class:`ExamplesIndex` holds the columns verify
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from packshard.errors import FormatError
@@ -52,6 +55,9 @@ EXAMPLES_SCHEMA = pa.schema(
 )
 OPTIONAL_COLUMNS = ("turn",)
 """Columns added within format version 1: a file written before them reads without them."""
+SPLITS = ("train", "eval")
+SPLIT_SCHEMA = EXAMPLES_SCHEMA.append(pa.field("split", pa.string()))
+"""The index of a pack with an eval split: one more column, ``split``, after the others."""
 
 
 def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
@@ -68,12 +74,17 @@ def build_examples_table(
 
     ``columns`` holds every column of :data:`EXAMPLES_SCHEMA` as a numpy array, except that
     ``source`` and ``domain`` are codes into ``source_names`` and ``domain_names``; an
-    optional column left out is all zeros.
+    optional column left out is all zeros; ``split`` (a bool per example, True for eval) is
+    written only when given.
     """
     arrays = []
     n = len(columns["example_id"])
-    for name, kind in zip(EXAMPLES_SCHEMA.names, EXAMPLES_SCHEMA.types, strict=True):
-        if name not in columns and name in OPTIONAL_COLUMNS:
+    schema = SPLIT_SCHEMA if "split" in columns else EXAMPLES_SCHEMA
+    for name, kind in zip(schema.names, schema.types, strict=True):
+        if name == "split":
+            codes = np.asarray(columns[name]).astype(np.int8)
+            arrays.append(_names(codes, list(SPLITS)))
+        elif name not in columns and name in OPTIONAL_COLUMNS:
             arrays.append(pa.array(np.zeros(n, dtype=np.int32), kind))
         elif name == "source":
             arrays.append(_names(columns[name], source_names))
@@ -81,7 +92,7 @@ def build_examples_table(
             arrays.append(_names(columns[name], domain_names))
         else:
             arrays.append(pa.array(columns[name], kind))
-    return pa.Table.from_arrays(arrays, schema=EXAMPLES_SCHEMA)
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def write_examples(path: Path, table: pa.Table, dataset_id: str) -> None:
@@ -112,6 +123,12 @@ def read_examples(path: Path, dataset_id: str, columns: list[str] | None = None)
     return table
 
 
+def _is_eval(table: pa.Table) -> np.ndarray | None:
+    if "split" not in table.column_names:
+        return None
+    return np.asarray(pc.equal(table["split"], "eval").fill_null(False).to_numpy(False), bool)
+
+
 @dataclass(frozen=True, slots=True)
 class ExamplesIndex:
     """The examples index as arrays, in file order (``example_id[i] == i`` when sound).
@@ -131,6 +148,7 @@ class ExamplesIndex:
     lines: np.ndarray
     order: np.ndarray | None  # argsort of example_id; None when example_id[i] == i
     turns: np.ndarray | None = None  # the ``turn`` column; None: the file has none (all 0)
+    is_eval: np.ndarray | None = None  # the ``split`` column == "eval"; None: no such column
 
     @staticmethod
     def from_table(table: pa.Table) -> ExamplesIndex:
@@ -151,6 +169,7 @@ class ExamplesIndex:
             lines=table["line"].to_numpy(),
             order=None if dense else np.argsort(ids, kind="stable"),
             turns=table["turn"].to_numpy() if "turn" in table.column_names else None,
+            is_eval=_is_eval(table),
         )
 
     @property

@@ -71,6 +71,7 @@ WRITTEN_SCHEMA = pa.schema([*SHARD_SCHEMA, *OPTIONAL_FIELDS])
 """The columns :func:`write_shard` writes: the required ones, then the optional ones."""
 ROW_GROUP_ROWS = 256
 SHARD_PATTERN = "shard-{index:05d}.parquet"
+EVAL_SHARD_PATTERN = "eval-shard-{index:05d}.parquet"  # the eval split's shards, when packed
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,8 @@ class PackConfig:
     split_bytes: int = 0  # 0: packshard.ingest.read.splits.auto_split_bytes
     num_workers: int | None = None
     allow_split_markers: bool = False  # not recorded: it changes no output, only a check
+    eval_fraction: float = 0.0  # records drawn into the eval split (packshard.pack.plan.evalsplit)
+    eval_inputs: tuple[str, ...] = ()  # inputs whose records are all eval
 
     @classmethod
     def build(
@@ -131,7 +133,11 @@ class PackConfig:
             "turns": ingest.turns,
             "reasoning_markers": list(ingest.reasoning_markers),
             **({"limits": limits} if (limits := ingest.limits()) else {}),
+            **({"eval": self._eval()} if self.eval_fraction or self.eval_inputs else {}),
         }
+
+    def _eval(self) -> dict[str, Any]:
+        return {"fraction": self.eval_fraction, "inputs": list(self.eval_inputs)}
 
     def plan_group(self) -> int | None:
         """Examples per planning group of ``--plan-scope group:N``; None for ``global``."""
@@ -153,6 +159,9 @@ def check_config(config: PackConfig) -> list[str]:
     if shards.shard_rows < 1 or shards.shard_bytes < 1:
         raise UsageError("--shard-rows and --shard-bytes must be positive")
     _check_scale(config)
+    fraction = config.eval_fraction
+    if type(fraction) not in (int, float) or not 0 <= fraction < 1:
+        raise UsageError(f"--eval-fraction must be in [0, 1), got {fraction!r}")
     if config.num_workers is not None:
         check_range("--num-workers", config.num_workers, 1, 4096)
     check_out(config.out, config.overwrite)

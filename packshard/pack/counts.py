@@ -56,11 +56,12 @@ def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:
 
 
 def examples_columns(
-    spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo]
+    spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo], is_eval: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
     """Return the examples index as arrays: one row per packed segment, by example id.
 
-    ``source`` and ``domain`` are codes into ``spill.counts.sources`` and ``.domains``.
+    ``source`` and ``domain`` are codes into ``spill.counts.sources`` and ``.domains``;
+    with an eval split (``is_eval`` per spilled example) ``split`` too.
     """
     order = np.argsort(plan.example_id, kind="stable")
     ex = plan.seg_example[order]
@@ -80,6 +81,7 @@ def examples_columns(
         "shard": shard,
         "row": rows - shard_starts[shard],
         "turn": spill.turns[ex] if spill.turns is not None else np.zeros(len(ex), np.int32),
+        **({"split": is_eval[ex]} if is_eval is not None else {}),
     }
 
 

@@ -37,11 +37,8 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from packshard.arrays import fill_rate
 from packshard.digests import sha256_path
@@ -71,12 +68,20 @@ from packshard.pack.counts import (
     records_per_input,
     wrapped_drops,
 )
+from packshard.pack.plan.evalsplit import (
+    eval_examples,
+    eval_files,
+    plan_examples,
+    row_order,
+    split_stats,
+    train_rows,
+)
 from packshard.pack.plan.planner import plan_packs
-from packshard.pack.plan.rows import RowPlan, finalize_plan, ordering_stats
+from packshard.pack.plan.rows import RowPlan, ordering_stats
 from packshard.pack.spill import Spill
 from packshard.pack.units.map import UnitResult
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
-from packshard.pack.write.shards import shard_bounds, write_shards_on
+from packshard.pack.write.shards import shard_entries, split_bounds, write_shards_on
 
 
 @dataclass(frozen=True)
@@ -102,14 +107,17 @@ def pack_dataset(
     if config.num_workers:
         os.environ["RAYON_NUM_THREADS"] = str(config.num_workers)
     files = expand_inputs(config.inputs)
+    train_files = len(files)
+    files += eval_files(files, config.eval_inputs)
+    specs = config.inputs + config.eval_inputs
     reals = [(f.path, str(f.real)) for f in files]
-    with claim_out(config.out, config.overwrite, config.inputs, reals, notify) as claim:
+    with claim_out(config.out, config.overwrite, specs, reals, notify) as claim:
         with engine_for(config) as engine, ThreadPoolExecutor(1) as loader:
             loaded = DriverLoad(config, loader)
             try:
                 with sharing(config.tokenizer, config.template, loaded.result):
                     manifest = _pack_into(
-                        claim.tmp, config, files, loaded, progress, engine, claim.note
+                        claim.tmp, config, files, loaded, progress, engine, claim.note, train_files
                     )
             except TaskFailed:
                 raise  # the finished units are kept for --resume
@@ -137,6 +145,7 @@ def _pack_into(
     progress: bool,
     engine: Engine,
     note: Callable[[str], None] = lambda text: None,
+    train_files: int | None = None,
 ) -> dict[str, Any]:
     bar = IngestProgress() if progress else None
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
@@ -156,13 +165,15 @@ def _pack_into(
                 bar.close()
         bundle, template = loaded.result()
         reasoning_dropped = info.pop("reasoning_dropped", 0)
-        plan = _plan(spill, config)
+        is_eval = eval_examples(spill, config, len(files) if train_files is None else train_files)
+        plan = plan_examples(spill, config, is_eval)
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
     if plan.num_rows == 0:
         raise NothingToPackError(_nothing_packed(spill, tally, config, files))
     ordering = ordering_stats(plan)
-    plan = plan.permute_rows(_row_order(plan, config))
+    split_at = train_rows(spill, plan, is_eval)
+    plan = plan.permute_rows(row_order(plan, config, split_at))
     fingerprints = {
         "format_version": FORMAT_VERSION,
         "inputs": hashes,
@@ -170,13 +181,15 @@ def _pack_into(
         "template": template.sha256 if template is not None else None,
     }
     dataset_id = compute_dataset_id(config.recorded(), fingerprints)
-    bounds = shard_bounds(plan, config.shards.shard_rows, config.shards.shard_bytes)
+    bounds, names = split_bounds(
+        plan, split_at, config.shards.shard_rows, config.shards.shard_bytes
+    )
     faults = parse_faults(os.environ.get(FAULTS_ENV))
     shards = write_shards_on(
-        engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults
+        engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults, names
     )
     table = build_examples_table(
-        examples_columns(spill, plan, shards),
+        examples_columns(spill, plan, shards, is_eval),
         list(spill.counts.sources),
         list(spill.counts.domains),
     )
@@ -196,12 +209,13 @@ def _pack_into(
             **pack_stats(spill, plan, tally, ordering),
             **_beside_bfd(spill, plan, config),
             "reasoning_dropped": reasoning_dropped,
+            **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
         },
         files={
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
         },
-        shards=[s.to_dict() for s in shards],
+        shards=shard_entries(shards, is_eval is not None),
         loss={"option": config.ingest.loss, "by_format": resolved, "examples_by_policy": by_policy},
         engine={"name": engine.name, "workers": engine.workers, **info},
         environment={
@@ -253,25 +267,6 @@ def _nothing_packed(
     )
 
 
-def _plan(spill: Spill, config: PackConfig) -> RowPlan:
-    """Plan the whole spill, each domain alone (``--group-by-domain``) or each group alone."""
-    lengths = spill.lengths
-    group = config.plan_group()
-    if not config.plan.group_by_domain and group is None:
-        raw = plan_packs(lengths, config.plan.max_seq_len, config.plan.strategy)
-        return finalize_plan(spill, raw, np.arange(len(lengths)))
-    if group is not None:  # --plan-scope group:N: N consecutive examples at a time
-        starts = range(0, len(lengths), group)
-        indexes = [np.arange(lo, min(lo + group, len(lengths))) for lo in starts]
-    else:
-        indexes = [np.flatnonzero(spill.domain_codes == c) for c in np.unique(spill.domain_codes)]
-    plans = []
-    for index in indexes or [np.zeros(0, np.int64)]:
-        raw = plan_packs(lengths[index], config.plan.max_seq_len, config.plan.strategy)
-        plans.append(finalize_plan(spill, raw, index))
-    return RowPlan.concatenate(plans)
-
-
 def _beside_bfd(spill: Spill, plan: RowPlan, config: PackConfig) -> dict[str, Any]:
     """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples."""
     if config.plan.strategy != "sequential":
@@ -279,16 +274,3 @@ def _beside_bfd(spill: Spill, plan: RowPlan, config: PackConfig) -> dict[str, An
     rows = plan_packs(spill.lengths, config.plan.max_seq_len, "bfd").num_rows
     bfd = fill_rate(plan.num_tokens, rows, plan.max_seq_len)
     return {"bfd_rows": rows, "bfd_fill_rate": round(bfd, 6)}
-
-
-def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:
-    """Shuffle rows with the seed; with ``group:N`` only within each group's rows."""
-    if config.plan.strategy == "sequential":  # rows keep the input order too
-        return np.arange(plan.num_rows)
-    rng = np.random.default_rng(config.plan.seed)
-    group = config.plan_group()
-    if group is None or plan.num_rows == 0:
-        return rng.permutation(plan.num_rows)
-    first = plan.seg_example[plan.row_offsets[:-1]] // group  # a row's group: its first example's
-    edges = np.r_[0, np.flatnonzero(np.diff(first)) + 1, plan.num_rows]
-    return np.concatenate([lo + rng.permutation(hi - lo) for lo, hi in pairwise(edges.tolist())])

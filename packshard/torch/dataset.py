@@ -147,6 +147,20 @@ class _Shard:
         return out
 
 
+def split_shards(shards: list[dict[str, Any]], split: str | None, where: str) -> list[Any]:
+    """Return the manifest's shard entries of ``split`` (absent ``split``: train), all for None."""
+    if split is None:
+        return shards
+    chosen = [s for s in shards if s.get("split", "train") == split]
+    if not chosen and split != "train":
+        found = sorted({str(s.get("split", "train")) for s in shards})
+        raise UsageError(
+            f"{where}: no {split!r} split (its shards are {found}): read one of those, or "
+            "pack with --eval-fraction or --eval"
+        )
+    return chosen
+
+
 class PackedDataset(Dataset[Row]):
     """Map-style access to the packed rows of ``OUT``, in manifest order.
 
@@ -161,6 +175,8 @@ class PackedDataset(Dataset[Row]):
             trained tokens of its whole optimizer step (``grad_accum`` micro-batches of
             ``batch_size`` rows on each of ``world_size`` ranks, default torch.distributed's),
             read in index order (see :mod:`packshard.torch.steps`).
+        split: read the shards of this split only (``train``, the default, or ``eval``: a
+            pack with ``--eval-fraction`` or ``--eval`` holds both); None reads every shard.
 
     """
 
@@ -174,6 +190,7 @@ class PackedDataset(Dataset[Row]):
         grad_accum: int | None = None,
         batch_size: int = 1,
         world_size: int | None = None,
+        split: str | None = "train",
     ) -> None:
         self.grad_accum, self.batch_size = check_steps(grad_accum, batch_size), batch_size
         self.world_size = check_steps(world_size, 1)
@@ -202,7 +219,7 @@ class PackedDataset(Dataset[Row]):
                     f"{source} has sha256 {expected} (train with the tokenizer the data was "
                     "packed with, or pack again with this one)"
                 )
-        shards = self.manifest["shards"]
+        shards = split_shards(self.manifest["shards"], split, where)
         self.shard_paths = [inside_folder(self.out, s["path"]) for s in shards]
         for path, entry in zip(self.shard_paths, shards, strict=True):
             try:

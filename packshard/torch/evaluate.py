@@ -43,7 +43,7 @@ def split_rows(data: PackedDataset, split: str) -> np.ndarray:
         found = sorted({str(s.get("split", "train")) for s in shards})
         raise UsageError(
             f"{data.out} has no {split!r} split (its shards are {found}): evaluate one of "
-            "those, or pack the evaluation records into a folder of their own"
+            "those, or pack with --eval-fraction or --eval"
         )
     parts = [np.arange(data.starts[k], data.starts[k] + data.shard_rows[k]) for k in chosen]
     return np.concatenate(parts).astype(np.int64)
@@ -79,7 +79,7 @@ def evaluate(
     """
     if type(batch_size) is not int or batch_size < 1:
         raise UsageError(f"batch_size must be a positive integer, got {batch_size!r}")
-    data = PackedDataset(out)
+    data = PackedDataset(out, split=None)  # every shard: split_rows picks them
     rows = split_rows(data, split)
     name = str(data.manifest.get("files", {}).get("examples", {}).get("path", "examples.parquet"))
     table = read_examples(inside_folder(data.out, name), data.dataset_id, list(INDEX_COLUMNS))

@@ -60,7 +60,8 @@ class PackedIterableDataset(IterableDataset[Row]):
             epoch's permutation; ``False`` repeats its first rows instead, so no row is skipped.
         batch_size: the DataLoader's batch size; needed for an exact order with worker
             processes (:class:`ResumableLoader` sets it).
-        expected_tokenizer_sha256, tokenizer, cache_dir: as for :class:`PackedDataset`.
+        expected_tokenizer_sha256, tokenizer, cache_dir, split: as for :class:`PackedDataset`
+            (``split`` defaults to ``train``: the eval shards are never streamed for training).
         grad_accum: every row carries ``num_items_in_step``, the trained tokens of its whole
             optimizer step on all ranks (:mod:`packshard.torch.steps`; set ``batch_size``).
 
@@ -84,6 +85,7 @@ class PackedIterableDataset(IterableDataset[Row]):
         tokenizer: str | os.PathLike[str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         grad_accum: int | None = None,
+        split: str | None = "train",
     ) -> None:
         self.grad_accum = check_steps(grad_accum, batch_size)
         self.data = PackedDataset(
@@ -91,6 +93,7 @@ class PackedIterableDataset(IterableDataset[Row]):
             expected_tokenizer_sha256=expected_tokenizer_sha256,
             tokenizer=tokenizer,
             cache_dir=cache_dir,
+            split=split,
         )
         self.shuffle, self.seed, self.drop_remainder = shuffle, seed, drop_remainder
         self.explicit = check_rank(rank, world_size)

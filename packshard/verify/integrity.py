@@ -141,6 +141,18 @@ def check_counts(
         value = sum(int(s.get(key, 0)) for s in manifest.get("shards", []))
         if stats.get(key) != value:
             bad(f"manifest stats.{key}={stats.get(key)} but its shards add up to {value}")
+    for split, counts in (stats.get("splits") or {}).items():  # an eval split: each adds up
+        for key in ("rows", "tokens", "loss_tokens"):
+            value = sum(
+                int(s.get(key, 0))
+                for s in manifest.get("shards", [])
+                if s.get("split", "train") == split
+            )
+            if counts.get(key) != value:
+                bad(
+                    f"manifest stats.splits.{split}.{key}={counts.get(key)} but its shards add "
+                    f"up to {value}"
+                )
     records = stats.get("records")
     parts = [stats.get(k) for k in RECORD_BINS]
     if None in parts or records != sum(parts):

@@ -15,6 +15,8 @@ numpy operations over the flat list values — no Python loop over tokens or row
 * ``num_loss_tokens`` and ``max_seqlen`` match the row; ``seq_lengths``, where the shard has
   it, is ``diff(cu_seqlens)`` (TRL keeps segments apart by it alone);
 * every example id matches the examples index (this shard, this row, token counts).
+* with an eval split (``split`` in the index): every example in its shard's split, and no
+  record with examples in both splits.
 
 Only when a check fails does Python touch individual rows, to name them in findings.  Then
 :func:`check_structure` checks that every example id of the examples index occurs in exactly
@@ -243,7 +245,31 @@ def check_structure(
         audits[i] = audit_shard(table, name, i, max_seq_len, index, findings, vocab_size)
     if len(audits) == len(manifest.get("shards", [])) and index is not None:
         _check_each_example_once(audits, index, findings)
+    if index is not None and index.is_eval is not None:
+        _check_splits(manifest, index, findings)
     return audits
+
+
+def _check_splits(manifest: dict[str, Any], index: ExamplesIndex, findings: FindingList) -> None:
+    """Check an eval split: each example in its shard's split, no record in both splits."""
+    entries = manifest.get("shards", [])
+    shard_eval = np.array([s.get("split", "train") == "eval" for s in entries] or [False])
+    assert index.is_eval is not None
+    shard = np.clip(index.shard.astype(np.int64), 0, len(shard_eval) - 1)  # range: checked above
+    wrong = np.flatnonzero(shard_eval[shard] != index.is_eval)
+    key = index.source_code.astype(np.int64) << 40 | index.lines.astype(np.int64)
+    both = np.intersect1d(key[index.is_eval], key[~index.is_eval])
+    leaked = np.flatnonzero(np.isin(key, both) & index.is_eval)
+    for ids, kind, message in (
+        (wrong, "split_mismatch", "examples.parquet names another split than the example's shard"),
+        (leaked, "split_leak", "a record has examples in both the train and the eval split"),
+    ):
+        findings.add_unlisted("structure", kind, len(ids) - MAX_PER_KIND)
+        for i in ids[:MAX_PER_KIND].tolist():
+            eid = int(index.example_id[i])
+            findings.add(
+                Finding("structure", message, example_id=eid, source=index.where(eid)), kind
+            )
 
 
 def _check_each_example_once(

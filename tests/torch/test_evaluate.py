@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -17,11 +18,11 @@ from packshard.records import IGNORE_INDEX  # noqa: E402
 from packshard.torch import PackedDataset, evaluate  # noqa: E402
 
 
-def _alone(model, out):
-    """example_id -> (loss_sum, trained tokens) with every example run by itself."""
+def _alone(model, out, split="train"):
+    """example_id -> (loss_sum, trained tokens) with every example of ``split`` run by itself."""
     import torch.nn.functional as F
 
-    data, found = PackedDataset(out), {}
+    data, found = PackedDataset(out, split=split), {}
     with torch.no_grad():
         for i in range(len(data)):
             row = data[i]
@@ -66,7 +67,7 @@ def test_split_selects_the_shards_that_name_it(marked_pack, tmp_path):
         evaluate(tiny_llama(), marked_pack, split="eval")
     assert str(err.value) == (
         f"{marked_pack} has no 'eval' split (its shards are ['train']): evaluate one of those, "
-        "or pack the evaluation records into a folder of their own"
+        "or pack with --eval-fraction or --eval"
     )
     out = shutil.copytree(marked_pack, tmp_path / "out")
     manifest = json.loads((out / "manifest.json").read_text())
@@ -122,4 +123,55 @@ def test_packed_evaluation_on_real_chat_data(shared_data, run_pack):
         assert r["num_tokens"] == tokens > 0 and r["source"].endswith(tuple(p.name for p in inputs))
         worst = max(worst, abs(r["loss_mean"] - loss_sum / tokens))
     print(f"{len(records)} examples in {packed.manifest['stats']['rows']} rows: worst {worst:.2e}")
+    assert worst <= 1e-5
+
+
+@pytest.mark.shared_data
+def test_eval_fraction_split_on_real_chat_data(shared_data, run_pack, tmp_path):
+    """--eval-fraction 0.1: same seed same bytes, another seed another split, records once."""
+    import transformers
+
+    from tests.helpers import output_digests
+
+    chat = shared_data / "chat"
+    inputs = [
+        chat / "openai_cookbook_toy_chat_fine_tuning.jsonl",
+        chat / "llamafactory_identity.json",
+    ]
+    tok = shared_data / "tokenizers" / "phi-3-mini"
+    options = {"max_seq_len": 256, "eval_fraction": 0.1}
+    packed = run_pack(inputs, tok, out=tmp_path / "a", **options)
+    again = run_pack(inputs, tok, out=tmp_path / "b", **options)
+    other = run_pack(inputs, tok, out=tmp_path / "c", seed=1, **options)
+    assert output_digests(packed.out) == output_digests(again.out)
+
+    def records(out, split):
+        index = pq.read_table(out / "examples.parquet").to_pydict()
+        where = zip(index["source"], index["line"], index["split"], strict=True)
+        return Counter((src, line) for src, line, s in where if s == split)
+
+    train, held = records(packed.out, "train"), records(packed.out, "eval")
+    assert held and not set(train) & set(held)  # disjoint by record
+    assert len(train) + len(held) == packed.manifest["stats"]["records_packed"]
+    assert sum(train.values()) + sum(held.values()) == packed.manifest["stats"]["examples"]
+    assert set(records(other.out, "eval")) != set(held)
+    assert set(records(other.out, "eval")) | set(records(other.out, "train")) == set(train) | set(
+        held
+    )
+    vocab = int(packed.manifest["tokenizer"]["vocab_size"])
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        attn_implementation="sdpa", use_cache=False,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+    found = evaluate(model, packed.out, split="eval", batch_size=2)
+    alone = _alone(model, packed.out, split="eval")
+    assert [r["example_id"] for r in found] == sorted(alone)
+    assert Counter((r["source"], r["line"]) for r in found) == held
+    worst = max(abs(r["loss_mean"] - alone[r["example_id"]][0] / r["num_tokens"]) for r in found)
+    print(
+        f"{len(found)} eval examples of {packed.manifest['stats']['examples']}: worst {worst:.2e}"
+    )
     assert worst <= 1e-5

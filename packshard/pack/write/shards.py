@@ -28,7 +28,13 @@ import pyarrow as pa
 
 from packshard.engine import Engine
 from packshard.engine.faults import inject
-from packshard.format.shards import ROW_GROUP_ROWS, SHARD_PATTERN, ShardInfo, write_shard
+from packshard.format.shards import (
+    EVAL_SHARD_PATTERN,
+    ROW_GROUP_ROWS,
+    SHARD_PATTERN,
+    ShardInfo,
+    write_shard,
+)
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
 from packshard.pack.units.parts import PartFiles, read_part_ranges
@@ -50,6 +56,35 @@ def shard_bounds(plan: RowPlan, shard_rows: int, shard_bytes: int) -> list[tuple
         bounds.append((row, row + take))
         row += take
     return bounds
+
+
+def split_bounds(
+    plan: RowPlan, split_at: int, shard_rows: int, shard_bytes: int
+) -> tuple[list[tuple[int, int]], list[str]]:
+    """Return the shards' rows and names: train rows ``[0, split_at)`` apart from eval rows.
+
+    Without an eval split (``split_at`` is every row) these are :func:`shard_bounds`' shards,
+    named ``shard-0000k.parquet``; eval rows make shards ``eval-shard-0000k.parquet`` of their
+    own, so no shard holds both splits.
+    """
+    if split_at == plan.num_rows:
+        bounds = shard_bounds(plan, shard_rows, shard_bytes)
+        return bounds, [SHARD_PATTERN.format(index=k) for k in range(len(bounds))]
+    train = shard_bounds(plan.rows(0, split_at), shard_rows, shard_bytes)
+    held = shard_bounds(plan.rows(split_at, plan.num_rows), shard_rows, shard_bytes)
+    names = [SHARD_PATTERN.format(index=k) for k in range(len(train))]
+    names += [EVAL_SHARD_PATTERN.format(index=k) for k in range(len(held))]
+    return train + [(lo + split_at, hi + split_at) for lo, hi in held], names
+
+
+def shard_entries(shards: list[ShardInfo], split: bool) -> list[dict[str, object]]:
+    """Return the manifest's shard entries; with an eval split each names its ``split``."""
+    if not split:
+        return [s.to_dict() for s in shards]
+    kind = EVAL_SHARD_PATTERN.split("{")[0]
+    return [
+        {**s.to_dict(), "split": "eval" if s.path.startswith(kind) else "train"} for s in shards
+    ]
 
 
 def row_groups(spill: Spill, plan: RowPlan, lo: int, hi: int) -> Iterator[pa.Table]:
@@ -115,8 +150,12 @@ def write_shards_on(
     compression: str,
     work: Path | None = None,
     faults: tuple[tuple[str, str, int], ...] = (),
+    names: list[str] | None = None,
 ) -> list[ShardInfo]:
-    """Write every shard with ``engine``'s tasks; entries come back in shard order."""
+    """Write every shard with ``engine``'s tasks; entries come back in shard order.
+
+    ``names`` are the shards' file names (default ``shard-0000k.parquet``).
+    """
     assert spill.part_files is not None, "tasks read the work units' spill parts"
     tasks = []
     for k, (lo, hi) in enumerate(bounds):
@@ -125,7 +164,7 @@ def write_shards_on(
             WriteTask(
                 parts=spill.part_files,
                 folder=str(folder),
-                name=SHARD_PATTERN.format(index=k),
+                name=names[k] if names is not None else SHARD_PATTERN.format(index=k),
                 dataset_id=dataset_id,
                 compression=compression,
                 row_offsets=sub.row_offsets,

@@ -1,0 +1,174 @@
+"""The eval split: records drawn by a seeded hash, each split planned and shuffled alone.
+
+``pack --eval-fraction F`` draws whole records, never segments: a record is ``eval`` when a
+64-bit hash of (``--seed``, its input path as given, its line) falls below ``F``, so every
+example, part and turn-example of one record lands in the same split, the draw does not depend
+on the other records, on the workers or on the order of the inputs, and another seed draws
+another split.  ``--eval FILE…`` adds inputs whose records are all ``eval``::
+
+    key(source)  = first 8 bytes of BLAKE2b(seed, NUL, path)           one per input file
+    h(record)    = splitmix64(key(source) XOR line × 0x9E3779B97F4A7C15)   numpy, vectorised
+    eval         ⇔ (h >> 11) / 2**53 < F            (about F of the records, e.g. 0.1 → 10 %)
+
+Each split is planned alone (no row ever holds an eval and a train example) and its rows
+shuffled alone; the plans are joined train first, so rows ``[0, train_rows)`` are train and
+the rest eval, and example ids still number all examples in input order::
+
+    rows    [ train rows … ][ eval rows … ]
+    shards   shard-00000 …   eval-shard-00000 …      (manifest entries say "split")
+
+Without either option there is one plan over every example, exactly as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from packshard.errors import UsageError
+from packshard.ingest.read.sources import InputFile, expand_inputs
+from packshard.pack.config import PackConfig
+from packshard.pack.plan.planner import plan_packs
+from packshard.pack.plan.rows import RowPlan, finalize_plan
+from packshard.pack.spill import Spill
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _source_key(seed: int, path: str) -> int:
+    digest = hashlib.blake2b(f"{seed}\0{path}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = x + _GOLDEN
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def drawn_eval(
+    sources: list[str], source_index: np.ndarray, lines: np.ndarray, seed: int, fraction: float
+) -> np.ndarray:
+    """Return, per record (source code, line), whether the seeded draw puts it in eval."""
+    keys = np.array([_source_key(seed, name) for name in sources], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        mixed = keys[source_index.astype(np.int64)] ^ (lines.astype(np.uint64) * _GOLDEN)
+    uniform = (_splitmix64(mixed) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return uniform < fraction
+
+
+def eval_files(train: list[InputFile], specs: tuple[str, ...]) -> list[InputFile]:
+    """Expand the ``--eval`` inputs, refusing a file that is a training input too."""
+    if not specs:
+        return []
+    files = expand_inputs(specs)
+    both = {f.real for f in train} & {f.real for f in files}
+    if both:
+        raise UsageError(
+            f"{sorted(map(str, both))[0]} is both a training input and an --eval input: "
+            "name it once (use --eval-fraction to draw eval records from the inputs)"
+        )
+    return files
+
+
+def eval_examples(spill: Spill, config: PackConfig, train_files: int) -> np.ndarray | None:
+    """Return which spilled examples are eval, or None when the pack has no eval split.
+
+    Sources at ``train_files`` and beyond are the ``--eval`` inputs: all their records are eval.
+    """
+    if not config.eval_fraction and not config.eval_inputs:
+        return None
+    source = spill.source_index.astype(np.int64)
+    is_eval = source >= train_files
+    if config.eval_fraction:
+        drawn = drawn_eval(
+            list(spill.counts.sources), source, spill.lines, config.plan.seed, config.eval_fraction
+        )
+        is_eval |= drawn
+    return is_eval
+
+
+def plan_examples(spill: Spill, config: PackConfig, is_eval: np.ndarray | None) -> RowPlan:
+    """Plan the spill, the train and eval examples apart when there is an eval split."""
+    if is_eval is None:
+        return _plan(spill, config, None)
+    train, held = _plan(spill, config, ~is_eval), _plan(spill, config, is_eval)
+    for name, plan, other in (("eval", held, "train"), ("train", train, "eval")):
+        if plan.num_rows == 0 and train.num_rows + held.num_rows > 0:
+            how = f"--eval-fraction {config.eval_fraction}" if config.eval_fraction else "--eval"
+            raise UsageError(
+                f"{how} left the {name} split empty (every packed record went to {other}): "
+                "change the fraction or the --eval inputs"
+            )
+    return RowPlan.concatenate([train, held])
+
+
+def train_rows(spill: Spill, plan: RowPlan, is_eval: np.ndarray | None) -> int:
+    """Return how many leading rows of a joined plan are train (all of them without a split)."""
+    if is_eval is None:
+        return plan.num_rows
+    first = plan.seg_example[plan.row_offsets[:-1]]  # a row's split is its first example's
+    return int(np.count_nonzero(~is_eval[first]))
+
+
+def _plan(spill: Spill, config: PackConfig, keep: np.ndarray | None) -> RowPlan:
+    """Plan the kept examples, each domain alone (``--group-by-domain``) or each group alone."""
+    lengths = spill.lengths
+    chosen = np.arange(len(lengths)) if keep is None else np.flatnonzero(keep)
+    group = config.plan_group()
+    if not config.plan.group_by_domain and group is None:
+        raw = plan_packs(lengths[chosen], config.plan.max_seq_len, config.plan.strategy)
+        return finalize_plan(spill, raw, chosen)
+    if group is not None:  # --plan-scope group:N: N consecutive examples at a time
+        starts = range(0, len(chosen), group)
+        indexes = [chosen[lo : lo + group] for lo in starts]
+    else:
+        codes = spill.domain_codes[chosen]
+        indexes = [chosen[codes == c] for c in np.unique(codes)]
+    plans = []
+    for index in indexes or [np.zeros(0, np.int64)]:
+        raw = plan_packs(lengths[index], config.plan.max_seq_len, config.plan.strategy)
+        plans.append(finalize_plan(spill, raw, index))
+    return RowPlan.concatenate(plans)
+
+
+def row_order(plan: RowPlan, config: PackConfig, split_at: int) -> np.ndarray:
+    """Shuffle rows with the seed: train rows ``[0, split_at)`` and eval rows apart."""
+    if split_at == plan.num_rows:
+        return _row_order(plan, config)
+    tail = plan.rows(split_at, plan.num_rows)
+    head = plan.rows(0, split_at)
+    return np.concatenate([_row_order(head, config), split_at + _row_order(tail, config)])
+
+
+def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:
+    """Shuffle rows with the seed; with ``group:N`` only within each group's rows."""
+    if config.plan.strategy == "sequential":  # rows keep the input order too
+        return np.arange(plan.num_rows)
+    rng = np.random.default_rng(config.plan.seed)
+    group = config.plan_group()
+    if group is None or plan.num_rows == 0:
+        return rng.permutation(plan.num_rows)
+    first = plan.seg_example[plan.row_offsets[:-1]] // group  # a row's group: its first example's
+    edges = np.r_[0, np.flatnonzero(np.diff(first)) + 1, plan.num_rows]
+    return np.concatenate([lo + rng.permutation(hi - lo) for lo, hi in pairwise(edges.tolist())])
+
+
+def split_stats(spill: Spill, plan: RowPlan, split_at: int) -> dict[str, Any]:
+    """Return the manifest's ``stats.splits``: rows, examples, records, tokens per split."""
+    out: dict[str, Any] = {}
+    for name, (lo, hi) in (("train", (0, split_at)), ("eval", (split_at, plan.num_rows))):
+        sub = plan.rows(lo, hi)
+        out[name] = {
+            "records_packed": len(np.unique(spill.record_ids[sub.seg_example])),
+            "examples": sub.num_segments,
+            "rows": sub.num_rows,
+            "tokens": sub.num_tokens,
+            "loss_tokens": int(sub.seg_targets.sum()),
+        }
+    return out
