@@ -86,7 +86,7 @@ def merge_units(
         ).astype(np.int8)
         meta["record_ids"][-1] = a["record_ids"] + accepted
         c = r.counts
-        per_source += np.asarray(c.records_per_source, np.int64)
+        per_source[r.split.index] += sum(c.records_per_source)  # a unit reads one input
         n = len(domains.names)
         per_domain = add_counts(per_domain, _by_code(dom, c.records_per_domain, n))
         tokens_in = add_counts(tokens_in, _by_code(dom, c.tokens_in_per_domain, n))

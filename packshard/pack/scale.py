@@ -34,6 +34,7 @@ from pathlib import Path
 from packshard.digests import sha256_path
 from packshard.engine import Engine, EngineOptions, open_engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
+from packshard.format.outdir import temp_stem
 from packshard.format.rejects import RejectsWriter
 from packshard.ingest.sources import InputFile
 from packshard.ingest.splits import plan_splits
@@ -90,8 +91,12 @@ class DriverLoad:
 
 
 def work_folder(out: Path) -> Path:
-    """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it."""
-    return out.parent / f".{out.name}.units"
+    """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it.
+
+    ``OUT`` is shortened as for the temporary folder (:func:`~packshard.format.outdir.
+    temp_stem`), so any legal OUT name leaves room for the suffix.
+    """
+    return out.parent / f".{temp_stem(out.name)}.units"
 
 
 def worker_env(config: PackConfig) -> dict[str, str]:
