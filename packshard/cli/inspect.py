@@ -132,6 +132,15 @@ def inspect_row(
     tok = _load_tokenizer(
         tokenizer or _existing(recorded_tok["path"], recorded_tok.get("resolved"))
     )
+    size = tok.get_vocab_size(with_added_tokens=True) if tok is not None else 1 << 31
+    outside = np.flatnonzero((packed.input_ids < 0) | (packed.input_ids >= size))
+    if outside.size:  # the tokenizer cannot decode it: say so in one line
+        at = int(outside[0])
+        raise FormatError(
+            str(path),
+            f"row {row}: token id {int(packed.input_ids[at])} at position {at} is not in the "
+            f"tokenizer's vocabulary of {size:,} (run packshard verify)",
+        )
     recorded = manifest["config"].get("reasoning_markers") or REASONING_MARKERS
     markers = (str(recorded[0]), str(recorded[1]))
     segments = []

@@ -29,7 +29,7 @@ from packshard.arrays import exclusive_cumsum
 from packshard.digests import sha256_path
 from packshard.errors import FormatError, ManifestError
 from packshard.format.folder.outdir import EXPORT_INFO
-from packshard.format.folder.paths import inside_folder
+from packshard.format.folder.paths import duplicate_paths, inside_folder
 from packshard.format.manifest import load_manifest, load_schema
 from packshard.format.shards import list_values, read_shard, rows_problem, seq_lengths_column
 from packshard.records import IGNORE_INDEX
@@ -68,6 +68,9 @@ def load_source(out: Path) -> dict[str, Any]:
     import jsonschema
 
     manifest = load_manifest(out, validate=False)
+    repeated = duplicate_paths(manifest)
+    if repeated is not None:
+        raise ManifestError(repeated)
     full = load_schema()
     props = full["properties"]
 

@@ -30,6 +30,7 @@ Streaming, shuffled and split over ranks and workers, is :mod:`packshard.torch.s
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from torch.utils.data import Dataset
 from packshard.arrays import exclusive_cumsum
 from packshard.digests import sha256_bytes, sha256_path
 from packshard.errors import FormatError, ManifestError, UsageError
-from packshard.format.folder.paths import inside_folder
+from packshard.format.folder.paths import duplicate_paths, inside_folder, open_inside
 from packshard.format.manifest import load_manifest, part_errors
 from packshard.format.shards import rows_problem
 from packshard.format.version import metadata_problem
@@ -74,18 +75,30 @@ def _column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_table(
-    path: Path, columns: list[str], cache_dir: Path | None, kind: str, sha256: str
+    folder: Path, rel: str, columns: list[str], cache_dir: Path | None, kind: str, sha256: str
 ) -> pa.Table:
     """Decode a shard's columns, or map its uncompressed Arrow IPC copy from ``cache_dir``.
 
     The copy is named by the SHA-256 of the shard's bytes as read here (and found equal to
     the manifest's), never by a manifest string, and those same bytes are what is decoded:
     a folder whose manifest lies about a shard cannot place its tokens under another
-    dataset's name.
+    dataset's name.  The shard is opened once, checked at that moment to be the file inside
+    the folder its manifest names (:func:`~packshard.format.folder.paths.open_inside`), and read
+    through that descriptor: a shard swapped for a link after the dataset was opened is
+    refused, not served.
     """
-    if cache_dir is None:
-        return pq.read_table(path, columns=columns, memory_map=True).combine_chunks()
-    data = path.read_bytes()
+    path = folder / rel
+    try:
+        fd = open_inside(folder, rel)
+    except FormatError as exc:
+        raise FormatError(str(path), f"{exc.problem} (run packshard verify)") from None
+    with os.fdopen(fd, "rb") as fh:
+        if cache_dir is None:
+            size = os.fstat(fh.fileno()).st_size
+            mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) if size else b""
+            source = pa.BufferReader(pa.py_buffer(mapped))
+            return pq.read_table(source, columns=columns).combine_chunks()
+        data = fh.read()
     digest = sha256_bytes(data)
     if digest != sha256:
         raise FormatError(str(path), "SHA-256 differs from the manifest (run packshard verify)")
@@ -108,7 +121,8 @@ class _Shard:
 
     def __init__(
         self,
-        path: Path,
+        folder: Path,
+        rel: str,
         expected_rows: int,
         derive_positions: bool,
         cache: Path | None,
@@ -117,8 +131,9 @@ class _Shard:
     ) -> None:
         names = [c for c in LIST_COLUMNS if not (derive_positions and c == "position_ids")]
         kind = "derived" if derive_positions else "stored"
+        path = folder / rel
         try:
-            table = _read_table(path, names, cache, kind, sha256)
+            table = _read_table(folder, rel, names, cache, kind, sha256)
         except (OSError, pa.ArrowException) as exc:
             raise FormatError(
                 str(path), f"unreadable shard: {exc} (run packshard verify)"
@@ -198,6 +213,9 @@ class PackedDataset(Dataset[Row]):
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.manifest = load_manifest(self.out, validate=False)
         where = str(self.out / "manifest.json")
+        repeated = duplicate_paths(self.manifest)
+        if repeated is not None:  # before the schema walks every entry
+            raise ManifestError(f"{where}: {repeated} (run packshard verify)")
         problems = part_errors(self.manifest, ("shards",))  # checked before any value is used
         if not isinstance(self.manifest.get("dataset_id"), str):
             problems.append("manifest.json: dataset_id: not a string")
@@ -237,6 +255,7 @@ class PackedDataset(Dataset[Row]):
         self.dataset_id = str(self.manifest.get("dataset_id", ""))
         self.derive_positions = self.manifest.get("config", {}).get("position_ids") == "reset"
         self.shard_sha256 = [str(s["sha256"]) for s in shards]
+        self.shard_names = [str(s["path"]) for s in shards]  # this split's, in order
         self._shards: dict[int, _Shard] = {}
 
     def __len__(self) -> int:
@@ -252,7 +271,8 @@ class PackedDataset(Dataset[Row]):
         if shard is None:
             rows, sha = int(self.shard_rows[k]), self.shard_sha256[k]
             shard = _Shard(
-                self.shard_paths[k],
+                self.out,
+                self.shard_names[k],
                 rows,
                 self.derive_positions,
                 self.cache_dir,

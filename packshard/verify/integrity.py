@@ -30,7 +30,7 @@ from packshard.digests import sha256_path
 from packshard.errors import FormatError
 from packshard.format.card import card_problem
 from packshard.format.examples import ExamplesIndex, read_examples
-from packshard.format.folder.paths import MISSING, inside_folder
+from packshard.format.folder.paths import MISSING, duplicate_paths, inside_folder
 from packshard.format.manifest import schema_errors
 from packshard.format.rejects import read_rejects
 from packshard.format.shards import read_shard
@@ -60,6 +60,10 @@ class OpenedFiles:
 
 def check_files(folder: Path, manifest: dict[str, Any], findings: FindingList) -> OpenedFiles:
     """Check the schema and every named file's size and checksum; open the readable ones."""
+    repeated = duplicate_paths(manifest)
+    if repeated is not None:  # before the schema: nothing is validated or opened per entry
+        findings.add(Finding("integrity", repeated), "duplicate")
+        return OpenedFiles({}, None, False)
     problems = schema_errors(manifest)
     for problem in problems:
         findings.add(Finding("integrity", problem), "schema")

@@ -250,7 +250,11 @@ def _compare_digest(
     if found is None:
         return False
     packed, seg, bad = found
-    lo, hi = int(packed.cu_seqlens[seg]), int(packed.cu_seqlens[seg + 1])
+    cu = packed.cu_seqlens
+    if seg + 1 >= len(cu) or not 0 <= int(cu[seg]) <= int(cu[seg + 1]) <= len(packed.input_ids):
+        bad("its row's cu_seqlens do not hold this segment (see structure)")
+        return False
+    lo, hi = int(cu[seg]), int(cu[seg + 1])
     n, ids, labels = want
     if n != hi - lo or digest(packed.input_ids[lo:hi]) != ids:
         bad("token ids differ from the source example re-tokenized", cause)

@@ -52,3 +52,58 @@ def inside_folder(folder: str | os.PathLike[str], rel: Any) -> Path:
     if not stat.S_ISREG(mode):
         raise FormatError(rel, "is not a regular file (not read)")
     return path
+
+
+def open_inside(folder: str | os.PathLike[str], rel: Any) -> int:
+    """Open ``folder/rel`` for reading and return the descriptor of what was checked.
+
+    The path is checked (:func:`inside_folder`), opened (never blocking: a FIFO swapped in
+    returns at once), then checked again and compared by device and inode with what was
+    opened, so a file swapped for a link between the check and the open is refused, not read.
+
+    Raises:
+        FormatError: as :func:`inside_folder`, or the file changed while it was opened.
+
+    """
+    path = inside_folder(folder, rel)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise FormatError(rel, f"cannot be read ({exc.strerror})") from None
+    try:
+        opened = os.fstat(fd)
+        now = os.stat(os.path.realpath(inside_folder(folder, rel)))
+        if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (
+            now.st_dev,
+            now.st_ino,
+        ):
+            raise FormatError(rel, "changed while it was being opened (not read)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def duplicate_paths(manifest: Any) -> str | None:
+    """Say which path a manifest lists more than once (each file is listed once), or None.
+
+    Checked before anything else reads the entries: a manifest naming one shard 200,000
+    times would otherwise open it 200,000 times.  Entries of the wrong type are left to the
+    schema.
+    """
+    if not isinstance(manifest, dict):
+        return None
+    shards, files = manifest.get("shards"), manifest.get("files")
+    entries = list(shards) if isinstance(shards, list) else []
+    entries += list(files.values()) if isinstance(files, dict) else []
+    seen: dict[str, int] = {}
+    for entry in entries:
+        rel = entry.get("path") if isinstance(entry, dict) else None
+        if isinstance(rel, str):
+            seen[rel] = seen.get(rel, 0) + 1
+    repeated = [(rel, n) for rel, n in seen.items() if n > 1]
+    if not repeated:
+        return None
+    rel, n = repeated[0]
+    more = f" (and {len(repeated) - 1} more paths)" if len(repeated) > 1 else ""
+    return f"manifest.json lists {rel!r} {n:,} times{more}; every file is listed once"

@@ -221,12 +221,16 @@ def unit_files(folder: Path) -> dict[str, str]:
 def save_unit(folder: Path, result: UnitResult) -> None:
     """Write a unit's result beside its part; ``unit.json`` last, as the completion marker.
 
+    The input list is not repeated (the job knows it): a unit reads one input, so its
+    records per input are one number, and its source codes index the job's input list.
+
     The marker records every file's SHA-256, so that ``--resume`` reuses only the files the
     unit wrote (:mod:`packshard.pack.units.resume`).
     """
     arrays: dict[str, Any] = result.arrays
     np.savez(folder / ARRAYS, **arrays)
-    counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__}
+    counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__ if k != "sources"}
+    counts["records_per_source"] = [sum(result.counts.records_per_source)]  # its own input
     error = result.error
     doc: dict[str, Any] = {
         "counts": counts,

@@ -6,7 +6,7 @@ record ids from 0.  The merge makes them what one process reading every input wo
 made::
 
     unit        lines (relative)   + lines before it in its file   = lines (absolute)
-    unit        input codes        ─► names ─► the job's input index
+    unit        input              its split's input index (a unit reads one input)
     unit        domain codes       ─► names ─► codes in order of first appearance overall
     unit        record ids         + records accepted by earlier units
     unit        tokens             laid after the earlier units' (PartFiles bases)
@@ -64,7 +64,6 @@ def merge_units(
     meta: dict[str, list[np.ndarray]] = {k: [] for k in (*PER_EXAMPLE, "lengths")}
     rejects: list[Reject] = []
     per_source = np.zeros(len(sources), np.int64)
-    where = {name: i for i, name in enumerate(sources)}
     per_domain = tokens_in = np.zeros(0, np.int64)
     policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
     accepted = 0
@@ -75,22 +74,20 @@ def merge_units(
             code, reason, source, line = r.error
             raise RecordError(code, reason, source, line + base)
         a = r.arrays
-        src = np.array([where[name] for name in r.counts.sources], np.int64)
         dom = domains.encode(r.domains)
         fmt = formats.encode(r.formats)
         for key in PER_EXAMPLE:
             meta[key].append(a[key])
         meta["lengths"].append(a["lengths"])
         meta["lines"][-1] = a["lines"] + base
-        if len(src):
-            meta["source_index"][-1] = src[a["source_index"]].astype(a["source_index"].dtype)
+        meta["source_index"][-1] = np.full_like(a["source_index"], r.split.index)  # its one input
         meta["domain_codes"][-1] = dom[a["domain_codes"]] if len(dom) else a["domain_codes"]
         meta["format_codes"][-1] = (
             fmt[a["format_codes"]] if len(fmt) else a["format_codes"]
         ).astype(np.int8)
         meta["record_ids"][-1] = a["record_ids"] + accepted
         c = r.counts
-        np.add.at(per_source, src, np.asarray(c.records_per_source, np.int64))
+        per_source[r.split.index] += sum(c.records_per_source)  # a unit reads one input
         n = len(domains.names)
         per_domain = add_counts(per_domain, _by_code(dom, c.records_per_domain, n))
         tokens_in = add_counts(tokens_in, _by_code(dom, c.tokens_in_per_domain, n))
