@@ -16,13 +16,15 @@ and :func:`pack_stats` combines the three.  Per-domain counts add up to the tota
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from packshard.arrays import exclusive_cumsum, fill_rate, lower_bound_rows
 from packshard.errors import DROPPED, REJECTED
+from packshard.format.examples import EXAMPLE_GROUP_ROWS, build_examples_table
 from packshard.format.rejects import RejectTally
 from packshard.format.shards import ShardInfo
 from packshard.options import resolve_loss
@@ -55,16 +57,38 @@ def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:
     ]
 
 
+def examples_tables(spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo]) -> Iterator[pa.Table]:
+    """Yield the examples index in chunks of ``EXAMPLE_GROUP_ROWS`` rows, by example id.
+
+    Only one chunk's columns are in memory at a time (about 110 bytes an example), so the
+    index costs a fixed amount whatever the number of examples.
+    """
+    order = np.argsort(plan.example_id, kind="stable")
+    seg_rows = plan.segment_rows()
+    for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
+        columns = examples_columns(
+            spill, plan, shards, order[lo : lo + EXAMPLE_GROUP_ROWS], seg_rows
+        )
+        yield build_examples_table(columns, list(spill.counts.sources), list(spill.counts.domains))
+        del columns
+
+
 def examples_columns(
-    spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo]
+    spill: Spill,
+    plan: RowPlan,
+    shards: Sequence[ShardInfo],
+    order: np.ndarray | None = None,
+    seg_rows: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Return the examples index as arrays: one row per packed segment, by example id.
 
-    ``source`` and ``domain`` are codes into ``spill.counts.sources`` and ``.domains``.
+    ``order`` picks the segments (default: every one, by example id).  ``source`` and
+    ``domain`` are codes into ``spill.counts.sources`` and ``.domains``.
     """
-    order = np.argsort(plan.example_id, kind="stable")
+    if order is None:
+        order = np.argsort(plan.example_id, kind="stable")
     ex = plan.seg_example[order]
-    rows = plan.segment_rows()[order]
+    rows = (plan.segment_rows() if seg_rows is None else seg_rows)[order]
     shard_starts = exclusive_cumsum(np.array([s.rows for s in shards], dtype=np.int64))
     shard = np.searchsorted(shard_starts, rows, side="right") - 1
     return {

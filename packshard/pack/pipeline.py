@@ -51,7 +51,7 @@ from packshard.errors import REJECTED, NothingToPackError, PackshardError, rejec
 from packshard.format.card import write_card
 from packshard.format.causes import likely_cause
 from packshard.format.environment import pack_environment
-from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
+from packshard.format.examples import EXAMPLES_NAME, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
 from packshard.format.version import FORMAT_VERSION
@@ -64,12 +64,13 @@ from packshard.ingest.template.sandbox import template_conventions
 from packshard.ingest.tokens.backends import backend_note, backends_entry
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.counts import (
-    examples_columns,
+    examples_tables,
     loss_policies,
     pack_stats,
     records_per_input,
     wrapped_drops,
 )
+from packshard.pack.heap import return_freed_memory
 from packshard.pack.plan.planner import plan_packs
 from packshard.pack.plan.rows import RowPlan, finalize_plan, ordering_stats
 from packshard.pack.spill import Spill
@@ -98,6 +99,7 @@ def pack_dataset(
     removed); without it those notes come back among the result's warnings.
     """
     started = time.perf_counter()
+    return_freed_memory()  # peak RSS is the live set (packshard.pack.heap)
     warnings = check_config(config)
     if config.num_workers:
         os.environ["RAYON_NUM_THREADS"] = str(config.num_workers)
@@ -174,14 +176,15 @@ def _pack_into(
     shards = write_shards_on(
         engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults
     )
-    table = build_examples_table(
-        examples_columns(spill, plan, shards),
-        list(spill.counts.sources),
-        list(spill.counts.domains),
-    )
-    write_examples(tmp / EXAMPLES_NAME, table, dataset_id)
     resolved, by_policy = loss_policies(spill, plan, config.ingest.loss)
     per_input = records_per_input(spill, tally)
+    stats = {
+        **pack_stats(spill, plan, tally, ordering),
+        **_beside_bfd(spill, plan, config),
+        "reasoning_dropped": reasoning_dropped,
+    }
+    write_examples(tmp / EXAMPLES_NAME, examples_tables(spill, plan, shards), dataset_id)
+    del spill, plan  # what is left holds no per-example state
     manifest = build_manifest(
         dataset_id=dataset_id,
         config=config.recorded(),
@@ -191,11 +194,7 @@ def _pack_into(
             {"path": f.path, "resolved": str(f.real), "sha256": sha, "records": n}
             for f, sha, n in zip(files, hashes, per_input, strict=True)
         ],
-        stats={
-            **pack_stats(spill, plan, tally, ordering),
-            **_beside_bfd(spill, plan, config),
-            "reasoning_dropped": reasoning_dropped,
-        },
+        stats=stats,
         files={
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
@@ -208,7 +207,6 @@ def _pack_into(
             "backends": backends_entry(bundle, config.ingest.backend),
         },
     )
-    del spill
     manifest["files"]["card"] = write_card(tmp, manifest)  # README.md: load_dataset(OUT) reads it
     write_manifest(tmp, manifest)
     return manifest

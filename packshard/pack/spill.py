@@ -143,6 +143,16 @@ PER_EXAMPLE = {
 }
 
 
+WIDE = ("lines", "starts", "record_ids")  # may pass 2**31: int32 whenever they do not
+
+
+def narrow(values: np.ndarray) -> np.ndarray:
+    """Return int64 ``values`` as int32 when every value fits, else unchanged (readers widen)."""
+    if values.size and (int(values.min()) < -(2**31) or int(values.max()) >= 2**31):
+        return values
+    return values.astype(np.int32)
+
+
 class SpillWriter:
     """Append tokenized chunks to a spill folder, applying the overlong policy.
 
