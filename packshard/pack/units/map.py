@@ -7,10 +7,12 @@
         │                                   tokens.bin, labels.bin ◄─┘  (the unit's spill part)
         └─► UnitResult: per-example integers, rejects, counts  ──► back to the driver
 
-Only small things travel back: the per-example integers the driver plans with (50 bytes an
-example), the rejects and counts.  Lines of a byte range are
-relative to its start and codes of domains and formats local to the unit; the driver makes
-them global (:mod:`packshard.pack.units.merge`).
+Only small things travel back: the per-example integers the driver plans with (about 70
+bytes an example), the rejects and counts.  Lines of a byte range are relative to its start,
+and codes of inputs, domains and formats local to the unit (its one input is code 0: what a
+unit writes and returns never lists the job's inputs, so 10,000 one-record files make 10,000
+small units, not 10,000 copies of the input list); the driver makes them global
+(:mod:`packshard.pack.units.merge`).
 
 Idempotent and resumable: the part is written into an attempt folder and renamed to the
 unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json`` as its
@@ -61,7 +63,6 @@ class UnitContext:
     max_seq_len: int
     overlong: str
     split_at_rows: bool
-    sources: tuple[str, ...]
     work: str  # folder of the parts, reachable by every worker
     faults: tuple[tuple[str, str, int], ...] = ()
 
@@ -162,7 +163,8 @@ def _map_into(
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
 ) -> UnitResult:
-    writer = SpillWriter(folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, ctx.sources)
+    # the unit's own input only: its codes and counts never repeat the job's input list
+    writer = SpillWriter(folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, (split.path,))
     state = SplitRead()
     rejects: list[Reject] = []
     lines: list[np.ndarray] = []

@@ -6,6 +6,7 @@ record ids from 0.  The merge makes them what one process reading every input wo
 made::
 
     unit        lines (relative)   + lines before it in its file   = lines (absolute)
+    unit        input codes        ─► names ─► the job's input index
     unit        domain codes       ─► names ─► codes in order of first appearance overall
     unit        record ids         + records accepted by earlier units
     unit        tokens             laid after the earlier units' (PartFiles bases)
@@ -69,6 +70,7 @@ def merge_units(
     at = 0
     rejects: list[Reject] = []
     per_source = np.zeros(len(sources), np.int64)
+    where = {name: i for i, name in enumerate(sources)}
     per_domain = tokens_in = np.zeros(0, np.int64)
     policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
     accepted = 0
@@ -80,6 +82,7 @@ def merge_units(
             code, reason, source, line = r.error
             raise RecordError(code, reason, source, line + base)
         a = r.arrays
+        src = np.array([where[name] for name in r.counts.sources], np.int64)
         dom = domains.encode(r.domains)
         fmt = formats.encode(r.formats)
         n_unit = int(a["lengths"].shape[0])
@@ -89,6 +92,8 @@ def merge_units(
         lengths[into] = a["lengths"]
         tokens[len(parts_of)] = a["lengths"].sum()
         meta["lines"][into] += base
+        if len(src):
+            meta["source_index"][into] = src[a["source_index"]]
         if len(dom):
             meta["domain_codes"][into] = dom[a["domain_codes"]]
         if len(fmt):
@@ -97,7 +102,7 @@ def merge_units(
         at += n_unit
         parts_of.append(r.folder)
         c = r.counts
-        per_source += np.asarray(c.records_per_source, np.int64)
+        np.add.at(per_source, src, np.asarray(c.records_per_source, np.int64))
         n = len(domains.names)
         per_domain = add_counts(per_domain, _by_code(dom, c.records_per_domain, n))
         tokens_in = add_counts(tokens_in, _by_code(dom, c.tokens_in_per_domain, n))

@@ -183,7 +183,6 @@ def map_inputs(
         max_seq_len=config.plan.max_seq_len,
         overlong=config.plan.overlong,
         split_at_rows=config.plan.strategy == "wrapped",
-        sources=tuple(f.path for f in files),
         work=str(work),
         faults=parse_faults(os.environ.get(FAULTS_ENV)),
     )
@@ -198,7 +197,7 @@ def map_inputs(
     mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
-    spill, ordered = merge_units(results, context.sources)
+    spill, ordered = merge_units(results, tuple(f.path for f in files))
     rejects.write(ordered)
     info = {"units": len(splits), "units_reused": len(splits) - len(todo)}
     info["reasoning_dropped"] = sum(r.reasoning_dropped for r in results)
