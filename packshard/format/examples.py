@@ -23,7 +23,7 @@ needs as arrays, with sources dictionary-encoded, so no per-example Python runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +63,7 @@ def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
 
 
 def build_examples_table(
-    columns: dict[str, np.ndarray], source_names: list[str], domain_names: list[str]
+    columns: Mapping[str, np.ndarray], source_names: list[str], domain_names: list[str]
 ) -> pa.Table:
     """Return the index table from per-example arrays.
 

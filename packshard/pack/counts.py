@@ -16,7 +16,7 @@ and :func:`pack_stats` combines the three.  Per-domain counts add up to the tota
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,51 +60,74 @@ def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:
 def examples_tables(spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo]) -> Iterator[pa.Table]:
     """Yield the examples index in chunks of ``EXAMPLE_GROUP_ROWS`` rows, by example id.
 
-    Only one chunk's columns are in memory at a time (about 110 bytes an example), so the
-    index costs a fixed amount whatever the number of examples.
+    One chunk is in memory at a time, and of it one numpy column at a time (each is made
+    when the table reads it), so the index costs a fixed amount whatever the number of
+    examples: the chunk's Arrow table and three index arrays, about 90 bytes a row.
     """
     order = np.argsort(plan.example_id, kind="stable")
     seg_rows = plan.segment_rows()
+    sources, domains = list(spill.counts.sources), list(spill.counts.domains)
     for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
-        columns = examples_columns(
-            spill, plan, shards, order[lo : lo + EXAMPLE_GROUP_ROWS], seg_rows
-        )
-        yield build_examples_table(columns, list(spill.counts.sources), list(spill.counts.domains))
-        del columns
+        chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
+        yield build_examples_table(_columns(spill, plan, shards, chunk, seg_rows), sources, domains)
 
 
 def examples_columns(
-    spill: Spill,
-    plan: RowPlan,
-    shards: Sequence[ShardInfo],
-    order: np.ndarray | None = None,
-    seg_rows: np.ndarray | None = None,
+    spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo]
 ) -> dict[str, np.ndarray]:
     """Return the examples index as arrays: one row per packed segment, by example id.
 
-    ``order`` picks the segments (default: every one, by example id).  ``source`` and
-    ``domain`` are codes into ``spill.counts.sources`` and ``.domains``.
+    ``source`` and ``domain`` are codes into ``spill.counts.sources`` and ``.domains``.
     """
-    if order is None:
-        order = np.argsort(plan.example_id, kind="stable")
+    order = np.argsort(plan.example_id, kind="stable")
+    return dict(_columns(spill, plan, shards, order, plan.segment_rows()).items())
+
+
+class _Columns(Mapping[str, np.ndarray]):
+    """Columns made when read and not kept."""
+
+    def __init__(self, makers: dict[str, Callable[[], np.ndarray]]) -> None:
+        self._makers = makers
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._makers[name]()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+
+def _columns(
+    spill: Spill,
+    plan: RowPlan,
+    shards: Sequence[ShardInfo],
+    order: np.ndarray,
+    seg_rows: np.ndarray,
+) -> _Columns:
+    """Return the index columns of the segments ``order`` picks, made when read."""
     ex = plan.seg_example[order]
-    rows = (plan.segment_rows() if seg_rows is None else seg_rows)[order]
+    rows = seg_rows[order]
     shard_starts = exclusive_cumsum(np.array([s.rows for s in shards], dtype=np.int64))
     shard = np.searchsorted(shard_starts, rows, side="right") - 1
-    return {
-        "example_id": plan.example_id[order],
-        "source": spill.source_index[ex],
-        "line": spill.lines[ex],
-        "part": plan.seg_part[order],
-        "token_offset": spill.starts[ex] + plan.seg_start[order],
-        "domain": spill.domain_codes[ex],
-        "num_tokens": plan.seg_length[order],
-        "num_loss_tokens": plan.seg_targets[order],
-        "truncated": spill.truncated[ex],
-        "shard": shard,
-        "row": rows - shard_starts[shard],
-        "turn": spill.turns[ex] if spill.turns is not None else np.zeros(len(ex), np.int32),
-    }
+    turns = spill.turns
+    return _Columns(
+        {
+            "example_id": lambda: plan.example_id[order],
+            "source": lambda: spill.source_index[ex],
+            "line": lambda: spill.lines[ex],
+            "part": lambda: plan.seg_part[order],
+            "token_offset": lambda: spill.starts[ex].astype(np.int64) + plan.seg_start[order],
+            "domain": lambda: spill.domain_codes[ex],
+            "num_tokens": lambda: plan.seg_length[order],
+            "num_loss_tokens": lambda: plan.seg_targets[order],
+            "truncated": lambda: spill.truncated[ex],
+            "shard": lambda: shard,
+            "row": lambda: rows - shard_starts[shard],
+            "turn": lambda: turns[ex] if turns is not None else np.zeros(len(ex), np.int32),
+        }
+    )
 
 
 def loss_policies(spill: Spill, plan: RowPlan, loss: str) -> tuple[dict[str, str], dict[str, int]]:

@@ -9,13 +9,16 @@ the planner's scratch, a write task's row group) would then add up in the driver
 instead of being reused: measured on 2M one-token records, about 20 bytes an example.
 
 :func:`return_freed_memory` fixes the threshold (``mallopt(M_MMAP_THRESHOLD, 256 KiB)``),
-which also stops it rising.  Elsewhere than glibc it does nothing.
+which also stops it rising, and has Arrow allocate from the same heap (its default pool,
+mimalloc, keeps what it frees too).  Elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+
+import pyarrow as pa
 
 M_MMAP_THRESHOLD = -3
 THRESHOLD_BYTES = 256 * 1024
@@ -28,6 +31,9 @@ def return_freed_memory() -> bool:
         return False
     try:
         libc = ctypes.CDLL(name)
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES))
+        if not libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES):
+            return False
     except (OSError, AttributeError):  # not glibc
         return False
+    pa.set_memory_pool(pa.system_memory_pool())
+    return True

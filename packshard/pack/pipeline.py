@@ -163,7 +163,7 @@ def _pack_into(
     if plan.num_rows == 0:
         raise NothingToPackError(_nothing_packed(spill, tally, config, files))
     ordering = ordering_stats(plan)
-    plan = plan.permute_rows(_row_order(plan, config))
+    plan = plan.permute_rows(_row_order(plan, config)).narrowed()
     fingerprints = {
         "format_version": FORMAT_VERSION,
         "inputs": hashes,

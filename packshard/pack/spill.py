@@ -150,7 +150,7 @@ def narrow(values: np.ndarray) -> np.ndarray:
     """Return int64 ``values`` as int32 when every value fits, else unchanged (readers widen)."""
     if values.size and (int(values.min()) < -(2**31) or int(values.max()) >= 2**31):
         return values
-    return values.astype(np.int32)
+    return values.astype(np.int32, copy=False)
 
 
 class SpillWriter:
