@@ -5,7 +5,7 @@
 
 Each input is one ``{"text": ...}`` line, so a work unit is one file and the job's cost is
 per unit: what a unit writes beside its part, what travels back, what the driver keeps.
-Each run packs in its own subprocess; the figure is the peak of the summed RSS of its whole
+Each run packs in its own subprocess; the figure is the peak of the summed PSS of its whole
 process tree (driver, fork server, workers), sampled from ``/proc`` every 0.2 s, beside the
 largest single process's peak (``getrusage(RUSAGE_CHILDREN).ru_maxrss``).  Reported: each
 peak, the ratio ``--workers 2`` over ``--workers 1`` of the summed peaks (acceptance: at most
@@ -44,7 +44,11 @@ def write_files(folder: Path, count: int) -> list[Path]:
 
 
 def tree_kib(pid: int) -> int:
-    """Summed VmRSS (KiB) of ``pid`` and every descendant (0 for one that has gone)."""
+    """Summed PSS (KiB) of ``pid`` and every descendant (0 for one that has gone).
+
+    PSS shares each page among the processes that map it, so the fork server's pages the
+    workers inherit are counted once, not once per worker as summed RSS would.
+    """
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
@@ -109,14 +113,14 @@ def main() -> int:
             units = work / f".out-{workers}.units"
             tree, kib, seconds, units_kib = run(cmd, units)
             peaks[workers] = tree
-            line = f"--workers {workers}: peak RSS {tree / 1024:8.1f} MiB"
+            line = f"--workers {workers}: peak PSS {tree / 1024:8.1f} MiB"
             line += f" (largest process {kib / 1024:.1f} MiB)"
             line += f"  units folder {units_kib / 1024:8.1f} MiB  {seconds:6.1f} s"
             print(line, flush=True)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"{args.files:,} files: --workers 2 / --workers 1 peak RSS = {peaks[2] / peaks[1]:.2f}x")
+    print(f"{args.files:,} files: --workers 2 / --workers 1 peak PSS = {peaks[2] / peaks[1]:.2f}x")
     return 0
 
 
