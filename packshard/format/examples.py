@@ -25,6 +25,7 @@ needs as arrays, with sources dictionary-encoded, so no per-example Python runs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
 
 
 def build_examples_table(
-    columns: dict[str, np.ndarray], source_names: list[str], domain_names: list[str]
+    columns: Mapping[str, np.ndarray], source_names: list[str], domain_names: list[str]
 ) -> pa.Table:
     """Return the index table from per-example arrays.
 
@@ -95,11 +96,28 @@ def build_examples_table(
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def write_examples(path: Path, table: pa.Table, dataset_id: str) -> None:
-    """Write the index with zstd and the dataset's metadata."""
-    pq.write_table(
-        table.replace_schema_metadata(parquet_metadata(dataset_id)), path, compression="zstd"
-    )
+EXAMPLE_GROUP_ROWS = 1024 * 1024
+"""Rows of a row group of the index (``pq.write_table``'s): chunks of it keep the bytes."""
+
+
+def write_examples(path: Path, tables: pa.Table | Iterable[pa.Table], dataset_id: str) -> None:
+    """Write the index with zstd and the dataset's metadata.
+
+    ``tables`` is the index, or its chunks of :data:`EXAMPLE_GROUP_ROWS` rows (the last one
+    shorter), each written as one row group: the same bytes as the whole table, without the
+    whole index in memory at once.
+    """
+    metadata = parquet_metadata(dataset_id)
+    writer = None
+    try:
+        for table in [tables] if isinstance(tables, pa.Table) else tables:
+            table = table.replace_schema_metadata(metadata)
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema, compression="zstd")
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def read_examples(path: Path, dataset_id: str, columns: list[str] | None = None) -> pa.Table:

@@ -16,13 +16,15 @@ and :func:`pack_stats` combines the three.  Per-domain counts add up to the tota
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from packshard.arrays import exclusive_cumsum, fill_rate, lower_bound_rows
 from packshard.errors import DROPPED, REJECTED
+from packshard.format.examples import EXAMPLE_GROUP_ROWS, build_examples_table
 from packshard.format.rejects import RejectTally
 from packshard.format.shards import ShardInfo
 from packshard.options import resolve_loss
@@ -55,6 +57,24 @@ def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:
     ]
 
 
+def examples_tables(
+    spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo], is_eval: np.ndarray | None = None
+) -> Iterator[pa.Table]:
+    """Yield the examples index in chunks of ``EXAMPLE_GROUP_ROWS`` rows, by example id.
+
+    One chunk is in memory at a time, and of it one numpy column at a time (each is made
+    when the table reads it), so the index costs a fixed amount whatever the number of
+    examples: the chunk's Arrow table and three index arrays, about 90 bytes a row.
+    """
+    order = np.argsort(plan.example_id, kind="stable")
+    seg_rows = plan.segment_rows()
+    sources, domains = list(spill.counts.sources), list(spill.counts.domains)
+    for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
+        chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
+        columns = _columns(spill, plan, shards, chunk, seg_rows, is_eval)
+        yield build_examples_table(columns, sources, domains)
+
+
 def examples_columns(
     spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo], is_eval: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
@@ -64,25 +84,56 @@ def examples_columns(
     with an eval split (``is_eval`` per spilled example) ``split`` too.
     """
     order = np.argsort(plan.example_id, kind="stable")
+    return dict(_columns(spill, plan, shards, order, plan.segment_rows(), is_eval).items())
+
+
+class _Columns(Mapping[str, np.ndarray]):
+    """Columns made when read and not kept."""
+
+    def __init__(self, makers: dict[str, Callable[[], np.ndarray]]) -> None:
+        self._makers = makers
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._makers[name]()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+
+def _columns(
+    spill: Spill,
+    plan: RowPlan,
+    shards: Sequence[ShardInfo],
+    order: np.ndarray,
+    seg_rows: np.ndarray,
+    is_eval: np.ndarray | None = None,
+) -> _Columns:
+    """Return the index columns of the segments ``order`` picks, made when read."""
     ex = plan.seg_example[order]
-    rows = plan.segment_rows()[order]
+    rows = seg_rows[order]
     shard_starts = exclusive_cumsum(np.array([s.rows for s in shards], dtype=np.int64))
     shard = np.searchsorted(shard_starts, rows, side="right") - 1
-    return {
-        "example_id": plan.example_id[order],
-        "source": spill.source_index[ex],
-        "line": spill.lines[ex],
-        "part": plan.seg_part[order],
-        "token_offset": spill.starts[ex] + plan.seg_start[order],
-        "domain": spill.domain_codes[ex],
-        "num_tokens": plan.seg_length[order],
-        "num_loss_tokens": plan.seg_targets[order],
-        "truncated": spill.truncated[ex],
-        "shard": shard,
-        "row": rows - shard_starts[shard],
-        "turn": spill.turns[ex] if spill.turns is not None else np.zeros(len(ex), np.int32),
-        **({"split": is_eval[ex]} if is_eval is not None else {}),
+    turns = spill.turns
+    makers: dict[str, Callable[[], np.ndarray]] = {
+        "example_id": lambda: plan.example_id[order],
+        "source": lambda: spill.source_index[ex],
+        "line": lambda: spill.lines[ex],
+        "part": lambda: plan.seg_part[order],
+        "token_offset": lambda: spill.starts[ex].astype(np.int64) + plan.seg_start[order],
+        "domain": lambda: spill.domain_codes[ex],
+        "num_tokens": lambda: plan.seg_length[order],
+        "num_loss_tokens": lambda: plan.seg_targets[order],
+        "truncated": lambda: spill.truncated[ex],
+        "shard": lambda: shard,
+        "row": lambda: rows - shard_starts[shard],
+        "turn": lambda: turns[ex] if turns is not None else np.zeros(len(ex), np.int32),
     }
+    if is_eval is not None:  # with an eval split: each example's split
+        makers["split"] = lambda: is_eval[ex]
+    return _Columns(makers)
 
 
 def loss_policies(spill: Spill, plan: RowPlan, loss: str) -> tuple[dict[str, str], dict[str, int]]:

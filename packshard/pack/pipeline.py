@@ -8,8 +8,12 @@ Stages, each its own module, in this order::
       ─► examples index, rejects, stats ─► dataset card ─► manifest (last)
 
 Memory holds the per-example integers and two row groups of a shard; tokens wait on disk in
-the spill.  Each stage returns a typed value (the spill with what it accepted, the rejects
-file's tally, the plan, the shards' entries) and :func:`pack_stats` combines them once.
+the spill.  Measured (``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token
+records minus that at 200k, over 1.8M, ``--workers 1``): 204 bytes an example, 318 before
+the spill, merge, plan and examples index were made compact (``docs/scale.md``; the figure
+includes two bounded buffers that grow up to 1M examples).  Each stage returns a typed
+value (the spill with what it accepted, the rejects file's tally, the plan, the shards'
+entries) and :func:`pack_stats` combines them once.
 
 Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
@@ -48,7 +52,7 @@ from packshard.errors import REJECTED, NothingToPackError, PackshardError, rejec
 from packshard.format.card import write_card
 from packshard.format.causes import likely_cause
 from packshard.format.environment import pack_environment
-from packshard.format.examples import EXAMPLES_NAME, build_examples_table, write_examples
+from packshard.format.examples import EXAMPLES_NAME, write_examples
 from packshard.format.folder.claim import claim_out
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
@@ -62,12 +66,13 @@ from packshard.ingest.template.sandbox import template_conventions
 from packshard.ingest.tokens.backends import backend_note, backends_entry
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.counts import (
-    examples_columns,
+    examples_tables,
     loss_policies,
     pack_stats,
     records_per_input,
     wrapped_drops,
 )
+from packshard.pack.heap import return_freed_memory
 from packshard.pack.plan.evalsplit import (
     eval_examples,
     eval_files,
@@ -103,6 +108,7 @@ def pack_dataset(
     removed); without it those notes come back among the result's warnings.
     """
     started = time.perf_counter()
+    return_freed_memory()  # peak RSS is the live set (packshard.pack.heap)
     warnings = check_config(config)
     if config.num_workers:
         os.environ["RAYON_NUM_THREADS"] = str(config.num_workers)
@@ -173,7 +179,7 @@ def _pack_into(
         raise NothingToPackError(_nothing_packed(spill, tally, config, files))
     ordering = ordering_stats(plan)
     split_at = train_rows(spill, plan, is_eval)
-    plan = plan.permute_rows(row_order(plan, config, split_at))
+    plan = plan.permute_rows(row_order(plan, config, split_at)).narrowed()
     fingerprints = {
         "format_version": FORMAT_VERSION,
         "inputs": hashes,
@@ -188,14 +194,16 @@ def _pack_into(
     shards = write_shards_on(
         engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults, names
     )
-    table = build_examples_table(
-        examples_columns(spill, plan, shards, is_eval),
-        list(spill.counts.sources),
-        list(spill.counts.domains),
-    )
-    write_examples(tmp / EXAMPLES_NAME, table, dataset_id)
     resolved, by_policy = loss_policies(spill, plan, config.ingest.loss)
     per_input = records_per_input(spill, tally)
+    stats = {
+        **pack_stats(spill, plan, tally, ordering),
+        **_beside_bfd(spill, plan, config),
+        "reasoning_dropped": reasoning_dropped,
+        **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
+    }
+    write_examples(tmp / EXAMPLES_NAME, examples_tables(spill, plan, shards, is_eval), dataset_id)
+    del spill, plan  # what is left holds no per-example state
     manifest = build_manifest(
         dataset_id=dataset_id,
         config=config.recorded(),
@@ -205,12 +213,7 @@ def _pack_into(
             {"path": f.path, "resolved": str(f.real), "sha256": sha, "records": n}
             for f, sha, n in zip(files, hashes, per_input, strict=True)
         ],
-        stats={
-            **pack_stats(spill, plan, tally, ordering),
-            **_beside_bfd(spill, plan, config),
-            "reasoning_dropped": reasoning_dropped,
-            **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
-        },
+        stats=stats,
         files={
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
@@ -223,7 +226,6 @@ def _pack_into(
             "backends": backends_entry(bundle, config.ingest.backend),
         },
     )
-    del spill
     manifest["files"]["card"] = write_card(tmp, manifest)  # README.md: load_dataset(OUT) reads it
     write_manifest(tmp, manifest)
     return manifest

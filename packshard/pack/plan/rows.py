@@ -20,11 +20,12 @@ All operations are vectorised over segment arrays; row ``r`` is the slice
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from packshard.arrays import count_trained, exclusive_cumsum, fill_rate, lower_bound_rows
-from packshard.pack.spill import Spill
+from packshard.pack.spill import Spill, narrow
 
 TARGET_BLOCK_TOKENS = 1 << 22
 _SEGMENT_FIELDS = (
@@ -118,6 +119,11 @@ class RowPlan:
         """Return the sub-plan of rows ``start:stop`` with local row offsets."""
         lo, hi = int(self.row_offsets[start]), int(self.row_offsets[stop])
         return self._take(slice(lo, hi), self.row_offsets[start : stop + 1] - lo)
+
+    def narrowed(self) -> RowPlan:
+        """Return the plan with int32 segment arrays wherever the values fit (readers widen)."""
+        picked: dict[str, Any] = {name: narrow(getattr(self, name)) for name in _SEGMENT_FIELDS}
+        return replace(self, **picked)
 
     def permute_rows(self, order: np.ndarray) -> RowPlan:
         """Reorder rows so that new row ``r`` is old row ``order[r]``."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
 from packshard.errors import RecordError
-from packshard.pack.spill import PER_EXAMPLE, Spill, SpillCounts
+from packshard.pack.spill import PER_EXAMPLE, WIDE, Spill, SpillCounts, narrow
 from packshard.pack.units.map import UnitResult
 from packshard.pack.units.parts import PartFiles
 from packshard.records import Reject, SourceRef
@@ -61,12 +61,19 @@ def merge_units(
     units = kept_units(results)
     domains, formats = NameCodes(), NameCodes()
     line_base = [0] * len(sources)
-    meta: dict[str, list[np.ndarray]] = {k: [] for k in (*PER_EXAMPLE, "lengths")}
+    total = sum(int(r.arrays["lengths"].shape[0]) for r in units)
+    meta: dict[str, np.ndarray] = {
+        k: np.empty(total, np.int64 if k in WIDE else d) for k, d in PER_EXAMPLE.items()
+    }
+    lengths = np.empty(total, np.int64)
+    tokens = np.zeros(len(units), np.int64)
+    at = 0
     rejects: list[Reject] = []
     per_source = np.zeros(len(sources), np.int64)
     per_domain = tokens_in = np.zeros(0, np.int64)
     policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
     accepted = 0
+    parts_of: list[str] = []
     for r in units:
         base = line_base[r.split.index] if r.split.kind == "bytes" else 0
         line_base[r.split.index] += r.newlines
@@ -76,16 +83,21 @@ def merge_units(
         a = r.arrays
         dom = domains.encode(r.domains)
         fmt = formats.encode(r.formats)
+        n_unit = int(a["lengths"].shape[0])
+        into = slice(at, at + n_unit)
         for key in PER_EXAMPLE:
-            meta[key].append(a[key])
-        meta["lengths"].append(a["lengths"])
-        meta["lines"][-1] = a["lines"] + base
-        meta["source_index"][-1] = np.full_like(a["source_index"], r.split.index)  # its one input
-        meta["domain_codes"][-1] = dom[a["domain_codes"]] if len(dom) else a["domain_codes"]
-        meta["format_codes"][-1] = (
-            fmt[a["format_codes"]] if len(fmt) else a["format_codes"]
-        ).astype(np.int8)
-        meta["record_ids"][-1] = a["record_ids"] + accepted
+            meta[key][into] = a[key]
+        lengths[into] = a["lengths"]
+        tokens[len(parts_of)] = a["lengths"].sum()
+        meta["lines"][into] += base
+        meta["source_index"][into] = r.split.index  # a unit reads one input
+        if len(dom):
+            meta["domain_codes"][into] = dom[a["domain_codes"]]
+        if len(fmt):
+            meta["format_codes"][into] = fmt[a["format_codes"]]
+        meta["record_ids"][into] += accepted
+        at += n_unit
+        parts_of.append(r.folder)
         c = r.counts
         per_source[r.split.index] += sum(c.records_per_source)  # a unit reads one input
         n = len(domains.names)
@@ -95,6 +107,7 @@ def merge_units(
             policy[k] += getattr(c, k)
         rejects += sorted((_moved(x, base) for x in r.rejects), key=_line)
         accepted += int(a["record_lines"].shape[0])
+        a.clear()  # the unit's copy is merged: freed now, not after every unit is
     ndom = len(domains.names)
     counts = SpillCounts(
         sources=sources,
@@ -105,16 +118,9 @@ def merge_units(
         tokens_in_per_domain=tuple(add_counts(tokens_in, np.zeros(ndom, np.int64)).tolist()),
         **policy,
     )
-    joined: dict[str, Any] = {
-        k: np.concatenate([np.zeros(0, PER_EXAMPLE.get(k, np.int64)), *v]) for k, v in meta.items()
-    }
-    lengths = joined.pop("lengths").astype(np.int64)
-    for k, dtype in PER_EXAMPLE.items():
-        joined[k] = joined[k].astype(dtype, copy=False)
-    parts = PartFiles(
-        tuple(r.folder for r in units),
-        exclusive_cumsum(np.array([r.tokens for r in units], np.int64)),
-    )
+    joined: dict[str, Any] = {k: narrow(v) if k in WIDE else v for k, v in meta.items()}
+    del meta
+    parts = PartFiles(tuple(parts_of), exclusive_cumsum(tokens))
     empty = np.zeros(0, np.int32)
     spill = Spill(
         tokens=empty,
