@@ -58,9 +58,15 @@ def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:
 
 
 def examples_tables(
-    spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo], is_eval: np.ndarray | None = None
+    spill: Spill,
+    plan: RowPlan,
+    shards: Sequence[ShardInfo],
+    is_eval: np.ndarray | None = None,
+    repeats: np.ndarray | None = None,
 ) -> Iterator[pa.Table]:
     """Yield the examples index in chunks of ``EXAMPLE_GROUP_ROWS`` rows, by example id.
+
+    ``repeats`` (per segment of ``plan``, ``--mix`` only) adds the ``repeat`` column.
 
     One chunk is in memory at a time, and of it one numpy column at a time (each is made
     when the table reads it), so the index costs a fixed amount whatever the number of
@@ -71,7 +77,7 @@ def examples_tables(
     sources, domains = list(spill.counts.sources), list(spill.counts.domains)
     for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
         chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
-        columns = _columns(spill, plan, shards, chunk, seg_rows, is_eval)
+        columns = _columns(spill, plan, shards, chunk, seg_rows, is_eval, repeats)
         yield build_examples_table(columns, sources, domains)
 
 
@@ -110,6 +116,7 @@ def _columns(
     order: np.ndarray,
     seg_rows: np.ndarray,
     is_eval: np.ndarray | None = None,
+    repeats: np.ndarray | None = None,
 ) -> _Columns:
     """Return the index columns of the segments ``order`` picks, made when read."""
     ex = plan.seg_example[order]
@@ -133,6 +140,8 @@ def _columns(
     }
     if is_eval is not None:  # with an eval split: each example's split
         makers["split"] = lambda: is_eval[ex]
+    if repeats is not None:  # with --mix: which copy of its record's example each one is
+        makers["repeat"] = lambda: repeats[order]
     return _Columns(makers)
 
 

@@ -81,6 +81,7 @@ from packshard.pack.plan.evalsplit import (
     split_stats,
     train_rows,
 )
+from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
 from packshard.pack.plan.planner import plan_packs
 from packshard.pack.plan.rows import RowPlan, ordering_stats
 from packshard.pack.spill import Spill
@@ -172,7 +173,13 @@ def _pack_into(
         bundle, template = loaded.result()
         reasoning_dropped = info.pop("reasoning_dropped", 0)
         is_eval = eval_examples(spill, config, len(files) if train_files is None else train_files)
-        plan = plan_examples(spill, config, is_eval)
+        target = config.plan.mix_target()
+        mixed = mix_examples(spill, target, config.plan.seed) if target is not None else None
+        if mixed is not None and mixed.choice.note is not None:
+            note(f"--mix-best-effort: {mixed.choice.note}")
+        plan = plan_examples(spill, config, is_eval, mixed.index if mixed is not None else None)
+        if mixed is not None:
+            rejects.write(mix_drops(spill, mixed))
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
     if plan.num_rows == 0:
@@ -180,6 +187,7 @@ def _pack_into(
     ordering = ordering_stats(plan)
     split_at = train_rows(spill, plan, is_eval)
     plan = plan.permute_rows(row_order(plan, config, split_at)).narrowed()
+    repeats = example_repeats(plan) if mixed is not None else None
     fingerprints = {
         "format_version": FORMAT_VERSION,
         "inputs": hashes,
@@ -202,7 +210,10 @@ def _pack_into(
         "reasoning_dropped": reasoning_dropped,
         **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
     }
-    write_examples(tmp / EXAMPLES_NAME, examples_tables(spill, plan, shards, is_eval), dataset_id)
+    if mixed is not None and repeats is not None:
+        stats["mix"] = mix_stats(spill, plan, repeats, mixed)
+    tables = examples_tables(spill, plan, shards, is_eval, repeats)
+    write_examples(tmp / EXAMPLES_NAME, tables, dataset_id)
     del spill, plan  # what is left holds no per-example state
     manifest = build_manifest(
         dataset_id=dataset_id,
