@@ -248,3 +248,28 @@ def test_the_reader_shuffles_mixed_rows_per_epoch_and_keeps_sequential_order(
     ex = ordered.examples
     places = [(ex["source"][k], ex["line"][k], ex["repeat"][k]) for k in read]
     assert places == sorted(places)  # input order, each copy after the one before
+
+
+@pytest.mark.shared_data
+def test_profile_predicts_the_packed_mixture_and_both_print_it(chat_mixes, shared_data):
+    from packshard.cli.tables import console, render_mixture, render_profile_table
+    from packshard.ingest.read.sources import expand_inputs
+    from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
+
+    inputs = tuple(str(shared_data / "chat" / f"{name}.json") for name in DOMAINS)
+    tok = str(shared_data / "tokenizers" / "phi-3-mini")
+    config = ProfileConfig.build(
+        inputs=inputs, tokenizer=tok, max_seq_len=4096, mix=MIX, max_repeat=2
+    )
+    report = profile_inputs(expand_inputs(inputs), config)
+    packed = json.loads((chat_mixes["a"] / "manifest.json").read_text())["stats"]["mix"]
+    assert json.loads(json.dumps(report.mixture)) == packed  # the same choice, predicted
+    assert report_to_dict(report)["mixture"] == report.mixture
+    out = console()  # stdout is not a terminal under pytest: plain text, one line a row
+    with out.capture() as captured:
+        out.print(render_profile_table(report))
+        out.print(render_mixture(packed, "after"))
+    text = captured.get()
+    assert "\x1b[" not in text
+    rows = [line for line in text.splitlines() if "llamafactory_alpaca_en_demo " in line]
+    assert len(rows) >= 2 and all("60.00%" in row and "42.03%" in row for row in rows[:1])

@@ -31,19 +31,22 @@ A record kept ``n`` times is packed ``n`` times: copy ``k`` gets its own example
 ``repeat = k`` in the examples index (:mod:`packshard.pack.plan.mixed` does that and the
 stats).  A record kept 0 times is a ``mix_subsampled`` line of ``rejects.jsonl``, counted
 as dropped.  Same inputs, options and seed → the same copies; another seed → another choice
-of records, the same budgets.
+of records, the same budgets.  ``profile --mix`` runs the same choice on its own arrays
+(:func:`predict_mixture`) and shows the table ``pack`` will record.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from packshard.errors import UsageError
+from packshard.format.mixture import realised_mixture
 
 MIX_SHARE_TOLERANCE = 1e-6
 """How far the ``--mix`` shares may add up from 1 (written as decimals, they rarely do exactly)."""
@@ -210,3 +213,85 @@ def _limit_message(
         f"share, or pass --mix-best-effort for these shares in {float(reach.min()):,.0f} "
         f"{unit})"
     )
+
+
+def copy_index(copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Expand per-item copies: the item of each copy, and which copy (0, 1 …) it is."""
+    index = np.repeat(np.arange(len(copies), dtype=np.int64), copies)
+    position = np.arange(len(index), dtype=np.int64)
+    firsts = np.zeros(len(copies) + 1, dtype=np.int64)
+    np.cumsum(copies, out=firsts[1:])
+    return index, position - firsts[index]
+
+
+def mixture_stats(
+    target: MixTarget,
+    choice: MixChoice,
+    names: Sequence[str],
+    record_domain: np.ndarray,
+    packed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> dict[str, Any]:
+    """Return ``stats.mix``: per domain the target, the input, the realised mixture, drops.
+
+    ``packed`` holds per packed example its domain, tokens, trained tokens and repeat.
+    """
+    realised = realised_mixture(*packed, names)
+    dropped = np.bincount(record_domain[choice.copies == 0], minlength=len(names))
+    most = np.zeros(len(names), dtype=np.int64)
+    np.maximum.at(most, record_domain, choice.copies)
+    total = float(choice.available.sum())
+    shares = dict(target.shares)
+    domains = {
+        name: {
+            "target": shares[name],
+            "input": round(float(choice.available[code]), 6),
+            "share_input": round(float(choice.available[code]) / total, 6) if total else 0.0,
+            **realised[name],
+            "records_dropped": int(dropped[code]),
+            "max_copies": int(most[code]),
+        }
+        for code, name in enumerate(names)
+    }
+    return {
+        "by": target.by,
+        "max_repeat": target.max_repeat,
+        "best_effort": target.best_effort,
+        "domains": domains,
+    }
+
+
+def predict_mixture(
+    columns: Mapping[str, np.ndarray],
+    names: Sequence[str],
+    max_seq_len: int,
+    target: MixTarget,
+    seed: int,
+) -> dict[str, Any]:
+    """Return the ``stats.mix`` that ``pack --mix`` would make of a profile's examples.
+
+    ``columns`` holds per example its ``lengths``, ``loss_tokens``, domain ``codes`` and
+    ``firsts`` (it starts a record), as :mod:`packshard.profile.gather` keeps them.  The
+    examples longer than ``max_seq_len`` are left out first, as ``--overlong drop`` does::
+
+        examples ─► keep length ≤ max_seq_len ─► records ─► choose_copies(seed)
+          ─► copies expanded ─► mixture_stats (what pack records in stats.mix)
+
+    With ``--overlong drop`` (the default) and the same seed this is what ``pack``
+    records; under ``truncate`` or ``split`` overlong records count otherwise (near, not
+    exact).
+    """
+    lengths, trained = columns["lengths"], columns["loss_tokens"]
+    keep = lengths <= max_seq_len
+    record = (np.cumsum(columns["firsts"]) - 1)[keep]
+    _, first, record = np.unique(record, return_index=True, return_inverse=True)
+    record = record.reshape(-1)
+    domain = columns["codes"][keep]
+    measure = {"tokens": lengths[keep], "trained_tokens": trained[keep]}.get(target.by)
+    weight = np.ones(len(domain)) if measure is None else measure.astype(np.float64)
+    record_weight = np.bincount(record, weights=weight, minlength=len(first))
+    record_domain = domain[first]
+    choice = choose_copies(record_domain, record_weight, names, target, seed)
+    example, repeat = copy_index(choice.copies[record])
+    kept = np.flatnonzero(keep)[example]
+    packed = (domain[example], lengths[kept], trained[kept], repeat)
+    return mixture_stats(target, choice, names, record_domain, packed)

@@ -13,7 +13,7 @@ engine and its workers)::
 Records kept 0 times become ``mix_subsampled`` rejects (dropped), so ``records =
 records_packed + rejected + dropped`` still holds.  :func:`mix_stats` is the manifest's
 ``stats.mix``: per domain the target, what the input had, the realised shares
-(:func:`packshard.format.mixture.realised_mixture`), repeats and drops.
+(:func:`packshard.pack.plan.mix.mixture_stats`), repeats and drops.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from packshard.format.mixture import realised_mixture
-from packshard.pack.plan.mix import MixChoice, MixTarget, choose_copies
+from packshard.pack.plan.mix import MixChoice, MixTarget, choose_copies, mixture_stats
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
 from packshard.records import Reject, SourceRef
@@ -97,31 +96,8 @@ def example_repeats(plan: RowPlan) -> np.ndarray:
 
 def mix_stats(spill: Spill, plan: RowPlan, repeats: np.ndarray, mixed: Mixed) -> dict[str, Any]:
     """Return the manifest's ``stats.mix``: per domain target, input, realised, drops."""
-    names = list(spill.counts.domains)
-    choice, target = mixed.choice, mixed.target
-    realised = realised_mixture(
-        spill.domain_codes[plan.seg_example], plan.seg_length, plan.seg_targets, repeats, names
-    )
+    ex = plan.seg_example
+    packed = (spill.domain_codes[ex], plan.seg_length, plan.seg_targets, repeats)
     record_domain = spill.domain_codes[mixed.first_example]
-    dropped = np.bincount(record_domain[choice.copies == 0], minlength=len(names))
-    most = np.zeros(len(names), dtype=np.int64)
-    np.maximum.at(most, record_domain, choice.copies)
-    total = float(choice.available.sum())
-    shares = dict(target.shares)
-    domains = {
-        name: {
-            "target": shares[name],
-            "input": round(float(choice.available[code]), 6),
-            "share_input": round(float(choice.available[code]) / total, 6) if total else 0.0,
-            **realised[name],
-            "records_dropped": int(dropped[code]),
-            "max_copies": int(most[code]),
-        }
-        for code, name in enumerate(names)
-    }
-    return {
-        "by": target.by,
-        "max_repeat": target.max_repeat,
-        "best_effort": target.best_effort,
-        "domains": domains,
-    }
+    names = spill.counts.domains
+    return mixture_stats(mixed.target, mixed.choice, names, record_domain, packed)
