@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from packshard.arrays import fill_rate
 from packshard.digests import sha256_path
 from packshard.engine import Engine, TaskFailed
@@ -206,7 +208,7 @@ def _pack_into(
     per_input = records_per_input(spill, tally)
     stats = {
         **pack_stats(spill, plan, tally, ordering),
-        **_beside_bfd(spill, plan, config),
+        **_beside_bfd(spill, plan, config, mixed.index if mixed is not None else None),
         "reasoning_dropped": reasoning_dropped,
         **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
     }
@@ -280,10 +282,16 @@ def _nothing_packed(
     )
 
 
-def _beside_bfd(spill: Spill, plan: RowPlan, config: PackConfig) -> dict[str, Any]:
-    """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples."""
+def _beside_bfd(
+    spill: Spill, plan: RowPlan, config: PackConfig, mixed: np.ndarray | None = None
+) -> dict[str, Any]:
+    """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples.
+
+    ``mixed`` (``--mix``) lists the examples planned, an example once per copy.
+    """
     if config.plan.strategy != "sequential":
         return {}
-    rows = plan_packs(spill.lengths, config.plan.max_seq_len, "bfd").num_rows
+    lengths = spill.lengths if mixed is None else spill.lengths[mixed]
+    rows = plan_packs(lengths, config.plan.max_seq_len, "bfd").num_rows
     bfd = fill_rate(plan.num_tokens, rows, plan.max_seq_len)
     return {"bfd_rows": rows, "bfd_fill_rate": round(bfd, 6)}

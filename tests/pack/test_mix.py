@@ -242,6 +242,9 @@ def test_the_reader_shuffles_mixed_rows_per_epoch_and_keeps_sequential_order(
     ordered = run_pack(
         [a, b], word_tokenizer, out=tmp_path / "seq", strategy="sequential", **options
     )
+    stats = ordered.manifest["stats"]
+    assert stats["bfd_rows"] == mixed.manifest["stats"]["rows"]  # BFD of the same copies
+    assert stats["bfd_fill_rate"] == mixed.manifest["stats"]["fill_rate"]
     ds = PackedIterableDataset(ordered.out, shuffle=False, rank=0, world_size=1)
     read = [int(e) for row in ds for e in row["example_ids"].tolist()]
     assert read == list(range(ordered.manifest["stats"]["examples"]))
