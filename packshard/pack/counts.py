@@ -5,11 +5,11 @@ Every record read is counted exactly once, in exactly one of three bins::
     records = records_packed + rejected + dropped
 
 ``rejected`` records failed ingest (bad JSON, unknown role, template error, …); ``dropped``
-records were valid but removed by a policy (``too_long`` …).  Both are lines of
-``rejects.jsonl``.  Nothing is counted while data flows through a shared collector: the spill
-writer returns what it accepted (:class:`~packshard.pack.spill.SpillCounts`), the rejects
-writer what it wrote (:class:`~packshard.format.rejects.RejectTally`), the plan what it packed,
-and :func:`pack_stats` combines the three.  Per-domain counts add up to the totals;
+records were valid but removed by a policy (``too_long``, ``mix_subsampled`` …).  Both are
+lines of ``rejects.jsonl``.  Nothing is counted while data flows through a shared collector:
+the spill writer returns what it accepted (:class:`~packshard.pack.spill.SpillCounts`), the
+rejects writer what it wrote (:class:`~packshard.format.rejects.RejectTally`), the plan what
+it packed, and :func:`pack_stats` combines the three.  Per-domain counts add up to the totals;
 ``token_share_in`` is a domain's share of tokenized tokens before the overlong policy,
 ``token_share_out`` its share of packed tokens.
 """

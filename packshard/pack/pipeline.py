@@ -3,7 +3,8 @@
 Stages, each its own module, in this order::
 
     expand_inputs ─► ingest (read, normalize, render, tokenize, label)
-      ─► SpillWriter (overlong policy) ─► plan_packs (lengths only) ─► finalize_plan
+      ─► SpillWriter (overlong policy) ─► [--mix: copies per record, packshard.pack.plan.mix]
+      ─► plan_packs (lengths only) ─► finalize_plan
       ─► shuffle rows (seed) ─► assemble_rows + write_shard, one row group at a time
       ─► examples index, rejects, stats ─► dataset card ─► manifest (last)
 

@@ -19,11 +19,14 @@ Each domain then takes ``c = ⌊B_d / W_d⌋`` full copies of every record and f
 ``R = B_d − c·W_d``, with records in a seeded order (a permutation per domain, keyed by the
 seed and the domain's name), stopping at the prefix whose weight is nearest to ``R``.  The
 error is at most half a record per domain; e.g. on chat data of 2,000 records of about 100
-trained tokens a domain, ``R`` is met within 50 of some 200,000 tokens (0.025 pp)::
+trained tokens a domain, ``R`` is met within 50 of some 200,000 tokens (0.025 pp); on the
+three-domain chat data of ``docs/mixtures.md``, 60/30/10 came out 60.06/30.03/9.92 %::
 
+    T = 300k, K = 2
     a: W = 100k, B = 180k → c = 1, R = 80k    every record once, 80k more by seeded order
-       order  r17 r3 r42 r9 …   cumulative  95  310  402  … 79,960 | 80,070
-                                                        nearest to 80,000 ─┘  (second copy)
+       order       r17  r3   r42  r9   …  r5      r88
+       cumulative   95  310  402  611  …  79,960  80,070
+                                          └─ nearest to 80,000: these records get copy 2
     b: W = 150k, B =  90k → c = 0, R = 90k    a seeded 90k subset; the rest dropped
     c: W =  50k, B =  30k → c = 0, R = 30k
 
