@@ -113,6 +113,13 @@ def test_workers_one_and_two_make_the_same_mixture(tmp_path, make_jsonl, word_to
             twin = first[(ex["source"][k], ex["line"][k])]
             assert ex["example_id"][k] == ex["example_id"][twin] + r
             assert ex["num_tokens"][k] == ex["num_tokens"][twin]
+    # inspect names the copy
+    from packshard.cli.inspect import inspect_row, segment_title
+
+    k = ex["repeat"].index(1)
+    view = inspect_row(one.out, row=ex["row"][k], shard=ex["shard"][k])
+    titles = [segment_title(seg) for seg in view.segments]
+    assert any(f"example {ex['example_id'][k]} " in t and "· copy 2 ·" in t for t in titles)
 
 
 # --- the shared chat data -----------------------------------------------------------------------
