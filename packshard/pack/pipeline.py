@@ -177,7 +177,8 @@ def _pack_into(
         reasoning_dropped = info.pop("reasoning_dropped", 0)
         is_eval = eval_examples(spill, config, len(files) if train_files is None else train_files)
         target = config.plan.mix_target()
-        mixed = mix_examples(spill, target, config.plan.seed) if target is not None else None
+        mixing = target is not None and len(spill) > 0  # nothing spilled: nothing to pack
+        mixed = mix_examples(spill, target, config.plan.seed) if mixing and target else None
         if mixed is not None and mixed.choice.note is not None:
             note(f"--mix-best-effort: {mixed.choice.note}")
         plan = plan_examples(spill, config, is_eval, mixed.index if mixed is not None else None)

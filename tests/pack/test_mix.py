@@ -283,3 +283,16 @@ def test_profile_predicts_the_packed_mixture_and_both_print_it(chat_mixes, share
     assert "\x1b[" not in text
     rows = [line for line in text.splitlines() if "llamafactory_alpaca_en_demo " in line]
     assert len(rows) >= 2 and all("60.00%" in row and "42.03%" in row for row in rows[:1])
+
+
+def test_a_mixture_of_nothing_says_nothing_was_packed(tmp_path, make_jsonl, word_tokenizer):
+    from packshard.errors import NothingToPackError
+    from packshard.pack import PackConfig, pack_dataset
+
+    data = make_jsonl(tmp_path / "a.jsonl", ['{"text": "w2"', "[1]"])
+    config = PackConfig.build(
+        inputs=(str(data),), tokenizer=str(word_tokenizer), out=str(tmp_path / "out"),
+        max_seq_len=8, mix="a=1",
+    )  # fmt: skip
+    with pytest.raises(NothingToPackError, match="nothing to pack"):
+        pack_dataset(config)
