@@ -296,3 +296,30 @@ def test_a_mixture_of_nothing_says_nothing_was_packed(tmp_path, make_jsonl, word
     )  # fmt: skip
     with pytest.raises(NothingToPackError, match="nothing to pack"):
         pack_dataset(config)
+
+
+def test_best_effort_warns_and_the_cli_stops_in_one_line(tmp_path, make_jsonl, word_tokenizer):
+    from click.testing import CliRunner
+
+    from packshard.cli.commands import main
+    from packshard.pack import PackConfig, pack_dataset
+
+    a = make_jsonl(tmp_path / "a.jsonl", [{"text": f"w{2 + i} w3"} for i in range(4)])
+    b = make_jsonl(tmp_path / "b.jsonl", [{"text": f"w{9 + i} w4"} for i in range(20)])
+    args = [str(a), str(b), "-t", str(word_tokenizer), "--max-seq-len", "8", "--loss", "all"]
+    result = CliRunner().invoke(
+        main, ["pack", *args, "-o", str(tmp_path / "o"), "--mix", "a=0.5,b=0.5"]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 0 and "--mix a=0.5" in result.output
+    config = PackConfig.build(
+        inputs=(str(a), str(b)), tokenizer=str(word_tokenizer), out=str(tmp_path / "best"),
+        max_seq_len=8, loss="all", mix="a=0.5,b=0.5", mix_best_effort=True,
+    )  # fmt: skip
+    done = pack_dataset(config)
+    assert any(w.startswith("--mix-best-effort: --mix a=0.5") for w in done.warnings)
+    shares = {
+        k: v["share_trained_tokens"] for k, v in done.manifest["stats"]["mix"]["domains"].items()
+    }
+    assert shares == {"a": 0.5, "b": 0.5}
+    assert done.manifest["stats"]["mix"]["best_effort"] is True
