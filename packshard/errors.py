@@ -210,6 +210,11 @@ REJECT_CODES: dict[str, RejectCode] = {
             "truncated_no_targets", DROPPED, "no trained token left after --overlong truncate"
         ),
         RejectCode("split_no_targets", DROPPED, "no part kept a trained token after splitting"),
+        RejectCode(
+            "mix_subsampled",
+            DROPPED,
+            "left out by --mix: a seeded choice, its domain over its share",
+        ),
     )
 }
 """Every reject code packshard emits, in the order docs/pack.md lists them."""

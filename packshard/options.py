@@ -48,6 +48,8 @@ ON_ERROR = ("skip", "fail")
 STRATEGIES = ("bfd", "ffd", "sequential", "wrapped")
 """``--strategy``: best-fit or first-fit decreasing, next-fit in input order, or a stream cut
 into rows."""
+MIX_BY = ("tokens", "trained_tokens", "examples")
+"""What ``--mix`` shares are counted in (:mod:`packshard.format.mixture`)."""
 OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
 COMPRESSIONS = ("zstd", "snappy", "none")
 EXPORT_TARGETS = ("megatron", "megatron-parquet", "torchtune", "mds", "unpacked")

@@ -127,7 +127,7 @@ def pack(
       packshard pack chat.jsonl -t tokenizer/ --max-seq-len 4096 -o packed/ --overlong split
     """
     from packshard.cli.rejectrate import check_max_reject_rate, enforce_reject_rate
-    from packshard.cli.tables import render_pack_summary
+    from packshard.cli.tables import render_mixture, render_pack_summary
     from packshard.pack import PackConfig, pack_dataset
 
     check_max_reject_rate(max_reject_rate)
@@ -146,8 +146,11 @@ def pack(
         result = pack_dataset(config, progress=_show_progress(progress), notify=warn)
     for warning in result.warnings:
         warn(warning)
-    _console().print(render_pack_summary(result))
+    console = _console()
+    console.print(render_pack_summary(result))
     stats = result.manifest["stats"]
+    if "mix" in stats:
+        console.print(render_mixture(stats["mix"], "Mixture before (input) and after (packed)"))
     sources = [i["resolved"] for i in result.manifest["inputs"]]
     enforce_reject_rate(stats["records"], stats["rejects_by_code"], max_reject_rate, fmt, sources)
 

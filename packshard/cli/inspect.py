@@ -46,6 +46,7 @@ class SegmentView:
     runs: tuple[tuple[str, bool], ...]  # (text, trained)
     reasoning: tuple[bool, ...] = ()  # per run: inside a reasoning block (empty: none)
     turn: int = 0  # --turns expand: the message the example trains
+    repeat: int = 0  # --mix: which copy of its record's example (0: the first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +148,7 @@ def inspect_row(
     for s in range(packed.num_segments):
         lo, hi = int(packed.cu_seqlens[s]), int(packed.cu_seqlens[s + 1])
         eid = int(packed.example_ids[s])
-        source, part, turn = where.get(eid, ("?", 0, 0))
+        source, part, turn, repeat = where.get(eid, ("?", 0, 0, 0))
         trained = packed.labels[lo:hi] != IGNORE_INDEX
         ids = packed.input_ids[lo:hi]
         runs, reasoning = _runs(tok, ids, trained, reasoning_tokens(tok, ids, markers))
@@ -163,6 +164,7 @@ def inspect_row(
                 runs=runs,
                 reasoning=reasoning,
                 turn=turn,
+                repeat=repeat,
             )
         )
     max_seq_len = int(manifest["config"]["max_seq_len"])
@@ -171,8 +173,8 @@ def inspect_row(
 
 def _index_entries(
     folder: Path, manifest: dict[str, Any], example_ids: np.ndarray
-) -> dict[int, tuple[str, int, int]]:
-    """Return ``{example_id: ("file:line", part, turn)}`` for the given ids ({} if unreadable)."""
+) -> dict[int, tuple[str, int, int, int]]:
+    """Return ``{example_id: ("file:line", part, turn, repeat)}`` for the ids ({}: unreadable)."""
     try:
         path = inside_folder(folder, manifest["files"]["examples"]["path"])
         table = read_examples(path, manifest["dataset_id"])
@@ -181,10 +183,11 @@ def _index_entries(
     index = ExamplesIndex.from_table(table)
     parts = table["part"].to_numpy()
     turns = index.turns if index.turns is not None else np.zeros(len(parts), dtype=np.int32)
+    repeats = index.repeats if index.repeats is not None else np.zeros(len(parts), dtype=np.int32)
     found = {}
     for eid, at in zip(example_ids.tolist(), index.lookup(example_ids).tolist(), strict=True):
         if at >= 0:
-            found[eid] = (str(index.where(eid)), int(parts[at]), int(turns[at]))
+            found[eid] = (str(index.where(eid)), int(parts[at]), int(turns[at]), int(repeats[at]))
     return found
 
 
@@ -250,6 +253,7 @@ def render_row_console(view: RowView, marked: bool = False) -> Any:
 def segment_title(seg: SegmentView) -> str:
     """Return the one-line header of a segment (the terminal and the HTML page share it)."""
     turn = f" · message {seg.turn}" if seg.turn else ""
+    turn += f" · copy {seg.repeat + 1}" if seg.repeat else ""
     return (
         f"segment {seg.index} · example {seg.example_id} · {seg.source} · "
         f"part {seg.part}{turn} · {seg.num_tokens} tokens ({seg.num_loss_tokens} trained) · "

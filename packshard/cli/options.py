@@ -28,6 +28,7 @@ from packshard.options import (
     MAX_EXPANDED_TOKENS,
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
+    MIX_BY,
     ON_ERROR,
     OVERLONG_POLICIES,
     REASONING_MARKERS,
@@ -220,6 +221,37 @@ MAX_REJECT_RATE = click.option(
 )
 
 
+MIX = group(
+    click.option(
+        "--mix",
+        default="",
+        metavar="DOMAIN=SHARE,…",
+        help="Target share of each domain in the output (shares add up to 1): domains over "
+        "their share are subsampled, those under it repeated (seeded, by --seed).",
+    ),
+    click.option(
+        "--mix-by",
+        default="trained_tokens",
+        show_default=True,
+        type=click.Choice(MIX_BY),
+        help="What --mix shares count.",
+    ),
+    click.option(
+        "--max-repeat",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Most copies of a record --mix may pack (1: none repeated).",
+    ),
+    click.option(
+        "--mix-best-effort",
+        is_flag=True,
+        help="When --max-repeat makes a --mix share unreachable, keep the shares in a smaller "
+        "mixture instead of stopping.",
+    ),
+)
+"""``--mix`` and its options: pack makes the mixture, profile predicts it."""
+
 PROFILE = group(
     INGEST,
     MAX_REJECT_RATE,
@@ -233,8 +265,13 @@ PROFILE = group(
         help="Training batch size assumed by the padding estimates.",
     ),
     click.option(
-        "--seed", type=int, default=0, show_default=True, help="Seed of the random-batch estimate."
+        "--seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Seed of the random-batch estimate (and of the --mix prediction, as pack's).",
     ),
+    MIX,
     click.option(
         "--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON."
     ),
@@ -275,7 +312,7 @@ PACK = group(
         type=int,
         default=0,
         show_default=True,
-        help="Seed of the row shuffle (and of the --eval-fraction draw).",
+        help="Seed of the row shuffle (and of the --eval-fraction and --mix draws).",
     ),
     click.option(
         "--eval-fraction",
@@ -292,6 +329,7 @@ PACK = group(
         help="An input whose records all go to the eval split (repeatable).",
     ),
     click.option("--group-by-domain", is_flag=True, help="Rows hold examples of one domain each."),
+    MIX,
     click.option(
         "--shard-rows", type=int, default=8192, show_default=True, help="Most rows per shard."
     ),

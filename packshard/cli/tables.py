@@ -331,10 +331,27 @@ def build_utilization_table(report: ProfileReport) -> Table:
     return build_table(report, title, caption, headers, cells)
 
 
+def render_mixture(mix: dict[str, Any], title: str) -> Table:
+    """Return the ``--mix`` mixture before and after, a row per domain (``stats.mix``)."""
+    by = mix["by"]
+    table = Table(title=title, caption=f"shares of {by.replace('_', ' ')} (after: packed)")
+    table.add_column("domain", overflow="fold", min_width=8, max_width=32)
+    for header in ("target", "before", "after", "tokens", "examples", "repeats", "dropped"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for name, d in mix["domains"].items():
+        shares = [d[k] for k in ("target", "share_input", f"share_{by}")]
+        shares += [d["share_tokens"], d["share_examples"]]
+        counts = (d["repeats"], d["records_dropped"])
+        table.add_row(Text(name), *(f"{v:.2%}" for v in shares), *(f"{n:,}" for n in counts))
+    return table
+
+
 def render_profile_table(report: ProfileReport) -> Group:
     """Return the tables (reasoning only when there is some) and the verdict as one renderable."""
     reasoning = [build_reasoning_table(report)] if report.total.reasoning_examples else []
+    mix = report.mixture and [render_mixture(dict(report.mixture), "Mixture --mix would pack")]
     return Group(
+        *(mix or []),
         build_counts_table(report),
         *reasoning,
         build_lengths_table(report),

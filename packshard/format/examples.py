@@ -17,6 +17,8 @@ Columns, in order (one row per segment of every shard, sorted by ``example_id``)
                               (added within format version 1: a file without it reads as 0)
     split            string   ``train`` or ``eval``; only in a pack with an eval split
                               (added within format version 1: a file without it is all train)
+    repeat           int32    which copy of its record's example (0 first, 1, 2 …); only in a
+                              pack made with ``--mix`` (added within format version 1)
 
 Like the shards, the file carries the format version and dataset id in its key-value metadata
 and readers refuse a file of another dataset.  :class:`ExamplesIndex` holds the columns verify
@@ -59,6 +61,8 @@ OPTIONAL_COLUMNS = ("turn",)
 SPLITS = ("train", "eval")
 SPLIT_SCHEMA = EXAMPLES_SCHEMA.append(pa.field("split", pa.string()))
 """The index of a pack with an eval split: one more column, ``split``, after the others."""
+REPEAT_FIELD = pa.field("repeat", pa.int32())
+"""The last column of a ``--mix`` pack's index (:mod:`packshard.pack.plan.mixed`)."""
 
 
 def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
@@ -75,12 +79,14 @@ def build_examples_table(
 
     ``columns`` holds every column of :data:`EXAMPLES_SCHEMA` as a numpy array, except that
     ``source`` and ``domain`` are codes into ``source_names`` and ``domain_names``; an
-    optional column left out is all zeros; ``split`` (a bool per example, True for eval) is
-    written only when given.
+    optional column left out is all zeros; ``split`` (a bool per example, True for eval) and
+    ``repeat`` are written only when given.
     """
     arrays = []
     n = len(columns["example_id"])
     schema = SPLIT_SCHEMA if "split" in columns else EXAMPLES_SCHEMA
+    if "repeat" in columns:
+        schema = schema.append(REPEAT_FIELD)
     for name, kind in zip(schema.names, schema.types, strict=True):
         if name == "split":
             codes = np.asarray(columns[name]).astype(np.int8)
@@ -167,6 +173,9 @@ class ExamplesIndex:
     order: np.ndarray | None  # argsort of example_id; None when example_id[i] == i
     turns: np.ndarray | None = None  # the ``turn`` column; None: the file has none (all 0)
     is_eval: np.ndarray | None = None  # the ``split`` column == "eval"; None: no such column
+    domain_code: np.ndarray | None = None  # codes into ``domain_names``; None: not read
+    domain_names: tuple[str, ...] = ()
+    repeats: np.ndarray | None = None  # the ``repeat`` column (``--mix``); None: no such column
 
     @staticmethod
     def from_table(table: pa.Table) -> ExamplesIndex:
@@ -175,6 +184,10 @@ class ExamplesIndex:
         n = len(ids)
         dense = n == 0 or (ids[0] == 0 and bool(np.all(np.diff(ids) == 1)))
         source = table["source"].combine_chunks().fill_null("").dictionary_encode()
+        names = table.column_names
+        domain = None
+        if "domain" in names:
+            domain = table["domain"].combine_chunks().fill_null("").dictionary_encode()
         return ExamplesIndex(
             example_id=ids,
             shard=table["shard"].to_numpy(),
@@ -188,6 +201,9 @@ class ExamplesIndex:
             order=None if dense else np.argsort(ids, kind="stable"),
             turns=table["turn"].to_numpy() if "turn" in table.column_names else None,
             is_eval=_is_eval(table),
+            domain_code=None if domain is None else domain.indices.to_numpy(zero_copy_only=False),
+            domain_names=() if domain is None else tuple(domain.dictionary.to_pylist()),
+            repeats=table["repeat"].to_numpy() if "repeat" in names else None,
         )
 
     @property

@@ -12,6 +12,7 @@ from packshard.ingest.types import IngestOptions
 from packshard.options import (
     COMPRESSIONS,
     MAX_SEED,
+    MIX_BY,
     ON_ERROR,
     OVERLONG_POLICIES,
     STRATEGIES,
@@ -19,6 +20,7 @@ from packshard.options import (
     check_max_seq_len,
     check_range,
 )
+from packshard.pack.plan.mix import MixTarget, parse_mix
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +33,20 @@ class PlanOptions:
     seed: int = 0
     group_by_domain: bool = False
     plan_scope: str = "global"
+    mix: str = ""  # --mix DOMAIN=SHARE,… (packshard.pack.plan.mix); "" packs every record once
+    mix_by: str = "trained_tokens"
+    max_repeat: int = 1
+    mix_best_effort: bool = False
 
     def group(self) -> int | None:
         """Examples per planning group of ``--plan-scope group:N``; None for ``global``."""
         return None if self.plan_scope == "global" else int(self.plan_scope.split(":", 1)[1])
+
+    def mix_target(self) -> MixTarget | None:
+        """``--mix`` and its options parsed; None without ``--mix``."""
+        if not self.mix:
+            return None
+        return MixTarget(parse_mix(self.mix), self.mix_by, self.max_repeat, self.mix_best_effort)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +146,16 @@ class PackConfig:
             "reasoning_markers": list(ingest.reasoning_markers),
             **({"limits": limits} if (limits := ingest.limits()) else {}),
             **({"eval": self._eval()} if self.eval_fraction or self.eval_inputs else {}),
+            **({"mix": self._mix(mix)} if (mix := plan.mix_target()) else {}),
+        }
+
+    @staticmethod
+    def _mix(mix: MixTarget) -> dict[str, Any]:
+        return {
+            "shares": dict(mix.shares),
+            "by": mix.by,
+            "max_repeat": mix.max_repeat,
+            "best_effort": mix.best_effort,
         }
 
     def _eval(self) -> dict[str, Any]:
@@ -159,6 +181,7 @@ def check_config(config: PackConfig) -> list[str]:
     if shards.shard_rows < 1 or shards.shard_bytes < 1:
         raise UsageError("--shard-rows and --shard-bytes must be positive")
     _check_scale(config)
+    _check_mix(config)
     fraction = config.eval_fraction
     if type(fraction) not in (int, float) or not 0 <= fraction < 1:
         raise UsageError(f"--eval-fraction must be in [0, 1), got {fraction!r}")
@@ -204,3 +227,34 @@ def _check_scale(config: PackConfig) -> None:
             raise UsageError(f"--plan-scope {scope!r} is not global or group:N (N examples >= 1)")
         if config.plan.group_by_domain:
             raise UsageError("--plan-scope group:N and --group-by-domain cannot be combined")
+
+
+def _check_mix(config: PackConfig) -> None:
+    """Refuse ``--mix`` options that cannot work, and mixture options without ``--mix``."""
+    plan = config.plan
+    check_choice("--mix-by", plan.mix_by, MIX_BY)
+    check_range("--max-repeat", plan.max_repeat, 1, 1 << 20)
+    if not plan.mix:
+        moved = [
+            name
+            for name, value, default in (
+                ("--mix-by", plan.mix_by, "trained_tokens"),
+                ("--max-repeat", plan.max_repeat, 1),
+                ("--mix-best-effort", plan.mix_best_effort, False),
+            )
+            if value != default
+        ]
+        if moved:
+            raise UsageError(f"{moved[0]} applies to a mixture: add --mix DOMAIN=SHARE,…")
+        return
+    plan.mix_target()  # parse now: a bad --mix stops before any work
+    if plan.strategy == "wrapped":
+        raise UsageError(
+            "--mix keeps whole examples; --strategy wrapped cuts them into a stream "
+            "(use --strategy bfd|ffd|sequential)"
+        )
+    if config.eval_fraction or config.eval_inputs:
+        raise UsageError(
+            "--mix and an eval split cannot be combined yet: pack the mixture, then draw "
+            "the eval set from separate inputs with another pack"
+        )

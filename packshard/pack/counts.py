@@ -5,11 +5,11 @@ Every record read is counted exactly once, in exactly one of three bins::
     records = records_packed + rejected + dropped
 
 ``rejected`` records failed ingest (bad JSON, unknown role, template error, …); ``dropped``
-records were valid but removed by a policy (``too_long`` …).  Both are lines of
-``rejects.jsonl``.  Nothing is counted while data flows through a shared collector: the spill
-writer returns what it accepted (:class:`~packshard.pack.spill.SpillCounts`), the rejects
-writer what it wrote (:class:`~packshard.format.rejects.RejectTally`), the plan what it packed,
-and :func:`pack_stats` combines the three.  Per-domain counts add up to the totals;
+records were valid but removed by a policy (``too_long``, ``mix_subsampled`` …).  Both are
+lines of ``rejects.jsonl``.  Nothing is counted while data flows through a shared collector:
+the spill writer returns what it accepted (:class:`~packshard.pack.spill.SpillCounts`), the
+rejects writer what it wrote (:class:`~packshard.format.rejects.RejectTally`), the plan what
+it packed, and :func:`pack_stats` combines the three.  Per-domain counts add up to the totals;
 ``token_share_in`` is a domain's share of tokenized tokens before the overlong policy,
 ``token_share_out`` its share of packed tokens.
 """
@@ -58,9 +58,15 @@ def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:
 
 
 def examples_tables(
-    spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo], is_eval: np.ndarray | None = None
+    spill: Spill,
+    plan: RowPlan,
+    shards: Sequence[ShardInfo],
+    is_eval: np.ndarray | None = None,
+    repeats: np.ndarray | None = None,
 ) -> Iterator[pa.Table]:
     """Yield the examples index in chunks of ``EXAMPLE_GROUP_ROWS`` rows, by example id.
+
+    ``repeats`` (per segment of ``plan``, ``--mix`` only) adds the ``repeat`` column.
 
     One chunk is in memory at a time, and of it one numpy column at a time (each is made
     when the table reads it), so the index costs a fixed amount whatever the number of
@@ -71,7 +77,7 @@ def examples_tables(
     sources, domains = list(spill.counts.sources), list(spill.counts.domains)
     for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
         chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
-        columns = _columns(spill, plan, shards, chunk, seg_rows, is_eval)
+        columns = _columns(spill, plan, shards, chunk, seg_rows, is_eval, repeats)
         yield build_examples_table(columns, sources, domains)
 
 
@@ -110,6 +116,7 @@ def _columns(
     order: np.ndarray,
     seg_rows: np.ndarray,
     is_eval: np.ndarray | None = None,
+    repeats: np.ndarray | None = None,
 ) -> _Columns:
     """Return the index columns of the segments ``order`` picks, made when read."""
     ex = plan.seg_example[order]
@@ -133,6 +140,8 @@ def _columns(
     }
     if is_eval is not None:  # with an eval split: each example's split
         makers["split"] = lambda: is_eval[ex]
+    if repeats is not None:  # with --mix: which copy of its record's example each one is
+        makers["repeat"] = lambda: repeats[order]
     return _Columns(makers)
 
 

@@ -3,7 +3,8 @@
 Stages, each its own module, in this order::
 
     expand_inputs ─► ingest (read, normalize, render, tokenize, label)
-      ─► SpillWriter (overlong policy) ─► plan_packs (lengths only) ─► finalize_plan
+      ─► SpillWriter (overlong policy) ─► [--mix: copies per record, packshard.pack.plan.mix]
+      ─► plan_packs (lengths only) ─► finalize_plan
       ─► shuffle rows (seed) ─► assemble_rows + write_shard, one row group at a time
       ─► examples index, rejects, stats ─► dataset card ─► manifest (last)
 
@@ -44,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from packshard.arrays import fill_rate
 from packshard.digests import sha256_path
 from packshard.engine import Engine, TaskFailed
@@ -81,6 +84,7 @@ from packshard.pack.plan.evalsplit import (
     split_stats,
     train_rows,
 )
+from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
 from packshard.pack.plan.planner import plan_packs
 from packshard.pack.plan.rows import RowPlan, ordering_stats
 from packshard.pack.spill import Spill
@@ -172,7 +176,14 @@ def _pack_into(
         bundle, template = loaded.result()
         reasoning_dropped = info.pop("reasoning_dropped", 0)
         is_eval = eval_examples(spill, config, len(files) if train_files is None else train_files)
-        plan = plan_examples(spill, config, is_eval)
+        target = config.plan.mix_target()
+        mixing = target is not None and len(spill) > 0  # nothing spilled: nothing to pack
+        mixed = mix_examples(spill, target, config.plan.seed) if mixing and target else None
+        if mixed is not None and mixed.choice.note is not None:
+            note(f"--mix-best-effort: {mixed.choice.note}")
+        plan = plan_examples(spill, config, is_eval, mixed.index if mixed is not None else None)
+        if mixed is not None:
+            rejects.write(mix_drops(spill, mixed))
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
     if plan.num_rows == 0:
@@ -180,6 +191,7 @@ def _pack_into(
     ordering = ordering_stats(plan)
     split_at = train_rows(spill, plan, is_eval)
     plan = plan.permute_rows(row_order(plan, config, split_at)).narrowed()
+    repeats = example_repeats(plan) if mixed is not None else None
     fingerprints = {
         "format_version": FORMAT_VERSION,
         "inputs": hashes,
@@ -198,11 +210,14 @@ def _pack_into(
     per_input = records_per_input(spill, tally)
     stats = {
         **pack_stats(spill, plan, tally, ordering),
-        **_beside_bfd(spill, plan, config),
+        **_beside_bfd(spill, plan, config, mixed.index if mixed is not None else None),
         "reasoning_dropped": reasoning_dropped,
         **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
     }
-    write_examples(tmp / EXAMPLES_NAME, examples_tables(spill, plan, shards, is_eval), dataset_id)
+    if mixed is not None and repeats is not None:
+        stats["mix"] = mix_stats(spill, plan, repeats, mixed)
+    tables = examples_tables(spill, plan, shards, is_eval, repeats)
+    write_examples(tmp / EXAMPLES_NAME, tables, dataset_id)
     del spill, plan  # what is left holds no per-example state
     manifest = build_manifest(
         dataset_id=dataset_id,
@@ -269,10 +284,16 @@ def _nothing_packed(
     )
 
 
-def _beside_bfd(spill: Spill, plan: RowPlan, config: PackConfig) -> dict[str, Any]:
-    """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples."""
+def _beside_bfd(
+    spill: Spill, plan: RowPlan, config: PackConfig, mixed: np.ndarray | None = None
+) -> dict[str, Any]:
+    """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples.
+
+    ``mixed`` (``--mix``) lists the examples planned, an example once per copy.
+    """
     if config.plan.strategy != "sequential":
         return {}
-    rows = plan_packs(spill.lengths, config.plan.max_seq_len, "bfd").num_rows
+    lengths = spill.lengths if mixed is None else spill.lengths[mixed]
+    rows = plan_packs(lengths, config.plan.max_seq_len, "bfd").num_rows
     bfd = fill_rate(plan.num_tokens, rows, plan.max_seq_len)
     return {"bfd_rows": rows, "bfd_fill_rate": round(bfd, 6)}

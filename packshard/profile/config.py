@@ -2,7 +2,8 @@
 
 ::
 
-    ProfileConfig ─ inputs, tokenizer, template, max_seq_len, batch_size, seed, split_bytes
+    ProfileConfig ─ inputs, tokenizer, template, max_seq_len, batch_size, seed, split_bytes,
+      │             mix, mix_by, max_repeat, mix_best_effort (as pack's: the predicted mixture)
       ├─ ingest: IngestOptions   (format, loss, reasoning, turns, limits …)
       └─ engine: EngineOptions   (engine, workers, address)
 
@@ -17,6 +18,8 @@ from typing import Any
 
 from packshard.engine import EngineOptions
 from packshard.ingest.types import IngestOptions
+from packshard.options import MIX_BY, check_choice, check_range
+from packshard.pack.plan.mix import MixTarget, parse_mix
 from packshard.profile.lengths import check_profile_options
 
 
@@ -31,6 +34,10 @@ class ProfileConfig:
     batch_size: int = 8
     seed: int = 0
     split_bytes: int = 0  # 0: packshard.ingest.read.splits.auto_split_bytes
+    mix: str = ""  # --mix: predict the mixture pack would make (packshard.profile.mixture)
+    mix_by: str = "trained_tokens"
+    max_repeat: int = 1
+    mix_best_effort: bool = False
     ingest: IngestOptions = field(default_factory=IngestOptions)
     engine: EngineOptions = field(default_factory=EngineOptions)
 
@@ -57,3 +64,12 @@ class ProfileConfig:
         self.ingest.check()
         check_profile_options(self.max_seq_len, self.batch_size, self.seed)
         self.engine.check()
+        check_choice("--mix-by", self.mix_by, MIX_BY)
+        check_range("--max-repeat", self.max_repeat, 1, 1 << 20)
+        self.mix_target()
+
+    def mix_target(self) -> MixTarget | None:
+        """``--mix`` and its options parsed; None without ``--mix``."""
+        if not self.mix:
+            return None
+        return MixTarget(parse_mix(self.mix), self.mix_by, self.max_repeat, self.mix_best_effort)

@@ -47,4 +47,5 @@ def report_to_dict(report: ProfileReport) -> dict[str, Any]:
         "domains": [domain_to_dict(d) for d in report.domains],
         "verdict": report.verdict,
         "packed_shape": dict(report.shape),  # row fill spread, trained tokens per step
+        **({"mixture": dict(report.mixture)} if report.mixture else {}),  # --mix, predicted
     }

@@ -25,6 +25,7 @@ import numpy as np
 
 from packshard.arrays import NameCodes
 from packshard.ingest.types import IngestChunk, TokenizedBatch
+from packshard.pack.plan.mix import MixTarget, predict_mixture
 from packshard.profile.report import MAX_LISTED_REJECTS, ProfileReport, profile_lengths
 from packshard.records import Reject, SourceRef
 
@@ -96,10 +97,20 @@ class ProfileParts:
         }
 
     def report(
-        self, max_seq_len: int, batch_size: int, seed: int, label_path: str
+        self,
+        max_seq_len: int,
+        batch_size: int,
+        seed: int,
+        label_path: str,
+        mix: MixTarget | None = None,
     ) -> ProfileReport:
-        """Compute the report; ``label_path`` is named when no example said otherwise."""
+        """Compute the report; ``label_path`` is named when no example said otherwise.
+
+        With ``mix`` the report predicts the mixture ``pack --mix`` would make.
+        """
         c = self.columns()
+        names = self.names.names
+        mixture = predict_mixture(c, names, max_seq_len, mix, seed) if mix is not None else {}
         report = profile_lengths(
             c["lengths"],
             c["loss_tokens"],
@@ -114,7 +125,8 @@ class ProfileParts:
             c["firsts"],
         )
         codes = tuple(sorted(self.by_code.items()))
-        return replace(report, rejects=tuple(self.listed), reject_codes=codes)
+        listed = tuple(self.listed)
+        return replace(report, rejects=listed, reject_codes=codes, mixture=mixture)
 
 
 def describe_label_paths(counts: Mapping[str, int], default: str) -> str:

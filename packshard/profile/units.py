@@ -103,7 +103,8 @@ def profile_inputs(
         if bar is not None:
             bar.close()
     parts = _merge(files, splits, results)
-    return parts.report(config.max_seq_len, config.batch_size, config.seed, label_path)
+    mix = config.mix_target()
+    return parts.report(config.max_seq_len, config.batch_size, config.seed, label_path, mix)
 
 
 def _merge(

@@ -17,6 +17,10 @@ numpy operations over the flat list values — no Python loop over tokens or row
 * every example id matches the examples index (this shard, this row, token counts).
 * with an eval split (``split`` in the index): every example in its shard's split, and no
   record with examples in both splits.
+* with ``--mix`` (``stats.mix`` in the manifest): the realised mixture recounted from the
+  index (:func:`packshard.format.mixture.realised_mixture`: examples, repeats, tokens,
+  trained tokens and their shares per domain) equals the recorded one, and no example is
+  repeated past ``--max-repeat``.
 
 Only when a check fails does Python touch individual rows, to name them in findings.  Then
 :func:`check_structure` checks that every example id of the examples index occurs in exactly
@@ -33,6 +37,7 @@ import pyarrow as pa
 
 from packshard.arrays import count_trained
 from packshard.format.examples import ExamplesIndex
+from packshard.format.mixture import REALISED_KEYS, realised_mixture
 from packshard.format.shards import list_values
 from packshard.records import IGNORE_INDEX
 from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
@@ -247,7 +252,45 @@ def check_structure(
         _check_each_example_once(audits, index, findings)
     if index is not None and index.is_eval is not None:
         _check_splits(manifest, index, findings)
+    if index is not None and ("mix" in manifest.get("stats", {}) or index.repeats is not None):
+        _check_mix(manifest, index, findings)
     return audits
+
+
+def _check_mix(manifest: dict[str, Any], index: ExamplesIndex, findings: FindingList) -> None:
+    """Recount the realised mixture from the index; it must equal ``stats.mix``."""
+    mix = manifest.get("stats", {}).get("mix")
+    recorded = mix.get("domains") if isinstance(mix, dict) else None
+
+    def wrong(message: str) -> None:
+        findings.add(Finding("structure", message), "mix_mismatch")
+
+    if not isinstance(recorded, dict) or index.repeats is None or index.domain_code is None:
+        wrong("the manifest's stats.mix and examples.parquet's repeat column come only together")
+        return
+    names = list(recorded)
+    code = {name: i for i, name in enumerate(names)}
+    lookup = np.array([code.get(name, -1) for name in index.domain_names] or [-1])
+    domain = lookup[index.domain_code.astype(np.int64)] if len(index.domain_code) else lookup[:0]
+    if (domain < 0).any():
+        unknown = index.domain_names[int(index.domain_code[np.argmax(domain < 0)])]
+        wrong(f"examples.parquet holds domain {unknown!r}, which stats.mix does not record")
+        return
+    realised = realised_mixture(
+        domain, index.num_tokens, index.num_loss_tokens, index.repeats, names
+    )
+    for name in names:
+        entry = recorded[name] if isinstance(recorded[name], dict) else {}
+        for key in REALISED_KEYS:
+            if entry.get(key) != realised[name][key]:
+                wrong(
+                    f"domain {name!r}: the manifest records {key} {entry.get(key)}, the shards "
+                    f"and examples index hold {realised[name][key]}"
+                )
+    cap = mix.get("max_repeat") if isinstance(mix, dict) else None
+    most = int(index.repeats.max()) + 1 if len(index.repeats) else 0
+    if isinstance(cap, int) and most > cap:
+        wrong(f"an example is packed {most} times, more than --max-repeat {cap}")
 
 
 def _check_splits(manifest: dict[str, Any], index: ExamplesIndex, findings: FindingList) -> None:

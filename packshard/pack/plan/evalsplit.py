@@ -93,10 +93,16 @@ def eval_examples(spill: Spill, config: PackConfig, train_files: int) -> np.ndar
     return is_eval
 
 
-def plan_examples(spill: Spill, config: PackConfig, is_eval: np.ndarray | None) -> RowPlan:
-    """Plan the spill, the train and eval examples apart when there is an eval split."""
+def plan_examples(
+    spill: Spill, config: PackConfig, is_eval: np.ndarray | None, mixed: np.ndarray | None = None
+) -> RowPlan:
+    """Plan the spill, the train and eval examples apart when there is an eval split.
+
+    ``mixed`` (``--mix``, never with an eval split) lists the spilled examples to plan, an
+    example once per copy; without it every example is planned once.
+    """
     if is_eval is None:
-        return _plan(spill, config, None)
+        return _plan(spill, config, None, mixed)
     train, held = _plan(spill, config, ~is_eval), _plan(spill, config, is_eval)
     for name, plan, other in (("eval", held, "train"), ("train", train, "eval")):
         if plan.num_rows == 0 and train.num_rows + held.num_rows > 0:
@@ -116,10 +122,14 @@ def train_rows(spill: Spill, plan: RowPlan, is_eval: np.ndarray | None) -> int:
     return int(np.count_nonzero(~is_eval[first]))
 
 
-def _plan(spill: Spill, config: PackConfig, keep: np.ndarray | None) -> RowPlan:
+def _plan(
+    spill: Spill, config: PackConfig, keep: np.ndarray | None, mixed: np.ndarray | None = None
+) -> RowPlan:
     """Plan the kept examples, each domain alone (``--group-by-domain``) or each group alone."""
     lengths = spill.lengths
     chosen = np.arange(len(lengths)) if keep is None else np.flatnonzero(keep)
+    if mixed is not None:
+        chosen = mixed
     group = config.plan_group()
     if not config.plan.group_by_domain and group is None:
         raw = plan_packs(lengths[chosen], config.plan.max_seq_len, config.plan.strategy)
