@@ -30,7 +30,7 @@ from typing import Any
 
 from packshard.errors import UsageError
 
-FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text")
+FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text", "preference", "kto")
 """Record formats (``--format`` also takes ``auto``: detect per record)."""
 FORMAT_CHOICES = ("auto", *FORMATS)
 ROLES = ("system", "user", "assistant", "tool")
@@ -42,6 +42,8 @@ AUTO_LOSS = {
     "alpaca": "assistant",
     "prompt_completion": "completion",
     "text": "all",
+    "preference": "last_assistant",
+    "kto": "last_assistant",
 }
 """What ``--loss auto`` means for each record format (recorded in the manifest)."""
 ON_ERROR = ("skip", "fail")

@@ -17,6 +17,10 @@ Columns, in order (one row per segment of every shard, sorted by ``example_id``)
                               (added within format version 1: a file without it reads as 0)
     split            string   ``train`` or ``eval``; only in a pack with an eval split
                               (added within format version 1: a file without it is all train)
+    pair_id          int64    the chosen branch's example_id; only in a pack with preference
+                              or KTO records, null for an example that is no pair branch
+    branch           string   ``chosen`` / ``rejected`` (null: no pair branch); same packs
+    kto_label        bool     an unpaired KTO record's label (null otherwise); same packs
 
 Like the shards, the file carries the format version and dataset id in its key-value metadata
 and readers refuse a file of another dataset.  :class:`ExamplesIndex` holds the columns verify
@@ -59,6 +63,19 @@ OPTIONAL_COLUMNS = ("turn",)
 SPLITS = ("train", "eval")
 SPLIT_SCHEMA = EXAMPLES_SCHEMA.append(pa.field("split", pa.string()))
 """The index of a pack with an eval split: one more column, ``split``, after the others."""
+PAIR_FIELDS = (
+    pa.field("pair_id", pa.int64()),
+    pa.field("branch", pa.string()),
+    pa.field("kto_label", pa.bool_()),
+)
+"""Last columns of the index of a pack with preference or KTO records (null elsewhere).
+
+``pair_id`` is the ``example_id`` of the pair's chosen branch (so ``pair_id`` and
+``pair_id + 1`` are its two segments), ``branch`` ``chosen`` or ``rejected``, ``kto_label`` a
+KTO record's label.  Given to :func:`build_examples_table` as one int8 column ``pair_code``
+(0 plain, 1 chosen, 2 rejected, 3 KTO undesirable, 4 KTO desirable).
+"""
+BRANCHES = ("chosen", "rejected")
 
 
 def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
@@ -76,7 +93,7 @@ def build_examples_table(
     ``columns`` holds every column of :data:`EXAMPLES_SCHEMA` as a numpy array, except that
     ``source`` and ``domain`` are codes into ``source_names`` and ``domain_names``; an
     optional column left out is all zeros; ``split`` (a bool per example, True for eval) is
-    written only when given.
+    written only when given; so are the :data:`PAIR_FIELDS`, made from ``pair_code``.
     """
     arrays = []
     n = len(columns["example_id"])
@@ -93,6 +110,17 @@ def build_examples_table(
             arrays.append(_names(columns[name], domain_names))
         else:
             arrays.append(pa.array(columns[name], kind))
+    if "pair_code" in columns:
+        code = np.asarray(columns["pair_code"], dtype=np.int8)
+        ids = np.asarray(columns["example_id"], dtype=np.int64)
+        branch = (code == 1) | (code == 2)
+        kto = code >= 3
+        arrays.append(pa.array(ids - (code == 2), pa.int64(), mask=~branch))
+        which = pa.array(np.where(branch, code - 1, 0).astype(np.int8), mask=~branch)
+        names = pa.array(BRANCHES, pa.string())
+        arrays.append(pa.DictionaryArray.from_arrays(which, names).cast(pa.string()))
+        arrays.append(pa.array(code == 4, pa.bool_(), mask=~kto))
+        schema = pa.schema([*schema, *PAIR_FIELDS])
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -147,6 +175,21 @@ def _is_eval(table: pa.Table) -> np.ndarray | None:
     return np.asarray(pc.equal(table["split"], "eval").fill_null(False).to_numpy(False), bool)
 
 
+def _branches(table: pa.Table) -> np.ndarray | None:
+    if "branch" not in table.column_names:
+        return None
+    col = table["branch"]
+    chosen = pc.equal(col, BRANCHES[0]).fill_null(False).to_numpy(False)
+    rejected = pc.equal(col, BRANCHES[1]).fill_null(False).to_numpy(False)
+    return (np.asarray(chosen, np.int8) + 2 * np.asarray(rejected, np.int8)).astype(np.int8)
+
+
+def _pair_ids(table: pa.Table) -> np.ndarray | None:
+    if "pair_id" not in table.column_names:
+        return None
+    return np.asarray(table["pair_id"].fill_null(-1).to_numpy(), np.int64)
+
+
 @dataclass(frozen=True, slots=True)
 class ExamplesIndex:
     """The examples index as arrays, in file order (``example_id[i] == i`` when sound).
@@ -167,6 +210,8 @@ class ExamplesIndex:
     order: np.ndarray | None  # argsort of example_id; None when example_id[i] == i
     turns: np.ndarray | None = None  # the ``turn`` column; None: the file has none (all 0)
     is_eval: np.ndarray | None = None  # the ``split`` column == "eval"; None: no such column
+    branches: np.ndarray | None = None  # int8 1 chosen, 2 rejected, 0 none; None: no pairs
+    pair_ids: np.ndarray | None = None  # int64 ``pair_id``, -1 where null; None: no pairs
 
     @staticmethod
     def from_table(table: pa.Table) -> ExamplesIndex:
@@ -188,6 +233,8 @@ class ExamplesIndex:
             order=None if dense else np.argsort(ids, kind="stable"),
             turns=table["turn"].to_numpy() if "turn" in table.column_names else None,
             is_eval=_is_eval(table),
+            branches=_branches(table),
+            pair_ids=_pair_ids(table),
         )
 
     @property

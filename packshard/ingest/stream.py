@@ -103,6 +103,7 @@ def _label_batch(
     loss = count_trained(labels, offsets)
     empty = np.flatnonzero(loss == 0)
     dropped = _over_expanded(items, np.diff(offsets), options)
+    dropped.update(identical_pairs(items, ids, offsets, options.on_error))
     if empty.size or dropped:  # a record with an example that trains nothing is rejected whole
         for i in empty.tolist():
             seq, ref, domain, _, rendered = items[i]
@@ -125,6 +126,7 @@ def _label_batch(
             reasoning = (reasoning[0][keep], reasoning[1][keep])
         items = [item for item, k in zip(items, keep.tolist(), strict=True) if k]
     turns = [item[4].turn for item in items]
+    pairs = [item[4].pair for item in items]
     batch = TokenizedBatch(
         input_ids=ids,
         labels=labels,
@@ -133,6 +135,7 @@ def _label_batch(
         domains=tuple(item[2] for item in items),
         formats=tuple(item[3] for item in items),
         turns=np.asarray(turns, dtype=np.int32) if any(turns) else None,
+        pairs=np.asarray(pairs, dtype=np.int8) if any(pairs) else None,
     )
     paths = dict(Counter(item[4].label_path for item in items))
     tokens, trained = reasoning if reasoning is not None else (None, None)
@@ -140,6 +143,25 @@ def _label_batch(
     return IngestChunk(
         batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost
     )
+
+
+def identical_pairs(
+    items: list[_Item], ids: np.ndarray, offsets: np.ndarray, on_error: str
+) -> dict[int, Reject]:
+    """Reject the preference pairs whose two branches are the same token ids."""
+    out = {}
+    for i, item in enumerate(items):
+        if item[4].pair != 1:
+            continue  # a chosen branch is always followed by its rejected one
+        a = ids[offsets[i] : offsets[i + 1]]
+        b = ids[offsets[i + 1] : offsets[i + 2]]
+        if a.shape == b.shape and np.array_equal(a, b):
+            seq, ref, domain = item[0], item[1], item[2]
+            reason = f"chosen and rejected render the same {a.size} tokens (nothing to prefer)"
+            if on_error == "fail":
+                raise RecordError("identical_pair", reason, ref.source, ref.line)
+            out[seq] = Reject(ref, domain, "identical_pair", reason)
+    return out
 
 
 def _over_expanded(

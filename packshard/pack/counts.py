@@ -133,6 +133,9 @@ def _columns(
     }
     if is_eval is not None:  # with an eval split: each example's split
         makers["split"] = lambda: is_eval[ex]
+    codes = spill.pair_codes
+    if codes is not None and codes.any():  # preference or KTO records: pair_id, branch …
+        makers["pair_code"] = lambda: codes[ex]
     return _Columns(makers)
 
 

@@ -81,7 +81,7 @@ from packshard.pack.plan.evalsplit import (
     split_stats,
     train_rows,
 )
-from packshard.pack.plan.planner import plan_packs
+from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, ordering_stats
 from packshard.pack.spill import Spill
 from packshard.pack.units.map import UnitResult
@@ -273,6 +273,6 @@ def _beside_bfd(spill: Spill, plan: RowPlan, config: PackConfig) -> dict[str, An
     """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples."""
     if config.plan.strategy != "sequential":
         return {}
-    rows = plan_packs(spill.lengths, config.plan.max_seq_len, "bfd").num_rows
+    rows = plan_pair_units(spill.lengths, spill.pair_codes, config.plan.max_seq_len, "bfd").num_rows
     bfd = fill_rate(plan.num_tokens, rows, plan.max_seq_len)
     return {"bfd_rows": rows, "bfd_fill_rate": round(bfd, 6)}

@@ -208,7 +208,7 @@ def _map_into(
 
 _ARRAY_NAMES = (
     *("loss_tokens", "source_index", "lines", "parts", "starts", "domain_codes"),
-    *("truncated", "record_ids", "format_codes", "turns"),
+    *("truncated", "record_ids", "format_codes", "turns", "pair_codes"),
 )
 
 
