@@ -41,6 +41,9 @@ def _num(value: Any) -> str:
     return str(value)
 
 
+_PAIR_KEYS = ("seen", "packed", "rejected")
+
+
 def render_pack_summary(result: Any) -> Group:
     """Render the counts, rows, fill rate and reject codes of a finished ``pack``."""
     stats = result.manifest["stats"]
@@ -65,6 +68,11 @@ def render_pack_summary(result: Any) -> Group:
             else []
         ),
         ("shards", len(result.manifest["shards"])),
+        *(
+            [("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS))]
+            if (p := stats.get("pairs"))
+            else []
+        ),
         *(
             [("train / eval records", " / ".join(f"{v['records_packed']:,}" for v in split))]
             if (split := [stats["splits"][k] for k in ("train", "eval") if "splits" in stats])

@@ -239,3 +239,4 @@ class IngestChunk:
     reasoning_tokens: np.ndarray | None = None  # per example: tokens in reasoning blocks
     reasoning_loss: np.ndarray | None = None  # per example: trained ones (None: no reasoning)
     reasoning_dropped: int = 0  # trained turns the template rendered without their reasoning
+    pairs_read: int = 0  # preference records among ``records`` (packed or rejected)

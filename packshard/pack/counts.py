@@ -214,5 +214,32 @@ def pack_stats(
     }
 
 
+def pair_stats(spill: Spill, plan: RowPlan, pairs_read: int) -> dict[str, Any]:
+    """Return the manifest's ``stats.pairs`` and ``stats.kto`` (only in a pack that has them).
+
+    Pairs add up pair by pair: ``seen = packed + rejected``, each pair one record whatever
+    happened to it (rejected as bad input, dropped by a policy); ``truncated`` counts the
+    packed pairs whose answers were cut.
+    """
+    codes = spill.pair_codes
+    if codes is None or (not pairs_read and not codes.any()):
+        return {}
+    seg = codes[plan.seg_example]
+    chosen = plan.seg_example[seg == 1]
+    out: dict[str, Any] = {}
+    if pairs_read or chosen.size:
+        packed = int(chosen.size)
+        cut = spill.truncated[chosen] | spill.truncated[chosen + 1]
+        out["pairs"] = {
+            "seen": pairs_read,
+            "packed": packed,
+            "rejected": pairs_read - packed,
+            "truncated": int(cut.sum()),
+        }
+    if (seg >= 3).any():
+        out["kto"] = {"desirable": int((seg == 4).sum()), "undesirable": int((seg == 3).sum())}
+    return out
+
+
 def _share(part: int, total: int) -> float:
     return round(part / total, 6) if total else 0.0

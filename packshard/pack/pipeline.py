@@ -69,6 +69,7 @@ from packshard.pack.counts import (
     examples_tables,
     loss_policies,
     pack_stats,
+    pair_stats,
     records_per_input,
     wrapped_drops,
 )
@@ -171,6 +172,7 @@ def _pack_into(
                 bar.close()
         bundle, template = loaded.result()
         reasoning_dropped = info.pop("reasoning_dropped", 0)
+        pairs_read = info.pop("pairs_read", 0)
         is_eval = eval_examples(spill, config, len(files) if train_files is None else train_files)
         plan = plan_examples(spill, config, is_eval)
         rejects.write(wrapped_drops(spill, plan))
@@ -200,6 +202,7 @@ def _pack_into(
         **pack_stats(spill, plan, tally, ordering),
         **_beside_bfd(spill, plan, config),
         "reasoning_dropped": reasoning_dropped,
+        **pair_stats(spill, plan, pairs_read),
         **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
     }
     write_examples(tmp / EXAMPLES_NAME, examples_tables(spill, plan, shards, is_eval), dataset_id)
