@@ -29,6 +29,7 @@ from rich.text import Text
 
 from packshard.options import CHECKS
 from packshard.profile import STRATEGIES, DomainProfile, ProfileReport
+from packshard.profile.pairs import describe_pairs
 from packshard.profile.shape import describe_shape
 from packshard.verify.stages import format_seconds
 
@@ -349,6 +350,7 @@ def render_profile_table(report: ProfileReport) -> Group:
         build_utilization_table(report),
         Text(report.verdict, style="bold"),
         Text(describe_shape(dict(report.shape))),
+        *([Text(describe_pairs(dict(report.pairs), report.batch_size))] if report.pairs else []),
     )
 
 

@@ -22,10 +22,11 @@ are an ``identical_pair``.  Per-message ``train``/``weight`` flags are read as f
 An unpaired record (``messages`` plus a boolean ``label``, the KTO layout) becomes
 ``Conversation(messages, kto_label=label)``: one example, its label carried to the reader.
 
-:func:`pair_code` gives each rendered example the int8 the shards carry: 0 not a pair
-branch, 1 chosen, 2 rejected; :func:`kto_code` the KTO label (−1 none, 0 undesirable,
-1 desirable).  Packed, a pair is a unit: its chosen segment is immediately followed by its
-rejected one in the same row (:mod:`packshard.pack.pairs`).
+Rendered, each example carries a pair code (``Rendered.pair``: 0 plain, 1 chosen, 2 rejected,
+3 KTO undesirable, 4 KTO desirable); shards carry it as ``branch`` (0, 1, 2) and ``kto_label``
+(−1 none, 0, 1).  Packed, a pair is a unit: its chosen segment is immediately followed by its
+rejected one in the same row (:func:`packshard.pack.overlong.police_pairs`,
+:mod:`packshard.pack.plan.pairs`); :func:`pair_starts` finds the pairs among the codes.
 """
 
 from __future__ import annotations

@@ -103,6 +103,7 @@ class ProfileReport:
     rejects: tuple[Reject, ...] = ()  # the first MAX_LISTED_REJECTS, with file:line
     reject_codes: tuple[tuple[str, int], ...] = ()  # every reject, counted per code
     shape: Mapping[str, Any] = field(default_factory=dict)  # profile.shape.packed_shape
+    pairs: Mapping[str, Any] = field(default_factory=dict)  # profile.pairs; empty: no pairs
 
 
 def profile_lengths(
