@@ -156,7 +156,12 @@ def shards(out: Path) -> list[pa.Table]:
 
 
 def test_counts_add_up_pair_by_pair(pair_pack):
-    stats = json.loads((pair_pack / "manifest.json").read_text())["stats"]
+    from packshard.format.manifest import schema_errors
+
+    manifest = json.loads((pair_pack / "manifest.json").read_text())
+    assert schema_errors(manifest) == []
+    assert manifest["loss"]["by_format"]["preference"] == "last_assistant"
+    stats = manifest["stats"]
     assert stats["pairs"] == {"seen": 14, "packed": 12, "rejected": 2, "truncated": 0}
     assert stats["kto"] == {"desirable": 1, "undesirable": 1}
     assert stats["records"] == 18 == stats["records_packed"] + stats["rejected"]
