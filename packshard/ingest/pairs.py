@@ -17,7 +17,8 @@ message, so that each branch renders as its own conversation ``prompt + [answer]
 A top-level ``system`` string and ``tools`` apply as for chat
 (:mod:`packshard.ingest.messages`).  What is left of each conversation after the prompt must
 be exactly one assistant message (``invalid_pair`` otherwise); two identical conversations
-are an ``identical_pair``.  Per-message ``train``/``weight`` flags are read as for chat.
+are an ``identical_pair``.  Per-message ``train``/``weight`` flags are read as for chat;
+``loss_weight`` (0 or 1) is read as ``weight``.
 
 An unpaired record (``messages`` plus a boolean ``label``, the KTO layout) becomes
 ``Conversation(messages, kto_label=label)``: one example, its label carried to the reader.
@@ -70,14 +71,28 @@ def _invalid(reason: str) -> RecordError:
     return RecordError("invalid_pair", reason)
 
 
+def _weighted(turns: list[Any]) -> list[Any]:
+    """Read a turn's ``loss_weight`` (preference datasets' spelling) as its ``weight``."""
+    if not any(type(t) is dict and "loss_weight" in t for t in turns):
+        return turns
+    out = []
+    for t in turns:
+        if type(t) is dict and "loss_weight" in t:
+            weight = t["loss_weight"]
+            t = {k: v for k, v in t.items() if k != "loss_weight"}
+            t.setdefault("weight", weight)  # an explicit 'weight' wins
+        out.append(t)
+    return out
+
+
 def _answer(value: Any, name: str, form: tuple[dict[str, str], str, str, str]) -> list[Message]:
     """Read one answer: a string, one message object, or a list of messages."""
     if type(value) is str:
         return [Message("assistant", value)]
     if type(value) is dict:
-        return read_messages([value], name, form)
+        return read_messages(_weighted([value]), name, form)
     if type(value) is list:
-        return read_messages(value, name, form)
+        return read_messages(_weighted(value), name, form)
     raise _invalid(
         f"'{name}' must be a string, a message or a message list, got {json_kind(value)}"
     )
@@ -86,7 +101,7 @@ def _answer(value: Any, name: str, form: tuple[dict[str, str], str, str, str]) -
 def _prompt(value: Any, form: tuple[dict[str, str], str, str, str]) -> list[Message]:
     if type(value) is str:
         return [Message("user", value)]
-    return read_messages(value, "prompt", form)
+    return read_messages(_weighted(value) if type(value) is list else value, "prompt", form)
 
 
 def _common_prefix(chosen: list[Message], rejected: list[Message]) -> int:
@@ -164,6 +179,7 @@ def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
     turns = value.get("messages")
     if turns is None:
         raise RecordError("missing_field", "missing field 'messages' required by format kto")
+    turns = _weighted(turns) if type(turns) is list else turns
     msgs = tuple(with_system(value, read_messages(turns, "messages", MESSAGE_FORM)))
     if msgs[-1].role != "assistant":
         raise RecordError(

@@ -80,6 +80,15 @@ def test_flags_are_read_as_for_chat():
     assert normalized(value).answers[0].train is False
 
 
+def test_loss_weight_reads_as_weight_in_pairs():
+    value = {"prompt": [USER], "chosen": [{**GOOD, "loss_weight": 0}], "rejected": [BAD]}
+    assert normalized(value).answers[0].train is False
+    value["chosen"] = [{**GOOD, "loss_weight": 2}]
+    assert code_of(value)[0] == "invalid_flag"
+    kto = {"messages": [USER, {**GOOD, "loss_weight": 1}], "label": True}
+    assert normalized(kto).messages[-1].extra == ()
+
+
 def test_a_kto_record_carries_its_label():
     assert detect_format({"messages": [USER, GOOD], "label": True}) == "kto"
     assert detect_format({"messages": [USER, GOOD], "label": "yes"}) == "messages"
