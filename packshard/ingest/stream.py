@@ -105,7 +105,8 @@ def _label_batch(
     loss = count_trained(labels, offsets)
     empty = np.flatnonzero(loss == 0)
     dropped = _over_expanded(items, np.diff(offsets), options)
-    dropped.update(identical_pairs(items, ids, offsets, options.on_error))
+    if any(item[4].pair for item in items):  # preference records: both branches the same?
+        dropped.update(identical_pairs(items, ids, offsets, options.on_error))
     if empty.size or dropped:  # a record with an example that trains nothing is rejected whole
         for i in empty.tolist():
             seq, ref, domain, _, rendered = items[i]
