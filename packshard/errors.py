@@ -205,6 +205,15 @@ REJECT_CODES: dict[str, RejectCode] = {
             "the template leaves out the reasoning of the conversation's last turn "
             "(use --reasoning drop)",
         ),
+        RejectCode(
+            "invalid_pair",
+            REJECTED,
+            "a preference record's answers are not one assistant message each after the "
+            "prompt, or its conversations share no prompt",
+        ),
+        RejectCode(
+            "identical_pair", REJECTED, "the chosen and rejected branches render the same tokens"
+        ),
         RejectCode("too_long", DROPPED, "longer than --max-seq-len under --overlong drop"),
         RejectCode(
             "truncated_no_targets", DROPPED, "no trained token left after --overlong truncate"

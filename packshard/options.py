@@ -30,7 +30,7 @@ from typing import Any
 
 from packshard.errors import UsageError
 
-FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text")
+FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text", "preference", "kto")
 """Record formats (``--format`` also takes ``auto``: detect per record)."""
 FORMAT_CHOICES = ("auto", *FORMATS)
 ROLES = ("system", "user", "assistant", "tool")
@@ -42,8 +42,12 @@ AUTO_LOSS = {
     "alpaca": "assistant",
     "prompt_completion": "completion",
     "text": "all",
+    "preference": "last_assistant",
+    "kto": "last_assistant",
 }
 """What ``--loss auto`` means for each record format (recorded in the manifest)."""
+FINAL_TURN_FORMATS = ("preference", "kto")
+"""Formats trained on their final assistant turn under every ``--loss``."""
 ON_ERROR = ("skip", "fail")
 STRATEGIES = ("bfd", "ffd", "sequential", "wrapped")
 """``--strategy``: best-fit or first-fit decreasing, next-fit in input order, or a stream cut
@@ -78,7 +82,13 @@ def check_choice(option: str, value: str, allowed: Sequence[str]) -> None:
 
 
 def resolve_loss(loss: str, fmt: str) -> str:
-    """Return the loss policy a record of format ``fmt`` is labelled with under ``--loss``."""
+    """Return the loss policy a record of format ``fmt`` is labelled with under ``--loss``.
+
+    Preference pairs and KTO records always train their final assistant turn, whatever
+    ``--loss`` says (a pair compares one final answer).
+    """
+    if fmt in FINAL_TURN_FORMATS:
+        return "last_assistant"
     return AUTO_LOSS[fmt] if loss == "auto" else loss
 
 

@@ -28,15 +28,16 @@ NORMALIZE = {
     "invalid_tools",
     "invalid_reasoning",
     "invalid_flag",
+    "invalid_pair",
 }
 RENDER = {"no_assistant_turn", "template_error", "reasoning_dropped"}
-INGEST = {"no_trainable_tokens"}
+INGEST = {"no_trainable_tokens", "identical_pair"}
 POLICY = {"too_long", "truncated_no_targets", "split_no_targets", "mix_subsampled"}
 
 
 def test_every_emitted_code_is_registered_once_with_its_kind() -> None:
     assert set(REJECT_CODES) == READ | NORMALIZE | RENDER | INGEST | POLICY
-    assert len(REJECT_CODES) == 23
+    assert len(REJECT_CODES) == 25
     for name, code in REJECT_CODES.items():
         assert isinstance(code, RejectCode) and code.name == name
         assert code.meaning and code.meaning == code.meaning.strip()

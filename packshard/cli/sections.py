@@ -37,6 +37,7 @@ PACK_SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "Bad records": ("on_error", "max_reject_rate"),
     "Packing": ("strategy", "overlong", "seed", "group_by_domain", "plan_scope"),
+    "Mixture": ("mix", "mix_by", "max_repeat", "mix_best_effort"),
     "Eval split": ("eval_fraction", "eval_inputs"),
     "Output": ("out", "shard_rows", "shard_bytes", "compression", "overwrite"),
     "Scale (processes, threads, work units)": (

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from packshard.options import CHECKS
 from packshard.profile import STRATEGIES, DomainProfile, ProfileReport
+from packshard.profile.pairs import describe_pairs
 from packshard.profile.shape import describe_shape
 from packshard.verify.stages import format_seconds
 
@@ -39,6 +40,9 @@ def _num(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+_PAIR_KEYS = ("seen", "packed", "rejected")
 
 
 def render_pack_summary(result: Any) -> Group:
@@ -65,6 +69,11 @@ def render_pack_summary(result: Any) -> Group:
             else []
         ),
         ("shards", len(result.manifest["shards"])),
+        *(
+            [("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS))]
+            if (p := stats.get("pairs"))
+            else []
+        ),
         *(
             [("train / eval records", " / ".join(f"{v['records_packed']:,}" for v in split))]
             if (split := [stats["splits"][k] for k in ("train", "eval") if "splits" in stats])
@@ -358,6 +367,7 @@ def render_profile_table(report: ProfileReport) -> Group:
         build_utilization_table(report),
         Text(report.verdict, style="bold"),
         Text(describe_shape(dict(report.shape))),
+        *([Text(describe_pairs(dict(report.pairs), report.batch_size))] if report.pairs else []),
     )
 
 

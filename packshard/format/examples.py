@@ -19,6 +19,10 @@ Columns, in order (one row per segment of every shard, sorted by ``example_id``)
                               (added within format version 1: a file without it is all train)
     repeat           int32    which copy of its record's example (0 first, 1, 2 …); only in a
                               pack made with ``--mix`` (added within format version 1)
+    pair_id          int64    the chosen branch's example_id; only in a pack with preference
+                              or KTO records, null for an example that is no pair branch
+    branch           string   ``chosen`` / ``rejected`` (null: no pair branch); same packs
+    kto_label        bool     an unpaired KTO record's label (null otherwise); same packs
 
 Like the shards, the file carries the format version and dataset id in its key-value metadata
 and readers refuse a file of another dataset.  :class:`ExamplesIndex` holds the columns verify
@@ -63,6 +67,19 @@ SPLIT_SCHEMA = EXAMPLES_SCHEMA.append(pa.field("split", pa.string()))
 """The index of a pack with an eval split: one more column, ``split``, after the others."""
 REPEAT_FIELD = pa.field("repeat", pa.int32())
 """The last column of a ``--mix`` pack's index (:mod:`packshard.pack.plan.mixed`)."""
+PAIR_FIELDS = (
+    pa.field("pair_id", pa.int64()),
+    pa.field("branch", pa.string()),
+    pa.field("kto_label", pa.bool_()),
+)
+"""Last columns of the index of a pack with preference or KTO records (null elsewhere).
+
+``pair_id`` is the ``example_id`` of the pair's chosen branch (so ``pair_id`` and
+``pair_id + 1`` are its two segments), ``branch`` ``chosen`` or ``rejected``, ``kto_label`` a
+KTO record's label.  Given to :func:`build_examples_table` as one int8 column ``pair_code``
+(0 plain, 1 chosen, 2 rejected, 3 KTO undesirable, 4 KTO desirable).
+"""
+BRANCHES = ("chosen", "rejected")
 
 
 def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
@@ -80,7 +97,8 @@ def build_examples_table(
     ``columns`` holds every column of :data:`EXAMPLES_SCHEMA` as a numpy array, except that
     ``source`` and ``domain`` are codes into ``source_names`` and ``domain_names``; an
     optional column left out is all zeros; ``split`` (a bool per example, True for eval) and
-    ``repeat`` are written only when given.
+    ``repeat`` are written only when given; so are the :data:`PAIR_FIELDS`, made from
+    ``pair_code``.
     """
     arrays = []
     n = len(columns["example_id"])
@@ -99,6 +117,17 @@ def build_examples_table(
             arrays.append(_names(columns[name], domain_names))
         else:
             arrays.append(pa.array(columns[name], kind))
+    if "pair_code" in columns:
+        code = np.asarray(columns["pair_code"], dtype=np.int8)
+        ids = np.asarray(columns["example_id"], dtype=np.int64)
+        branch = (code == 1) | (code == 2)
+        kto = code >= 3
+        arrays.append(pa.array(ids - (code == 2), pa.int64(), mask=~branch))
+        which = pa.array(np.where(branch, code - 1, 0).astype(np.int8), mask=~branch)
+        names = pa.array(BRANCHES, pa.string())
+        arrays.append(pa.DictionaryArray.from_arrays(which, names).cast(pa.string()))
+        arrays.append(pa.array(code == 4, pa.bool_(), mask=~kto))
+        schema = pa.schema([*schema, *PAIR_FIELDS])
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -153,6 +182,21 @@ def _is_eval(table: pa.Table) -> np.ndarray | None:
     return np.asarray(pc.equal(table["split"], "eval").fill_null(False).to_numpy(False), bool)
 
 
+def _branches(table: pa.Table) -> np.ndarray | None:
+    if "branch" not in table.column_names:
+        return None
+    col = table["branch"]
+    chosen = pc.equal(col, BRANCHES[0]).fill_null(False).to_numpy(False)
+    rejected = pc.equal(col, BRANCHES[1]).fill_null(False).to_numpy(False)
+    return (np.asarray(chosen, np.int8) + 2 * np.asarray(rejected, np.int8)).astype(np.int8)
+
+
+def _pair_ids(table: pa.Table) -> np.ndarray | None:
+    if "pair_id" not in table.column_names:
+        return None
+    return np.asarray(table["pair_id"].fill_null(-1).to_numpy(), np.int64)
+
+
 @dataclass(frozen=True, slots=True)
 class ExamplesIndex:
     """The examples index as arrays, in file order (``example_id[i] == i`` when sound).
@@ -176,6 +220,8 @@ class ExamplesIndex:
     domain_code: np.ndarray | None = None  # codes into ``domain_names``; None: not read
     domain_names: tuple[str, ...] = ()
     repeats: np.ndarray | None = None  # the ``repeat`` column (``--mix``); None: no such column
+    branches: np.ndarray | None = None  # int8 1 chosen, 2 rejected, 0 none; None: no pairs
+    pair_ids: np.ndarray | None = None  # int64 ``pair_id``, -1 where null; None: no pairs
 
     @staticmethod
     def from_table(table: pa.Table) -> ExamplesIndex:
@@ -204,6 +250,8 @@ class ExamplesIndex:
             domain_code=None if domain is None else domain.indices.to_numpy(zero_copy_only=False),
             domain_names=() if domain is None else tuple(domain.dictionary.to_pylist()),
             repeats=table["repeat"].to_numpy() if "repeat" in names else None,
+            branches=_branches(table),
+            pair_ids=_pair_ids(table),
         )
 
     @property

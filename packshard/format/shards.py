@@ -69,6 +69,15 @@ OPTIONAL_FIELDS = (pa.field("seq_lengths", pa.list_(pa.int32())),)
 """Columns a version 1 shard may carry beyond :data:`SHARD_SCHEMA`; checked when present."""
 WRITTEN_SCHEMA = pa.schema([*SHARD_SCHEMA, *OPTIONAL_FIELDS])
 """The columns :func:`write_shard` writes: the required ones, then the optional ones."""
+PAIR_FIELDS = (
+    pa.field("branch", pa.list_(pa.int8())),
+    pa.field("kto_label", pa.list_(pa.int8())),
+)
+"""Per-segment columns, parallel to ``example_ids``, of a pack with preference or KTO records
+only: ``branch`` 0 not a pair branch, 1 chosen, 2 rejected (a 1 is always followed, in the
+same row, by the 2 of the same pair); ``kto_label`` −1 none, 0 undesirable, 1 desirable."""
+PAIR_SCHEMA = pa.schema([*WRITTEN_SCHEMA, *PAIR_FIELDS])
+"""The columns a preference pack's shards hold: :data:`WRITTEN_SCHEMA`, then the pair columns."""
 ROW_GROUP_ROWS = 256
 SHARD_PATTERN = "shard-{index:05d}.parquet"
 EVAL_SHARD_PATTERN = "eval-shard-{index:05d}.parquet"  # the eval split's shards, when packed
@@ -111,11 +120,15 @@ def seq_lengths_column(cu_seqlens: pa.ChunkedArray | pa.Array) -> pa.ListArray:
 
 
 def with_seq_lengths(table: pa.Table) -> pa.Table:
-    """Return ``table`` in :data:`WRITTEN_SCHEMA` order, ``seq_lengths`` derived from it."""
+    """Return ``table`` in :data:`WRITTEN_SCHEMA` order, ``seq_lengths`` derived from it.
+
+    A table with the pair columns keeps them, last (:data:`PAIR_SCHEMA`).
+    """
     if "seq_lengths" in table.column_names:
         table = table.drop_columns(["seq_lengths"])
     table = table.append_column(OPTIONAL_FIELDS[0], seq_lengths_column(table["cu_seqlens"]))
-    return table.select(WRITTEN_SCHEMA.names).cast(WRITTEN_SCHEMA)
+    schema = PAIR_SCHEMA if "branch" in table.column_names else WRITTEN_SCHEMA
+    return table.select(schema.names).cast(schema)
 
 
 def write_shard(
@@ -124,13 +137,15 @@ def write_shard(
     name: str,
     dataset_id: str,
     compression: str,
+    pairs: bool = False,
 ) -> ShardInfo:
     """Write one shard file from a table, or from row-group tables made one at a time.
 
     Given an iterable, each table is written as soon as it is made, so a shard of many rows
     never sits in memory whole; blocks of ``ROW_GROUP_ROWS`` rows give the same file as one
     table.  ``seq_lengths`` is derived from each table's ``cu_seqlens`` (any given is
-    replaced).  Returns the shard's manifest entry.
+    replaced).  ``pairs``: the tables carry the pair columns (:data:`PAIR_SCHEMA`).  Returns
+    the shard's manifest entry.
     """
     meta = parquet_metadata(dataset_id)
     path = folder / name
@@ -138,7 +153,7 @@ def write_shard(
     with (
         pq.ParquetWriter(
             path,
-            WRITTEN_SCHEMA.with_metadata(meta),
+            (PAIR_SCHEMA if pairs else WRITTEN_SCHEMA).with_metadata(meta),
             compression=None if compression == "none" else compression,
             use_dictionary=False,
             write_statistics=["num_tokens", "num_loss_tokens", "max_seqlen"],
@@ -234,10 +249,10 @@ def schema_problem(schema: pa.Schema) -> str | None:
     missing = [c for c in SHARD_SCHEMA.names if c not in schema.names]
     if missing:
         return f"missing columns {', '.join(missing)} (not a format version 1 shard)"
-    for name in WRITTEN_SCHEMA.names:
+    for name in PAIR_SCHEMA.names:
         if name not in schema.names:
             continue
-        want, got = WRITTEN_SCHEMA.field(name).type, schema.field(name).type
+        want, got = PAIR_SCHEMA.field(name).type, schema.field(name).type
         if got != want:
             return f"column {name} is {got}, the contract says {want}"
     return None

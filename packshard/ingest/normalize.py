@@ -4,6 +4,9 @@ Detection is per record and key based, first match wins (a key holding ``null``,
 gives for a column a row does not use, counts as absent)::
 
     key present (not null)   format             other keys read
+    chosen + rejected        preference         prompt, conversations, system, tools
+    chosen_messages + …      preference         (see :mod:`packshard.ingest.pairs`)
+    messages + bool label    kto                system, tools
     messages                 messages           system, tools
     conversations            sharegpt           system, tools
     instruction + output     alpaca             input, system, history
@@ -33,26 +36,22 @@ checked later, not here.  Normalization is a few dict lookups per message: no co
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from packshard.errors import RecordError
-from packshard.ingest.fields import read_fields, thinking_parts
+from packshard.ingest.messages import (
+    MESSAGE_FORM,
+    SHAREGPT_FORM,
+    read_messages,
+    require,
+    string_field,
+    tools_of,
+    with_system,
+)
+from packshard.ingest.pairs import from_kto, from_preference, is_kto, is_preference
 from packshard.ingest.read.jsonparse import a_json_kind, json_kind
 from packshard.ingest.types import Conversation, Message, RawRecord
 from packshard.options import FORMAT_CHOICES, check_choice
-
-_MESSAGE_ROLES = {
-    **{r: r for r in ("system", "user", "assistant", "tool")},
-    **{"developer": "system", "function": "tool", "ipython": "tool"},
-}
-_SHAREGPT_ROLES = {
-    **{"human": "user", "user": "user", "system": "system"},
-    **{r: "assistant" for r in ("gpt", "assistant", "chatgpt", "bard", "model", "function_call")},
-    **{r: "tool" for r in ("observation", "tool", "function", "ipython")},
-}
-_MESSAGE_FORM = (_MESSAGE_ROLES, "role", "content", ", ".join(_MESSAGE_ROLES))
-_SHAREGPT_FORM = (_SHAREGPT_ROLES, "from", "value", ", ".join(sorted(_SHAREGPT_ROLES)))
 
 
 def is_encodable(text: str) -> bool:
@@ -69,6 +68,10 @@ def is_encodable(text: str) -> bool:
 def detect_format(value: dict[str, Any]) -> str:
     """Return the format name of a record from its keys; raise ``unknown_format`` otherwise."""
     get = value.get
+    if is_preference(value):
+        return "preference"
+    if is_kto(value):
+        return "kto"
     if get("messages") is not None:
         return "messages"
     if get("conversations") is not None:
@@ -83,129 +86,28 @@ def detect_format(value: dict[str, Any]) -> str:
     raise RecordError(
         "unknown_format",
         f"unknown record format: keys are {keys} (expected messages, conversations, "
-        "instruction+output, prompt+completion or text; use --format to force one)",
+        "instruction+output, prompt+completion, text, or chosen+rejected; use --format to "
+        "force one)",
     )
 
 
-def _require(value: dict[str, Any], key: str, fmt: str) -> Any:
-    field = value.get(key)
-    if field is None:
-        raise RecordError("missing_field", f"missing field '{key}' required by format {fmt}")
-    return field
-
-
-def _string(field: Any, where: str) -> str:
-    if type(field) is str:
-        return field
-    if field is None:
-        raise RecordError("invalid_content", f"{where} is missing")
-    raise RecordError("invalid_content", f"{where} must be a string, got {json_kind(field)}")
-
-
-def _content(content: Any, where: str) -> str:
-    if type(content) is str:
-        return content
-    if type(content) is list:  # OpenAI content parts: text-only lists are joined
-        texts = []
-        for j, part in enumerate(content):
-            if type(part) is not dict or part.get("type") != "text":
-                kind = part.get("type") if type(part) is dict else json_kind(part)
-                raise RecordError(
-                    "invalid_content",
-                    f"{where} part {j} is {kind!r}; only text parts are supported",
-                )
-            texts.append(_string(part.get("text"), f"{where} part {j} text"))
-        return "".join(texts)
-    return _string(content, where)
-
-
-def _messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, str]) -> list:
-    roles, role_key, text_key, allowed = form
-    if type(turns) is not list:
-        raise RecordError("invalid_message", f"'{name}' must be a list, got {json_kind(turns)}")
-    if not turns:
-        raise RecordError("empty_conversation", f"'{name}' is empty")
-    out = []
-    for i, turn in enumerate(turns):
-        if type(turn) is not dict:
-            why = f"{name}[{i}] is {a_json_kind(turn)}, expected an object"
-            raise RecordError("invalid_message", f"{why} with '{role_key}' and '{text_key}'")
-        raw_role = turn.get(role_key)
-        text = turn.get(text_key)
-        if raw_role is None and role_key == "from":  # ShareGPT files in role/content form
-            raw_role, text = turn.get("role"), turn.get("content")
-        role = roles.get(raw_role) if type(raw_role) is str else None
-        if role is None:
-            what = f"unknown role {raw_role!r}" if raw_role is not None else f"no '{role_key}'"
-            raise RecordError("unknown_role", f"{name}[{i}] has {what} (allowed: {allowed})")
-        extra = _extra(turn) if len(turn) > 2 else ()
-        text, thought = thinking_parts(text, f"{name}[{i}] content", role)
-        extra, thought, train = read_fields(role, extra, thought, f"{name}[{i}]")
-        if text is None and extra:
-            calls = turn.get("tool_calls")
-            if calls is not None and type(calls) is not list:
-                raise RecordError(
-                    "invalid_message",
-                    f"{name}[{i}] 'tool_calls' must be a list, got {json_kind(calls)}",
-                )
-            if calls:  # an OpenAI tool-calling turn: "content": null
-                text = ""
-        out.append(Message(role, _content(text, f"{name}[{i}] content"), extra, thought, train))
-    return out
-
-
-_TURN_KEYS = frozenset(("role", "content", "from", "value"))
-
-
-def _extra(turn: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """Return the turn's other fields for the template, ``null`` ones dropped (as transformers)."""
-    return tuple((k, v) for k, v in turn.items() if k not in _TURN_KEYS and v is not None)
-
-
-def _with_system(value: dict[str, Any], messages: list) -> list:
-    system = value.get("system")
-    if system is None or system == "":
-        return messages
-    system = _string(system, "'system'")
-    if any(m.role == "system" for m in messages):
-        return messages
-    return [Message("system", system), *messages]
-
-
-def _tools(value: dict[str, Any]) -> tuple[Any, ...] | None:
-    tools = value.get("tools")
-    if type(tools) is str:
-        try:
-            tools = json.loads(tools) if tools.strip() else None
-        except ValueError as exc:
-            raise RecordError("invalid_tools", f"'tools' is not valid JSON ({exc})") from None
-    if tools is None:
-        return None
-    if type(tools) is not list:
-        raise RecordError(
-            "invalid_tools",
-            f"'tools' must be a list or a JSON string of one, got {json_kind(tools)}",
-        )
-    return tuple(tools) or None
-
-
 def _from_messages(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
-    turns = _require(value, "messages", "messages")
-    msgs = _with_system(value, _messages(turns, "messages", _MESSAGE_FORM))
-    return Conversation(ref, domain, "messages", tuple(msgs), _tools(value))
+    turns = require(value, "messages", "messages")
+    msgs = with_system(value, read_messages(turns, "messages", MESSAGE_FORM))
+    return Conversation(ref, domain, "messages", tuple(msgs), tools_of(value))
 
 
 def _from_sharegpt(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
-    turns = _require(value, "conversations", "sharegpt")
-    msgs = _messages(turns, "conversations", _SHAREGPT_FORM)
-    return Conversation(ref, domain, "sharegpt", tuple(_with_system(value, msgs)), _tools(value))
+    turns = require(value, "conversations", "sharegpt")
+    msgs = read_messages(turns, "conversations", SHAREGPT_FORM)
+    return Conversation(ref, domain, "sharegpt", tuple(with_system(value, msgs)), tools_of(value))
 
 
 def _from_alpaca(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
-    instruction = _string(_require(value, "instruction", "alpaca"), "'instruction'")
-    output = _string(_require(value, "output", "alpaca"), "'output'")
+    instruction = string_field(require(value, "instruction", "alpaca"), "'instruction'")
+    output = string_field(require(value, "output", "alpaca"), "'output'")
     extra = value.get("input")
-    user = instruction + "\n" + _string(extra, "'input'") if extra else instruction
+    user = instruction + "\n" + string_field(extra, "'input'") if extra else instruction
     msgs: list[Message] = []
     history = value.get("history")
     if history is not None:
@@ -218,22 +120,22 @@ def _from_alpaca(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
                 raise RecordError(
                     "invalid_content", f"history[{i}] must be a [user, assistant] pair of strings"
                 )
-            msgs.append(Message("user", _string(pair[0], f"history[{i}][0]")))
-            msgs.append(Message("assistant", _string(pair[1], f"history[{i}][1]")))
+            msgs.append(Message("user", string_field(pair[0], f"history[{i}][0]")))
+            msgs.append(Message("assistant", string_field(pair[1], f"history[{i}][1]")))
     msgs += (Message("user", user), Message("assistant", output))
-    return Conversation(ref, domain, "alpaca", tuple(_with_system(value, msgs)))
+    return Conversation(ref, domain, "alpaca", tuple(with_system(value, msgs)))
 
 
 def _from_prompt_completion(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
-    prompt = _require(value, "prompt", "prompt_completion")
-    completion = _require(value, "completion", "prompt_completion")
+    prompt = require(value, "prompt", "prompt_completion")
+    completion = require(value, "completion", "prompt_completion")
     if type(prompt) is str and type(completion) is str:
         return Conversation(ref, domain, "prompt_completion", prompt=prompt, completion=completion)
     if type(prompt) is list and type(completion) is list:
-        head = _messages(prompt, "prompt", _MESSAGE_FORM)
-        tail = _messages(completion, "completion", _MESSAGE_FORM)
+        head = read_messages(prompt, "prompt", MESSAGE_FORM)
+        tail = read_messages(completion, "completion", MESSAGE_FORM)
         msgs = tuple(head + tail)
-        return Conversation(ref, domain, "prompt_completion", msgs, _tools(value), len(head))
+        return Conversation(ref, domain, "prompt_completion", msgs, tools_of(value), len(head))
     raise RecordError(
         "invalid_content",
         "'prompt' and 'completion' must both be strings or both lists of messages "
@@ -242,7 +144,7 @@ def _from_prompt_completion(value: dict[str, Any], ref: Any, domain: str) -> Con
 
 
 def _from_text(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
-    text = _string(_require(value, "text", "text"), "'text'")
+    text = string_field(require(value, "text", "text"), "'text'")
     return Conversation(ref, domain, "text", text=text)
 
 
@@ -252,6 +154,8 @@ _BUILDERS = {
     "alpaca": _from_alpaca,
     "prompt_completion": _from_prompt_completion,
     "text": _from_text,
+    "preference": from_preference,
+    "kto": from_kto,
 }
 
 

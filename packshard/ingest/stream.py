@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,7 @@ from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
 from packshard.ingest.label.spans import expanded_reason, render_examples
 from packshard.ingest.normalize import is_encodable, normalize_record
+from packshard.ingest.pairs import is_preference
 from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import read_records
 from packshard.ingest.template.render import ChatTemplate
@@ -103,6 +105,8 @@ def _label_batch(
     loss = count_trained(labels, offsets)
     empty = np.flatnonzero(loss == 0)
     dropped = _over_expanded(items, np.diff(offsets), options)
+    if any(item[4].pair for item in items):  # preference records: both branches the same?
+        dropped.update(identical_pairs(items, ids, offsets, options.on_error))
     if empty.size or dropped:  # a record with an example that trains nothing is rejected whole
         for i in empty.tolist():
             seq, ref, domain, _, rendered = items[i]
@@ -125,6 +129,7 @@ def _label_batch(
             reasoning = (reasoning[0][keep], reasoning[1][keep])
         items = [item for item, k in zip(items, keep.tolist(), strict=True) if k]
     turns = [item[4].turn for item in items]
+    pairs = [item[4].pair for item in items]
     batch = TokenizedBatch(
         input_ids=ids,
         labels=labels,
@@ -133,6 +138,7 @@ def _label_batch(
         domains=tuple(item[2] for item in items),
         formats=tuple(item[3] for item in items),
         turns=np.asarray(turns, dtype=np.int32) if any(turns) else None,
+        pairs=np.asarray(pairs, dtype=np.int8) if any(pairs) else None,
     )
     paths = dict(Counter(item[4].label_path for item in items))
     tokens, trained = reasoning if reasoning is not None else (None, None)
@@ -140,6 +146,32 @@ def _label_batch(
     return IngestChunk(
         batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost
     )
+
+
+def identical_pairs(
+    items: list[_Item], ids: np.ndarray, offsets: np.ndarray, on_error: str
+) -> dict[int, Reject]:
+    """Reject the preference pairs whose two branches are the same token ids."""
+    out = {}
+    for i, item in enumerate(items):
+        if item[4].pair != 1:
+            continue  # a chosen branch is always followed by its rejected one
+        a = ids[offsets[i] : offsets[i + 1]]
+        b = ids[offsets[i + 1] : offsets[i + 2]]
+        if a.shape == b.shape and np.array_equal(a, b):
+            seq, ref, domain = item[0], item[1], item[2]
+            reason = f"chosen and rejected render the same {a.size} tokens (nothing to prefer)"
+            if on_error == "fail":
+                raise RecordError("identical_pair", reason, ref.source, ref.line)
+            out[seq] = Reject(ref, domain, "identical_pair", reason)
+    return out
+
+
+def _is_pair(raw: RawRecord, fmt: str) -> bool:
+    """Tell whether a record read is a preference pair (forced, or detected by its keys)."""
+    if fmt == "preference":
+        return True
+    return fmt == "auto" and type(raw.value) is dict and is_preference(raw.value)
 
 
 def _over_expanded(
@@ -172,7 +204,7 @@ class _Failed(Exception):
         self.items = items
 
 
-_Piece = tuple[list[_Item], list[tuple[int, Reject]], bool]
+_Piece = tuple[list[_Item], list[tuple[int, Reject]], bool, int]  # …, preference records
 
 
 def _render_pieces(
@@ -184,13 +216,14 @@ def _render_pieces(
 ) -> Iterator[_Piece]:
     """Read, normalize and render records (the pure-Python half), a piece at a time.
 
-    A piece ending with ``True`` closes a chunk of ``batch_size`` records.  The first chunk
+    A piece's third value ``True`` closes a chunk of ``batch_size`` records; its fourth counts
+    the preference records read (packed or rejected).  The first chunk
     comes in pieces of ``FIRST_PIECE`` records, so the tokenizer starts after a few
     milliseconds of rendering instead of a whole chunk's worth.
     """
     items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
-    seq = count = 0  # records read, records in the open chunk
+    seq = count = pairs = 0  # records read, records in the open chunk, preference records
     piece = min(FIRST_PIECE, options.batch_size)
     if template is not None:
         template = template.bounded(options.max_record_bytes, options.template_timeout)
@@ -198,6 +231,7 @@ def _render_pieces(
         for raw in read(f, options=options):
             seq += 1
             count += 1
+            pairs += _is_pair(raw, options.format)
             try:
                 conv = normalize_record(raw, options.format, options.domain_field)
                 examples = render_examples(conv, template, bundle, options)
@@ -209,13 +243,13 @@ def _render_pieces(
             else:
                 items += [(seq, conv.ref, conv.domain, conv.format, r) for r in examples]
             if count >= options.batch_size:
-                yield items, rejects, True
-                items, rejects, count, piece = [], [], 0, options.batch_size
+                yield items, rejects, True, pairs
+                items, rejects, count, piece, pairs = [], [], 0, options.batch_size, 0
             elif len(items) + len(rejects) >= piece:
-                yield items, rejects, False
-                items, rejects = [], []
+                yield items, rejects, False, pairs
+                items, rejects, pairs = [], [], 0
     if count:
-        yield items, rejects, True
+        yield items, rejects, True, pairs
 
 
 def ingest(
@@ -244,8 +278,9 @@ def ingest(
     options.check()
     bar = IngestProgress() if progress else None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
-    pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[Sequence[Any]]]]]
+    pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[Sequence[Any]]], int]]
     pending = deque()
+    pairs = 0
     items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
     encoding: list[Future[Sequence[Any]]] = []
@@ -259,24 +294,27 @@ def ingest(
                 # failure comes first.  (With on_error=fail there are no rejects to keep.)
                 last = [item[4] for item in failed.items]
                 encoding.append(pool.submit(encode_texts, bundle, last, options.backend))
-                for earlier in (*pending, (items + failed.items, rejects, encoding)):
+                for earlier in (*pending, (items + failed.items, rejects, encoding, 0)):
                     _label_batch(bundle, *earlier[:2], options, _encodings(earlier[2]))
                 raise failed.error from failed.error.__cause__
             if piece is not None:
                 items += piece[0]
                 rejects += piece[1]
+                pairs += piece[3]
                 if piece[0]:
                     rendered = [item[4] for item in piece[0]]
                     encoding.append(pool.submit(encode_texts, bundle, rendered, options.backend))
                 if not piece[2]:
                     continue
-                pending.append((items, rejects, encoding))
-                items, rejects, encoding = [], [], []
+                pending.append((items, rejects, encoding, pairs))
+                items, rejects, encoding, pairs = [], [], [], 0
             while pending and (
                 piece is None or len(pending) > IN_FLIGHT or all(f.done() for f in pending[0][2])
             ):
                 done = pending.popleft()
                 chunk = _label_batch(bundle, *done[:2], options, _encodings(done[2]))
+                if done[3]:
+                    chunk = replace(chunk, pairs_read=done[3])
                 if bar is not None:
                     bar.advance(chunk)
                 yield chunk

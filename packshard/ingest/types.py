@@ -81,6 +81,10 @@ class Conversation:
       index of the first message that belongs to a prompt/completion record's completion;
     * plain prompt/completion: ``prompt`` and ``completion`` strings (no template);
     * plain text: ``text`` (no template, every token a target).
+
+    A preference pair is chat whose ``messages`` are the prompt and ``answers`` the chosen and
+    rejected final messages (each branch renders as ``messages + (answer,)``); a KTO record
+    is chat with ``kto_label`` set (:mod:`packshard.ingest.pairs`).
     """
 
     ref: SourceRef
@@ -92,6 +96,8 @@ class Conversation:
     prompt: str | None = None
     completion: str | None = None
     text: str | None = None
+    answers: tuple[Message, Message] | None = None  # a preference pair: (chosen, rejected)
+    kto_label: bool | None = None  # an unpaired (KTO) record's label
 
     @property
     def is_chat(self) -> bool:
@@ -118,6 +124,11 @@ class Rendered:
     reasoning: tuple[tuple[int, int], ...] = ()  # rendered non-empty reasoning blocks
     turn: int = 0  # --turns expand: the 1-based message the example trains (0: all)
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
+    pair: int = 0  # PAIR_CODES: 0 plain, 1 chosen, 2 rejected, 3/4 KTO undesirable/desirable
+
+
+PAIR_CODES = ("plain", "chosen", "rejected", "kto_undesirable", "kto_desirable")
+"""What ``Rendered.pair`` and ``TokenizedBatch.pairs`` hold, by code (int8)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +139,7 @@ class TokenizedBatch:
     ``labels`` (unshifted; ``IGNORE_INDEX`` where no loss).  ``refs``, ``domains`` and
     ``formats`` (the record format each example came from) hold one entry per example.  With
     ``--turns expand`` one record gives consecutive examples with the same ref, told apart by
-    ``turns``.
+    ``turns``; a preference pair gives two, chosen then rejected, told apart by ``pairs``.
     """
 
     input_ids: np.ndarray  # int32, flat
@@ -138,6 +149,7 @@ class TokenizedBatch:
     domains: tuple[str, ...]
     formats: tuple[str, ...]
     turns: np.ndarray | None = None  # int32 per example (--turns expand), None: all 0
+    pairs: np.ndarray | None = None  # int8 per example (PAIR_CODES), None: all 0
 
     def __post_init__(self) -> None:
         n = len(self.refs)
@@ -227,3 +239,4 @@ class IngestChunk:
     reasoning_tokens: np.ndarray | None = None  # per example: tokens in reasoning blocks
     reasoning_loss: np.ndarray | None = None  # per example: trained ones (None: no reasoning)
     reasoning_dropped: int = 0  # trained turns the template rendered without their reasoning
+    pairs_read: int = 0  # preference records among ``records`` (packed or rejected)

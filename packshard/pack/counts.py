@@ -142,6 +142,9 @@ def _columns(
         makers["split"] = lambda: is_eval[ex]
     if repeats is not None:  # with --mix: which copy of its record's example each one is
         makers["repeat"] = lambda: repeats[order]
+    codes = spill.pair_codes
+    if codes is not None and codes.any():  # preference or KTO records: pair_id, branch …
+        makers["pair_code"] = lambda: codes[ex]
     return _Columns(makers)
 
 
@@ -218,6 +221,33 @@ def pack_stats(
         "tokens_truncated": counts.tokens_truncated,
         "parts_dropped": counts.parts_dropped + plan.parts_dropped,
     }
+
+
+def pair_stats(spill: Spill, plan: RowPlan, pairs_read: int) -> dict[str, Any]:
+    """Return the manifest's ``stats.pairs`` and ``stats.kto`` (only in a pack that has them).
+
+    Pairs add up pair by pair: ``seen = packed + rejected``, each pair one record whatever
+    happened to it (rejected as bad input, dropped by a policy); ``truncated`` counts the
+    packed pairs whose answers were cut.
+    """
+    codes = spill.pair_codes
+    if codes is None or (not pairs_read and not codes.any()):
+        return {}
+    seg = codes[plan.seg_example]
+    chosen = plan.seg_example[seg == 1]
+    out: dict[str, Any] = {}
+    if pairs_read or chosen.size:
+        packed = int(chosen.size)
+        cut = spill.truncated[chosen] | spill.truncated[chosen + 1]
+        out["pairs"] = {
+            "seen": pairs_read,
+            "packed": packed,
+            "rejected": pairs_read - packed,
+            "truncated": int(cut.sum()),
+        }
+    if (seg >= 3).any():
+        out["kto"] = {"desirable": int((seg == 4).sum()), "undesirable": int((seg == 3).sum())}
+    return out
 
 
 def _share(part: int, total: int) -> float:

@@ -10,6 +10,19 @@ Applied to every tokenized chunk before it is spilled:
   (code ``split_no_targets``);
 * ``error``: stop with a :class:`RecordError` naming ``file:line``.
 
+A preference pair is one unit (:func:`police_pairs`, applied first): a pair whose two
+branches together pass ``L`` is dropped with one ``too_long`` reject naming both lengths
+(``drop``, and ``split``, which cannot cut a pair), stops the run (``error``), or has its
+answers cut, never its prompts (``truncate``; the prompt of a branch is everything before
+its first trained token).  The answer budget ``B = L − Pc − Pr`` is shared so that the
+shorter answer stays whole when it fits in half::
+
+    chosen    [ prompt Pc ][ answer Ac ····· ]       Ac + Ar > B
+    rejected  [ prompt Pr ][ answer Ar ·· ]
+    kept      a = Ac if Ac ≤ B//2, else B − Ar if Ar ≤ B − B//2, else B//2;  b = B − a
+
+A pair whose prompts leave fewer than 2 answer tokens (one each) is dropped as ``too_long``.
+
 "Target" counts labels other than the example's first, which packing always masks.  With
 the ``wrapped`` strategy the planner splits at row ends instead, so nothing is cut here.
 Everything is vectorised over the chunk; an example of ``n`` tokens split into parts::
@@ -26,8 +39,9 @@ import numpy as np
 
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
+from packshard.ingest.pairs import pair_starts
 from packshard.ingest.types import TokenizedBatch
-from packshard.records import Reject
+from packshard.records import IGNORE_INDEX, Reject
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,3 +227,77 @@ def _dropped_records(
     )
     lost = int(np.count_nonzero(empty & kept_any[record[index]])) if policy == "truncate" else 0
     return rejects, lost
+
+
+def _answer_start(labels: np.ndarray) -> int:
+    trained = np.flatnonzero(labels != IGNORE_INDEX)
+    return int(trained[0]) if trained.size else int(labels.size)
+
+
+def police_pairs(
+    batch: TokenizedBatch, max_seq_len: int, policy: str
+) -> tuple[TokenizedBatch, np.ndarray, tuple[Reject, ...], int]:
+    """Apply the overlong policy to the pairs of ``batch`` as units (see the module notes).
+
+    Returns the batch without the dropped pairs and with truncated answers, a per-example
+    ``truncated`` flag, the rejects and the tokens cut.
+    """
+    n = len(batch)
+    truncated = np.zeros(n, dtype=bool)
+    if batch.pairs is None:
+        return batch, truncated, (), 0
+    lengths = np.diff(batch.offsets)
+    starts = pair_starts(batch.pairs)
+    over = starts[lengths[starts] + lengths[starts + 1] > max_seq_len]
+    if not over.size:
+        return batch, truncated, (), 0
+    keep_len = lengths.copy()
+    rejects = []
+    for i in over.tolist():
+        lc, lr = int(lengths[i]), int(lengths[i + 1])
+        ref = batch.refs[i]
+        both = (
+            f"pair of {lc} + {lr} = {lc + lr} tokens (chosen + rejected) > "
+            f"max_seq_len {max_seq_len}"
+        )
+        if policy == "error":
+            raise RecordError(
+                "too_long", f"{both} (use --overlong truncate|drop)", ref.source, ref.line
+            )
+        pc = _answer_start(batch.example(i)[1])
+        pr = _answer_start(batch.example(i + 1)[1])
+        budget = max_seq_len - pc - pr
+        if policy != "truncate" or budget < 2:
+            why = (
+                f"prompts of {pc} + {pr} tokens leave no room for the answers"
+                if policy == "truncate"
+                else "a pair is never split"
+                if policy == "split"
+                else "dropped"
+            )
+            fix = "use --overlong truncate to keep it" if policy != "truncate" else "dropped"
+            rejects.append(Reject(ref, batch.domains[i], "too_long", f"{both} ({why}; {fix})"))
+            keep_len[i] = keep_len[i + 1] = 0
+            continue
+        ac, ar = lc - pc, lr - pr
+        half = budget // 2
+        a = ac if ac <= half else budget - ar if ar <= budget - half else half
+        keep_len[i], keep_len[i + 1] = pc + a, pr + (budget - a)
+        truncated[i], truncated[i + 1] = keep_len[i] < lc, keep_len[i + 1] < lr
+    keep = keep_len > 0
+    cut = int((lengths - keep_len)[keep].sum())
+    pos = np.arange(int(batch.offsets[-1]), dtype=np.int64) - np.repeat(batch.offsets[:-1], lengths)
+    mask = pos < np.repeat(keep_len, lengths)
+    picked = np.flatnonzero(keep).tolist()
+    out = replace(
+        batch,
+        input_ids=batch.input_ids[mask],
+        labels=batch.labels[mask],
+        offsets=exclusive_cumsum(keep_len[keep]),
+        refs=tuple(batch.refs[j] for j in picked),
+        domains=tuple(batch.domains[j] for j in picked),
+        formats=tuple(batch.formats[j] for j in picked),
+        turns=batch.turns[keep] if batch.turns is not None else None,
+        pairs=batch.pairs[keep],
+    )
+    return out, truncated[keep], tuple(rejects), cut

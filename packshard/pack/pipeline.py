@@ -51,7 +51,13 @@ from packshard.arrays import fill_rate
 from packshard.digests import sha256_path
 from packshard.engine import Engine, TaskFailed
 from packshard.engine.faults import FAULTS_ENV, parse_faults
-from packshard.errors import REJECTED, NothingToPackError, PackshardError, reject_kind
+from packshard.errors import (
+    REJECTED,
+    NothingToPackError,
+    PackshardError,
+    UsageError,
+    reject_kind,
+)
 from packshard.format.card import write_card
 from packshard.format.causes import likely_cause
 from packshard.format.environment import pack_environment
@@ -72,6 +78,7 @@ from packshard.pack.counts import (
     examples_tables,
     loss_policies,
     pack_stats,
+    pair_stats,
     records_per_input,
     wrapped_drops,
 )
@@ -85,7 +92,7 @@ from packshard.pack.plan.evalsplit import (
     train_rows,
 )
 from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
-from packshard.pack.plan.planner import plan_packs
+from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, ordering_stats
 from packshard.pack.spill import Spill
 from packshard.pack.units.map import UnitResult
@@ -175,9 +182,15 @@ def _pack_into(
                 bar.close()
         bundle, template = loaded.result()
         reasoning_dropped = info.pop("reasoning_dropped", 0)
+        pairs_read = info.pop("pairs_read", 0)
         is_eval = eval_examples(spill, config, len(files) if train_files is None else train_files)
         target = config.plan.mix_target()
         mixing = target is not None and len(spill) > 0  # nothing spilled: nothing to pack
+        if mixing and spill.pair_codes is not None and spill.pair_codes.any():
+            raise UsageError(
+                "--mix does not take preference or KTO records yet (a repeated pair would need "
+                "its own pair_id): pack the pairs without --mix, or mix the chat data alone"
+            )
         mixed = mix_examples(spill, target, config.plan.seed) if mixing and target else None
         if mixed is not None and mixed.choice.note is not None:
             note(f"--mix-best-effort: {mixed.choice.note}")
@@ -212,6 +225,7 @@ def _pack_into(
         **pack_stats(spill, plan, tally, ordering),
         **_beside_bfd(spill, plan, config, mixed.index if mixed is not None else None),
         "reasoning_dropped": reasoning_dropped,
+        **pair_stats(spill, plan, pairs_read),
         **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
     }
     if mixed is not None and repeats is not None:
@@ -294,6 +308,9 @@ def _beside_bfd(
     if config.plan.strategy != "sequential":
         return {}
     lengths = spill.lengths if mixed is None else spill.lengths[mixed]
-    rows = plan_packs(lengths, config.plan.max_seq_len, "bfd").num_rows
+    codes = spill.pair_codes
+    if codes is not None and mixed is not None:
+        codes = codes[mixed]
+    rows = plan_pair_units(lengths, codes, config.plan.max_seq_len, "bfd").num_rows
     bfd = fill_rate(plan.num_tokens, rows, plan.max_seq_len)
     return {"bfd_rows": rows, "bfd_fill_rate": round(bfd, 6)}

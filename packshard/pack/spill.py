@@ -32,7 +32,7 @@ import numpy as np
 
 from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cumsum
 from packshard.ingest.types import TokenizedBatch
-from packshard.pack.overlong import apply_overlong
+from packshard.pack.overlong import apply_overlong, police_pairs
 from packshard.pack.units.parts import PartFiles, gather_ranges, read_part_ranges
 from packshard.records import Reject
 
@@ -76,6 +76,7 @@ class Spill:
     format_codes: np.ndarray  # int8 [n]
     counts: SpillCounts = field(default_factory=SpillCounts)
     turns: np.ndarray | None = None  # int32 [n], the message a --turns expand example trains
+    pair_codes: np.ndarray | None = None  # int8 [n], PAIR_CODES (0 plain, 1/2 chosen/rejected …)
     folder: Path | None = None  # where tokens.bin/labels.bin live (None: arrays in memory)
     part_files: PartFiles | None = None  # the work units' spill parts (tokens/labels then empty)
 
@@ -141,6 +142,7 @@ PER_EXAMPLE = {
     "record_ids": np.int64,
     "format_codes": np.int8,
     "turns": np.int32,
+    "pair_codes": np.int8,
 }
 
 
@@ -187,15 +189,18 @@ class SpillWriter:
 
     def add(self, batch: TokenizedBatch) -> tuple[Reject, ...]:
         """Spill one chunk; return the rejects the overlong policy produced."""
+        source, domain, fmt, first = self._codes(batch)
+        self._count(source, domain, np.diff(batch.offsets), first)  # pairs dropped below too
+        pair_rejects: tuple[Reject, ...] = ()
+        cut = np.zeros(len(batch), dtype=bool)
+        if batch.pairs is not None:  # a pair is one unit: policed before its branches
+            batch, cut, pair_rejects, pair_tokens = police_pairs(
+                batch, self.max_seq_len, self.overlong
+            )
+            self._policy["tokens_truncated"] += pair_tokens
+            if pair_rejects:
+                source, domain, fmt, first = self._codes(batch)
         n = len(batch)
-        source = self._sources.encode(tuple(r.source for r in batch.refs))
-        domain = self._domains.encode(batch.domains)
-        fmt = self._formats.encode(batch.formats)
-        first = np.ones(n, dtype=bool)  # the first example of each record (expand: several)
-        if batch.turns is not None and n > 1:
-            refs = batch.refs
-            first[1:] = np.fromiter(map(ne, refs[1:], refs[:-1]), dtype=bool, count=n - 1)
-        self._count(source, domain, np.diff(batch.offsets), first)
         record = np.cumsum(first) - 1
         record_ids = self._records + record
         self._records += int(first.sum())
@@ -214,14 +219,29 @@ class SpillWriter:
             "parts": policed.parts,
             "starts": policed.parts.astype(np.int64) * self.max_seq_len,
             "domain_codes": domain[at],
-            "truncated": policed.truncated,
+            "truncated": policed.truncated | cut[at],
             "record_ids": record_ids[at],
             "format_codes": fmt[at],
             "turns": batch.turns[at] if batch.turns is not None else np.zeros(len(at), np.int32),
+            "pair_codes": batch.pairs[at]
+            if batch.pairs is not None
+            else np.zeros(len(at), np.int8),
         }
         for key, arr in meta.items():
             self._meta[key].append(arr.astype(PER_EXAMPLE[key], copy=False))
-        return policed.rejects
+        return pair_rejects + policed.rejects if pair_rejects else policed.rejects
+
+    def _codes(self, batch: TokenizedBatch) -> tuple[np.ndarray, ...]:
+        """Return each example's source, domain and format code, and whether it starts a record."""
+        n = len(batch)
+        source = self._sources.encode(tuple(r.source for r in batch.refs))
+        domain = self._domains.encode(batch.domains)
+        fmt = self._formats.encode(batch.formats)
+        first = np.ones(n, dtype=bool)  # the first example of each record (expand, pairs: several)
+        if (batch.turns is not None or batch.pairs is not None) and n > 1:
+            refs = batch.refs
+            first[1:] = np.fromiter(map(ne, refs[1:], refs[:-1]), dtype=bool, count=n - 1)
+        return source, domain, fmt, first
 
     def _count(
         self, source: np.ndarray, domain: np.ndarray, lengths: np.ndarray, first: np.ndarray

@@ -35,7 +35,7 @@ def report_to_dict(report: ProfileReport) -> dict[str, Any]:
         data["histogram"] = list(d.histogram)
         return data
 
-    return {
+    out = {
         "max_seq_len": report.max_seq_len,
         "batch_size": report.batch_size,
         "seed": report.seed,
@@ -49,3 +49,6 @@ def report_to_dict(report: ProfileReport) -> dict[str, Any]:
         "packed_shape": dict(report.shape),  # row fill spread, trained tokens per step
         **({"mixture": dict(report.mixture)} if report.mixture else {}),  # --mix, predicted
     }
+    if report.pairs:  # preference pairs: shares and the padded DPO loader's waste
+        out["pairs"] = dict(report.pairs)
+    return out

@@ -26,15 +26,21 @@ import numpy as np
 from packshard.arrays import NameCodes
 from packshard.ingest.types import IngestChunk, TokenizedBatch
 from packshard.pack.plan.mix import MixTarget, predict_mixture
+from packshard.profile.pairs import pair_profile
 from packshard.profile.report import MAX_LISTED_REJECTS, ProfileReport, profile_lengths
-from packshard.records import Reject, SourceRef
+from packshard.records import IGNORE_INDEX, Reject, SourceRef
 
 if TYPE_CHECKING:
     pass
 
-COLUMNS = ("lengths", "loss_tokens", "codes", "thoughts", "thought_losses", "firsts")
+COLUMNS = (
+    *("lengths", "loss_tokens", "codes", "thoughts", "thought_losses", "firsts"),
+    *("pair_codes", "prompts"),
+)
 """The per-example arrays, in :func:`profile_lengths`' terms: tokens, loss tokens, domain
-code, reasoning tokens, trained reasoning tokens, first example of its record (bool)."""
+code, reasoning tokens, trained reasoning tokens, first example of its record (bool); then
+for preference pairs (:func:`~packshard.profile.pairs.pair_profile`) the pair code and the
+tokens before the first trained one (zeros in a batch without pairs)."""
 
 
 @dataclass
@@ -59,6 +65,9 @@ class ProfileParts:
         self.parts["thoughts"].append(none if thoughts is None else thoughts)
         self.parts["thought_losses"].append(none if trained is None else trained)
         self.parts["firsts"].append(record_starts(batch))
+        pairs = batch.pairs
+        self.parts["pair_codes"].append(none if pairs is None else pairs.astype(np.int64))
+        self.parts["prompts"].append(none if pairs is None else prompt_tokens(batch))
         self.rejected.update(r.domain for r in chunk.rejects)
         self.by_code.update(r.code for r in chunk.rejects)
         self.listed.extend(chunk.rejects[: MAX_LISTED_REJECTS - len(self.listed)])
@@ -125,8 +134,11 @@ class ProfileParts:
             c["firsts"],
         )
         codes = tuple(sorted(self.by_code.items()))
+        pairs = pair_profile(
+            c["lengths"], c["prompts"], c["pair_codes"], max_seq_len, batch_size, seed
+        )
         listed = tuple(self.listed)
-        return replace(report, rejects=listed, reject_codes=codes, mixture=mixture)
+        return replace(report, rejects=listed, reject_codes=codes, mixture=mixture, pairs=pairs)
 
 
 def describe_label_paths(counts: Mapping[str, int], default: str) -> str:
@@ -137,10 +149,20 @@ def describe_label_paths(counts: Mapping[str, int], default: str) -> str:
     return ", ".join(f"{name} {count:,}" for name, count in ranked)
 
 
+def prompt_tokens(batch: TokenizedBatch) -> np.ndarray:
+    """Return each example's tokens before its first trained one (all of them: none trained)."""
+    lengths = np.diff(np.asarray(batch.offsets, dtype=np.int64))
+    trained = np.flatnonzero(batch.labels != IGNORE_INDEX)
+    first = np.searchsorted(trained, batch.offsets[:-1], side="left")
+    at = trained[np.minimum(first, max(len(trained) - 1, 0))] if len(trained) else first
+    inside = (first < len(trained)) & (at < batch.offsets[1:])
+    return np.where(inside, at - batch.offsets[:-1], lengths).astype(np.int64)
+
+
 def record_starts(batch: TokenizedBatch) -> np.ndarray:
     """Mark the first example of each record in ``batch`` (expanded ones share a ref)."""
     first = np.ones(len(batch), dtype=bool)
-    if batch.turns is not None and len(batch) > 1:
+    if (batch.turns is not None or batch.pairs is not None) and len(batch) > 1:
         refs = batch.refs
         first[1:] = np.fromiter(map(ne, refs[1:], refs[:-1]), dtype=bool, count=len(refs) - 1)
     return first

@@ -104,6 +104,7 @@ class ProfileReport:
     reject_codes: tuple[tuple[str, int], ...] = ()  # every reject, counted per code
     shape: Mapping[str, Any] = field(default_factory=dict)  # profile.shape.packed_shape
     mixture: Mapping[str, Any] = field(default_factory=dict)  # --mix: profile.mixture's
+    pairs: Mapping[str, Any] = field(default_factory=dict)  # profile.pairs; empty: no pairs
 
 
 def profile_lengths(

@@ -57,6 +57,7 @@ class SourceTask:
     positions: np.ndarray  # row of each example in the examples index
     turns: np.ndarray  # int64, the --turns expand message of each example (0: the whole record)
     label_spans: str | None = None  # the manifest's, for the turn check
+    branches: np.ndarray | None = None  # int8, 1 chosen / 2 rejected of each example (pairs)
 
 
 def template_spec(template: ChatTemplate | None, bundle: TokenizerBundle) -> str | None:
@@ -94,11 +95,15 @@ def source_unit(task: SourceTask) -> dict[str, Any]:
                 continue
             ids, labels = batch.example(i)
             turn = int(batch.turns[i]) if batch.turns is not None else 0
+            branch = int(batch.pairs[i]) if batch.pairs is not None else 0
+            branch = branch if branch <= 2 else 0  # KTO codes 3, 4: one example a record
             if check is not None:
                 place = f"{task.split.path}:{line}"
                 check.example(bundle.tokenizer, ids, labels, place, turn, found)
             for k in range(lo, hi):
                 if int(task.turns[k]) != turn:
+                    continue
+                if task.branches is not None and int(task.branches[k]) != branch:
                     continue
                 offset, n = int(task.offsets[k]), int(task.lengths[k])
                 want_ids = ids[offset : offset + n]
@@ -171,6 +176,7 @@ def reingest_on_engine(
                 pos,
                 turns.astype(np.int64),
                 label_spans,
+                index.branches[pos] if index.branches is not None else None,
             )
             tasks.append(task)
         bar = IngestProgress() if progress else None

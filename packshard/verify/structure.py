@@ -21,6 +21,9 @@ numpy operations over the flat list values — no Python loop over tokens or row
   index (:func:`packshard.format.mixture.realised_mixture`: examples, repeats, tokens,
   trained tokens and their shares per domain) equals the recorded one, and no example is
   repeated past ``--max-repeat``.
+* with preference pairs (``branch`` in the index): the shard's ``branch`` column agrees with
+  the index, and each chosen segment is immediately followed, in its row, by the rejected
+  segment of the same pair (so no pair is split, swapped or torn apart).
 
 Only when a check fails does Python touch individual rows, to name them in findings.  Then
 :func:`check_structure` checks that every example id of the examples index occurs in exactly
@@ -219,7 +222,56 @@ def audit_shard(
         "index_disagree",
         seg_local[rows],
     )
+    for segs, message, kind in _pair_problems(table, ex_off, seg_row, index, np.where(ok, p, -1)):
+        report(seg_row[segs], message, kind, seg_local[segs])
     return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
+
+
+def _pair_problems(
+    table: pa.Table, ex_off: np.ndarray, seg_row: np.ndarray, index: ExamplesIndex, at: np.ndarray
+) -> list[tuple[np.ndarray, str, str]]:
+    """Return the segments that break the pair contract, with a message and a kind each.
+
+    A pack with preference pairs (``branch`` in the index) has a ``branch`` list column
+    parallel to ``example_ids`` that agrees with the index, and every chosen segment (1) is
+    immediately followed, in its row, by the rejected segment (2) of the same pair.
+    """
+    if index.branches is None:
+        return []
+    if "branch" not in table.column_names:
+        every = np.arange(len(seg_row))
+        return [
+            (
+                every[:1],
+                "the index names pair branches but the shard has no branch column",
+                "pair_column",
+            )
+        ]
+    branch, off = list_values(table["branch"])
+    if not np.array_equal(off, ex_off):
+        rows = np.flatnonzero(np.diff(off) != np.diff(ex_off))
+        first = ex_off[rows]
+        return [(first, "the branch column and example_ids differ in length", "pair_column")]
+    branch = branch.astype(np.int8)
+    known = at >= 0
+    want = np.where(known, index.branches[np.maximum(at, 0)], branch)
+    out = [(np.flatnonzero(branch != want), "branch disagrees with examples.parquet", "pair_index")]
+    pair = index.pair_ids[np.maximum(at, 0)] if index.pair_ids is not None else at
+    n = len(branch)
+    nxt = np.minimum(np.arange(n) + 1, max(n - 1, 0))
+    follows = (np.arange(n) + 1 < n) & (seg_row[nxt] == seg_row) & (branch[nxt] == 2)
+    follows &= pair[nxt] == pair
+    chosen = np.flatnonzero((branch == 1) & ~follows)
+    out.append(
+        (chosen, "a chosen branch is not followed in its row by its rejected one", "pair_split")
+    )
+    prv = np.maximum(np.arange(n) - 1, 0)
+    led = (np.arange(n) > 0) & (seg_row[prv] == seg_row) & (branch[prv] == 1) & (pair[prv] == pair)
+    rejected = np.flatnonzero((branch == 2) & ~led)
+    out.append(
+        (rejected, "a rejected branch does not follow its chosen one in its row", "pair_split")
+    )
+    return out
 
 
 def _seq_lengths_differ(table: pa.Table, seg_off: np.ndarray, seg_len: np.ndarray) -> np.ndarray:

@@ -174,7 +174,8 @@ def test_unknown_format_lists_the_keys() -> None:
     assert reject({"question": "q", "answer": "a"}) == (
         "unknown_format",
         "unknown record format: keys are 'question', 'answer' (expected messages, conversations, "
-        "instruction+output, prompt+completion or text; use --format to force one)",
+        "instruction+output, prompt+completion, text, or chosen+rejected; use --format to "
+        "force one)",
     )
     assert reject({})[1].startswith("unknown record format: keys are none (")
 

@@ -106,9 +106,16 @@ def render_examples(
 ) -> tuple[Rendered, ...]:
     """Render one record as its examples: one, or one per trained turn (``--turns expand``).
 
+    A preference pair gives two examples, its chosen then its rejected branch, each the
+    conversation ``prompt + [answer]`` with its final assistant turn trained (a KTO record
+    one, labelled the same way); ``Rendered.pair`` tells them apart.
+
     Raises what :func:`render_example` raises.
     """
-    out = _render_examples(conv, template, bundle, options)
+    if conv.answers is not None or conv.kto_label is not None:
+        out = _render_branches(conv, template, bundle, options)
+    else:
+        out = _render_examples(conv, template, bundle, options)
     for rendered in out:
         text = rendered.text
         if text.isascii():
@@ -125,6 +132,27 @@ def render_examples(
                 conv.ref.line,
             ) from None
     return out
+
+
+def _render_branches(
+    conv: Conversation,
+    template: ChatTemplate | None,
+    bundle: TokenizerBundle,
+    options: IngestOptions,
+) -> tuple[Rendered, ...]:
+    """Render a pair's branches (or a KTO record) as chat trained on its final turn alone."""
+    final = options
+    if options.loss != "last_assistant" or options.turns != "as_rendered":
+        final = replace(options, loss="last_assistant", turns="as_rendered")
+    if conv.answers is None:  # KTO: the whole conversation, its label carried
+        (rendered,) = _render_examples(replace(conv, kto_label=None), template, bundle, final)
+        return (replace(rendered, pair=4 if conv.kto_label else 3),)
+    out = []
+    for code, answer in enumerate(conv.answers, start=1):
+        branch = replace(conv, messages=(*conv.messages, answer), answers=None)
+        (rendered,) = _render_examples(branch, template, bundle, final)
+        out.append(replace(rendered, pair=code))
+    return tuple(out)
 
 
 def _render_examples(

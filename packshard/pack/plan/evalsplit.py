@@ -31,7 +31,7 @@ import numpy as np
 from packshard.errors import UsageError
 from packshard.ingest.read.sources import InputFile, expand_inputs
 from packshard.pack.config import PackConfig
-from packshard.pack.plan.planner import plan_packs
+from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, finalize_plan
 from packshard.pack.spill import Spill
 
@@ -127,22 +127,31 @@ def _plan(
 ) -> RowPlan:
     """Plan the kept examples, each domain alone (``--group-by-domain``) or each group alone."""
     lengths = spill.lengths
+    codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
     chosen = np.arange(len(lengths)) if keep is None else np.flatnonzero(keep)
     if mixed is not None:
         chosen = mixed
     group = config.plan_group()
+    big, strategy = config.plan.max_seq_len, config.plan.strategy
     if not config.plan.group_by_domain and group is None:
-        raw = plan_packs(lengths[chosen], config.plan.max_seq_len, config.plan.strategy)
+        raw = plan_pair_units(
+            lengths[chosen], None if codes is None else codes[chosen], big, strategy
+        )
         return finalize_plan(spill, raw, chosen)
     if group is not None:  # --plan-scope group:N: N consecutive examples at a time
-        starts = range(0, len(chosen), group)
-        indexes = [chosen[lo : lo + group] for lo in starts]
+        cuts = np.arange(0, len(chosen), group)
+        if codes is not None:  # a group never ends between a pair's branches
+            cuts[(cuts > 0) & (codes[chosen[np.maximum(cuts - 1, 0)]] == 1)] += 1
+        bounds = [*cuts.tolist(), len(chosen)]
+        indexes = [chosen[lo:hi] for lo, hi in pairwise(bounds) if hi > lo]
     else:
-        codes = spill.domain_codes[chosen]
-        indexes = [chosen[codes == c] for c in np.unique(codes)]
+        domains = spill.domain_codes[chosen]
+        indexes = [chosen[domains == c] for c in np.unique(domains)]
     plans = []
     for index in indexes or [np.zeros(0, np.int64)]:
-        raw = plan_packs(lengths[index], config.plan.max_seq_len, config.plan.strategy)
+        raw = plan_pair_units(
+            lengths[index], None if codes is None else codes[index], big, strategy
+        )
         plans.append(finalize_plan(spill, raw, index))
     return RowPlan.concatenate(plans)
 

@@ -94,6 +94,7 @@ class UnitResult:
     stopped: bool
     error: tuple[str, str, str, int] | None = None  # a RecordError's code, reason, place
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
+    pairs_read: int = 0  # preference records read (packed or rejected)
 
     @property
     def domains(self) -> tuple[str, ...]:
@@ -168,7 +169,7 @@ def _map_into(
     state = SplitRead()
     rejects: list[Reject] = []
     lines: list[np.ndarray] = []
-    records = reasoning_dropped = 0
+    records = reasoning_dropped = pairs_read = 0
     error = None
     try:
         chunks = ingest(
@@ -185,6 +186,7 @@ def _map_into(
             every = np.fromiter((r.line for r in refs), np.int64, count=len(refs))
             lines.append(every[np.r_[True, every[1:] != every[:-1]]] if len(every) else every)
             reasoning_dropped += chunk.reasoning_dropped
+            pairs_read += chunk.pairs_read
             rejects += writer.add(chunk.batch)
     except RecordError as exc:  # --on-error fail or --overlong error: the driver decides
         error = (exc.code, exc.reason, exc.source, exc.line)
@@ -203,12 +205,13 @@ def _map_into(
         stopped=state.stopped,
         error=error,
         reasoning_dropped=reasoning_dropped,
+        pairs_read=pairs_read,
     )
 
 
 _ARRAY_NAMES = (
     *("loss_tokens", "source_index", "lines", "parts", "starts", "domain_codes"),
-    *("truncated", "record_ids", "format_codes", "turns"),
+    *("truncated", "record_ids", "format_codes", "turns", "pair_codes"),
 )
 
 
@@ -240,6 +243,7 @@ def save_unit(folder: Path, result: UnitResult) -> None:
         "stopped": result.stopped,
         "error": None if error is None else list(error),
         "reasoning_dropped": result.reasoning_dropped,
+        "pairs_read": result.pairs_read,
         "files": unit_files(folder),
     }
     tmp = folder / f".{MARKER}.tmp"
@@ -269,4 +273,5 @@ def load_unit(folder: Path, split: Split) -> UnitResult:
         stopped=doc["stopped"],
         error=error,
         reasoning_dropped=doc.get("reasoning_dropped", 0),
+        pairs_read=doc.get("pairs_read", 0),
     )

@@ -86,7 +86,7 @@ def merge_units(
         n_unit = int(a["lengths"].shape[0])
         into = slice(at, at + n_unit)
         for key in PER_EXAMPLE:
-            meta[key][into] = a[key]
+            meta[key][into] = a[key] if key in a else 0  # a unit from before the key: 0
         lengths[into] = a["lengths"]
         tokens[len(parts_of)] = a["lengths"].sum()
         meta["lines"][into] += base

@@ -201,4 +201,5 @@ def map_inputs(
     rejects.write(ordered)
     info = {"units": len(splits), "units_reused": len(splits) - len(todo)}
     info["reasoning_dropped"] = sum(r.reasoning_dropped for r in results)
+    info["pairs_read"] = sum(r.pairs_read for r in results)
     return spill, work, info

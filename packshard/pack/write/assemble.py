@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from packshard.arrays import count_trained, exclusive_cumsum
-from packshard.format.shards import SHARD_SCHEMA
+from packshard.format.shards import PAIR_FIELDS, SHARD_SCHEMA
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
 from packshard.records import IGNORE_INDEX
@@ -37,16 +37,24 @@ ReadRanges = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 def assemble_rows(spill: Spill, block: RowPlan) -> pa.Table:
     """Build the shard table of a block of rows (a :meth:`RowPlan.rows` slice) from the spill."""
+    codes = spill.pair_codes
     return assemble_ranges(
-        spill.read_ranges, spill.offsets[block.seg_example] + block.seg_start, block
+        spill.read_ranges,
+        spill.offsets[block.seg_example] + block.seg_start,
+        block,
+        codes[block.seg_example] if codes is not None and codes.any() else None,
     )
 
 
-def assemble_ranges(read: ReadRanges, starts: np.ndarray, block: RowPlan) -> pa.Table:
+def assemble_ranges(
+    read: ReadRanges, starts: np.ndarray, block: RowPlan, codes: np.ndarray | None = None
+) -> pa.Table:
     """Build the shard table of ``block`` whose segment ``j`` is flat range ``starts[j]``.
 
     ``read(starts, lengths)`` returns the tokens and labels of those ranges, concatenated
-    (:meth:`Spill.read_ranges`, or a write task's reader of the spill parts).
+    (:meth:`Spill.read_ranges`, or a write task's reader of the spill parts).  ``codes``, each
+    segment's pair code (0 plain, 1 chosen, 2 rejected, 3/4 KTO undesirable/desirable), adds
+    the ``branch`` and ``kto_label`` columns (:data:`~packshard.format.shards.PAIR_FIELDS`).
     """
     row_offsets = block.row_offsets
     seg_len = block.seg_length.astype(np.int64)
@@ -81,4 +89,12 @@ def assemble_ranges(read: ReadRanges, starts: np.ndarray, block: RowPlan) -> pa.
         pa.array(num_loss.astype(np.int32)),
         pa.array(max_seqlen.astype(np.int32)),
     ]
-    return pa.Table.from_arrays(columns, schema=SHARD_SCHEMA)
+    table = pa.Table.from_arrays(columns, schema=SHARD_SCHEMA)
+    if codes is None:
+        return table
+    seg_off = pa.array(row_offsets.astype(np.int32))
+    code = np.asarray(codes, dtype=np.int8)
+    branch = np.where(code <= 2, code, 0).astype(np.int8)
+    kto = np.where(code >= 3, code - 3, -1).astype(np.int8)
+    table = table.append_column(PAIR_FIELDS[0], pa.ListArray.from_arrays(seg_off, pa.array(branch)))
+    return table.append_column(PAIR_FIELDS[1], pa.ListArray.from_arrays(seg_off, pa.array(kto)))

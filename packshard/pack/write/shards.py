@@ -109,6 +109,7 @@ class WriteTask:
     max_seq_len: int
     work: str | None = None
     faults: tuple[tuple[str, str, int], ...] = ()
+    codes: np.ndarray | None = None  # int8 [segments]: pair codes (a preference pack only)
 
 
 def write_task(task: WriteTask) -> ShardInfo:
@@ -128,12 +129,14 @@ def write_task(task: WriteTask) -> ShardInfo:
         rows = block.num_rows
         for start in range(0, max(rows, 1), ROW_GROUP_ROWS):
             sub = block.rows(start, min(start + ROW_GROUP_ROWS, rows))
-            yield assemble_ranges(read, task.starts[sub.seg_example], sub)
+            codes = task.codes[sub.seg_example] if task.codes is not None else None
+            yield assemble_ranges(read, task.starts[sub.seg_example], sub, codes)
 
     folder = Path(task.folder)
     attempt = f".{task.name}.attempt-{uuid.uuid4().hex[:12]}"
     try:
-        info = write_shard(tables(), folder, attempt, task.dataset_id, task.compression)
+        pairs = task.codes is not None
+        info = write_shard(tables(), folder, attempt, task.dataset_id, task.compression, pairs)
         os.replace(folder / attempt, folder / task.name)
     finally:
         (folder / attempt).unlink(missing_ok=True)
@@ -157,6 +160,7 @@ def write_shards_on(
     ``names`` are the shards' file names (default ``shard-0000k.parquet``).
     """
     assert spill.part_files is not None, "tasks read the work units' spill parts"
+    codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
     tasks = []
     for k, (lo, hi) in enumerate(bounds):
         sub = plan.rows(lo, hi)
@@ -174,6 +178,7 @@ def write_shards_on(
                 max_seq_len=plan.max_seq_len,
                 work=str(work) if work is not None else None,
                 faults=faults,
+                codes=codes[sub.seg_example] if codes is not None else None,
             )
         )
     return engine.run(write_task, tasks, [t.name for t in tasks])

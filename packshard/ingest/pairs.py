@@ -1,0 +1,195 @@
+r"""Preference pairs and unpaired (KTO) records, read into one :class:`Conversation` each.
+
+A preference record names a prompt and two answers; every layout becomes
+``Conversation(messages=prompt, answers=(chosen, rejected))``, each answer one assistant
+message, so that each branch renders as its own conversation ``prompt + [answer]``::
+
+    layout (keys, not null)                   prompt                         answers
+    prompt + chosen + rejected (TRL)          prompt: a string (one user     strings (one assistant
+                                              turn) or a message list        turn each), a message
+                                                                             or a one-message list
+    chosen + rejected, both message lists     the longest common prefix      what follows it
+      (TRL's implicit prompt)                 of the two conversations
+    conversations + chosen + rejected         conversations (from/value)     message objects
+      (LLaMA-Factory)                                                        (from/value) or strings
+    chosen_messages + rejected_messages       as the implicit prompt (or ``prompt`` when given)
+
+A top-level ``system`` string and ``tools`` apply as for chat
+(:mod:`packshard.ingest.messages`).  What is left of each conversation after the prompt must
+be exactly one assistant message (``invalid_pair`` otherwise); two identical conversations
+are an ``identical_pair``.  Per-message ``train``/``weight`` flags are read as for chat;
+``loss_weight`` (0 or 1) is read as ``weight``.
+
+An unpaired record (``messages`` plus a boolean ``label``, the KTO layout) becomes
+``Conversation(messages, kto_label=label)``: one example, its label carried to the reader.
+
+Rendered, each example carries a pair code (``Rendered.pair``: 0 plain, 1 chosen, 2 rejected,
+3 KTO undesirable, 4 KTO desirable); shards carry it as ``branch`` (0, 1, 2) and ``kto_label``
+(−1 none, 0, 1).  Packed, a pair is a unit: its chosen segment is immediately followed by its
+rejected one in the same row (:func:`packshard.pack.overlong.police_pairs`,
+:mod:`packshard.pack.plan.pairs`); :func:`pair_starts` finds the pairs among the codes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from packshard.errors import RecordError
+from packshard.ingest.messages import (
+    MESSAGE_FORM,
+    SHAREGPT_FORM,
+    read_messages,
+    tools_of,
+    with_system,
+)
+from packshard.ingest.read.jsonparse import json_kind
+from packshard.ingest.types import Conversation, Message
+
+PAIR_KEYS = (("chosen", "rejected"), ("chosen_messages", "rejected_messages"))
+"""The key pairs a preference record is detected by (both present and not null)."""
+
+NOT_A_BRANCH, CHOSEN, REJECTED = 0, 1, 2
+"""The ``branch`` codes of a segment (shards) and of an example (ingest)."""
+KTO_NONE = -1
+"""The ``kto_label`` code of a segment that is not a KTO example (0 undesirable, 1 desirable)."""
+
+
+def is_preference(value: dict[str, Any]) -> bool:
+    """Tell whether a record is a preference pair (its keys; see the module notes)."""
+    get = value.get
+    return any(get(a) is not None and get(b) is not None for a, b in PAIR_KEYS)
+
+
+def is_kto(value: dict[str, Any]) -> bool:
+    """Tell whether a record is an unpaired KTO one: ``messages`` and a boolean ``label``."""
+    return value.get("messages") is not None and type(value.get("label")) is bool
+
+
+def _invalid(reason: str) -> RecordError:
+    return RecordError("invalid_pair", reason)
+
+
+def _weighted(turns: list[Any]) -> list[Any]:
+    """Read a turn's ``loss_weight`` (preference datasets' spelling) as its ``weight``."""
+    if not any(type(t) is dict and "loss_weight" in t for t in turns):
+        return turns
+    out = []
+    for t in turns:
+        if type(t) is dict and "loss_weight" in t:
+            weight = t["loss_weight"]
+            t = {k: v for k, v in t.items() if k != "loss_weight"}
+            t.setdefault("weight", weight)  # an explicit 'weight' wins
+        out.append(t)
+    return out
+
+
+def _answer(value: Any, name: str, form: tuple[dict[str, str], str, str, str]) -> list[Message]:
+    """Read one answer: a string, one message object, or a list of messages."""
+    if type(value) is str:
+        return [Message("assistant", value)]
+    if type(value) is dict:
+        return read_messages(_weighted([value]), name, form)
+    if type(value) is list:
+        return read_messages(_weighted(value), name, form)
+    raise _invalid(
+        f"'{name}' must be a string, a message or a message list, got {json_kind(value)}"
+    )
+
+
+def _prompt(value: Any, form: tuple[dict[str, str], str, str, str]) -> list[Message]:
+    if type(value) is str:
+        return [Message("user", value)]
+    return read_messages(_weighted(value) if type(value) is list else value, "prompt", form)
+
+
+def _common_prefix(chosen: list[Message], rejected: list[Message]) -> int:
+    n = 0
+    for a, b in zip(chosen, rejected, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def _one_answer(rest: list[Message], name: str) -> Message:
+    if len(rest) != 1 or rest[0].role != "assistant":
+        roles = ", ".join(m.role for m in rest) or "nothing"
+        raise _invalid(
+            f"'{name}' must end the prompt with exactly one assistant message, got {roles} "
+            "(a pair compares one final answer)"
+        )
+    return rest[0]
+
+
+def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
+    """Return a preference record as a prompt and its two answers (see the module notes)."""
+    get = value.get
+    if get("chosen") is not None and get("rejected") is not None:
+        keys = ("chosen", "rejected")
+    elif get("chosen_messages") is not None and get("rejected_messages") is not None:
+        keys = ("chosen_messages", "rejected_messages")
+    else:
+        raise RecordError(
+            "missing_field",
+            "a preference record needs 'chosen' and 'rejected' (or 'chosen_messages' and "
+            "'rejected_messages')",
+        )
+    shared = get("conversations")
+    form = SHAREGPT_FORM if shared is not None else MESSAGE_FORM
+    head = shared if shared is not None else get("prompt")
+    if head is None:
+        head = get("messages")
+    chosen = _answer(get(keys[0]), keys[0], form)
+    rejected = _answer(get(keys[1]), keys[1], form)
+    if head is not None:
+        prompt = _prompt(head, form)
+    else:  # the implicit prompt: the longest common prefix of two whole conversations
+        if type(get(keys[0])) is not list or type(get(keys[1])) is not list:
+            raise RecordError(
+                "missing_field",
+                f"no prompt: '{keys[0]}' and '{keys[1]}' are not conversations and there is "
+                "no 'prompt' or 'conversations' (give the prompt, or whole conversations)",
+            )
+        n = _common_prefix(chosen, rejected)
+        if n == len(chosen) and n == len(rejected):
+            raise RecordError(
+                "identical_pair", f"'{keys[0]}' and '{keys[1]}' are the same conversation"
+            )
+        if n == 0:
+            raise _invalid(
+                f"'{keys[0]}' and '{keys[1]}' share no prompt (their first messages differ)"
+            )
+        prompt, chosen, rejected = chosen[:n], chosen[n:], rejected[n:]
+    if not prompt:
+        raise RecordError("empty_conversation", "the pair's prompt is empty")
+    answers = (_one_answer(chosen, keys[0]), _one_answer(rejected, keys[1]))
+    msgs = tuple(with_system(value, prompt))
+    return Conversation(ref, domain, "preference", msgs, tools_of(value), answers=answers)
+
+
+def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
+    """Return an unpaired KTO record: its conversation and its boolean ``label``."""
+    label = value.get("label")
+    if type(label) is not bool:
+        raise RecordError(
+            "invalid_content", f"'label' must be true or false, got {json_kind(label)}"
+        )
+    turns = value.get("messages")
+    if turns is None:
+        raise RecordError("missing_field", "missing field 'messages' required by format kto")
+    turns = _weighted(turns) if type(turns) is list else turns
+    msgs = tuple(with_system(value, read_messages(turns, "messages", MESSAGE_FORM)))
+    if msgs[-1].role != "assistant":
+        raise RecordError(
+            "no_assistant_turn", "a KTO record must end with the assistant message it labels"
+        )
+    return Conversation(ref, domain, "kto", msgs, tools_of(value), kto_label=label)
+
+
+def pair_starts(codes: np.ndarray) -> np.ndarray:
+    """Return the positions of the chosen branches whose rejected branch follows them."""
+    if codes.size < 2:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero((codes[:-1] == CHOSEN) & (codes[1:] == REJECTED))
