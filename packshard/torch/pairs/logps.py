@@ -162,8 +162,7 @@ def dpo_loss(
     """Return the preference loss of the policy's pairs (see the module's table).
 
     ``reference`` is the reference model's :class:`PairLogps` on the same batch, or its
-    ``(chosen, rejected)`` sums (e.g. from the sidecar that
-    :mod:`~packshard.torch.pairs.reference` writes); ``simpo`` takes none.  ``reduction``:
+    ``(chosen, rejected)`` sums (e.g. precomputed once); ``simpo`` takes none.  ``reduction``:
     ``mean`` (over pairs), ``sum`` or ``none`` (``[P]``).
     """
     if loss_type not in LOSS_TYPES:
