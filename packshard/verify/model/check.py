@@ -2,7 +2,9 @@
 
 Picks sound rows (:func:`~packshard.verify.model.forward.pick_rows`), crops them, loads the
 model, runs :func:`~packshard.verify.model.equivalence.check_rows` and turns its issues into
-findings at ``shard/row/segment`` and the example's ``file:line``.  Without torch and
+findings at ``shard/row/segment`` and the example's ``file:line``.  On a preference pack (shards
+with ``branch``) the same forwards also prove each pair's log-probabilities and DPO loss
+(:mod:`packshard.verify.model.pairs`); their figures are the detail's ``pairs``.  Without torch and
 transformers the stage is reported as not run, never as passed.
 """
 
@@ -26,6 +28,13 @@ def _installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a broken or blocked install counts as missing
         return False
+
+
+def pair_branches(table: pa.Table, row: int) -> np.ndarray | None:
+    """Return row ``row``'s per-segment ``branch`` column, or None in a pack without pairs."""
+    if "branch" not in table.column_names:
+        return None
+    return np.asarray(table["branch"][row].values.to_numpy(zero_copy_only=False), np.int64)
 
 
 def check_model(
@@ -56,22 +65,27 @@ def check_model(
     largest = max((int(r.input_ids.max()) for r in rows if r.num_tokens), default=0)
     model = load_model(options.model, max(recorded, largest + 1, 2), seed=options.seed)
     names = [f"{path} row {r}" for path, (_, r) in zip(paths, picks, strict=True)]
-    report = check_rows(model, rows, names=names, seed=options.seed)
+    branches = [pair_branches(tables[s], r) for s, r in picks]
+    has_pairs = any(b is not None for b in branches)
+    report = check_rows(
+        model, rows, names=names, seed=options.seed, branches=branches if has_pairs else None
+    )
     findings = FindingList()
     for issue in report.issues:
         if issue.row < 0:
-            findings.add(Finding("model", issue.message), "model")
+            findings.add(Finding("model", issue.message), issue.kind)
             continue
         row, path = rows[issue.row], paths[issue.row]
         seg = issue.segment
         eid = int(row.example_ids[seg]) if seg is not None and seg < len(row.example_ids) else None
         source = index.where(eid) if index is not None and eid is not None else None
         findings.add(
-            Finding("model", issue.message, path, picks[issue.row][1], seg, eid, source), "model"
+            Finding("model", issue.message, path, picks[issue.row][1], seg, eid, source),
+            issue.kind,
         )
     if not report.control_detected and any(r.control_delta is not None for r in report.rows):
         findings.add(Finding("model", "the naive-mask control was not detected: verify is broken"))
-    detail = {
+    detail: dict[str, Any] = {
         "rows": len(rows),
         "atol": report.atol,
         "max_logit_delta": report.max_logit_delta,
@@ -84,4 +98,6 @@ def check_model(
         "loss_naive": report.loss_naive,
         "notes": list(report.notes),
     }
+    if report.pair_summary is not None:
+        detail["pairs"] = report.pair_summary
     return CheckResult("model", findings, detail), report, picks
