@@ -4,7 +4,9 @@ The step after reading: a pack of preference pairs holds both branches of every 
 adjacent segments of one row, chosen first, tagged by the per-segment ``branch`` column
 (0 not a pair branch, 1 chosen, 2 rejected).  The reader keeps rows whole, so a batch never
 holds one branch without the other.  :mod:`~packshard.torch.pairs.logps` turns a packed
-forward's logits into each pair's summed log-probabilities and the DPO family of losses.
+forward's logits into each pair's summed log-probabilities and the DPO family of losses;
+:mod:`~packshard.torch.pairs.reference` precomputes the reference model's log-probabilities
+once into a sidecar of the output folder and joins them back into batches.
 """
 
 from packshard.torch.pairs.logps import (
