@@ -6,7 +6,10 @@ adjacent segments of one row, chosen first, tagged by the per-segment ``branch``
 holds one branch without the other.  :mod:`~packshard.torch.pairs.logps` turns a packed
 forward's logits into each pair's summed log-probabilities and the DPO family of losses;
 :mod:`~packshard.torch.pairs.reference` precomputes the reference model's log-probabilities
-once into a sidecar of the output folder and joins them back into batches.
+once into a sidecar of the output folder and joins them back into batches;
+:mod:`~packshard.torch.pairs.train` trains DPO on packed rows (a plain-loop step and a
+``transformers.Trainer`` subclass) after checking its first batch against the pairs run
+unpadded one by one.
 """
 
 from packshard.torch.pairs.logps import (
