@@ -65,7 +65,7 @@ def alone_logp(model, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     target = labels[1:]
     keep = target != IGNORE_INDEX
     logp = torch.log_softmax(logits[:-1], -1).gather(-1, target.clamp(min=0)[:, None])[:, 0]
-    return (logp * keep).sum()
+    return (logp.double() * keep).sum()
 
 
 def one_by_one(model, reader_rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -172,7 +172,7 @@ def test_pair_logps_is_differentiable_and_matches_token_losses(models, pairs):
     labels = batch["labels"][0]
     lo, hi = batch["cu_seqlens"][:2].tolist()
     ce = F.cross_entropy(logits[0, lo : hi - 1], labels[lo + 1 : hi], reduction="sum")
-    torch.testing.assert_close(got.chosen[0], -ce, atol=1e-4, rtol=0)
+    torch.testing.assert_close(got.chosen[0], -ce.double(), atol=1e-4, rtol=0)
 
 
 def test_a_batch_that_cuts_a_pair_is_refused(pairs):

@@ -86,7 +86,7 @@ def _alone_sum(model: Any, ids: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     logits = model(input_ids=ids[None].to(device), use_cache=False).logits[0].float()
     target = labels[1:].to(device)
     logp = torch.log_softmax(logits[:-1], -1).gather(-1, target.clamp(min=0)[:, None])[:, 0]
-    return (logp * (target != IGNORE_INDEX)).sum().double()
+    return (logp.double() * (target != IGNORE_INDEX)).sum()
 
 
 def _one_by_one(model: Any, batch: Mapping[str, Any], pairs: PairLogps) -> PairLogps:
