@@ -287,3 +287,18 @@ def test_every_batch_on_every_rank_holds_whole_pairs(pair_pack, world_size, coll
         if b[j] == 1
     }
     assert len(seen) >= total_pairs
+
+
+def test_long_answers_sum_without_float32_rounding():
+    """2,000 trained tokens sum to about -16,000: float32 would round it by ~1e-3."""
+    from packshard.torch.collate import token_losses
+    from packshard.torch.pairs import segment_logps
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(1, 2001, 4096, generator=g) * 3
+    labels = torch.randint(0, 4096, (1, 2001), generator=g)
+    labels[0, 0] = IGNORE_INDEX
+    sums, counts = segment_logps(logits, labels, torch.tensor([0, 2001]))
+    exact = (-token_losses(logits, labels)).double().sum()
+    assert sums.dtype == torch.float64 and int(counts[0]) == 2000
+    assert abs(float(sums[0] - exact)) <= 1e-9
