@@ -145,8 +145,9 @@ class ReferenceLogps:
         entry = manifest.get("files", {}).get(REFERENCE_KEY)
         if not isinstance(entry, dict):
             raise UsageError(
-                f"{folder}: no reference log-probabilities (run packshard reference {folder} "
-                "--model FOLDER, or compute them on the fly)"
+                f"{folder}: no reference log-probabilities (add them with "
+                "packshard.torch.pairs.reference.write_reference_logps, or run the reference "
+                "model on the fly)"
             )
         path = inside_folder(folder, entry.get("path"))
         if sha256_path(path) != entry.get("sha256"):
