@@ -12,6 +12,9 @@
   :data:`WORD_VOCAB` (the word-level tokenizer's vocabulary), and the model-family imitations
   (:data:`FAMILIES`, :func:`byte_level_bpe`, :func:`sentencepiece_bpe`) described in
   ``tests/ingest/test_families.py``;
+* preference packs: :func:`preference_rows` (hand-made rows of pairs and their ``branch``
+  lists, for :func:`write_out`'s ``segment_columns``), :func:`add_branch_column` (a real pack
+  turned into one with pairs);
 * hostile inputs: :func:`run_capped` (a command in a fresh process under a memory, time and
   file-size cap), :func:`tree_state` (what a folder holds, to prove nothing outside OUT was
   written) and :class:`Canary` (a file outside OUT whose reading would show in its atime).
@@ -1657,3 +1660,22 @@ def preference_rows(
         branches.append(branch)
         next_id += len(segs)
     return rows, branches
+
+
+def pair_branches(segments: int) -> list[int]:
+    """Segments paired in order (1, 2, 1, 2, …), a last odd one plain."""
+    return [1 + (j % 2) if j < segments - segments % 2 else 0 for j in range(segments)]
+
+
+def add_branch_column(out: Path) -> None:
+    """Turn a real pack into one with pairs: a branch column in every shard, manifest updated."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    for entry in manifest["shards"]:
+        path = out / entry["path"]
+        table = pq.read_table(path)
+        branches = [pair_branches(len(e)) for e in table["example_ids"].to_pylist()]
+        table = table.append_column("branch", pa.array(branches, pa.list_(pa.int8())))
+        pq.write_table(table, path)
+        entry["bytes"] = path.stat().st_size
+        entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2))

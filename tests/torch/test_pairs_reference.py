@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -24,26 +23,9 @@ from packshard.torch.pairs.reference import (  # noqa: E402
     write_reference_logps,
 )
 from packshard.verify.model.forward import build_tiny_model  # noqa: E402
+from tests.helpers import add_branch_column, pair_branches  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-
-def pair_branches(segments: int) -> list[int]:
-    """Segments paired in order (1, 2, 1, 2, …), a last odd one plain."""
-    return [1 + (j % 2) if j < segments - segments % 2 else 0 for j in range(segments)]
-
-
-def add_branch_column(out: Path) -> None:
-    """Turn a real pack into one with pairs: a branch column in every shard, manifest updated."""
-    manifest = json.loads((out / "manifest.json").read_text())
-    for entry in manifest["shards"]:
-        path = out / entry["path"]
-        table = pq.read_table(path)
-        branches = [pair_branches(len(e)) for e in table["example_ids"].to_pylist()]
-        table = table.append_column("branch", pa.array(branches, pa.list_(pa.int8())))
-        pq.write_table(table, path)
-        entry["bytes"], entry["sha256"] = path.stat().st_size, sha256_path(path)
-    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2))
 
 
 @pytest.fixture(scope="module")

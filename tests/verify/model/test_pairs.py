@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 from packshard.verify.model import equivalence as eq  # noqa: E402
 from packshard.verify.model.check import check_model  # noqa: E402
 from packshard.verify.run import VerifyOptions  # noqa: E402
-from tests.helpers import preference_rows, write_out  # noqa: E402
+from tests.helpers import add_branch_column, preference_rows, write_out  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -127,3 +127,19 @@ def test_plain_packs_have_no_pair_detail(tmp_path):
     result, report = run_stage(manifest, tables)
     assert "pairs" not in result.detail and report.pair_summary is None and not report.pairs
     assert np.isfinite(result.detail["max_logit_delta"])
+
+
+def test_verify_proves_the_pairs_of_a_real_pack_with_its_reference_sidecar(packed_demo_copy):
+    """The whole run: the sidecar passes integrity, the model stage reports every pair."""
+    from packshard.torch.pairs.reference import write_reference_logps
+    from packshard.verify.model.forward import build_tiny_model
+    from packshard.verify.run import verify_dataset
+
+    add_branch_column(packed_demo_copy)
+    write_reference_logps(packed_demo_copy, build_tiny_model(1024, seed=7))
+    report = verify_dataset(packed_demo_copy, VerifyOptions(model_rows=4, source=False))
+    assert report.checks["integrity"]["status"] == "passed"
+    model = report.checks["model"]
+    assert model["status"] == "passed", [str(f) for f in report.findings.items]
+    assert model["pairs"]["pairs"] >= 4 and model["pairs"]["control_pairs_share"] >= 0.95
+    assert model["pairs"]["max_pair_logp_delta"] <= 1e-4
