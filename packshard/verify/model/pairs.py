@@ -29,8 +29,9 @@ alone.  Under the naive control the rejected branch always sees its chosen one (
 it in the row), so every pair can move; a model whose control moves fewer than 95% of pairs
 by 1e-2 cannot see leakage, and the stage fails rather than report a proof that did not run.
 The sums are :func:`packshard.torch.pairs.logps.segment_logps`, the reader's function, so the
-check also proves the function a training loop calls.  A pair cut by the crop (its chosen the
-last segment kept) is left out; a chosen not followed by its rejected is an issue.
+check also proves the function a training loop calls.  The crop keeps pairs whole (a chosen
+branch kept keeps its rejected); a chosen not followed by its rejected is an issue, and so is a
+run in which no whole pair was checked.
 """
 
 from __future__ import annotations
@@ -173,6 +174,16 @@ def pair_issues(
                     "pairs",
                 )
             )
+    if not pairs:
+        issues.append(
+            Issue(
+                -1,
+                "pairs",
+                None,
+                "no whole pair was in the rows checked (raise --model-rows)",
+                "pairs",
+            )
+        )
     controls = [p.control_delta for p in pairs if p.control_delta is not None]
     moved = sum(c >= CONTROL_PAIR_DELTA for c in controls)
     share = moved / len(controls) if controls else None

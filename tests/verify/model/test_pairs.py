@@ -143,3 +143,13 @@ def test_verify_proves_the_pairs_of_a_real_pack_with_its_reference_sidecar(packe
     assert model["status"] == "passed", [str(f) for f in report.findings.items]
     assert model["pairs"]["pairs"] >= 4 and model["pairs"]["control_pairs_share"] >= 0.95
     assert model["pairs"]["max_pair_logp_delta"] <= 1e-4
+
+
+def test_the_crop_keeps_pairs_whole(tmp_path):
+    """A crop of 60 tokens would keep only the chosen branch of three rows' first pairs."""
+    manifest, tables = pack(tmp_path / "out")
+    options = VerifyOptions(model="tiny", model_rows=8, seed=0, model_max_tokens=60)
+    result, report, _ = check_model(manifest, tables, None, options)
+    assert result.status == "passed", [str(f) for f in result.findings.items]
+    assert result.detail["pairs"]["pairs"] == 3
+    assert {p.segment for p in report.pairs} == {0}
