@@ -302,3 +302,22 @@ def test_long_answers_sum_without_float32_rounding():
     exact = (-token_losses(logits, labels)).double().sum()
     assert sums.dtype == torch.float64 and int(counts[0]) == 2000
     assert abs(float(sums[0] - exact)) <= 1e-9
+
+
+def test_kto_labels_and_static_boundaries_pass_through_the_collators(pairs):
+    _, branches, reader_rows = pairs
+    lists = []
+    for r, branch in zip(reader_rows, branches, strict=True):  # load_dataset's form: lists
+        row = {k: v.tolist() for k, v in r.items()}
+        row["kto_label"] = [1 if b == 0 else -1 for b in branch]
+        lists.append(row)
+    flat = collate_varlen(lists, pad_to_multiple_of=8, static_cu_seqlens_len=20)
+    segments = sum(len(b) for b in branches)
+    assert flat["kto_label"].dtype == torch.int8 and flat["kto_label"].shape == (19,)
+    assert flat["kto_label"][:segments].tolist() == [x for row in lists for x in row["kto_label"]]
+    assert (flat["kto_label"][segments:] == -1).all() and (flat["branch"][segments:] == 0).all()
+    logits = torch.zeros(1, flat["input_ids"].shape[1], VOCAB)
+    assert len(pair_logps(logits, flat)) == 6
+    grid = collate_padded(lists, max_seq_len=64)
+    assert grid["kto_label"].shape == grid["branch"].shape == (4, 6)
+    assert grid["kto_label"][0].tolist() == [-1, -1, 1, -1, -1, -1]
