@@ -12,6 +12,9 @@
   :data:`WORD_VOCAB` (the word-level tokenizer's vocabulary), and the model-family imitations
   (:data:`FAMILIES`, :func:`byte_level_bpe`, :func:`sentencepiece_bpe`) described in
   ``tests/ingest/test_families.py``;
+* preference packs: :func:`preference_rows` (hand-made rows of pairs and their ``branch``
+  lists, for :func:`write_out`'s ``segment_columns``), :func:`add_branch_column` (a real pack
+  turned into one with pairs);
 * hostile inputs: :func:`run_capped` (a command in a fresh process under a memory, time and
   file-size cap), :func:`tree_state` (what a folder holds, to prove nothing outside OUT was
   written) and :class:`Canary` (a file outside OUT whose reading would show in its atime).
@@ -1017,11 +1020,22 @@ def write_out(
     max_seq_len: int = 64,
     version: int = 1,
     position_policy: str | None = None,
+    segment_columns: dict[str, list[list[int]]] | None = None,
 ) -> Path:
-    """Write a contract-compliant OUT folder (shards + manifest) from hand-made rows."""
+    """Write a contract-compliant OUT folder (shards + manifest) from hand-made rows.
+
+    ``segment_columns`` adds per-segment int8 list columns (``branch``, ``kto_label``), one
+    list per row over all shards in order.
+    """
     out.mkdir(parents=True, exist_ok=True)
     entries = []
+    first = 0
     for k, rows in enumerate(shards):
+        extra = {
+            name: pa.array(values[first : first + len(rows)], type=pa.list_(pa.int8()))
+            for name, values in (segment_columns or {}).items()
+        }
+        first += len(rows)
         cols = {
             name: pa.array(
                 [getattr(r, name).tolist() for r in rows],
@@ -1034,6 +1048,7 @@ def write_out(
             [int((r.labels != IGNORE_INDEX).sum()) for r in rows], pa.int32()
         )
         cols["max_seqlen"] = pa.array([int(np.diff(r.cu_seqlens).max()) for r in rows], pa.int32())
+        cols |= extra
         meta = {
             b"packshard.format_version": str(version).encode(),
             b"packshard.dataset_id": b"f0f0f0f0f0f0f0f0",
@@ -1598,3 +1613,69 @@ class Canary:
     def read(self) -> bool:
         """True when the canary was read since it was made."""
         return self.works and self.path.stat().st_atime > 0
+
+
+# --- preference pairs: rows as a preference pack holds them ------------------------------------
+
+
+def preference_rows(
+    layouts: list[list[tuple[int, ...]]], seed: int = 0, vocab: int = 120
+) -> tuple[list[PackedRow], list[list[int]]]:
+    """Hand-made preference rows and their per-segment ``branch`` lists.
+
+    Each row is a list of items: ``(prompt, chosen, rejected)`` token counts make a pair (two
+    adjacent segments sharing the prompt, chosen first, labels only on the answer), ``(n,)``
+    a plain segment (first half unlabelled).  Token ids are random in ``[5, vocab)``.
+    """
+    rng = np.random.default_rng(seed)
+    rows, branches, next_id = [], [], 0
+    for layout in layouts:
+        segs: list[tuple[np.ndarray, np.ndarray]] = []
+        branch: list[int] = []
+        for item in layout:
+            if len(item) == 1:
+                ids = rng.integers(5, vocab, size=item[0])
+                labels = ids.copy()
+                labels[: max(1, item[0] // 2)] = IGNORE_INDEX
+                segs.append((ids, labels))
+                branch.append(0)
+                continue
+            prompt = rng.integers(5, vocab, size=item[0])
+            for code, length in ((1, item[1]), (2, item[2])):
+                answer = rng.integers(5, vocab, size=length)
+                ids = np.concatenate([prompt, answer])
+                labels = np.concatenate([np.full(len(prompt), IGNORE_INDEX), answer])
+                segs.append((ids, labels))
+                branch.append(code)
+        lengths = [len(ids) for ids, _ in segs]
+        rows.append(
+            PackedRow(
+                input_ids=np.concatenate([i for i, _ in segs]).astype(np.int32),
+                labels=np.concatenate([lab for _, lab in segs]).astype(np.int32),
+                position_ids=np.concatenate([np.arange(k) for k in lengths]).astype(np.int32),
+                cu_seqlens=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32),
+                example_ids=np.arange(next_id, next_id + len(segs), dtype=np.int64),
+            )
+        )
+        branches.append(branch)
+        next_id += len(segs)
+    return rows, branches
+
+
+def pair_branches(segments: int) -> list[int]:
+    """Segments paired in order (1, 2, 1, 2, …), a last odd one plain."""
+    return [1 + (j % 2) if j < segments - segments % 2 else 0 for j in range(segments)]
+
+
+def add_branch_column(out: Path) -> None:
+    """Turn a real pack into one with pairs: a branch column in every shard, manifest updated."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    for entry in manifest["shards"]:
+        path = out / entry["path"]
+        table = pq.read_table(path)
+        branches = [pair_branches(len(e)) for e in table["example_ids"].to_pylist()]
+        table = table.append_column("branch", pa.array(branches, pa.list_(pa.int8())))
+        pq.write_table(table, path)
+        entry["bytes"] = path.stat().st_size
+        entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2))

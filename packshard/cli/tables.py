@@ -212,10 +212,19 @@ def _detail(name: str, info: dict[str, Any]) -> str:
                 done += f" ({_count(info['reasoning_blocks_checked'], 'reasoning block')})"
         return done
     if name == "model" and "rows" in info:
-        return (
+        text = (
             f"{info['rows']} rows; max |Δlogit| packed vs alone {info['max_logit_delta']:.2g} "
             f"(atol {info['atol']:.0e}); neighbour mutation {_fmt(info.get('max_mutation_delta'))}"
         )
+        pairs = info.get("pairs")
+        if isinstance(pairs, dict):
+            text += (
+                f"; {_count(pairs['pairs'], 'pair')}: max |Δ sum logp| "
+                f"{pairs['max_pair_logp_delta']:.2g}, max |Δ DPO loss| "
+                f"{pairs['max_pair_loss_delta']:.2g}; naive control moved "
+                f"{pairs['control_pairs_moved']} of {pairs['pairs']} by >= 1e-2"
+            )
+        return text
     return _count(int(info.get("findings", 0)), "finding")
 
 

@@ -44,6 +44,8 @@ from packshard.torch.steps import with_step
 
 Row = dict[str, torch.Tensor]
 ROW_KEYS = ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
+SEGMENT_FILL = {"branch": 0, "kto_label": -1}
+"""Per-segment columns of preference packs, and their value on padding or rows without them."""
 
 
 def _pad_1d(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
@@ -62,8 +64,13 @@ def packed_row(feature: Mapping[str, Any]) -> Row:
     a row with none of them cannot be packed safely and is refused.  A reader row (every key
     a tensor) is returned as it is.
     """
+    extra = {
+        k: torch.as_tensor(feature[k]).to(torch.int8)
+        for k in SEGMENT_FILL
+        if feature.get(k) is not None
+    }
     if is_reader_row(feature):
-        return {k: feature[k] for k in ROW_KEYS}
+        return {k: feature[k] for k in ROW_KEYS} | extra
     ids = torch.as_tensor(feature["input_ids"]).to(torch.int64)
     labels = torch.as_tensor(feature["labels"]).to(torch.int64) if "labels" in feature else None
     given = feature.get("position_ids")
@@ -95,7 +102,23 @@ def packed_row(feature: Mapping[str, Any]) -> Row:
         "example_ids": torch.full((len(cu) - 1,), -1, dtype=torch.int64)
         if example_ids is None
         else torch.as_tensor(example_ids).to(torch.int64),
-    }
+    } | extra
+
+
+def segment_column(rows: list[Mapping[str, Any]], name: str) -> list[np.ndarray] | None:
+    """Return each row's per-segment ``name`` (fill value where a row lacks it), or None.
+
+    None when no row has it: batches of packs without preference records keep their keys.
+    """
+    if not any(name in r for r in rows):
+        return None
+    fill = SEGMENT_FILL[name]
+    return [
+        r[name].numpy().astype(np.int8)
+        if name in r
+        else np.full(r["cu_seqlens"].shape[0] - 1, fill, np.int8)
+        for r in rows
+    ]
 
 
 def is_reader_row(feature: Mapping[str, Any]) -> bool:
@@ -139,7 +162,8 @@ def collate_varlen(
     Returns ``input_ids``, ``labels``, ``position_ids`` (int64 ``[1, T]``), ``seq_idx`` (int32
     ``[1, T]``), ``cu_seqlens`` (int32 ``[S + 1]``), ``max_seqlen`` (int),
     ``num_loss_tokens_per_segment`` (int32 ``[S]``), ``example_ids`` (int64 ``[S]``, -1 for
-    padding and empty segments) and ``num_loss_tokens`` (int).
+    padding and empty segments) and ``num_loss_tokens`` (int); rows of a preference pack add
+    ``branch`` and ``kto_label`` (int8 ``[S]``, 0 and -1 on padding).
     """
     if not rows:
         raise UsageError("collate_varlen got an empty batch")
@@ -175,6 +199,12 @@ def collate_varlen(
         cu_seqlens = np.pad(cu_seqlens, (0, extra), constant_values=total + pad)
         loss_counts = np.pad(loss_counts, (0, extra))
         example_ids = np.pad(example_ids, (0, extra), constant_values=-1)
+    for name, fill in SEGMENT_FILL.items():
+        per_row = segment_column(rows, name)
+        if per_row is not None:
+            values = np.concatenate([*per_row, np.full(int(bool(pad)), fill, np.int8)])
+            values = np.pad(values, (0, len(cu_seqlens) - 1 - len(values)), constant_values=fill)
+            out[name] = torch.from_numpy(values)
     out["seq_idx"] = torch.from_numpy(seq_idx).unsqueeze(0)
     out["cu_seqlens"] = torch.from_numpy(cu_seqlens.astype(np.int32))
     out["max_seqlen"] = int(seqlens.max())
@@ -192,7 +222,9 @@ def collate_padded(
     Returns ``input_ids``, ``labels``, ``position_ids`` (int64, padding: pad id, -100, 0),
     ``attention_mask`` (int64, 1 on tokens), ``seq_idx`` (int32, -1 on padding), per-row
     ``cu_seqlens`` (int32 ``[B, S_max + 1]``, padded with the row's token count),
-    ``num_loss_tokens_per_segment`` (int32 ``[B, S_max]``) and ``num_tokens`` (int64 ``[B]``).
+    ``num_loss_tokens_per_segment`` (int32 ``[B, S_max]``) and ``num_tokens`` (int64 ``[B]``);
+    rows of a preference pack add ``branch``, ``kto_label`` (int8 ``[B, S_max]``, 0 and -1 past
+    a row's segments) and ``example_ids`` (int64 ``[B, S_max]``, -1 past them).
     """
     if not rows:
         raise UsageError("collate_padded got an empty batch")
@@ -221,8 +253,20 @@ def collate_padded(
         )
         cu_all[b] = _pad_1d(cu, width, n).to(torch.int32)
         loss_counts[b, : lens.shape[0]] = count_loss_tokens(r["labels"], cu)
+    segment_keys: dict[str, torch.Tensor] = {}
+    for name, fill in SEGMENT_FILL.items():
+        per_row = segment_column(rows, name)
+        if per_row is not None:
+            grid = np.full((batch, width - 1), fill, np.int8)
+            owners = np.full((batch, width - 1), -1, np.int64)
+            for b, (part, r) in enumerate(zip(per_row, rows, strict=True)):
+                grid[b, : part.shape[0]] = part
+                owners[b, : part.shape[0]] = r["example_ids"].numpy()
+            segment_keys[name] = torch.from_numpy(grid)
+            segment_keys["example_ids"] = torch.from_numpy(owners)
     return with_step(
-        {
+        segment_keys
+        | {
             "input_ids": ids,
             "labels": labels,
             "position_ids": positions,

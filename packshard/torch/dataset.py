@@ -9,6 +9,9 @@ column, never Python lists) and each row is a slice of them::
     input_ids.values  [t t t t t t t t t t t t …]      row i = values[offsets[i]:offsets[i+1]]
     input_ids.offsets [0     5        12    …]
 
+A preference pack's shards also hold ``branch`` and ``kto_label`` (one int8 per segment, parallel
+to ``example_ids``); rows then carry them too, and the collators pass them on per segment.
+
 ``__getitem__`` copies the slice once, widening ``input_ids``/``labels``/``position_ids`` to
 int64 (what Hugging Face models index embeddings and compute losses with); ``cu_seqlens`` stays
 int32 (what flash-attention varlen kernels take).  The copy keeps the shard buffers immutable
@@ -52,6 +55,11 @@ from packshard.torch.steps import STEP_KEY, check_steps, map_step_items
 
 TOKEN_COLUMNS = ("input_ids", "labels", "position_ids")
 LIST_COLUMNS = (*TOKEN_COLUMNS, "cu_seqlens", "example_ids")
+PAIR_COLUMNS = ("branch", "kto_label")
+"""Per-segment int8 columns of preference packs (``branch`` 0/1 chosen/2 rejected, ``kto_label``
+-1/0/1), read and passed on only where a shard has them."""
+WIDTHS = {"cu_seqlens": np.int32, "branch": np.int8, "kto_label": np.int8}
+"""The dtype of each column in a row; the token columns and ``example_ids`` are int64."""
 
 
 Row = dict[str, torch.Tensor]
@@ -128,8 +136,10 @@ class _Shard:
         cache: Path | None,
         dataset_id: str,
         sha256: str,
+        extra: tuple[str, ...] = (),
     ) -> None:
         names = [c for c in LIST_COLUMNS if not (derive_positions and c == "position_ids")]
+        names += extra
         kind = "derived" if derive_positions else "stored"
         path = folder / rel
         try:
@@ -139,6 +149,8 @@ class _Shard:
                 str(path), f"unreadable shard: {exc} (run packshard verify)"
             ) from None
         problem = metadata_problem(table.schema.metadata, dataset_id) or rows_problem(table)
+        if problem is None:
+            problem = segment_columns_problem(table, extra)
         if problem is not None:
             raise FormatError(str(path), f"{problem} (run packshard verify)")
         if table.num_rows != expected_rows:
@@ -153,13 +165,33 @@ class _Shard:
         out: Row = {}
         for name, offsets, values in self.columns:
             view = values[offsets[i] : offsets[i + 1]]
-            wide = np.int32 if name == "cu_seqlens" else np.int64
+            wide = WIDTHS.get(name, np.int64)
             out[name] = torch.from_numpy(view.astype(wide))  # astype copies: writable tensor
         if self.derive_positions:  # policy "reset": 0, 1, … from every segment start
             cu = out["cu_seqlens"].numpy()
             starts = np.repeat(cu[:-1].astype(np.int64), np.diff(cu))
             out["position_ids"] = torch.from_numpy(np.arange(len(starts)) - starts)
         return out
+
+
+def segment_columns_problem(table: pa.Table, names: tuple[str, ...]) -> str | None:
+    """Say which row's per-segment column (``branch``, ``kto_label``) breaks its row, or None.
+
+    Each must have one entry per segment (``example_ids``' length); ``branch`` holds 0, 1, 2
+    and ``kto_label`` -1, 0, 1.
+    """
+    segments = np.diff(_column(table, "example_ids")[0])
+    allowed = {"branch": (0, 2), "kto_label": (-1, 1)}
+    for name in names:
+        offsets, values = _column(table, name)
+        low, high = allowed[name]
+        bad = np.diff(offsets) != segments
+        wrong = np.flatnonzero((values < low) | (values > high))
+        bad[np.searchsorted(offsets, wrong, side="right") - 1] = True
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            return f"row {row}: {name} has a value out of range or not one entry per segment"
+    return None
 
 
 def split_shards(shards: list[dict[str, Any]], split: str | None, where: str) -> list[Any]:
@@ -239,11 +271,15 @@ class PackedDataset(Dataset[Row]):
                 )
         shards = split_shards(self.manifest["shards"], split, where)
         self.shard_paths = [inside_folder(self.out, s["path"]) for s in shards]
+        self.shard_extra: list[tuple[str, ...]] = []
         for path, entry in zip(self.shard_paths, shards, strict=True):
             try:
-                rows = pq.read_metadata(path).num_rows  # the footer, not the manifest's word
+                footer = pq.read_metadata(path)
+                rows = footer.num_rows  # the footer, not the manifest's word
+                names = footer.schema.to_arrow_schema().names
             except (OSError, pa.ArrowException) as exc:
                 raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
+            self.shard_extra.append(tuple(c for c in PAIR_COLUMNS if c in names))
             if rows != entry["rows"]:
                 raise ManifestError(
                     f"{path}: {rows} rows, but the manifest says {entry['rows']} (the folder "
@@ -278,6 +314,7 @@ class PackedDataset(Dataset[Row]):
                 self.cache_dir,
                 self.dataset_id,
                 sha,
+                self.shard_extra[k],
             )
             self._shards[k] = shard
         return shard

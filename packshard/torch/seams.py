@@ -41,6 +41,9 @@ BOOKKEEPING = (
     "num_tokens",
     "example_ids",
     "num_items_in_step",
+    "branch",
+    "kto_label",
+    "reference_logps",
 )
 """Batch keys the collators add for the loop, never model inputs; dropped before the forward."""
 

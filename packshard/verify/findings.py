@@ -154,13 +154,15 @@ class CheckResult:
 class Issue:
     """One problem the proof found in row ``row`` (its index among the rows checked).
 
-    ``segment`` is the segment it concerns, ``None`` for the whole row.
+    ``segment`` is the segment it concerns, ``None`` for the whole row.  ``kind`` groups the
+    findings it becomes (each kind is listed up to its own cap): ``model`` or ``pairs``.
     """
 
     row: int
     name: str
     segment: int | None
     message: str
+    kind: str = "model"
 
     def __str__(self) -> str:
         where = self.name if self.segment is None else f"{self.name} segment {self.segment}"
@@ -179,6 +181,24 @@ class SegmentResult:
     loss_alone: float | None
     loss_delta: float
     mutation_delta: float | None
+    control_delta: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PairResult:
+    """One pair's sums packed, alone and under the naive control (chosen segment ``segment``)."""
+
+    row: int
+    segment: int
+    chosen_example_id: int
+    rejected_example_id: int
+    chosen_tokens: int
+    rejected_tokens: int
+    logp_delta: float
+    token_logp_delta: float
+    loss_packed: float
+    loss_alone: float
+    loss_delta: float
     control_delta: float | None
 
 
@@ -222,6 +242,8 @@ class EquivalenceReport:
     vocab_folded: bool
     issues: tuple[Issue, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    pairs: tuple[PairResult, ...] = ()
+    pair_summary: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as plain JSON-ready values."""

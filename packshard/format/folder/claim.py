@@ -230,3 +230,49 @@ def claim_out(
             os.unlink(lock)
         finally:
             os.close(fd)
+
+
+@contextmanager
+def amend_out(out: str | os.PathLike[str], name: str, command: str) -> Iterator[Path]:
+    """Lock a finished OUT to add the file ``name`` to it; yield OUT resolved.
+
+    For a command that adds a sidecar to a pack instead of writing a folder: it takes OUT's
+    lock (a pack or export of the same OUT waits out or is refused, as between two runs),
+    proves packshard wrote OUT, then lets the caller write ``name`` through
+    :func:`publish_file` and rewrite the manifest (itself written by a rename).  A ``name``
+    left unlisted by an interrupted earlier amend is the one file tolerated.
+    """
+    place = resolve_out(out)
+    if not (place / "manifest.json").is_file():
+        raise OutputError(f"{out}: no manifest.json (give the OUT folder that pack wrote)")
+    stem = temp_stem(place.name)
+    fd = _lock(Path(out), place.parent / f".{stem}.lock", command)
+    try:
+        why = written_by_packshard(place)
+        if why is not None and why != f"holds {name!r}, which packshard did not write":
+            raise OutputError(f"{out}: {why}; only a folder packshard wrote can be amended")
+        yield place
+    finally:
+        try:
+            os.unlink(place.parent / f".{stem}.lock")
+        finally:
+            os.close(fd)
+
+
+def publish_file(folder: Path, name: str, write: Callable[[Path], None]) -> Path:
+    """Write ``folder/name`` atomically: ``write`` fills a temporary file beside OUT, renamed in.
+
+    The temporary file is ``.NAME.<name>.partial-PID`` beside OUT (same file system), never
+    inside it: an interrupted write leaves OUT as it was.
+    """
+    final = folder / name
+    tmp = folder.parent / f".{temp_stem(folder.name)}.{name}.partial-{os.getpid()}"
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return final

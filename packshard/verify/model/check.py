@@ -2,7 +2,9 @@
 
 Picks sound rows (:func:`~packshard.verify.model.forward.pick_rows`), crops them, loads the
 model, runs :func:`~packshard.verify.model.equivalence.check_rows` and turns its issues into
-findings at ``shard/row/segment`` and the example's ``file:line``.  Without torch and
+findings at ``shard/row/segment`` and the example's ``file:line``.  On a preference pack (shards
+with ``branch``) the same forwards also prove each pair's log-probabilities and DPO loss
+(:mod:`packshard.verify.model.pairs`); their figures are the detail's ``pairs``.  Without torch and
 transformers the stage is reported as not run, never as passed.
 """
 
@@ -28,6 +30,28 @@ def _installed(module: str) -> bool:
         return False
 
 
+def pair_branches(table: pa.Table, row: int) -> np.ndarray | None:
+    """Return row ``row``'s per-segment ``branch`` column, or None in a pack without pairs."""
+    if "branch" not in table.column_names:
+        return None
+    return np.asarray(table["branch"][row].values.to_numpy(zero_copy_only=False), np.int64)
+
+
+def pair_crop(table: pa.Table, row: int, branch: np.ndarray | None, max_tokens: int) -> int:
+    """Return the crop length for a row: ``max_tokens``, stretched so no pair is cut in two.
+
+    :func:`~packshard.verify.model.forward.crop_row` keeps the leading whole segments that
+    fit; when the last one kept is a chosen branch, its rejected branch is kept too.
+    """
+    if branch is None:
+        return max_tokens
+    cu = np.asarray(table["cu_seqlens"][row].values.to_numpy(zero_copy_only=False), np.int64)
+    keep = max(int(np.searchsorted(cu, max_tokens, side="right")) - 1, 1)
+    if keep < len(branch) and branch[keep - 1] == 1:
+        return int(cu[keep + 1])
+    return max_tokens
+
+
 def check_model(
     manifest: dict[str, Any],
     tables: dict[int, pa.Table],
@@ -50,28 +74,36 @@ def check_model(
     picks = pick_rows(tables, options.model_rows, options.seed, broken)
     if not picks:
         return CheckResult("model", not_run="no sound rows to check"), None, []
-    rows = [crop_row(read_row(tables[s], r), options.model_max_tokens) for s, r in picks]
+    branches = [pair_branches(tables[s], r) for s, r in picks]
+    rows = [
+        crop_row(read_row(tables[s], r), pair_crop(tables[s], r, b, options.model_max_tokens))
+        for (s, r), b in zip(picks, branches, strict=True)
+    ]
     paths = [manifest["shards"][s]["path"] for s, _ in picks]
     recorded = int(manifest.get("tokenizer", {}).get("vocab_size", 0) or 0)
     largest = max((int(r.input_ids.max()) for r in rows if r.num_tokens), default=0)
     model = load_model(options.model, max(recorded, largest + 1, 2), seed=options.seed)
     names = [f"{path} row {r}" for path, (_, r) in zip(paths, picks, strict=True)]
-    report = check_rows(model, rows, names=names, seed=options.seed)
+    has_pairs = any(b is not None for b in branches)
+    report = check_rows(
+        model, rows, names=names, seed=options.seed, branches=branches if has_pairs else None
+    )
     findings = FindingList()
     for issue in report.issues:
         if issue.row < 0:
-            findings.add(Finding("model", issue.message), "model")
+            findings.add(Finding("model", issue.message), issue.kind)
             continue
         row, path = rows[issue.row], paths[issue.row]
         seg = issue.segment
         eid = int(row.example_ids[seg]) if seg is not None and seg < len(row.example_ids) else None
         source = index.where(eid) if index is not None and eid is not None else None
         findings.add(
-            Finding("model", issue.message, path, picks[issue.row][1], seg, eid, source), "model"
+            Finding("model", issue.message, path, picks[issue.row][1], seg, eid, source),
+            issue.kind,
         )
     if not report.control_detected and any(r.control_delta is not None for r in report.rows):
         findings.add(Finding("model", "the naive-mask control was not detected: verify is broken"))
-    detail = {
+    detail: dict[str, Any] = {
         "rows": len(rows),
         "atol": report.atol,
         "max_logit_delta": report.max_logit_delta,
@@ -84,4 +116,6 @@ def check_model(
         "loss_naive": report.loss_naive,
         "notes": list(report.notes),
     }
+    if report.pair_summary is not None:
+        detail["pairs"] = report.pair_summary
     return CheckResult("model", findings, detail), report, picks

@@ -51,8 +51,15 @@ import numpy as np
 
 from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX, PackedRow
-from packshard.verify.findings import EquivalenceReport, Issue, RowResult, SegmentResult
+from packshard.verify.findings import (
+    EquivalenceReport,
+    Issue,
+    PairResult,
+    RowResult,
+    SegmentResult,
+)
 from packshard.verify.model.forward import Forwards, run_forwards, score_loss
+from packshard.verify.model.pairs import compare_pairs, pair_issues
 
 if TYPE_CHECKING:
     import torch
@@ -147,12 +154,23 @@ def _segment_issues(seg: SegmentResult, positions: np.ndarray, atol: float) -> l
 
 
 def check_row(
-    model: Any, row: PackedRow, index: int, name: str, atol: float, mutate: bool, seed: int
-) -> tuple[RowResult | None, list[Issue]]:
-    """Compare one row packed, alone, mutated and under the naive control; return its issues."""
+    model: Any,
+    row: PackedRow,
+    index: int,
+    name: str,
+    atol: float,
+    mutate: bool,
+    seed: int,
+    branch: np.ndarray | None = None,
+) -> tuple[RowResult | None, list[Issue], list[PairResult]]:
+    """Compare one row packed, alone, mutated and under the naive control; return its issues.
+
+    With ``branch`` (a preference row's per-segment column) its pairs are compared too
+    (:func:`~packshard.verify.model.pairs.compare_pairs`, on the same forwards).
+    """
     problem = _row_problem(row)
     if problem is not None:
-        return None, [Issue(index, name, None, f"{problem}; row not checked")]
+        return None, [Issue(index, name, None, f"{problem}; row not checked")], []
     vocab = int(model.config.vocab_size)
     cu = np.asarray(row.cu_seqlens, dtype=np.int64)
     ids = np.asarray(row.input_ids, dtype=np.int64) % vocab
@@ -161,7 +179,10 @@ def check_row(
     positions = np.asarray(row.position_ids, dtype=np.int64)
     rng = np.random.default_rng(seed + index)
     out = run_forwards(model, ids, positions, cu, mutate, rng, build_block_mask)
+    pairs: list[PairResult] = []
     issues: list[Issue] = []
+    if branch is not None:
+        pairs, issues = compare_pairs(out, cu, labels, branch, row.example_ids, index, name)
     segments: list[SegmentResult] = []
     true_sum = naive_sum = 0.0
     count_total = 0
@@ -202,7 +223,7 @@ def check_row(
         loss_naive=_mean(naive_sum, count_total),
         loss_tokens=count_total,
     )
-    return result, issues
+    return result, issues, pairs
 
 
 def _weighted(results: Sequence[RowResult], key: str) -> float | None:
@@ -220,10 +241,13 @@ def check_rows(
     mutate: bool = True,
     names: Sequence[str] | None = None,
     seed: int = 0,
+    branches: Sequence[np.ndarray | None] | None = None,
 ) -> EquivalenceReport:
     """Check attention isolation on ``rows`` (design invariant 5) and return the report.
 
     ``names`` label the rows in issues (default ``row <i>``, ``i`` the index in ``rows``).
+    ``branches`` (one per row, from a preference pack) adds the pair check
+    (:mod:`packshard.verify.model.pairs`): its issues, ``pairs`` and ``pair_summary``.
     """
     if names is not None and len(names) != len(rows):
         raise UsageError(f"check_rows: {len(names)} names for {len(rows)} rows")
@@ -232,12 +256,21 @@ def check_rows(
     notes: list[str] = []
     vocab = int(model.config.vocab_size)
     folded = any(r.num_tokens and int(np.max(r.input_ids)) >= vocab for r in rows)
+    labels = [names[i] if names is not None else f"row {i}" for i in range(len(rows))]
+    pairs: list[PairResult] = []
     for i, row in enumerate(rows):
-        name = names[i] if names is not None else f"row {i}"
-        result, row_issues = check_row(model, row, i, name, atol, mutate, seed)
+        branch = branches[i] if branches is not None else None
+        result, row_issues, row_pairs = check_row(
+            model, row, i, labels[i], atol, mutate, seed, branch
+        )
         issues.extend(row_issues)
+        pairs.extend(row_pairs)
         if result is not None:
             results.append(result)
+    pair_summary = None
+    if branches is not None and any(b is not None for b in branches):
+        pair_found, pair_summary = pair_issues(pairs, labels, atol)
+        issues.extend(pair_found)
     leaks = [r.control_delta for r in results if r.control_delta is not None]
     if not results:
         issues.append(Issue(-1, "rows", None, "no row could be checked"))
@@ -265,4 +298,6 @@ def check_rows(
         vocab_folded=folded,
         issues=tuple(issues),
         notes=tuple(notes),
+        pairs=tuple(pairs),
+        pair_summary=pair_summary,
     )
