@@ -143,7 +143,9 @@ def main() -> None:
         print(
             f"  pack fast / pack reference:              {rate['fast'] / rate['reference']:5.2f}x"
         )
-        print(f"  encoder used by --backend fast: {used['fast']['encode']['name']}")
+        for step in ("render", "encode"):
+            entry = used["fast"][step]
+            print(f"  {step} by --backend fast: {entry['name']} {entry.get('version') or ''}")
 
 
 if __name__ == "__main__":

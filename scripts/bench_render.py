@@ -33,7 +33,7 @@ from packshard.ingest.normalize import normalize_record  # noqa: E402
 from packshard.ingest.read.sources import expand_inputs, read_records  # noqa: E402
 from packshard.ingest.template.render import load_template, render_chat  # noqa: E402
 from packshard.ingest.tokens.tokenizer import load_tokenizer  # noqa: E402
-from packshard.records import IngestOptions  # noqa: E402
+from packshard.ingest.types import IngestOptions  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 CASES = {"phi-3-mini config": ("phi-3-mini", None), "qwen3 config": ("qwen3", None)}

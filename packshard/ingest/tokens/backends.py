@@ -214,20 +214,27 @@ def encoder_for(bundle: TokenizerBundle, backend: str) -> Encoder:
 _CHOOSING = threading.Lock()
 
 
-def backends_entry(bundle: TokenizerBundle, backend: str) -> dict[str, Any]:
+def backends_entry(
+    bundle: TokenizerBundle, backend: str, render: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Return the manifest's ``environment.backends``: what rendered and what encoded.
 
-    Rendering is always the reference sandbox (Jinja's ``ImmutableSandboxedEnvironment``).
+    ``render`` is the renderer's entry (:mod:`packshard.ingest.template.fast`); None means
+    the reference sandbox (Jinja's ``ImmutableSandboxedEnvironment``).
     """
     return {
-        "render": {"name": "jinja2", "version": installed_version("jinja2")},
+        "render": render or {"name": "jinja2", "version": installed_version("jinja2")},
         "encode": encoder_for(bundle, backend).entry(),
     }
 
 
 def backend_note(entry: dict[str, Any]) -> str | None:
-    """One line for the user when ``auto`` did not choose the fast encoder; None otherwise."""
+    """One line per step (render, encode) where ``auto`` did not choose the fast library."""
+    lines = []
+    render = entry.get("render") or {}
+    if render.get("requested") == "auto" and render.get("name") != "minijinja":
+        lines.append(f"--backend auto: rendering with jinja2: {render.get('reason')}")
     encode = entry.get("encode") or {}
-    if encode.get("requested") != "auto" or encode.get("name") == FAST:
-        return None
-    return f"--backend auto: encoding with tokenizers: {encode.get('reason')}"
+    if encode.get("requested") == "auto" and encode.get("name") != FAST:
+        lines.append(f"--backend auto: encoding with tokenizers: {encode.get('reason')}")
+    return "; ".join(lines) or None

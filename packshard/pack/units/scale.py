@@ -41,6 +41,7 @@ from packshard.format.rejects import RejectsWriter
 from packshard.ingest.markers import check_markers
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import plan_splits
+from packshard.ingest.template.fast import renderer_for
 from packshard.ingest.template.render import ChatTemplate, load_template
 from packshard.ingest.tokens.backends import encoder_for
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
@@ -82,6 +83,8 @@ class DriverLoad:
         encoder_for(
             bundle, self._config.ingest.backend
         )  # the canary; a forced fast that cannot stops
+        if template is not None and self._config.ingest.backend != "reference":
+            renderer_for(template, bundle.special_tokens_map, self._config.ingest.backend)
         return bundle, template
 
     def result(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
