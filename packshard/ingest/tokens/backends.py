@@ -214,6 +214,41 @@ def encoder_for(bundle: TokenizerBundle, backend: str) -> Encoder:
 _CHOOSING = threading.Lock()
 
 
+def check_forced(bundle: TokenizerBundle, backend: str) -> None:
+    """Stop a forced ``--backend fast`` at once on the reasons that cost nothing to find.
+
+    Raises:
+        UsageError: fastokens is not installed, or labels need offsets.
+
+    """
+    if backend == "fast" and installed_version(FAST) is None:
+        raise UsageError(
+            f"--backend fast: {FAST} is not installed ({INSTALL}) (use --backend auto or reference)"
+        )
+    if backend == "fast" and bundle.aligner is None:
+        raise UsageError(
+            f"--backend fast: {FAST} gives no offsets, and this tokenizer family's labels need "
+            "them (use --backend auto or reference)"
+        )
+
+
+def warm_encoder(bundle: TokenizerBundle, backend: str) -> None:
+    """Decide the run's encoder on a background thread (loading fastokens takes seconds).
+
+    The Rust loader releases the GIL, so the first records are read and rendered meanwhile;
+    the first encode waits for the decision (:func:`encoder_for` holds its lock while it is
+    made).  A failure is raised again by that first encode, where the run stops.
+    """
+
+    def decide() -> None:
+        try:
+            encoder_for(bundle, backend)
+        except Exception:  # raised again by the first encode
+            pass
+
+    threading.Thread(target=decide, name="packshard-encoder", daemon=True).start()
+
+
 def backends_entry(
     bundle: TokenizerBundle, backend: str, render: dict[str, Any] | None = None
 ) -> dict[str, Any]:
