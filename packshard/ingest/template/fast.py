@@ -271,23 +271,20 @@ class FastRenderer:
 
 
 def _cut_markers(text: str) -> tuple[str, list[tuple[int, int]]] | None:
-    parts = re.split("([\ufdd0\ufdd1])", text)
-    out: list[str] = []
-    spans: list[tuple[int, int]] = []
-    at, start = 0, -1
-    for i, part in enumerate(parts):
-        if i % 2 == 0:
-            out.append(part)
-            at += len(part)
-        elif (part == OPEN) == (start >= 0):  # unbalanced: never from a screened template
+    """Cut the markers out of ``text``: the text and each non-empty block's span."""
+    pieces = text.split(OPEN)
+    if CLOSE in pieces[0]:  # unbalanced: never from a screened template
+        return None
+    out, spans, at = [pieces[0]], [], len(pieces[0])
+    for piece in pieces[1:]:
+        inner, found, rest = piece.partition(CLOSE)
+        if not found or CLOSE in rest:
             return None
-        elif part == OPEN:
-            start = at
-        else:
-            if at > start:
-                spans.append((start, at))
-            start = -1
-    return ("".join(out), spans) if start < 0 else None
+        if inner:
+            spans.append((at, at + len(inner)))
+        out += (inner, rest)
+        at += len(inner) + len(rest)
+    return "".join(out), spans
 
 
 def canary_calls(variables: dict[str, Any]) -> list[tuple[list[dict[str, Any]], Any, bool]]:
@@ -442,14 +439,18 @@ def with_renderer(
 
 
 def render_entry(template: ChatTemplate | None, variables: dict[str, Any], backend: str) -> Any:
-    """Return the manifest's ``environment.backends.render`` for this run."""
-    if template is None or backend == "reference":
-        name = "jinja2"
-        why = "no template" if template is None else "reference requested"
+    """Return the manifest's ``environment.backends.render`` for this run.
+
+    Without a template nothing is rendered: the entry names the sandbox and nothing was
+    requested of it (no line is said about it).
+    """
+    if template is None:
+        return {"name": "jinja2", "version": installed_version("jinja2")}
+    if backend == "reference":
         return {
-            "name": name,
-            "version": installed_version(name),
+            "name": "jinja2",
+            "version": installed_version("jinja2"),
             "requested": backend,
-            "reason": why,
+            "reason": "reference requested",
         }
     return renderer_for(template, variables, backend).entry()

@@ -137,3 +137,31 @@ def test_without_minijinja_auto_is_the_sandbox_and_fast_stops(monkeypatch):
     assert renderer.reason == "minijinja is not installed (pip install 'packshard[fast]')"
     with pytest.raises(UsageError, match="--backend fast: minijinja is not installed"):
         Renderer(template, {}, "fast")
+
+
+def test_a_pack_without_minijinja_says_once_that_it_renders_in_the_sandbox(
+    tmp_path, demo_tokenizer, monkeypatch
+):
+    from packshard.demo import demo_data_path
+    from packshard.pack import PackConfig, pack_dataset
+
+    monkeypatch.setattr(fast, "_RENDERERS", {})  # a fresh process: nothing decided yet
+    real = fast.installed_version
+    monkeypatch.setattr(
+        fast, "installed_version", lambda name: None if name == "minijinja" else real(name)
+    )
+    config = PackConfig.build(
+        inputs=(str(demo_data_path()),),
+        tokenizer=str(demo_tokenizer),
+        out=str(tmp_path / "out"),
+        max_seq_len=256,
+        template="chatml",
+    )
+    result = pack_dataset(config)
+    notes = [w for w in result.warnings if "--backend" in w]
+    assert notes == [
+        "--backend auto: rendering with jinja2: minijinja is not installed "
+        "(pip install 'packshard[fast]')"
+    ]
+    render = result.manifest["environment"]["backends"]["render"]
+    assert render["name"] == "jinja2" and render["requested"] == "auto"
