@@ -9,7 +9,7 @@ template may use it is decided once per template and backend, in three gates::
     template ──► minijinja installed? ── no ──► sandbox ("not installed")
                    │ yes
                    ▼
-    screen: only the constructs listed below,  ── no ──► sandbox (the construct, in one line)
+    the screen (template.screen) passes it? ── no ──► sandbox (the construct, in one line)
     generation blocks at top level
                    │ yes
                    ▼
@@ -20,17 +20,9 @@ template may use it is decided once per template and backend, in three gates::
     the first FIRST_RENDERS renders of the input made both ways (auto only); the first
     difference puts the rest of the run on the sandbox
 
-**Screen** (on Jinja's parse tree): outputs, ``if``, ``for`` (not recursive; a nested loop
-iterates a part of its outer loop's item, so iterations are bounded by the record's size),
-``set`` of a name or namespace attribute whose value reads at most one variable that a ``set``
-writes (so a value grows by at most a record per step, never doubles), comparisons, ``and or
-not``, ``+ - ~``, indexing and slicing, no name or attribute starting with ``_``, the filters and
-tests real templates use (``length``, ``tojson``, ``trim`` …, ``defined``, ``string`` …), and calls
-of ``namespace``, ``raise_exception``, ``strftime_now`` and the string and mapping methods
-``strip lstrip rstrip split startswith endswith get items keys values lower upper``.  No macros,
-call or filter blocks, ``*``, ``**``, ``%``, ``range``, ``format``, ``join``, includes.  Every
-hostile template of the test suite fails this screen or fails in minijinja; either way the
-record is rendered again by the sandbox, which rejects it with its own code and message.
+**Screen**: :mod:`packshard.ingest.template.screen` lists what a template may use.  Every
+hostile template of the test suite fails it or fails in minijinja; either way the record is
+rendered again by the sandbox, which rejects it with its own code and message.
 
 **Each render** is the sandbox's render unless all of these hold; otherwise the sandbox renders
 that record (same text, same reject)::
@@ -58,11 +50,10 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from jinja2 import nodes
 
 from packshard.errors import TemplateError, UsageError
 from packshard.ingest.template.render import ChatTemplate, render_reference
-from packshard.ingest.template.sandbox import make_environment
+from packshard.ingest.template.screen import CLOSE, OPEN, rewrite, screen
 from packshard.ingest.tokens.backends import CANARY, installed_version
 
 FAST_RENDER = "minijinja"
@@ -72,129 +63,7 @@ FIRST_RENDERS = 256
 FUEL_CHARS = 64 << 20
 """Fuel times the largest value a step can add: a bound on what one fast render builds."""
 MAX_FUEL = 2_000_000
-OPEN, CLOSE = "\ufdd0", "\ufdd1"
 _ODD = re.compile(rb"\\u001[cdefCDEF]|\xef\xb7[\x90\x91]")
-
-_NODES = frozenset(
-    "Template Output TemplateData If For Assign Name Const Compare Operand Getitem Getattr "
-    "Slice Add Sub Neg Pos Not And Or Concat CondExpr Filter Test Call Keyword NSRef List "
-    "Tuple Dict Pair Continue Break CallBlock ExtensionAttribute".split()
-)
-_FILTERS = frozenset(
-    "length count string tojson trim first last list items default d lower upper".split()
-)
-_TESTS = frozenset(
-    "defined undefined none false true string mapping sequence iterable number boolean "
-    "integer float eq equalto ne".split()
-)
-_FUNCTIONS = frozenset(("namespace", "raise_exception", "strftime_now"))
-_METHODS = frozenset(
-    "strip lstrip rstrip split startswith endswith get items keys values lower upper".split()
-)
-_COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
-_TAG = re.compile(r"\{%([-+]?)\s*(end)?generation\s*([-+]?)%\}")
-
-
-def _is_generation(node: nodes.Node) -> bool:
-    return (
-        isinstance(node, nodes.CallBlock)
-        and isinstance(node.call.node, nodes.ExtensionAttribute)
-        and node.call.node.name == "_generation"
-    )
-
-
-def _names(node: nodes.Node) -> list[Any]:
-    """``node`` and every node under it that names a variable (a Name or a namespace ref)."""
-    found = [node] if isinstance(node, (nodes.Name, nodes.NSRef)) else []
-    return found + list(node.find_all((nodes.Name, nodes.NSRef)))
-
-
-def _reads(node: nodes.Node, names: set[str]) -> int:
-    return sum(n.name in names for n in _names(node) if getattr(n, "ctx", "") == "load")
-
-
-def _screen_node(node: nodes.Node, assigned: set[str], loops: tuple[str, ...]) -> str | None:
-    kind = type(node).__name__
-    if kind not in _NODES:
-        return f"{kind} ({node.lineno})"
-    if isinstance(node, nodes.CallBlock) and not _is_generation(node):
-        return f"call block (line {node.lineno})"
-    if isinstance(node, nodes.Getattr) and node.attr.startswith("_"):
-        return f"attribute {node.attr!r} (line {node.lineno})"
-    if isinstance(node, nodes.Name) and node.name.startswith("_"):
-        return f"name {node.name!r} (line {node.lineno})"
-    if isinstance(node, nodes.Const) and isinstance(node.value, str):
-        if node.value.startswith("_") or OPEN in node.value or CLOSE in node.value:
-            return f"constant {node.value[:16]!r} (line {node.lineno})"
-    if isinstance(node, nodes.Filter) and node.name not in _FILTERS:
-        return f"filter {node.name!r} (line {node.lineno})"
-    if isinstance(node, nodes.Test) and node.name not in _TESTS:
-        return f"test {node.name!r} (line {node.lineno})"
-    if isinstance(node, nodes.Call) and not isinstance(node.node, nodes.ExtensionAttribute):
-        callee = node.node
-        if isinstance(callee, nodes.Getattr):
-            if callee.attr not in _METHODS:
-                return f"method {callee.attr!r} (line {node.lineno})"
-        elif not (isinstance(callee, nodes.Name) and callee.name in _FUNCTIONS):
-            return f"call (line {node.lineno})"
-        if node.dyn_args is not None or node.dyn_kwargs is not None:
-            return f"call with * or ** (line {node.lineno})"
-    if isinstance(node, nodes.Assign) and _reads(node.node, assigned) > 1:
-        return f"set reading two variables that are set (line {node.lineno})"
-    if isinstance(node, nodes.For):
-        if node.recursive:
-            return f"recursive loop (line {node.lineno})"
-        if loops and not _part_of(node.iter, loops[-1]):
-            return f"nested loop over more than its outer item (line {node.lineno})"
-        target = node.target.name if isinstance(node.target, nodes.Name) else ""
-        if not target:
-            return f"loop unpacking its item (line {node.lineno})"
-        tests = () if node.test is None else (node.test,)
-        for child in (node.target, node.iter, *tests):
-            if (why := _screen_node(child, assigned, loops)) is not None:
-                return why
-        for child in (*node.body, *node.else_):
-            if (why := _screen_node(child, assigned, (*loops, target))) is not None:
-                return why
-        return None
-    for child in node.iter_child_nodes():
-        if (why := _screen_node(child, assigned, loops)) is not None:
-            return why
-    return None
-
-
-def _part_of(expr: nodes.Node, item: str) -> bool:
-    while isinstance(expr, (nodes.Getattr, nodes.Getitem)):
-        if isinstance(expr, nodes.Getitem) and not isinstance(expr.arg, nodes.Const):
-            return False
-        expr = expr.node
-    return isinstance(expr, nodes.Name) and expr.name == item
-
-
-def screen(text: str) -> str | None:
-    """Return why minijinja may not render ``text``; None when the screen passes it."""
-    tree = make_environment().parse(text)
-    if "{% raw" in text or "{%- raw" in text or OPEN in text or CLOSE in text:
-        return "raw blocks or marker characters"
-    opened = sum(1 for n in tree.find_all(nodes.CallBlock) if _is_generation(n))
-    tags = [m.group(2) for m in _TAG.finditer(_COMMENT.sub("", text))]
-    if tags.count(None) != opened or tags.count("end") != opened:
-        return "{% generation %} tags the screen cannot count"
-    for block in tree.find_all(nodes.CallBlock):  # generation blocks never nest
-        if _is_generation(block) and any(_is_generation(n) for n in block.find_all(nodes.Node)):
-            return "nested {% generation %} blocks"
-    assigned = {n.name for a in tree.find_all(nodes.Assign) for n in _names(a.target)}
-    return _screen_node(tree, assigned, ())
-
-
-def _rewrite(text: str) -> str:
-    """Rewrite the generation tags to print the markers, their whitespace control kept."""
-
-    def one(m: re.Match[str]) -> str:
-        mark = "packshard_close" if m.group(2) else "packshard_open"
-        return f"{{%{m.group(1)} if true %}}{{{{ {mark} }}}}{{% endif {m.group(3)}%}}"
-
-    return _TAG.sub(one, text)
 
 
 def _raise(message: Any) -> None:
@@ -232,7 +101,7 @@ class FastRenderer:
         env.add_filter("tojson", _tojson)
         env.add_global("packshard_open", OPEN)
         env.add_global("packshard_close", CLOSE)
-        env.add_template("chat", _rewrite(template.text))
+        env.add_template("chat", rewrite(template.text))
         self._env, self._generation = env, template.has_generation
         self._base = len(template.text)
 

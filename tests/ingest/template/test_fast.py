@@ -14,8 +14,9 @@ import pytest
 
 from packshard.errors import TemplateError
 from packshard.ingest.template import fast
-from packshard.ingest.template.fast import Renderer, screen, with_renderer
+from packshard.ingest.template.fast import Renderer, with_renderer
 from packshard.ingest.template.render import CHATML, compile_template, render_chat
+from packshard.ingest.template.screen import screen
 
 pytest.importorskip("minijinja")
 
