@@ -264,12 +264,12 @@ def backends_entry(
 
 
 def backend_note(entry: dict[str, Any]) -> str | None:
-    """One line per step (render, encode) where ``auto`` did not choose the fast library."""
+    """One line for the user naming each step (render, encode) ``auto`` left on the reference."""
     lines = []
     render = entry.get("render") or {}
     if render.get("requested") == "auto" and render.get("name") != "minijinja":
-        lines.append(f"--backend auto: rendering with jinja2: {render.get('reason')}")
+        lines.append(f"rendering with jinja2: {render.get('reason')}")
     encode = entry.get("encode") or {}
     if encode.get("requested") == "auto" and encode.get("name") != FAST:
-        lines.append(f"--backend auto: encoding with tokenizers: {encode.get('reason')}")
-    return "; ".join(lines) or None
+        lines.append(f"encoding with tokenizers: {encode.get('reason')}")
+    return f"--backend auto: {'; '.join(lines)}" if lines else None

@@ -166,3 +166,24 @@ def test_a_pack_without_minijinja_says_once_that_it_renders_in_the_sandbox(
     ]
     render = result.manifest["environment"]["backends"]["render"]
     assert render["name"] == "jinja2" and render["requested"] == "auto"
+
+
+def test_one_line_names_each_step_auto_left_on_the_reference():
+    from packshard.ingest.tokens.backends import backend_note
+
+    why = "is not installed (pip install 'packshard[fast]')"
+    both = {
+        "render": {"name": "jinja2", "requested": "auto", "reason": f"minijinja {why}"},
+        "encode": {"name": "tokenizers", "requested": "auto", "reason": f"fastokens {why}"},
+    }
+    assert backend_note(both) == (
+        f"--backend auto: rendering with jinja2: minijinja {why}; "
+        f"encoding with tokenizers: fastokens {why}"
+    )
+    fast = {"name": "minijinja", "requested": "auto", "reason": "canary equal"}
+    assert backend_note({**both, "render": fast}) == (
+        f"--backend auto: encoding with tokenizers: fastokens {why}"
+    )
+    assert (
+        backend_note({"render": {"name": "jinja2"}, "encode": {"requested": "reference"}}) is None
+    )
