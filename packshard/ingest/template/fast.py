@@ -283,18 +283,23 @@ class Renderer:
         }
 
 
-_RENDERERS: dict[tuple[str, str, str], Renderer] = {}
+_RENDERERS: dict[tuple[int, str, str], tuple[Any, Renderer]] = {}
 _CHOOSING = threading.Lock()
 
 
 def renderer_for(template: ChatTemplate, variables: dict[str, Any], backend: str) -> Renderer:
-    """Return the run's renderer for ``template`` under ``--backend backend`` (decided once)."""
-    key = (template.sha256, json.dumps(variables, sort_keys=True, default=str), backend)
+    """Return the run's renderer for ``template`` under ``--backend backend`` (decided once).
+
+    Keyed by the compiled template (a loaded template and its bounded copies share it; each
+    load decides anew, as each loaded tokenizer does for its encoder), which the cache holds
+    so that its id is not reused.
+    """
+    key = (id(template.compiled), json.dumps(variables, sort_keys=True, default=str), backend)
     with _CHOOSING:
         found = _RENDERERS.get(key)
         if found is None:
-            found = _RENDERERS[key] = Renderer(template, variables, backend)
-        return found
+            found = _RENDERERS[key] = (template.compiled, Renderer(template, variables, backend))
+        return found[1]
 
 
 def with_renderer(

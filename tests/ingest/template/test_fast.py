@@ -31,7 +31,7 @@ TOOLS = [{"type": "function", "function": {"name": "f", "description": "ünï", 
 
 
 def _both(text: str, messages=CHAT, tools=None, prompt=False, limit=1 << 20):
-    template = compile_template(text, "t.jinja").bounded(limit, 2.0)
+    template = compile_template(text, "t.jinja").bounded(limit, 60.0)  # a busy machine
     routed = with_renderer(template, {}, "fast")
     assert routed is not None and routed.fast is not None, screen(text)
     return routed, template
@@ -102,10 +102,10 @@ def test_raise_exception_is_the_sandboxs_reject():
 
 def test_over_fuel_or_size_the_sandbox_renders_or_rejects():
     text = "{% for m in messages %}{{ m.content }}{% endfor %}"
-    many = [{"role": "user", "content": "x"}] * 200_000  # fuel: 64 MiB / ~5 MB of record
+    many = [{"role": "user", "content": "x"}] * 50_000  # fuel: 64 MiB / 1.3 MB of record: 50
     routed, _ = _both(text)
     assert routed.fast.render(routed, many, None, {}, False) is None
-    assert render_chat(routed, many, None, {})[0] == "x" * 200_000
+    assert render_chat(routed, many, None, {})[0] == "x" * 50_000
     small, _ = _both(text, limit=1000)
     big = [{"role": "user", "content": "y" * 2000}]
     assert small.fast.render(small, big, None, {}, False) is None
