@@ -103,6 +103,16 @@ BATTERY = {
         "{% for i in range(99999) %}{{ 'x' * 999 }}{% endfor %}",
         (big(1_054_944, "rendered text"),),
     ),
+    # reaching for internals: refused by the sandbox, screened out of the fast renderer
+    "underscore item": (
+        "{{ messages[0]['__class__'] }}",
+        ("underscore item: template tried to leave the sandbox: access to attribute '__class__'",),
+    ),
+    # passes the fast renderer's screen: minijinja runs it, fails, and the sandbox says why
+    "raise in a loop": (
+        "{% for m in messages %}{{ raise_exception('no ' ~ m.role) }}{% endfor %}",
+        ("template raised: no user (template line 1)",),
+    ),
 }
 
 DRIVER = """
