@@ -71,8 +71,9 @@ TURN_POLICIES = ("as_rendered", "expand")
 REASONING_MARKERS = ("<think>", "</think>")
 """Default ``--reasoning-markers``: the opening and closing marker of an inline block."""
 BACKENDS = ("auto", "fast", "reference")
-"""``--backend``: which library encodes (:mod:`packshard.ingest.tokens.backends`); auto proves the
-fast one on a canary and the first records before it trusts it."""
+"""``--backend``: which libraries render and encode (:mod:`packshard.ingest.template.fast`,
+:mod:`packshard.ingest.tokens.backends`); auto proves the fast ones on a canary and the first
+records before it trusts them."""
 
 
 def check_choice(option: str, value: str, allowed: Sequence[str]) -> None:

@@ -11,16 +11,25 @@ tokens, then, interleaved, best of ``--rounds``:
     this process beforehand, not timed), batches of 1,024, ids read out: the baseline the
     issue names; (d) ``encode_batch_fast`` (no offsets) beside it.
 
-Ratios: tokens/s of (a) and (b) over (c); (a) over (b).  Run it at 2M tokens here; the final
-figure wants ``--min-tokens 20000000`` (startup then weighs what it weighs in a real job).
+Ratios: tokens/s of (a) and (b) over (c); (a) over (b), in wall time and in CPU seconds (the
+child's user + system time; ``encode_batch`` runs on every core, so on a busy machine the CPU
+ratio is the steadier one).  Run it at 2M tokens here; the final figure wants
+``--min-tokens 20000000`` (startup then weighs what it weighs in a real job).
+
+With ``--trl``, (e) TRL's own preparation of the same chat records: ``datasets.map`` with
+``apply_chat_template(..., return_assistant_tokens_mask=True)`` (transformers, same tokenizer
+and template), then ``trl.pack_dataset(strategy="bfd")``, CPU seconds in this process
+(tokenizer load not counted); the ratio is (e)'s CPU seconds over (a)'s per token.
 
     python scripts/bench_backends.py [--min-tokens 2000000] [--rounds 1] [--families qwen3,phi3]
+        [--trl]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -64,17 +73,61 @@ def rendered_texts(tokenizer: Path, template: str | None, files: list[Path]) -> 
     return texts
 
 
-def bare(tokenizer: Path, texts: list[str], fast: bool) -> tuple[float, int]:
-    """Seconds and tokens of bare ``tokenizers`` encoding (tokenizer load not timed)."""
+def chats(files: list[Path]) -> list[list[dict]]:
+    """The chat records of ``files`` as message dicts (what TRL's preparation is given)."""
+    from packshard.ingest.normalize import normalize_record
+    from packshard.ingest.read.sources import expand_inputs, read_records
+    from packshard.ingest.types import IngestOptions
+
+    out = []
+    for f in expand_inputs([str(p) for p in files]):
+        for raw in read_records(f, options=IngestOptions()):
+            try:
+                conv = normalize_record(raw)
+            except Exception:
+                continue
+            if conv.messages:
+                out.append([{"role": m.role, "content": m.content} for m in conv.messages])
+    return out
+
+
+def trl(tokenizer: Path, template: str | None, records: list[list[dict]]) -> tuple[float, int]:
+    """CPU seconds and tokens of TRL's preparation: map with assistant masks, then BFD."""
+    from datasets import Dataset, disable_progress_bars
+    from transformers import AutoTokenizer
+    from trl.data_utils import pack_dataset
+
+    disable_progress_bars()
+    tok = AutoTokenizer.from_pretrained(str(tokenizer))
+    if template is not None and template.endswith(".jinja"):
+        tok.chat_template = Path(template).read_text()
+    ds = Dataset.from_dict({"messages": records})
+    start = time.process_time()
+
+    def prepare(example: dict) -> dict:
+        out = tok.apply_chat_template(
+            example["messages"], tokenize=True, return_dict=True,
+            return_assistant_tokens_mask=True,
+        )  # fmt: skip
+        return {"input_ids": out["input_ids"], "assistant_masks": out["assistant_masks"]}
+
+    mapped = ds.map(prepare, remove_columns=["messages"])
+    packed = pack_dataset(mapped, seq_length=MAX_SEQ_LEN, strategy="bfd")
+    seconds = time.process_time() - start
+    return seconds, sum(len(x) for x in packed["input_ids"])
+
+
+def bare(tokenizer: Path, texts: list[str], fast: bool) -> tuple[float, int, float]:
+    """Seconds, tokens and CPU seconds of bare ``tokenizers`` encoding (load not timed)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
     encode = tok.encode_batch_fast if fast else tok.encode_batch
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     n = 0
     for i in range(0, len(texts), 1024):
         n += sum(len(e.ids) for e in encode(texts[i : i + 1024], add_special_tokens=False))
-    return time.perf_counter() - start, n
+    return time.perf_counter() - start, n, time.process_time() - cpu
 
 
 def pack(tokenizer: Path, template: str | None, files: list[Path], out: Path, backend: str):
@@ -85,12 +138,15 @@ def pack(tokenizer: Path, template: str | None, files: list[Path], out: Path, ba
     cmd += ["--backend", backend, "--overwrite", "--no-progress"]
     if template is not None:
         cmd += ["--template", template]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     manifest = json.loads((out / "manifest.json").read_text())
     shutil.rmtree(out)
-    return seconds, int(manifest["stats"]["tokens_in"]), manifest["environment"]["backends"]
+    return seconds, int(manifest["stats"]["tokens_in"]), cpu, manifest["environment"]["backends"]
 
 
 def inputs(folder: Path, tokens_per_copy: int, min_tokens: int) -> list[Path]:
@@ -110,6 +166,7 @@ def main() -> None:
     parser.add_argument("--min-tokens", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--families", default="qwen3,phi3")
+    parser.add_argument("--trl", action="store_true", help="also TRL's preparation (slow)")
     args = parser.parse_args()
     if not (SHARED / "chat").is_dir():
         sys.exit(f"{SHARED} not found: this benchmark needs the shared chat data")
@@ -121,29 +178,48 @@ def main() -> None:
             per_copy = bare(tokenizer, once, True)[1]
             files = inputs(Path(tmp), per_copy, args.min_tokens)
             texts = once * (len(files) // len(list((SHARED / "chat").glob("*.json*"))))
-            best: dict[str, tuple[float, int]] = {}
+            best: dict[str, tuple[float, int, float]] = {}
             used = {}
             for _ in range(args.rounds):
                 for name in ("fast", "reference", "encode_batch", "encode_batch_fast"):
                     if name.startswith("encode"):
                         took = bare(tokenizer, texts, name.endswith("fast"))
                     else:
-                        s, n, used[name] = pack(tokenizer, template, files, Path(tmp) / "o", name)
-                        took = (s, n)
+                        s, n, c, used[name] = pack(
+                            tokenizer, template, files, Path(tmp) / "o", name
+                        )
+                        took = (s, n, c)
                     if name not in best or took[0] < best[name][0]:
                         best[name] = took
-        rate = {k: n / s for k, (s, n) in best.items()}
+            trl_took = trl(tokenizer, template, chats(files)) if args.trl else None
+        rate = {k: n / s for k, (s, n, _) in best.items()}
+        cpu_rate = {k: n / c for k, (_, n, c) in best.items()}
         print(f"\n{family}: {tok_name}, template {template or 'tokenizer config'}, "
               f"{best['reference'][1]:,} tokens packed, best of {args.rounds}")  # fmt: skip
-        for name, (s, _) in best.items():
-            print(f"  {name:18s} {s:8.2f} s  {rate[name] / 1e6:6.2f} M tokens/s")
-        base = rate["encode_batch"]
-        print(f"  pack --backend fast      / encode_batch: {rate['fast'] / base:5.2f}x")
-        print(f"  pack --backend reference / encode_batch: {rate['reference'] / base:5.2f}x")
+        for name, (s, _, c) in best.items():
+            print(
+                f"  {name:18s} {s:8.2f} s  {rate[name] / 1e6:6.2f} M tokens/s   "
+                f"{c:8.2f} CPU-s  {cpu_rate[name] / 1e6:6.2f} M tokens/CPU-s"
+            )
+        base, cpu_base = rate["encode_batch"], cpu_rate["encode_batch"]
+        for name in ("fast", "reference"):
+            print(
+                f"  pack --backend {name:9s} / encode_batch: {rate[name] / base:5.2f}x wall, "
+                f"{cpu_rate[name] / cpu_base:5.2f}x CPU"
+            )
         print(
             f"  pack fast / pack reference:              {rate['fast'] / rate['reference']:5.2f}x"
         )
-        print(f"  encoder used by --backend fast: {used['fast']['encode']['name']}")
+        if trl_took is not None:
+            trl_rate = trl_took[1] / trl_took[0]
+            print(
+                f"  TRL map + pack_dataset(bfd): {trl_took[0]:.2f} CPU-s for {trl_took[1]:,} "
+                f"tokens; pack --backend fast uses {trl_rate and cpu_rate['fast'] / trl_rate:.2f}x "
+                "fewer CPU-seconds per token"
+            )
+        for step in ("render", "encode"):
+            entry = used["fast"][step]
+            print(f"  {step} by --backend fast: {entry['name']} {entry.get('version') or ''}")
 
 
 if __name__ == "__main__":

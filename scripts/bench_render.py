@@ -1,18 +1,16 @@
-"""Probe: minijinja against packshard's Jinja sandbox on the same chat template calls.
+"""Benchmark: the fast renderer (minijinja) against packshard's Jinja sandbox, same calls.
 
-Not used by ``pack`` (rendering stays on the sandbox, see docs/backends.md); this measures what a
-fast renderer would give and whether its text is the same.  Every ``render_chat`` call that
-ingest makes on the shared chat data is recorded (messages, tools, variables), then replayed,
-interleaved, best of ``--rounds`` (CPU seconds):
+Every ``render_chat`` call that ingest makes on the shared chat data is recorded (messages,
+tools, variables), then replayed, best of ``--rounds`` (CPU seconds):
 
-(sandbox)    packshard's ``render_chat`` (immutable sandbox, budgets, generation recorder);
-(minijinja)  ``minijinja.Environment(trim_blocks, lstrip_blocks, pycompat)`` with the HF
-             globals (``raise_exception``, ``strftime_now``) and a ``tojson`` with
-             ``ensure_ascii=False``, keys in given order.
+(sandbox)    packshard's ``render_reference`` (immutable sandbox, budgets, generation recorder);
+(minijinja)  packshard's ``FastRenderer`` (``packshard.ingest.template.fast``): the per-record
+             checks, minijinja, the generation markers cut into spans; a declined record
+             counts as the sandbox rendering it.
 
-Templates with ``{% generation %}`` cannot run on minijinja and are left out.
+Text and ``{% generation %}`` spans are compared call by call.
 
-    pip install minijinja && python scripts/bench_render.py [--rounds 3]
+    pip install 'packshard[fast]' && python scripts/bench_render.py [--rounds 3]
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +28,19 @@ sys.path.insert(0, str(REPO))
 import packshard.ingest.label.spans as spans  # noqa: E402
 from packshard.ingest.normalize import normalize_record  # noqa: E402
 from packshard.ingest.read.sources import expand_inputs, read_records  # noqa: E402
-from packshard.ingest.template.render import load_template, render_chat  # noqa: E402
+from packshard.ingest.template.render import load_template  # noqa: E402
 from packshard.ingest.tokens.tokenizer import load_tokenizer  # noqa: E402
-from packshard.records import IngestOptions  # noqa: E402
+from packshard.ingest.types import IngestOptions  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
-CASES = {"phi-3-mini config": ("phi-3-mini", None), "qwen3 config": ("qwen3", None)}
+TOK = SHARED / "tokenizers"
+CASES = {
+    "phi-3-mini config": ("phi-3-mini", None),
+    "phi-3-mini training": ("phi-3-mini", str(TOK / "phi-3-mini/chat_template.training.jinja")),
+    "qwen3 config": ("qwen3", None),
+    "qwen3 training": ("qwen3", str(TOK / "qwen3/chat_template.training.jinja")),
+    "phi-2 chatml": ("phi-2", "chatml"),
+}
 
 
 def recorded_calls(tok: str, template: str | None) -> tuple[Any, list[tuple]]:
@@ -65,53 +69,44 @@ def recorded_calls(tok: str, template: str | None) -> tuple[Any, list[tuple]]:
     return tmpl, calls
 
 
-def minijinja_env(source: str) -> Any:
-    import minijinja
-
-    def raise_exception(message: str) -> None:
-        raise minijinja.TemplateError(message)
-
-    env = minijinja.Environment(
-        trim_blocks=True, lstrip_blocks=True, pycompat=True, keep_trailing_newline=False
-    )
-    env.add_function("raise_exception", raise_exception)
-    env.add_function("strftime_now", lambda fmt: datetime.now().strftime(fmt))
-    env.add_filter(
-        "tojson",
-        lambda x, indent=None: minijinja.safe(json.dumps(x, ensure_ascii=False, indent=indent)),
-    )
-    env.add_template("chat", source)
-    return env
-
-
 def main() -> None:
+    from packshard.ingest.template.fast import FastRenderer
+    from packshard.ingest.template.render import render_reference
+    from packshard.ingest.template.screen import screen
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     for case, (tok, template) in CASES.items():
         tmpl, calls = recorded_calls(tok, template)
-        if tmpl.has_generation:
-            print(f"{case}: {{% generation %}} template, left out")
+        if (why := screen(tmpl.text)) is not None:
+            print(f"{case}: not screened in ({why})")
             continue
-        env = minijinja_env(tmpl.text)
+        fast = FastRenderer(tmpl)
         best = {"sandbox": float("inf"), "minijinja": float("inf")}
-        texts: dict[str, list[str]] = {}
+        out: dict[str, list] = {}
         for _ in range(args.rounds):
             start = time.process_time()
-            texts["sandbox"] = [render_chat(tmpl, m, t, v, g)[0] for m, t, v, g in calls]
+            want = []
+            for m, t, v, g in calls:
+                try:
+                    want.append(render_reference(tmpl, m, t, v, g))
+                except Exception:
+                    want.append(None)
             best["sandbox"] = min(best["sandbox"], time.process_time() - start)
             start = time.process_time()
-            out = []
-            for m, t, v, g in calls:
-                ctx = {**v, "messages": m, "tools": t, "add_generation_prompt": g}
-                out.append(env.render_template("chat", **ctx))
+            got = [fast.render(tmpl, m, t, v, g) for m, t, v, g in calls]
             best["minijinja"] = min(best["minijinja"], time.process_time() - start)
-            texts["minijinja"] = out
-        same = sum(a == b for a, b in zip(texts["sandbox"], texts["minijinja"], strict=True))
+            out = {"sandbox": want, "minijinja": got}
+        declined = sum(g is None for g in out["minijinja"])
+        same = sum(
+            g == w for g, w in zip(out["minijinja"], out["sandbox"], strict=True) if g is not None
+        )
         print(
             f"{case}: {len(calls):,} renders; sandbox {best['sandbox']:.2f} s, minijinja "
-            f"{best['minijinja']:.2f} s ({best['sandbox'] / best['minijinja']:.1f}x); "
-            f"text equal {same:,}/{len(calls):,}"
+            f"{best['minijinja']:.2f} s ({best['sandbox'] / best['minijinja']:.1f}x); text and "
+            f"spans equal {same:,}/{len(calls) - declined:,} ({declined:,} declined: the "
+            "sandbox renders them)"
         )
 
 

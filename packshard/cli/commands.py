@@ -71,6 +71,7 @@ def profile(
     from packshard.cli.tables import render_profile_table, render_rejects
     from packshard.ingest.markers import check_markers
     from packshard.ingest.read.sources import expand_inputs
+    from packshard.ingest.template.fast import render_entry
     from packshard.ingest.template.render import load_template
     from packshard.ingest.tokens.backends import backend_note, backends_entry
     from packshard.ingest.tokens.tokenizer import load_tokenizer
@@ -85,7 +86,8 @@ def profile(
     loaded = bundle, load_template(config.template, bundle)
     check_markers(bundle, loaded[1], allow_split_markers)
     report = profile_inputs(files, config, _show_progress(progress), loaded)
-    if note := backend_note(backends_entry(bundle, config.ingest.backend)):
+    rendered = render_entry(loaded[1], bundle.special_tokens_map, config.ingest.backend)
+    if note := backend_note(backends_entry(bundle, config.ingest.backend, rendered)):
         warn(note)
     console = _console()
     console.print(render_profile_table(report))

@@ -137,8 +137,9 @@ INGEST = group(
         default="auto",
         show_default=True,
         type=click.Choice(BACKENDS),
-        help="Encoder: fast (pip install 'packshard[fast]'), reference (tokenizers), or auto "
-        "(fast where a canary and the first records encode the same both ways).",
+        help="Renderer and encoder: fast (minijinja, fastokens; pip install 'packshard[fast]'), "
+        "reference (Jinja's sandbox, tokenizers), or auto (fast where a canary and the first "
+        "records render and encode the same both ways).",
     ),
     click.option(
         "--progress/--no-progress",

@@ -122,15 +122,21 @@ def environment_drift(manifest: Mapping[str, Any], running: Mapping[str, Any]) -
 
 
 def encoded_by(manifest: Mapping[str, Any]) -> str:
-    """Return `` (encoded by LIB VERSION …)`` when the pack was not encoded by the reference."""
-    encode = ((manifest.get("environment") or {}).get("backends") or {}).get("encode") or {}
-    name = encode.get("name")
-    if not name or name == "tokenizers":
-        return ""
-    return (
-        f" (encoded by {name} {encode.get('version') or '?'} with --backend "
-        f"{encode.get('requested')}; verify re-encodes with tokenizers)"
-    )
+    """Return `` (rendered by … / encoded by LIB VERSION …)`` for each step a fast library did."""
+    backends = (manifest.get("environment") or {}).get("backends") or {}
+    render, encode = backends.get("render") or {}, backends.get("encode") or {}
+    out = ""
+    if render.get("name") not in (None, "jinja2"):
+        out += (
+            f" (rendered by {render['name']} {render.get('version') or '?'} with --backend "
+            f"{render.get('requested')}; verify re-renders in Jinja's sandbox)"
+        )
+    if encode.get("name") not in (None, "tokenizers"):
+        out += (
+            f" (encoded by {encode['name']} {encode.get('version') or '?'} with --backend "
+            f"{encode.get('requested')}; verify re-encodes with tokenizers)"
+        )
+    return out
 
 
 def likely_cause(drift: Sequence[Drift]) -> str:

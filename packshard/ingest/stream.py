@@ -52,6 +52,7 @@ from packshard.ingest.normalize import is_encodable, normalize_record
 from packshard.ingest.pairs import is_preference
 from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import read_records
+from packshard.ingest.template.fast import with_renderer
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.tokens.labels import encode_texts, label_batch
 from packshard.ingest.tokens.metaspace import FlatIds
@@ -227,6 +228,7 @@ def _render_pieces(
     piece = min(FIRST_PIECE, options.batch_size)
     if template is not None:
         template = template.bounded(options.max_record_bytes, options.template_timeout)
+        template = with_renderer(template, bundle.special_tokens_map, options.backend)
     for f in files:
         for raw in read(f, options=options):
             seq += 1

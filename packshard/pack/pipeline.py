@@ -70,6 +70,7 @@ from packshard.ingest.label.reasoning import reasoning_field
 from packshard.ingest.loaded import sharing
 from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import InputFile, expand_inputs
+from packshard.ingest.template.fast import render_entry
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
 from packshard.ingest.tokens.backends import backend_note, backends_entry
@@ -252,7 +253,11 @@ def _pack_into(
         engine={"name": engine.name, "workers": engine.workers, **info},
         environment={
             **pack_environment(template_conventions()),
-            "backends": backends_entry(bundle, config.ingest.backend),
+            "backends": backends_entry(
+                bundle,
+                config.ingest.backend,
+                render_entry(template, bundle.special_tokens_map, config.ingest.backend),
+            ),
         },
     )
     manifest["files"]["card"] = write_card(tmp, manifest)  # README.md: load_dataset(OUT) reads it

@@ -91,3 +91,38 @@ def test_verify_of_an_honest_fast_pack_is_clean(tmp_path, demo_tokenizer):
     result = _pack(tmp_path, demo_tokenizer, "fast")
     report = verify_dataset(str(result.out), VerifyOptions(model="none", source=True))
     assert report.findings.count() == 0
+
+
+@pytest.fixture
+def misrendered(monkeypatch):
+    from packshard.ingest.template import fast
+
+    real = fast.FastRenderer.render
+
+    def render(self, *args):
+        got = real(self, *args)
+        if got is None or WRONG_IN not in got[0]:
+            return got
+        return got[0].replace("Billing", "Billinq"), got[1]  # same length: spans still fit
+
+    monkeypatch.setattr(fast, "_RENDERERS", {})
+    monkeypatch.setattr(fast.FastRenderer, "render", render)
+
+
+def test_a_wrong_fast_renderer_is_refused_by_auto_and_found_by_verify(
+    tmp_path, demo_tokenizer, misrendered
+):
+    result = _pack(tmp_path, demo_tokenizer, "auto")
+    render = result.manifest["environment"]["backends"]["render"]
+    assert render["name"] == "jinja2"
+    assert render["reason"].startswith("minijinja differs on the input: ")
+    notes = [w for w in result.warnings if w.startswith("--backend auto")]
+    assert len(notes) == 1 and "rendering with jinja2: minijinja differs" in notes[0]
+    reference = _pack(tmp_path, demo_tokenizer, "reference")
+    assert _digests(result.out) == _digests(reference.out)
+    forced = _pack(tmp_path, demo_tokenizer, "fast")
+    assert forced.manifest["environment"]["backends"]["render"]["name"] == "minijinja"
+    report = verify_dataset(str(forced.out), VerifyOptions(model="none", source=True))
+    findings = [f for f in report.findings.items if f.check == "source"]
+    assert findings, "a changed text must be a source finding"
+    assert all("rendered by minijinja 3.1.0 with --backend fast" in f.message for f in findings)

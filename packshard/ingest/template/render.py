@@ -93,6 +93,8 @@ class ChatTemplate:
     compiled: jinja2.Template = field(repr=False, compare=False)
     flat_globals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     limits: RenderLimits = field(default=RenderLimits(), compare=False)
+    fast: Any = field(default=None, repr=False, compare=False)
+    """The run's fast renderer (:mod:`packshard.ingest.template.fast`), None for the sandbox."""
 
     @property
     def label_spans(self) -> str:
@@ -102,6 +104,10 @@ class ChatTemplate:
     def bounded(self, max_chars: int, seconds: float) -> ChatTemplate:
         """Return this template rendering under the given size and time budget."""
         return dataclasses.replace(self, limits=RenderLimits(max_chars, seconds))
+
+    def routed(self, renderer: Any) -> ChatTemplate:
+        """Return this template rendering through ``renderer`` first (else the sandbox)."""
+        return dataclasses.replace(self, fast=renderer)
 
 
 def compile_template(text: str, source: str) -> ChatTemplate:
@@ -196,6 +202,26 @@ def render_chat(
     add_generation_prompt: bool = False,
 ) -> tuple[str, list[tuple[int, int]]]:
     """Render one conversation; return the text and the ``{% generation %}`` spans.
+
+    The template's fast renderer renders first where it has one; where it declines (a
+    record it cannot prove, an error, a limit) the sandbox renders, so every reject is the
+    sandbox's (:func:`render_reference`).
+    """
+    if template.fast is not None:
+        got = template.fast.render(template, messages, tools, variables, add_generation_prompt)
+        if got is not None:
+            return got
+    return render_reference(template, messages, tools, variables, add_generation_prompt)
+
+
+def render_reference(
+    template: ChatTemplate,
+    messages: list[dict[str, Any]],
+    tools: list[Any] | None,
+    variables: dict[str, Any],
+    add_generation_prompt: bool = False,
+) -> tuple[str, list[tuple[int, int]]]:
+    """Render one conversation in the sandbox; return the text and the generation spans.
 
     Raises:
         TemplateSecurityError: the template reached outside the sandbox.

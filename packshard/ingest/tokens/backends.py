@@ -214,20 +214,62 @@ def encoder_for(bundle: TokenizerBundle, backend: str) -> Encoder:
 _CHOOSING = threading.Lock()
 
 
-def backends_entry(bundle: TokenizerBundle, backend: str) -> dict[str, Any]:
+def check_forced(bundle: TokenizerBundle, backend: str) -> None:
+    """Stop a forced ``--backend fast`` at once on the reasons that cost nothing to find.
+
+    Raises:
+        UsageError: fastokens is not installed, or labels need offsets.
+
+    """
+    if backend == "fast" and installed_version(FAST) is None:
+        raise UsageError(
+            f"--backend fast: {FAST} is not installed ({INSTALL}) (use --backend auto or reference)"
+        )
+    if backend == "fast" and bundle.aligner is None:
+        raise UsageError(
+            f"--backend fast: {FAST} gives no offsets, and this tokenizer family's labels need "
+            "them (use --backend auto or reference)"
+        )
+
+
+def warm_encoder(bundle: TokenizerBundle, backend: str) -> None:
+    """Decide the run's encoder on a background thread (loading fastokens takes seconds).
+
+    The Rust loader releases the GIL, so the first records are read and rendered meanwhile;
+    the first encode waits for the decision (:func:`encoder_for` holds its lock while it is
+    made).  A failure is raised again by that first encode, where the run stops.
+    """
+
+    def decide() -> None:
+        try:
+            encoder_for(bundle, backend)
+        except Exception:  # raised again by the first encode
+            pass
+
+    threading.Thread(target=decide, name="packshard-encoder", daemon=True).start()
+
+
+def backends_entry(
+    bundle: TokenizerBundle, backend: str, render: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Return the manifest's ``environment.backends``: what rendered and what encoded.
 
-    Rendering is always the reference sandbox (Jinja's ``ImmutableSandboxedEnvironment``).
+    ``render`` is the renderer's entry (:mod:`packshard.ingest.template.fast`); None means
+    the reference sandbox (Jinja's ``ImmutableSandboxedEnvironment``).
     """
     return {
-        "render": {"name": "jinja2", "version": installed_version("jinja2")},
+        "render": render or {"name": "jinja2", "version": installed_version("jinja2")},
         "encode": encoder_for(bundle, backend).entry(),
     }
 
 
 def backend_note(entry: dict[str, Any]) -> str | None:
-    """One line for the user when ``auto`` did not choose the fast encoder; None otherwise."""
+    """One line for the user naming each step (render, encode) ``auto`` left on the reference."""
+    lines = []
+    render = entry.get("render") or {}
+    if render.get("requested") == "auto" and render.get("name") != "minijinja":
+        lines.append(f"rendering with jinja2: {render.get('reason')}")
     encode = entry.get("encode") or {}
-    if encode.get("requested") != "auto" or encode.get("name") == FAST:
-        return None
-    return f"--backend auto: encoding with tokenizers: {encode.get('reason')}"
+    if encode.get("requested") == "auto" and encode.get("name") != FAST:
+        lines.append(f"encoding with tokenizers: {encode.get('reason')}")
+    return f"--backend auto: {'; '.join(lines)}" if lines else None

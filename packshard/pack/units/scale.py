@@ -41,8 +41,9 @@ from packshard.format.rejects import RejectsWriter
 from packshard.ingest.markers import check_markers
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import plan_splits
+from packshard.ingest.template.fast import renderer_for
 from packshard.ingest.template.render import ChatTemplate, load_template
-from packshard.ingest.tokens.backends import encoder_for
+from packshard.ingest.tokens.backends import check_forced, warm_encoder
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
 from packshard.pack.spill import Spill
@@ -79,9 +80,10 @@ class DriverLoad:
         bundle = load_tokenizer(self._config.tokenizer)
         template = load_template(self._config.template, bundle)
         check_markers(bundle, template, self._config.allow_split_markers)
-        encoder_for(
-            bundle, self._config.ingest.backend
-        )  # the canary; a forced fast that cannot stops
+        check_forced(bundle, self._config.ingest.backend)  # before any record is read
+        warm_encoder(bundle, self._config.ingest.backend)  # the canary, while records render
+        if template is not None and self._config.ingest.backend != "reference":
+            renderer_for(template, bundle.special_tokens_map, self._config.ingest.backend)
         return bundle, template
 
     def result(self) -> tuple[TokenizerBundle, ChatTemplate | None]:

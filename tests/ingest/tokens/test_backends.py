@@ -74,6 +74,8 @@ def test_fast_and_reference_write_the_same_bytes(shared_data, tmp_path, case):
         encode = result.manifest["environment"]["backends"]["encode"]
         assert encode["name"] == ("fastokens" if backend == "fast" else "tokenizers")
         assert encode["requested"] == backend and encode["version"]
+        render = result.manifest["environment"]["backends"]["render"]
+        assert render["name"] == ("minijinja" if backend == "fast" else "jinja2"), render
         made[backend] = _digests(result.out)
     assert "examples.parquet" in made["fast"] and len(made["fast"]) > 1
     assert made["fast"] == made["reference"]
@@ -100,6 +102,7 @@ def test_demo_fast_and_reference_write_the_same_bytes(tmp_path, demo_tokenizer):
     reference = _demo(tmp_path, demo_tokenizer, "reference")
     manifest = json.loads((fast / "manifest.json").read_text())
     assert manifest["environment"]["backends"]["encode"]["name"] == "fastokens"
+    assert manifest["environment"]["backends"]["render"]["name"] == "minijinja"
     assert len(_digests(fast)) > 2 and _digests(fast) == _digests(reference)
 
 
