@@ -96,8 +96,8 @@ class FastRenderer:
             trim_blocks=True, lstrip_blocks=True, pycompat=True, keep_trailing_newline=False
         )
         env.debug = False
-        env.add_function("raise_exception", _raise)
-        env.add_function("strftime_now", lambda fmt: datetime.now().strftime(fmt))
+        env.add_global("raise_exception", _raise)
+        env.add_global("strftime_now", lambda fmt: datetime.now().strftime(fmt))
         env.add_filter("tojson", _tojson)
         env.add_global("packshard_open", OPEN)
         env.add_global("packshard_close", CLOSE)
