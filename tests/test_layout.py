@@ -244,20 +244,48 @@ def test_every_module_documents_itself() -> None:
     assert not undocumented, f"modules without a docstring: {undocumented}"
 
 
-def test_the_readme_module_map_lists_every_module() -> None:
-    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    block = readme.split("## Layout", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
-    listed: set[str] = set()
-    folders: list[tuple[int, str]] = []  # (indent, "a/b/") of the open folders
+def _tree(text: str, heading: str) -> tuple[set[str], set[str]]:
+    """Return the modules and the folders a ``text`` tree block under ``heading`` names."""
+    block = text.split(heading, 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    modules: set[str] = set()
+    folders: set[str] = set()
+    open_folders: list[tuple[int, str]] = []  # (indent, "a/b/") of the open folders
     for line in block.splitlines()[1:]:
         name = line.strip().split(" ", 1)[0]
         indent = len(line) - len(line.lstrip())
-        while folders and folders[-1][0] >= indent:
-            folders.pop()
-        parent = folders[-1][1] if folders else ""
+        while open_folders and open_folders[-1][0] >= indent:
+            open_folders.pop()
+        parent = open_folders[-1][1] if open_folders else ""
         if name.endswith("/"):
-            folders.append((indent, f"{parent}{name}"))
+            open_folders.append((indent, f"{parent}{name}"))
+            folders.add(f"{parent}{name}")
         elif name.endswith(".py"):
-            listed.add(f"{parent}{name}")
-    actual = {str(p.relative_to(PACKAGE)) for p in _modules() if p.name != "__init__.py"}
+            modules.add(f"{parent}{name}")
+    return modules, folders
+
+
+def _package_tree() -> tuple[set[str], set[str]]:
+    modules = {str(p.relative_to(PACKAGE)) for p in _modules() if p.name != "__init__.py"}
+    folders = {
+        f"{p.parent.relative_to(PACKAGE)}/" for p in _modules() if p.name == "__init__.py"
+    } - {"./"}
+    return modules, folders
+
+
+def test_the_module_map_lists_every_module() -> None:
+    text = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    listed, listed_folders = _tree(text, "## Module map")
+    actual, folders = _package_tree()
     assert listed == actual, f"missing: {sorted(actual - listed)}, stale: {sorted(listed - actual)}"
+    assert listed_folders == folders
+
+
+def test_the_readme_layout_names_every_folder() -> None:
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    listed, listed_folders = _tree(readme, "## Layout")
+    actual, folders = _package_tree()
+    top = {m for m in actual if "/" not in m}
+    assert listed_folders == folders, (
+        f"missing: {sorted(folders - listed_folders)}, stale: {sorted(listed_folders - folders)}"
+    )
+    assert listed == top, f"missing: {sorted(top - listed)}, stale: {sorted(listed - top)}"
