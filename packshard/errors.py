@@ -91,12 +91,6 @@ class FormatError(PackshardError):
         super().__init__(f"{path}: {problem}")
 
 
-class AuditError(PackshardError):
-    """``verify`` found at least one finding."""
-
-    exit_code = EXIT_DATA
-
-
 class NothingToPackError(PackshardError):
     """Every record was rejected or dropped: ``pack`` writes no output folder."""
 
