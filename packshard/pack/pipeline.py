@@ -190,10 +190,6 @@ def _pack_into(
     bounds, names = split_bounds(
         plan, split_at, config.shards.shard_rows, config.shards.shard_bytes
     )
-    faults = parse_faults(os.environ.get(FAULTS_ENV))
-    shards = write_shards_on(
-        engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults, names
-    )
     resolved, by_policy = loss_policies(spill, plan, config.ingest.loss)
     per_input = records_per_input(spill, tally)
     stats = {
@@ -202,8 +198,19 @@ def _pack_into(
         "reasoning_dropped": reasoning_dropped,
         **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
     }
-    write_examples(tmp / EXAMPLES_NAME, examples_tables(spill, plan, shards, is_eval), dataset_id)
-    del spill, plan  # what is left holds no per-example state
+    # each stage frees what no later one reads: the index before the shards, which read
+    # only the token offsets (the shards' rows are known from the bounds)
+    spill = spill.without("loss_tokens", "parts", "record_ids", "format_codes")
+    shard_rows = [hi - lo for lo, hi in bounds]
+    tables = examples_tables(spill, plan, shard_rows, is_eval)
+    write_examples(tmp / EXAMPLES_NAME, tables, dataset_id)
+    spill = spill.without("source_index", "lines", "starts", "domain_codes", "truncated", "turns")
+    faults = parse_faults(os.environ.get(FAULTS_ENV))
+    shards = write_shards_on(
+        engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults, names
+    )
+    split = is_eval is not None
+    del spill, plan, is_eval, tables  # what is left holds no per-example state
     manifest = build_manifest(
         dataset_id=dataset_id,
         config=config.recorded(),
@@ -218,7 +225,7 @@ def _pack_into(
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
         },
-        shards=shard_entries(shards, is_eval is not None),
+        shards=shard_entries(shards, split),
         loss={"option": config.ingest.loss, "by_format": resolved, "examples_by_policy": by_policy},
         engine={"name": engine.name, "workers": engine.workers, **info},
         environment={

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import io
 import mmap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import ne
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,17 @@ class Spill:
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0]) - 1
+
+    def without(self, *names: str) -> Spill:
+        """Return the spill with the per-example arrays ``names`` emptied.
+
+        The driver drops what no later stage reads, so that its memory is freed before the
+        next stage's working set is made (``pack/pipeline.py``).
+        """
+        dropped: dict[str, Any] = {
+            n: np.zeros(0, getattr(self, n).dtype) for n in names if getattr(self, n) is not None
+        }
+        return replace(self, **dropped)
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return the tokens and labels of flat ranges ``[start, start + length)``, concatenated.

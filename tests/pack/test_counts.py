@@ -145,7 +145,8 @@ def test_pack_stats_by_hand(pack):
 def test_examples_columns_by_example_id(pack):
     spill, plan, _ = pack
     shards = [ShardInfo("s0", 2, 7, 5, 1, "x"), ShardInfo("s1", 1, 2, 1, 1, "y")]
-    columns = {k: v.tolist() for k, v in examples_columns(spill, plan, shards).items()}
+    rows = [s.rows for s in shards]
+    columns = {k: v.tolist() for k, v in examples_columns(spill, plan, rows).items()}
     assert columns == {
         "example_id": [0, 1, 2],
         "source": [0, 1, 1],  # codes into spill.counts.sources

@@ -114,21 +114,28 @@ class WriteTask:
 def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
     inject(task.name, task.faults, Path(task.work) / "_faults" if task.work else None)
-    n = len(task.starts)
-    local = np.arange(n, dtype=np.int64)
-    block = RowPlan.from_segments(
-        task.row_offsets, local, np.zeros(n, np.int64), task.seg_length, task.max_seq_len, "bfd"
-    )
-    block = replace(block, example_id=task.example_id)
 
     def read(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return read_part_ranges(task.parts, starts, lengths)
 
     def tables() -> Iterator[pa.Table]:
-        rows = block.num_rows
+        # one row group's segments at a time: nothing per segment of the whole shard is made
+        offsets = task.row_offsets
+        rows = len(offsets) - 1
         for start in range(0, max(rows, 1), ROW_GROUP_ROWS):
-            sub = block.rows(start, min(start + ROW_GROUP_ROWS, rows))
-            yield assemble_ranges(read, task.starts[sub.seg_example], sub)
+            stop = min(start + ROW_GROUP_ROWS, rows)
+            lo, hi = int(offsets[start]), int(offsets[stop])
+            n = hi - lo
+            sub = RowPlan.from_segments(
+                offsets[start : stop + 1] - lo,
+                np.arange(n, dtype=np.int64),
+                np.zeros(n, np.int64),
+                task.seg_length[lo:hi],
+                task.max_seq_len,
+                "bfd",
+            )
+            sub = replace(sub, example_id=task.example_id[lo:hi])
+            yield assemble_ranges(read, task.starts[lo:hi], sub)
 
     folder = Path(task.folder)
     attempt = f".{task.name}.attempt-{uuid.uuid4().hex[:12]}"
