@@ -4,16 +4,19 @@ Stages, each its own module, in this order::
 
     expand_inputs ─► ingest (read, normalize, render, tokenize, label)
       ─► SpillWriter (overlong policy) ─► plan_packs (lengths only) ─► finalize_plan
-      ─► shuffle rows (seed) ─► assemble_rows + write_shard, one row group at a time
-      ─► examples index, rejects, stats ─► dataset card ─► manifest (last)
+      ─► shuffle rows (seed) ─► stats ─► examples index ─► assemble_ranges + write_shard
+      ─► rejects ─► dataset card ─► manifest (last)
 
-Memory holds the per-example integers and two row groups of a shard; tokens wait on disk in
-the spill.  Measured (``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token
-records minus that at 200k, over 1.8M, ``--workers 1``): 204 bytes an example, 318 before
-the spill, merge, plan and examples index were made compact (``docs/scale.md``; the figure
-includes two bounded buffers that grow up to 1M examples).  Each stage returns a typed
-value (the spill with what it accepted, the rejects file's tally, the plan, the shards'
-entries) and :func:`pack_stats` combines them once.
+Memory holds the per-example integers, one chunk of the examples index and two row groups
+of a shard; tokens wait on disk in the spill.  Each stage drops the spill columns no later
+stage reads (:meth:`~packshard.pack.spill.Spill.without`): the statistics read them all,
+the index its own, the shards only the token offsets.  Measured
+(``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token records minus that at
+200k, over 1.8M, ``--workers 1``): 118.8 bytes an example (204 before the plan was int32
+from the start and the stages dropped what they no longer need, 318 before the arrays were
+compact); from 2M to 4M, past the bounded buffers, 72.2 (``docs/scale.md``).  Each stage
+returns a typed value (the spill with what it accepted, the rejects file's tally, the
+plan, the shards' entries) and :func:`pack_stats` combines them once.
 
 Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves

@@ -38,7 +38,7 @@ from packshard.format.shards import (
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
 from packshard.pack.units.parts import PartFiles, read_part_ranges
-from packshard.pack.write.assemble import assemble_ranges, assemble_rows
+from packshard.pack.write.assemble import assemble_ranges
 
 BYTES_PER_TOKEN_ESTIMATE = 2.5
 
@@ -85,12 +85,6 @@ def shard_entries(shards: list[ShardInfo], split: bool) -> list[dict[str, object
     return [
         {**s.to_dict(), "split": "eval" if s.path.startswith(kind) else "train"} for s in shards
     ]
-
-
-def row_groups(spill: Spill, plan: RowPlan, lo: int, hi: int) -> Iterator[pa.Table]:
-    """Assemble rows ``lo:hi`` of ``plan`` one row group at a time (one empty table if none)."""
-    for start in range(lo, max(hi, lo + 1), ROW_GROUP_ROWS):
-        yield assemble_rows(spill, plan.rows(start, min(start + ROW_GROUP_ROWS, hi)))
 
 
 @dataclass(frozen=True, slots=True)
