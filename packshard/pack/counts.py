@@ -76,18 +76,6 @@ def examples_tables(
         yield build_examples_table(columns, sources, domains)
 
 
-def examples_columns(
-    spill: Spill, plan: RowPlan, shard_rows: Sequence[int], is_eval: np.ndarray | None = None
-) -> dict[str, np.ndarray]:
-    """Return the examples index as arrays: one row per packed segment, by example id.
-
-    ``source`` and ``domain`` are codes into ``spill.counts.sources`` and ``.domains``;
-    with an eval split (``is_eval`` per spilled example) ``split`` too.
-    """
-    order = _by_id(plan.example_id)
-    return dict(_columns(spill, plan, shard_rows, order, plan.segment_rows(), is_eval).items())
-
-
 def _by_id(example_id: np.ndarray) -> np.ndarray:
     """Return the segments in example id order (ids are a permutation of ``0 … n-1``)."""
     n = len(example_id)

@@ -197,7 +197,6 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
         else:
             labels = spill.labels[np.repeat(starts[lo:hi] - base[:-1], seg) + np.arange(base[-1])]
         out[lo:hi] = count_trained(labels, base)
-        spill.release_pages()
         lo = hi
     return out
 
