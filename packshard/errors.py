@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-EXIT_OK = 0
 EXIT_DATA = 1
 EXIT_USAGE = 2
 
@@ -89,12 +88,6 @@ class FormatError(PackshardError):
         self.path = path
         self.problem = problem
         super().__init__(f"{path}: {problem}")
-
-
-class AuditError(PackshardError):
-    """``verify`` found at least one finding."""
-
-    exit_code = EXIT_DATA
 
 
 class NothingToPackError(PackshardError):

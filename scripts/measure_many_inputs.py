@@ -53,15 +53,22 @@ def tree_kib(pid: int) -> int:
     while todo:
         p = todo.pop()
         try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += next(
-                int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmRSS")
-            )
+            total += _pss_kib(p)
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, StopIteration, ValueError):
             continue
     return total
+
+
+def _pss_kib(pid: int) -> int:
+    """PSS of one process (``smaps_rollup``; its RSS where the kernel has no rollup)."""
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        return next(int(ln.split()[1]) for ln in rollup.splitlines() if ln.startswith("Pss:"))
+    except (OSError, StopIteration):
+        status = Path(f"/proc/{pid}/status").read_text()
+        return next(int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmRSS"))
 
 
 def run(cmd: list[str], work: Path) -> tuple[int, int, float, int]:

@@ -150,6 +150,8 @@ def write_examples(path: Path, tables: pa.Table | Iterable[pa.Table], dataset_id
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema, compression="zstd")
             writer.write_table(table)
+            del table  # not alive while the next chunk is built
+            pa.default_memory_pool().release_unused()
     finally:
         if writer is not None:
             writer.close()

@@ -43,16 +43,6 @@ from packshard.errors import FormatError
 from packshard.format.version import metadata_problem, parquet_metadata
 from packshard.records import PackedRow
 
-SHARD_COLUMNS = (
-    "input_ids",
-    "labels",
-    "position_ids",
-    "cu_seqlens",
-    "example_ids",
-    "num_tokens",
-    "num_loss_tokens",
-    "max_seqlen",
-)
 SHARD_SCHEMA = pa.schema(
     [
         ("input_ids", pa.list_(pa.int32())),

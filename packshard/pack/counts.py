@@ -26,7 +26,6 @@ from packshard.arrays import exclusive_cumsum, fill_rate, lower_bound_rows
 from packshard.errors import DROPPED, REJECTED
 from packshard.format.examples import EXAMPLE_GROUP_ROWS, build_examples_table
 from packshard.format.rejects import RejectTally
-from packshard.format.shards import ShardInfo
 from packshard.options import resolve_loss
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.plan.shape import pack_shape
@@ -60,7 +59,7 @@ def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:
 def examples_tables(
     spill: Spill,
     plan: RowPlan,
-    shards: Sequence[ShardInfo],
+    shard_rows: Sequence[int],
     is_eval: np.ndarray | None = None,
     repeats: np.ndarray | None = None,
 ) -> Iterator[pa.Table]:
@@ -69,28 +68,26 @@ def examples_tables(
     ``repeats`` (per segment of ``plan``, ``--mix`` only) adds the ``repeat`` column.
 
     One chunk is in memory at a time, and of it one numpy column at a time (each is made
-    when the table reads it), so the index costs a fixed amount whatever the number of
-    examples: the chunk's Arrow table and three index arrays, about 90 bytes a row.
+    when the table reads it, its index arrays with it), so beyond an int32 order and row
+    per segment the index costs a fixed amount whatever the number of examples: the
+    chunk's Arrow table (about 97 bytes a row, half of it the ``source`` and ``domain``
+    strings) and the Parquet writer's buffers, about 180 bytes a row in all (measured).
     """
-    order = np.argsort(plan.example_id, kind="stable")
+    order = _by_id(plan.example_id)
     seg_rows = plan.segment_rows()
     sources, domains = list(spill.counts.sources), list(spill.counts.domains)
     for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
         chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
-        columns = _columns(spill, plan, shards, chunk, seg_rows, is_eval, repeats)
+        columns = _columns(spill, plan, shard_rows, chunk, seg_rows, is_eval, repeats)
         yield build_examples_table(columns, sources, domains)
 
 
-def examples_columns(
-    spill: Spill, plan: RowPlan, shards: Sequence[ShardInfo], is_eval: np.ndarray | None = None
-) -> dict[str, np.ndarray]:
-    """Return the examples index as arrays: one row per packed segment, by example id.
-
-    ``source`` and ``domain`` are codes into ``spill.counts.sources`` and ``.domains``;
-    with an eval split (``is_eval`` per spilled example) ``split`` too.
-    """
-    order = np.argsort(plan.example_id, kind="stable")
-    return dict(_columns(spill, plan, shards, order, plan.segment_rows(), is_eval).items())
+def _by_id(example_id: np.ndarray) -> np.ndarray:
+    """Return the segments in example id order (ids are a permutation of ``0 … n-1``)."""
+    n = len(example_id)
+    order = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+    order[example_id] = np.arange(n, dtype=order.dtype)
+    return order
 
 
 class _Columns(Mapping[str, np.ndarray]):
@@ -112,39 +109,47 @@ class _Columns(Mapping[str, np.ndarray]):
 def _columns(
     spill: Spill,
     plan: RowPlan,
-    shards: Sequence[ShardInfo],
+    shard_rows: Sequence[int],
     order: np.ndarray,
     seg_rows: np.ndarray,
     is_eval: np.ndarray | None = None,
     repeats: np.ndarray | None = None,
 ) -> _Columns:
     """Return the index columns of the segments ``order`` picks, made when read."""
-    ex = plan.seg_example[order]
-    rows = seg_rows[order]
-    shard_starts = exclusive_cumsum(np.array([s.rows for s in shards], dtype=np.int64))
-    shard = np.searchsorted(shard_starts, rows, side="right") - 1
+    shard_starts = exclusive_cumsum(np.asarray(shard_rows, dtype=np.int64))
     turns = spill.turns
+
+    def ex() -> np.ndarray:  # remade per column: no chunk-long index array is kept
+        return plan.seg_example[order]
+
+    def shard() -> np.ndarray:
+        return np.searchsorted(shard_starts, seg_rows[order], side="right") - 1
+
+    def row() -> np.ndarray:
+        rows = seg_rows[order]
+        return rows - shard_starts[np.searchsorted(shard_starts, rows, side="right") - 1]
+
     makers: dict[str, Callable[[], np.ndarray]] = {
         "example_id": lambda: plan.example_id[order],
-        "source": lambda: spill.source_index[ex],
-        "line": lambda: spill.lines[ex],
+        "source": lambda: spill.source_index[ex()],
+        "line": lambda: spill.lines[ex()],
         "part": lambda: plan.seg_part[order],
-        "token_offset": lambda: spill.starts[ex].astype(np.int64) + plan.seg_start[order],
-        "domain": lambda: spill.domain_codes[ex],
+        "token_offset": lambda: spill.starts[ex()].astype(np.int64) + plan.seg_start[order],
+        "domain": lambda: spill.domain_codes[ex()],
         "num_tokens": lambda: plan.seg_length[order],
         "num_loss_tokens": lambda: plan.seg_targets[order],
-        "truncated": lambda: spill.truncated[ex],
-        "shard": lambda: shard,
-        "row": lambda: rows - shard_starts[shard],
-        "turn": lambda: turns[ex] if turns is not None else np.zeros(len(ex), np.int32),
+        "truncated": lambda: spill.truncated[ex()],
+        "shard": shard,
+        "row": row,
+        "turn": lambda: turns[ex()] if turns is not None else np.zeros(len(order), np.int32),
     }
     if is_eval is not None:  # with an eval split: each example's split
-        makers["split"] = lambda: is_eval[ex]
+        makers["split"] = lambda: is_eval[ex()]
     if repeats is not None:  # with --mix: which copy of its record's example each one is
         makers["repeat"] = lambda: repeats[order]
     codes = spill.pair_codes
     if codes is not None and codes.any():  # preference or KTO records: pair_id, branch …
-        makers["pair_code"] = lambda: codes[ex]
+        makers["pair_code"] = lambda: codes[ex()]
     return _Columns(makers)
 
 

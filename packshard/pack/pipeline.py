@@ -5,16 +5,19 @@ Stages, each its own module, in this order::
     expand_inputs ─► ingest (read, normalize, render, tokenize, label)
       ─► SpillWriter (overlong policy) ─► [--mix: copies per record, packshard.pack.plan.mix]
       ─► plan_packs (lengths only) ─► finalize_plan
-      ─► shuffle rows (seed) ─► assemble_rows + write_shard, one row group at a time
-      ─► examples index, rejects, stats ─► dataset card ─► manifest (last)
+      ─► shuffle rows (seed) ─► stats ─► examples index ─► assemble_ranges + write_shard
+      ─► rejects ─► dataset card ─► manifest (last)
 
-Memory holds the per-example integers and two row groups of a shard; tokens wait on disk in
-the spill.  Measured (``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token
-records minus that at 200k, over 1.8M, ``--workers 1``): 204 bytes an example, 318 before
-the spill, merge, plan and examples index were made compact (``docs/scale.md``; the figure
-includes two bounded buffers that grow up to 1M examples).  Each stage returns a typed
-value (the spill with what it accepted, the rejects file's tally, the plan, the shards'
-entries) and :func:`pack_stats` combines them once.
+Memory holds the per-example integers, one chunk of the examples index and two row groups
+of a shard; tokens wait on disk in the spill.  Each stage drops the spill columns no later
+stage reads (:meth:`~packshard.pack.spill.Spill.without`): the statistics read them all,
+the index its own, the shards only the token offsets.  Measured
+(``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token records minus that at
+200k, over 1.8M, ``--workers 1``): 118.8 bytes an example (204 before the plan was int32
+from the start and the stages dropped what they no longer need, 318 before the arrays were
+compact); from 2M to 4M, past the bounded buffers, 72.2 (``docs/scale.md``).  Each stage
+returns a typed value (the spill with what it accepted, the rejects file's tally, the
+plan, the shards' entries) and :func:`pack_stats` combines them once.
 
 Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
@@ -216,10 +219,6 @@ def _pack_into(
     bounds, names = split_bounds(
         plan, split_at, config.shards.shard_rows, config.shards.shard_bytes
     )
-    faults = parse_faults(os.environ.get(FAULTS_ENV))
-    shards = write_shards_on(
-        engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults, names
-    )
     resolved, by_policy = loss_policies(spill, plan, config.ingest.loss)
     per_input = records_per_input(spill, tally)
     stats = {
@@ -231,9 +230,19 @@ def _pack_into(
     }
     if mixed is not None and repeats is not None:
         stats["mix"] = mix_stats(spill, plan, repeats, mixed)
-    tables = examples_tables(spill, plan, shards, is_eval, repeats)
+    # each stage frees what no later one reads: the index before the shards, which read
+    # only the token offsets (the shards' rows are known from the bounds)
+    spill = spill.without("loss_tokens", "parts", "record_ids", "format_codes")
+    shard_rows = [hi - lo for lo, hi in bounds]
+    tables = examples_tables(spill, plan, shard_rows, is_eval, repeats)
     write_examples(tmp / EXAMPLES_NAME, tables, dataset_id)
-    del spill, plan  # what is left holds no per-example state
+    spill = spill.without("source_index", "lines", "starts", "domain_codes", "truncated", "turns")
+    faults = parse_faults(os.environ.get(FAULTS_ENV))
+    shards = write_shards_on(
+        engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults, names
+    )
+    split = is_eval is not None
+    del spill, plan, is_eval, tables, repeats  # what is left holds no per-example state
     manifest = build_manifest(
         dataset_id=dataset_id,
         config=config.recorded(),
@@ -248,7 +257,7 @@ def _pack_into(
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
             "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
         },
-        shards=shard_entries(shards, is_eval is not None),
+        shards=shard_entries(shards, split),
         loss={"option": config.ingest.loss, "by_format": resolved, "examples_by_policy": by_policy},
         engine={"name": engine.name, "workers": engine.workers, **info},
         environment={

@@ -11,19 +11,17 @@ length, loss tokens, source, line, part, start, domain, format, truncated, recor
      offsets (int64, in memory, one per example + 1)
 
 Peak memory is those per-example arrays (42 bytes an example, int32 wherever values fit,
-see ``narrow``) plus one chunk.  Tokens are read back one shard at a time with positioned
-reads (:meth:`Spill.read_ranges`), never through
-a memory map, so the resident set does not grow to the size of the spill.  A spill of at most
-``IN_MEMORY_BYTES`` is read back whole instead.  :class:`SpillWriter` owns what it counts
-(records and tokens accepted per input and domain, what the overlong policy did) and returns
-it in the :class:`Spill`, as :class:`SpillCounts`.
+see ``narrow``) plus one chunk.  The tokens are never read back here: the returned spill
+names its folder as a part (:class:`~packshard.pack.units.parts.PartFiles`), read one
+shard at a time with positioned reads (:meth:`Spill.read_ranges`), never through a memory
+map, so the resident set does not grow to the size of the spill.  :class:`SpillWriter` owns
+what it counts (records and tokens accepted per input and domain, what the overlong policy
+did) and returns it in the :class:`Spill`, as :class:`SpillCounts`.
 """
 
 from __future__ import annotations
 
-import io
-import mmap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import ne
 from pathlib import Path
 from typing import Any
@@ -35,8 +33,6 @@ from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong, police_pairs
 from packshard.pack.units.parts import PartFiles, gather_ranges, read_part_ranges
 from packshard.records import Reject
-
-IN_MEMORY_BYTES = 64 * 1024 * 1024  # a spill this small (tokens + labels) is read back whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +73,6 @@ class Spill:
     counts: SpillCounts = field(default_factory=SpillCounts)
     turns: np.ndarray | None = None  # int32 [n], the message a --turns expand example trains
     pair_codes: np.ndarray | None = None  # int8 [n], PAIR_CODES (0 plain, 1/2 chosen/rejected …)
-    folder: Path | None = None  # where tokens.bin/labels.bin live (None: arrays in memory)
     part_files: PartFiles | None = None  # the work units' spill parts (tokens/labels then empty)
 
     @property
@@ -88,47 +83,33 @@ class Spill:
     def __len__(self) -> int:
         return int(self.offsets.shape[0]) - 1
 
+    def without(self, *names: str) -> Spill:
+        """Return the spill with the per-example arrays ``names`` emptied.
+
+        The driver drops what no later stage reads, so that its memory is freed before the
+        next stage's working set is made (``pack/pipeline.py``).
+        """
+        dropped: dict[str, Any] = {
+            n: np.zeros(0, getattr(self, n).dtype) for n in names if getattr(self, n) is not None
+        }
+        return replace(self, **dropped)
+
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return the tokens and labels of flat ranges ``[start, start + length)``, concatenated.
 
-        A spill in memory is gathered by a jitted loop.  A file-backed one is read with one
-        positioned read per range straight into the output arrays, never through a memory
-        map: a shard's segments are scattered over the whole spill (rows are shuffled), and
-        mapping them in would leave every page the kernel faults around them resident.
+        A spill on disk is read from its parts (:func:`read_part_ranges`), one in memory is
+        gathered by a jitted loop.
         """
         if self.part_files is not None:
             return read_part_ranges(self.part_files, starts, lengths)
         lengths = np.asarray(lengths, dtype=np.int64)
         out_start = exclusive_cumsum(lengths)
-        total = int(out_start[-1])
-        ids = np.empty(total, dtype=np.int32)
-        labels = np.empty(total, dtype=np.int32)
-        if self.folder is None:
-            starts = np.asarray(starts, dtype=np.int64)
-            gather_ranges(self.tokens, starts, lengths, out_start, ids)
-            gather_ranges(self.labels, starts, lengths, out_start, labels)
-            return ids, labels
-        places = list(
-            zip(np.asarray(starts).tolist(), lengths.tolist(), out_start[:-1].tolist(), strict=True)
-        )
-        for name, out in (("tokens.bin", ids), ("labels.bin", labels)):
-            view = out.data.cast("B")
-            with open(self.folder / name, "rb", buffering=0) as fh:
-                for start, length, at in places:
-                    _read_into(fh, view[4 * at : 4 * (at + length)], 4 * start)
+        ids = np.empty(int(out_start[-1]), dtype=np.int32)
+        labels = np.empty(int(out_start[-1]), dtype=np.int32)
+        starts = np.asarray(starts, dtype=np.int64)
+        gather_ranges(self.tokens, starts, lengths, out_start, ids)
+        gather_ranges(self.labels, starts, lengths, out_start, labels)
         return ids, labels
-
-    def release_pages(self) -> None:
-        """Drop the spill's mapped pages from this process's resident set.
-
-        Pages of a read-only file mapping stay resident once touched, so scanning the whole
-        spill would leave it all counted in the process's RSS.  They are clean, so dropping
-        them costs nothing but a re-read from the page cache if touched again.
-        """
-        for arr in (self.tokens, self.labels):
-            mapped = getattr(arr.base, "obj", None)
-            if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
-                mapped.madvise(mmap.MADV_DONTNEED)
 
 
 PER_EXAMPLE = {
@@ -262,7 +243,7 @@ class SpillWriter:
         self._total += hi - lo
 
     def finish(self) -> Spill:
-        """Close the files and return the spill (in memory up to ``IN_MEMORY_BYTES``)."""
+        """Close the files and return the spill: its per-example arrays, its tokens on disk."""
         self._tok.close()
         self._lab.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
@@ -284,36 +265,12 @@ class SpillWriter:
             tokens_in_per_domain=per(self._tokens_in, ndom),
             **self._policy,
         )
-        small = self._total * 8 <= IN_MEMORY_BYTES  # read back whole, gathered in memory
-        files = [self.folder / name for name in ("tokens.bin", "labels.bin")]
-        if small:
-            tokens, labels = (np.fromfile(f, dtype=np.int32) for f in files)
-        else:
-            tokens, labels = (_memmap(f, self._total) for f in files)
+        empty = np.zeros(0, np.int32)
         return Spill(
-            tokens=tokens,
-            labels=labels,
+            tokens=empty,
+            labels=empty,
             offsets=exclusive_cumsum(lengths),
             **meta,
             counts=counts,
-            folder=None if small else self.folder,
+            part_files=PartFiles((str(self.folder),), np.array([0, self._total], np.int64)),
         )
-
-
-def _read_into(fh: io.FileIO, view: memoryview, offset: int) -> None:
-    fh.seek(offset)
-    done = 0
-    while done < len(view):
-        got = fh.readinto(view[done:])
-        if not got:
-            raise EOFError(f"{fh.name}: spill file ends early at byte {offset + done}")
-        done += got
-
-
-def _memmap(path: Path, size: int) -> np.ndarray:
-    """Map ``size`` int32 values of ``path`` read-only (see :meth:`Spill.release_pages`)."""
-    if size == 0:
-        return np.zeros(0, dtype=np.int32)
-    with open(path, "rb") as fh:
-        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    return np.frombuffer(mapped, dtype=np.int32, count=size)

@@ -65,7 +65,7 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
             records += chunk.records
     except RecordError as exc:  # --on-error fail: the driver raises the first, in order
         error = (exc.code, exc.reason, exc.source, exc.line)
-    done = {"newlines": state.newlines, "stopped": state.stopped, "records": records}
+    done = {"newlines": state.newlines, "records": records}
     return {**parts.to_unit(), **done, "error": error}
 
 
@@ -110,7 +110,7 @@ def profile_inputs(
 def _merge(
     files: Sequence[InputFile], splits: Sequence[Split], results: Sequence[dict[str, Any]]
 ) -> ProfileParts:
-    """Gather the units' results in unit order: lines absolute, a stopped file's tail left out.
+    """Gather the units' results in unit order: lines absolute.
 
     Raises:
         RecordError: the first unit error in input order (``--on-error fail``).
@@ -118,12 +118,7 @@ def _merge(
     """
     parts = ProfileParts()
     line_base = [0] * len(files)
-    stopped: set[int] = set()
     for split, r in zip(splits, results, strict=True):
-        if split.index in stopped:
-            continue
-        if r["stopped"]:
-            stopped.add(split.index)
         base = line_base[split.index] if split.kind == "bytes" else 0
         line_base[split.index] += r["newlines"]
         if r["error"] is not None:

@@ -15,13 +15,14 @@ The hand-made pack (L = 4, bfd, ``--overlong drop``)::
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from packshard.format.rejects import RejectsWriter
 from packshard.format.shards import ShardInfo
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.counts import (
-    examples_columns,
+    examples_tables,
     loss_policies,
     pack_stats,
     records_per_input,
@@ -142,17 +143,19 @@ def test_pack_stats_by_hand(pack):
         assert d["records"] == d["records_packed"] + d["rejected"] + d["dropped"]
 
 
-def test_examples_columns_by_example_id(pack):
+def test_examples_index_by_example_id(pack):
     spill, plan, _ = pack
     shards = [ShardInfo("s0", 2, 7, 5, 1, "x"), ShardInfo("s1", 1, 2, 1, 1, "y")]
-    columns = {k: v.tolist() for k, v in examples_columns(spill, plan, shards).items()}
+    rows = [s.rows for s in shards]
+    columns = pa.concat_tables(examples_tables(spill, plan, rows)).to_pydict()
+    sources, domains = spill.counts.sources, spill.counts.domains
     assert columns == {
         "example_id": [0, 1, 2],
-        "source": [0, 1, 1],  # codes into spill.counts.sources
+        "source": [sources[0], sources[1], sources[1]],
         "line": [1, 1, 2],
         "part": [0, 0, 0],
         "token_offset": [0, 0, 0],
-        "domain": [0, 1, 1],
+        "domain": [domains[0], domains[1], domains[1]],
         "num_tokens": [3, 2, 4],
         "num_loss_tokens": [2, 1, 3],
         "truncated": [False, False, False],

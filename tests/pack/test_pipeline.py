@@ -357,22 +357,6 @@ def test_same_inputs_give_byte_identical_output(tmp_path, make_jsonl, word_token
     assert a.manifest == b.manifest
 
 
-@pytest.mark.parametrize("strategy", ["bfd", "wrapped"])
-def test_spill_read_back_whole_or_from_disk_gives_the_same_bytes(
-    tmp_path, make_jsonl, word_tokenizer, run_pack, monkeypatch, strategy
-):
-    import packshard.pack.spill
-
-    inputs = mixed_domains(tmp_path, make_jsonl)
-    options = {"max_seq_len": 48, "shard_rows": 7, "strategy": strategy, "seed": 3}
-    whole = run_pack(inputs, word_tokenizer, out=tmp_path / "whole", **options)
-    monkeypatch.setattr(packshard.pack.spill, "IN_MEMORY_BYTES", 0)  # every spill stays on disk
-    disk = run_pack(inputs, word_tokenizer, out=tmp_path / "disk", **options)
-    for name in sorted(p.name for p in whole.out.iterdir()):
-        if name != "manifest.json":
-            assert (whole.out / name).read_bytes() == (disk.out / name).read_bytes(), name
-
-
 def test_seed_changes_row_order_only(tmp_path, make_jsonl, word_tokenizer, run_pack):
     inputs = mixed_domains(tmp_path, make_jsonl)
     a = run_pack(inputs, word_tokenizer, out=tmp_path / "a", max_seq_len=48, seed=0)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-import packshard.pack.spill as spill_module
 from packshard.ingest.types import TokenizedBatch
-from packshard.pack.spill import SpillCounts, SpillWriter
+from packshard.pack.spill import Spill, SpillCounts, SpillWriter
 from packshard.records import IGNORE_INDEX as X
 from packshard.records import SourceRef
 
@@ -32,6 +30,11 @@ def batch(
     )
 
 
+def everything(spill: Spill) -> tuple[np.ndarray, np.ndarray]:
+    """The spill's tokens and labels, all of them, read from its part."""
+    return spill.read_ranges(np.zeros(1, np.int64), np.array([int(spill.offsets[-1])]))
+
+
 def test_spill_writer_splits_across_chunks(tmp_path):
     writer = SpillWriter(
         tmp_path, max_seq_len=3, overlong="split", split_at_rows=False, sources=("s.jsonl",)
@@ -43,8 +46,9 @@ def test_spill_writer_splits_across_chunks(tmp_path):
     spill = writer.finish()
     # the one-token parts [7] and [13] have only a (masked) first label: dropped
     assert spill.lengths.tolist() == [3, 3, 2, 3]
-    assert spill.tokens.tolist() == [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12]
-    assert spill.labels.tolist() == [X, 2, 3, 4, 5, 6, 8, 9, X, X, 12]
+    tokens, labels = everything(spill)
+    assert tokens.tolist() == [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12]
+    assert labels.tolist() == [X, 2, 3, 4, 5, 6, 8, 9, X, X, 12]
     assert spill.parts.tolist() == [0, 1, 0, 0]
     assert spill.starts.tolist() == [0, 3, 0, 0]
     assert spill.record_ids.tolist() == [0, 0, 1, 2]
@@ -118,19 +122,15 @@ def test_spill_writer_keeps_overlong_whole_for_wrapped(tmp_path):
     assert spill.lengths.tolist() == [5] and spill.loss_tokens.tolist() == [4]
 
 
-@pytest.mark.parametrize("in_memory", [True, False], ids=["read-back-whole", "file-backed"])
-def test_read_ranges_gathers_the_ranges_in_order(tmp_path, monkeypatch, in_memory):
-    if not in_memory:
-        monkeypatch.setattr(spill_module, "IN_MEMORY_BYTES", 0)
+def test_read_ranges_gathers_the_ranges_in_order(tmp_path):
     writer = SpillWriter(tmp_path, max_seq_len=10, overlong="drop", split_at_rows=False)
     b = batch([([1, 2, 3], [X, 2, 3]), ([4, 5], [4, 5]), ([6, 7, 8, 9], [X, X, 8, 9])])
     writer.add(b)
     spill = writer.finish()
-    assert (spill.folder is None) == in_memory
+    assert spill.tokens.size == 0  # the tokens stay on disk: never read back here
     starts, lengths = np.array([5, 0, 3, 7, 2]), np.array([4, 2, 1, 0, 1])
     ids, labels = spill.read_ranges(starts, lengths)
     assert ids.tolist() == [6, 7, 8, 9, 1, 2, 4, 3]
     assert labels.tolist() == [X, X, 8, 9, X, 2, 4, 3]
     assert ids.dtype == labels.dtype == np.int32
-    spill.release_pages()  # dropping mapped pages leaves the data readable
-    assert spill.tokens.tolist() == list(range(1, 10))
+    assert everything(spill)[0].tolist() == list(range(1, 10))

@@ -17,8 +17,7 @@ range of the file held (:attr:`SplitRead.newlines`) and adds them, which makes e
 ``file:line`` absolute without a pass over the file before the work starts.  Parquet splits
 know their first row from the footer, so their rows are numbered absolutely from the start.
 A row group whose data cannot be decoded is the same one ``unreadable`` reject the whole file
-gives, and reading goes on with the next group, as the whole-file reader does
-(:attr:`SplitRead.stopped` is left for a reader that breaks off its file).
+gives, and reading goes on with the next group, as the whole-file reader does.
 """
 
 from __future__ import annotations
@@ -184,7 +183,6 @@ class SplitRead:
     """Counts a reader learns while it reads a split (filled in as records are yielded)."""
 
     newlines: int = 0  # b"\n" bytes in a byte range: the lines it holds
-    stopped: bool = False  # reading broke off: later splits of the file are not read
 
 
 def read_split(

@@ -42,17 +42,20 @@ _SEGMENT_FIELDS = (
 class RowPlan:
     """Packed rows as segment arrays (one entry per segment, rows are contiguous slices).
 
+    Segment arrays are int32 wherever the values fit (:func:`finalize_plan` narrows them;
+    readers widen where they add): 24 bytes a segment.
+
     Straight from the planner, ``seg_example`` indexes its lengths array and ``seg_part``,
     ``seg_targets`` and ``example_id`` are zeros; :func:`finalize_plan` fills them.
     """
 
     row_offsets: np.ndarray  # int64 [rows + 1]
-    seg_example: np.ndarray  # int64, index into the spill (the lengths, from the planner)
-    seg_start: np.ndarray  # int64, token offset within the example
-    seg_length: np.ndarray  # int32 from the planner, int64 once finalized
+    seg_example: np.ndarray  # index into the spill (the lengths, from the planner)
+    seg_start: np.ndarray  # token offset within the example
+    seg_length: np.ndarray  # int32
     seg_part: np.ndarray  # int32, part number of the segment's record
-    seg_targets: np.ndarray  # int64, targets in the segment (first label excluded)
-    example_id: np.ndarray  # int64, id of the segment in the examples index
+    seg_targets: np.ndarray  # targets in the segment (first label excluded)
+    example_id: np.ndarray  # id of the segment in the examples index
     max_seq_len: int
     strategy: str = "bfd"
     examples_dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -112,8 +115,9 @@ class RowPlan:
         return ends[self.row_offsets[1:]] - ends[self.row_offsets[:-1]]
 
     def segment_rows(self) -> np.ndarray:
-        """Row index of each segment (int64)."""
-        return np.repeat(np.arange(self.num_rows, dtype=np.int64), np.diff(self.row_offsets))
+        """Row index of each segment (int32 while the rows fit, else int64)."""
+        kind = np.int32 if self.num_rows < 2**31 else np.int64
+        return np.repeat(np.arange(self.num_rows, dtype=kind), np.diff(self.row_offsets))
 
     def rows(self, start: int, stop: int) -> RowPlan:
         """Return the sub-plan of rows ``start:stop`` with local row offsets."""
@@ -168,8 +172,9 @@ class RowPlan:
 def number_examples(plan: RowPlan) -> RowPlan:
     """Assign example ids in input order: by spilled example, then by start within it."""
     order = np.lexsort((plan.seg_start, plan.seg_example))
-    ids = np.empty(plan.num_segments, dtype=np.int64)
-    ids[order] = np.arange(plan.num_segments, dtype=np.int64)
+    n = plan.num_segments
+    ids = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+    ids[order] = np.arange(n, dtype=ids.dtype)
     return replace(plan, example_id=ids)
 
 
@@ -192,13 +197,16 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
         else:
             labels = spill.labels[np.repeat(starts[lo:hi] - base[:-1], seg) + np.arange(base[-1])]
         out[lo:hi] = count_trained(labels, base)
-        spill.release_pages()
         lo = hi
     return out
 
 
 def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
-    """Turn a planner's plan over ``spill.lengths[index]`` into a plan over the spill."""
+    """Turn a planner's plan over ``spill.lengths[index]`` into a plan over the spill.
+
+    The plan comes back narrowed (:meth:`RowPlan.narrowed`): its segment arrays are int32
+    from here on wherever the values fit, so no later stage holds an int64 copy of them.
+    """
     row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
     seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]
     seg_start = np.asarray(raw.seg_start, dtype=np.int64)
@@ -213,7 +221,7 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
             seg_part=spill.parts[seg_example].astype(np.int32),
             seg_targets=spill.loss_tokens[seg_example].astype(np.int64),
         )
-        return number_examples(plan)
+        return number_examples(plan).narrowed()
     # wrapped: an example's segments are consecutive in the plan; number its parts.
     first = np.concatenate(([True], seg_example[1:] != seg_example[:-1]))
     group_start = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
@@ -235,7 +243,7 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
         examples_dropped=np.setdiff1d(np.unique(seg_example), kept_examples),
         parts_dropped=int((~keep).sum()),
     )
-    return number_examples(plan)
+    return number_examples(plan).narrowed()
 
 
 def ordering_stats(plan: RowPlan) -> dict[str, float]:

@@ -91,7 +91,6 @@ class UnitResult:
     rejects: tuple[Reject, ...]
     records: int
     newlines: int
-    stopped: bool
     error: tuple[str, str, str, int] | None = None  # a RecordError's code, reason, place
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
     pairs_read: int = 0  # preference records read (packed or rejected)
@@ -202,7 +201,6 @@ def _map_into(
         rejects=tuple(rejects),
         records=records,
         newlines=state.newlines,
-        stopped=state.stopped,
         error=error,
         reasoning_dropped=reasoning_dropped,
         pairs_read=pairs_read,
@@ -240,7 +238,6 @@ def save_unit(folder: Path, result: UnitResult) -> None:
         "rejects": [[r.ref.source, r.ref.line, r.domain, r.code, r.reason] for r in result.rejects],
         "records": result.records,
         "newlines": result.newlines,
-        "stopped": result.stopped,
         "error": None if error is None else list(error),
         "reasoning_dropped": result.reasoning_dropped,
         "pairs_read": result.pairs_read,
@@ -270,7 +267,6 @@ def load_unit(folder: Path, split: Split) -> UnitResult:
         rejects=rejects,
         records=doc["records"],
         newlines=doc["newlines"],
-        stopped=doc["stopped"],
         error=error,
         reasoning_dropped=doc.get("reasoning_dropped", 0),
         pairs_read=doc.get("pairs_read", 0),

@@ -14,10 +14,8 @@ made::
 Rejects are put in (input, line) order: units come in input order and byte order, so a
 stable sort of each unit's rejects by line (what ingest rejected and what the overlong
 policy dropped are interleaved by record; a record's own rejects keep their order) gives
-the order of the whole job, whatever the unit size or the chunk size.  A split that
-broke off reading (``stopped``) ends its file: the file's later units are left out, as
-reading the whole file would have stopped there.  With ``--on-error fail`` the first unit
-(in input order) holding an error raises it, placed at its absolute line.
+the order of the whole job, whatever the unit size or the chunk size.  With ``--on-error
+fail`` the first unit (in input order) holding an error raises it, at its absolute line.
 """
 
 from __future__ import annotations
@@ -35,19 +33,6 @@ from packshard.pack.units.parts import PartFiles
 from packshard.records import Reject, SourceRef
 
 
-def kept_units(results: Sequence[UnitResult]) -> list[UnitResult]:
-    """Leave out the units of a file after one of its units stopped reading."""
-    stopped: set[int] = set()
-    kept = []
-    for r in results:
-        if r.split.index in stopped:
-            continue
-        kept.append(r)
-        if r.stopped:
-            stopped.add(r.split.index)
-    return kept
-
-
 def merge_units(
     results: Sequence[UnitResult], sources: tuple[str, ...]
 ) -> tuple[Spill, list[Reject]]:
@@ -58,15 +43,14 @@ def merge_units(
             ``--overlong error``), at its absolute line.
 
     """
-    units = kept_units(results)
     domains, formats = NameCodes(), NameCodes()
     line_base = [0] * len(sources)
-    total = sum(int(r.arrays["lengths"].shape[0]) for r in units)
+    total = sum(int(r.arrays["lengths"].shape[0]) for r in results)
     meta: dict[str, np.ndarray] = {
         k: np.empty(total, np.int64 if k in WIDE else d) for k, d in PER_EXAMPLE.items()
     }
     lengths = np.empty(total, np.int64)
-    tokens = np.zeros(len(units), np.int64)
+    tokens = np.zeros(len(results), np.int64)
     at = 0
     rejects: list[Reject] = []
     per_source = np.zeros(len(sources), np.int64)
@@ -74,7 +58,7 @@ def merge_units(
     policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
     accepted = 0
     parts_of: list[str] = []
-    for r in units:
+    for r in results:
         base = line_base[r.split.index] if r.split.kind == "bytes" else 0
         line_base[r.split.index] += r.newlines
         if r.error is not None:

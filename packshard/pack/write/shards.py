@@ -38,7 +38,7 @@ from packshard.format.shards import (
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
 from packshard.pack.units.parts import PartFiles, read_part_ranges
-from packshard.pack.write.assemble import assemble_ranges, assemble_rows
+from packshard.pack.write.assemble import assemble_ranges
 
 BYTES_PER_TOKEN_ESTIMATE = 2.5
 
@@ -87,12 +87,6 @@ def shard_entries(shards: list[ShardInfo], split: bool) -> list[dict[str, object
     ]
 
 
-def row_groups(spill: Spill, plan: RowPlan, lo: int, hi: int) -> Iterator[pa.Table]:
-    """Assemble rows ``lo:hi`` of ``plan`` one row group at a time (one empty table if none)."""
-    for start in range(lo, max(hi, lo + 1), ROW_GROUP_ROWS):
-        yield assemble_rows(spill, plan.rows(start, min(start + ROW_GROUP_ROWS, hi)))
-
-
 @dataclass(frozen=True, slots=True)
 class WriteTask:
     """One shard to write: its rows' segments and where to put it."""
@@ -115,22 +109,29 @@ class WriteTask:
 def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
     inject(task.name, task.faults, Path(task.work) / "_faults" if task.work else None)
-    n = len(task.starts)
-    local = np.arange(n, dtype=np.int64)
-    block = RowPlan.from_segments(
-        task.row_offsets, local, np.zeros(n, np.int64), task.seg_length, task.max_seq_len, "bfd"
-    )
-    block = replace(block, example_id=task.example_id)
 
     def read(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return read_part_ranges(task.parts, starts, lengths)
 
     def tables() -> Iterator[pa.Table]:
-        rows = block.num_rows
+        # one row group's segments at a time: nothing per segment of the whole shard is made
+        offsets = task.row_offsets
+        rows = len(offsets) - 1
         for start in range(0, max(rows, 1), ROW_GROUP_ROWS):
-            sub = block.rows(start, min(start + ROW_GROUP_ROWS, rows))
-            codes = task.codes[sub.seg_example] if task.codes is not None else None
-            yield assemble_ranges(read, task.starts[sub.seg_example], sub, codes)
+            stop = min(start + ROW_GROUP_ROWS, rows)
+            lo, hi = int(offsets[start]), int(offsets[stop])
+            n = hi - lo
+            sub = RowPlan.from_segments(
+                offsets[start : stop + 1] - lo,
+                np.arange(n, dtype=np.int64),
+                np.zeros(n, np.int64),
+                task.seg_length[lo:hi],
+                task.max_seq_len,
+                "bfd",
+            )
+            sub = replace(sub, example_id=task.example_id[lo:hi])
+            codes = task.codes[lo:hi] if task.codes is not None else None
+            yield assemble_ranges(read, task.starts[lo:hi], sub, codes)
 
     folder = Path(task.folder)
     attempt = f".{task.name}.attempt-{uuid.uuid4().hex[:12]}"
