@@ -125,3 +125,16 @@ def test_a_kto_pack_is_refused_too_and_carried_by_unpacked(tmp_path, demo_tokeni
     (path,) = (tmp_path / "rows").glob("train-*.parquet")
     labels = pq.read_table(path).column("kto_label").to_pylist()
     assert sorted(labels, key=str) == [False, None, True]
+
+
+def test_unpacked_pair_export_loads_with_datasets(pair_pack, tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    export_dataset(pair_pack, "unpacked", tmp_path / "rows")
+    rows = datasets.load_dataset(
+        str(tmp_path / "rows"), split="train", cache_dir=str(tmp_path / "hf")
+    )
+    assert rows.column_names[3:] == ["example_id", "pair_id", "branch", "kto_label"]
+    chosen = [k for k, b in enumerate(rows["branch"]) if b == "chosen"]
+    assert len(chosen) == 12 and all(rows[k + 1]["branch"] == "rejected" for k in chosen)
