@@ -35,6 +35,8 @@ from packshard.format.shards import list_values, read_shard, rows_problem, seq_l
 from packshard.records import IGNORE_INDEX
 
 COLUMNS = ["input_ids", "labels", "cu_seqlens", "example_ids"]
+PREFERENCE_TARGETS = ("unpacked", "mds")
+"""The targets that carry a pair pack's ``branch`` and ``kto_label`` (others refuse it)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Rows:
     seg_len: np.ndarray  # int64, every segment in row order
     seg_off: np.ndarray  # int64 [rows + 1]: row r holds segments seg_off[r]:seg_off[r + 1]
     example_ids: np.ndarray  # int64, one per segment
+    branch: np.ndarray | None = None  # int8 per segment (0, 1 chosen, 2 rejected) in pair packs
+    kto_label: np.ndarray | None = None  # int8 per segment (-1 none, 0, 1) in pair packs
 
     @property
     def num_rows(self) -> int:
@@ -99,6 +103,29 @@ def load_source(out: Path) -> dict[str, Any]:
     return manifest
 
 
+def preference_refusal(manifest: dict[str, Any], target: str) -> str | None:
+    """Return why ``target`` cannot take this pack's pairs or KTO records, or None.
+
+    A pack holds them when its manifest counts packed pairs (``stats.pairs.packed``) or KTO
+    labels (``stats.kto``).  Megatron's and torchtune's packed datasets feed SFT recipes: every
+    segment would be trained as a plain answer (the rejected branch too, a KTO label lost), and
+    their fixed layouts have no column for ``branch``.  ``unpacked`` and ``mds`` carry
+    ``branch`` and ``kto_label`` beside the tokens, so they take such a pack.
+    """
+    stats = manifest.get("stats") or {}
+    pairs = (stats.get("pairs") or {}).get("packed", 0)
+    kto = stats.get("kto") or {}
+    if target in PREFERENCE_TARGETS or not (pairs or any(kto.values())):
+        return None
+    held = f"{pairs} preference pairs" if pairs else "KTO records"
+    return (
+        f"this pack holds {held}; --to {target} feeds an SFT recipe that would train every "
+        "branch as a plain answer and has no column for branch or kto_label (export --to "
+        "unpacked or mds, which carry them, or train with packshard.torch.pairs: see "
+        "docs/preference-training.md)"
+    )
+
+
 def read_rows(out: Path) -> Iterator[Rows]:
     """Yield the rows of ``out`` shard by shard, each shard checked (see module doc).
 
@@ -126,7 +153,13 @@ def read_rows(out: Path) -> Iterator[Rows]:
         labels, _ = list_values(table["labels"])
         example_ids, seg_off = list_values(table["example_ids"])
         seg_len, _ = list_values(seq_lengths_column(table["cu_seqlens"]))
-        rows = Rows(ids, labels, tok_off, seg_len.astype(np.int64), seg_off, example_ids)
+        branch = kto = None
+        if "branch" in table.column_names and "kto_label" in table.column_names:
+            branch = list_values(table["branch"])[0].astype(np.int8)
+            kto = list_values(table["kto_label"])[0].astype(np.int8)
+        rows = Rows(
+            ids, labels, tok_off, seg_len.astype(np.int64), seg_off, example_ids, branch, kto
+        )
         _check_seams(rows, path)
         yield rows
 

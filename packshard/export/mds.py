@@ -14,10 +14,15 @@ are sorted.  This is what ``streaming.MDSWriter`` writes without compression or 
 one difference: when the first sample alone exceeds ``size_limit`` it writes an empty shard
 first), and ``streaming.StreamingDataset(local=DIR)`` reads it.  The samples carry the shard
 columns under the same names, so a reader keeps every seam.
+
+A pack with preference pairs or KTO records adds its per-segment shard columns ``branch``
+and ``kto_label`` (``ndarray:int8``, :data:`PAIR_COLUMNS`) to every sample: a row is one
+sample, so a pair's two segments stay adjacent in it, chosen first, exactly as packed.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -40,14 +45,17 @@ COLUMNS = {
     "seq_lengths": "ndarray:int32",
 }
 """Column name → MDS encoding, in the name order MDS stores them."""
+PAIR_COLUMNS = {"branch": "ndarray:int8", "kto_label": "ndarray:int8"}
+"""The columns a pack with pairs or KTO records adds (per segment, as in its shards)."""
 
 
-def mds_config(size_limit: int) -> dict[str, Any]:
+def mds_config(size_limit: int, pairs: bool = False) -> dict[str, Any]:
     """Return the writer config every shard file embeds and ``index.json`` repeats."""
-    encodings = [COLUMNS[name] for name in sorted(COLUMNS)]
+    columns = COLUMNS | PAIR_COLUMNS if pairs else COLUMNS
+    encodings = [columns[name] for name in sorted(columns)]
     return {
         "column_encodings": encodings,
-        "column_names": sorted(COLUMNS),
+        "column_names": sorted(columns),
         "column_sizes": [None if e.startswith("ndarray") else 4 for e in encodings],
         "compression": None,
         "format": "mds",
@@ -73,6 +81,7 @@ def row_samples(rows: Rows) -> list[bytes]:
         np.int32
     )
     loss = count_trained(rows.labels, rows.tok_off, skip_first=False).astype(np.int32)
+    columns = COLUMNS | PAIR_COLUMNS if rows.branch is not None else COLUMNS
     samples = []
     for r in range(rows.num_rows):
         lo, hi = int(rows.tok_off[r]), int(rows.tok_off[r + 1])
@@ -89,20 +98,24 @@ def row_samples(rows: Rows) -> list[bytes]:
             "position_ids": positions[lo:hi],
             "seq_lengths": lengths,
         }
+        if rows.branch is not None and rows.kto_label is not None:
+            values["branch"] = rows.branch[s_lo:s_hi].astype(np.int8)
+            values["kto_label"] = rows.kto_label[s_lo:s_hi].astype(np.int8)
+        names = sorted(columns)
         parts = [
-            encode_array(values[k]) if COLUMNS[k].startswith("ndarray") else values[k].tobytes()
-            for k in sorted(COLUMNS)
+            encode_array(values[k]) if columns[k].startswith("ndarray") else values[k].tobytes()
+            for k in names
         ]
-        sizes = [
-            len(p) for k, p in zip(sorted(COLUMNS), parts, strict=True) if "ndarray" in COLUMNS[k]
-        ]
+        sizes = [len(p) for k, p in zip(names, parts, strict=True) if "ndarray" in columns[k]]
         samples.append(np.array(sizes, np.uint32).tobytes() + b"".join(parts))
     return samples
 
 
 def write_mds(out: Path, folder: Path, size_limit: int = SIZE_LIMIT) -> dict[str, Any]:
     """Write ``out``'s rows as an MDS dataset into ``folder``; return what was written."""
-    config = mds_config(size_limit)
+    shard_rows = read_rows(out)
+    first = next(shard_rows, None)  # every shard of a pack has the same columns
+    config = mds_config(size_limit, pairs=first is not None and first.branch is not None)
     config_bytes = json.dumps(config, sort_keys=True).encode("utf-8")
     shards: list[dict[str, Any]] = []
     pending: list[bytes] = []
@@ -119,7 +132,7 @@ def write_mds(out: Path, folder: Path, size_limit: int = SIZE_LIMIT) -> dict[str
         raw = {"basename": name, "bytes": len(data), "hashes": {}}
         shards.append({**config, "raw_data": raw, "samples": len(pending), "zip_data": None})
 
-    for rows in read_rows(out):
+    for rows in itertools.chain([first] if first is not None else [], shard_rows):
         for sample in row_samples(rows):
             if pending and size + len(sample) + 4 > size_limit:
                 flush()

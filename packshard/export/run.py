@@ -16,6 +16,10 @@ never the
 input pack, inside it or holding it, never a folder packshard did not write, locked, written
 into a hidden folder renamed into place when complete; ``export.json`` (source dataset,
 target, counts, every file's SHA-256) is written last.
+
+A pack with preference pairs or KTO records goes only to the targets that carry ``branch`` and
+``kto_label`` (``unpacked``, ``mds``); the packed SFT layouts refuse it in one line
+(:func:`packshard.export.common.preference_refusal`) rather than train every branch as SFT.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from packshard import __version__
-from packshard.errors import ManifestError
-from packshard.export.common import load_source, write_export_info
+from packshard.errors import ManifestError, UsageError
+from packshard.export.common import load_source, preference_refusal, write_export_info
 from packshard.export.mds import write_mds
 from packshard.export.megatron import write_megatron
 from packshard.export.megatron_npy import write_megatron_npy
@@ -62,6 +66,9 @@ def export_dataset(
     if not source.is_dir():
         raise ManifestError(f"{source}: not a folder (give the OUT folder that pack wrote)")
     manifest = load_source(source)
+    refusal = preference_refusal(manifest, target)
+    if refusal is not None:
+        raise UsageError(f"{source}: {refusal}")
     max_seq_len = manifest["config"]["max_seq_len"]
     pad = manifest.get("tokenizer", {}).get("pad_token_id")
     with claim_out(os.fspath(dest), overwrite, [os.fspath(out)], [], notify, "export") as claim:

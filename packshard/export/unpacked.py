@@ -13,6 +13,16 @@ examples share a row, the row order, the per-row token budget (a trainer that pa
 its own rows, steps and loss normalisation).  Files: ``train-00000-of-0000K.parquet``, one per
 packshard shard, examples in the shard's order; the lists are slices of the shard's own
 buffers (no per-example copy).
+
+A pack with preference pairs or KTO records adds, per example, the columns of its
+``examples.parquet`` (:data:`PAIR_SCHEMA`): ``example_id``, ``pair_id`` (the chosen branch's
+``example_id``), ``branch`` (``chosen`` / ``rejected``) and ``kto_label`` (null where they do
+not apply).  A pair's two rows stay adjacent, chosen first, as in the packed row::
+
+    input_ids         example_id  pair_id  branch    kto_label
+    <prompt+good>     388         388      chosen    null
+    <prompt+bad>      389         388      rejected  null
+    <prompt+answer>   17          null     null      true
 """
 
 from __future__ import annotations
@@ -34,17 +44,44 @@ SCHEMA = pa.schema(
         ("labels", pa.list_(pa.int32())),
     ]
 )
+PAIR_SCHEMA = pa.schema(
+    [
+        ("example_id", pa.int64()),
+        ("pair_id", pa.int64()),
+        ("branch", pa.string()),
+        ("kto_label", pa.bool_()),
+    ]
+)
+"""The per-example columns a pack with pairs or KTO records adds (as in ``examples.parquet``)."""
+
+
+def pair_columns(rows: Rows) -> list[pa.Array]:
+    """Return :data:`PAIR_SCHEMA`'s columns for a shard's segments (``rows.branch`` is set)."""
+    assert rows.branch is not None and rows.kto_label is not None
+    ids = rows.example_ids.astype(np.int64)
+    branch, kto = rows.branch, rows.kto_label
+    pair_id = np.where(branch == 2, ids - 1, ids)
+    names = np.array([None, "chosen", "rejected"], dtype=object)[branch]
+    return [
+        pa.array(ids),
+        pa.array(pair_id, mask=branch == 0),
+        pa.array(names, type=pa.string()),
+        pa.array(kto == 1, mask=kto < 0),
+    ]
 
 
 def unpacked_table(rows: Rows) -> pa.Table:
-    """Return one row per segment of a shard's rows."""
+    """Return one row per segment of a shard's rows (and its pair columns in a pair pack)."""
     offsets = pa.array(exclusive_cumsum(rows.seg_len).astype(np.int32))
     columns = [
         pa.ListArray.from_arrays(offsets, pa.array(rows.ids.astype(np.int32, copy=False))),
         pa.ListArray.from_arrays(offsets, pa.array(np.ones(len(rows.ids), dtype=np.int8))),
         pa.ListArray.from_arrays(offsets, pa.array(rows.labels.astype(np.int32, copy=False))),
     ]
-    return pa.Table.from_arrays(columns, schema=SCHEMA)
+    if rows.branch is None:
+        return pa.Table.from_arrays(columns, schema=SCHEMA)
+    schema = pa.schema([*SCHEMA, *PAIR_SCHEMA])
+    return pa.Table.from_arrays([*columns, *pair_columns(rows)], schema=schema)
 
 
 def write_unpacked(out: Path, folder: Path) -> dict[str, Any]:
@@ -53,4 +90,7 @@ def write_unpacked(out: Path, folder: Path) -> dict[str, Any]:
     names = [f"train-{k:05d}-of-{len(tables):05d}.parquet" for k in range(len(tables))]
     for name, table in zip(names, tables, strict=True):
         pq.write_table(table, folder / name)
-    return {"files": names, "examples": sum(t.num_rows for t in tables)}
+    written: dict[str, Any] = {"files": names, "examples": sum(t.num_rows for t in tables)}
+    if tables and "branch" in tables[0].column_names:
+        written["pair_columns"] = PAIR_SCHEMA.names
+    return written

@@ -7,6 +7,8 @@ gives for a column a row does not use, counts as absent)::
     chosen + rejected        preference         prompt, conversations, system, tools
     chosen_messages + …      preference         (see :mod:`packshard.ingest.pairs`)
     messages + bool label    kto                system, tools
+    prompt + completion +    kto                system, tools (TRL's unpaired layout)
+      bool label
     messages                 messages           system, tools
     conversations            sharegpt           system, tools
     instruction + output     alpaca             input, system, history

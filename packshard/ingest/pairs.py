@@ -20,8 +20,15 @@ be exactly one assistant message (``invalid_pair`` otherwise); two identical con
 are an ``identical_pair``.  Per-message ``train``/``weight`` flags are read as for chat;
 ``loss_weight`` (0 or 1) is read as ``weight``.
 
-An unpaired record (``messages`` plus a boolean ``label``, the KTO layout) becomes
-``Conversation(messages, kto_label=label)``: one example, its label carried to the reader.
+An unpaired record (a boolean ``label`` with ``messages``, or with ``prompt`` and
+``completion`` as TRL's unpaired layout spells it) becomes ``Conversation(messages,
+kto_label=label)``: one example, its label carried to the reader.  ``prompt`` and
+``completion`` read as a pair's prompt and answer: strings are one user turn and one
+assistant turn, message lists are read as messages, and the completion must be one
+assistant message::
+
+    {"prompt": "Capital of France?", "completion": "Paris.", "label": true}
+    -> [user "Capital of France?", assistant "Paris."], kto_label True
 
 Rendered, each example carries a pair code (``Rendered.pair``: 0 plain, 1 chosen, 2 rejected,
 3 KTO undesirable, 4 KTO desirable); shards carry it as ``branch`` (0, 1, 2) and ``kto_label``
@@ -63,8 +70,16 @@ def is_preference(value: dict[str, Any]) -> bool:
 
 
 def is_kto(value: dict[str, Any]) -> bool:
-    """Tell whether a record is an unpaired KTO one: ``messages`` and a boolean ``label``."""
-    return value.get("messages") is not None and type(value.get("label")) is bool
+    """Tell whether a record is an unpaired KTO one (see the module notes).
+
+    A boolean ``label`` with ``messages``, or with ``prompt`` and ``completion`` (TRL).
+    """
+    get = value.get
+    if type(get("label")) is not bool:
+        return False
+    return get("messages") is not None or (
+        get("prompt") is not None and get("completion") is not None
+    )
 
 
 def _invalid(reason: str) -> RecordError:
@@ -169,6 +184,18 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
     return Conversation(ref, domain, "preference", msgs, tools_of(value), answers=answers)
 
 
+def _prompt_completion(value: dict[str, Any]) -> list[Message]:
+    """Read TRL's unpaired layout: ``prompt`` then its one-message ``completion``."""
+    completion = _answer(value["completion"], "completion", MESSAGE_FORM)
+    if len(completion) != 1:
+        raise RecordError(
+            "invalid_content",
+            f"'completion' must be one assistant message, got {len(completion)} messages "
+            "(a KTO label judges one answer)",
+        )
+    return [*_prompt(value["prompt"], MESSAGE_FORM), *completion]
+
+
 def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
     """Return an unpaired KTO record: its conversation and its boolean ``label``."""
     label = value.get("label")
@@ -177,10 +204,16 @@ def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
             "invalid_content", f"'label' must be true or false, got {json_kind(label)}"
         )
     turns = value.get("messages")
-    if turns is None:
-        raise RecordError("missing_field", "missing field 'messages' required by format kto")
-    turns = _weighted(turns) if type(turns) is list else turns
-    msgs = tuple(with_system(value, read_messages(turns, "messages", MESSAGE_FORM)))
+    if turns is not None:
+        turns = _weighted(turns) if type(turns) is list else turns
+        msgs = tuple(with_system(value, read_messages(turns, "messages", MESSAGE_FORM)))
+    elif value.get("prompt") is not None and value.get("completion") is not None:
+        msgs = tuple(with_system(value, _prompt_completion(value)))
+    else:
+        raise RecordError(
+            "missing_field",
+            "missing field 'messages' (or 'prompt' and 'completion') required by format kto",
+        )
     if msgs[-1].role != "assistant":
         raise RecordError(
             "no_assistant_turn", "a KTO record must end with the assistant message it labels"

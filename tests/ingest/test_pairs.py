@@ -96,6 +96,58 @@ def test_a_kto_record_carries_its_label():
     assert (conv.format, conv.kto_label, conv.answers) == ("kto", False, None)
 
 
+TRL_KTO: dict[str, dict[str, Any]] = {
+    "strings": {"prompt": "2+2?", "completion": "4", "label": True, "system": "Be brief."},
+    "lists": {"prompt": [SYSTEM, USER], "completion": [GOOD], "label": True},
+    "message": {"prompt": [SYSTEM, USER], "completion": GOOD, "label": True},
+}
+
+
+@pytest.mark.parametrize("layout", sorted(TRL_KTO))
+def test_trls_unpaired_layout_reads_as_one_kto_example(layout):
+    value = TRL_KTO[layout]
+    assert detect_format(value) == "kto"
+    conv = normalized(value)
+    assert (conv.format, conv.kto_label, conv.answers) == ("kto", True, None)
+    assert [(m.role, m.content) for m in conv.messages] == [
+        ("system", "Be brief."),
+        ("user", "2+2?"),
+        ("assistant", "4"),
+    ]
+    assert normalized({**value, "label": False}).kto_label is False
+    unlabelled = {k: v for k, v in value.items() if k != "label"}
+    assert detect_format(unlabelled) == "prompt_completion"  # no boolean label: SFT as before
+
+
+def test_trls_unpaired_layout_renders_like_messages_and_label(chatml):
+    bundle, template = chatml
+    as_messages = {"messages": [SYSTEM, USER, GOOD], "label": False}
+    for value in (as_messages, {**TRL_KTO["lists"], "label": False}):
+        (rendered,) = render_examples(normalized(value), template, bundle, IngestOptions())
+        assert rendered.pair == 3  # KTO undesirable, carried to the shards as kto_label 0
+        assert [rendered.text[a:b] for a, b in rendered.spans] == ["4<|im_end|>"]
+    plain = normalized(as_messages)
+    trl = normalized({**TRL_KTO["lists"], "label": False})
+    assert render_examples(plain, template, bundle, IngestOptions()) == render_examples(
+        trl, template, bundle, IngestOptions()
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "words"),
+    [
+        ({"prompt": "q", "completion": [GOOD, GOOD], "label": True}, "invalid_content", "one"),
+        ({"prompt": "q", "completion": [USER], "label": True}, "no_assistant_turn", "KTO"),
+        ({"prompt": "q", "completion": 4, "label": True}, "invalid_pair", "got number"),
+        ({"prompt": [], "completion": "4", "label": False}, "empty_conversation", "empty"),
+    ],
+)
+def test_malformed_trl_kto_records_are_rejected_with_a_code(value, code, words):
+    got, reason = code_of(value)
+    assert got == code
+    assert words in reason
+
+
 @pytest.mark.parametrize(
     ("value", "code", "words"),
     [

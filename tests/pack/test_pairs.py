@@ -374,3 +374,36 @@ def test_mix_refuses_pairs_in_one_line(tmp_path, demo_tokenizer):
     with pytest.raises(UsageError, match="--mix does not take preference"):
         pack_dataset(config)
     assert not (tmp_path / "out").exists()
+
+
+def test_trls_unpaired_kto_layout_packs_with_its_label(tmp_path, demo_tokenizer):
+    rows = [
+        {"prompt": "Capital of France?", "completion": "Paris.", "label": True},
+        {
+            "prompt": [USER],
+            "completion": [{"role": "assistant", "content": "Lyon."}],
+            "label": False,
+        },
+        {"prompt": "Capital of Italy?", "completion": "Rome."},  # no label: SFT, as before
+    ]
+    data = write_jsonl(tmp_path / "kto.jsonl", rows)
+    config = PackConfig.build(
+        inputs=(str(data),),
+        tokenizer=str(demo_tokenizer),
+        template="chatml",
+        out=str(tmp_path / "out"),
+        max_seq_len=256,
+    )
+    pack_dataset(config)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["stats"]["kto"] == {"desirable": 1, "undesirable": 1}
+    index = pq.read_table(tmp_path / "out" / "examples.parquet").to_pylist()
+    assert sorted((e["line"], e["kto_label"]) for e in index) == [(1, True), (2, False), (3, None)]
+    (table,) = shards(tmp_path / "out")
+    by_example = {
+        e: k
+        for row in table.to_pylist()
+        for e, k in zip(row["example_ids"], row["kto_label"], strict=True)
+    }
+    assert sorted((index[e]["line"], k) for e, k in by_example.items()) == [(1, 1), (2, 0), (3, -1)]
+    assert verify_dataset(tmp_path / "out", VerifyOptions(model="none")).ok
