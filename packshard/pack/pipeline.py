@@ -86,7 +86,7 @@ from packshard.pack.counts import (
     records_per_input,
     wrapped_drops,
 )
-from packshard.pack.heap import return_freed_memory
+from packshard.pack.heap import return_freed_memory, trim_heap
 from packshard.pack.plan.evalsplit import (
     eval_examples,
     eval_files,
@@ -184,6 +184,7 @@ def _pack_into(
         finally:
             if bar is not None:
                 bar.close()
+        spill = spill.compacted("source_index", "domain_codes", "starts", "turns")  # int8 mostly
         bundle, template = loaded.result()
         reasoning_dropped = info.pop("reasoning_dropped", 0)
         pairs_read = info.pop("pairs_read", 0)
@@ -233,10 +234,14 @@ def _pack_into(
     # each stage frees what no later one reads: the index before the shards, which read
     # only the token offsets (the shards' rows are known from the bounds)
     spill = spill.without("loss_tokens", "parts", "record_ids", "format_codes")
+    plan = plan.compacted("seg_part", "seg_start")
+    trim_heap()  # the statistics' temporaries, before the index's chunk
     shard_rows = [hi - lo for lo, hi in bounds]
     tables = examples_tables(spill, plan, shard_rows, is_eval, repeats)
     write_examples(tmp / EXAMPLES_NAME, tables, dataset_id)
     spill = spill.without("source_index", "lines", "starts", "domain_codes", "truncated", "turns")
+    plan = plan.without("seg_part", "seg_targets")
+    trim_heap()
     faults = parse_faults(os.environ.get(FAULTS_ENV))
     shards = write_shards_on(
         engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults, names
