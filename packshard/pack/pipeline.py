@@ -8,14 +8,18 @@ Stages, each its own module, in this order::
       ─► shuffle rows (seed) ─► stats ─► examples index ─► assemble_ranges + write_shard
       ─► rejects ─► dataset card ─► manifest (last)
 
-Memory holds the per-example integers, one chunk of the examples index and two row groups
-of a shard; tokens wait on disk in the spill.  Each stage drops the spill columns no later
-stage reads (:meth:`~packshard.pack.spill.Spill.without`): the statistics read them all,
-the index its own, the shards only the token offsets.  Measured
-(``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token records minus that at
-200k, over 1.8M, ``--workers 1``): 118.8 bytes an example (204 before the plan was int32
-from the start and the stages dropped what they no longer need, 318 before the arrays were
-compact); from 2M to 4M, past the bounded buffers, 72.2 (``docs/scale.md``).  Each stage
+Memory holds the per-example integers, one chunk of the examples index (131,072 rows) and
+two row groups of a shard; tokens wait on disk in the spill.  Source, domain, start and
+turn codes are kept in their smallest integer type (:meth:`~packshard.pack.spill.Spill.compacted`),
+each stage drops the columns no later stage reads
+(:meth:`~packshard.pack.spill.Spill.without`, :meth:`~packshard.pack.plan.rows.RowPlan.without`):
+the statistics read them all, the index its own, the shards only the token offsets and the
+segments' examples, starts, lengths and ids; and the heap is trimmed between stages
+(:func:`~packshard.pack.heap.trim_heap`).  Measured (``scripts/measure_driver_memory.py``:
+peak RSS packing 2M one-token records minus that at 200k, over 1.8M, ``--workers 1``):
+55.8 bytes an example (382.5 → 478.2 MiB; 118.8 before the index chunk shrank from
+1,048,576 rows and the codes were compacted, 204 before the plan was int32 from the start,
+318 before the arrays were compact) (``docs/scale.md``).  Each stage
 returns a typed value (the spill with what it accepted, the rejects file's tally, the
 plan, the shards' entries) and :func:`pack_stats` combines them once.
 
