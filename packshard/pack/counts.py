@@ -71,7 +71,8 @@ def examples_tables(
     when the table reads it, its index arrays with it), so beyond an int32 order and row
     per segment the index costs a fixed amount whatever the number of examples: the
     chunk's Arrow table (about 97 bytes a row, half of it the ``source`` and ``domain``
-    strings) and the Parquet writer's buffers, about 180 bytes a row in all (measured).
+    strings) and the Parquet writer's buffers, about 180 bytes a row in all (measured), so
+    about 23 MiB for a chunk of 131,072 rows.
     """
     order = _by_id(plan.example_id)
     seg_rows = plan.segment_rows()

@@ -37,3 +37,20 @@ def return_freed_memory() -> bool:
         return False
     pa.set_memory_pool(pa.system_memory_pool())
     return True
+
+
+def trim_heap() -> bool:
+    """Give the heap's free pages back to the system (``malloc_trim(0)``); glibc only.
+
+    Between stages: what a stage freed below the mmap threshold, scattered between live
+    blocks, stays resident otherwise and adds to the next stage's peak (measured on 2M
+    one-token records: the examples index stage peaked 56 MiB lower with it, about 29 bytes
+    an example).
+    """
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        return bool(ctypes.CDLL(name).malloc_trim(0))
+    except (OSError, AttributeError):  # not glibc
+        return False

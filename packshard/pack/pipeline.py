@@ -8,14 +8,20 @@ Stages, each its own module, in this order::
       ─► shuffle rows (seed) ─► stats ─► examples index ─► assemble_ranges + write_shard
       ─► rejects ─► dataset card ─► manifest (last)
 
-Memory holds the per-example integers, one chunk of the examples index and two row groups
-of a shard; tokens wait on disk in the spill.  Each stage drops the spill columns no later
-stage reads (:meth:`~packshard.pack.spill.Spill.without`): the statistics read them all,
-the index its own, the shards only the token offsets.  Measured
-(``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token records minus that at
-200k, over 1.8M, ``--workers 1``): 118.8 bytes an example (204 before the plan was int32
-from the start and the stages dropped what they no longer need, 318 before the arrays were
-compact); from 2M to 4M, past the bounded buffers, 72.2 (``docs/scale.md``).  Each stage
+Memory holds the per-example integers, one chunk of the examples index (131,072 rows) and
+two row groups of a shard; tokens wait on disk in the spill.  Source, domain, start and
+turn codes are kept in their smallest integer type (:meth:`~packshard.pack.spill.Spill.compacted`),
+each stage drops the columns no later stage reads
+(:meth:`~packshard.pack.spill.Spill.without`, :meth:`~packshard.pack.plan.rows.RowPlan.without`):
+the statistics read them all, the index its own, the shards only the token offsets and the
+segments' examples, starts, lengths and ids; and the heap is trimmed between stages
+(:func:`~packshard.pack.heap.trim_heap`).  Measured (``scripts/measure_driver_memory.py``:
+peak RSS packing 2M one-token records minus that at 200k, over 1.8M, ``--workers 1``):
+55.8 bytes an example (382.5 → 478.2 MiB; 118.8 before the index chunk shrank from
+1,048,576 rows and the codes were compacted, 204 before the plan was int32 from the start,
+318 before the arrays were compact); from 2M to 4M, 110.3 (478.6 → 689.0 MiB; the 4M peak
+was 736.9 MiB before), the planner's, the statistics' and the index's per-example
+temporaries, peaking within a few MiB of each other (``docs/scale.md``).  Each stage
 returns a typed value (the spill with what it accepted, the rejects file's tally, the
 plan, the shards' entries) and :func:`pack_stats` combines them once.
 
@@ -86,7 +92,7 @@ from packshard.pack.counts import (
     records_per_input,
     wrapped_drops,
 )
-from packshard.pack.heap import return_freed_memory
+from packshard.pack.heap import return_freed_memory, trim_heap
 from packshard.pack.plan.evalsplit import (
     eval_examples,
     eval_files,
@@ -184,6 +190,7 @@ def _pack_into(
         finally:
             if bar is not None:
                 bar.close()
+        spill = spill.compacted("source_index", "domain_codes", "starts", "turns")  # int8 mostly
         bundle, template = loaded.result()
         reasoning_dropped = info.pop("reasoning_dropped", 0)
         pairs_read = info.pop("pairs_read", 0)
@@ -233,10 +240,14 @@ def _pack_into(
     # each stage frees what no later one reads: the index before the shards, which read
     # only the token offsets (the shards' rows are known from the bounds)
     spill = spill.without("loss_tokens", "parts", "record_ids", "format_codes")
+    plan = plan.compacted("seg_part", "seg_start")
+    trim_heap()  # the statistics' temporaries, before the index's chunk
     shard_rows = [hi - lo for lo, hi in bounds]
     tables = examples_tables(spill, plan, shard_rows, is_eval, repeats)
     write_examples(tmp / EXAMPLES_NAME, tables, dataset_id)
     spill = spill.without("source_index", "lines", "starts", "domain_codes", "truncated", "turns")
+    plan = plan.without("seg_part", "seg_targets")
+    trim_heap()
     faults = parse_faults(os.environ.get(FAULTS_ENV))
     shards = write_shards_on(
         engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults, names

@@ -11,12 +11,14 @@ length, loss tokens, source, line, part, start, domain, format, truncated, recor
      offsets (int64, in memory, one per example + 1)
 
 Peak memory is those per-example arrays (42 bytes an example, int32 wherever values fit,
-see ``narrow``) plus one chunk.  The tokens are never read back here: the returned spill
-names its folder as a part (:class:`~packshard.pack.units.parts.PartFiles`), read one
-shard at a time with positioned reads (:meth:`Spill.read_ranges`), never through a memory
-map, so the resident set does not grow to the size of the spill.  :class:`SpillWriter` owns
-what it counts (records and tokens accepted per input and domain, what the overlong policy
-did) and returns it in the :class:`Spill`, as :class:`SpillCounts`.
+see ``narrow``; 30 once ``pack`` keeps source, domain, start and turn codes in their
+:func:`smallest` type, one byte each for one input, one domain, no split) plus one chunk.
+The tokens are never read back here: the returned spill names its folder as a part
+(:class:`~packshard.pack.units.parts.PartFiles`), read one shard at a time with positioned
+reads (:meth:`Spill.read_ranges`), never through a memory map, so the resident set does not
+grow to the size of the spill.  :class:`SpillWriter` owns what it counts (records and tokens
+accepted per input and domain, what the overlong policy did) and returns it in the
+:class:`Spill`, as :class:`SpillCounts`.
 """
 
 from __future__ import annotations
@@ -94,6 +96,18 @@ class Spill:
         }
         return replace(self, **dropped)
 
+    def compacted(self, *names: str) -> Spill:
+        """Return the spill with the integer arrays ``names`` in their :func:`smallest` type.
+
+        For a stage that only reads them: the examples index reads each source, domain,
+        turn and start once, and one input, one domain, no split and no ``--turns expand``
+        make them one byte an example instead of four.
+        """
+        picked: dict[str, Any] = {
+            n: smallest(getattr(self, n)) for n in names if getattr(self, n) is not None
+        }
+        return replace(self, **picked)
+
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return the tokens and labels of flat ranges ``[start, start + length)``, concatenated.
 
@@ -135,6 +149,20 @@ def narrow(values: np.ndarray) -> np.ndarray:
     if values.size and (int(values.min()) < -(2**31) or int(values.max()) >= 2**31):
         return values
     return values.astype(np.int32, copy=False)
+
+
+def smallest(values: np.ndarray) -> np.ndarray:
+    """Return integer ``values`` as int8, int16 or int32, the smallest that holds them all.
+
+    Unchanged when none does (or when they are not signed integers); readers widen.
+    """
+    if values.dtype.kind != "i" or not values.size:
+        return values
+    low, high = int(values.min()), int(values.max())
+    for kind in (np.int8, np.int16, np.int32):
+        if np.iinfo(kind).min <= low and high <= np.iinfo(kind).max:
+            return values.astype(kind, copy=False)
+    return values
 
 
 class SpillWriter:

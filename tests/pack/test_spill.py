@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from packshard.ingest.types import TokenizedBatch
-from packshard.pack.spill import Spill, SpillCounts, SpillWriter
+from packshard.pack.spill import Spill, SpillCounts, SpillWriter, smallest
 from packshard.records import IGNORE_INDEX as X
 from packshard.records import SourceRef
 
@@ -134,3 +134,15 @@ def test_read_ranges_gathers_the_ranges_in_order(tmp_path):
     assert labels.tolist() == [X, X, 8, 9, X, 2, 4, 3]
     assert ids.dtype == labels.dtype == np.int32
     assert everything(spill)[0].tolist() == list(range(1, 10))
+
+
+def test_smallest_picks_the_narrowest_signed_type_that_holds_every_value():
+    cases = [([0, 1, -128, 127], np.int8), ([0, 128], np.int16), ([-32769], np.int32)]
+    for values, kind in cases:
+        out = smallest(np.array(values, dtype=np.int64))
+        assert out.dtype == kind and out.tolist() == values
+    wide = np.array([2**31], dtype=np.int64)
+    assert smallest(wide) is wide
+    flags = np.array([True, False])
+    assert smallest(flags) is flags  # not an integer array: unchanged
+    assert smallest(np.zeros(0, np.int32)).dtype == np.int32

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from packshard.arrays import count_trained, exclusive_cumsum, fill_rate, lower_bound_rows
-from packshard.pack.spill import Spill, narrow
+from packshard.pack.spill import Spill, narrow, smallest
 
 TARGET_BLOCK_TOKENS = 1 << 22
 _SEGMENT_FIELDS = (
@@ -127,6 +127,24 @@ class RowPlan:
     def narrowed(self) -> RowPlan:
         """Return the plan with int32 segment arrays wherever the values fit (readers widen)."""
         picked: dict[str, Any] = {name: narrow(getattr(self, name)) for name in _SEGMENT_FIELDS}
+        return replace(self, **picked)
+
+    def without(self, *names: str) -> RowPlan:
+        """Return the plan with the segment arrays ``names`` emptied (no later stage reads them).
+
+        Like :meth:`~packshard.pack.spill.Spill.without`: the shards read only the example,
+        start, length and id of each segment, so the parts and targets are freed before them.
+        """
+        dropped: dict[str, Any] = {n: np.zeros(0, getattr(self, n).dtype) for n in names}
+        return replace(self, **dropped)
+
+    def compacted(self, *names: str) -> RowPlan:
+        """Return the plan with the segment arrays ``names`` in their smallest integer type.
+
+        For the stages that only read them (the index reads each part once; the shards add
+        each start to a wide offset): no split makes both one byte a segment.
+        """
+        picked: dict[str, Any] = {n: smallest(getattr(self, n)) for n in names}
         return replace(self, **picked)
 
     def permute_rows(self, order: np.ndarray) -> RowPlan:

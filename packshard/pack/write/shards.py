@@ -36,7 +36,7 @@ from packshard.format.shards import (
     write_shard,
 )
 from packshard.pack.plan.rows import RowPlan
-from packshard.pack.spill import Spill
+from packshard.pack.spill import Spill, narrow
 from packshard.pack.units.parts import PartFiles, read_part_ranges
 from packshard.pack.write.assemble import assemble_ranges
 
@@ -97,7 +97,7 @@ class WriteTask:
     dataset_id: str
     compression: str
     row_offsets: np.ndarray  # int64 [rows + 1]
-    starts: np.ndarray  # int64 [segments]: flat start of each segment in the parts
+    starts: np.ndarray  # int32 while it fits, else int64 [segments]: flat start in the parts
     seg_length: np.ndarray
     example_id: np.ndarray
     max_seq_len: int
@@ -173,7 +173,7 @@ def write_shards_on(
                 dataset_id=dataset_id,
                 compression=compression,
                 row_offsets=sub.row_offsets,
-                starts=spill.offsets[sub.seg_example] + sub.seg_start,
+                starts=narrow(spill.offsets[sub.seg_example] + sub.seg_start),
                 seg_length=sub.seg_length,
                 example_id=sub.example_id,
                 max_seq_len=plan.max_seq_len,

@@ -103,6 +103,25 @@ def test_rows_and_permute_rows():
     assert permuted.example_id.tolist() == [0, 2, 3, 4, 1]  # ids travel with segments
 
 
+def test_without_frees_what_the_shards_do_not_read():
+    spill = make_spill([[1] * k for k in (4, 3, 6, 2, 5)])
+    plan = finalize_plan(spill, plan_packs(spill.lengths, 8, "bfd"), np.arange(5)).narrowed()
+    lean = plan.without("seg_part", "seg_targets")
+    assert lean.seg_part.size == lean.seg_targets.size == 0
+    assert lean.seg_part.dtype == plan.seg_part.dtype
+    assert segments(lean.rows(1, 3)) == segments(plan.rows(1, 3))  # what the shards read
+    assert lean.rows(1, 3).example_id.tolist() == plan.rows(1, 3).example_id.tolist()
+
+
+def test_compacted_keeps_the_values_in_the_smallest_type():
+    spill = make_spill([[1] * k for k in (4, 3, 6, 2, 5)])
+    plan = finalize_plan(spill, plan_packs(spill.lengths, 8, "bfd"), np.arange(5)).narrowed()
+    small = plan.compacted("seg_part", "seg_start")
+    assert small.seg_part.dtype == small.seg_start.dtype == np.int8
+    assert small.seg_part.tolist() == plan.seg_part.tolist()
+    assert small.seg_start.tolist() == plan.seg_start.tolist()
+
+
 def test_concatenate_renumbers_in_input_order():
     spill = make_spill([[1] * k for k in (4, 3, 6, 2, 5)])
     parts = []
