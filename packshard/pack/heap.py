@@ -11,6 +11,13 @@ instead of being reused: measured on 2M one-token records, about 20 bytes an exa
 :func:`return_freed_memory` fixes the threshold (``mallopt(M_MMAP_THRESHOLD, 256 KiB)``),
 which also stops it rising, and has Arrow allocate from the same heap (its default pool,
 mimalloc, keeps what it frees too).  Elsewhere than glibc it does nothing.
+
+A fixed threshold also keeps glibc's trim threshold at 128 KiB: the top of the heap was
+given back to the system after every batch and taken again, page by page, by the next.
+So the heap also keeps a pad of ``TOP_PAD_BYTES`` (``mallopt(M_TOP_PAD, 64 MiB)``): it grows
+and shrinks in 64 MiB steps.  On 20.6M tokens of phi-3 chat data that cut ``pack``'s page
+faults from 1.0M to 0.16M and its CPU time by about a quarter (19.1 to 14.1 CPU-seconds,
+3.7 of them system time before, 1.7 after), for at most 64 MiB more peak RSS (35 MiB there).
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ import ctypes.util
 import pyarrow as pa
 
 M_MMAP_THRESHOLD = -3
+M_TOP_PAD = -2
 THRESHOLD_BYTES = 256 * 1024
+TOP_PAD_BYTES = 64 * 1024 * 1024
 
 
 def return_freed_memory() -> bool:
@@ -33,6 +42,7 @@ def return_freed_memory() -> bool:
         libc = ctypes.CDLL(name)
         if not libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES):
             return False
+        libc.mallopt(M_TOP_PAD, TOP_PAD_BYTES)
     except (OSError, AttributeError):  # not glibc
         return False
     pa.set_memory_pool(pa.system_memory_pool())
