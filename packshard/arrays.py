@@ -143,5 +143,8 @@ def numpy_view(array: pa.Array) -> np.ndarray:
         out: np.ndarray = array.to_numpy(zero_copy_only=False)
         return out
     dtype = np.dtype(kind.to_pandas_dtype())
-    data = np.frombuffer(array.buffers()[1], dtype=dtype)
+    buffer = array.buffers()[1]
+    if buffer is None or not len(array):
+        return np.zeros(0, dtype=dtype)
+    data = np.frombuffer(buffer, dtype=dtype)
     return data[array.offset : array.offset + len(array)]

@@ -110,6 +110,8 @@ def test_arrow_strings_and_numpy_view() -> None:
     assert arrow_strings(names).equals(pa.array(names, pa.string()))
     sliced = pa.array(np.arange(8, dtype=np.int32)).slice(3, 4)
     assert numpy_view(sliced).tolist() == [3, 4, 5, 6]
+    assert numpy_view(pa.array([], pa.int32())).dtype == np.int32
+    assert numpy_view(pa.array([], pa.int32())).size == 0
 
 
 def test_pack_never_imports_pandas(tmp_path: Path) -> None:
