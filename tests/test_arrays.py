@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packshard.arrays import (
+    arrow_array,
+    arrow_strings,
     count_trained,
     exclusive_cumsum,
     fill_rate,
     lower_bound_rows,
+    numpy_view,
     range_sums,
 )
 from packshard.records import IGNORE_INDEX as X
@@ -73,3 +81,51 @@ def test_capacity_figures() -> None:
     assert fill_rate(16, 2, 8) == 1.0
     assert fill_rate(0, 0, 8) == 0.0  # no rows: nothing filled, everywhere (planner and stats)
     assert fill_rate(5, 1, 10) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("values", "kind"),
+    [
+        (np.array([0, 5, -3], dtype=np.int32), None),
+        (np.array([0, 5, -3], dtype=np.int64), pa.int32()),
+        (np.arange(10, dtype=np.int64)[::3], pa.int64()),
+        (np.array([1, 2], dtype=np.int8), pa.int8()),
+        (np.array([True, False, True] * 5), pa.bool_()),
+        (np.zeros(0, dtype=np.int32), pa.int32()),
+    ],
+)
+def test_arrow_array_equals_pa_array(values: np.ndarray, kind: pa.DataType | None) -> None:
+    got, want = arrow_array(values, kind), pa.array(values, kind)
+    assert got.type == want.type and got.null_count == 0 and got.equals(want)
+    assert numpy_view(got).tolist() == values.tolist() if kind != pa.bool_() else True
+
+
+def test_arrow_array_casts_safely_like_pa_array() -> None:
+    with pytest.raises(pa.ArrowInvalid):
+        arrow_array(np.array([2**40], dtype=np.int64), pa.int32())
+
+
+def test_arrow_strings_and_numpy_view() -> None:
+    names = ["a", "", "日本語", "tail"]
+    assert arrow_strings(names).equals(pa.array(names, pa.string()))
+    sliced = pa.array(np.arange(8, dtype=np.int32)).slice(3, 4)
+    assert numpy_view(sliced).tolist() == [3, 4, 5, 6]
+    assert numpy_view(pa.array([], pa.int32())).dtype == np.int32
+    assert numpy_view(pa.array([], pa.int32())).size == 0
+
+
+def test_pack_never_imports_pandas(tmp_path: Path) -> None:
+    # pa.array and Array.to_numpy import pandas (≈0.2 CPU-s a process); pack avoids both.
+    from packshard.demo import build_demo_tokenizer, demo_data_path
+
+    tokenizer = build_demo_tokenizer(tmp_path / "tok")
+    args = [str(demo_data_path()), "-t", str(tokenizer), "--template", "chatml"]
+    args += ["--max-seq-len", "512", "-o", str(tmp_path / "out"), "--no-progress"]
+    prelude = (
+        "import sys\nfrom packshard.cli import main\n"
+        "try:\n    main()\nfinally:\n    print('PANDAS', 'pandas' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", prelude, "pack", *args], capture_output=True, text=True, timeout=300
+    )
+    assert "PANDAS False" in result.stdout, result.stdout + result.stderr

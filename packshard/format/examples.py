@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from packshard.arrays import arrow_array, arrow_strings
 from packshard.errors import FormatError
 from packshard.format.version import metadata_problem, parquet_metadata
 
@@ -84,7 +85,7 @@ BRANCHES = ("chosen", "rejected")
 
 def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
     """Strings from small integer codes and their names (one Python string per name only)."""
-    return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string())).cast(
+    return pa.DictionaryArray.from_arrays(arrow_array(codes), arrow_strings(names)).cast(
         pa.string()
     )
 
@@ -110,13 +111,13 @@ def build_examples_table(
             codes = np.asarray(columns[name]).astype(np.int8)
             arrays.append(_names(codes, list(SPLITS)))
         elif name not in columns and name in OPTIONAL_COLUMNS:
-            arrays.append(pa.array(np.zeros(n, dtype=np.int32), kind))
+            arrays.append(arrow_array(np.zeros(n, dtype=np.int32), kind))
         elif name == "source":
             arrays.append(_names(columns[name], source_names))
         elif name == "domain":
             arrays.append(_names(columns[name], domain_names))
         else:
-            arrays.append(pa.array(columns[name], kind))
+            arrays.append(arrow_array(np.asarray(columns[name]), kind))
     if "pair_code" in columns:
         code = np.asarray(columns["pair_code"], dtype=np.int8)
         ids = np.asarray(columns["example_id"], dtype=np.int64)

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packshard.arrays import exclusive_cumsum
+from packshard.arrays import arrow_array, exclusive_cumsum, numpy_view
 from packshard.digests import sha256_path
 from packshard.errors import FormatError
 from packshard.format.version import metadata_problem, parquet_metadata
@@ -105,7 +105,7 @@ def seq_lengths_column(cu_seqlens: pa.ChunkedArray | pa.Array) -> pa.ListArray:
     keep[offsets[1:-1] - 1] = False  # the steps from one row's last entry to the next row's first
     lengths = np.maximum(np.diff(offsets) - 1, 0)
     return pa.ListArray.from_arrays(
-        pa.array(exclusive_cumsum(lengths).astype(np.int32)), pa.array(steps[keep])
+        arrow_array(exclusive_cumsum(lengths).astype(np.int32)), arrow_array(steps[keep])
     )
 
 
@@ -159,8 +159,10 @@ def write_shard(
             group = with_seq_lengths(table).replace_schema_metadata(meta)
             writing = pool.submit(writer.write_table, group, row_group_size=ROW_GROUP_ROWS)
             rows += table.num_rows
-            tokens += int(table["num_tokens"].to_numpy().sum(dtype=np.int64))
-            loss_tokens += int(table["num_loss_tokens"].to_numpy().sum(dtype=np.int64))
+            for chunk in table["num_tokens"].chunks:
+                tokens += int(numpy_view(chunk).sum(dtype=np.int64))
+            for chunk in table["num_loss_tokens"].chunks:
+                loss_tokens += int(numpy_view(chunk).sum(dtype=np.int64))
         if writing is not None:
             writing.result()
     return ShardInfo(
@@ -176,8 +178,8 @@ def write_shard(
 def list_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Return a list column's flat values and int64 offsets (zero-copy where possible)."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    offsets = np.asarray(arr.offsets, dtype=np.int64)
-    values = arr.values.to_numpy(zero_copy_only=False)
+    offsets = numpy_view(arr.offsets).astype(np.int64)
+    values = numpy_view(arr.values)
     base = int(offsets[0])
     return values[base : int(offsets[-1])], offsets - base
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from packshard.errors import TemplateError
@@ -63,22 +64,22 @@ class Chat:
         """The opening and closing reasoning markers."""
         return self.options.reasoning_markers
 
-    @property
+    @cached_property
     def reasoning(self) -> bool:
         """Whether any message holds reasoning the template is given."""
         return True in self.has_reasoning[: len(self.messages)]
 
-    @property
+    @cached_property
     def field(self) -> str | None:
         """The message field the template reads reasoning from (when there is reasoning)."""
         return reasoning_field(self.template) if self.reasoning else None
 
-    @property
+    @cached_property
     def closing_only(self) -> bool:
         """Whether the template splits content on the closing marker itself."""
         return splits_inline(self.template, self.markers) if self.reasoning else False
 
-    @property
+    @cached_property
     def frame(self) -> Frame:
         """The template's header and end markers (cached)."""
         return template_frame(self.template, self.bundle, self.markers)

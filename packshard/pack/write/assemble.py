@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from packshard.arrays import count_trained, exclusive_cumsum
+from packshard.arrays import arrow_array, count_trained, exclusive_cumsum
 from packshard.format.shards import PAIR_FIELDS, SHARD_SCHEMA
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
@@ -76,25 +76,28 @@ def assemble_ranges(
     cu_values[is_end] = seg_end_in_row
     num_loss = count_trained(labels, row_tok, skip_first=False)
     max_seqlen = np.maximum.reduceat(seg_len, row_offsets[:-1]) if nrows else seg_len
-    tok_off = pa.array(row_tok.astype(np.int32))
+    tok_off = arrow_array(row_tok.astype(np.int32))
     columns = [
-        pa.ListArray.from_arrays(tok_off, pa.array(input_ids)),
-        pa.ListArray.from_arrays(tok_off, pa.array(labels)),
-        pa.ListArray.from_arrays(tok_off, pa.array(position_ids)),
-        pa.ListArray.from_arrays(pa.array(cu_offsets.astype(np.int32)), pa.array(cu_values)),
+        pa.ListArray.from_arrays(tok_off, arrow_array(input_ids)),
+        pa.ListArray.from_arrays(tok_off, arrow_array(labels)),
+        pa.ListArray.from_arrays(tok_off, arrow_array(position_ids)),
+        pa.ListArray.from_arrays(arrow_array(cu_offsets.astype(np.int32)), arrow_array(cu_values)),
         pa.ListArray.from_arrays(
-            pa.array(row_offsets.astype(np.int32)), pa.array(block.example_id.astype(np.int64))
+            arrow_array(row_offsets.astype(np.int32)),
+            arrow_array(block.example_id.astype(np.int64)),
         ),
-        pa.array(np.diff(row_tok).astype(np.int32)),
-        pa.array(num_loss.astype(np.int32)),
-        pa.array(max_seqlen.astype(np.int32)),
+        arrow_array(np.diff(row_tok).astype(np.int32)),
+        arrow_array(num_loss.astype(np.int32)),
+        arrow_array(max_seqlen.astype(np.int32)),
     ]
     table = pa.Table.from_arrays(columns, schema=SHARD_SCHEMA)
     if codes is None:
         return table
-    seg_off = pa.array(row_offsets.astype(np.int32))
+    seg_off = arrow_array(row_offsets.astype(np.int32))
     code = np.asarray(codes, dtype=np.int8)
     branch = np.where(code <= 2, code, 0).astype(np.int8)
     kto = np.where(code >= 3, code - 3, -1).astype(np.int8)
-    table = table.append_column(PAIR_FIELDS[0], pa.ListArray.from_arrays(seg_off, pa.array(branch)))
-    return table.append_column(PAIR_FIELDS[1], pa.ListArray.from_arrays(seg_off, pa.array(kto)))
+    table = table.append_column(
+        PAIR_FIELDS[0], pa.ListArray.from_arrays(seg_off, arrow_array(branch))
+    )
+    return table.append_column(PAIR_FIELDS[1], pa.ListArray.from_arrays(seg_off, arrow_array(kto)))
