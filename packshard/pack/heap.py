@@ -12,14 +12,12 @@ instead of being reused: measured on 2M one-token records, about 20 bytes an exa
 which also stops it rising, and has Arrow allocate from the same heap (its default pool,
 mimalloc, keeps what it frees too).  Elsewhere than glibc it does nothing.
 
-A fixed threshold also keeps glibc's trim threshold at 128 KiB: the top of the heap was
-given back to the system after every batch and taken again, page by page, by the next.
-So each heap also keeps a pad of ``TOP_PAD_BYTES`` (``mallopt(M_TOP_PAD, 16 MiB)``) and grows
-and shrinks in 16 MiB steps.  On 20.6M tokens of phi-3 chat data that cut ``pack``'s page
-faults from 1.0M to 0.29M and its system time from 3.6 to 1.7 CPU-seconds, peak RSS
-unchanged (374 MB); on Qwen3, 2.7M tokens, 0.30M to 0.21M faults, RSS 517 → 519 MB.  A
-64 MiB pad saved a little more (0.18M faults) but added 115 MB to Qwen3's peak RSS: every
-thread's arena keeps its own pad.
+A fixed threshold also keeps glibc's trim threshold at 128 KiB, so the top of the heap is
+given back after a batch and faulted in again by the next (1.0M page faults, 3.6 system
+CPU-seconds on 20.6M tokens of phi-3 chat data).  A 16 MiB pad (``M_TOP_PAD``) cut that to
+0.29M faults and 1.7 s, but held about 30 MiB more at the driver's peak on 2M one-token
+records (70-78 bytes an example against 62-63, ``scripts/measure_driver_memory.py``), and a
+side-by-side run on 4.3M tokens showed no CPU difference beyond noise; so no pad is set.
 """
 
 from __future__ import annotations
@@ -30,9 +28,7 @@ import ctypes.util
 import pyarrow as pa
 
 M_MMAP_THRESHOLD = -3
-M_TOP_PAD = -2
 THRESHOLD_BYTES = 256 * 1024
-TOP_PAD_BYTES = 16 * 1024 * 1024
 
 
 def return_freed_memory() -> bool:
@@ -44,7 +40,6 @@ def return_freed_memory() -> bool:
         libc = ctypes.CDLL(name)
         if not libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES):
             return False
-        libc.mallopt(M_TOP_PAD, TOP_PAD_BYTES)
     except (OSError, AttributeError):  # not glibc
         return False
     pa.set_memory_pool(pa.system_memory_pool())
