@@ -174,17 +174,23 @@ def pack_stats(
     names = list(counts.domains) + sorted(set(tally.by_domain) - set(counts.domains))
     ex = plan.seg_example
     seg_domain = spill.domain_codes[ex]
-    records = spill.record_ids[ex]
-    uniq_rec, rec_index = np.unique(records, return_index=True)
-    split_rec = np.unique(records[plan.seg_part > 0])
-    split_domain = spill.domain_codes[np.searchsorted(spill.record_ids, split_rec)]
+    # packed records without a sort: the spill's record ids ascend, so each record is a run of
+    # its examples, and a record is packed when any of its examples is (1 byte an example)
+    record_ids = spill.record_ids
+    in_plan = np.zeros(len(record_ids), dtype=bool)
+    in_plan[ex] = True
+    first = np.flatnonzero(np.diff(record_ids, prepend=-1) != 0) if len(record_ids) else ex[:0]
+    packed_first = first[np.logical_or.reduceat(in_plan, first)] if len(first) else first
+    del in_plan
+    split_rec = np.unique(record_ids[ex[plan.seg_part > 0]])
+    split_domain = spill.domain_codes[np.searchsorted(record_ids, split_rec)]
 
     def per_domain(values: np.ndarray, weights: np.ndarray | None = None) -> list[int]:
         out = np.bincount(values, weights=weights, minlength=len(names)).astype(np.int64)
         return out.tolist()
 
     packed = {
-        "records_packed": per_domain(seg_domain[rec_index]),
+        "records_packed": per_domain(spill.domain_codes[packed_first]),
         "examples": per_domain(seg_domain),
         "tokens": per_domain(seg_domain, plan.seg_length),
         "loss_tokens": per_domain(seg_domain, plan.seg_targets),
@@ -208,7 +214,7 @@ def pack_stats(
         domains[name] = entry
     return {
         "records": sum(accepted) + tally.total(REJECTED),
-        "records_packed": len(uniq_rec),
+        "records_packed": len(packed_first),
         "rejected": tally.total(REJECTED),
         "dropped": tally.total(DROPPED),
         "truncated": int(spill.truncated[ex].sum()),

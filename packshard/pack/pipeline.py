@@ -17,11 +17,11 @@ the statistics read them all, the index its own, the shards only the token offse
 segments' examples, starts, lengths and ids; and the heap is trimmed between stages
 (:func:`~packshard.pack.heap.trim_heap`).  Measured (``scripts/measure_driver_memory.py``:
 peak RSS packing 2M one-token records minus that at 200k, over 1.8M, ``--workers 1``):
-55.8 bytes an example (382.5 → 478.2 MiB; 118.8 before the index chunk shrank from
+56.0-58.1 bytes an example (351 → 447-451 MiB; 118.8 before the index chunk shrank from
 1,048,576 rows and the codes were compacted, 204 before the plan was int32 from the start,
-318 before the arrays were compact); from 2M to 4M, 110.3 (478.6 → 689.0 MiB; the 4M peak
+318 before the arrays were compact); from 2M to 4M, 88.0 (447.0 → 614.9 MiB; the 4M peak
 was 736.9 MiB before), the planner's, the statistics' and the index's per-example
-temporaries, peaking within a few MiB of each other (``docs/scale.md``).  Each stage
+temporaries, peaking close together (``docs/scale.md``).  Each stage
 returns a typed value (the spill with what it accepted, the rejects file's tally, the
 plan, the shards' entries) and :func:`pack_stats` combines them once.
 

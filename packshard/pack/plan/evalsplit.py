@@ -128,14 +128,19 @@ def _plan(
     """Plan the kept examples, each domain alone (``--group-by-domain``) or each group alone."""
     lengths = spill.lengths
     codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
-    chosen = np.arange(len(lengths)) if keep is None else np.flatnonzero(keep)
+    every = keep is None and mixed is None  # every example once: no copy of the lengths
+    small = np.int32 if len(lengths) < 2**31 else np.int64
+    chosen = np.arange(len(lengths), dtype=small) if keep is None else np.flatnonzero(keep)
     if mixed is not None:
         chosen = mixed
     group = config.plan_group()
     big, strategy = config.plan.max_seq_len, config.plan.strategy
     if not config.plan.group_by_domain and group is None:
         raw = plan_pair_units(
-            lengths[chosen], None if codes is None else codes[chosen], big, strategy
+            lengths if every else lengths[chosen],
+            codes if codes is None or every else codes[chosen],
+            big,
+            strategy,
         )
         return finalize_plan(spill, raw, chosen)
     if group is not None:  # --plan-scope group:N: N consecutive examples at a time

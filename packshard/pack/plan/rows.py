@@ -226,20 +226,21 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
     from here on wherever the values fit, so no later stage holds an int64 copy of them.
     """
     row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
-    seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]
-    seg_start = np.asarray(raw.seg_start, dtype=np.int64)
-    seg_length = np.asarray(raw.seg_length, dtype=np.int64)
-    if raw.strategy != "wrapped":
+    if raw.strategy != "wrapped":  # each array int32 as it is made: the peak of planning
+        seg_ex = narrow(index[np.asarray(raw.seg_example, dtype=np.int64)])
         plan = replace(
             raw,
             row_offsets=row_offsets,
-            seg_example=seg_example,
-            seg_start=seg_start,
-            seg_length=seg_length,
-            seg_part=spill.parts[seg_example].astype(np.int32),
-            seg_targets=spill.loss_tokens[seg_example].astype(np.int64),
+            seg_example=seg_ex,
+            seg_start=narrow(np.asarray(raw.seg_start, dtype=np.int64)),
+            seg_length=narrow(np.asarray(raw.seg_length, dtype=np.int64)),
+            seg_part=spill.parts[seg_ex].astype(np.int32),
+            seg_targets=narrow(spill.loss_tokens[seg_ex].astype(np.int64)),
         )
         return number_examples(plan).narrowed()
+    seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]
+    seg_start = np.asarray(raw.seg_start, dtype=np.int64)
+    seg_length = np.asarray(raw.seg_length, dtype=np.int64)
     # wrapped: an example's segments are consecutive in the plan; number its parts.
     first = np.concatenate(([True], seg_example[1:] != seg_example[:-1]))
     group_start = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
