@@ -46,13 +46,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-from datetime import datetime
 from typing import Any
 
 import orjson
 
 from packshard.errors import TemplateError, UsageError
 from packshard.ingest.template.render import ChatTemplate, render_reference
+from packshard.ingest.template.sandbox import hf_json, raise_exception, strftime_now
 from packshard.ingest.template.screen import CLOSE, OPEN, rewrite, screen
 from packshard.ingest.tokens.backends import CANARY, installed_version
 
@@ -66,10 +66,6 @@ MAX_FUEL = 2_000_000
 _ODD = re.compile(rb"\\u001[cdefCDEF]|\xef\xb7[\x90\x91]")
 
 
-def _raise(message: Any) -> None:
-    raise TemplateError(str(message))
-
-
 def _tojson(
     x: Any,
     ensure_ascii: bool = False,
@@ -79,9 +75,7 @@ def _tojson(
 ) -> str:
     if indent is not None and not (type(indent) is int and 0 <= indent <= 16):
         raise TemplateError("tojson indent the fast renderer leaves to the sandbox")
-    return json.dumps(
-        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
+    return hf_json(x, ensure_ascii, indent, separators, sort_keys)
 
 
 class FastRenderer:
@@ -96,8 +90,8 @@ class FastRenderer:
             trim_blocks=True, lstrip_blocks=True, pycompat=True, keep_trailing_newline=False
         )
         env.debug = False
-        env.add_global("raise_exception", _raise)
-        env.add_global("strftime_now", lambda fmt: datetime.now().strftime(fmt))
+        env.add_global("raise_exception", raise_exception)
+        env.add_global("strftime_now", strftime_now)
         env.add_filter("tojson", _tojson)
         env.add_global("packshard_open", OPEN)
         env.add_global("packshard_close", CLOSE)

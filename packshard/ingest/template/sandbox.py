@@ -237,8 +237,27 @@ def _loop_filter(_context: Any, iterable: Any) -> Any:
     return budget.checked_loop(iterable)
 
 
-def _raise_exception(message: str) -> None:
+def raise_exception(message: Any) -> None:
+    """Reject the record with a template's ``raise_exception(message)``."""
     raise TemplateError(str(message))
+
+
+def strftime_now(fmt: str) -> str:
+    """Return the local time formatted, a template's ``strftime_now(fmt)``."""
+    return datetime.now().strftime(fmt)
+
+
+def hf_json(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: Any = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
+    """``tojson`` as transformers defines it: ``json.dumps``, non-ASCII kept, keys in order."""
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _tojson(
@@ -251,13 +270,7 @@ def _tojson(
     unit = indent if type(indent) is int else len(str(indent or ""))
     budget.current().size(unit * 1024, "tojson indent")  # deeper indents than any real one
     budget.check_printed(x, "tojson input")
-    return json.dumps(
-        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
+    return hf_json(x, ensure_ascii, indent, separators, sort_keys)
 
 
 def make_environment() -> _Sandbox:
@@ -272,8 +285,8 @@ def make_environment() -> _Sandbox:
     env.filters[LOOP_FILTER] = _loop_filter
     guards.check_filters(env.filters)
     env.globals.update(
-        raise_exception=_raise_exception,
-        strftime_now=_strftime_now,
+        raise_exception=raise_exception,
+        strftime_now=strftime_now,
         namespace=_Namespace,
         dict=dict,
     )
