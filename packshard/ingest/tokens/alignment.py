@@ -223,15 +223,14 @@ def _parse(  # pragma: no cover - jitted
 
 
 @njit(cache=True, nogil=True)
-def _char_to_byte(text: np.ndarray, first: int, stop: int, chars: int) -> int:  # pragma: no cover
-    """Byte position (from ``first``) where character ``chars`` of the text starts."""
-    seen = 0
-    for i in range(first, stop):
-        if text[i] & 0xC0 != 0x80:
-            if seen == chars:
-                return i - first
-            seen += 1
-    return stop - first
+def _advance(text: np.ndarray, i: int, stop: int, seen: int, chars: int) -> int:  # pragma: no cover
+    """Byte where character ``chars`` starts, walking on from byte ``i`` (character ``seen``)."""
+    while i < stop and seen < chars:
+        i += 1
+        while i < stop and text[i] & 0xC0 == 0x80:
+            i += 1
+        seen += 1
+    return i
 
 
 @njit(cache=True, nogil=True)
@@ -247,17 +246,27 @@ def _spans(  # pragma: no cover - jitted
     t0: np.ndarray,
     t1: np.ndarray,
 ) -> None:
+    # A cursor (character, byte, first token past it) carries over from one span to the next
+    # of the same example, so spans in text order cost one walk of the text, not one each.
+    at_e, at_char, at_byte, at_token = -1, 0, 0, 0
     for s in range(len(span_example)):
         e = span_example[s]
         first, stop = text_offsets[e], text_offsets[e + 1]
-        lo = _char_to_byte(text, first, stop, span_lo[s])
-        hi = _char_to_byte(text, first, stop, span_hi[s])
+        if e != at_e or span_lo[s] < at_char:
+            at_e, at_char, at_byte, at_token = e, 0, first, token_offsets[e]
+        lo = _advance(text, at_byte, stop, at_char, span_lo[s])
+        at_char, at_byte = span_lo[s], lo
+        if span_hi[s] <= span_lo[s]:
+            continue
+        hi = _advance(text, lo, stop, span_lo[s], span_hi[s])
         if hi <= lo:
             continue
+        lo, hi = lo - first, hi - first
         k0, k1 = token_offsets[e], token_offsets[e + 1]
-        a = k0
+        a = at_token
         while a < k1 and max(end[a], start[a] + 1) <= lo:
             a += 1
+        at_token = a
         b = a
         while b < k1 and start[b] < hi:
             b += 1

@@ -28,7 +28,7 @@ from packshard.ingest.tokens.aligner import (
     PREPEND_UNLESS_SPACE,
     build_aligner,
 )
-from packshard.ingest.tokens.alignment import align, utf8_batch
+from packshard.ingest.tokens.alignment import align, span_tokens, utf8_batch
 from packshard.ingest.tokens.labels import encode_rendered
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import RawRecord, Rendered
@@ -209,3 +209,55 @@ def test_a_text_the_ids_do_not_spell_falls_back_to_offsets(tmp_path) -> None:
     _assert_same(bundle, batch)
     _, labels, _ = encode_rendered(bundle, batch[:1])
     assert (labels != -100).sum() > 0
+
+
+def _spans_by_scan(text, text_offsets, start, end, token_offsets, examples, los, his):
+    """Token ranges of character spans, each span scanned from its example's first byte."""
+    t0, t1 = np.zeros(len(examples), np.int64), np.zeros(len(examples), np.int64)
+    for s, (e, lo_chars, hi_chars) in enumerate(zip(examples, los, his, strict=True)):
+        first, stop = text_offsets[e], text_offsets[e + 1]
+        starts = [i - first for i in range(first, stop) if text[i] & 0xC0 != 0x80]
+        lo = starts[lo_chars] if lo_chars < len(starts) else stop - first
+        hi = starts[hi_chars] if hi_chars < len(starts) else stop - first
+        if hi <= lo:
+            continue
+        k0, k1 = token_offsets[e], token_offsets[e + 1]
+        a = next((k for k in range(k0, k1) if max(end[k], start[k] + 1) > lo), k1)
+        b = next((k for k in range(a, k1) if start[k] >= hi), k1)
+        if b > a:
+            t0[s], t1[s] = a - k0, b - k0
+    return t0, t1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(st.text(alphabet="ab \n你😀", max_size=30), min_size=1, max_size=4),
+    cuts=st.lists(st.integers(0, 3), min_size=200, max_size=200),
+    raw=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 33), st.integers(0, 33)), max_size=8),
+    ordered=st.booleans(),
+)
+def test_span_tokens_walks_once_and_agrees_with_a_scan_per_span(texts, cuts, raw, ordered):
+    # spans in text order reuse a cursor; spans out of order or of another example restart it
+    text, text_offsets = utf8_batch(texts)
+    start, end, token_offsets, k = [], [], [0], 0
+    for e in range(len(texts)):
+        pos, stop = 0, int(text_offsets[e + 1] - text_offsets[e])
+        while pos < stop:  # a cut of 0 is a token that stands for no byte (a lone prefix)
+            cut = cuts[k % len(cuts)]
+            start.append(pos)
+            end.append(min(stop, pos + cut))
+            pos = min(stop, pos + max(cut, 1))
+            k += 1
+        token_offsets.append(len(start))
+    spans = [(e % len(texts), lo, hi) for e, lo, hi in raw]
+    spans = sorted(spans) if ordered else spans
+    args = (
+        text,
+        text_offsets,
+        np.asarray(start, np.int64),
+        np.asarray(end, np.int64),
+        np.asarray(token_offsets, np.int64),
+        *(np.asarray([s[j] for s in spans], np.int64) for j in range(3)),
+    )
+    got, want = span_tokens(*args), _spans_by_scan(*args)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
