@@ -13,37 +13,66 @@ which also stops it rising, and has Arrow allocate from the same heap (its defau
 mimalloc, keeps what it frees too).  Elsewhere than glibc it does nothing.
 
 A fixed threshold also keeps glibc's trim threshold at 128 KiB, so the top of the heap is
-given back after a batch and faulted in again by the next (1.0M page faults, 3.6 system
-CPU-seconds on 20.6M tokens of phi-3 chat data).  A 16 MiB pad (``M_TOP_PAD``) cut that to
-0.29M faults and 1.7 s, but held about 30 MiB more at the driver's peak on 2M one-token
-records (70-78 bytes an example against 62-63, ``scripts/measure_driver_memory.py``), and a
-side-by-side run on 4.3M tokens showed no CPU difference beyond noise; so no pad is set.
+given back after every batch and faulted in again by the next: 1.07M page faults and 3.3
+system CPU-seconds packing 20.6M tokens of phi-3 chat data.  Where that churn is — the
+map tasks (ingest, spill) and the write tasks (a shard's row groups) — :func:`pad_heap`
+keeps ``BUSY_PAD`` (64 MiB, ``M_TOP_PAD``) at the top of the heap: 0.25M faults and 1.3
+system CPU-seconds on the same pack (16 MiB: 0.42M and 2.3 s; 128 MiB: no better than 64).
+The driver takes the pad away (and trims) once the map is done, so the planning, statistics
+and index stages, where its peak RSS is, hold no pad: a pad kept for the whole run held
+about 30 MiB more at that peak on 2M one-token records (``scripts/measure_driver_memory.py``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 
 import pyarrow as pa
 
+M_TOP_PAD = -2
 M_MMAP_THRESHOLD = -3
 THRESHOLD_BYTES = 256 * 1024
+BUSY_PAD = 64 * 1024 * 1024
+"""Bytes kept at the top of the heap while map and write tasks run (see the docstring)."""
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """Load the C library once (``find_library`` runs ``ldconfig``); None where there is none."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name) if name is not None else None
+    except OSError:
+        return None
+
+
+def _call(function: str, *args: int) -> bool:
+    """Call a glibc allocator function; False where there is none (not glibc) or it failed."""
+    libc = _libc()
+    try:
+        return libc is not None and bool(getattr(libc, function)(*args))
+    except AttributeError:  # not glibc
+        return False
 
 
 def return_freed_memory() -> bool:
     """Fix glibc's mmap threshold (see the module docstring); return whether it was set."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        if not libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES):
-            return False
-    except (OSError, AttributeError):  # not glibc
+    if not _call("mallopt", M_MMAP_THRESHOLD, THRESHOLD_BYTES):
         return False
     pa.set_memory_pool(pa.system_memory_pool())
     return True
+
+
+def pad_heap(pad: int) -> bool:
+    """Keep ``pad`` bytes at the top of the heap when it grows or shrinks (``M_TOP_PAD``).
+
+    Idempotent and cheap, so every map or write task sets it wherever it runs; the driver
+    sets 0 (then :func:`trim_heap`) before the stages that hold its peak.  glibc only;
+    returns whether it was set.
+    """
+    return _call("mallopt", M_TOP_PAD, pad)
 
 
 def trim_heap() -> bool:
@@ -54,10 +83,4 @@ def trim_heap() -> bool:
     one-token records: the examples index stage peaked 56 MiB lower with it, about 29 bytes
     an example).
     """
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        return bool(ctypes.CDLL(name).malloc_trim(0))
-    except (OSError, AttributeError):  # not glibc
-        return False
+    return _call("malloc_trim", 0)

@@ -46,6 +46,7 @@ from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.tokens.labels import encode_texts, label_encodings
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions, RawRecord
+from packshard.pack.heap import BUSY_PAD, pad_heap
 from packshard.pack.spill import SpillCounts, SpillWriter
 from packshard.records import Reject, SourceRef
 
@@ -143,6 +144,7 @@ def map_unit(task: MapTask) -> UnitResult:
         except Exception:  # a marker left malformed: the unit is mapped again
             shutil.rmtree(final, ignore_errors=True)
     bundle, template = loaded(ctx.tokenizer, ctx.template)
+    pad_heap(BUSY_PAD)  # batches come and go: keep the heap's top (packshard.pack.heap)
     attempt = work / f".{split.name}.attempt-{uuid.uuid4().hex[:12]}"
     attempt.mkdir(parents=True)
     try:

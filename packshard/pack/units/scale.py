@@ -46,6 +46,7 @@ from packshard.ingest.template.render import ChatTemplate, load_template
 from packshard.ingest.tokens.backends import check_forced, warm_encoder
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
+from packshard.pack.heap import pad_heap, trim_heap
 from packshard.pack.spill import Spill
 from packshard.pack.units.map import MapTask, UnitContext, UnitResult, map_unit, warm_worker
 from packshard.pack.units.merge import merge_units
@@ -199,6 +200,8 @@ def map_inputs(
     mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
+    pad_heap(0)  # the driver's peak is ahead, from the merge on: no pad there
+    trim_heap()
     spill, ordered = merge_units(results, tuple(f.path for f in files))
     rejects.write(ordered)
     info = {"units": len(splits), "units_reused": len(splits) - len(todo)}

@@ -35,6 +35,7 @@ from packshard.format.shards import (
     ShardInfo,
     write_shard,
 )
+from packshard.pack.heap import BUSY_PAD, pad_heap
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill, narrow
 from packshard.pack.units.parts import PartFiles, read_part_ranges
@@ -109,6 +110,7 @@ class WriteTask:
 def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
     inject(task.name, task.faults, Path(task.work) / "_faults" if task.work else None)
+    pad_heap(BUSY_PAD)  # row groups come and go: keep the heap's top (packshard.pack.heap)
 
     def read(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return read_part_ranges(task.parts, starts, lengths)
