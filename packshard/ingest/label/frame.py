@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from packshard.errors import TemplateError
@@ -64,24 +63,26 @@ class Chat:
         """The opening and closing reasoning markers."""
         return self.options.reasoning_markers
 
-    @cached_property
+    # plain properties: each is read once or twice per record, and functools.cached_property
+    # takes a lock on first read (Python 3.11), dearer than what it would cache
+    @property
     def reasoning(self) -> bool:
         """Whether any message holds reasoning the template is given."""
         return True in self.has_reasoning[: len(self.messages)]
 
-    @cached_property
+    @property
     def field(self) -> str | None:
         """The message field the template reads reasoning from (when there is reasoning)."""
         return reasoning_field(self.template) if self.reasoning else None
 
-    @cached_property
+    @property
     def closing_only(self) -> bool:
         """Whether the template splits content on the closing marker itself."""
         return splits_inline(self.template, self.markers) if self.reasoning else False
 
-    @cached_property
+    @property
     def frame(self) -> Frame:
-        """The template's header and end markers (cached)."""
+        """The template's header and end markers (cached per template)."""
         return template_frame(self.template, self.bundle, self.markers)
 
 

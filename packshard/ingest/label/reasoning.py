@@ -142,7 +142,8 @@ def template_messages(
 
 def _unclosed(content: str, markers: Markers) -> bool:
     """Whether ``content`` starts with the opening marker and never holds the closing one."""
-    return content.lstrip().startswith(markers[0]) and markers[1] not in content
+    opening = markers[0]
+    return opening in content and content.lstrip().startswith(opening) and markers[1] not in content
 
 
 def _ambiguous(where: Any, i: int, why: str) -> RecordError:

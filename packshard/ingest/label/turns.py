@@ -73,7 +73,7 @@ def _span(
 ) -> Turn:
     """Return the turn around message ``i``'s anchors, between ``prev`` and ``following``."""
     text, frame = chat.text, chat.frame
-    a, b = pieces[0][0], max(p[1] for p in pieces)
+    a, b = pieces[0][0], pieces[0][1] if len(pieces) == 1 else max(p[1] for p in pieces)
     header = frame.header if chat.messages[i]["role"] == "assistant" else ""
     head = lo = a
     if header and (at := text.rfind(header, prev, a)) >= 0:
@@ -85,7 +85,8 @@ def _span(
     if (m := frame.closers.search(text, b, following)) is not None:
         if not header or text.find(header, b, m.start()) < 0:
             hi = m.end()
-    return Turn(i, head, lo, hi, any(p[2] == "r" for p in pieces))
+    shown = pieces[0][2] == "r" or (len(pieces) > 1 and any(p[2] == "r" for p in pieces))
+    return Turn(i, head, lo, hi, shown)
 
 
 def search_anchors(chat: Chat, wanted: list[int]) -> Anchors | None:
