@@ -141,8 +141,9 @@ class PrefixedEncoder:
 def load_json(text: str) -> dict[str, Any]:
     """Parse a tokenizer's JSON (what ``Tokenizer.to_str`` returns).
 
-    ``orjson`` parses it in a fifth of the standard parser's time (0.04 s against 0.18 s for
-    Qwen3's 4.6 MB); what only the standard parser accepts (integers beyond 64 bits) falls back.
+    ``orjson`` parses it a little faster than the standard parser (0.11 against 0.12 CPU-s
+    for Qwen3's 4.6 MB); what only the standard parser accepts (integers beyond 64 bits) falls
+    back.
     """
     try:
         value = orjson.loads(text)
@@ -154,8 +155,9 @@ def load_json(text: str) -> dict[str, Any]:
 def dump_json(spec: dict[str, Any]) -> str:
     """Serialize a tokenizer's JSON for the fast encoder: the same keys, order and values.
 
-    ``orjson`` writes non-ASCII text as is (as ``json.dumps(ensure_ascii=False)``); what it
-    refuses (integers beyond 64 bits, lone surrogates) goes through the standard serializer.
+    ``orjson`` writes non-ASCII text as is (as ``json.dumps(ensure_ascii=False)``), in a tenth
+    of its time (phi-3: 0.003 against 0.035 CPU-s); what it refuses (integers beyond 64 bits,
+    lone surrogates) goes through the standard serializer.
     """
     try:
         return orjson.dumps(spec).decode("utf-8")
