@@ -7,10 +7,19 @@ full, permissions) becomes one line and exit 2 there too.  The choices each opti
 the vocabularies of :mod:`packshard.options` (:mod:`packshard.cli.options`).  Terminal output
 uses rich (:mod:`packshard.cli.tables`); ``--json`` and ``--html`` options write
 machine-readable results and pages (:mod:`packshard.cli.html`).
+
+Each command imports what it needs when it runs (``--help`` imports none of it), then freezes
+the objects that exist (:func:`gc.freeze`) until it ends: modules, numba's registries and
+the like live as long as the process, and every full collection would walk them again.
+Measured on a pack of 3 records (phi-3, ``--backend fast``), user CPU-s, median of 5: 1.54
+without, 1.15 with.  A caller that runs commands in its own process (``main([...])``, tests)
+gets them unfrozen when the command ends; the ``packshard`` process itself ends with the command,
+and unfreezing there would cost a full walk in the collection at exit (0.2 CPU-s of the 0.4).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -28,6 +37,13 @@ def _console() -> Any:
     from packshard.cli.tables import console
 
     return console()
+
+
+def _settled() -> None:
+    """Keep full collections off what exists now (the imported modules) until the command ends."""
+    gc.freeze()
+    if not main.owns_process:  # several commands in one process: collect as before after it
+        click.get_current_context().call_on_close(gc.unfreeze)
 
 
 def _show_progress(progress: bool | None) -> bool:
@@ -76,6 +92,8 @@ def profile(
     from packshard.ingest.tokens.backends import backend_note, backends_entry
     from packshard.ingest.tokens.tokenizer import load_tokenizer
     from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
+
+    _settled()
 
     config = ProfileConfig.build(inputs=data, **options)
     config.check()
@@ -132,6 +150,8 @@ def pack(
     from packshard.cli.tables import render_mixture, render_pack_summary
     from packshard.pack import PackConfig, pack_dataset
 
+    _settled()
+
     check_max_reject_rate(max_reject_rate)
     config = PackConfig.build(
         inputs=data,
@@ -173,6 +193,8 @@ def verify(out: str, json_path: str | None, progress: bool | None, **options: An
     from packshard.cli.tables import render_verify_summary
     from packshard.verify.run import VerifyOptions, verify_dataset, write_report_json
 
+    _settled()
+
     not_over(json_path, reading=[Path(out)])
     report = verify_dataset(out, VerifyOptions(progress=_show_progress(progress), **options))
     _console().print(render_verify_summary(report), soft_wrap=True)  # findings stay one line each
@@ -199,6 +221,8 @@ def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: st
     from packshard.cli.html import write_row_html
     from packshard.cli.inspect import inspect_row, render_row_console
 
+    _settled()
+
     not_over(html_path, reading=[Path(out)])
     view = inspect_row(Path(out), row=row, shard=shard, tokenizer=tokenizer)
     from packshard.cli.tables import plain
@@ -224,6 +248,8 @@ def export(out: str, target: str, dest: str, overwrite: bool) -> None:
       packshard export packed/ --to megatron -o megatron/
     """
     from packshard.export import export_dataset
+
+    _settled()
 
     result = export_dataset(out, target, dest, overwrite, notify=warn)
     written = result.info["written"]

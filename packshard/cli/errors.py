@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -84,6 +84,15 @@ def warn(message: str) -> None:
 
 class CommandGroup(click.Group):
     """A click group whose commands end in one line and an exit code, never a traceback."""
+
+    owns_process = False
+    """Whether this run reads the process's own command line (``args`` None): the process
+    ends with the command, so what a command froze (:mod:`packshard.cli.commands`) stays so."""
+
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
+        """Run the command line ``args`` (None: the process's own)."""
+        self.owns_process = args is None
+        return super().main(args, *rest, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; what escapes it ends in one line and an exit code."""

@@ -20,6 +20,7 @@ import html
 import math
 from html import escape
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
@@ -31,7 +32,9 @@ from packshard.cli.tables import (
     build_reasoning_table,
     build_utilization_table,
 )
-from packshard.profile import STRATEGIES, DomainProfile, ProfileReport
+
+if TYPE_CHECKING:  # imported where a profile page is drawn (it imports the planner)
+    from packshard.profile import DomainProfile, ProfileReport
 
 COLORS = {"bar": "#4878b0", "over": "#e0803a", "line": "#c0392b", "axis": "#555", "grid": "#ddd"}
 
@@ -125,6 +128,8 @@ BUCKETING_NOTE = (
 
 def draw_utilization(d: DomainProfile) -> str:
     """Return an SVG bar chart of the useful-token share under each strategy."""
+    from packshard.profile import STRATEGIES
+
     width, label_w, row_h, bar_w = 640, 160, 30, 400
     height = row_h * len(STRATEGIES) + 10
     parts = [

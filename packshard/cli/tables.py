@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from packshard.options import CHECKS
-from packshard.profile import STRATEGIES, DomainProfile, ProfileReport
-from packshard.profile.pairs import describe_pairs
-from packshard.profile.shape import describe_shape
-from packshard.verify.stages import format_seconds
+
+if TYPE_CHECKING:  # the profile tables import it when they render (it imports the planner)
+    from packshard.profile import DomainProfile, ProfileReport
 
 
 def _num(value: Any) -> str:
@@ -113,6 +112,8 @@ def render_pack_summary(result: Any) -> Group:
 
 def render_verify_summary(report: Any) -> Group:
     """Render one line per check, the control's leak size, and the first findings."""
+    from packshard.verify.stages import format_seconds  # verify's package: not for pack
+
     table = Table(title=f"verify {report.out}", title_justify="left")
     table.add_column("check", style="cyan")
     table.add_column("status")
@@ -333,6 +334,7 @@ def build_lengths_table(report: ProfileReport) -> Table:
 
 def build_utilization_table(report: ProfileReport) -> Table:
     """Return the per-domain table of useful-token share under each strategy."""
+    from packshard.profile import STRATEGIES
 
     def cells(d: DomainProfile) -> list[str]:
         if not d.utilization:
@@ -366,6 +368,9 @@ def render_mixture(mix: dict[str, Any], title: str) -> Table:
 
 def render_profile_table(report: ProfileReport) -> Group:
     """Return the tables (reasoning only when there is some) and the verdict as one renderable."""
+    from packshard.profile.pairs import describe_pairs
+    from packshard.profile.shape import describe_shape
+
     reasoning = [build_reasoning_table(report)] if report.total.reasoning_examples else []
     mix = report.mixture and [render_mixture(dict(report.mixture), "Mixture --mix would pack")]
     return Group(

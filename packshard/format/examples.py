@@ -37,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from packshard.arrays import arrow_array, arrow_strings
@@ -189,12 +188,16 @@ def read_examples(path: Path, dataset_id: str, columns: list[str] | None = None)
 def _is_eval(table: pa.Table) -> np.ndarray | None:
     if "split" not in table.column_names:
         return None
+    import pyarrow.compute as pc  # readers only: pack writes the index without it
+
     return np.asarray(pc.equal(table["split"], "eval").fill_null(False).to_numpy(False), bool)
 
 
 def _branches(table: pa.Table) -> np.ndarray | None:
     if "branch" not in table.column_names:
         return None
+    import pyarrow.compute as pc
+
     col = table["branch"]
     chosen = pc.equal(col, BRANCHES[0]).fill_null(False).to_numpy(False)
     rejected = pc.equal(col, BRANCHES[1]).fill_null(False).to_numpy(False)

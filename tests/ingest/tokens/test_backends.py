@@ -306,3 +306,13 @@ def test_a_replaced_bundle_gets_its_own_encoder(demo_tokenizer):
     no_aligner = dataclasses.replace(bundle, aligner=None)
     assert encoder_for(no_aligner, "auto").name == "tokenizers"
     assert encoder_for(bundle, "auto") is fast
+
+
+def test_the_fast_encoders_json_round_trips_what_the_standard_library_reads():
+    from packshard.ingest.tokens.metaspace import dump_json, load_json
+
+    spec = {"pieces": ["▁é", "😀", "\x00\n"], "score": 1e-05, "flags": [None, True, 0]}
+    assert json.loads(dump_json(spec)) == spec and load_json(dump_json(spec)) == spec
+    assert "▁é" in dump_json(spec)  # non-ASCII as is, as json.dumps(ensure_ascii=False)
+    huge = {"id": 2**70, "bad": "\ud800"}  # what orjson refuses goes through json
+    assert load_json(dump_json(huge)) == huge
