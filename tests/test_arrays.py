@@ -55,6 +55,15 @@ def test_count_trained_excludes_each_first_token() -> None:
     assert count_trained(labels, offsets).tolist() == [1, 0, 2, 1]
 
 
+def test_range_sums_of_ranges_inside_a_longer_array() -> None:
+    values = np.array([100, 1, 2, 3, 4, 5, 6, 200], dtype=np.int32)
+    offsets = np.array([1, 3, 3, 4, 7])  # starts after 0, ends before the last value
+    assert range_sums(values, offsets).tolist() == [3, 0, 3, 15]
+    labels = np.array([5, 6, X, 7, 8, X, 9, 10], dtype=np.int32)
+    assert count_trained(labels, np.array([2, 2, 5, 6])).tolist() == [0, 2, 0]
+    assert range_sums(values, np.array([4, 4, 4])).tolist() == [0, 0]
+
+
 def test_exclusive_cumsum_and_range_sums_of_nothing() -> None:
     assert exclusive_cumsum(np.zeros(0, np.int32)).tolist() == [0]
     assert range_sums(np.zeros(0, np.int32), np.array([0])).tolist() == []
