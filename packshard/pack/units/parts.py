@@ -16,11 +16,13 @@ part, in file order, each part's file opened once: when all the parts together a
 whole and its ranges gathered by a jitted loop, else each range is one positioned read
 straight into place, so memory never holds more of the spill than the ranges asked for.
 Measured, CPU-seconds of every read of a pack, ``min``-``median`` of 7 side by side: on the
-shared chat data (5,412 examples, 8 units) reading whole costs 10-11 ms, a read per range
-22-25; on 20.5M phi-3 tokens in 152 parts (102,828 examples, 20 row groups) a read per
-range costs 0.54-0.57 s (0.70-0.72 when each read was a Python call of its own, in plan
-order), reading whole 0.83-0.89, and that grows with the spill times its row groups.  The
-folders must be on storage every worker reaches (beside the output).
+shared chat data (5,412 examples, 8 units) reading whole costs 7-8 ms, a read per range
+18; on 20.5M phi-3 tokens in 152 parts (102,828 examples, 20 row groups) a read per range
+costs 0.47-0.49 s (0.65-0.67 when each read was a Python call of its own, in plan order),
+reading whole 0.74-0.79, and that grows with the spill times its row groups; a memory map
+of each part, gathered by the jitted loop, was no cheaper than the reads (about 30 µs a map
+and a page fault a range).  The folders must be on storage every worker reaches (beside
+the output).
 """
 
 from __future__ import annotations
@@ -67,15 +69,24 @@ def read_part_ranges(
     order = np.lexsort((starts[wanted], part))  # each part's ranges together, in file order
     wanted, part = wanted[order], part[order]
     bounds = np.flatnonzero(np.diff(part, prepend=-1, append=-1)).tolist()
-    whole = parts.total * 8 <= WHOLE_BYTES
+    if parts.total * 8 <= WHOLE_BYTES:
+        for lo, hi in pairwise(bounds):
+            p, sel = int(part[lo]), wanted[lo:hi]
+            size = int(parts.bases[p + 1] - parts.bases[p])
+            local = starts[sel] - parts.bases[p]
+            for name, out in zip(FILES, (ids, labels), strict=True):
+                path = os.path.join(parts.folders[p], name)
+                _gather_whole(path, size, local, lengths[sel], out_start[sel], out)
+        return ids, labels
+    # byte offsets in the part, byte counts, byte offsets in the output: plain ints, made once
+    spans = [
+        (4 * values).tolist()
+        for values in (starts[wanted] - parts.bases[part], lengths[wanted], out_start[wanted])
+    ]
     for lo, hi in pairwise(bounds):
-        p, sel = int(part[lo]), wanted[lo:hi]
-        size = int(parts.bases[p + 1] - parts.bases[p])
-        local = starts[sel] - parts.bases[p]
+        folder = parts.folders[int(part[lo])]
         for name, out in zip(FILES, (ids, labels), strict=True):
-            path = os.path.join(parts.folders[p], name)
-            gather = _gather_whole if whole else _gather_read
-            gather(path, size, local, lengths[sel], out_start[sel], out)
+            _read_ranges(os.path.join(folder, name), out, *(s[lo:hi] for s in spans))
     return ids, labels
 
 
@@ -89,15 +100,14 @@ def _gather_whole(
     gather_ranges(source, starts, lengths, at, out)
 
 
-def _gather_read(
-    path: str, size: int, starts: np.ndarray, lengths: np.ndarray, at: np.ndarray, out: np.ndarray
+def _read_ranges(
+    path: str, out: np.ndarray, offsets: list[int], sizes: list[int], at: list[int]
 ) -> None:
-    """Gather ranges of ``path`` into ``out``, one positioned read each (``size`` unused)."""
+    """Read bytes ``offsets[i]:offsets[i] + sizes[i]`` of ``path`` to byte ``at[i]`` of ``out``."""
     view = out.data.cast("B")
     fd = os.open(path, os.O_RDONLY)
     try:
-        spans = zip((4 * starts).tolist(), (4 * lengths).tolist(), (4 * at).tolist(), strict=True)
-        for offset, n, to in spans:
+        for offset, n, to in zip(offsets, sizes, at, strict=True):
             done = os.preadv(fd, [view[to : to + n]], offset)
             while done < n:  # a short read: the rest, or the end of a part cut short
                 got = os.preadv(fd, [view[to + done : to + n]], offset + done)
