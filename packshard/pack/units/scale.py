@@ -46,6 +46,7 @@ from packshard.ingest.template.render import ChatTemplate, load_template
 from packshard.ingest.tokens.backends import check_forced, warm_encoder
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
+from packshard.pack.heap import padded_heap
 from packshard.pack.spill import Spill
 from packshard.pack.units.map import MapTask, UnitContext, UnitResult, map_unit, warm_worker
 from packshard.pack.units.merge import merge_units
@@ -196,7 +197,10 @@ def map_inputs(
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, splits[i]) for i in todo]
     keys = [t.split.describe() for t in tasks]
-    mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
+    with padded_heap():  # batch after batch of the same sizes, unit after unit
+        mapped = engine.run(
+            map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started
+        )
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
     spill, ordered = merge_units(results, tuple(f.path for f in files))
