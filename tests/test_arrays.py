@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packshard.arrays import (
+    NameCodes,
     arrow_array,
     arrow_strings,
     count_trained,
@@ -79,6 +80,16 @@ def test_count_trained_equals_a_loop(ranges: list[list[int]]) -> None:
         sum(v != X for v in r) for r in ranges
     ]
     assert range_sums(flat, offsets).tolist() == [sum(r) for r in ranges]
+
+
+def test_name_codes_in_order_of_first_appearance_one_name_or_many() -> None:
+    codes = NameCodes(("a.jsonl",))
+    assert codes.encode(("b", "b", "b")).tolist() == [1, 1, 1]
+    assert codes.encode(["c", "b", "a.jsonl", "c"]).tolist() == [2, 1, 0, 2]
+    assert codes.encode(("a.jsonl",)).tolist() == [0]
+    assert codes.encode(()).dtype == np.int32 and codes.encode(()).size == 0
+    assert codes.encode(("d", "d")).dtype == np.int32
+    assert codes.names == ["a.jsonl", "b", "c", "d"]
 
 
 def test_capacity_figures() -> None:
