@@ -11,10 +11,22 @@ Examples, segments and rows are all *ranges* of a flat array, given by offsets
 
 ``count_trained`` is the loss-token count everywhere in packshard (ingest, the spill, the
 planner's rows, the shards, verify, the reader): once packed, the first label of every segment
-is masked at its seam, so a target in that place never trains.  Capacity figures use one
-definition too: ``fill_rate`` is tokens over ``rows × max_seq_len`` (0.0 with no rows) and
-``lower_bound_rows`` is ``⌈tokens / max_seq_len⌉``.  Names (sources, domains, formats) travel
-as small integer codes (:class:`NameCodes`), and their counts as arrays (:func:`add_counts`).
+is masked at its seam, so a target in that place never trains.  ``range_sums`` adds each
+range in place (``np.add.reduceat``) rather than differencing a running sum of the whole
+array, which wrote 8 bytes a token (0.63-0.89 ns a token against 4.6-5.2 on a row group of
+944,000 tokens in 5,000 ranges).  ``count_trained`` finds the positions of the rarer kind of
+label and counts them per range by binary search: ``reduceat`` too copies its input in the
+accumulating type, 8 bytes a token, and under ``pack``'s fixed mmap threshold
+(:mod:`packshard.pack.heap`) every such copy is fresh pages (457 page faults an ingest chunk
+of 234,000 tokens).  Measured there, min-median of 5, the summed copy against the
+positions: 3.95-4.13 → 0.45-0.47 ns a token on an ingest chunk of phi-3 text (96%
+trained), 4.10-4.13 → 2.22-2.24 with half trained, 1.59-1.65 → 1.15-1.18 on a shard's row
+group of 935,000 tokens.
+
+Capacity figures use one definition too: ``fill_rate`` is tokens over ``rows ×
+max_seq_len`` (0.0 with no rows) and ``lower_bound_rows`` is ``⌈tokens / max_seq_len⌉``.
+Names (sources, domains, formats) travel as small integer codes (:class:`NameCodes`), and
+their counts as arrays (:func:`add_counts`).
 
 Arrow columns are made from numpy buffers (:func:`arrow_array`, :func:`arrow_strings`) rather
 than by ``pa.array``: that call asks pandas whether its argument is a categorical, which
@@ -43,23 +55,43 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
 
 
 def range_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Return the sum of ``values`` over every range ``offsets[i]:offsets[i + 1]`` (int64)."""
-    running = exclusive_cumsum(values)
-    return running[offsets[1:]] - running[offsets[:-1]]
+    """Return the sum of ``values`` over every range ``offsets[i]:offsets[i + 1]`` (int64).
+
+    One ``np.add.reduceat`` over the non-empty ranges' starts: the ranges tile
+    ``offsets[0]:offsets[-1]``, so each sums up to the next non-empty start, and an empty
+    range (which ``reduceat`` would give its start's value) keeps its 0.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    sums = np.zeros(max(len(offsets) - 1, 0), dtype=np.int64)
+    starts = offsets[:-1]
+    nonempty = offsets[1:] > starts
+    if nonempty.any():
+        lo, hi = int(offsets[0]), int(offsets[-1])
+        sums[nonempty] = np.add.reduceat(values[lo:hi], starts[nonempty] - lo, dtype=np.int64)
+    return sums
 
 
 def count_trained(labels: np.ndarray, offsets: np.ndarray, skip_first: bool = True) -> np.ndarray:
     """Return per range the labels ``!= IGNORE_INDEX``, each range's first excluded (int64).
 
     ``skip_first=False`` counts every trained label (for rows, whose segment starts are
-    already masked).
+    already masked).  The rarer kind, trained or not, is counted by where it is (its
+    positions, searched for each range's ends): no copy of the flags in a wider type.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
-    trained = labels != IGNORE_INDEX
-    counts = range_sums(trained, offsets)
+    counts = np.zeros(max(len(offsets) - 1, 0), dtype=np.int64)
+    if len(offsets) < 2:
+        return counts
+    lo = int(offsets[0])
+    trained = labels[lo : int(offsets[-1])] != IGNORE_INDEX
+    ends = offsets - lo
+    rare = 2 * int(np.count_nonzero(trained)) <= len(trained)
+    where = np.flatnonzero(trained if rare else ~trained)
+    found = np.searchsorted(where, ends[1:]) - np.searchsorted(where, ends[:-1])
+    counts[:] = found if rare else np.diff(ends) - found
     if skip_first:
-        starts = offsets[:-1]
-        nonempty = offsets[1:] > starts
+        starts = ends[:-1]
+        nonempty = ends[1:] > starts
         counts[nonempty] -= trained[starts[nonempty]]
     return counts
 
@@ -90,8 +122,18 @@ class NameCodes:
         self._code = {name: i for i, name in enumerate(self.names)}
 
     def encode(self, names: Sequence[str]) -> np.ndarray:
-        """Return the code of each name (int32), giving new names the next codes."""
+        """Return the code of each name (int32), giving new names the next codes.
+
+        One name throughout (a batch of one input, one domain, one format: the usual case)
+        is one lookup: 5.6 µs for 1,024 names against 66 by name.
+        """
         code = self._code
+        if names and names.count(names[0]) == len(names):
+            only = names[0]
+            if only not in code:
+                code[only] = len(self.names)
+                self.names.append(only)
+            return np.full(len(names), code[only], dtype=np.int32)
         for name in names:
             if name not in code:
                 code[name] = len(self.names)

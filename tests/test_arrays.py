@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packshard.arrays import (
+    NameCodes,
     arrow_array,
     arrow_strings,
     count_trained,
@@ -55,6 +56,15 @@ def test_count_trained_excludes_each_first_token() -> None:
     assert count_trained(labels, offsets).tolist() == [1, 0, 2, 1]
 
 
+def test_range_sums_of_ranges_inside_a_longer_array() -> None:
+    values = np.array([100, 1, 2, 3, 4, 5, 6, 200], dtype=np.int32)
+    offsets = np.array([1, 3, 3, 4, 7])  # starts after 0, ends before the last value
+    assert range_sums(values, offsets).tolist() == [3, 0, 3, 15]
+    labels = np.array([5, 6, X, 7, 8, X, 9, 10], dtype=np.int32)
+    assert count_trained(labels, np.array([2, 2, 5, 6])).tolist() == [0, 2, 0]
+    assert range_sums(values, np.array([4, 4, 4])).tolist() == [0, 0]
+
+
 def test_exclusive_cumsum_and_range_sums_of_nothing() -> None:
     assert exclusive_cumsum(np.zeros(0, np.int32)).tolist() == [0]
     assert range_sums(np.zeros(0, np.int32), np.array([0])).tolist() == []
@@ -70,6 +80,16 @@ def test_count_trained_equals_a_loop(ranges: list[list[int]]) -> None:
         sum(v != X for v in r) for r in ranges
     ]
     assert range_sums(flat, offsets).tolist() == [sum(r) for r in ranges]
+
+
+def test_name_codes_in_order_of_first_appearance_one_name_or_many() -> None:
+    codes = NameCodes(("a.jsonl",))
+    assert codes.encode(("b", "b", "b")).tolist() == [1, 1, 1]
+    assert codes.encode(["c", "b", "a.jsonl", "c"]).tolist() == [2, 1, 0, 2]
+    assert codes.encode(("a.jsonl",)).tolist() == [0]
+    assert codes.encode(()).dtype == np.int32 and codes.encode(()).size == 0
+    assert codes.encode(("d", "d")).dtype == np.int32
+    assert codes.names == ["a.jsonl", "b", "c", "d"]
 
 
 def test_capacity_figures() -> None:

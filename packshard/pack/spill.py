@@ -23,6 +23,7 @@ accepted per input and domain, what the overlong policy did) and returns it in t
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 from operator import ne
 from pathlib import Path
@@ -33,7 +34,7 @@ import numpy as np
 from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cumsum
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong, police_pairs
-from packshard.pack.units.parts import PartFiles, gather_ranges, read_part_ranges
+from packshard.pack.units.parts import FILES, PartFiles, gather_ranges, read_part_ranges
 from packshard.records import Reject
 
 
@@ -184,8 +185,9 @@ class SpillWriter:
         self.max_seq_len = max_seq_len
         self.overlong = overlong
         self.split_at_rows = split_at_rows
-        self._tok = open(folder / "tokens.bin", "wb")
-        self._lab = open(folder / "labels.bin", "wb")
+        self._tok = open(folder / FILES[0], "wb")
+        self._lab = open(folder / FILES[1], "wb")
+        self._hashes = {name: hashlib.sha256() for name in FILES}
         self._total = 0
         self._meta: dict[str, list[np.ndarray]] = {k: [] for k in PER_EXAMPLE}
         self._lengths: list[np.ndarray] = []
@@ -264,11 +266,17 @@ class SpillWriter:
         self._tokens_in = add_counts(self._tokens_in, tokens)
 
     def _write(self, ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray) -> None:
-        lo, hi = int(offsets[0]), int(offsets[-1])  # offsets start at 0: a slice is a copy
-        self._tok.write(np.ascontiguousarray(ids[lo:hi], dtype=np.int32).tobytes())
-        self._lab.write(np.ascontiguousarray(labels[lo:hi], dtype=np.int32).tobytes())
+        lo, hi = int(offsets[0]), int(offsets[-1])
+        for fh, name, values in ((self._tok, FILES[0], ids), (self._lab, FILES[1], labels)):
+            data = np.ascontiguousarray(values[lo:hi], dtype=np.int32)
+            self._hashes[name].update(data.data)  # hashed as written: never read back to hash
+            fh.write(data.data)
         self._lengths.append(np.diff(offsets))
         self._total += hi - lo
+
+    def digests(self) -> dict[str, str]:
+        """Return the SHA-256 of each file written so far (``tokens.bin``, ``labels.bin``)."""
+        return {name: digest.hexdigest() for name, digest in self._hashes.items()}
 
     def finish(self) -> Spill:
         """Close the files and return the spill: its per-example arrays, its tokens on disk."""

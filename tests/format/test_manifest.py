@@ -16,7 +16,10 @@ from packshard.format.manifest import (
     MANIFEST_NAME,
     build_manifest,
     compute_dataset_id,
+    inline_refs,
     load_manifest,
+    load_schema,
+    manifest_validator,
     schema_errors,
     write_manifest,
 )
@@ -186,6 +189,22 @@ def test_schema_rejects_broken_manifests(demo_pack, edit, message):
     edit(broken)
     errors = schema_errors(broken)
     assert len(errors) == 1 and errors[0].startswith(f"manifest.json: {message}"), errors
+
+
+def test_inlined_references_report_what_the_schema_itself_reports(demo_pack):
+    import jsonschema
+
+    raw = jsonschema.Draft202012Validator(load_schema())
+    for edit, _ in BROKEN:
+        broken = copy.deepcopy(demo_pack.manifest)
+        edit(broken)
+        broken["files"]["card"].pop("sha256")  # a $ref beside a description too
+        expected = sorted((list(e.absolute_path), e.message) for e in raw.iter_errors(broken))
+        found = sorted(
+            (list(e.absolute_path), e.message) for e in manifest_validator().iter_errors(broken)
+        )
+        assert found == expected and len(found) == 2
+    assert "$ref" not in json.dumps(inline_refs(load_schema(), load_schema()["$defs"]))
 
 
 def test_load_manifest_refuses_missing_and_unknown_versions(tmp_path, demo_pack):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from packshard.digests import sha256_path
 from packshard.engine import TaskFailed
 from packshard.errors import RecordError
 from packshard.pack import PackConfig, pack_dataset
@@ -78,16 +79,20 @@ def test_other_library_versions_redo_every_unit(
     ) in result.warnings
 
 
+@pytest.mark.parametrize("name", ["tokens.bin", "labels.bin"])
 def test_a_finished_units_altered_tokens_are_redone_not_published(
-    inputs, packed_demo_tokenizer, tmp_path, monkeypatch
+    inputs, packed_demo_tokenizer, tmp_path, monkeypatch, name
 ):
     pack_dataset(config(inputs, packed_demo_tokenizer, tmp_path / "whole"))
     out = tmp_path / "out"
     work = crashed(inputs, packed_demo_tokenizer, out, monkeypatch)
     unit = sorted(p.parent for p in work.glob("*/unit.json"))[0]
-    tokens = bytearray((unit / "tokens.bin").read_bytes())
-    tokens[8:12] = bytes([7, 0, 0, 0])  # another token id, same size
-    (unit / "tokens.bin").write_bytes(bytes(tokens))
+    recorded = json.loads((unit / "unit.json").read_text())["files"]
+    on_disk = {p.name: sha256_path(p) for p in unit.iterdir() if p.name != "unit.json"}
+    assert recorded == on_disk  # hashed as written: the digests of the bytes on disk
+    tokens = bytearray((unit / name).read_bytes())
+    tokens[8:12] = bytes([7, 0, 0, 0])  # another token id (or label), same size
+    (unit / name).write_bytes(bytes(tokens))
     result = pack_dataset(config(inputs, packed_demo_tokenizer, out, resume=True))
     assert result.manifest["engine"]["units_reused"] == 7
     assert (

@@ -24,17 +24,19 @@ driver's load (:func:`packshard.ingest.loaded.sharing`), so that nothing is load
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from packshard.digests import sha256_path
+from packshard.digests import sha256_bytes, sha256_path
 from packshard.engine.faults import inject
 from packshard.errors import PackshardError, RecordError
 from packshard.ingest.label.spans import render_example
@@ -148,14 +150,14 @@ def map_unit(task: MapTask) -> UnitResult:
     attempt = work / f".{split.name}.attempt-{uuid.uuid4().hex[:12]}"
     attempt.mkdir(parents=True)
     try:
-        result = _map_into(attempt, ctx, split, bundle, template)
-        save_unit(attempt, result)
+        result, written = _map_into(attempt, ctx, split, bundle, template)
+        doc = save_unit(attempt, result, written)
         if final.exists():  # an attempt that died after its rename but before returning
             shutil.rmtree(final)
         os.replace(attempt, final)
     finally:
         shutil.rmtree(attempt, ignore_errors=True)
-    return load_unit(final, split)
+    return unit_result(doc, result.arrays, final, split)  # what load_unit would read back
 
 
 def _map_into(
@@ -164,7 +166,8 @@ def _map_into(
     split: Split,
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
-) -> UnitResult:
+) -> tuple[UnitResult, dict[str, str]]:
+    """Map ``split`` into ``folder``; return the result and the spill files' SHA-256."""
     # the unit's own input only: its codes and counts never repeat the job's input list
     writer = SpillWriter(folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, (split.path,))
     state = SplitRead()
@@ -195,7 +198,7 @@ def _map_into(
     arrays = {name: getattr(spill, name) for name in _ARRAY_NAMES}
     arrays["lengths"] = spill.lengths
     arrays["record_lines"] = np.concatenate([np.zeros(0, np.int64), *lines])
-    return UnitResult(
+    result = UnitResult(
         split=split,
         folder=str(folder),
         arrays=arrays,
@@ -207,6 +210,7 @@ def _map_into(
         reasoning_dropped=reasoning_dropped,
         pairs_read=pairs_read,
     )
+    return result, writer.digests()
 
 
 _ARRAY_NAMES = (
@@ -215,23 +219,37 @@ _ARRAY_NAMES = (
 )
 
 
-def unit_files(folder: Path) -> dict[str, str]:
-    """Return the SHA-256 of every file of a unit's folder but its marker."""
+def unit_files(folder: Path, written: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the SHA-256 of every file of a unit's folder but its marker.
+
+    ``written`` holds the digests of files hashed as they were written (the spill's, the
+    arrays'): those are not read back; any other file is read and hashed.
+    """
+    known = written or {}
     found = sorted(p for p in folder.iterdir() if p.is_file() and p.name != MARKER)
-    return {p.name: sha256_path(p) for p in found if not p.name.startswith(".")}
+    return {p.name: known.get(p.name) or sha256_path(p) for p in found if p.name[0] != "."}
 
 
-def save_unit(folder: Path, result: UnitResult) -> None:
+def save_unit(
+    folder: Path, result: UnitResult, written: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Write a unit's result beside its part; ``unit.json`` last, as the completion marker.
 
     The input list is not repeated (the job knows it): a unit reads one input, so its
     records per input are one number, and its source codes index the job's input list.
 
     The marker records every file's SHA-256, so that ``--resume`` reuses only the files the
-    unit wrote (:mod:`packshard.pack.units.resume`).
+    unit wrote (:mod:`packshard.pack.units.resume`): ``written`` gives those of the spill
+    files, hashed as the spill writer wrote them, and the arrays are hashed from the bytes
+    written, so no file is read back.  Returns the marker's content, as read back.
     """
     arrays: dict[str, Any] = result.arrays
-    np.savez(folder / ARRAYS, **arrays)
+    packed = io.BytesIO()
+    np.savez(packed, **arrays)
+    data = packed.getvalue()
+    with open(folder / ARRAYS, "wb") as fh:
+        fh.write(data)
+    written = {**(written or {}), ARRAYS: sha256_bytes(data)}
     counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__ if k != "sources"}
     counts["records_per_source"] = [sum(result.counts.records_per_source)]  # its own input
     error = result.error
@@ -243,11 +261,14 @@ def save_unit(folder: Path, result: UnitResult) -> None:
         "error": None if error is None else list(error),
         "reasoning_dropped": result.reasoning_dropped,
         "pairs_read": result.pairs_read,
-        "files": unit_files(folder),
+        "files": unit_files(folder, written),
     }
+    text = json.dumps(doc, ensure_ascii=False)
     tmp = folder / f".{MARKER}.tmp"
-    tmp.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, folder / MARKER)
+    loaded_doc: dict[str, Any] = json.loads(text)
+    return loaded_doc
 
 
 def load_unit(folder: Path, split: Split) -> UnitResult:
@@ -255,6 +276,13 @@ def load_unit(folder: Path, split: Split) -> UnitResult:
     doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     with np.load(folder / ARRAYS, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
+    return unit_result(doc, arrays, folder, split)
+
+
+def unit_result(
+    doc: dict[str, Any], arrays: dict[str, np.ndarray], folder: Path, split: Split
+) -> UnitResult:
+    """Return the unit of marker content ``doc`` and ``arrays`` (those ``meta.npz`` holds)."""
     fields: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in doc["counts"].items()
     }

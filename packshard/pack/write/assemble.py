@@ -63,9 +63,10 @@ def assemble_ranges(
     total = int(out_start[-1])
     input_ids, labels = read(starts, seg_len)
     labels[out_start[:-1][seg_len > 0]] = IGNORE_INDEX
-    position_ids = (np.arange(total, dtype=np.int64) - np.repeat(out_start[:-1], seg_len)).astype(
-        np.int32
-    )
+    kind = np.int32 if total < 2**31 else np.int64  # positions fit int32; the flat index may not
+    flat: np.ndarray = np.arange(total, dtype=kind)
+    np.subtract(flat, np.repeat(out_start[:-1].astype(kind), seg_len), out=flat)
+    position_ids = flat.astype(np.int32, copy=False)
     segs_per_row = np.diff(row_offsets)
     row_tok = exclusive_cumsum(np.add.reduceat(seg_len, row_offsets[:-1]) if nrows else seg_len)
     seg_end_in_row = out_start[1:] - np.repeat(row_tok[:-1], segs_per_row)
