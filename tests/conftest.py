@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# One intra-op torch thread in every test process and in the CLI runs the tests start: the suite
+# runs two workers on two cores, where each worker's spinning second thread made the model tests
+# several times slower (tests/torch/test_evaluate.py's real-chat test: 36.6 s -> 5.2 s).  torch
+# takes its default from MKL_NUM_THREADS when set; Arrow's pool does not read it (OMP_NUM_THREADS
+# would also shrink that).  Set before anything imports torch; a value given outside wins.
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 from tests.helpers import (
     SHARED_DATA,
