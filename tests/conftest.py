@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 # One intra-op torch thread in every test process and in the CLI runs the tests start: the suite
-# runs two workers on two cores, where each worker's spinning second thread made the model tests
-# several times slower (tests/torch/test_evaluate.py's real-chat test: 36.6 s -> 5.2 s).  torch
-# takes its default from MKL_NUM_THREADS when set; Arrow's pool does not read it (OMP_NUM_THREADS
-# would also shrink that).  Set before anything imports torch; a value given outside wins.
+# runs two workers on two cores, and with both cores busy each worker's spinning second thread
+# made the model tests up to twice as slow (test_evaluate, verify/test_run, test_seams and
+# test_collate under -n 2: 81 s -> 38 s wall, 88 -> 44 CPU-s; on an idle machine about equal).
+# torch takes its default from MKL_NUM_THREADS when set; Arrow's pool does not read it
+# (OMP_NUM_THREADS would also shrink that).  Set before anything imports torch; a value given
+# outside wins.
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 from tests.helpers import (
