@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# One intra-op torch thread in every test process and in the CLI runs the tests start: the suite
+# runs two workers on two cores, and with both cores busy each worker's spinning second thread
+# made the model tests up to twice as slow (test_evaluate, verify/test_run, test_seams and
+# test_collate under -n 2: 81 s -> 38 s wall, 88 -> 44 CPU-s; on an idle machine about equal).
+# torch takes its default from MKL_NUM_THREADS when set; Arrow's pool does not read it
+# (OMP_NUM_THREADS would also shrink that).  Set before anything imports torch; a value given
+# outside wins.
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 from tests.helpers import (
     SHARED_DATA,

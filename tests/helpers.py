@@ -144,12 +144,26 @@ class PackOutput:
     row_place: list[tuple[int, int]]  # (shard, row) of each entry of ``rows``
     examples: dict[str, list[Any]]  # examples.parquet as columns
     rejects: list[dict[str, Any]]
+    # first position of each example id and of each (shard, row), built on the first lookup: a
+    # list.index per example made checking a pack of n examples O(n^2)
+    _where: dict[Any, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _first(self, values: list[Any], value: Any) -> int:
+        if not self._where:
+            for key, column in (("example", self.examples["example_id"]), ("row", self.row_place)):
+                for i, v in enumerate(column):
+                    self._where.setdefault((key, v), i)
+        key = "example" if values is self.examples["example_id"] else "row"
+        i = self._where.get((key, value))
+        if i is None or i >= len(values) or values[i] != value:  # changed since: look again
+            return values.index(value)
+        return i
 
     def segment(self, example_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(input_ids, labels, position_ids)`` of one example, found via the index."""
-        i = self.examples["example_id"].index(example_id)
+        i = self._first(self.examples["example_id"], example_id)
         shard, row = self.examples["shard"][i], self.examples["row"][i]
-        packed = self.rows[self.row_place.index((shard, row))]
+        packed = self.rows[self._first(self.row_place, (shard, row))]
         j = int(np.flatnonzero(packed.example_ids == example_id)[0])
         lo, hi = int(packed.cu_seqlens[j]), int(packed.cu_seqlens[j + 1])
         return packed.input_ids[lo:hi], packed.labels[lo:hi], packed.position_ids[lo:hi]

@@ -71,6 +71,21 @@ def alive(pids: list[int]) -> list[int]:
     return [p for p in pids if (found := _stat(p)) is not None and found[0] not in "ZX"]
 
 
+def alive_after(pids: list[int], seconds: float = 10) -> list[int]:
+    """The processes of ``pids`` alive ``seconds`` from now, or none as soon as none is.
+
+    A process that has ended cannot come back, so once none is alive none is at the deadline
+    either: the wait stops there instead of sleeping out the ten seconds.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        late = time.monotonic() >= deadline
+        left = alive(pids)
+        if not left or late:
+            return left
+        time.sleep(0.1)
+
+
 def kill_left(pids: list[int]) -> None:
     """Never leave a process of a failed test behind."""
     for pid in alive(pids):
@@ -87,8 +102,7 @@ def test_sigterm_and_sighup_end_every_process_and_clean_the_partial(tmp_path, wo
     assert len(helpers) >= 3  # two workers, the fork server (and the resource tracker)
     driver.send_signal(sig)
     code = driver.wait(30)
-    time.sleep(10)
-    left = alive(helpers)
+    left = alive_after(helpers)
     kill_left(helpers)
     assert left == []
     assert code == 128 + sig
@@ -106,7 +120,6 @@ def test_sigkill_of_the_driver_leaves_no_process_running(tmp_path, word_tokenize
     assert len(helpers) >= 3
     driver.kill()
     driver.wait(30)
-    time.sleep(10)
-    left = alive(helpers)
+    left = alive_after(helpers)
     kill_left(helpers)
     assert left == []

@@ -101,17 +101,20 @@ def test_ids_are_the_template_per_branch_and_labels_the_final_turn(packed):
     hf, records = packed["hf"], packed["records"]
     index = pq.read_table(packed["out"] / "examples.parquet").to_pylist()
     found = segments(packed["out"])
+    heads: dict[int, list[int]] = {}  # the prompt is the pair's: rendered once for both branches
     checked = 0
     for entry in index:
         record = records[entry["line"] - 1]
         prompt = prompt_of(record)
         whole = [*prompt, answer(record, entry["branch"])]
         want = list(hf.apply_chat_template(whole, tokenize=True, return_dict=False))
-        head = list(
-            hf.apply_chat_template(
-                prompt, add_generation_prompt=True, tokenize=True, return_dict=False
+        if entry["line"] not in heads:
+            heads[entry["line"]] = list(
+                hf.apply_chat_template(
+                    prompt, add_generation_prompt=True, tokenize=True, return_dict=False
+                )
             )
-        )
+        head = heads[entry["line"]]
         ids, labels = found[entry["example_id"]]
         assert ids.tolist() == want
         assert want[: len(head)] == head
