@@ -18,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-DRIVER = "from packshard.cli.commands import main; main()"
+# the driver's signals as in a terminal: a runner started under nohup would hand it SIGHUP
+# ignored, which packshard rightly leaves to its host (engine/signals.py)
+DRIVER = (
+    "import signal; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+    "from packshard.cli.commands import main; main()"
+)
 
 
 def start(tmp_path: Path, tokenizer: Path) -> tuple[subprocess.Popen, Path]:
