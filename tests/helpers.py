@@ -294,6 +294,21 @@ def pack_demo_into(root: Path, tokenizer: Path, **options: object) -> Path:
     return root / "out"
 
 
+def pack_rows(
+    root: Path, rows: list[Any], tokenizer: Path, name: str = "in.jsonl", **options: object
+) -> Path:
+    """Write ``rows`` to ``root/name`` and pack them into ``root/out`` (ChatML, 256 tokens)."""
+    from packshard.pack import PackConfig, pack_dataset
+
+    data = write_jsonl(root / name, rows)
+    settings: dict[str, object] = {"max_seq_len": 256, "template": "chatml", **options}
+    config = PackConfig.build(
+        inputs=(str(data),), tokenizer=str(tokenizer), out=str(root / "out"), **settings
+    )  # type: ignore[arg-type]
+    pack_dataset(config)
+    return root / "out"
+
+
 # --- hermetic tokenizers -----------------------------------------------------------------------
 
 WORD_VOCAB = {"<eos>": 0, "<unk>": 1, **{f"w{i}": i for i in range(2, 500)}}

@@ -18,29 +18,16 @@ from click.testing import CliRunner
 from packshard.cli.commands import main
 from packshard.errors import UsageError
 from packshard.export import export_dataset
-from packshard.pack import PackConfig, pack_dataset
 from tests.export.test_mds import read_mds, shard_rows
-from tests.helpers import write_jsonl
+from tests.helpers import pack_rows
 from tests.pack.test_pairs import records
-
-
-def pack_records(root: Path, rows: list, tokenizer: Path) -> Path:
-    data = write_jsonl(root / "in.jsonl", rows)
-    config = PackConfig.build(
-        inputs=(str(data),),
-        tokenizer=str(tokenizer),
-        template="chatml",
-        out=str(root / "out"),
-        max_seq_len=256,
-        shard_rows=3,
-    )
-    pack_dataset(config)
-    return root / "out"
 
 
 @pytest.fixture(scope="module")
 def pair_pack(tmp_path_factory, demo_tokenizer) -> Path:
-    return pack_records(tmp_path_factory.mktemp("export_pairs"), records(), demo_tokenizer)
+    return pack_rows(
+        tmp_path_factory.mktemp("export_pairs"), records(), demo_tokenizer, shard_rows=3
+    )
 
 
 def test_unpacked_keeps_every_examples_pair_columns(pair_pack, tmp_path):
@@ -118,7 +105,9 @@ def test_sft_layouts_refuse_a_pair_pack_in_one_line(pair_pack, tmp_path, target)
 
 
 def test_a_kto_pack_is_refused_too_and_carried_by_unpacked(tmp_path, demo_tokenizer):
-    out = pack_records(tmp_path, records()[-3:], demo_tokenizer)  # two KTO records, one chat
+    out = pack_rows(
+        tmp_path, records()[-3:], demo_tokenizer, shard_rows=3
+    )  # two KTO records, one chat
     with pytest.raises(UsageError, match="this pack holds KTO records; --to torchtune"):
         export_dataset(out, "torchtune", tmp_path / "tt")
     export_dataset(out, "unpacked", tmp_path / "rows")

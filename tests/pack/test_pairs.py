@@ -19,12 +19,11 @@ import pytest
 
 from packshard.errors import RecordError
 from packshard.ingest.types import TokenizedBatch
-from packshard.pack import PackConfig, pack_dataset
 from packshard.pack.overlong import police_pairs
 from packshard.records import IGNORE_INDEX as X
 from packshard.records import SourceRef
 from packshard.verify.run import VerifyOptions, verify_dataset
-from tests.helpers import write_jsonl
+from tests.helpers import pack_rows
 
 # --- police_pairs on a hand-made batch: pair (0, 1) with prompts of 3 and 2 tokens ---------
 
@@ -138,17 +137,7 @@ def records() -> list[Any]:
 @pytest.fixture(scope="module")
 def pair_pack(tmp_path_factory, demo_tokenizer) -> Path:
     root = tmp_path_factory.mktemp("pairs")
-    data = write_jsonl(root / "pairs.jsonl", records())
-    config = PackConfig.build(
-        inputs=(str(data),),
-        tokenizer=str(demo_tokenizer),
-        template="chatml",
-        out=str(root / "out"),
-        max_seq_len=256,
-        shard_rows=3,
-    )
-    pack_dataset(config)
-    return root / "out"
+    return pack_rows(root, records(), demo_tokenizer, "pairs.jsonl", shard_rows=3)
 
 
 def shards(out: Path) -> list[pa.Table]:
@@ -229,15 +218,7 @@ def test_verify_passes_on_a_pair_pack(pair_pack):
 
 
 def test_a_pack_without_pairs_has_no_pair_columns(tmp_path, demo_tokenizer):
-    data = write_jsonl(tmp_path / "chat.jsonl", records()[-1:])
-    config = PackConfig.build(
-        inputs=(str(data),),
-        tokenizer=str(demo_tokenizer),
-        template="chatml",
-        out=str(tmp_path / "out"),
-        max_seq_len=256,
-    )
-    pack_dataset(config)
+    pack_rows(tmp_path, records()[-1:], demo_tokenizer, "chat.jsonl")
     assert "branch" not in pq.read_schema(tmp_path / "out" / "shard-00000.parquet").names
     assert "pair_id" not in pq.read_schema(tmp_path / "out" / "examples.parquet").names
     assert "pairs" not in json.loads((tmp_path / "out" / "manifest.json").read_text())["stats"]
@@ -335,16 +316,7 @@ def test_a_branch_column_that_disagrees_with_the_index_fails_verify(pair_pack, t
 def test_group_by_domain_keeps_pairs_whole(tmp_path, demo_tokenizer):
     # planning each domain alone must hand the planner the pair codes, not the domain codes
     rows = [{**r, "domain": ("a", "b")[k % 2]} for k, r in enumerate(records()[:12])]
-    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
-    config = PackConfig.build(
-        inputs=(str(data),),
-        tokenizer=str(demo_tokenizer),
-        template="chatml",
-        out=str(tmp_path / "out"),
-        max_seq_len=256,
-        group_by_domain=True,
-    )
-    pack_dataset(config)
+    pack_rows(tmp_path, rows, demo_tokenizer, "pairs.jsonl", group_by_domain=True)
     index = pq.read_table(tmp_path / "out" / "examples.parquet").to_pylist()
     by_id = {e["example_id"]: e for e in index}
     assert sum(e["branch"] == "chosen" for e in index) == 12
@@ -362,17 +334,8 @@ def test_group_by_domain_keeps_pairs_whole(tmp_path, demo_tokenizer):
 def test_mix_refuses_pairs_in_one_line(tmp_path, demo_tokenizer):
     from packshard.errors import UsageError
 
-    data = write_jsonl(tmp_path / "pairs.jsonl", records()[:4])
-    config = PackConfig.build(
-        inputs=(str(data),),
-        tokenizer=str(demo_tokenizer),
-        template="chatml",
-        out=str(tmp_path / "out"),
-        max_seq_len=256,
-        mix="pairs=1.0",
-    )
     with pytest.raises(UsageError, match="--mix does not take preference"):
-        pack_dataset(config)
+        pack_rows(tmp_path, records()[:4], demo_tokenizer, "pairs.jsonl", mix="pairs=1.0")
     assert not (tmp_path / "out").exists()
 
 
@@ -386,15 +349,7 @@ def test_trls_unpaired_kto_layout_packs_with_its_label(tmp_path, demo_tokenizer)
         },
         {"prompt": "Capital of Italy?", "completion": "Rome."},  # no label: SFT, as before
     ]
-    data = write_jsonl(tmp_path / "kto.jsonl", rows)
-    config = PackConfig.build(
-        inputs=(str(data),),
-        tokenizer=str(demo_tokenizer),
-        template="chatml",
-        out=str(tmp_path / "out"),
-        max_seq_len=256,
-    )
-    pack_dataset(config)
+    pack_rows(tmp_path, rows, demo_tokenizer, "kto.jsonl")
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["stats"]["kto"] == {"desirable": 1, "undesirable": 1}
     index = pq.read_table(tmp_path / "out" / "examples.parquet").to_pylist()
