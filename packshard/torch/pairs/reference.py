@@ -50,6 +50,11 @@ def load_reference_model(folder: str | os.PathLike[str]) -> Any:
     path = Path(folder)
     if not (path / "config.json").is_file():
         raise UsageError(f"{folder}: not a model folder (no config.json); give a local folder")
+    return local_causal_lm(path)
+
+
+def local_causal_lm(path: Path) -> Any:
+    """Load the causal LM of a checked model folder: float32, offline, no remote code, eval."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(

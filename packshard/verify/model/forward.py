@@ -116,19 +116,12 @@ def load_model(spec: str, vocab_size: int, seed: int = 0) -> Any:
         raise UsageError(
             f"{spec}: not a model folder (no config.json) (use --model tiny or a local folder)"
         )
-    import torch
-
     with quiet_libraries():
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM  # noqa: F401 - its import warnings hushed
 
-    model = AutoModelForCausalLM.from_pretrained(
-        folder,
-        local_files_only=True,
-        trust_remote_code=False,
-        torch_dtype=torch.float32,
-        attn_implementation="sdpa",
-    )
-    return model.eval()
+    from packshard.torch.pairs.reference import local_causal_lm
+
+    return local_causal_lm(folder)
 
 
 def forward_logits(
