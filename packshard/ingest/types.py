@@ -34,9 +34,10 @@ from packshard.options import (
     check_choice,
     check_range,
 )
-from packshard.records import Reject, SourceRef
+from packshard.records import Reject, SourceRef, quick
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class RawRecord:
     """One record as read from a file: a JSON value, or the error that stopped parsing it.
@@ -51,6 +52,7 @@ class RawRecord:
     error: Any = None  # RecordError | None (kept loose to avoid an import cycle)
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class Message:
     """One chat turn: a ``role`` and its ``content`` (plain text, data).
@@ -71,6 +73,7 @@ class Message:
     train: bool | None = None  # the turn's own flag ('train', or 'weight' 0), None: the policy
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class Conversation:
     """A normalized record, ready to be rendered.
@@ -105,6 +108,7 @@ class Conversation:
         return self.text is None and self.prompt is None
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """One rendered example: its text and the character spans ``[lo, hi)`` to train on.

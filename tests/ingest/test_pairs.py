@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from packshard.errors import RecordError
 from packshard.ingest.label.spans import render_examples
 from packshard.ingest.normalize import detect_format, normalize_record
-from packshard.ingest.pairs import pair_starts
+from packshard.ingest.pairs import PAIR_KEYS, is_preference, pair_starts
 from packshard.ingest.read.sources import expand_inputs
 from packshard.ingest.stream import ingest
 from packshard.ingest.template.render import load_template
@@ -245,3 +246,12 @@ def test_identical_pair_stops_the_run_with_on_error_fail(chatml, tmp_path):
     with pytest.raises(RecordError) as info:
         list(ingest(expand_inputs([str(path)]), bundle, template, IngestOptions(on_error="fail")))
     assert (info.value.code, info.value.line) == ("identical_pair", 1)
+
+
+def test_a_pair_is_detected_by_either_key_pair_both_present_and_not_null() -> None:
+    keys = [k for pair in PAIR_KEYS for k in pair]
+    absent = object()
+    for values in itertools.product((absent, None, "x"), repeat=len(keys)):
+        record = {k: v for k, v in zip(keys, values, strict=True) if v is not absent}
+        want = any(record.get(a) is not None and record.get(b) is not None for a, b in PAIR_KEYS)
+        assert is_preference(record) == want, record

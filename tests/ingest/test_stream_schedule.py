@@ -1,6 +1,6 @@
 """The ingest schedule: encoding in pieces off the main thread changes nothing in the output.
 
-The first chunk is encoded in pieces of ``FIRST_PIECE`` records and labelled whole; later
+The first chunk is encoded and labelled in pieces of ``FIRST_PIECE`` records; later
 chunks go to the tokenize thread whole.  These tests pin what that must not change: chunk
 boundaries, order, rejects, the earliest failure first, and no thread left behind.
 """

@@ -28,7 +28,7 @@ from packshard.ingest.label.reasoning import Markers, reasoning_field, splits_in
 from packshard.ingest.template.render import ChatTemplate, render_chat
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions
-from packshard.records import SourceRef
+from packshard.records import SourceRef, quick
 
 _PROBE_USER = "\ue010\ue011"
 
@@ -43,7 +43,8 @@ class Frame:
     opening: str = ""  # the reasoning marker a turn without a header may start with
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Chat:
     """One rendered conversation to label, and what its record asks for."""
 

@@ -36,8 +36,10 @@ from packshard.ingest.label.frame import Chat, Frame
 from packshard.ingest.label.locate import prefix_turn
 from packshard.ingest.label.probe import Anchors, probe_anchors
 from packshard.ingest.label.reasoning import split_inline
+from packshard.records import quick
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class Turn:
     """A located turn: its header starts at ``head``; ``[lo, hi)`` is what it trains."""

@@ -157,6 +157,42 @@ class Labelled:
     offsets: np.ndarray
     reasoning: tuple[np.ndarray, np.ndarray] | None = None
 
+    @staticmethod
+    def join(parts: Sequence[Labelled]) -> Labelled:
+        """Concatenate labelled batches in order (examples are labelled independently)."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            empty = np.zeros(0, dtype=np.int32)
+            return Labelled(empty, empty.copy(), np.zeros(1, dtype=np.int64))
+        lengths = np.concatenate([np.diff(p.offsets) for p in parts])
+        reasoning = None
+        if any(p.reasoning is not None for p in parts):
+            counts = [
+                p.reasoning or (np.zeros(len(p.offsets) - 1, dtype=np.int64),) * 2 for p in parts
+            ]
+            reasoning = (
+                np.concatenate([c[0] for c in counts]),
+                np.concatenate([c[1] for c in counts]),
+            )
+        return Labelled(
+            np.concatenate([p.input_ids for p in parts]),
+            np.concatenate([p.labels for p in parts]),
+            exclusive_cumsum(lengths),
+            reasoning,
+        )
+
+
+def encode_and_label(
+    bundle: TokenizerBundle, rendered: Sequence[Rendered], backend: str = "reference"
+) -> Labelled:
+    """Encode and label ``rendered``: the tokenize thread's task in :mod:`packshard.ingest.stream`.
+
+    Both halves run off the ingest's main thread: the encoders and the alignment kernels
+    release the GIL, so they overlap the next records' rendering.
+    """
+    return label_batch(bundle, rendered, encode_texts(bundle, rendered, backend))
+
 
 def label_batch(
     bundle: TokenizerBundle, rendered: Sequence[Rendered], encs: Sequence[Any]
@@ -164,8 +200,7 @@ def label_batch(
     """Label the encodings of ``rendered`` and count the tokens of their reasoning blocks."""
     n = len(rendered)
     if n == 0:
-        empty = np.zeros(0, dtype=np.int32)
-        return Labelled(empty, empty.copy(), np.zeros(1, dtype=np.int64))
+        return Labelled.join(())
     cuts = [r.bos_chars for r in rendered]
     lead = np.fromiter((c > 0 for c in cuts), dtype=bool, count=n)  # a BOS id goes first
     if isinstance(encs, FlatIds):  # the fast encoder's ids, already flat

@@ -6,8 +6,10 @@ shaped like Qwen3's (history reasoning dropped, an empty block on a last turn wi
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
+import numpy as np
 import pytest
 
 from packshard.errors import RecordError
@@ -21,7 +23,7 @@ from packshard.ingest.label.reasoning import (
 from packshard.ingest.label.spans import render_examples
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.template.render import compile_template, load_template
-from packshard.ingest.tokens.labels import encode_texts, label_batch
+from packshard.ingest.tokens.labels import Labelled, encode_and_label, encode_texts, label_batch
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.records import SourceRef
@@ -247,6 +249,26 @@ def test_label_batch_counts_reasoning_tokens(think: Any, bundle: Any) -> None:
     assert (trained[0], trained[1]) == (tokens[0], 0)
     plain = _render(chat(user("q"), answer("a")), think, bundle)
     assert label_batch(bundle, plain, encode_texts(bundle, plain)).reasoning is None
+
+
+def test_labelling_in_pieces_joins_to_the_whole_batch(think: Any, bundle: Any) -> None:
+    # the ingest labels its first chunk piece by piece on the tokenize thread; pieces with
+    # and without reasoning blocks must join to what the whole chunk labels at once
+    plain = _render(chat(user("q"), answer("a")), think, bundle)
+    thinking = _render(RECORD, think, bundle, reasoning="mask")
+    rendered = [*plain, *thinking, *plain, *_render(RECORD, think, bundle)]
+    whole = label_batch(bundle, rendered, encode_texts(bundle, rendered))
+    cuts = [0, len(plain), len(plain) + len(thinking), len(rendered) - 1, len(rendered)]
+    pieces = [encode_and_label(bundle, rendered[a:b]) for a, b in itertools.pairwise(cuts)]
+    assert pieces[0].reasoning is None and pieces[1].reasoning is not None
+    joined = Labelled.join(pieces)
+    for name in ("input_ids", "labels", "offsets"):
+        np.testing.assert_array_equal(getattr(joined, name), getattr(whole, name))
+        assert getattr(joined, name).dtype == getattr(whole, name).dtype
+    assert whole.reasoning is not None and joined.reasoning is not None
+    for a, b in zip(joined.reasoning, whole.reasoning, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert len(Labelled.join([]).offsets) == 1
 
 
 def test_records_left_with_no_trained_turn(think: Any, bundle: Any) -> None:
