@@ -6,17 +6,13 @@ Examples, segments and rows are all *ranges* of a flat array, given by offsets
     lengths        [3, 2, 4]
     offsets        [0, 3, 5, 9]          exclusive_cumsum(lengths)
     labels         [- a a | - b | - c c -]   ('-' = IGNORE_INDEX)
-    range_sums     trained per range: [2, 1, 2]
-    count_trained  the same without each range's first label: [2, 1, 2]
+    count_trained  trained per range, its first label left out: [2, 1, 2]
 
 ``count_trained`` is the loss-token count everywhere in packshard (ingest, the spill, the
 planner's rows, the shards, verify, the reader): once packed, the first label of every segment
-is masked at its seam, so a target in that place never trains.  ``range_sums`` adds each
-range in place (``np.add.reduceat``) rather than differencing a running sum of the whole
-array, which wrote 8 bytes a token (0.63-0.89 ns a token against 4.6-5.2 on a row group of
-944,000 tokens in 5,000 ranges).  ``count_trained`` finds the positions of the rarer kind of
-label and counts them per range by binary search: ``reduceat`` too copies its input in the
-accumulating type, 8 bytes a token, and under ``pack``'s fixed mmap threshold
+is masked at its seam, so a target in that place never trains.  It finds the positions of
+the rarer kind of label and counts them per range by binary search: a summed copy of the flags
+(``np.add.reduceat``) writes 8 bytes a token, and under ``pack``'s fixed mmap threshold
 (:mod:`packshard.pack.heap`) every such copy is fresh pages (457 page faults an ingest chunk
 of 234,000 tokens).  Measured there, min-median of 5, the summed copy against the
 positions: 3.95-4.13 → 0.45-0.47 ns a token on an ingest chunk of phi-3 text (96%
@@ -52,23 +48,6 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     out = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(values, out=out[1:])
     return out
-
-
-def range_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Return the sum of ``values`` over every range ``offsets[i]:offsets[i + 1]`` (int64).
-
-    One ``np.add.reduceat`` over the non-empty ranges' starts: the ranges tile
-    ``offsets[0]:offsets[-1]``, so each sums up to the next non-empty start, and an empty
-    range (which ``reduceat`` would give its start's value) keeps its 0.
-    """
-    offsets = np.asarray(offsets, dtype=np.int64)
-    sums = np.zeros(max(len(offsets) - 1, 0), dtype=np.int64)
-    starts = offsets[:-1]
-    nonempty = offsets[1:] > starts
-    if nonempty.any():
-        lo, hi = int(offsets[0]), int(offsets[-1])
-        sums[nonempty] = np.add.reduceat(values[lo:hi], starts[nonempty] - lo, dtype=np.int64)
-    return sums
 
 
 def count_trained(labels: np.ndarray, offsets: np.ndarray, skip_first: bool = True) -> np.ndarray:

@@ -21,7 +21,6 @@ from packshard.arrays import (
     fill_rate,
     lower_bound_rows,
     numpy_view,
-    range_sums,
 )
 from packshard.records import IGNORE_INDEX as X
 
@@ -31,7 +30,6 @@ def test_the_docstring_example_by_hand() -> None:
     offsets = exclusive_cumsum(lengths)
     assert offsets.dtype == np.int64 and offsets.tolist() == [0, 3, 5, 9]
     labels = np.array([X, 1, 1, X, 2, X, 3, 3, X], dtype=np.int32)
-    assert range_sums(labels != X, offsets).tolist() == [2, 1, 2]
     assert count_trained(labels, offsets).tolist() == [2, 1, 2]
 
 
@@ -56,18 +54,13 @@ def test_count_trained_excludes_each_first_token() -> None:
     assert count_trained(labels, offsets).tolist() == [1, 0, 2, 1]
 
 
-def test_range_sums_of_ranges_inside_a_longer_array() -> None:
-    values = np.array([100, 1, 2, 3, 4, 5, 6, 200], dtype=np.int32)
-    offsets = np.array([1, 3, 3, 4, 7])  # starts after 0, ends before the last value
-    assert range_sums(values, offsets).tolist() == [3, 0, 3, 15]
+def test_count_trained_of_ranges_inside_a_longer_array() -> None:
     labels = np.array([5, 6, X, 7, 8, X, 9, 10], dtype=np.int32)
     assert count_trained(labels, np.array([2, 2, 5, 6])).tolist() == [0, 2, 0]
-    assert range_sums(values, np.array([4, 4, 4])).tolist() == [0, 0]
 
 
-def test_exclusive_cumsum_and_range_sums_of_nothing() -> None:
+def test_exclusive_cumsum_of_nothing() -> None:
     assert exclusive_cumsum(np.zeros(0, np.int32)).tolist() == [0]
-    assert range_sums(np.zeros(0, np.int32), np.array([0])).tolist() == []
 
 
 @settings(max_examples=100, deadline=None)
@@ -79,7 +72,6 @@ def test_count_trained_equals_a_loop(ranges: list[list[int]]) -> None:
     assert count_trained(flat, offsets, skip_first=False).tolist() == [
         sum(v != X for v in r) for r in ranges
     ]
-    assert range_sums(flat, offsets).tolist() == [sum(r) for r in ranges]
 
 
 def test_name_codes_in_order_of_first_appearance_one_name_or_many() -> None:
