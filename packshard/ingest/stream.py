@@ -23,8 +23,10 @@ GIL, so they run on the second core while the main thread reads and renders the 
 which is what bounds a pack's wall time.  Moving the labelling there (with the cheaper
 record values of :func:`packshard.records.quick`) cut the main thread's CPU over 20.6M phi-3
 tokens from 8.1–9.3 to 6.0–7.4 s, and the ingest's wall time from 8.5–10.2 to 7.7–9.6 s
-(two alternating runs).  The first chunk is encoded in pieces of ``FIRST_PIECE`` records so
-the cores start at once::
+(two alternating runs).  Over many small inputs the wall time stays as it was: the thread
+takes the GIL back after each call that released it, lags behind the rendering, and each
+unit's end waits for it (``docs/performance.md``).  The first chunk is encoded in pieces
+of ``FIRST_PIECE`` records so the cores start at once::
 
     tokenize thread       [0a][0b]..[0h][encode+label 1     ][encode+label 2     ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][check 0, yield][render 2][check 1]..

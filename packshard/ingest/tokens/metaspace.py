@@ -78,13 +78,6 @@ class FlatIds(Sequence[Any]):
         """Tokens per text (int64)."""
         return np.diff(self.offsets)
 
-    @staticmethod
-    def join(parts: Sequence[FlatIds]) -> FlatIds:
-        """Concatenate batches in order."""
-        lengths = np.concatenate([p.lengths for p in parts])
-        offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-        return FlatIds(np.concatenate([p.ids for p in parts]).astype(np.int32), offsets)
-
 
 @dataclass(frozen=True)
 class _Ids:
