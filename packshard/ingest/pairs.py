@@ -66,9 +66,10 @@ KTO_NONE = -1
 def is_preference(value: dict[str, Any]) -> bool:
     """Tell whether a record is a preference pair (its keys; see the module notes)."""
     get = value.get
-    if get("chosen") is not None and get("rejected") is not None:  # PAIR_KEYS, unrolled:
-        return True  # this runs on every record read
-    return get("chosen_messages") is not None and get("rejected_messages") is not None
+    for a, b in PAIR_KEYS:  # a loop, not any(<generator>): this runs on every record read
+        if get(a) is not None and get(b) is not None:
+            return True
+    return False
 
 
 def is_kto(value: dict[str, Any]) -> bool:
