@@ -9,7 +9,10 @@ trap 'rm -rf "$WORK"' EXIT
 
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q .
+"$VENV/bin/python" -m pip install -q --no-compile .
+# compile on every core (pip would on one)
+"$VENV/bin/python" -m compileall -q -j 0 \
+  "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null 2>&1 || true
 BIN="$VENV/bin/packshard"
 DATA=packshard/data/demo_chat.jsonl
 if "$VENV/bin/python" -c "import torch" 2>/dev/null; then

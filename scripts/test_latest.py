@@ -121,13 +121,23 @@ def build(extra: list[str]) -> None:
         fh.write(TORCH + "\n")
         constraint = fh.name
     try:
-        pip = [str(VENV / "bin/python"), "-m", "pip", "install", "-q", "-c", constraint]
+        python = str(VENV / "bin/python")
+        pip = [python, "-m", "pip", "install", "-q", "--no-compile", "-c", constraint]
         wanted = extra or UPGRADE
         subprocess.run(
             [*pip, "--upgrade", "--upgrade-strategy", "eager", "-e", ".[torch]", *RUNNER, *wanted],
             check=True,
             cwd=REPO,
         )
+        # pip compiles on one core; this on every core (a file that does not compile is left
+        # to the import that needs it, as pip leaves it)
+        purelib = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        subprocess.run([python, "-m", "compileall", "-q", "-j", "0", purelib], capture_output=True)
     finally:
         os.unlink(constraint)
 
