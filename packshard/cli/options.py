@@ -16,7 +16,8 @@ from typing import Any
 import click
 
 from packshard.cli.sections import human_bytes
-from packshard.engine import ENGINES
+from packshard.engine import AUTO_BYTES, ENGINES
+from packshard.errors import UsageError
 from packshard.options import (
     BACKENDS,
     COMPRESSIONS,
@@ -48,6 +49,16 @@ def group(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return func
 
     return apply
+
+
+def _workers(value: str | int | None) -> int | None:
+    """Parse ``--workers``: a count (the engine checks its range) or ``auto`` (None)."""
+    if value is None or value == "auto":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"--workers {value!r} is neither a number nor 'auto'") from None
 
 
 def _markers(value: str) -> tuple[str, str]:
@@ -196,10 +207,11 @@ ENGINE = group(
     ),
     click.option(
         "--workers",
-        type=int,
-        default=1,
+        default="auto",
         show_default=True,
-        help="Worker processes (local), or CPUs of the Ray cluster started for the job.",
+        callback=lambda _ctx, _param, value: _workers(value),
+        help="Worker processes (local), or CPUs of the Ray cluster started for the job; "
+        f"auto: one per {human_bytes(AUTO_BYTES)} of input, at most one per core.",
     ),
     click.option(
         "--ray-address", default=None, help="Join this Ray cluster (default: start a local one)."

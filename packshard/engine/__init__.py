@@ -12,10 +12,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from packshard.engine.base import ENGINES, Engine, EngineOptions, SerialEngine, TaskFailed
+from packshard.engine.base import (
+    AUTO_BYTES,
+    ENGINES,
+    Engine,
+    EngineOptions,
+    SerialEngine,
+    TaskFailed,
+    auto_workers,
+)
 from packshard.engine.signals import terminating
 
-__all__ = ["ENGINES", "Engine", "EngineOptions", "TaskFailed", "open_engine"]
+__all__ = [
+    "AUTO_BYTES",
+    "ENGINES",
+    "Engine",
+    "EngineOptions",
+    "TaskFailed",
+    "auto_workers",
+    "open_engine",
+]
 
 
 @contextmanager

@@ -34,6 +34,8 @@ from packshard.errors import PackshardError, UsageError
 
 ENGINES = ("local", "ray")
 """``--engine``: processes on this machine, or a Ray cluster."""
+AUTO_BYTES = 32 << 20
+"""``--workers auto`` starts one worker per this many bytes of input (:func:`auto_workers`)."""
 MAX_RETRIES = 2
 LIMIT_ERRNOS = frozenset({errno.EFBIG, errno.ENOSPC, errno.EDQUOT})
 """``OSError`` numbers a retry cannot cure: they stop the job at once, as themselves."""
@@ -72,6 +74,21 @@ class EngineOptions:
     def serial(self) -> bool:
         """True for one local worker: the single-process path, no engine at all."""
         return self.engine == "local" and self.workers == 1
+
+
+def auto_workers(input_bytes: int) -> int:
+    """``--workers auto``: one worker per :data:`AUTO_BYTES` of input, at most one per core.
+
+    A worker is a second interpreter to start (imports, tokenizer, canary: about 1.5 CPU-s),
+    so small inputs keep one process.  Measured on 2 cores with phi-3 and the shared chat data
+    repeated, whole ``pack`` wall time with 1 → 2 workers: 7.5 MB 2.7–2.9 → 3.0–3.2 s (slower),
+    19 MB 4.7–4.9 → 4.2–4.9 s (even), 72 MB 8.7–11.3 → 6.8–7.5 s.  The output does not depend
+    on the number of workers (units are cut by size alone), so ``auto`` changes time, never
+    bytes.
+    """
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    return max(1, min(cores, input_bytes // AUTO_BYTES))
 
 
 class Engine(Protocol):

@@ -64,7 +64,7 @@ class VerifyOptions:
     seed: int = 0
     progress: bool = False
     engine: str = "local"  # the source check's re-ingest: one process, local workers, Ray
-    workers: int = 1
+    workers: int | None = 1  # None: --workers auto, sized by the inputs re-ingested
     ray_address: str | None = None
 
     def check(self) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from packshard.engine import EngineOptions
+from packshard.engine import EngineOptions, auto_workers
 from packshard.errors import FormatError, PackshardError
 from packshard.format.environment import Drift, encoded_by, likely_cause
 from packshard.format.examples import ExamplesIndex
@@ -40,6 +40,7 @@ from packshard.format.folder.paths import inside_folder
 from packshard.format.rejects import read_rejects
 from packshard.ingest.loaded import sharing
 from packshard.ingest.read.sources import InputFile
+from packshard.ingest.read.splits import input_bytes
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.verify.findings import CheckResult, Finding, FindingList
@@ -140,7 +141,8 @@ def _compare(
         chosen = set(keys)
     opts = recorded_options(config)
     label_spans = manifest["template"].get("label_spans")
-    engine = EngineOptions(options.engine, options.workers, options.ray_address)
+    workers = options.workers or auto_workers(input_bytes(files))  # None: --workers auto
+    engine = EngineOptions(options.engine, workers, options.ray_address)
     mask = np.array(
         [(s, int(ln)) in chosen for s, ln in zip(index.sources, index.lines.tolist(), strict=True)],
         bool,

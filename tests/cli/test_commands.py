@@ -63,6 +63,42 @@ def test_pack_on_two_workers_writes_the_same_shards(tmp_path, packed_demo_tokeni
     assert manifest["engine"] == {"name": "local", "workers": 2, "units": 4, "units_reused": 0}
 
 
+def test_workers_auto_is_sized_by_the_input_and_changes_no_byte(
+    tmp_path, packed_demo_tokenizer, monkeypatch
+):
+    from packshard.engine import base
+    from tests.helpers import output_digests
+
+    one, auto = tmp_path / "one", tmp_path / "auto"
+    assert run(*pack_args(packed_demo_tokenizer, one, "--workers", "1")).exit_code == 0
+    size = demo_data_path().stat().st_size
+    monkeypatch.setattr(base, "AUTO_BYTES", size // 2)  # the demo file: two workers' worth
+    result = run(*pack_args(packed_demo_tokenizer, auto, "--split-bytes", "4096"))
+    assert result.exit_code == 0, result.output
+    assert output_digests(one) == output_digests(auto)
+    manifest = json.loads((auto / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["engine"]["workers"] == min(2, len(os.sched_getaffinity(0)))
+
+
+def test_workers_auto_keeps_one_process_below_its_size(monkeypatch):
+    from packshard.engine import AUTO_BYTES, auto_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)))
+    assert [auto_workers(n) for n in (0, AUTO_BYTES - 1, AUTO_BYTES, 3 * AUTO_BYTES)] == [
+        1,
+        1,
+        1,
+        3,
+    ]
+    assert auto_workers(100 * AUTO_BYTES) == 8  # at most one per core
+
+
+def test_workers_that_are_no_number_stop_in_one_line(tmp_path, packed_demo_tokenizer):
+    result = run(*pack_args(packed_demo_tokenizer, tmp_path / "out", "--workers", "many"))
+    assert result.exit_code == 2
+    assert result.stderr == "error: --workers 'many' is neither a number nor 'auto'\n"
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

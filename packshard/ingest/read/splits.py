@@ -93,6 +93,12 @@ def auto_split_bytes(files: Sequence[InputFile]) -> int:
     with other workers keeps the units.  Small inputs still make several units (an 8 MB file
     makes 8), so that ``--workers`` has work to share; large ones make 64 MiB units.
     """
+    total = input_bytes(files)
+    return min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // UNITS_WANTED)))
+
+
+def input_bytes(files: Sequence[InputFile]) -> int:
+    """Sum the bytes of the regular files among ``files`` (one that cannot be read: 0)."""
     total = 0
     for f in files:
         try:
@@ -100,7 +106,7 @@ def auto_split_bytes(files: Sequence[InputFile]) -> int:
         except OSError:
             continue  # plan_splits names it
         total += st.st_size if stat.S_ISREG(st.st_mode) else 0
-    return min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // UNITS_WANTED)))
+    return total
 
 
 def plan_splits(files: Sequence[InputFile], target_bytes: int = 0) -> list[Split]:
