@@ -36,6 +36,9 @@ ENGINES = ("local", "ray")
 """``--engine``: processes on this machine, or a Ray cluster."""
 AUTO_BYTES = 32 << 20
 """``--workers auto`` starts one worker per this many bytes of input (:func:`auto_workers`)."""
+WORKER_MEMORY = 1 << 30
+"""…and no more workers than this many bytes of available memory each (a worker's peak is
+about 300 MiB on the shared chat data, ``docs/scale.md``; the rest is room for long records)."""
 MAX_RETRIES = 2
 LIMIT_ERRNOS = frozenset({errno.EFBIG, errno.ENOSPC, errno.EDQUOT})
 """``OSError`` numbers a retry cannot cure: they stop the job at once, as themselves."""
@@ -77,7 +80,9 @@ class EngineOptions:
 
 
 def auto_workers(input_bytes: int) -> int:
-    """``--workers auto``: one worker per :data:`AUTO_BYTES` of input, at most one per core.
+    """Size ``--workers auto``: one worker per :data:`AUTO_BYTES` of input, at most one per core.
+
+    And at most one per :data:`WORKER_MEMORY` of available memory.
 
     A worker is a second interpreter to start (imports, tokenizer, canary: about 1.5 CPU-s),
     so small inputs keep one process.  Measured on 2 cores with phi-3 and the shared chat data
@@ -88,7 +93,23 @@ def auto_workers(input_bytes: int) -> int:
     """
     affinity = getattr(os, "sched_getaffinity", None)
     cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
-    return max(1, min(cores, input_bytes // AUTO_BYTES))
+    wanted = min(cores, input_bytes // AUTO_BYTES)
+    available = available_memory()
+    if available is not None:
+        wanted = min(wanted, available // WORKER_MEMORY)
+    return max(1, wanted)
+
+
+def available_memory() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 class Engine(Protocol):

@@ -77,20 +77,34 @@ def test_workers_auto_is_sized_by_the_input_and_changes_no_byte(
     assert result.exit_code == 0, result.output
     assert output_digests(one) == output_digests(auto)
     manifest = json.loads((auto / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["engine"]["workers"] == min(2, len(os.sched_getaffinity(0)))
+    assert manifest["engine"]["workers"] == base.auto_workers(size)  # 2 here, with 2 cores
 
 
 def test_workers_auto_keeps_one_process_below_its_size(monkeypatch):
-    from packshard.engine import AUTO_BYTES, auto_workers
+    from packshard.engine import AUTO_BYTES, auto_workers, base
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)))
-    assert [auto_workers(n) for n in (0, AUTO_BYTES - 1, AUTO_BYTES, 3 * AUTO_BYTES)] == [
-        1,
-        1,
-        1,
-        3,
-    ]
+    monkeypatch.setattr(base, "available_memory", lambda: 64 << 30)
+    sizes = (0, AUTO_BYTES - 1, AUTO_BYTES, 3 * AUTO_BYTES)
+    assert [auto_workers(n) for n in sizes] == [1, 1, 1, 3]
     assert auto_workers(100 * AUTO_BYTES) == 8  # at most one per core
+    monkeypatch.setattr(base, "available_memory", lambda: 5 * base.WORKER_MEMORY // 2)
+    assert auto_workers(100 * AUTO_BYTES) == 2  # and one per WORKER_MEMORY available
+    monkeypatch.setattr(base, "available_memory", lambda: 0)
+    assert auto_workers(100 * AUTO_BYTES) == 1
+    monkeypatch.setattr(base, "available_memory", lambda: None)  # not Linux: cores and size
+    assert auto_workers(100 * AUTO_BYTES) == 8
+
+
+def test_available_memory_reads_this_machine():
+    from packshard.engine.base import available_memory
+
+    found = available_memory()
+    if not os.path.exists("/proc/meminfo"):
+        assert found is None
+        return
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert found is not None and 0 < found <= physical
 
 
 def test_workers_that_are_no_number_stop_in_one_line(tmp_path, packed_demo_tokenizer):
