@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from packshard.cli.sections import human_bytes
-from packshard.engine import AUTO_BYTES, ENGINES
+from packshard.engine import AUTO_BYTES, ENGINES, WORKER_MEMORY
 from packshard.errors import UsageError
 from packshard.options import (
     BACKENDS,
@@ -211,7 +211,8 @@ ENGINE = group(
         show_default=True,
         callback=lambda _ctx, _param, value: _workers(value),
         help="Worker processes (local), or CPUs of the Ray cluster started for the job; "
-        f"auto: one per {human_bytes(AUTO_BYTES)} of input, at most one per core.",
+        f"auto: one per {human_bytes(AUTO_BYTES)} of input, at most one per core and one per "
+        f"{human_bytes(WORKER_MEMORY)} of available memory.",
     ),
     click.option(
         "--ray-address", default=None, help="Join this Ray cluster (default: start a local one)."

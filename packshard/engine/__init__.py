@@ -15,6 +15,7 @@ from typing import Any
 from packshard.engine.base import (
     AUTO_BYTES,
     ENGINES,
+    WORKER_MEMORY,
     Engine,
     EngineOptions,
     SerialEngine,
@@ -26,6 +27,7 @@ from packshard.engine.signals import terminating
 __all__ = [
     "AUTO_BYTES",
     "ENGINES",
+    "WORKER_MEMORY",
     "Engine",
     "EngineOptions",
     "TaskFailed",
