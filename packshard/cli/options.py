@@ -223,7 +223,7 @@ UNITS = click.option(
     type=int,
     default=0,
     help="Work unit size: JSONL is cut at line starts, Parquet at row groups "
-    "(default: the inputs' bytes over 64, within 1–64 MiB).",
+    "(default: the inputs' bytes over 64, within 16–64 MiB).",
 )
 
 MAX_REJECT_RATE = click.option(

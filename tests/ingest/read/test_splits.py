@@ -96,9 +96,10 @@ def test_files_that_cannot_be_cut_are_one_unit(tmp_path, name):
     assert records_of([split]) == whole(f)
 
 
-def test_the_unit_size_follows_the_inputs_not_the_workers(tmp_path):
-    """Without --split-bytes: the inputs' bytes over 64, within 1–64 MiB, so a file of a few
-    megabytes still gives --workers several units, and a large dataset 64 MiB units."""
+def test_the_unit_size_follows_the_inputs_not_the_workers(tmp_path, monkeypatch):
+    """Without --split-bytes: the inputs' bytes over 64, within 16–64 MiB, so a small input is
+    one unit (no fill and drain per MiB), and a large dataset 64 MiB units."""
+    from packshard.ingest.read import splits as module
     from packshard.ingest.read.splits import MIN_SPLIT_BYTES, SPLIT_BYTES, auto_split_bytes
 
     def sized(name, size):
@@ -108,15 +109,18 @@ def test_the_unit_size_follows_the_inputs_not_the_workers(tmp_path):
         return InputFile(name, path)
 
     mib = 1 << 20
+    assert MIN_SPLIT_BYTES == 16 * mib
     assert auto_split_bytes([sized("tiny.jsonl", 1000)]) == MIN_SPLIT_BYTES
-    assert auto_split_bytes([sized("a.jsonl", 96 * mib), sized("b.jsonl", 32 * mib)]) == 2 * mib
+    assert auto_split_bytes([sized("eight.jsonl", 8 * mib)]) == MIN_SPLIT_BYTES  # one unit
+    assert auto_split_bytes([sized("a.jsonl", 1536 * mib), sized("b.jsonl", 512 * mib)]) == 32 * mib
     assert auto_split_bytes([sized("big.jsonl", 100 * 64 * mib)]) == SPLIT_BYTES
     assert auto_split_bytes([InputFile("gone.jsonl", tmp_path / "gone.jsonl")]) == MIN_SPLIT_BYTES
 
+    monkeypatch.setattr(module, "MIN_SPLIT_BYTES", mib)  # cut an 8 MB file at the default
     lines = b"".join(b'{"text": "%06d %s"}\n' % (i, b"x" * 200) for i in range(40_000))
     data = tmp_path / "eight.jsonl"
     data.write_bytes(lines)
     files = [InputFile("eight.jsonl", data)]
     splits = plan_splits(files)  # the default: chosen from the inputs
-    assert len(splits) == -(-len(lines) // MIN_SPLIT_BYTES) > 4
+    assert len(splits) == -(-len(lines) // mib) > 4
     assert b"".join(data.read_bytes()[s.start : s.stop] for s in splits) == lines
