@@ -46,22 +46,6 @@ def _settled() -> None:
         click.get_current_context().call_on_close(gc.unfreeze)
 
 
-def _size_workers(data: tuple[str, ...], options: dict[str, Any]) -> None:
-    """Resolve ``--workers auto`` (None) by the inputs' bytes; a bad input is named later."""
-    if options.get("workers") is not None:
-        return
-    from packshard.engine import auto_workers
-    from packshard.errors import PackshardError
-    from packshard.ingest.read.sources import expand_inputs
-    from packshard.ingest.read.splits import input_bytes
-
-    try:
-        size = input_bytes(expand_inputs(data))
-    except PackshardError:
-        size = 0  # the command's own expansion stops with the message
-    options["workers"] = auto_workers(size)
-
-
 def _show_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else progress
 
@@ -110,7 +94,7 @@ def profile(
     from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
 
     _settled()
-    _size_workers(data, options)
+
     config = ProfileConfig.build(inputs=data, **options)
     config.check()
     check_max_reject_rate(max_reject_rate)
@@ -167,7 +151,7 @@ def pack(
     from packshard.pack import PackConfig, pack_dataset
 
     _settled()
-    _size_workers(data, options)
+
     check_max_reject_rate(max_reject_rate)
     config = PackConfig.build(
         inputs=data,

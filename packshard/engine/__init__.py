@@ -50,6 +50,8 @@ def open_engine(
     here, and only when asked for.
     """
     options.check()
+    if options.workers is None:
+        raise ValueError("workers=None (auto) is sized by the inputs first: EngineOptions.sized")
     engine: Engine
     if options.serial:
         engine = SerialEngine(options.max_retries)

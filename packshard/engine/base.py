@@ -24,6 +24,7 @@ Rules every engine keeps:
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from collections.abc import Callable, Sequence
@@ -57,10 +58,14 @@ class TaskFailed(PackshardError):
 
 @dataclass(frozen=True, slots=True)
 class EngineOptions:
-    """How to run: ``engine`` (:data:`ENGINES`), ``workers``, a Ray cluster ``address``."""
+    """How to run: ``engine`` (:data:`ENGINES`), ``workers``, a Ray cluster ``address``.
+
+    ``workers=None`` is ``--workers auto``: the command sizes it by its inputs
+    (:meth:`sized`) before it opens the engine.
+    """
 
     engine: str = "local"
-    workers: int = 1
+    workers: int | None = 1
     address: str | None = None
     max_retries: int = MAX_RETRIES
 
@@ -68,7 +73,7 @@ class EngineOptions:
         """Raise :class:`UsageError` for options no engine can honour."""
         if self.engine not in ENGINES:
             raise UsageError(f"--engine {self.engine!r} is not one of {', '.join(ENGINES)}")
-        if self.workers < 1:
+        if self.workers is not None and self.workers < 1:
             raise UsageError(f"--workers must be at least 1, got {self.workers}")
         if self.address is not None and self.engine != "ray":
             raise UsageError("--ray-address needs --engine ray")
@@ -77,6 +82,12 @@ class EngineOptions:
     def serial(self) -> bool:
         """True for one local worker: the single-process path, no engine at all."""
         return self.engine == "local" and self.workers == 1
+
+    def sized(self, input_bytes: int) -> EngineOptions:
+        """Return these options with ``--workers auto`` resolved for ``input_bytes`` of input."""
+        if self.workers is not None:
+            return self
+        return dataclasses.replace(self, workers=auto_workers(input_bytes))
 
 
 def auto_workers(input_bytes: int) -> int:

@@ -50,7 +50,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ from packshard.ingest.label.reasoning import reasoning_field
 from packshard.ingest.loaded import sharing
 from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import InputFile, expand_inputs
+from packshard.ingest.read.splits import input_bytes
 from packshard.ingest.template.fast import render_entry
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
@@ -136,6 +137,7 @@ def pack_dataset(
     files = expand_inputs(config.inputs)
     train_files = len(files)
     files += eval_files(files, config.eval_inputs)
+    config = replace(config, engine=config.engine.sized(input_bytes(files)))  # --workers auto
     specs = config.inputs + config.eval_inputs
     reals = [(f.path, str(f.real)) for f in files]
     with claim_out(config.out, config.overwrite, specs, reals, notify) as claim:

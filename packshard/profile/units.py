@@ -25,7 +25,7 @@ from packshard.errors import RecordError
 from packshard.ingest.loaded import Loaded, loaded, sharing
 from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import InputFile
-from packshard.ingest.read.splits import Split, SplitRead, plan_splits, read_split
+from packshard.ingest.read.splits import Split, SplitRead, input_bytes, plan_splits, read_split
 from packshard.ingest.stream import ingest, ingest_label_path
 from packshard.ingest.template.render import load_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
@@ -97,7 +97,8 @@ def profile_inputs(
 
     shared = load
     try:
-        with open_engine(config.engine) as running, sharing(tokenizer, template, lambda: shared):
+        engine = config.engine.sized(input_bytes(files))  # --workers auto
+        with open_engine(engine) as running, sharing(tokenizer, template, lambda: shared):
             results = running.run(profile_unit, tasks, [s.describe() for s in splits], done)
     finally:
         if bar is not None:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from packshard.engine import EngineOptions, auto_workers
+from packshard.engine import EngineOptions
 from packshard.errors import FormatError, PackshardError
 from packshard.format.environment import Drift, encoded_by, likely_cause
 from packshard.format.examples import ExamplesIndex
@@ -141,8 +141,8 @@ def _compare(
         chosen = set(keys)
     opts = recorded_options(config)
     label_spans = manifest["template"].get("label_spans")
-    workers = options.workers or auto_workers(input_bytes(files))  # None: --workers auto
-    engine = EngineOptions(options.engine, workers, options.ray_address)
+    engine = EngineOptions(options.engine, options.workers, options.ray_address)
+    engine = engine.sized(input_bytes(files))  # --workers auto
     mask = np.array(
         [(s, int(ln)) in chosen for s, ln in zip(index.sources, index.lines.tolist(), strict=True)],
         bool,

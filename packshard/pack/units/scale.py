@@ -115,7 +115,7 @@ def worker_env(config: PackConfig) -> dict[str, str]:
     elif config.engine.engine == "ray":
         threads = 1  # Ray gives each task one CPU
     else:
-        threads = max(1, (os.cpu_count() or 1) // config.engine.workers)
+        threads = max(1, (os.cpu_count() or 1) // (config.engine.workers or 1))
     return {"RAYON_NUM_THREADS": str(threads)}
 
 
