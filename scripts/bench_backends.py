@@ -16,13 +16,16 @@ child's user + system time; ``encode_batch`` runs on every core, so on a busy ma
 ratio is the steadier one).  Run it at 2M tokens here; the final figure wants
 ``--min-tokens 20000000`` (startup then weighs what it weighs in a real job).
 
+With ``--floor``, the CPU seconds of the bare library calls alone (parse, render, encode,
+write, imports: :func:`floor`) and the ratio to ``encode_batch`` they would allow.
+
 With ``--trl``, (e) TRL's own preparation of the same chat records: ``datasets.map`` with
 ``apply_chat_template(..., return_assistant_tokens_mask=True)`` (transformers, same tokenizer
 and template), then ``trl.pack_dataset(strategy="bfd")``, CPU seconds in this process
 (tokenizer load not counted); the ratio is (e)'s CPU seconds over (a)'s per token.
 
     python scripts/bench_backends.py [--min-tokens 2000000] [--rounds 1] [--families qwen3,phi3]
-        [--trl]
+        [--trl] [--floor]
 """
 
 from __future__ import annotations
@@ -131,6 +134,70 @@ def bare(tokenizer: Path, texts: list[str], fast: bool) -> tuple[float, int, flo
     return time.perf_counter() - start, n, time.process_time() - cpu
 
 
+def floor(tokenizer: Path, template: str | None, files: list[Path]) -> dict[str, float]:
+    """CPU seconds of the bare library calls any ``pack`` of ``files`` makes, nothing else.
+
+    Parsing with orjson, rendering with minijinja (messages built beforehand, untimed),
+    encoding with fastokens (the encoder ``--backend fast`` holds), writing the ids, labels
+    and positions as zstd Parquet, and one process's imports and tokenizer load.  No
+    normalising, labelling, planning, checking or hashing: a bound from below, so that
+    ``encode_batch``'s wall time over this sum split across every core is the most any
+    ``pack`` could reach on this machine with these libraries.
+    """
+    import minijinja
+    import numpy as np
+    import orjson
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from packshard.ingest.template.render import load_template
+    from packshard.ingest.tokens.backends import FastEncoder
+    from packshard.ingest.tokens.tokenizer import load_tokenizer
+
+    took: dict[str, float] = {}
+    start = time.process_time()
+    for f in files:
+        data = f.read_bytes()
+        if f.suffix == ".jsonl":
+            [orjson.loads(line) for line in data.splitlines() if line.strip()]
+        else:
+            orjson.loads(data)
+    took["parse (orjson)"] = time.process_time() - start
+    bundle = load_tokenizer(str(tokenizer))
+    env = minijinja.Environment(trim_blocks=True, lstrip_blocks=True, pycompat=True)
+    env.add_template("chat", load_template(template, bundle).text)
+    records = chats(files)
+    start = time.process_time()
+    extra = bundle.special_tokens_map
+    texts = [env.render_template("chat", **extra, messages=m) for m in records]
+    took["render (minijinja)"] = time.process_time() - start
+    encoder = FastEncoder(bundle)
+    start = time.process_time()
+    n = sum(len(encoder.encode_batch(texts[i : i + 1024]).ids) for i in range(0, len(texts), 1024))
+    took["encode (fastokens)"] = time.process_time() - start
+    rows = -(-n // MAX_SEQ_LEN)
+    values = pa.array(np.arange(rows * MAX_SEQ_LEN, dtype=np.int32) % 32000)
+    column = pa.ListArray.from_arrays(
+        pa.array(np.arange(rows + 1, dtype=np.int32) * MAX_SEQ_LEN), values
+    )
+    table = pa.table({"input_ids": column, "labels": column, "position_ids": column})
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.process_time()
+        pq.write_table(table, Path(tmp) / "s.parquet", compression="zstd", use_dictionary=False)
+        took["write (Parquet, zstd)"] = time.process_time() - start
+    code = (
+        "import numpy, orjson, pyarrow.parquet, minijinja, fastokens, sys\n"
+        "fastokens.Tokenizer.from_json_str(open(sys.argv[1]).read())"
+    )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", code, str(tokenizer / "tokenizer.json")], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    took["imports and tokenizer load"] = (
+        after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    )
+    return took
+
+
 def adopt_orphans() -> bool:
     """Become the subreaper of what ``pack`` starts (Linux), so that its CPU time is counted.
 
@@ -195,6 +262,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--families", default="qwen3,phi3")
     parser.add_argument("--trl", action="store_true", help="also TRL's preparation (slow)")
+    parser.add_argument(
+        "--floor", action="store_true", help="also the bare library calls' CPU (a bound)"
+    )
     args = parser.parse_args()
     if not adopt_orphans():
         print("note: the CPU seconds of pack's worker processes are not counted here (not Linux)")
@@ -222,6 +292,7 @@ def main() -> None:
                     if name not in best or took[0] < best[name][0]:
                         best[name] = took
             trl_took = trl(tokenizer, template, chats(files)) if args.trl else None
+            floor_took = floor(tokenizer, template, files) if args.floor else None
         rate = {k: n / s for k, (s, n, _) in best.items()}
         cpu_rate = {k: n / c for k, (_, n, c) in best.items()}
         print(f"\n{family}: {tok_name}, template {template or 'tokenizer config'}, "
@@ -246,6 +317,16 @@ def main() -> None:
                 f"  TRL map + pack_dataset(bfd): {trl_took[0]:.2f} CPU-s for {trl_took[1]:,} "
                 f"tokens; pack --backend fast uses {trl_rate and cpu_rate['fast'] / trl_rate:.2f}x "
                 "fewer CPU-seconds per token"
+            )
+        if floor_took is not None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            total = sum(floor_took.values())
+            print(f"  floor: the bare library calls alone, {total:.2f} CPU-s:")
+            for step, cpu in floor_took.items():
+                print(f"    {step:28s} {cpu:6.2f} CPU-s")
+            print(
+                f"  at most {best['encode_batch'][0] / (total / cores):.2f}x encode_batch's wall "
+                f"time on {cores} cores, were they split perfectly and nothing else done"
             )
         for step in ("render", "encode"):
             entry = used["fast"][step]
