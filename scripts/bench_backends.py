@@ -151,6 +151,8 @@ def floor(tokenizer: Path, template: str | None, files: list[Path]) -> dict[str,
     import pyarrow.parquet as pq
 
     from packshard.ingest.template.render import load_template
+    from packshard.ingest.template.sandbox import hf_json, raise_exception, strftime_now
+    from packshard.ingest.template.screen import CLOSE, OPEN, rewrite
     from packshard.ingest.tokens.backends import FastEncoder
     from packshard.ingest.tokens.tokenizer import load_tokenizer
 
@@ -165,11 +167,22 @@ def floor(tokenizer: Path, template: str | None, files: list[Path]) -> dict[str,
     took["parse (orjson)"] = time.process_time() - start
     bundle = load_tokenizer(str(tokenizer))
     env = minijinja.Environment(trim_blocks=True, lstrip_blocks=True, pycompat=True)
-    env.add_template("chat", load_template(template, bundle).text)
+    env.add_global("raise_exception", raise_exception)
+    env.add_global("strftime_now", strftime_now)
+    env.add_filter(
+        "tojson",
+        lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: hf_json(
+            x, ensure_ascii, indent, separators, sort_keys
+        ),
+    )
+    env.add_global("packshard_open", OPEN)  # {% generation %} blocks, marked as the fast
+    env.add_global("packshard_close", CLOSE)  # renderer marks them, and cut out again
+    env.add_template("chat", rewrite(load_template(template, bundle).text))
     records = chats(files)
     start = time.process_time()
     extra = bundle.special_tokens_map
     texts = [env.render_template("chat", **extra, messages=m) for m in records]
+    texts = [t.replace(OPEN, "").replace(CLOSE, "") for t in texts]
     took["render (minijinja)"] = time.process_time() - start
     encoder = FastEncoder(bundle)
     start = time.process_time()
