@@ -12,8 +12,8 @@ rm -rf "$VENV"
 # from a copy of the sources: a build in the tree writes packshard.egg-info and build/ there, and
 # CI runs this beside `make install`, whose editable build writes the same files
 mkdir "$WORK/src"
-tar -c --exclude='./.*' --exclude='*.egg-info' --exclude='./build' --exclude='__pycache__' \
-  --exclude='./*out' . | tar -x -C "$WORK/src"
+tar -c --no-wildcards-match-slash --exclude='./.*' --exclude='*.egg-info' --exclude='./build' \
+  --exclude='__pycache__' --exclude='./*out' . | tar -x -C "$WORK/src"
 "$VENV/bin/python" -m pip install -q --no-compile "$WORK/src"
 # compile on every core (pip would on one)
 "$VENV/bin/python" -m compileall -q -j 0 \
