@@ -60,7 +60,7 @@ bench: $(BENCH_STAMP)
 	$(PY) scripts/bench_reader.py
 	$(PY) scripts/bench_scale.py
 	$(PY) scripts/bench_alignment.py
-	$(PY) scripts/bench_backends.py
+	$(PY) scripts/bench_backends.py --floor
 	$(PY) scripts/bench_render.py
 
 clean:
