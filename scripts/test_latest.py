@@ -132,6 +132,8 @@ def resolve() -> dict[str, str] | None:
     """
     import json
 
+    if not (DEV_VENV / "bin/python").exists():  # no dev environment to compare with: build
+        return None
     constraint = constraint_file()
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -158,6 +160,8 @@ def installed(python: Path) -> dict[str, str]:
         "import json; from importlib.metadata import distributions as d\n"
         "print(json.dumps({x.metadata['Name']: x.version for x in d()}))"
     )
+    if not python.exists():
+        return {}
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     if out.returncode != 0:
         return {}
