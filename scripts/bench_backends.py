@@ -332,7 +332,9 @@ def main() -> None:
                 "fewer CPU-seconds per token"
             )
         if floor_took is not None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            from packshard.engine import usable_cores
+
+            cores = usable_cores()
             total = sum(floor_took.values())
             print(f"  floor: the bare library calls alone, {total:.2f} CPU-s:")
             for step, cpu in floor_took.items():

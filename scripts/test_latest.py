@@ -21,6 +21,7 @@ Only the standard library is used here: it runs with any Python 3.11 (``make`` p
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -47,35 +48,20 @@ TESTS = [
     "tests/verify/model/test_equivalence.py",
     "tests/torch/test_hf.py",
 ]
-VERSIONS = (
-    "import json, sys\n"
-    "from importlib.metadata import version, PackageNotFoundError\n"
-    "def v(n):\n"
-    "    try:\n"
-    "        return version(n)\n"
-    "    except PackageNotFoundError:\n"
-    "        return None\n"
-    "print(json.dumps({n: v(n) for n in sys.argv[1:]}))\n"
-)
 
 
 def versions(python: Path) -> dict[str, str | None]:
     """The installed versions of :data:`SHOWN` in the interpreter ``python`` (empty: none)."""
-    import json
+    return shown(installed(python))
 
-    if not python.exists():
-        return {}
-    out = subprocess.run(
-        [str(python), "-c", VERSIONS, *SHOWN], capture_output=True, text=True, check=True
-    )
-    result: dict[str, str | None] = json.loads(out.stdout)
-    return result
+
+def shown(found: dict[str, str]) -> dict[str, str | None]:
+    """:data:`SHOWN`'s entries of ``found`` (from :func:`installed`); empty when it is."""
+    return {n: found.get(dist_key(n)) for n in SHOWN} if found else {}
 
 
 def pinned_with() -> dict[str, str | None]:
     """The library versions the fixture pins were made with."""
-    import json
-
     pins = json.loads((REPO / "tests/fixtures/contract/pins.json").read_text(encoding="utf-8"))
     libraries: dict[str, str | None] = pins["made_with"]["libraries"]
     return libraries
@@ -130,8 +116,6 @@ def resolve() -> dict[str, str] | None:
     :func:`build` from the index (metadata only, nothing installed): about 13 s against the
     minute the build and its tests take.
     """
-    import json
-
     if not (DEV_VENV / "bin/python").exists():  # no dev environment to compare with: build
         return None
     constraint = constraint_file()
@@ -153,19 +137,21 @@ def resolve() -> dict[str, str] | None:
 
 
 def installed(python: Path) -> dict[str, str]:
-    """Every distribution in the interpreter ``python``, as ``{name: version}``."""
-    import json
-
+    """Every distribution in the interpreter ``python``, as ``{name: version}`` (the first one
+    on its path where a name is installed twice, as ``importlib.metadata.version`` finds)."""
     code = (
         "import json; from importlib.metadata import distributions as d\n"
-        "print(json.dumps({x.metadata['Name']: x.version for x in d()}))"
+        "print(json.dumps([(x.metadata['Name'], x.version) for x in d()]))"
     )
     if not python.exists():
         return {}
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     if out.returncode != 0:
         return {}
-    return {dist_key(name): version for name, version in json.loads(out.stdout).items()}
+    found: dict[str, str] = {}
+    for name, version in json.loads(out.stdout):
+        found.setdefault(dist_key(name), version)
+    return found
 
 
 def differing(latest: dict[str, str], dev: dict[str, str]) -> list[str]:
@@ -245,7 +231,7 @@ def main(argv: list[str]) -> int:
     if not argv and not always:
         latest_all, dev_all = resolve(), installed(DEV_VENV / "bin/python")
         if latest_all and not differing(latest_all, dev_all):
-            dev = {n: dev_all.get(dist_key(n)) for n in SHOWN}
+            dev = shown(dev_all)
             print("test-latest: versions")
             print("\n".join(f"  {line}" for line in table(dev, dev)))
             print(

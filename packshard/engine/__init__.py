@@ -21,6 +21,7 @@ from packshard.engine.base import (
     SerialEngine,
     TaskFailed,
     auto_workers,
+    usable_cores,
 )
 from packshard.engine.signals import terminating
 
@@ -33,6 +34,7 @@ __all__ = [
     "TaskFailed",
     "auto_workers",
     "open_engine",
+    "usable_cores",
 ]
 
 

@@ -102,13 +102,17 @@ def auto_workers(input_bytes: int) -> int:
     on the number of workers (units are cut by size alone), so ``auto`` changes time, never
     bytes.
     """
-    affinity = getattr(os, "sched_getaffinity", None)
-    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
-    wanted = min(cores, input_bytes // AUTO_BYTES)
+    wanted = min(usable_cores(), input_bytes // AUTO_BYTES)
     available = available_memory()
     if available is not None:
         wanted = min(wanted, available // WORKER_MEMORY)
     return max(1, wanted)
+
+
+def usable_cores() -> int:
+    """Count the cores this process may run on (its CPU affinity where the system has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def available_memory() -> int | None:

@@ -59,7 +59,6 @@ kernels to, plan for plan.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -75,6 +74,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
 from packshard.arrays import exclusive_cumsum
+from packshard.engine import usable_cores
 from packshard.errors import UsageError
 from packshard.options import STRATEGIES
 from packshard.pack.plan.rows import RowPlan
@@ -83,7 +83,7 @@ _ctz: Any = trailing_zeros  # count trailing zero bits (LLVM cttz)
 _ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 _LINE = 16  # int32 indices per 64-byte cache line
 _AHEAD = 16  # runs between prefetching a destination and writing it
-_WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_WORKERS = usable_cores()
 _PARTS = 8  # each pass is cut into parts, taken in turn by the free threads
 _THREADED = 1 << 21  # from this many examples on, the parts run on threads (bench_pack.py)
 

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from packshard.digests import sha256_path
-from packshard.engine import Engine, open_engine
+from packshard.engine import Engine, open_engine, usable_cores
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.folder.outdir import temp_stem
 from packshard.format.rejects import RejectsWriter
@@ -115,7 +115,7 @@ def worker_env(config: PackConfig) -> dict[str, str]:
     elif config.engine.engine == "ray":
         threads = 1  # Ray gives each task one CPU
     else:
-        threads = max(1, (os.cpu_count() or 1) // (config.engine.workers or 1))
+        threads = max(1, usable_cores() // (config.engine.workers or 1))
     return {"RAYON_NUM_THREADS": str(threads)}
 
 
