@@ -220,7 +220,7 @@ def stages_part(data: Path, folder: Path, tokens: int) -> None:
 
     # a worker loads the tokenizer and compiles the template once, before its first unit (the
     # fork server's warm-up): a cost per worker, shown by part 3, not per token of the map
-    warm_worker((str(QWEN), str(TEMPLATE)))
+    warm_worker((str(QWEN), str(TEMPLATE), "reference"))
     saved_load = scale.load_tokenizer
 
     def load(*a, **k):

@@ -812,6 +812,13 @@ def output_digests(out: Path) -> dict[str, str]:
     }
 
 
+def cores_task(_: object) -> int:
+    """An engine task returning the cores its worker may use."""
+    from packshard.engine import worker_cores
+
+    return worker_cores()
+
+
 def slow_square(value: int) -> int:
     """An engine task that finishes later the smaller its argument (completion order reversed)."""
     import time

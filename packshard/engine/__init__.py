@@ -14,6 +14,7 @@ from typing import Any
 
 from packshard.engine.base import (
     AUTO_BYTES,
+    CORES_ENV,
     ENGINES,
     WORKER_MEMORY,
     Engine,
@@ -22,6 +23,8 @@ from packshard.engine.base import (
     TaskFailed,
     auto_workers,
     usable_cores,
+    worker_cores,
+    worker_share,
 )
 from packshard.engine.signals import terminating
 
@@ -35,6 +38,8 @@ __all__ = [
     "auto_workers",
     "open_engine",
     "usable_cores",
+    "worker_cores",
+    "worker_share",
 ]
 
 
@@ -46,7 +51,8 @@ def open_engine(
 ) -> Iterator[Engine]:
     """Start the engine ``options`` name, yield it, and release it whatever happens.
 
-    ``env`` is set in every worker before it runs a task (thread counts, for instance);
+    ``env`` is set in every worker before it runs a task (thread counts, for instance),
+    beside the worker's share of the cores (:func:`worker_cores` reads it there);
     ``warm = (fn, arg)`` runs once in each local worker as it starts (best effort: a load
     that fails there fails again, with its message, in the first task).  Ray is imported only
     here, and only when asked for.
@@ -55,16 +61,17 @@ def open_engine(
     if options.workers is None:
         raise ValueError("workers=None (auto) is sized by the inputs first: EngineOptions.sized")
     engine: Engine
+    env = {CORES_ENV: str(worker_share(options)), **(env or {})}
     if options.serial:
         engine = SerialEngine(options.max_retries)
     elif options.engine == "local":
         from packshard.engine.local import LocalEngine
 
-        engine = LocalEngine(options.workers, options.max_retries, env or {}, warm)
+        engine = LocalEngine(options.workers, options.max_retries, env, warm)
     else:
         from packshard.engine.ray import RayEngine
 
-        engine = RayEngine(options.workers, options.address, options.max_retries, env or {})
+        engine = RayEngine(options.workers, options.address, options.max_retries, env)
     try:
         with terminating():
             yield engine

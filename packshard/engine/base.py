@@ -115,6 +115,27 @@ def usable_cores() -> int:
     return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
+CORES_ENV = "PACKSHARD_WORKER_CORES"
+"""Set by an engine in each worker it starts: the cores that worker's share is."""
+
+
+def worker_share(options: EngineOptions) -> int:
+    """Cores each worker of ``options`` may use: the usable ones shared out; one on Ray."""
+    if options.engine == "ray":
+        return 1  # Ray gives each task one CPU
+    return max(1, usable_cores() // (options.workers or 1))
+
+
+def worker_cores() -> int:
+    """Cores the work of this process may use: its engine's share, else every usable core.
+
+    A task in a worker of two on two cores gets 1: a second thread there would only take
+    turns with the first (:func:`packshard.ingest.stream.ingest` then encodes in place).
+    """
+    share = os.environ.get(CORES_ENV, "")
+    return int(share) if share.isdigit() and int(share) > 0 else usable_cores()
+
+
 def available_memory() -> int | None:
     """``MemAvailable`` of ``/proc/meminfo`` in bytes; None where it cannot be read."""
     try:

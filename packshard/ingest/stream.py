@@ -25,8 +25,13 @@ record values of :func:`packshard.records.quick`) cut the main thread's CPU over
 tokens from 8.1–9.3 to 6.0–7.4 s, and the ingest's wall time from 8.5–10.2 to 7.7–9.6 s
 (two alternating runs).  Over many small inputs the wall time stays as it was: the thread
 takes the GIL back after each call that released it, lags behind the rendering, and each
-unit's end waits for it (``docs/performance.md``).  The first chunk is encoded in pieces
-of ``FIRST_PIECE`` records so the cores start at once::
+unit's end waits for it (``docs/performance.md``).  The thread is worth a core of its own:
+where the engine gives a worker one core (two workers on two cores, a Ray task), ``threads``
+is 1 (:func:`~packshard.engine.worker_cores`) and the chunks are encoded in place on the
+main thread, since two threads there only take turns: 10–13% less CPU over 4.3M phi-3
+tokens in one process, and ``pack --workers 2`` on two cores 7.23–7.27 s instead of
+7.43–7.52 (20.6M tokens, two runs each).  The first chunk is encoded in pieces of
+``FIRST_PIECE`` records so the cores start at once::
 
     tokenize thread       [0a][0b]..[0h][encode+label 1     ][encode+label 2     ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][check 0, yield][render 2][check 1]..
@@ -192,6 +197,21 @@ def _over_expanded(
     return dropped
 
 
+class _InPlace:
+    """Run each submitted call at once, on this thread: a process with one core to use."""
+
+    def submit(self, fn: Callable[..., Labelled], /, *args: Any) -> Future[Labelled]:
+        future: Future[Labelled] = Future()
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:  # raised where the result is read, as from a thread
+            future.set_exception(exc)
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        return None
+
+
 class _Failed(Exception):
     """A record failed with ``on_error=fail``; ``items`` were rendered before it, unencoded."""
 
@@ -257,6 +277,7 @@ def ingest(
     options: IngestOptions,
     progress: bool = False,
     read: Callable[..., Iterable[RawRecord]] = read_records,
+    threads: int = 2,
 ) -> Iterator[IngestChunk]:
     """Stream ``files`` as tokenized, labelled chunks of ``options.batch_size`` records.
 
@@ -265,7 +286,8 @@ def ingest(
 
     Chunk ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
     chunk ``k + 1`` is rendered and chunk ``k - 1`` is labelled and consumed on this one;
-    at most ``IN_FLIGHT`` chunks are rendered ahead of the consumer.
+    at most ``IN_FLIGHT`` chunks are rendered ahead of the consumer.  With ``threads=1``
+    (the cores this process may use) each chunk is tokenized on this thread instead.
 
     Raises:
         RecordError: the first bad record, when ``options.on_error == "fail"``.
@@ -275,7 +297,9 @@ def ingest(
     """
     options.check()
     bar = IngestProgress() if progress else None
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
+    pool: ThreadPoolExecutor | _InPlace = _InPlace()
+    if threads > 1:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")
     pending: deque[tuple[list[_Item], list[tuple[int, Reject]], list[Future[Labelled]], int]]
     pending = deque()
     pairs = 0

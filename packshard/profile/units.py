@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packshard.engine import open_engine
+from packshard.engine import open_engine, worker_cores
 from packshard.errors import RecordError
 from packshard.ingest.loaded import Loaded, loaded, sharing
 from packshard.ingest.progress import IngestProgress
@@ -59,6 +59,7 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
             template,
             task.options,
             read=lambda s, options: read_split(s, state, options),
+            threads=worker_cores(),
         )
         for chunk in chunks:
             parts.add_chunk(chunk)

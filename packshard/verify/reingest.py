@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from packshard.engine import EngineOptions, open_engine
+from packshard.engine import EngineOptions, open_engine, worker_cores
 from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import read_row
 from packshard.ingest.loaded import loaded
@@ -83,7 +83,10 @@ def source_unit(task: SourceTask) -> dict[str, Any]:
     shift = task.line_base if task.split.kind == "bytes" else 0
     out_pos, out_len, dig_ids, dig_labels = [], [], [], []
     accepted, rejected = [], []
-    for chunk in ingest([task.split], bundle, template, task.options, read=read_split):
+    chunks = ingest(
+        [task.split], bundle, template, task.options, read=read_split, threads=worker_cores()
+    )
+    for chunk in chunks:
         rejected += [r.ref.line + shift for r in chunk.rejects]
         batch = chunk.batch
         for i, ref in enumerate(batch.refs):

@@ -8,7 +8,7 @@ import pytest
 
 from packshard.engine import EngineOptions, TaskFailed, open_engine
 from packshard.errors import UsageError
-from tests.helpers import flaky_task, slow_square
+from tests.helpers import cores_task, flaky_task, slow_square
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +131,15 @@ def test_a_machine_limit_stops_the_job_as_itself(workers):
             engine.run(_too_large, ["shard-00000.parquet"], ["shard-00000.parquet"])
     assert type(err.value) is OSError and err.value.errno == errno.EFBIG
     assert err.value.filename == "shard-00000.parquet"
+
+
+def test_each_worker_knows_its_share_of_the_cores(pool, monkeypatch):
+    from packshard.engine import CORES_ENV, usable_cores, worker_cores, worker_share
+
+    share = max(1, usable_cores() // 2)
+    assert pool.run(cores_task, [0, 1], ["a", "b"]) == [share, share]
+    assert worker_share(EngineOptions("ray", workers=8)) == 1
+    monkeypatch.delenv(CORES_ENV, raising=False)
+    assert worker_cores() == usable_cores()  # a process no engine started: every core
+    monkeypatch.setenv(CORES_ENV, "junk")
+    assert worker_cores() == usable_cores()

@@ -1,8 +1,9 @@
 """The ingest schedule: encoding in pieces off the main thread changes nothing in the output.
 
 The first chunk is encoded and labelled in pieces of ``FIRST_PIECE`` records; later
-chunks go to the tokenize thread whole.  These tests pin what that must not change: chunk
-boundaries, order, rejects, the earliest failure first, and no thread left behind.
+chunks go to the tokenize thread whole, or are encoded in place with ``threads=1``.  These
+tests pin what neither may change: chunk boundaries, order, rejects, the earliest failure
+first, and no thread left behind.
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ def write_rows(path: Path, rows: list[str]) -> Path:
     return path
 
 
-def run(path: Path, bundle, template, **options):
+def run(path: Path, bundle, template, threads: int = 2, **options):
     files = expand_inputs([str(path)])
-    return list(ingest(files, bundle, template, IngestOptions(**options)))
+    return list(ingest(files, bundle, template, IngestOptions(**options), threads=threads))
 
 
 def reference(path: Path, bundle, template) -> tuple[list[int], list[np.ndarray], list[np.ndarray]]:
@@ -85,11 +86,14 @@ def corpus(tmp_path_factory) -> Path:
 
 
 @settings(max_examples=12, deadline=None)
-@given(batch_size=st.sampled_from([1, 7, FIRST_PIECE - 1, FIRST_PIECE, FIRST_PIECE + 1, 200, 1024]))
+@given(
+    batch_size=st.sampled_from([1, 7, FIRST_PIECE - 1, FIRST_PIECE, FIRST_PIECE + 1, 200, 1024]),
+    threads=st.sampled_from([1, 2]),
+)
 def test_chunks_match_records_encoded_alone(
-    bundle, template, corpus: Path, batch_size: int
+    bundle, template, corpus: Path, batch_size: int, threads: int
 ) -> None:
-    chunks = run(corpus, bundle, template, batch_size=batch_size)
+    chunks = run(corpus, bundle, template, threads, batch_size=batch_size)
     total = 2 * FIRST_PIECE + 45
     sizes = [c.records for c in chunks]
     assert sizes == [batch_size] * (total // batch_size) + (
@@ -136,6 +140,7 @@ def text_rows(n: int, empty: int, broken: int) -> list[str]:
     return rows
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
     ("empty", "broken", "batch_size"),
     [
@@ -144,18 +149,21 @@ def text_rows(n: int, empty: int, broken: int) -> list[str]:
         (FIRST_PIECE + 20, FIRST_PIECE + 30, 1024),  # the same piece
     ],
 )
-def test_fail_mode_reports_the_earliest_record(no_eos, tmp_path, empty, broken, batch_size) -> None:
+def test_fail_mode_reports_the_earliest_record(
+    no_eos, tmp_path, empty, broken, batch_size, threads
+) -> None:
     data = write_rows(tmp_path / "d.jsonl", text_rows(600, empty, broken))
     with pytest.raises(RecordError) as info:
-        run(data, no_eos, None, on_error="fail", batch_size=batch_size)
+        run(data, no_eos, None, threads, on_error="fail", batch_size=batch_size)
     assert (info.value.code, info.value.line) == ("no_trainable_tokens", empty)
     assert str(info.value).startswith(f"{tmp_path / 'd.jsonl'}:{empty}: no token to train on")
 
 
-def test_fail_mode_reports_a_bad_record_before_a_later_empty_one(no_eos, tmp_path) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fail_mode_reports_a_bad_record_before_a_later_empty_one(no_eos, tmp_path, threads) -> None:
     data = write_rows(tmp_path / "d.jsonl", text_rows(600, 400, 30))
     with pytest.raises(RecordError) as info:
-        run(data, no_eos, None, on_error="fail", batch_size=200)
+        run(data, no_eos, None, threads, on_error="fail", batch_size=200)
     assert (info.value.code, info.value.line) == ("invalid_json", 30)
 
 
@@ -173,3 +181,18 @@ def test_no_thread_outlives_the_stream(bundle, template, corpus: Path, no_eos, t
     with pytest.raises(RecordError):
         run(data, no_eos, None, on_error="fail", batch_size=100)
     assert len(tokenize_threads()) == before
+
+
+def test_one_thread_encodes_in_place(bundle, template, corpus: Path) -> None:
+    before = len(tokenize_threads())
+    seen = []
+    stream = ingest(
+        expand_inputs([str(corpus)]), bundle, template, IngestOptions(batch_size=50), threads=1
+    )
+    for _ in stream:
+        seen.append(len(tokenize_threads()))
+    assert seen and set(seen) == {before}
+    two = ingest(expand_inputs([str(corpus)]), bundle, template, IngestOptions(batch_size=50))
+    next(two)
+    assert len(tokenize_threads()) == before + 1  # the default keeps its thread
+    two.close()

@@ -118,6 +118,22 @@ class FastEncoder:
         return encode_flat(self._tok, texts)
 
 
+def fast_encoder(bundle: TokenizerBundle) -> FastEncoder:
+    """Return the fast encoder of ``bundle``, built once (a process forked later shares it).
+
+    Raises what :class:`FastEncoder` raises.
+    """
+    key = (FAST, id(bundle.tokenizer))
+    with _BUILDING:
+        found = bundle.encoders.get(key)
+        if found is None:
+            found = bundle.encoders[key] = FastEncoder(bundle)
+        return found
+
+
+_BUILDING = threading.Lock()
+
+
 def canary_texts(bundle: TokenizerBundle) -> list[str]:
     """Return the canary: :data:`CANARY` and every added token, alone and inside text."""
     texts = list(CANARY)
@@ -165,7 +181,7 @@ class Encoder:
                 f"{FAST} gives no offsets, and this tokenizer family's labels need them"
             )
         try:
-            self.fast = FastEncoder(self.bundle)
+            self.fast = fast_encoder(self.bundle)
         except Exception as exc:  # the Rust loader raises ValueError and bare exceptions
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             return self._refuse(f"{FAST} cannot load this tokenizer: {first}")

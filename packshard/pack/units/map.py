@@ -30,6 +30,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from packshard.digests import sha256_bytes, sha256_path
+from packshard.engine import worker_cores
 from packshard.engine.faults import inject
 from packshard.errors import PackshardError, RecordError
 from packshard.ingest.label.spans import render_example
@@ -44,7 +46,9 @@ from packshard.ingest.loaded import loaded
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.read.splits import Split, SplitRead, read_split
 from packshard.ingest.stream import ingest
+from packshard.ingest.template.fast import renderer_for
 from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.tokens.backends import fast_encoder
 from packshard.ingest.tokens.labels import encode_texts, label_encodings
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions, RawRecord
@@ -114,19 +118,30 @@ class UnitResult:
         return int(self.arrays["lengths"].sum())
 
 
-def warm_worker(specs: tuple[str, str | None]) -> None:
-    """Load the tokenizer, compile the template and label one tiny record, once a process.
+def warm_worker(specs: tuple[str, str | None, str]) -> None:
+    """Load the tokenizer, the template and the run's backends, and label one tiny record.
 
-    The tiny record also loads every jitted kernel labelling uses; run in the fork server,
-    all of it is in each worker before its first unit (:mod:`packshard.engine.forkwarm`).
+    ``specs`` are the tokenizer, the template and ``--backend``.  The tiny record also loads
+    every jitted kernel labelling uses; run in the fork server, all of it is in each worker
+    before its first unit (:mod:`packshard.engine.forkwarm`).  So are the fast renderer and
+    encoder, which each worker would otherwise build again (0.25 CPU-s for phi-3's fastokens
+    encoder, 1.33 for Qwen3's).  The encoder is only built here, never used, so that no
+    state of its library's threads crosses the fork; each worker still decides and proves
+    it (canary, first records) as before.
     """
-    bundle, template = loaded(*specs)
+    tokenizer, template_spec, backend = specs
+    bundle, template = loaded(tokenizer, template_spec)
     value: dict[str, Any] = {"text": "warm"}
     if template is not None:
         value = {
             "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
         }
     try:
+        if backend != "reference" and bundle.aligner is not None:
+            with suppress(Exception):  # not installed or not loadable: each worker says why
+                fast_encoder(bundle)  # built, not used: each worker decides and proves it
+        if backend != "reference" and template is not None:
+            renderer_for(template, bundle.special_tokens_map, backend)
         conv = normalize_record(RawRecord(SourceRef("warm", 1), "warm", value))
         rendered = [render_example(conv, template, bundle, "auto")]
         label_encodings(bundle, rendered, encode_texts(bundle, rendered))
@@ -182,6 +197,7 @@ def _map_into(
             template,
             ctx.options,
             read=lambda s, options: read_split(s, state, options),
+            threads=worker_cores(),
         )
         for chunk in chunks:
             records += chunk.records

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from packshard.digests import sha256_path
-from packshard.engine import Engine, open_engine, usable_cores
+from packshard.engine import Engine, open_engine, worker_share
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.folder.outdir import temp_stem
 from packshard.format.rejects import RejectsWriter
@@ -109,13 +109,8 @@ def work_folder(out: Path) -> Path:
 
 
 def worker_env(config: PackConfig) -> dict[str, str]:
-    """Tokenizer threads per worker: ``--num-workers``, else the cores shared out."""
-    if config.num_workers:
-        threads = config.num_workers
-    elif config.engine.engine == "ray":
-        threads = 1  # Ray gives each task one CPU
-    else:
-        threads = max(1, usable_cores() // (config.engine.workers or 1))
+    """Tokenizer threads per worker: ``--num-workers``, else the worker's share of the cores."""
+    threads = config.num_workers or worker_share(config.engine)
     return {"RAYON_NUM_THREADS": str(threads)}
 
 
@@ -123,7 +118,7 @@ def worker_env(config: PackConfig) -> dict[str, str]:
 def engine_for(config: PackConfig) -> Iterator[Engine]:
     """Yield the engine of ``config`` (the serial one for one local worker)."""
     options = config.engine
-    warm = (warm_worker, (config.tokenizer, config.template))
+    warm = (warm_worker, (config.tokenizer, config.template, config.ingest.backend))
     with open_engine(options, worker_env(config), warm) as engine:
         yield engine
 
