@@ -147,10 +147,8 @@ def pack(
       packshard pack chat.jsonl -t tokenizer/ --max-seq-len 4096 -o packed/ --overlong split
     """
     from packshard.cli.rejectrate import check_max_reject_rate, enforce_reject_rate
-    from packshard.cli.tables import render_mixture, render_pack_summary
-    from packshard.pack import PackConfig, pack_dataset
-
-    _settled()
+    from packshard.pack.config import PackConfig
+    from packshard.pack.units.early import start_early
 
     check_max_reject_rate(max_reject_rate)
     config = PackConfig.build(
@@ -164,6 +162,12 @@ def pack(
         on_error=on_error,
         **options,
     )
+    start_early(config)  # the workers' imports and warm-up beside this process's own
+    from packshard.cli.tables import render_mixture, render_pack_summary
+    from packshard.pack import pack_dataset
+
+    _settled()
+
     with naming(config.out):
         result = pack_dataset(config, progress=_show_progress(progress), notify=warn)
     for warning in result.warnings:

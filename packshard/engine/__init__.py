@@ -37,6 +37,7 @@ __all__ = [
     "TaskFailed",
     "auto_workers",
     "open_engine",
+    "prestart",
     "usable_cores",
     "worker_cores",
     "worker_share",
@@ -77,3 +78,17 @@ def open_engine(
             yield engine
     finally:
         engine.close()
+
+
+def prestart(options: EngineOptions, module: str, warm: tuple[str, str, Any]) -> None:
+    """Start now what :func:`open_engine` will start for ``options``, so that it is ready then.
+
+    For local workers that is the fork server, importing ``module`` and running the warm-up
+    ``warm`` (module, function, JSON argument) while the caller goes on
+    (:func:`~packshard.engine.local.start_fork_server`); the serial engine and Ray start
+    nothing early.  ``options.workers`` must be sized.
+    """
+    if options.engine == "local" and options.workers is not None and not options.serial:
+        from packshard.engine.local import start_fork_server
+
+        start_fork_server(module, warm)

@@ -88,15 +88,41 @@ def _context(module: str, warm: tuple[Callable[[Any], Any], Any] | None) -> Any:
     """
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
+    spec = None
     if warm is not None:
         try:
             spec = json.dumps([warm[0].__module__, warm[0].__name__, warm[1]])
         except TypeError:  # not JSON: warm the workers only
             spec = ""
+    return _forkserver(module, spec)
+
+
+def _forkserver(module: str, spec: str | None) -> Any:
+    """Return the ``forkserver`` context, set to import ``module`` and warm up with ``spec``."""
+    if spec is not None:
         os.environ[FORK_WARM_ENV] = spec
+    ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([module, "packshard.engine.forkwarm"])
     return ctx
+
+
+def start_fork_server(module: str, warm: tuple[str, str, Any]) -> None:
+    """Start the fork server now: it imports ``module`` and warms up while the caller works.
+
+    ``warm`` names the warm-up by module and function, with its JSON argument, so that the
+    caller need not import either.  A :class:`LocalEngine` opened later with the same module
+    and warm-up forks its workers from this server (multiprocessing keeps one a process);
+    with another warm-up its workers warm up themselves.  Nothing happens where there is no
+    ``forkserver`` or where the main script would be imported again unguarded (the engine
+    refuses that itself).
+    """
+    found = main_script()
+    if "forkserver" not in mp.get_all_start_methods() or (found is not None and not found[1]):
+        return
+    _forkserver(module, json.dumps(list(warm)))
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
 
 
 def _noop() -> None:

@@ -79,7 +79,6 @@ from packshard.ingest.label.reasoning import reasoning_field
 from packshard.ingest.loaded import sharing
 from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import InputFile, expand_inputs
-from packshard.ingest.read.splits import input_bytes
 from packshard.ingest.template.fast import render_entry
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
@@ -106,6 +105,7 @@ from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, 
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, ordering_stats
 from packshard.pack.spill import Spill
+from packshard.pack.units.early import sized_engine
 from packshard.pack.units.map import UnitResult
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
 from packshard.pack.write.shards import shard_entries, split_bounds, write_shards_on
@@ -137,7 +137,7 @@ def pack_dataset(
     files = expand_inputs(config.inputs)
     train_files = len(files)
     files += eval_files(files, config.eval_inputs)
-    config = replace(config, engine=config.engine.sized(input_bytes(files)))  # --workers auto
+    config = replace(config, engine=sized_engine(config, files))  # --workers auto
     specs = config.inputs + config.eval_inputs
     reals = [(f.path, str(f.real)) for f in files]
     with claim_out(config.out, config.overwrite, specs, reals, notify) as claim:

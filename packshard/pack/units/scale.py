@@ -47,7 +47,9 @@ from packshard.ingest.tokens.backends import check_forced, warm_encoder
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
 from packshard.pack.heap import pad_heap, trim_heap
+from packshard.pack.plan.planner import warm_planner
 from packshard.pack.spill import Spill
+from packshard.pack.units.early import warm_args
 from packshard.pack.units.map import MapTask, UnitContext, UnitResult, map_unit, warm_worker
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
@@ -63,7 +65,9 @@ class DriverLoad:
     Workers in other processes load their own.  While they are still starting, the driver
     loads at once; when they are ready, its load starts once the map tasks are handed out
     (:func:`map_inputs` calls :meth:`start`), so that it runs while they map instead of
-    before: it holds the GIL for most of its time, and would delay the first tasks.  Tasks
+    before: it holds the GIL for most of its time, and would delay the first tasks.  The
+    planner's kernels are loaded after it (:func:`~packshard.pack.plan.planner.warm_planner`),
+    so the plan, which follows the map with one core idle, does not wait for them.  Tasks
     run in the driver's process (the serial engine) use this load through
     :func:`~packshard.ingest.loaded.sharing`: the first of them waits for it.
     """
@@ -73,9 +77,10 @@ class DriverLoad:
         self._future: Future[tuple[TokenizerBundle, ChatTemplate | None]] | None = None
 
     def start(self) -> None:
-        """Start loading, once."""
+        """Start loading, once; then load the planner's kernels (the plan comes next)."""
         if self._future is None:
             self._future = self._pool.submit(self._load)
+            self._pool.submit(warm_planner, self._config.plan.strategy)
 
     def _load(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
         bundle = load_tokenizer(self._config.tokenizer)
@@ -118,7 +123,7 @@ def worker_env(config: PackConfig) -> dict[str, str]:
 def engine_for(config: PackConfig) -> Iterator[Engine]:
     """Yield the engine of ``config`` (the serial one for one local worker)."""
     options = config.engine
-    warm = (warm_worker, (config.tokenizer, config.template, config.ingest.backend))
+    warm = (warm_worker, warm_args(config))
     with open_engine(options, worker_env(config), warm) as engine:
         yield engine
 
