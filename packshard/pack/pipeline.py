@@ -196,6 +196,7 @@ def _pack_into(
         bundle, template = loaded.result()
         reasoning_dropped = info.pop("reasoning_dropped", 0)
         pairs_read = info.pop("pairs_read", 0)
+        encoded = info.pop("encode", None)
         is_eval = eval_examples(spill, config, len(files) if train_files is None else train_files)
         target = config.plan.mix_target()
         mixing = target is not None and len(spill) > 0  # nothing spilled: nothing to pack
@@ -279,6 +280,7 @@ def _pack_into(
                 bundle,
                 config.ingest.backend,
                 render_entry(template, bundle.special_tokens_map, config.ingest.backend),
+                encoded,
             ),
         },
     )

@@ -25,8 +25,10 @@ r"""Which library encodes rendered text: the reference (``tokenizers``) or a fas
       first batch of the input (up to 256 rendered texts) — ids equal both ways?
                  │ yes: fastokens encodes the run        └─ no ──► reference for the run
 
-The decision is taken before any fast id is used, once per tokenizer and backend (cached on the
-:class:`~packshard.ingest.tokens.tokenizer.TokenizerBundle`), so one run is encoded by one library.
+The decision is taken before any fast id is used, once per tokenizer and backend in each
+process that encodes (cached on the :class:`~packshard.ingest.tokens.tokenizer.TokenizerBundle`);
+each work unit reports what encoded it, and the manifest's entry is theirs
+(:func:`merged_entry`), so ``pack``'s driver never builds a fast encoder it would not use.
 Ids are all that is taken from the fast encoder: token positions for labels come from the
 ids (:mod:`packshard.ingest.tokens.alignment`), and an example whose ids do not spell its text
 is encoded again by the reference, with offsets.  ``verify`` re-encodes with the reference whatever
@@ -35,7 +37,9 @@ encoded the pack, and the manifest's ``environment.backends`` names what did.
 
 from __future__ import annotations
 
+import json
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
@@ -223,16 +227,45 @@ class Encoder:
         }
 
 
+def decided(bundle: TokenizerBundle, backend: str) -> dict[str, Any] | None:
+    """Return the entry of the encoder this process decided for ``bundle`` (None: none yet)."""
+    with _CHOOSING:
+        found = bundle.encoders.get(_key(bundle, backend))
+    return found.entry() if found is not None else None
+
+
+def merged_entry(entries: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Return one entry for what encoded the units of ``entries`` (None where none is known).
+
+    Every worker decides for itself (canary, then its first texts), so the units say which
+    library encoded them.  When they differ, the entry names the fast library (what the
+    audit must re-encode after) and its reason counts the units of each.
+    """
+    known = [e for e in entries if e]
+    kinds = {json.dumps(e, sort_keys=True): e for e in known}
+    if len(kinds) <= 1:
+        return known[0] if known else None
+    counts = Counter(e["name"] for e in known)
+    fast = next((e for e in known if e["name"] == FAST), known[0])
+    fallback = next((e for e in known if e["name"] != FAST), known[0])
+    split = ", ".join(f"{name} in {n} of {len(known)} units" for name, n in sorted(counts.items()))
+    return {**fast, "reason": f"{split} ({fallback['name']}: {fallback['reason']})"}
+
+
 def encoder_for(bundle: TokenizerBundle, backend: str) -> Encoder:
     """Return the run's encoder for ``bundle`` under ``--backend backend`` (decided once)."""
     # keyed by the tokenizer and aligner too: dataclasses.replace shares the dict with a copy
     # (the Encoder holds the bundle, so the tokenizer's id cannot be reused while it is cached)
-    key = (backend, id(bundle.tokenizer), id(bundle.aligner))
+    key = _key(bundle, backend)
     with _CHOOSING:
         found = bundle.encoders.get(key)
         if found is None:
             found = bundle.encoders[key] = Encoder(bundle, backend)
         return found
+
+
+def _key(bundle: TokenizerBundle, backend: str) -> tuple[str, int, int]:
+    return (backend, id(bundle.tokenizer), id(bundle.aligner))
 
 
 _CHOOSING = threading.Lock()
@@ -270,20 +303,25 @@ def warm_encoder(bundle: TokenizerBundle, backend: str) -> None:
         except Exception:  # raised again by the first encode
             pass
 
-    threading.Thread(target=decide, name="packshard-encoder", daemon=True).start()
+    if _key(bundle, backend) not in bundle.encoders:
+        threading.Thread(target=decide, name="packshard-encoder", daemon=True).start()
 
 
 def backends_entry(
-    bundle: TokenizerBundle, backend: str, render: dict[str, Any] | None = None
+    bundle: TokenizerBundle,
+    backend: str,
+    render: dict[str, Any] | None = None,
+    encode: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return the manifest's ``environment.backends``: what rendered and what encoded.
 
     ``render`` is the renderer's entry (:mod:`packshard.ingest.template.fast`); None means
-    the reference sandbox (Jinja's ``ImmutableSandboxedEnvironment``).
+    the reference sandbox (Jinja's ``ImmutableSandboxedEnvironment``).  ``encode`` is what
+    the work units report (:func:`merged_entry`); None: this process decides.
     """
     return {
         "render": render or {"name": "jinja2", "version": installed_version("jinja2")},
-        "encode": encoder_for(bundle, backend).entry(),
+        "encode": encode or encoder_for(bundle, backend).entry(),
     }
 
 

@@ -48,7 +48,7 @@ from packshard.ingest.read.splits import Split, SplitRead, read_split
 from packshard.ingest.stream import ingest
 from packshard.ingest.template.fast import renderer_for
 from packshard.ingest.template.render import ChatTemplate
-from packshard.ingest.tokens.backends import fast_encoder
+from packshard.ingest.tokens.backends import decided, fast_encoder, warm_encoder
 from packshard.ingest.tokens.labels import encode_texts, label_encodings
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions, RawRecord
@@ -101,6 +101,7 @@ class UnitResult:
     error: tuple[str, str, str, int] | None = None  # a RecordError's code, reason, place
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
     pairs_read: int = 0  # preference records read (packed or rejected)
+    encode: dict[str, Any] | None = None  # what encoded the unit (backends.decided)
 
     @property
     def domains(self) -> tuple[str, ...]:
@@ -161,6 +162,7 @@ def map_unit(task: MapTask) -> UnitResult:
         except Exception:  # a marker left malformed: the unit is mapped again
             shutil.rmtree(final, ignore_errors=True)
     bundle, template = loaded(ctx.tokenizer, ctx.template)
+    warm_encoder(bundle, ctx.options.backend)  # decided while the first records render
     pad_heap(BUSY_PAD)  # batches come and go: keep the heap's top (packshard.pack.heap)
     attempt = work / f".{split.name}.attempt-{uuid.uuid4().hex[:12]}"
     attempt.mkdir(parents=True)
@@ -225,6 +227,7 @@ def _map_into(
         error=error,
         reasoning_dropped=reasoning_dropped,
         pairs_read=pairs_read,
+        encode=decided(bundle, ctx.options.backend),
     )
     return result, writer.digests()
 
@@ -277,6 +280,7 @@ def save_unit(
         "error": None if error is None else list(error),
         "reasoning_dropped": result.reasoning_dropped,
         "pairs_read": result.pairs_read,
+        "encode": result.encode,
         "files": unit_files(folder, written),
     }
     text = json.dumps(doc, ensure_ascii=False)
@@ -316,4 +320,5 @@ def unit_result(
         error=error,
         reasoning_dropped=doc.get("reasoning_dropped", 0),
         pairs_read=doc.get("pairs_read", 0),
+        encode=doc.get("encode"),
     )

@@ -117,6 +117,50 @@ def test_auto_proves_the_canary_and_the_first_records(tmp_path, demo_tokenizer):
     }
 
 
+def test_workers_report_the_encoder_and_the_driver_builds_none(
+    tmp_path, demo_tokenizer, monkeypatch
+):
+    from packshard.demo import demo_data_path
+
+    built = []
+    real_init = FastEncoder.__init__
+    monkeypatch.setattr(
+        FastEncoder, "__init__", lambda self, bundle: built.append(1) or real_init(self, bundle)
+    )
+
+    def packed(name: str, **options) -> Path:
+        config = PackConfig.build(
+            inputs=(str(demo_data_path()),),
+            tokenizer=str(demo_tokenizer),
+            out=str(tmp_path / name),
+            max_seq_len=256,
+            template="chatml",
+            split_bytes=4096,
+            **options,
+        )
+        result = pack_dataset(config)
+        return result.out, result.manifest["environment"]["backends"]["encode"]
+
+    two, encode = packed("two", workers=2)
+    assert (encode["name"], encode["reason"]) == ("fastokens", "canary equal")
+    assert built == []  # the workers built and proved theirs; this process none
+    one, reference = packed("one", backend="reference")
+    assert reference["name"] == "tokenizers" and built == []
+    assert len(_digests(two)) > 1 and _digests(two) == _digests(one)
+
+
+def test_units_that_disagree_on_the_encoder_are_all_named() -> None:
+    fast = {"name": "fastokens", "version": "1", "requested": "auto", "reason": "canary equal"}
+    slow = {"name": "tokenizers", "version": "2", "requested": "auto", "reason": "text 3 differs"}
+    assert backends.merged_entry([]) is None and backends.merged_entry([None]) is None
+    assert backends.merged_entry([fast, None, fast]) == fast
+    assert backends.merged_entry([fast, slow, fast]) == {
+        **fast,
+        "reason": "fastokens in 2 of 3 units, tokenizers in 1 of 3 units "
+        "(tokenizers: text 3 differs)",
+    }
+
+
 def test_auto_without_fastokens_is_the_reference_and_says_so_once(
     tmp_path, demo_tokenizer, monkeypatch
 ):
