@@ -41,6 +41,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -88,8 +89,12 @@ CANARY = (
 """Hard strings every run's canary encodes (the tokenizer's own added tokens join them)."""
 
 
+@cache
 def installed_version(name: str) -> str | None:
-    """Return the installed distribution version of ``name``, None when it is absent."""
+    """Return the installed distribution version of ``name``, None when it is absent.
+
+    Cached: every work unit's entry names its encoder's version (0.35 ms a lookup).
+    """
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
