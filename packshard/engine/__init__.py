@@ -8,9 +8,8 @@ Ray cluster (Ray is imported only then).  The rules every engine keeps are in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from packshard.engine.base import (
     AUTO_BYTES,
@@ -21,6 +20,7 @@ from packshard.engine.base import (
     EngineOptions,
     SerialEngine,
     TaskFailed,
+    WarmUp,
     auto_workers,
     usable_cores,
     worker_cores,
@@ -35,6 +35,7 @@ __all__ = [
     "Engine",
     "EngineOptions",
     "TaskFailed",
+    "WarmUp",
     "auto_workers",
     "open_engine",
     "prestart",
@@ -48,13 +49,13 @@ __all__ = [
 def open_engine(
     options: EngineOptions,
     env: dict[str, str] | None = None,
-    warm: tuple[Callable[[Any], Any], Any] | None = None,
+    warm: WarmUp | None = None,
 ) -> Iterator[Engine]:
     """Start the engine ``options`` name, yield it, and release it whatever happens.
 
     ``env`` is set in every worker before it runs a task (thread counts, for instance),
     beside the worker's share of the cores (:func:`worker_cores` reads it there);
-    ``warm = (fn, arg)`` runs once in each local worker as it starts (best effort: a load
+    ``warm`` runs once in each local worker as it starts (best effort: a load
     that fails there fails again, with its message, in the first task).  Ray is imported only
     here, and only when asked for.
     """
@@ -80,15 +81,14 @@ def open_engine(
         engine.close()
 
 
-def prestart(options: EngineOptions, module: str, warm: tuple[str, str, Any]) -> None:
+def prestart(options: EngineOptions, warm: WarmUp) -> None:
     """Start now what :func:`open_engine` will start for ``options``, so that it is ready then.
 
-    For local workers that is the fork server, importing ``module`` and running the warm-up
-    ``warm`` (module, function, JSON argument) while the caller goes on
-    (:func:`~packshard.engine.local.start_fork_server`); the serial engine and Ray start
-    nothing early.  ``options.workers`` must be sized.
+    For local workers that is the fork server, importing and running the warm-up while the
+    caller goes on (:func:`~packshard.engine.local.start_fork_server`); the serial engine
+    and Ray start nothing early.  ``options.workers`` must be sized.
     """
     if options.engine == "local" and options.workers is not None and not options.serial:
         from packshard.engine.local import start_fork_server
 
-        start_fork_server(module, warm)
+        start_fork_server(warm)

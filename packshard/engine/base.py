@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import importlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +45,38 @@ about 300 MiB on the shared chat data, ``docs/scale.md``; the rest is room for l
 MAX_RETRIES = 2
 LIMIT_ERRNOS = frozenset({errno.EFBIG, errno.ENOSPC, errno.EDQUOT})
 """``OSError`` numbers a retry cannot cure: they stop the job at once, as themselves."""
+
+
+FORK_WARM_ENV = "PACKSHARD_FORK_WARM"
+"""Where a local engine names its :class:`WarmUp` for the fork server
+(:mod:`~packshard.engine.forkwarm`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WarmUp:
+    """``module.function(arg)``, run once by each local worker as it starts (in its fork server).
+
+    Named, not held: the caller need not import the module (the fork server does), and it
+    travels as JSON.  ``early`` (module, function) gets the same argument first, on a thread.
+    """
+
+    module: str
+    function: str
+    arg: Any
+    early: tuple[str, str] | None = None
+
+    def spec(self) -> str:
+        """Return the JSON the fork server reads (TypeError: the argument is not JSON)."""
+        return json.dumps([self.module, self.function, self.arg, self.early])
+
+    def run(self) -> None:
+        """Run the warm-up in this process (its module imported here)."""
+        call_named(self.module, self.function, self.arg)
+
+
+def call_named(module: str, function: str, arg: Any) -> None:
+    """Import ``module`` and call its ``function(arg)``."""
+    getattr(importlib.import_module(module), function)(arg)
 
 
 class TaskFailed(PackshardError):

@@ -1,32 +1,58 @@
 """Warm-up run once in the fork server, so that every worker forked from it starts warm.
 
-The local engine's fork server imports this module before it forks any worker.  When the
-engine has a warm-up (``fn``, ``arg``) it names them in ``PACKSHARD_FORK_WARM`` (module,
-function and a JSON argument) before the server starts; importing this module then runs
-``fn(arg)`` once in the server: a tokenizer loaded and a template compiled there are in every
-worker from its first instruction, instead of being loaded again by each.  A fork server
-outlives one job: a later job with other files warms its workers itself (the initializer).
-Best effort: a failure here is silent, because the first task meets it again and reports it.
+The local engine's fork server imports this module first, before it forks any worker.  When
+the engine has a :class:`~packshard.engine.base.WarmUp` it names it in
+``PACKSHARD_FORK_WARM`` (JSON) before the server starts; importing this module then runs it
+once in the server: a tokenizer loaded and a template compiled there are in every worker
+from its first instruction, instead of being loaded again by each.  A warm-up may name an
+``early`` function too, run on a thread from the start while this module imports the
+warm-up's own module (0.37 s of numba and the rest for ``pack``): loads whose libraries
+release the GIL (a tokenizer, a fast encoder) overlap those imports, and the thread is
+joined before the server forks anything (``pack``'s workers began mapping at 0.8 s instead
+of 1.0 on phi-3)::
+
+    server main thread   [import the warm-up's module     ][warm-up]──► fork workers
+    early thread         [load tokenizer, build encoder]─────┘ joined
+
+A fork server outlives one job: a later job with other files warms its workers itself (the
+initializer).  Best effort: a failure here is silent, because the first task meets it
+again and reports it.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
+import threading
+from typing import Any
 
-FORK_WARM_ENV = "PACKSHARD_FORK_WARM"
+from packshard.engine.base import FORK_WARM_ENV, call_named
+
+
+def _quietly(module: str, function: str, arg: Any) -> None:
+    try:
+        call_named(module, function, arg)
+    except Exception:  # best effort: the warm-up or the first task loads it again
+        return
 
 
 def _warm() -> None:
     spec = os.environ.get(FORK_WARM_ENV)
     if not spec:
         return
+    early = None
     try:
-        module, name, arg = json.loads(spec)
-        getattr(importlib.import_module(module), name)(tuple(arg) if isinstance(arg, list) else arg)
+        module, function, arg, first = json.loads(spec)
+        arg = tuple(arg) if isinstance(arg, list) else arg
+        if first:
+            early = threading.Thread(target=_quietly, args=(*first, arg), daemon=True)
+            early.start()
+        call_named(module, function, arg)
     except Exception:  # best effort (see the module docstring)
         return
+    finally:
+        if early is not None:
+            early.join()  # no thread may outlive the warm-up: the server forks next
 
 
 _warm()

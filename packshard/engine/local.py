@@ -32,7 +32,6 @@ is refused before any worker starts.
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -44,8 +43,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from packshard.engine.base import TaskFailed, call, describe, raise_error
-from packshard.engine.forkwarm import FORK_WARM_ENV
+from packshard.engine.base import FORK_WARM_ENV, TaskFailed, WarmUp, call, describe, raise_error
 from packshard.engine.signals import stop_fork_server, watch_driver
 from packshard.errors import UsageError
 
@@ -79,11 +77,11 @@ def check_main_guard() -> None:
         )
 
 
-def _context(module: str, warm: tuple[Callable[[Any], Any], Any] | None) -> Any:
-    """Return a ``forkserver`` context that imports ``module`` first (else ``spawn``).
+def _context(module: str, warm: WarmUp | None) -> Any:
+    """Return a ``forkserver`` context that imports ``module`` and runs ``warm`` (else ``spawn``).
 
-    The fork server imports the task's module once, before it has any thread, and runs the
-    warm-up there (:mod:`packshard.engine.forkwarm`), so that each worker forked from it
+    The fork server imports the task's module once and runs the warm-up there, before it
+    forks any worker (:mod:`packshard.engine.forkwarm`), so that each worker forked from it
     starts with the imports done and the tokenizer loaded.
     """
     if "forkserver" not in mp.get_all_start_methods():
@@ -91,35 +89,28 @@ def _context(module: str, warm: tuple[Callable[[Any], Any], Any] | None) -> Any:
     spec = None
     if warm is not None:
         try:
-            spec = json.dumps([warm[0].__module__, warm[0].__name__, warm[1]])
+            spec = warm.spec()
         except TypeError:  # not JSON: warm the workers only
             spec = ""
-    return _forkserver(module, spec)
-
-
-def _forkserver(module: str, spec: str | None) -> Any:
-    """Return the ``forkserver`` context, set to import ``module`` and warm up with ``spec``."""
+    ctx = mp.get_context("forkserver")
     if spec is not None:
         os.environ[FORK_WARM_ENV] = spec
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([module, "packshard.engine.forkwarm"])
+    ctx.set_forkserver_preload(["packshard.engine.forkwarm", module])  # first: early loads
     return ctx
 
 
-def start_fork_server(module: str, warm: tuple[str, str, Any]) -> None:
-    """Start the fork server now: it imports ``module`` and warms up while the caller works.
+def start_fork_server(warm: WarmUp) -> None:
+    """Start the fork server now: it imports and runs ``warm`` while the caller works.
 
-    ``warm`` names the warm-up by module and function, with its JSON argument, so that the
-    caller need not import either.  A :class:`LocalEngine` opened later with the same module
-    and warm-up forks its workers from this server (multiprocessing keeps one a process);
-    with another warm-up its workers warm up themselves.  Nothing happens where there is no
-    ``forkserver`` or where the main script would be imported again unguarded (the engine
-    refuses that itself).
+    A :class:`LocalEngine` opened later with the same warm-up forks its workers from this
+    server (multiprocessing keeps one a process); with another warm-up its workers warm up
+    themselves.  Nothing happens where there is no ``forkserver`` or where the main script
+    would be imported again unguarded (the engine refuses that itself).
     """
     found = main_script()
     if "forkserver" not in mp.get_all_start_methods() or (found is not None and not found[1]):
         return
-    _forkserver(module, json.dumps(list(warm)))
+    _context(warm.module, warm)
     from multiprocessing import forkserver
 
     forkserver.ensure_running()
@@ -129,15 +120,13 @@ def _noop() -> None:
     return None
 
 
-def _start_worker(
-    env: dict[str, str], warm: tuple[Callable[[Any], Any], Any] | None, driver: int
-) -> None:
+def _start_worker(env: dict[str, str], warm: WarmUp | None, driver: int) -> None:
     """Watch the driver, set its ``env``, then run the warm-up once, best effort."""
     watch_driver(driver)
     os.environ.update(env)
     if warm is not None:
         try:
-            warm[0](warm[1])
+            warm.run()
         except Exception:  # the first task meets the same problem and reports it properly
             return
 
@@ -152,7 +141,7 @@ class LocalEngine:
         workers: int,
         max_retries: int,
         env: dict[str, str],
-        warm: tuple[Callable[[Any], Any], Any] | None = None,
+        warm: WarmUp | None = None,
     ) -> None:
         self.workers = workers
         self.max_retries = max_retries
@@ -164,7 +153,7 @@ class LocalEngine:
         self._starter: threading.Thread | None = None
         if warm is not None:  # start the workers now: they warm up while the driver works
             # on a thread: the first start waits for the fork server's imports and warm-up
-            self._starter = threading.Thread(target=self._start, args=(warm[0].__module__,))
+            self._starter = threading.Thread(target=self._start, args=(warm.module,))
             self._starter.start()
 
     def _start(self, module: str) -> None:

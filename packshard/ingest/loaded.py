@@ -20,10 +20,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import lru_cache
 
 from packshard.ingest.template.render import ChatTemplate, load_template
+from packshard.ingest.tokens.backends import fast_encoder
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
 
 Loaded = tuple[TokenizerBundle, ChatTemplate | None]
@@ -49,6 +50,23 @@ def loaded(tokenizer: str, template: str | None) -> Loaded:
         return shared()
     with _LOCK:
         return _load(tokenizer, template)
+
+
+def load_early(specs: tuple[str, str | None, str]) -> None:
+    """Load the tokenizer, the template and the fast encoder of ``specs`` in this process.
+
+    ``specs`` are the tokenizer, the template and ``--backend``.  A worker's warm-up runs
+    this on a thread of the fork server while the server imports the rest
+    (:mod:`packshard.engine.forkwarm`): ``tokenizers`` and ``fastokens`` release the GIL
+    while they load, so the loads and the imports overlap.  The encoder is only built:
+    each worker still decides and proves it.  Best effort: what fails here fails again,
+    with its message, where the worker loads it.
+    """
+    tokenizer, template, backend = specs
+    bundle, _ = loaded(tokenizer, template)
+    if backend != "reference" and bundle.aligner is not None:
+        with suppress(Exception):  # not installed or not loadable: each worker says why
+            fast_encoder(bundle)
 
 
 @lru_cache(maxsize=4)

@@ -19,7 +19,7 @@ one worker start nothing.
 
 from __future__ import annotations
 
-from packshard.engine import EngineOptions, prestart
+from packshard.engine import EngineOptions, WarmUp, prestart
 from packshard.errors import PackshardError
 from packshard.ingest.read.sources import InputFile, expand_inputs
 from packshard.ingest.read.splits import input_bytes
@@ -27,11 +27,18 @@ from packshard.pack.config import PackConfig
 
 MAP_MODULE = "packshard.pack.units.map"
 WARM_FUNCTION = "warm_worker"
+EARLY = ("packshard.ingest.loaded", "load_early")
 
 
-def warm_args(config: PackConfig) -> tuple[str, str | None, str]:
-    """Return the warm-up's argument: the tokenizer, the template and ``--backend``."""
-    return (config.tokenizer, config.template, config.ingest.backend)
+def warm_up(config: PackConfig) -> WarmUp:
+    """Return what each worker of ``config`` runs as it starts (in the fork server, once).
+
+    :func:`~packshard.pack.units.map.warm_worker` on the tokenizer, the template and
+    ``--backend``, with :func:`~packshard.ingest.loaded.load_early` on a thread beside the
+    server's imports.
+    """
+    args = (config.tokenizer, config.template, config.ingest.backend)
+    return WarmUp(MAP_MODULE, WARM_FUNCTION, args, EARLY)
 
 
 def sized_engine(config: PackConfig, files: list[InputFile]) -> EngineOptions:
@@ -48,4 +55,4 @@ def start_early(config: PackConfig) -> None:
         except PackshardError:  # pack names the problem itself, in its order
             return
         engine = sized_engine(config, files)
-    prestart(engine, MAP_MODULE, (MAP_MODULE, WARM_FUNCTION, list(warm_args(config))))
+    prestart(engine, warm_up(config))

@@ -50,8 +50,8 @@ from packshard.pack.config import PackConfig
 from packshard.pack.heap import pad_heap, trim_heap
 from packshard.pack.plan.planner import warm_planner
 from packshard.pack.spill import Spill
-from packshard.pack.units.early import warm_args
-from packshard.pack.units.map import MapTask, UnitContext, UnitResult, map_unit, warm_worker
+from packshard.pack.units.early import warm_up
+from packshard.pack.units.map import MapTask, UnitContext, UnitResult, map_unit
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
 
@@ -126,8 +126,7 @@ def worker_env(config: PackConfig) -> dict[str, str]:
 def engine_for(config: PackConfig) -> Iterator[Engine]:
     """Yield the engine of ``config`` (the serial one for one local worker)."""
     options = config.engine
-    warm = (warm_worker, warm_args(config))
-    with open_engine(options, worker_env(config), warm) as engine:
+    with open_engine(options, worker_env(config), warm_up(config)) as engine:
         yield engine
 
 

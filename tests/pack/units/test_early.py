@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from packshard.engine import base
+from packshard.engine import WarmUp, base
 from packshard.pack.config import PackConfig
-from packshard.pack.units.early import MAP_MODULE, WARM_FUNCTION, start_early, warm_args
+from packshard.pack.units.early import EARLY, MAP_MODULE, WARM_FUNCTION, start_early, warm_up
 
 
 @pytest.fixture
@@ -30,10 +30,12 @@ def config(data: Path, **options) -> PackConfig:
     )  # type: ignore[arg-type]
 
 
-def test_the_warm_up_named_is_the_one_the_engine_runs() -> None:
+def test_the_warm_up_names_functions_that_exist() -> None:
+    from packshard.ingest.loaded import load_early
     from packshard.pack.units.map import warm_worker
 
     assert (warm_worker.__module__, warm_worker.__name__) == (MAP_MODULE, WARM_FUNCTION)
+    assert (load_early.__module__, load_early.__name__) == EARLY
 
 
 def test_only_several_local_workers_start_a_fork_server(tmp_path, started, monkeypatch) -> None:
@@ -45,9 +47,9 @@ def test_only_several_local_workers_start_a_fork_server(tmp_path, started, monke
     start_early(config(tmp_path / "missing.jsonl", workers=None))  # pack names it later
     assert started == []
     start_early(config(data, workers=2, template="chatml"))
-    assert started == [(MAP_MODULE, (MAP_MODULE, WARM_FUNCTION, ["tok", "chatml", "auto"]))]
+    assert started == [(WarmUp(MAP_MODULE, WARM_FUNCTION, ("tok", "chatml", "auto"), EARLY),)]
     monkeypatch.setattr(base, "AUTO_BYTES", 100)
     monkeypatch.setattr(base, "usable_cores", lambda: 4)
     start_early(config(data, workers=None))  # auto sized as pack sizes it: more than one
     assert len(started) == 2
-    assert warm_args(config(data)) == ("tok", None, "auto")
+    assert warm_up(config(data)).arg == ("tok", None, "auto")
