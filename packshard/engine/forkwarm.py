@@ -21,6 +21,7 @@ again and reports it.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
@@ -53,6 +54,11 @@ def _warm() -> None:
     finally:
         if early is not None:
             early.join()  # no thread may outlive the warm-up: the server forks next
+        # what the imports and the warm-up made lives as long as every worker: out of the
+        # collector's sight, so a worker's collections never walk it (113k objects for
+        # pack: 0.049 -> 0.009 s of collections mapping 4.3M phi-3 tokens), and its pages
+        # stay shared with the server
+        gc.freeze()
 
 
 _warm()

@@ -5,9 +5,19 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from packshard.engine import WarmUp, forkwarm
 
 SEEN: list[tuple[str, str, object]] = []
+
+
+@pytest.fixture(autouse=True)
+def unfrozen(monkeypatch):
+    """Keep this test process's objects collectable (the server freezes them after warming)."""
+    frozen = []
+    monkeypatch.setattr(forkwarm.gc, "freeze", lambda: frozen.append(1))
+    return frozen
 
 
 def early(arg: object) -> None:
@@ -23,13 +33,14 @@ def failing(arg: object) -> None:
     raise OSError("no tokenizer here")
 
 
-def test_early_runs_on_a_thread_that_is_joined_before_the_warm_up_returns(monkeypatch):
+def test_early_runs_on_a_thread_that_is_joined_before_the_warm_up_returns(monkeypatch, unfrozen):
     SEEN.clear()
     spec = WarmUp(__name__, "warm", ["tok", None], (__name__, "early")).spec()
     monkeypatch.setenv(forkwarm.FORK_WARM_ENV, spec)
     before = threading.active_count()
     forkwarm._warm()
     assert threading.active_count() == before  # nothing left running when the server forks
+    assert unfrozen == [1]  # what the warm-up made is out of the collector's sight
     kinds = {kind: (thread, arg) for kind, thread, arg in SEEN}
     assert kinds["warm"] == ("MainThread", ("tok", None))
     assert kinds["early"][1] == ("tok", None) and kinds["early"][0] != "MainThread"
