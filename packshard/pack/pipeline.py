@@ -51,6 +51,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -240,20 +241,27 @@ def _pack_into(
     }
     if mixed is not None and repeats is not None:
         stats["mix"] = mix_stats(spill, plan, repeats, mixed)
-    # each stage frees what no later one reads: the index before the shards, which read
-    # only the token offsets (the shards' rows are known from the bounds)
+    # each stage frees what no later one reads; the shards read only the token offsets (their
+    # rows are known from the bounds), the index the rest
     spill = spill.without("loss_tokens", "parts", "record_ids", "format_codes")
     plan = plan.compacted("seg_part", "seg_start")
     trim_heap()  # the statistics' temporaries, before the index's chunk
     shard_rows = [hi - lo for lo, hi in bounds]
     tables = examples_tables(spill, plan, shard_rows, is_eval, repeats)
-    write_examples(tmp / EXAMPLES_NAME, tables, dataset_id)
-    spill = spill.without("source_index", "lines", "starts", "domain_codes", "truncated", "turns")
-    plan = plan.without("seg_part", "seg_targets")
-    trim_heap()
     faults = parse_faults(os.environ.get(FAULTS_ENV))
     shards = write_shards_on(
-        engine, tmp, spill, plan, bounds, dataset_id, config.shards.compression, work, faults, names
+        engine,
+        tmp,
+        spill.without("source_index", "lines", "starts", "domain_codes", "truncated", "turns"),
+        plan.without("seg_part", "seg_targets"),
+        bounds,
+        dataset_id,
+        config.shards.compression,
+        work,
+        faults,
+        names,
+        # the index is written while the workers write the shards (after them, in process)
+        meanwhile=partial(write_examples, tmp / EXAMPLES_NAME, tables, dataset_id),
     )
     split = is_eval is not None
     del spill, plan, is_eval, tables, repeats  # what is left holds no per-example state

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -157,10 +157,12 @@ def write_shards_on(
     work: Path | None = None,
     faults: tuple[tuple[str, str, int], ...] = (),
     names: list[str] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> list[ShardInfo]:
     """Write every shard with ``engine``'s tasks; entries come back in shard order.
 
-    ``names`` are the shards' file names (default ``shard-0000k.parquet``).
+    ``names`` are the shards' file names (default ``shard-0000k.parquet``); ``meanwhile``
+    runs here once the tasks are handed out (the engine's ``on_started``).
     """
     assert spill.part_files is not None, "tasks read the work units' spill parts"
     codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
@@ -184,4 +186,4 @@ def write_shards_on(
                 codes=codes[sub.seg_example] if codes is not None else None,
             )
         )
-    return engine.run(write_task, tasks, [t.name for t in tasks])
+    return engine.run(write_task, tasks, [t.name for t in tasks], on_started=meanwhile)
