@@ -81,20 +81,24 @@ def test_fast_and_reference_write_the_same_bytes(shared_data, tmp_path, case):
     assert made["fast"] == made["reference"]
 
 
-def _demo(tmp: Path, tokenizer: Path, backend: str) -> Path:
+def _demo(tmp: Path, tokenizer: Path, backend: str, **options) -> Path:
     """Pack the demo chats (one copy, so the recorded source is the same) into ``tmp/backend``."""
+    return _demo_result(tmp / backend, tokenizer, backend=backend, **options).out
+
+
+def _demo_result(out: Path, tokenizer: Path, **options):
     from packshard.demo import demo_data_path
 
     config = PackConfig.build(
         inputs=(str(demo_data_path()),),
         tokenizer=str(tokenizer),
-        out=str(tmp / backend),
+        out=str(out),
         max_seq_len=256,
         template="chatml",
         shard_rows=4,
-        backend=backend,
+        **options,
     )
-    return pack_dataset(config).out
+    return pack_dataset(config)
 
 
 def test_demo_fast_and_reference_write_the_same_bytes(tmp_path, demo_tokenizer):
@@ -120,33 +124,18 @@ def test_auto_proves_the_canary_and_the_first_records(tmp_path, demo_tokenizer):
 def test_workers_report_the_encoder_and_the_driver_builds_none(
     tmp_path, demo_tokenizer, monkeypatch
 ):
-    from packshard.demo import demo_data_path
-
     built = []
     real_init = FastEncoder.__init__
     monkeypatch.setattr(
         FastEncoder, "__init__", lambda self, bundle: built.append(1) or real_init(self, bundle)
     )
-
-    def packed(name: str, **options) -> Path:
-        config = PackConfig.build(
-            inputs=(str(demo_data_path()),),
-            tokenizer=str(demo_tokenizer),
-            out=str(tmp_path / name),
-            max_seq_len=256,
-            template="chatml",
-            split_bytes=4096,
-            **options,
-        )
-        result = pack_dataset(config)
-        return result.out, result.manifest["environment"]["backends"]["encode"]
-
-    two, encode = packed("two", workers=2)
+    two = _demo_result(tmp_path / "two", demo_tokenizer, workers=2, split_bytes=4096)
+    encode = two.manifest["environment"]["backends"]["encode"]
     assert (encode["name"], encode["reason"]) == ("fastokens", "canary equal")
     assert built == []  # the workers built and proved theirs; this process none
-    one, reference = packed("one", backend="reference")
-    assert reference["name"] == "tokenizers" and built == []
-    assert len(_digests(two)) > 1 and _digests(two) == _digests(one)
+    one = _demo(tmp_path, demo_tokenizer, "reference")
+    assert built == []
+    assert len(_digests(two.out)) > 1 and _digests(two.out) == _digests(one)
 
 
 def test_units_that_disagree_on_the_encoder_are_all_named() -> None:
