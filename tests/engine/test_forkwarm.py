@@ -20,7 +20,11 @@ def unfrozen(monkeypatch):
     return frozen
 
 
+EARLY: list[threading.Thread] = []
+
+
 def early(arg: object) -> None:
+    EARLY.append(threading.current_thread())
     time.sleep(0.05)  # still loading when the warm-up starts
     SEEN.append(("early", threading.current_thread().name, arg))
 
@@ -35,15 +39,16 @@ def failing(arg: object) -> None:
 
 def test_early_runs_on_a_thread_that_is_joined_before_the_warm_up_returns(monkeypatch, unfrozen):
     SEEN.clear()
+    EARLY.clear()
     spec = WarmUp(__name__, "warm", ["tok", None], (__name__, "early")).spec()
     monkeypatch.setenv(forkwarm.FORK_WARM_ENV, spec)
-    before = threading.active_count()
     forkwarm._warm()
-    assert threading.active_count() == before  # nothing left running when the server forks
+    assert len(EARLY) == 1 and not EARLY[0].is_alive()  # joined before the server forks
     assert unfrozen == [1]  # what the warm-up made is out of the collector's sight
     kinds = {kind: (thread, arg) for kind, thread, arg in SEEN}
-    assert kinds["warm"] == ("MainThread", ("tok", None))
-    assert kinds["early"][1] == ("tok", None) and kinds["early"][0] != "MainThread"
+    here = threading.current_thread().name
+    assert kinds["warm"] == (here, ("tok", None))  # on the server's own thread
+    assert kinds["early"][1] == ("tok", None) and kinds["early"][0] != here
 
 
 def test_a_failing_early_load_leaves_the_warm_up_to_load(monkeypatch):
@@ -51,7 +56,7 @@ def test_a_failing_early_load_leaves_the_warm_up_to_load(monkeypatch):
     spec = WarmUp(__name__, "warm", 3, (__name__, "failing")).spec()
     monkeypatch.setenv(forkwarm.FORK_WARM_ENV, spec)
     forkwarm._warm()
-    assert SEEN == [("warm", "MainThread", 3)]
+    assert SEEN == [("warm", threading.current_thread().name, 3)]
     monkeypatch.setenv(forkwarm.FORK_WARM_ENV, WarmUp(__name__, "failing", 3).spec())
     forkwarm._warm()  # best effort: the first task meets the failure and reports it
 

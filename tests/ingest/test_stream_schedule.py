@@ -183,16 +183,20 @@ def test_no_thread_outlives_the_stream(bundle, template, corpus: Path, no_eos, t
     assert len(tokenize_threads()) == before
 
 
-def test_one_thread_encodes_in_place(bundle, template, corpus: Path) -> None:
-    before = len(tokenize_threads())
-    seen = []
-    stream = ingest(
-        expand_inputs([str(corpus)]), bundle, template, IngestOptions(batch_size=50), threads=1
+def test_one_thread_encodes_in_place(bundle, template, corpus: Path, monkeypatch) -> None:
+    from packshard.ingest import stream
+
+    made = []
+    real = stream.ThreadPoolExecutor
+    monkeypatch.setattr(
+        stream, "ThreadPoolExecutor", lambda *args, **kw: made.append(1) or real(*args, **kw)
     )
-    for _ in stream:
-        seen.append(len(tokenize_threads()))
-    assert seen and set(seen) == {before}
-    two = ingest(expand_inputs([str(corpus)]), bundle, template, IngestOptions(batch_size=50))
-    next(two)
-    assert len(tokenize_threads()) == before + 1  # the default keeps its thread
-    two.close()
+    files = expand_inputs([str(corpus)])
+    one = list(ingest(files, bundle, template, IngestOptions(batch_size=50), threads=1))
+    assert made == []  # no tokenize thread: each chunk encoded on this one
+    two = list(ingest(files, bundle, template, IngestOptions(batch_size=50)))
+    assert made == [1]  # the default keeps its thread
+    assert [c.records for c in one] == [c.records for c in two]
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(a.batch.input_ids, b.batch.input_ids)
+        np.testing.assert_array_equal(a.batch.labels, b.batch.labels)
