@@ -33,7 +33,7 @@ from packshard.ingest.read.sources import expand_inputs, read_records  # noqa: E
 from packshard.ingest.template.render import load_template  # noqa: E402
 from packshard.ingest.tokens.labels import encode_texts, label_batch  # noqa: E402
 from packshard.ingest.tokens.tokenizer import load_tokenizer  # noqa: E402
-from packshard.records import IngestOptions  # noqa: E402
+from packshard.ingest.types import IngestOptions  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 FAMILIES = {

@@ -41,7 +41,7 @@ from packshard.ingest.read.sources import InputFile, expand_inputs, read_records
 from packshard.ingest.stream import ingest  # noqa: E402
 from packshard.ingest.template.render import load_template  # noqa: E402
 from packshard.ingest.tokens.tokenizer import load_tokenizer  # noqa: E402
-from packshard.records import IngestOptions  # noqa: E402
+from packshard.ingest.types import IngestOptions  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 

@@ -123,7 +123,7 @@ def main() -> None:
     recorded.update({str(packed / e["path"]): e["sha256"] for e in manifest["files"].values()})
 
     def audit_without_checksums() -> object:
-        with mock.patch("packshard.verify.sha256_path", lambda p: recorded[str(p)]):
+        with mock.patch("packshard.verify.integrity.sha256_path", lambda p: recorded[str(p)]):
             return audit()
 
     read_all()  # warm the page cache once so every variant reads from memory
