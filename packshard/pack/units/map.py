@@ -30,7 +30,6 @@ import os
 import shutil
 import uuid
 from collections.abc import Mapping
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,13 +41,13 @@ from packshard.engine import worker_cores
 from packshard.engine.faults import inject
 from packshard.errors import PackshardError, RecordError
 from packshard.ingest.label.spans import render_example
-from packshard.ingest.loaded import loaded
+from packshard.ingest.loaded import load_early, loaded
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.read.splits import Split, SplitRead, read_split
 from packshard.ingest.stream import ingest
 from packshard.ingest.template.fast import renderer_for
 from packshard.ingest.template.render import ChatTemplate
-from packshard.ingest.tokens.backends import decided, fast_encoder, warm_encoder
+from packshard.ingest.tokens.backends import decided, warm_encoder
 from packshard.ingest.tokens.labels import encode_texts, label_encodings
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions, RawRecord
@@ -128,9 +127,11 @@ def warm_worker(specs: tuple[str, str | None, str]) -> None:
     encoder, which each worker would otherwise build again (0.25 CPU-s for phi-3's fastokens
     encoder, 1.33 for Qwen3's).  The encoder is only built here, never used, so that no
     state of its library's threads crosses the fork; each worker still decides and proves
-    it (canary, first records) as before.
+    it (canary, first records) as before.  The loads are
+    :func:`~packshard.ingest.loaded.load_early`'s, already done when the server ran it.
     """
     tokenizer, template_spec, backend = specs
+    load_early(specs)
     bundle, template = loaded(tokenizer, template_spec)
     value: dict[str, Any] = {"text": "warm"}
     if template is not None:
@@ -138,9 +139,6 @@ def warm_worker(specs: tuple[str, str | None, str]) -> None:
             "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
         }
     try:
-        if backend != "reference" and bundle.aligner is not None:
-            with suppress(Exception):  # not installed or not loadable: each worker says why
-                fast_encoder(bundle)  # built, not used: each worker decides and proves it
         if backend != "reference" and template is not None:
             renderer_for(template, bundle.special_tokens_map, backend)
         conv = normalize_record(RawRecord(SourceRef("warm", 1), "warm", value))
