@@ -9,7 +9,12 @@
 twice more (``--overlong split --strategy wrapped`` at 4096 and 512).  Qwen3 is also packed
 with ``--empty-reasoning mask`` and ``--turns expand``, which place every turn rather than
 taking the common case's shortcut.  Printed: the SHA-256 of ``examples.parquet`` and of every
-``shard-*.parquet``, one line each.
+``shard-*.parquet``, one line each.  ``--backend fast`` and ``--backend reference`` give each
+pack that backend (default: ``pack``'s own, ``auto``); the two listings are equal when the
+fast backends keep the bytes::
+
+    diff <(python scripts/check_label_bytes.py DATA_DIR --backend fast) \
+         <(python scripts/check_label_bytes.py DATA_DIR --backend reference)
 
 ``--tiers`` instead renders every record in process and counts which labelling tier placed
 its turns (:mod:`packshard.ingest.label.chat`) and how many template renders each record took;
@@ -54,7 +59,10 @@ def _packs(data: Path, demo_tok: Path) -> list[tuple[str, list[str]]]:
             "phi3-training",
             [*chat, "-t", str(phi3), "--template", str(phi3 / "chat_template.training.jinja")],
         ),
-        ("phi2-chatml", [*chat, "-t", str(tok / "phi-2"), "--template", "chatml"]),
+        (  # phi-2 spells ChatML's markers in pieces: pack refuses that unless told
+            "phi2-chatml",
+            [*chat, "-t", str(tok / "phi-2"), "--template", "chatml", "--allow-split-markers"],
+        ),
         ("qwen3", [*chat, "-t", str(qwen)]),
         (
             "qwen3-training",
@@ -192,6 +200,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="pack names to run (default: all)")
     parser.add_argument("--tiers", action="store_true", help="count tiers and renders instead")
     parser.add_argument("--prefix-only", action="store_true", help="with --tiers: tier 4 alone")
+    parser.add_argument("--backend", choices=("auto", "fast", "reference"), help="for each pack")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         demo_tok = Path(tmp) / "demo-tokenizer"
@@ -207,6 +216,8 @@ def main() -> None:
                 continue
             out = Path(tmp) / name
             cmd = [BIN, "pack", *argv, "-o", str(out), "--no-progress"]
+            if args.backend:
+                cmd += ["--backend", args.backend]
             subprocess.run(cmd, check=True, capture_output=True)
             for line in _digests(out):
                 print(f"{name} {line}", flush=True)
