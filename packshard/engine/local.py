@@ -107,8 +107,11 @@ def start_fork_server(warm: WarmUp) -> None:
     themselves.  Nothing happens where there is no ``forkserver`` or where the main script
     would be imported again unguarded (the engine refuses that itself).
     """
-    found = main_script()
-    if "forkserver" not in mp.get_all_start_methods() or (found is not None and not found[1]):
+    if "forkserver" not in mp.get_all_start_methods():
+        return
+    try:
+        check_main_guard()
+    except UsageError:  # the engine says so when it opens, in its order
         return
     _context(warm.module, warm)
     from multiprocessing import forkserver
