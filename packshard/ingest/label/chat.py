@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from packshard.errors import RecordError
-from packshard.ingest.label.frame import Chat
+from packshard.ingest.label.frame import Chat, Frame
 from packshard.ingest.label.locate import calls_tools
 from packshard.ingest.label.reasoning import find_block
 from packshard.ingest.label.turns import Turn, locate_turns
@@ -99,7 +99,8 @@ def label_chat(chat: Chat, trained: list[int]) -> Rendered:
         spans += [(turns[i].lo, turns[i].hi) for i in trained if i not in assistant]
         bodies = [(turns[i].lo, turns[i].hi) for i in trained if i in assistant]
     else:
-        spans = _with_final_eos(chat, [(turns[i].lo, turns[i].hi) for i in trained])
+        found = [(turns[i].lo, turns[i].hi) for i in trained]
+        spans = with_final_eos(chat.text, chat.frame, chat.bundle.eos_token, found)
         bodies = [(turns[i].lo, turns[i].hi) for i in trained if i in assistant]
     path = "none" if everything else "generation_tags" if tags else "offsets"
     if not blocks_matter:
@@ -118,10 +119,9 @@ def _at(chat: Chat) -> tuple[str, int]:
     return chat.ref.source, chat.ref.line
 
 
-def _with_final_eos(chat: Chat, spans: Spans) -> Spans:
+def with_final_eos(text: str, frame: Frame, eos: str | None, spans: Spans) -> Spans:
     """Add the EOS that ends the text after the last trained turn (not the gap before it)."""
-    eos, text = chat.bundle.eos_token, chat.text
-    if eos and (m := chat.frame.final.match(text, spans[-1][1])):
+    if eos and (m := frame.final.match(text, spans[-1][1])):
         end = m.end() - (len(m.group()) - len(m.group().rstrip()))
         return [*spans, (end - len(eos), end)]
     return spans

@@ -28,9 +28,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from packshard.errors import RecordError, TemplateError
-from packshard.ingest.label.chat import label_chat
-from packshard.ingest.label.frame import Chat
+from packshard.ingest.label.chat import label_chat, with_final_eos
+from packshard.ingest.label.frame import Chat, template_frame
 from packshard.ingest.label.reasoning import template_messages
+from packshard.ingest.label.turns import plain_turns
 from packshard.ingest.template.render import ChatTemplate, render_chat
 from packshard.ingest.template.sandbox import TemplateSecurityError
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
@@ -209,6 +210,13 @@ def _render_examples(
         conv.messages, template, options.reasoning, options.reasoning_markers, conv.ref
     )
     tools = list(conv.tools) if conv.tools is not None else None
+    frame = None  # tier 2 without a Chat, when every message is plain (turns.plain_turns)
+    if tools is None and loss != "all" and not template.has_generation:
+        closing = options.reasoning_markers[1]
+        if options.empty_reasoning != "mask" and all(
+            m.reasoning is None and not m.extra and closing not in m.content for m in conv.messages
+        ):
+            frame = template_frame(template, bundle, options.reasoning_markers)
     if options.turns == "expand":
         groups = [(messages[: i + 1], [i], i + 1) for i in trained]
     else:
@@ -226,6 +234,11 @@ def _render_examples(
         spent += len(text) if turn else 0
         if spent > budget:  # O(turns²) text: stop before rendering the rest
             raise reject("too_large", expanded_reason(options.max_expanded_tokens, len(groups)))
+        found = plain_turns(text, frame, msgs, chosen) if frame is not None else None
+        if found is not None:
+            spans = with_final_eos(text, frame, bundle.eos_token, found)  # type: ignore[arg-type]
+            out.append(Rendered(text, tuple(spans), "offsets", turn=turn))
+            continue
         chat = Chat(
             conv.ref, template, bundle, text, blocks, msgs, tools, options, has, loss == "all"
         )

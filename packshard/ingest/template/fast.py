@@ -112,8 +112,10 @@ class FastRenderer:
             data = orjson.dumps((messages, tools, variables))
         except (TypeError, orjson.JSONEncodeError):
             return None
-        if (b"\\u001" in data or b"\xef\xb7" in data) and _ODD.search(data) is not None:
-            return None  # (the substring tests first: they are 4x cheaper than the search)
+        if (b"\\u001" in data or (not data.isascii() and b"\xef\xb7" in data)) and _ODD.search(
+            data
+        ) is not None:  # (the substring tests first: 5x cheaper than the search; isascii 20x)
+            return None
         self._env.fuel = min(MAX_FUEL, FUEL_CHARS // (len(data) + self._base))
         try:
             text = self._env.render_template(

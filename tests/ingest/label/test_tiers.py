@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import packshard.ingest.label.chat as chat_module
+import packshard.ingest.label.spans as spans_module
 import packshard.ingest.label.turns as turns
 from packshard.errors import RecordError
 from packshard.ingest.template.render import compile_template
@@ -31,11 +32,11 @@ TAGGED = PLAIN.replace(
     "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
     "{% else %}{{ m.content }}{% endif %}",
 )
-OFF = {
-    "tags": (chat_module, "generation_blocks"),
-    "search": (turns, "search_anchors"),
-    "probe": (turns, "probe_anchors"),
-    "prefix": (turns, "prefix_turn"),
+OFF = {  # search is two functions: any conversation's, and its shortcut for plain ones
+    "tags": [(chat_module, "generation_blocks")],
+    "search": [(turns, "search_anchors"), (spans_module, "plain_turns")],
+    "probe": [(turns, "probe_anchors")],
+    "prefix": [(turns, "prefix_turn")],
 }
 
 
@@ -52,7 +53,8 @@ def _trained(template: str, record: dict[str, Any], bundle: Any) -> list[str]:
 def _needs(tier: str, template: str, record: dict[str, Any], bundle: Any, monkeypatch) -> None:
     """Switch ``tier`` off: the record is no longer labelled as it was."""
     before = _trained(template, record, bundle)
-    monkeypatch.setattr(*OFF[tier], lambda *args: None)
+    for module, name in OFF[tier]:
+        monkeypatch.setattr(module, name, lambda *args: None)
     try:
         assert _trained(template, record, bundle) != before, f"{tier} is not needed"
     except RecordError as err:

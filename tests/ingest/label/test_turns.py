@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 
+import packshard.ingest.label.spans as spans_module
 import packshard.ingest.label.turns as turns
 from packshard.errors import RecordError
 from packshard.ingest.label.spans import render_examples
 from packshard.ingest.normalize import normalize_record
-from packshard.ingest.template.render import compile_template
+from packshard.ingest.read.sources import expand_inputs, read_records
+from packshard.ingest.template.render import compile_template, load_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.records import SourceRef
@@ -122,3 +124,44 @@ def test_expanded_examples_are_prefixes_each_training_its_last_turn(think, bundl
     assert [second[a:b] for a, b in spans2] == [
         "<think>\nAdd again.\n</think>\n\nIt is 6.<|im_end|>"
     ]
+
+
+@pytest.mark.parametrize(("name", "template"), [("phi-3-mini", None), ("qwen3", None)])
+@pytest.mark.parametrize(
+    "options",
+    [IngestOptions(), IngestOptions(turns="expand"), IngestOptions(loss="last_assistant")],
+    ids=["as_rendered", "expand", "last_assistant"],
+)
+def test_plain_turns_label_as_the_full_search(shared_data, monkeypatch, name, template, options):
+    """The shortcut for plain conversations gives what every tier gives, on the shared chats."""
+    folder = shared_data / "tokenizers" / name
+    bundle = load_tokenizer(str(folder))
+    chat_template = load_template(template, bundle)
+    files = sorted((shared_data / "chat").glob("*.json*"))
+    records = [
+        normalize_record(raw)
+        for f in expand_inputs([str(p) for p in files])
+        for raw in read_records(f, options=options)
+    ]
+    used: list[int] = []
+    real = spans_module.plain_turns
+
+    def counted(*args: Any) -> Any:
+        found = real(*args)
+        used.append(found is not None)
+        return found
+
+    def labels() -> list[Any]:
+        out: list[Any] = []
+        for record in records:
+            try:
+                out.append(render_examples(record, chat_template, bundle, options))
+            except RecordError as err:
+                out.append(err.code)
+        return out
+
+    monkeypatch.setattr(spans_module, "plain_turns", counted)
+    shortcut = labels()
+    monkeypatch.setattr(spans_module, "plain_turns", lambda *args: None)
+    assert shortcut == labels()
+    assert sum(used) > len(records) * 9 // 10  # the shortcut placed most of them
