@@ -37,7 +37,7 @@ import numpy as np
 import tokenizers
 
 from packshard.arrays import count_trained, exclusive_cumsum
-from packshard.ingest.tokens.alignment import align, span_tokens, utf8_batch
+from packshard.ingest.tokens.alignment import align, covered, span_tokens, utf8_batch
 from packshard.ingest.tokens.backends import encoder_for
 from packshard.ingest.tokens.metaspace import FlatIds
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
@@ -201,8 +201,8 @@ def label_batch(
     n = len(rendered)
     if n == 0:
         return Labelled.join(())
-    cuts = [r.bos_chars for r in rendered]
-    lead = np.fromiter((c > 0 for c in cuts), dtype=bool, count=n)  # a BOS id goes first
+    cuts = np.fromiter((r.bos_chars for r in rendered), dtype=np.int64, count=n)
+    lead = cuts > 0  # a BOS id goes first
     if isinstance(encs, FlatIds):  # the fast encoder's ids, already flat
         encoded, raw_ids = encs.lengths, encs.ids
     else:
@@ -219,61 +219,65 @@ def label_batch(
         body[offsets[:-1][lead]] = False
         ids[body] = raw_ids
 
-    starts: list[int] = []
-    ends: list[int] = []
-    spans: list[tuple[int, int, int]] = []  # (example, lo, hi) in characters of the encoded text
+    # every example's spans in one table (example, lo, hi), characters of the encoded text
+    every = np.fromiter((r.label_path == "none" for r in rendered), dtype=bool, count=n)
+    trained_spans = [() if r.label_path == "none" else r.spans for r in rendered]
+    table, bos = _span_table(trained_spans, cuts)
     blocks = 0  # reasoning spans, listed after the trained ones
-    for i, (r, cut, start, length) in enumerate(
-        zip(rendered, cuts, offsets[:-1].tolist(), lengths.tolist(), strict=True)
-    ):
-        if r.label_path == "none":
-            starts.append(start)
-            ends.append(start + length)
-            continue
-        for lo, hi in r.spans:
-            lo, hi = lo - cut, hi - cut
-            if lo < 0 < hi + cut:  # the span covers the BOS
-                starts.append(start)
-                ends.append(start + 1)
-            lo = max(lo, 0)
-            if hi > lo:
-                spans.append((i, lo, hi))
-    for i, r in enumerate(rendered):
-        for lo, hi in r.reasoning:
-            spans.append((i, lo - cuts[i], hi - cuts[i]))
-            blocks += 1
+    if any(r.reasoning for r in rendered):
+        reasoning, _ = _span_table([r.reasoning for r in rendered], cuts, clip=False)
+        blocks = len(reasoning)
+        table = np.concatenate([table, reasoning])
+    starts = [offsets[:-1][every], offsets[:-1][bos]]  # whole examples; BOS ids in a span
+    ends = [offsets[1:][every], offsets[:-1][bos] + 1]
     block_starts = block_ends = np.zeros(0, dtype=np.int64)
-    if spans:
-        table = np.array(spans, dtype=np.int64).reshape(-1, 3)
+    if len(table):
         if offsets_needed(bundle, rendered):
             t0, t1 = _offset_spans(encs, encoded, table)
         else:
             t0, t1 = _byte_spans(bundle, rendered, encs, raw_ids, encoded, table)
         base = offsets[table[:, 0]] + lead[table[:, 0]]
         hit = t1 > t0
-        hit[len(spans) - blocks :] = False
-        starts.extend((base + t0)[hit].tolist())
-        ends.extend((base + t1)[hit].tolist())
+        hit[len(table) - blocks :] = False
+        starts.append((base + t0)[hit])
+        ends.append((base + t1)[hit])
         block_starts, block_ends = (
-            (base + t0)[len(spans) - blocks :],
-            (base + t1)[len(spans) - blocks :],
+            (base + t0)[len(table) - blocks :],
+            (base + t1)[len(table) - blocks :],
         )
-    trained = _covered(total, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+    trained = covered(total, np.concatenate(starts), np.concatenate(ends))
     labels = np.where(trained, ids, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
     if not blocks:
         return Labelled(ids, labels, offsets)
-    inside = _covered(total, block_starts, block_ends)
+    inside = covered(total, block_starts, block_ends)
     tokens = count_trained(np.where(inside, 0, IGNORE_INDEX), offsets)
     loss = count_trained(np.where(inside & trained, 0, IGNORE_INDEX), offsets)
     return Labelled(ids, labels, offsets, (tokens, loss))
 
 
-def _covered(total: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Mark every token inside one of the ranges ``[starts[k], ends[k])`` (a difference array)."""
-    marks = np.zeros(total + 1, dtype=np.int32)
-    np.add.at(marks, starts, 1)
-    np.add.at(marks, ends, -1)
-    return np.cumsum(marks[:-1]) > 0
+def _span_table(
+    spans: Sequence[Sequence[tuple[int, int]]], cuts: np.ndarray, clip: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Flatten each example's character spans into rows ``(example, lo, hi)``.
+
+    Spans move left by the example's ``cuts`` (its BOS characters, not encoded).  With
+    ``clip``, a span reaching into the BOS starts at 0 and the examples whose BOS it covers
+    are flagged (their BOS id is trained); empty spans are left out.
+    """
+    n = len(spans)
+    counts = np.fromiter(map(len, spans), dtype=np.int64, count=n)
+    flat = chain.from_iterable(chain.from_iterable(spans))
+    edges = np.fromiter(flat, dtype=np.int64, count=2 * int(counts.sum())).reshape(-1, 2)
+    example = np.repeat(np.arange(n, dtype=np.int64), counts)
+    cut = cuts[example]
+    lo, hi = edges[:, 0] - cut, edges[:, 1] - cut
+    bos = np.zeros(n, dtype=bool)
+    if clip:
+        bos[example[(lo < 0) & (hi + cut > 0)]] = True
+        lo = np.maximum(lo, 0)
+        keep = hi > lo
+        example, lo, hi = example[keep], lo[keep], hi[keep]
+    return np.stack([example, lo, hi], axis=1), bos
 
 
 def _offset_spans(
