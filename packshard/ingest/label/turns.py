@@ -61,10 +61,13 @@ def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
     chosen = set(wanted)
     for n, i in enumerate(order):
         if i in chosen and anchors is not None:
+            pieces = anchors[i]
             prev = anchors[order[n - 1]][-1][1] if n else 0
             following = anchors[order[n + 1]][0][0] if n + 1 < len(order) else len(chat.text)
+            a, b = pieces[0][0], max(p[1] for p in pieces)
             role = chat.messages[i]["role"]
-            out[i] = _span(chat.text, chat.frame, i, role, anchors[i], prev, following)
+            head, lo, hi = _span(chat.text, chat.frame, role, a, b, prev, following)
+            out[i] = Turn(i, head, lo, hi, any(p[2] == "r" for p in pieces))
     for i in wanted:
         if i not in out and (placed := prefix_turn(chat, i)) is not None:
             out[i] = Turn(i, *placed, False)
@@ -72,16 +75,13 @@ def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
 
 
 def _span(
-    text: str,
-    frame: Frame,
-    i: int,
-    role: str,
-    pieces: list[tuple[int, int, str]],
-    prev: int,
-    following: int,
-) -> Turn:
-    """Return the turn around message ``i``'s anchors, between ``prev`` and ``following``."""
-    a, b = pieces[0][0], pieces[0][1] if len(pieces) == 1 else max(p[1] for p in pieces)
+    text: str, frame: Frame, role: str, a: int, b: int, prev: int, following: int
+) -> tuple[int, int, int]:
+    """Return ``(head, lo, hi)`` of the turn whose anchors span ``[a, b)``.
+
+    The turn is looked for between ``prev`` (the end of the anchors before) and
+    ``following`` (the start of those after).
+    """
     header = frame.header if role == "assistant" else ""
     head = lo = a
     if header and (at := text.rfind(header, prev, a)) >= 0:
@@ -93,8 +93,7 @@ def _span(
     if (m := frame.closers.search(text, b, following)) is not None:
         if not header or text.find(header, b, m.start()) < 0:
             hi = m.end()
-    shown = pieces[0][2] == "r" or (len(pieces) > 1 and any(p[2] == "r" for p in pieces))
-    return Turn(i, head, lo, hi, shown)
+    return head, lo, hi
 
 
 def plain_turns(
@@ -115,13 +114,13 @@ def plain_turns(
         if not content or (lo := _once(text, content)) < last:
             return None
         last = lo + len(content)
-        found.append((lo, last, "c"))
+        found.append((lo, last))
     out = []
     for n, i in enumerate(wanted):
         prev = found[n - 1][1] if n else 0
         following = found[n + 1][0] if n + 1 < len(found) else len(text)
-        turn = _span(text, frame, i, messages[i]["role"], found[n : n + 1], prev, following)
-        out.append((turn.lo, turn.hi))
+        _, lo, hi = _span(text, frame, messages[i]["role"], *found[n], prev, following)
+        out.append((lo, hi))
     return out
 
 
@@ -195,6 +194,12 @@ def _one_turn(frame: Frame, text: str, pieces: list[tuple[int, int, str]]) -> bo
 
 
 def _once(text: str, needle: str) -> int:
-    """Where ``needle`` occurs in ``text`` if exactly once, else -1."""
+    """Where ``needle`` occurs in ``text`` if exactly once, else -1.
+
+    No second search where no second occurrence fits after the first (an answer is most of
+    its text): the search costs about a microsecond a record on the shared chat data.
+    """
     lo = text.find(needle)
-    return lo if lo >= 0 and text.find(needle, lo + 1) < 0 else -1
+    if lo < 0 or lo + len(needle) >= len(text):
+        return lo
+    return lo if text.find(needle, lo + 1) < 0 else -1

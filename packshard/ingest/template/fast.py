@@ -28,7 +28,8 @@ rendered again by the sandbox, which rejects it with its own code and message.
 that record (same text, same reject)::
 
     record (messages, tools, variables) serialises with orjson, and holds none of
-    U+001C–U+001F (Python's str.strip strips them, Rust's does not) or U+FDD0/U+FDD1
+    U+001C–U+001F where the template trims or splits (Python's str.strip strips them,
+    Rust's does not), nor U+FDD0/U+FDD1 where it has generation tags (the markers)
         ▼
     minijinja renders within fuel = min(MAX_FUEL, FUEL_CHARS // (record + template chars))
     (an output or value grows by at most a record per step: at most FUEL_CHARS characters)
@@ -53,7 +54,7 @@ import orjson
 from packshard.errors import TemplateError, UsageError
 from packshard.ingest.template.render import ChatTemplate, render_reference
 from packshard.ingest.template.sandbox import hf_json, raise_exception, strftime_now
-from packshard.ingest.template.screen import CLOSE, OPEN, rewrite, screen
+from packshard.ingest.template.screen import CLOSE, OPEN, reads_whitespace, rewrite, screen
 from packshard.ingest.tokens.backends import CANARY, installed_version
 
 FAST_RENDER = "minijinja"
@@ -63,7 +64,8 @@ FIRST_RENDERS = 256
 FUEL_CHARS = 64 << 20
 """Fuel times the largest value a step can add: a bound on what one fast render builds."""
 MAX_FUEL = 2_000_000
-_ODD = re.compile(rb"\\u001[cdefCDEF]|\xef\xb7[\x90\x91]")
+_SEPARATOR = re.compile(rb"\\u001[cdefCDEF]")  # U+001C–U+001F as orjson writes them
+_MARKER = re.compile(rb"\xef\xb7[\x90\x91]")  # U+FDD0, U+FDD1 in UTF-8
 
 
 def _tojson(
@@ -97,6 +99,7 @@ class FastRenderer:
         env.add_global("packshard_close", CLOSE)
         env.add_template("chat", rewrite(template.text))
         self._env, self._generation = env, template.has_generation
+        self._whitespace = reads_whitespace(template.text)
         self._base = len(template.text)
 
     def render(
@@ -112,10 +115,12 @@ class FastRenderer:
             data = orjson.dumps((messages, tools, variables))
         except (TypeError, orjson.JSONEncodeError):
             return None
-        if (b"\\u001" in data or (not data.isascii() and b"\xef\xb7" in data)) and _ODD.search(
-            data
-        ) is not None:  # (the substring tests first: 5x cheaper than the search; isascii 20x)
+        # (each substring test before its search, 5x cheaper; isascii before it, 20x)
+        if self._whitespace and b"\\u001" in data and _SEPARATOR.search(data) is not None:
             return None
+        if self._generation and not data.isascii() and b"\xef\xb7" in data:
+            if _MARKER.search(data) is not None:
+                return None
         self._env.fuel = min(MAX_FUEL, FUEL_CHARS // (len(data) + self._base))
         try:
             text = self._env.render_template(

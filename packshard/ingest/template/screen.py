@@ -54,6 +54,7 @@ _FUNCTIONS = frozenset(("namespace", "raise_exception", "strftime_now"))
 _METHODS = frozenset(
     "strip lstrip rstrip split startswith endswith get items keys values lower upper".split()
 )
+_WHITESPACE = frozenset(("trim", "strip", "lstrip", "rstrip", "split"))
 _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 _TAG = re.compile(r"\{%([-+]?)\s*(end)?generation\s*([-+]?)%\}")
 
@@ -148,6 +149,20 @@ def screen(text: str) -> str | None:
             return "nested {% generation %} blocks"
     assigned = {n.name for a in tree.find_all(nodes.Assign) for n in _names(a.target)}
     return _screen_node(tree, assigned, ())
+
+
+def reads_whitespace(text: str) -> bool:
+    """Tell whether a screened template trims or splits a string on whitespace.
+
+    Only there can Python and Rust differ on the text of a record: Python's ``str.strip``
+    and ``str.split`` take U+001C–U+001F for whitespace, Rust's do not.  Every other
+    operation the screen allows treats those characters alike.
+    """
+    tree = make_environment().parse(text)
+    if any(n.name in _WHITESPACE for n in tree.find_all(nodes.Filter)):
+        return True
+    calls = (n.node for n in tree.find_all(nodes.Call))
+    return any(isinstance(c, nodes.Getattr) and c.attr in _WHITESPACE for c in calls)
 
 
 def rewrite(text: str) -> str:

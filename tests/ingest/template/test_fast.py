@@ -82,14 +82,31 @@ def test_tojson_keeps_key_order_and_unicode_like_the_sandbox():
     assert '"z": 1, "a": 2' in got[0] and "ünï" in got[0]
 
 
+STRIPPED = "{% for m in messages %}[{{ m.content.strip() }}]{% endfor %}"
+SPLIT = "{% for m in messages %}[{{ m.content.split() | length }}]{% endfor %}"
+TRIMMED = "{% for m in messages %}[{{ m.content | trim }}]{% endfor %}"
+TAGGED = "{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}"
+PRINTED = "{% for m in messages %}[{{ m.content }}] {{ m.content | length }}{% endfor %}"
+SEPARATORS = "\x1cseparator stripped by Python only\x1f"
+
+
 @pytest.mark.parametrize(
-    "content", ["\x1cseparator stripped by Python only\x1f", "marker \ufdd0", "marker \ufdd1"]
+    ("text", "content", "fast"),
+    [
+        (STRIPPED, SEPARATORS, False),  # Python strips U+001C-U+001F, Rust does not
+        (SPLIT, SEPARATORS, False),
+        (TRIMMED, SEPARATORS, False),
+        (TAGGED, "marker \ufdd0", False),  # the generation markers
+        (TAGGED, "marker \ufdd1", False),
+        (PRINTED, SEPARATORS, True),  # nothing reads whitespace, no tags: minijinja may
+        (PRINTED, "marker \ufdd0 \ufdd1", True),
+        (STRIPPED, "marker \ufdd0", True),
+    ],
 )
-def test_a_record_the_fast_renderer_cannot_prove_is_rendered_by_the_sandbox(content):
-    text = "{% for m in messages %}[{{ m.content.strip() }}]{% endfor %}"
+def test_a_record_the_fast_renderer_cannot_prove_is_rendered_by_the_sandbox(text, content, fast):
     routed, template = _both(text)
     chat = [{"role": "user", "content": content}]
-    assert routed.fast.render(routed, chat, None, {}, False) is None
+    assert (routed.fast.render(routed, chat, None, {}, False) is not None) is fast
     assert render_chat(routed, chat, None, {}) == render_chat(template, chat, None, {})
 
 
