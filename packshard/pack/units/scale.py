@@ -147,13 +147,49 @@ def setup_files(config: PackConfig) -> dict[str, str | None]:
     return digests
 
 
-def _hash(path: str) -> str:
-    return sha256_path(Path(path))
+HASH_TASKS = 4
+"""Hash tasks per worker: the inputs are hashed in that many runs of consecutive files."""
+
+
+def _hash(paths: list[str]) -> list[str]:
+    return [sha256_path(Path(path)) for path in paths]
 
 
 def hash_inputs(engine: Engine, files: list[InputFile]) -> list[str]:
-    """SHA-256 of every input, one task per file."""
-    return engine.run(_hash, [str(f.real) for f in files], [f.path for f in files])
+    """SHA-256 of every input, in a few tasks per worker of consecutive files.
+
+    One task a file cost a round trip to a worker each: hashing 152 files of 0.5 MB (20.6M
+    phi-3 tokens) took 0.62 s of wall time on two workers, for about 0.05 s of hashing.
+    """
+    sizes = [_size(f.real) for f in files]
+    runs = _runs(sizes, HASH_TASKS * max(1, engine.workers))
+    paths = [str(f.real) for f in files]
+    keys = [
+        files[a].path if b - a == 1 else f"{files[a].path} (+{b - a - 1} inputs)" for a, b in runs
+    ]
+    hashed = engine.run(_hash, [paths[a:b] for a, b in runs], keys)
+    return [digest for run in hashed for digest in run]
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # reading it will say why
+
+
+def _runs(sizes: list[int], count: int) -> list[tuple[int, int]]:
+    """Cut ``range(len(sizes))`` into at most ``count`` runs of about equal total size."""
+    target = max(1, -(-sum(sizes) // max(1, count)))
+    runs, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        total += size
+        if total >= target:
+            runs.append((start, i + 1))
+            start, total = i + 1, 0
+    if start < len(sizes):
+        runs.append((start, len(sizes)))
+    return runs
 
 
 def map_inputs(

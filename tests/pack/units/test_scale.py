@@ -215,3 +215,29 @@ def test_a_tokenizer_or_template_that_cannot_load_fails_as_one_process_does(
         assert not out.exists() and not work_folder(out).exists()
     assert messages[0] == messages[1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_inputs_are_hashed_in_a_few_runs_each_file_its_own_digest(tmp_path, workers) -> None:
+    from packshard.digests import sha256_path
+    from packshard.engine import EngineOptions, open_engine
+    from packshard.ingest.read.sources import InputFile
+    from packshard.pack.units.scale import HASH_TASKS, hash_inputs
+
+    files = []
+    for i, size in enumerate([5, 0, 4000, 17, 17, 900, 3, 1, 250, 6000, 2]):
+        path = tmp_path / f"in{i}.jsonl"
+        path.write_bytes(bytes([i]) * size)
+        files.append(InputFile(str(path), path))
+    calls: list[int] = []
+    with open_engine(EngineOptions(workers=1)) as engine:
+        real = engine.run
+
+        def counted(fn, args, keys, **kwargs):
+            calls.append(len(args))
+            return real(fn, args, keys, **kwargs)
+
+        engine.run = counted  # type: ignore[method-assign]
+        engine.workers = workers  # type: ignore[misc]
+        assert hash_inputs(engine, files) == [sha256_path(f.real) for f in files]
+    assert calls and calls[0] <= HASH_TASKS * workers
