@@ -30,8 +30,11 @@ where the engine gives a worker one core (two workers on two cores, a Ray task),
 is 1 (:func:`~packshard.engine.worker_cores`) and the chunks are encoded in place on the
 main thread, since two threads there only take turns: 10–13% less CPU over 4.3M phi-3
 tokens in one process, and ``pack --workers 2`` on two cores 7.23–7.27 s instead of
-7.43–7.52 (20.6M tokens, two runs each).  The first chunk is encoded in pieces of
-``FIRST_PIECE`` records so the cores start at once::
+7.43–7.52 (20.6M tokens, two runs each).  With a second thread, the first chunk is encoded in
+pieces of ``FIRST_PIECE`` records so the cores start at once (on one thread the pieces only
+cost: each call has its overhead, and a unit of a few hundred records paid it five times —
+``pack`` of 152 small inputs, 20.6M phi-3 tokens, took 12.6–12.8 CPU-s with them, 11.5–11.9
+without)::
 
     tokenize thread       [0a][0b]..[0h][encode+label 1     ][encode+label 2     ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][check 0, yield][render 2][check 1]..
@@ -230,18 +233,19 @@ def _render_pieces(
     template: ChatTemplate | None,
     options: IngestOptions,
     read: Callable[..., Iterable[RawRecord]],
+    first_piece: int = FIRST_PIECE,
 ) -> Iterator[_Piece]:
     """Read, normalize and render records (the pure-Python half), a piece at a time.
 
     A piece's third value ``True`` closes a chunk of ``batch_size`` records; its fourth counts
     the preference records read (packed or rejected).  The first chunk
-    comes in pieces of ``FIRST_PIECE`` records, so the tokenizer starts after a few
+    comes in pieces of ``first_piece`` records, so the tokenizer starts after a few
     milliseconds of rendering instead of a whole chunk's worth.
     """
     items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
     seq = count = pairs = 0  # records read, records in the open chunk, preference records
-    piece = min(FIRST_PIECE, options.batch_size)
+    piece = min(first_piece, options.batch_size)
     if template is not None:
         template = template.bounded(options.max_record_bytes, options.template_timeout)
         template = with_renderer(template, bundle.special_tokens_map, options.backend)
@@ -306,7 +310,9 @@ def ingest(
     items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
     encoding: list[Future[Labelled]] = []
-    pieces = _render_pieces(files, bundle, template, options, read)
+    # on one thread nothing starts earlier: the first chunk is encoded whole, in one call
+    first = FIRST_PIECE if threads > 1 else options.batch_size
+    pieces = _render_pieces(files, bundle, template, options, read, first)
     try:
         while True:
             try:
