@@ -47,7 +47,7 @@ from typing import Any
 
 from packshard.errors import UsageError
 from packshard.ingest.tokens.metaspace import (
-    PrefixedEncoder,
+    MetaspaceEncoder,
     dump_json,
     encode_flat,
     fast_spec,
@@ -114,16 +114,16 @@ class FastEncoder:
         found = fast_spec(loaded)
         if found is None:
             raise ValueError("its SentencePiece prefix rule is not one packshard models")
-        spec, prefix = found
+        spec, rule = found
         # a JSON fast_spec left as it was goes to fastokens as tokenizers wrote it
         tok = fastokens.Tokenizer.from_json_str(text if spec is loaded else dump_json(spec))
         self._tok = tok
-        self._prefixed = PrefixedEncoder(tok, spec) if prefix else None
+        self._metaspace = MetaspaceEncoder(tok, rule, bundle.tokenizer) if rule else None
 
     def encode_batch(self, texts: list[str]) -> Sequence[Any]:
         """Encode without special tokens added: ``FlatIds`` (each item has ``ids``)."""
-        if self._prefixed is not None:
-            return self._prefixed.encode_flat(texts)
+        if self._metaspace is not None:
+            return self._metaspace.encode_flat(texts)
         return encode_flat(self._tok, texts)
 
 

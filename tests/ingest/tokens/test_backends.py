@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -296,7 +297,7 @@ def test_the_prefix_rule_encodes_again_when_an_added_text_does_not_match(tmp_pat
     gets the prefix like any text: the guess from the first characters is checked on the ids."""
     from tokenizers import AddedToken
 
-    from packshard.ingest.tokens.metaspace import PrefixedEncoder, encode_flat
+    from packshard.ingest.tokens.metaspace import MetaspaceEncoder, encode_flat
 
     folder = BY_NAME["llama2-metaspace"].build(tmp_path)
     bundle = load_tokenizer(str(folder))
@@ -304,11 +305,56 @@ def test_the_prefix_rule_encodes_again_when_an_added_text_does_not_match(tmp_pat
     texts = ["<w>abc", "<w> abc", "<w>", "abc <w> d", "<s>abc", "x<w>"]
     want = [e.ids for e in bundle.tokenizer.encode_batch(texts, add_special_tokens=False)]
     fast = FastEncoder(bundle)
-    assert isinstance(fast._prefixed, PrefixedEncoder)
+    assert isinstance(fast._metaspace, MetaspaceEncoder)
     got = fast.encode_batch(texts)
     assert [list(got[i].ids) for i in range(len(texts))] == want
     plain = encode_flat(fast._tok, ["<w>abc"])  # without the rule: no prefix, other ids
     assert list(plain[0].ids) != want[0]
+
+
+@pytest.mark.parametrize("scheme", ["first", "never"])
+def test_spaces_a_stripping_added_token_swallows_are_left_to_the_reference(tmp_path, scheme):
+    """Spaces are replaced by ``▁`` before fastokens sees them; where an lstrip or rstrip added
+    token would swallow a space with its whitespace, the reference encodes the text."""
+    from tokenizers import AddedToken
+
+    from packshard.ingest.tokens import metaspace
+
+    folder = BY_NAME["llama2-metaspace"].build(tmp_path)
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    spec["pre_tokenizer"]["prepend_scheme"] = scheme
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    bundle = load_tokenizer(str(folder))
+    bundle.tokenizer.add_special_tokens(
+        [
+            AddedToken("<|user|>", rstrip=True, normalized=False),
+            AddedToken("<|end|>", lstrip=True, rstrip=True, normalized=False),
+        ]
+    )
+    texts = [
+        "<|user|>\n Hi there",  # rstrip swallows "\n " in the reference
+        "<|user|>\nHi there",  # "\n" only: no space swallowed, fastokens encodes it
+        "<|user|>\t\n  x<|end|>\n",
+        "a  <|end|>b",  # lstrip swallows the two spaces
+        "a\u3000 <|end|> b <|user|>  c",
+        "plain text, two  spaces",
+        " leading space",
+        "",
+    ]
+    want = [e.ids for e in bundle.tokenizer.encode_batch(texts, add_special_tokens=False)]
+    fast = FastEncoder(bundle)
+    aside: list[int] = []
+    real = bundle.tokenizer.encode_batch_fast
+
+    def counted(batch, **kwargs):
+        aside.append(len(batch))
+        return real(batch, **kwargs)
+
+    fast._metaspace._reference = SimpleNamespace(encode_batch_fast=counted)
+    got = fast.encode_batch(texts)
+    assert [list(got[i].ids) for i in range(len(texts))] == want
+    assert aside == [4]  # texts 0, 2, 3 and 4
+    assert metaspace.fast_spec(json.loads(bundle.tokenizer.to_str())) is not None
 
 
 def test_forced_fast_on_a_tokenizer_that_needs_offsets_stops_before_reading(
