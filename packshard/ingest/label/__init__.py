@@ -5,7 +5,8 @@ per-message flags, ``--turns``); ``chat`` chooses their characters in four named
 first that places every trained turn wins::
 
     1 tags    {% generation %} blocks decide exactly        (chat.generation_blocks)
-    2 search  each piece found once, in order, in one turn  (turns.search_anchors)
+    2 search  each piece found once, in order, in one turn  (turns.search_anchors, and
+              turns.plain_turns for a conversation of plain role/content messages)
     3 probe   a second render with stand-ins                (probe.probe_anchors)
     4 prefix  render messages[:i] + prompt vs messages[:i+1] (locate.prefix_turn)
 

@@ -12,7 +12,8 @@ placed by the first tier that can (tier 1, ``{% generation %}`` tags, is in
 
 2. **search** (:func:`search_anchors`): every piece of every wanted message — a plain
    content, or the cores of reasoning, answer and tool-call arguments — occurs exactly once,
-   in order, within one turn; no render.
+   in order, within one turn; no render.  A conversation of plain role/content messages
+   (most records) takes :func:`plain_turns`, the same search without the ``Chat`` around it.
 3. **probe** (:func:`~packshard.ingest.label.probe.probe_anchors`): one more render with stand-ins
    for the assistant pieces, which says where each lands.
 4. **prefix difference** (:func:`~packshard.ingest.label.locate.prefix_turn`): each turn still
