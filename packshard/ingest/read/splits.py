@@ -107,14 +107,16 @@ def auto_split_bytes(files: Sequence[InputFile]) -> int:
 
 def input_bytes(files: Sequence[InputFile]) -> int:
     """Sum the bytes of the regular files among ``files`` (one that cannot be read: 0)."""
-    total = 0
-    for f in files:
-        try:
-            st = os.stat(f.real)
-        except OSError:
-            continue  # plan_splits names it
-        total += st.st_size if stat.S_ISREG(st.st_mode) else 0
-    return total
+    return sum(file_bytes(f) for f in files)
+
+
+def file_bytes(f: InputFile) -> int:
+    """Return the bytes of ``f`` if a regular file; 0 otherwise, or when it cannot be read."""
+    try:
+        st = os.stat(f.real)
+    except OSError:
+        return 0  # plan_splits names it
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def plan_splits(files: Sequence[InputFile], target_bytes: int = 0) -> list[Split]:

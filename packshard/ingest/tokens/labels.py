@@ -237,14 +237,12 @@ def label_batch(
         else:
             t0, t1 = _byte_spans(bundle, rendered, encs, raw_ids, encoded, table)
         base = offsets[table[:, 0]] + lead[table[:, 0]]
+        first, stop = base + t0, base + t1
         hit = t1 > t0
         hit[len(table) - blocks :] = False
-        starts.append((base + t0)[hit])
-        ends.append((base + t1)[hit])
-        block_starts, block_ends = (
-            (base + t0)[len(table) - blocks :],
-            (base + t1)[len(table) - blocks :],
-        )
+        starts.append(first[hit])
+        ends.append(stop[hit])
+        block_starts, block_ends = first[len(table) - blocks :], stop[len(table) - blocks :]
     trained = covered(total, np.concatenate(starts), np.concatenate(ends))
     labels = np.where(trained, ids, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
     if not blocks:

@@ -150,19 +150,22 @@ class MetaspaceEncoder:
     def encode_flat(self, texts: list[str]) -> FlatIds:
         """Encode ``texts`` (never adding special tokens): each one's ids as the reference's."""
         swallowed = self._rule.swallowed
-        aside = [i for i, t in enumerate(texts) if swallowed.search(t)] if swallowed else []
-        if aside:  # a space a stripping added token swallows: the reference encodes those
-            kept = sorted(set(range(len(texts))) - set(aside))
-            fast = self.encode_flat([texts[i] for i in kept]) if kept else None
-            slow = self._reference.encode_batch_fast(
-                [texts[i] for i in aside], add_special_tokens=False
+        aside = [swallowed.search(t) is not None for t in texts] if swallowed else []
+        if not any(aside):
+            return self._fast(texts)
+        # a space a stripping added token swallows: the reference encodes those texts
+        fast = iter(self._fast([t for t, a in zip(texts, aside, strict=True) if not a]))
+        slow = iter(
+            self._reference.encode_batch_fast(
+                [t for t, a in zip(texts, aside, strict=True) if a], add_special_tokens=False
             )
-            pieces: list[np.ndarray] = [np.zeros(0, np.int32)] * len(texts)
-            for j, i in enumerate(kept):
-                pieces[i] = fast[j].ids  # type: ignore[index]
-            for j, i in enumerate(aside):
-                pieces[i] = np.asarray(slow[j].ids, dtype=np.int32)
-            return _joined(pieces)
+        )
+        return _joined(
+            [np.asarray(next(slow).ids, np.int32) if a else next(fast).ids for a in aside]
+        )
+
+    def _fast(self, texts: list[str]) -> FlatIds:
+        """Encode ``texts`` with fastokens, the prefix rule applied."""
         if not self._rule.prefix:
             return self._encode(texts, np.zeros(len(texts), dtype=bool))
         guess = np.fromiter(map(self._prefixed, texts), dtype=bool, count=len(texts))
