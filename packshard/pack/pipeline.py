@@ -180,9 +180,8 @@ def _pack_into(
     bar = IngestProgress() if progress else None
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
         try:
-            if engine.starting:  # workers still starting: load now, while they do
-                loaded.start()
-            hashes = hash_inputs(engine, list(files))
+            # workers still starting: the driver hashes and loads now, while they do
+            hashes = hash_inputs(engine, list(files), meanwhile=loaded.start)
             spill, work, info = map_inputs(
                 engine, config, list(files), hashes, rejects, loaded.start, _counted(bar), note
             )

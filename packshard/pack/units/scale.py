@@ -28,6 +28,7 @@ rejects; tokens stay in the parts.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -155,20 +156,52 @@ def _hash(paths: list[str]) -> list[str]:
     return [sha256_path(Path(path)) for path in paths]
 
 
-def hash_inputs(engine: Engine, files: list[InputFile]) -> list[str]:
-    """SHA-256 of every input, in a few tasks per worker of consecutive files.
+def hash_inputs(
+    engine: Engine, files: list[InputFile], meanwhile: Callable[[], None] = lambda: None
+) -> list[str]:
+    """SHA-256 of every input: the driver's own while its workers start, the rest theirs.
 
-    One task a file cost a round trip to a worker each: hashing 152 files of 0.5 MB (20.6M
-    phi-3 tokens) took 0.62 s of wall time on two workers, for about 0.05 s of hashing.
+    The driver hashes the inputs itself, in order, on a thread (hashing releases the GIL),
+    for as long as the engine's workers are starting (the fork server's first warm-up; an
+    engine that is up at once gets nearly all of them); once they are up the thread stops
+    after the file in hand and the rest go to the workers, in a few tasks per worker of
+    consecutive files (one task a file cost a round trip each: 0.62 s of wall time for 152
+    files of 0.5 MB).  ``meanwhile`` is called once if the workers are found starting (the
+    driver's own loads).  On 20.6M phi-3 tokens in 152 files the driver hashed every file
+    before the workers were up, and the first unit began mapping 0.12-0.15 s sooner than
+    with every file sent to the workers.
     """
-    sizes = [file_bytes(f) for f in files]
+    digests: list[str] = []
+    stop = threading.Event()
+
+    def own() -> None:
+        for f in files:
+            if stop.is_set():
+                return
+            try:
+                digests.append(sha256_path(Path(f.real)))
+            except Exception:  # unreadable: left to a worker's task, which reports it
+                return
+
+    thread = threading.Thread(target=own, name="packshard-hash", daemon=True)
+    thread.start()
+    if engine.starting:  # waits a while for the workers before it answers
+        meanwhile()
+        while thread.is_alive() and engine.starting:
+            pass
+    stop.set()
+    thread.join()
+    rest = files[len(digests) :]
+    if not rest:
+        return digests
+    sizes = [file_bytes(f) for f in rest]
     runs = _runs(sizes, HASH_TASKS * max(1, engine.workers))
-    paths = [str(f.real) for f in files]
+    paths = [str(f.real) for f in rest]
     keys = [
-        files[a].path if b - a == 1 else f"{files[a].path} (+{b - a - 1} inputs)" for a, b in runs
+        rest[a].path if b - a == 1 else f"{rest[a].path} (+{b - a - 1} inputs)" for a, b in runs
     ]
     hashed = engine.run(_hash, [paths[a:b] for a, b in runs], keys)
-    return [digest for run in hashed for digest in run]
+    return digests + [digest for run in hashed for digest in run]
 
 
 def _runs(sizes: list[int], count: int) -> list[tuple[int, int]]:

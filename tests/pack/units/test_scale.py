@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -239,5 +240,58 @@ def test_inputs_are_hashed_in_a_few_runs_each_file_its_own_digest(tmp_path, work
 
         engine.run = counted  # type: ignore[method-assign]
         engine.workers = workers  # type: ignore[misc]
-        assert hash_inputs(engine, files) == [sha256_path(f.real) for f in files]
-    assert calls and calls[0] <= HASH_TASKS * workers
+        met: list[int] = []
+        digests = hash_inputs(engine, files, meanwhile=lambda: met.append(1))
+        assert digests == [sha256_path(f.real) for f in files]
+    # an engine that is up: the driver's thread may have taken a file or two before it heard
+    assert not met and len(calls) <= 1 and (not calls or calls[0] <= HASH_TASKS * workers)
+
+
+class _Starting:
+    """An engine double whose workers are starting for the first ``polls`` questions."""
+
+    name, workers = "local", 2
+
+    def __init__(self, polls: int) -> None:
+        self.polls, self.runs = polls, 0
+
+    @property
+    def starting(self) -> bool:
+        self.polls -= 1
+        if self.polls >= 0:
+            time.sleep(0.05)  # as the local engine's question waits for its workers
+        return self.polls >= 0
+
+    def run(self, fn, args, keys, **kwargs):
+        self.runs += 1
+        return [fn(a) for a in args]
+
+
+@pytest.mark.parametrize("polls", [0, 1, 1000])
+def test_the_driver_hashes_while_its_workers_start_and_hands_them_the_rest(tmp_path, polls):
+    """Workers starting: the driver hashes (and loads, once) meanwhile; up: they hash the rest.
+
+    With workers that stay starting, the driver hashes every file and no task is sent; with
+    workers up at once, the digests are the same whoever computed which.
+    """
+    from packshard.digests import sha256_path
+    from packshard.ingest.read.sources import InputFile
+    from packshard.pack.units.scale import hash_inputs
+
+    files = []
+    for i in range(40):
+        path = tmp_path / f"in{i}.jsonl"
+        path.write_bytes(bytes([i]) * (i * 997))
+        files.append(InputFile(str(path), path))
+    files.append(InputFile("gone.jsonl", tmp_path / "gone.jsonl"))  # a worker's task reports it
+    engine, met = _Starting(polls), []
+    with pytest.raises(FileNotFoundError, match=r"gone\.jsonl"):
+        hash_inputs(engine, files, meanwhile=lambda: met.append(1))  # type: ignore[arg-type]
+    assert engine.runs == 1  # the unreadable file went to the workers, whoever hashed the rest
+    files.pop()
+    engine, met = _Starting(polls), []
+    digests = hash_inputs(engine, files, meanwhile=lambda: met.append(1))  # type: ignore[arg-type]
+    assert digests == [sha256_path(f.real) for f in files]
+    assert met == ([1] if polls else [])
+    if polls == 1000:
+        assert engine.runs == 0
