@@ -14,7 +14,10 @@ tokens, then, interleaved, best of ``--rounds``:
 Ratios: tokens/s of (a) and (b) over (c); (a) over (b), in wall time and in CPU seconds (the
 child's user + system time; ``encode_batch`` runs on every core, so on a busy machine the CPU
 ratio is the steadier one).  Run it at 2M tokens here; the final figure wants
-``--min-tokens 20000000`` (startup then weighs what it weighs in a real job).
+``--min-tokens 20000000`` (startup then weighs what it weighs in a real job).  Sizes given
+comma-separated (``--min-tokens 20000000,50000000``) run one after the other, and a last table
+gives the ratios by size: ``pack``'s fixed costs (startup, the last shard's write) weigh less
+as the job grows.
 
 With ``--floor``, the CPU seconds of the bare library calls alone (parse, render, encode,
 write, imports: :func:`floor`) and the ratio to ``encode_batch`` they would allow.
@@ -24,8 +27,8 @@ With ``--trl``, (e) TRL's own preparation of the same chat records: ``datasets.m
 and template), then ``trl.pack_dataset(strategy="bfd")``, CPU seconds in this process
 (tokenizer load not counted); the ratio is (e)'s CPU seconds over (a)'s per token.
 
-    python scripts/bench_backends.py [--min-tokens 2000000] [--rounds 1] [--families qwen3,phi3]
-        [--trl] [--floor]
+    python scripts/bench_backends.py [--min-tokens 2000000[,20000000,…]] [--rounds 1]
+        [--families qwen3,phi3] [--trl] [--floor]
 """
 
 from __future__ import annotations
@@ -269,9 +272,76 @@ def inputs(folder: Path, tokens_per_copy: int, min_tokens: int) -> list[Path]:
     return out
 
 
+def measure(family: str, min_tokens: int, args: argparse.Namespace) -> tuple[int, float, float]:
+    """Run one family at one size, print its block; return tokens and fast's wall, CPU ratios."""
+    tok_name, template = FAMILIES[family]
+    tokenizer = SHARED / "tokenizers" / tok_name
+    with tempfile.TemporaryDirectory() as tmp:
+        once = rendered_texts(tokenizer, template, sorted((SHARED / "chat").glob("*.json*")))
+        per_copy = bare(tokenizer, once, True)[1]
+        files = inputs(Path(tmp), per_copy, min_tokens)
+        texts = once * (len(files) // len(list((SHARED / "chat").glob("*.json*"))))
+        best: dict[str, tuple[float, int, float]] = {}
+        used = {}
+        for _ in range(args.rounds):
+            for name in ("fast", "reference", "encode_batch", "encode_batch_fast"):
+                if name.startswith("encode"):
+                    took = bare(tokenizer, texts, name.endswith("fast"))
+                else:
+                    s, n, c, used[name] = pack(tokenizer, template, files, Path(tmp) / "o", name)
+                    took = (s, n, c)
+                if name not in best or took[0] < best[name][0]:
+                    best[name] = took
+        trl_took = trl(tokenizer, template, chats(files)) if args.trl else None
+        floor_took = floor(tokenizer, template, files) if args.floor else None
+    rate = {k: n / s for k, (s, n, _) in best.items()}
+    cpu_rate = {k: n / c for k, (_, n, c) in best.items()}
+    print(f"\n{family}: {tok_name}, template {template or 'tokenizer config'}, "
+          f"{best['reference'][1]:,} tokens packed, best of {args.rounds}")  # fmt: skip
+    for name, (s, _, c) in best.items():
+        print(
+            f"  {name:18s} {s:8.2f} s  {rate[name] / 1e6:6.2f} M tokens/s   "
+            f"{c:8.2f} CPU-s  {cpu_rate[name] / 1e6:6.2f} M tokens/CPU-s"
+        )
+    base, cpu_base = rate["encode_batch"], cpu_rate["encode_batch"]
+    for name in ("fast", "reference"):
+        print(
+            f"  pack --backend {name:9s} / encode_batch: {rate[name] / base:5.2f}x wall, "
+            f"{cpu_rate[name] / cpu_base:5.2f}x CPU"
+        )
+    print(f"  pack fast / pack reference:              {rate['fast'] / rate['reference']:5.2f}x")
+    if trl_took is not None:
+        trl_rate = trl_took[1] / trl_took[0]
+        print(
+            f"  TRL map + pack_dataset(bfd): {trl_took[0]:.2f} CPU-s for {trl_took[1]:,} "
+            f"tokens; pack --backend fast uses {trl_rate and cpu_rate['fast'] / trl_rate:.2f}x "
+            "fewer CPU-seconds per token"
+        )
+    if floor_took is not None:
+        from packshard.engine import usable_cores
+
+        cores = usable_cores()
+        total = sum(floor_took.values())
+        print(f"  floor: the bare library calls alone, {total:.2f} CPU-s:")
+        for step, cpu in floor_took.items():
+            print(f"    {step:28s} {cpu:6.2f} CPU-s")
+        print(
+            f"  at most {best['encode_batch'][0] / (total / cores):.2f}x encode_batch's wall "
+            f"time on {cores} cores, were they split perfectly and nothing else done"
+        )
+    for step in ("render", "encode"):
+        entry = used["fast"][step]
+        print(f"  {step} by --backend fast: {entry['name']} {entry.get('version') or ''}")
+    return best["fast"][1], rate["fast"] / base, cpu_rate["fast"] / cpu_base
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--min-tokens", type=int, default=2_000_000)
+    parser.add_argument(
+        "--min-tokens",
+        default="2000000",
+        help="tokens to pack at least; several sizes, comma-separated, run one after the other",
+    )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--families", default="qwen3,phi3")
     parser.add_argument("--trl", action="store_true", help="also TRL's preparation (slow)")
@@ -279,73 +349,20 @@ def main() -> None:
         "--floor", action="store_true", help="also the bare library calls' CPU (a bound)"
     )
     args = parser.parse_args()
+    sizes = [int(size) for size in args.min_tokens.split(",")]
     if not adopt_orphans():
         print("note: the CPU seconds of pack's worker processes are not counted here (not Linux)")
     if not (SHARED / "chat").is_dir():
         sys.exit(f"{SHARED} not found: this benchmark needs the shared chat data")
-    for family in args.families.split(","):
-        tok_name, template = FAMILIES[family]
-        tokenizer = SHARED / "tokenizers" / tok_name
-        with tempfile.TemporaryDirectory() as tmp:
-            once = rendered_texts(tokenizer, template, sorted((SHARED / "chat").glob("*.json*")))
-            per_copy = bare(tokenizer, once, True)[1]
-            files = inputs(Path(tmp), per_copy, args.min_tokens)
-            texts = once * (len(files) // len(list((SHARED / "chat").glob("*.json*"))))
-            best: dict[str, tuple[float, int, float]] = {}
-            used = {}
-            for _ in range(args.rounds):
-                for name in ("fast", "reference", "encode_batch", "encode_batch_fast"):
-                    if name.startswith("encode"):
-                        took = bare(tokenizer, texts, name.endswith("fast"))
-                    else:
-                        s, n, c, used[name] = pack(
-                            tokenizer, template, files, Path(tmp) / "o", name
-                        )
-                        took = (s, n, c)
-                    if name not in best or took[0] < best[name][0]:
-                        best[name] = took
-            trl_took = trl(tokenizer, template, chats(files)) if args.trl else None
-            floor_took = floor(tokenizer, template, files) if args.floor else None
-        rate = {k: n / s for k, (s, n, _) in best.items()}
-        cpu_rate = {k: n / c for k, (_, n, c) in best.items()}
-        print(f"\n{family}: {tok_name}, template {template or 'tokenizer config'}, "
-              f"{best['reference'][1]:,} tokens packed, best of {args.rounds}")  # fmt: skip
-        for name, (s, _, c) in best.items():
-            print(
-                f"  {name:18s} {s:8.2f} s  {rate[name] / 1e6:6.2f} M tokens/s   "
-                f"{c:8.2f} CPU-s  {cpu_rate[name] / 1e6:6.2f} M tokens/CPU-s"
-            )
-        base, cpu_base = rate["encode_batch"], cpu_rate["encode_batch"]
-        for name in ("fast", "reference"):
-            print(
-                f"  pack --backend {name:9s} / encode_batch: {rate[name] / base:5.2f}x wall, "
-                f"{cpu_rate[name] / cpu_base:5.2f}x CPU"
-            )
-        print(
-            f"  pack fast / pack reference:              {rate['fast'] / rate['reference']:5.2f}x"
-        )
-        if trl_took is not None:
-            trl_rate = trl_took[1] / trl_took[0]
-            print(
-                f"  TRL map + pack_dataset(bfd): {trl_took[0]:.2f} CPU-s for {trl_took[1]:,} "
-                f"tokens; pack --backend fast uses {trl_rate and cpu_rate['fast'] / trl_rate:.2f}x "
-                "fewer CPU-seconds per token"
-            )
-        if floor_took is not None:
-            from packshard.engine import usable_cores
-
-            cores = usable_cores()
-            total = sum(floor_took.values())
-            print(f"  floor: the bare library calls alone, {total:.2f} CPU-s:")
-            for step, cpu in floor_took.items():
-                print(f"    {step:28s} {cpu:6.2f} CPU-s")
-            print(
-                f"  at most {best['encode_batch'][0] / (total / cores):.2f}x encode_batch's wall "
-                f"time on {cores} cores, were they split perfectly and nothing else done"
-            )
-        for step in ("render", "encode"):
-            entry = used["fast"][step]
-            print(f"  {step} by --backend fast: {entry['name']} {entry.get('version') or ''}")
+    summary = [
+        (family, *measure(family, size, args))
+        for family in args.families.split(",")
+        for size in sizes
+    ]
+    if len(summary) > 1:
+        print("\npack --backend fast / encode_batch, by size:")
+        for family, tokens, wall, cpu in summary:
+            print(f"  {family:6s} {tokens:>12,} tokens  {wall:5.2f}x wall  {cpu:5.2f}x CPU")
 
 
 if __name__ == "__main__":
