@@ -210,7 +210,7 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
         hi = max(hi - 1, lo + 1)
         seg = lengths[lo:hi]
         base = csum_len[lo : hi + 1] - csum_len[lo]
-        if spill.part_files is not None:  # the work units' parts: mapped or read
+        if spill.part_files is not None:  # the work units' parts: positioned reads
             labels = spill.read_ranges(starts[lo:hi], seg)[1]
         else:
             labels = spill.labels[np.repeat(starts[lo:hi] - base[:-1], seg) + np.arange(base[-1])]

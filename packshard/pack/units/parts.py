@@ -10,28 +10,25 @@ flat token space; ``bases`` says where each part starts in it::
     ^ bases[0] = 0        ^ bases[1]         ^ bases[2]        ^ bases[3] = total tokens
 
 An example never crosses a part, so a range ``[start, start + length)`` of the flat space
-lies in part ``searchsorted(bases, start, "right") - 1``.  A :class:`PartReader` takes the
-ranges of a read part by part, in file order.  Where the job has at most ``MAX_MAPS`` files
-of parts, it maps each read-only on first use, keeps the map while the reader lives, and
-copies the ranges into place with a jitted loop: a write task keeps one reader for all its
-row groups, so each page of the spill is faulted in once however many row groups touch it
-(the pages are the page cache's, not the process's own memory).  Past that count (a job of
-thousands of units, where a row group meets most parts once or not at all) each range is one
-positioned read straight into place, and no map is made for a single range.  Either way
-nothing of the spill is copied but the ranges asked for.
-
-Measured, CPU-seconds of reading back the 20 row groups of one shard of 20.5M phi-3 tokens
-from 152 parts (102,828 examples, every row group touching every part), side by side: a
-positioned read per range 0.29-0.38 s, every part read whole for each row group 0.74-0.79,
-the kept maps 0.14-0.15.  A map made again for every row group had cost about 30 µs and a
-page fault a range, no cheaper than the reads: kept, its faults are paid once.  The folders
-must be on storage every worker reaches (beside the output).
+lies in part ``searchsorted(bases, start, "right") - 1``.  A read takes its ranges part by
+part, in file order, each part's file opened once: when all the parts together are small
+(``WHOLE_BYTES``, tokens and labels: the rule a one-folder spill keeps) the part is read
+whole and its ranges gathered by a jitted loop, else each range is one positioned read
+straight into place, so memory never holds more of the spill than the ranges asked for.
+Measured, CPU-seconds of every read of a pack, ``min``-``median`` of 7 side by side: on the
+shared chat data (5,412 examples, 8 units) reading whole costs 7-8 ms, a read per range
+18; on 20.5M phi-3 tokens in 152 parts (102,828 examples, 20 row groups) a read per range
+costs 0.47-0.49 s (0.65-0.67 when each read was a Python call of its own, in plan order),
+reading whole 0.74-0.79, and that grows with the spill times its row groups; a memory map
+of each part, gathered by the jitted loop, was no cheaper than the reads (about 30 µs a map
+and a page fault a range).  The folders must be on storage every worker reaches (beside
+the output).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
@@ -40,8 +37,8 @@ from numba import njit
 from packshard.arrays import exclusive_cumsum
 
 FILES = ("tokens.bin", "labels.bin")
-MAX_MAPS = 4096
-"""Files of parts (two a part: tokens and labels) up to which a :class:`PartReader` maps them."""
+WHOLE_BYTES = 64 * 1024 * 1024
+"""Parts whose tokens and labels total at most this are read whole (see the docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,61 +54,50 @@ class PartFiles:
         return int(self.bases[-1])
 
 
-@dataclass(slots=True)
-class PartReader:
-    """Reads flat ranges of ``parts``: mapped once for the reader's life, or read in place."""
-
-    parts: PartFiles
-    _maps: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
-
-    def read(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Return the tokens and labels of ranges ``[start, start + length)``, concatenated."""
-        lengths = np.asarray(lengths, dtype=np.int64)
-        starts = np.asarray(starts, dtype=np.int64)
-        out_start = exclusive_cumsum(lengths)
-        total = int(out_start[-1])
-        ids = np.empty(total, dtype=np.int32)
-        labels = np.empty(total, dtype=np.int32)
-        wanted = np.flatnonzero(lengths > 0)
-        bases = self.parts.bases
-        part = np.searchsorted(bases, starts[wanted], side="right") - 1
-        order = np.lexsort((starts[wanted], part))  # each part's ranges together, in file order
-        wanted, part = wanted[order], part[order]
-        bounds = np.flatnonzero(np.diff(part, prepend=-1, append=-1)).tolist()
-        mapped = len(FILES) * (len(bases) - 1) <= MAX_MAPS
-        for lo, hi in pairwise(bounds):
-            p, sel = int(part[lo]), wanted[lo:hi]
-            local = starts[sel] - bases[p]
-            for f, out in enumerate((ids, labels)):
-                if mapped:
-                    gather_ranges(self._mapped(p, f), local, lengths[sel], out_start[sel], out)
-                else:  # byte offsets in the part, byte counts, byte offsets in the output
-                    spans = [(4 * v).tolist() for v in (local, lengths[sel], out_start[sel])]
-                    _read_ranges(os.path.join(self.parts.folders[p], FILES[f]), out, *spans)
-        return ids, labels
-
-    def _mapped(self, part: int, file: int) -> np.ndarray:
-        """Return part ``part``'s file ``FILES[file]`` as an int32 array (a map, kept)."""
-        key = (part, file)
-        found = self._maps.get(key)
-        if found is not None:
-            return found
-        path = os.path.join(self.parts.folders[part], FILES[file])
-        size = int(self.parts.bases[part + 1] - self.parts.bases[part])
-        have = os.path.getsize(path) // 4
-        if have < size:  # checked before any copy: a jitted loop would read past the map
-            raise EOFError(f"{path}: spill part ends early at byte {4 * have}")
-        # copy-on-write: never written, so the pages stay the page cache's, and the array is
-        # the writable kind every other caller of the jitted loop passes (one signature)
-        found = self._maps[key] = np.memmap(path, dtype=np.int32, mode="c", shape=(size,))
-        return found
-
-
 def read_part_ranges(
     parts: PartFiles, starts: np.ndarray, lengths: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Return the tokens and labels of flat ranges, concatenated: one read, one reader."""
-    return PartReader(parts).read(starts, lengths)
+    """Return the tokens and labels of flat ranges ``[start, start + length)``, concatenated."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    out_start = exclusive_cumsum(lengths)
+    total = int(out_start[-1])
+    ids = np.empty(total, dtype=np.int32)
+    labels = np.empty(total, dtype=np.int32)
+    wanted = np.flatnonzero(lengths > 0)
+    part = np.searchsorted(parts.bases, starts[wanted], side="right") - 1
+    order = np.lexsort((starts[wanted], part))  # each part's ranges together, in file order
+    wanted, part = wanted[order], part[order]
+    bounds = np.flatnonzero(np.diff(part, prepend=-1, append=-1)).tolist()
+    if parts.total * 8 <= WHOLE_BYTES:
+        for lo, hi in pairwise(bounds):
+            p, sel = int(part[lo]), wanted[lo:hi]
+            size = int(parts.bases[p + 1] - parts.bases[p])
+            local = starts[sel] - parts.bases[p]
+            for name, out in zip(FILES, (ids, labels), strict=True):
+                path = os.path.join(parts.folders[p], name)
+                _gather_whole(path, size, local, lengths[sel], out_start[sel], out)
+        return ids, labels
+    # byte offsets in the part, byte counts, byte offsets in the output: plain ints, made once
+    spans = [
+        (4 * values).tolist()
+        for values in (starts[wanted] - parts.bases[part], lengths[wanted], out_start[wanted])
+    ]
+    for lo, hi in pairwise(bounds):
+        folder = parts.folders[int(part[lo])]
+        for name, out in zip(FILES, (ids, labels), strict=True):
+            _read_ranges(os.path.join(folder, name), out, *(s[lo:hi] for s in spans))
+    return ids, labels
+
+
+def _gather_whole(
+    path: str, size: int, starts: np.ndarray, lengths: np.ndarray, at: np.ndarray, out: np.ndarray
+) -> None:
+    """Gather ranges of the ``size`` int32 of ``path`` into ``out``, the file read whole."""
+    source = np.fromfile(path, dtype=np.int32, count=size)
+    if source.size < size:
+        raise EOFError(f"{path}: spill part ends early at byte {4 * source.size}")
+    gather_ranges(source, starts, lengths, at, out)
 
 
 def _read_ranges(

@@ -10,8 +10,7 @@ about ``shard_bytes`` each), so they are known before any shard is written, and 
 
 A write task gets its rows' segments (the flat start of each in the spill parts, its
 length, its example id), assembles them one row group at a time
-(:func:`~packshard.pack.write.assemble.assemble_ranges`, from one
-:class:`~packshard.pack.units.parts.PartReader`) and writes the shard under a name of its
+(:func:`~packshard.pack.write.assemble.assemble_ranges`) and writes the shard under a name of its
 attempt, renamed to the shard's name when complete; it returns the shard's size and
 checksum.  Its memory holds its plan slice and two row groups.
 """
@@ -39,7 +38,7 @@ from packshard.format.shards import (
 from packshard.pack.heap import BUSY_PAD, pad_heap
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill, narrow
-from packshard.pack.units.parts import PartFiles, PartReader
+from packshard.pack.units.parts import PartFiles, read_part_ranges
 from packshard.pack.write.assemble import assemble_ranges
 
 BYTES_PER_TOKEN_ESTIMATE = 2.5
@@ -113,7 +112,8 @@ def write_task(task: WriteTask) -> ShardInfo:
     inject(task.name, task.faults, Path(task.work) / "_faults" if task.work else None)
     pad_heap(BUSY_PAD)  # row groups come and go: keep the heap's top (packshard.pack.heap)
 
-    read = PartReader(task.parts).read  # its maps kept for every row group
+    def read(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return read_part_ranges(task.parts, starts, lengths)
 
     def tables() -> Iterator[pa.Table]:
         # one row group's segments at a time: nothing per segment of the whole shard is made
