@@ -196,12 +196,6 @@ def _one_turn(frame: Frame, text: str, pieces: list[tuple[int, int, str]]) -> bo
 
 
 def _once(text: str, needle: str) -> int:
-    """Where ``needle`` occurs in ``text`` if exactly once, else -1.
-
-    No second search where no second occurrence fits after the first (an answer is most of
-    its text): the search costs about a microsecond a record on the shared chat data.
-    """
+    """Where ``needle`` occurs in ``text`` if exactly once, else -1."""
     lo = text.find(needle)
-    if lo < 0 or lo + len(needle) >= len(text):
-        return lo
-    return lo if text.find(needle, lo + 1) < 0 else -1
+    return lo if lo >= 0 and text.find(needle, lo + 1) < 0 else -1

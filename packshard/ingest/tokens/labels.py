@@ -221,7 +221,7 @@ def label_batch(
 
     # every example's spans in one table (example, lo, hi), characters of the encoded text
     every = np.fromiter((r.label_path == "none" for r in rendered), dtype=bool, count=n)
-    trained_spans = [() if r.label_path == "none" else r.spans for r in rendered]
+    trained_spans = [() if e else r.spans for r, e in zip(rendered, every.tolist(), strict=True)]
     table, bos = _span_table(trained_spans, cuts)
     blocks = 0  # reasoning spans, listed after the trained ones
     if any(r.reasoning for r in rendered):
