@@ -48,12 +48,6 @@ SEGMENT_FILL = {"branch": 0, "kto_label": -1}
 """Per-segment columns of preference packs, and their value on padding or rows without them."""
 
 
-def _pad_1d(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
-    if x.shape[0] == length:
-        return x
-    return torch.cat([x, x.new_full((length - x.shape[0],), value)])
-
-
 def packed_row(feature: Mapping[str, Any]) -> Row:
     """Return a row as the collators take it: tensors, with its segment boundaries.
 
@@ -251,7 +245,8 @@ def collate_padded(
         seq_idx[b, :n] = torch.repeat_interleave(
             torch.arange(lens.shape[0], dtype=torch.int32), lens
         )
-        cu_all[b] = _pad_1d(cu, width, n).to(torch.int32)
+        cu_all[b] = n
+        cu_all[b, : cu.shape[0]] = cu
         loss_counts[b, : lens.shape[0]] = count_loss_tokens(r["labels"], cu)
     segment_keys: dict[str, torch.Tensor] = {}
     for name, fill in SEGMENT_FILL.items():
