@@ -94,19 +94,19 @@ def map_step_items(data: Any, index: int) -> torch.Tensor:
     if world is None:
         dist = torch.distributed
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    key = (world, data.batch_size, data.grad_accum)
+    unit = world * data.batch_size * data.grad_accum
     cache = data.__dict__.setdefault("_step_totals", {})
-    if key not in cache:
+    if (world, unit) not in cache:
         tokens = row_loss_tokens(data)
         kept = len(tokens) // world * world  # DistributedSampler(drop_last=True) keeps these
-        cache[key] = step_totals(tokens, np.arange(kept)[None], world * key[1] * key[2])
-    totals = cache[key]
-    step = min(index // (world * data.batch_size * data.grad_accum), len(totals) - 1)
+        cache[world, unit] = step_totals(tokens, np.arange(kept)[None], unit)
+    totals = cache[world, unit]
+    step = min(index // unit, len(totals) - 1)
     return torch.tensor(int(totals[step]) if len(totals) else 0, dtype=torch.int64)
 
 
-def batch_step_items(rows: list[Mapping[str, Any]]) -> int | None:
-    """Return the rows' common ``num_items_in_step`` (None when they carry none).
+def with_step(batch: dict[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Add the rows' common ``num_items_in_step`` (an int) to ``batch``, when they carry one.
 
     Raises:
         UsageError: the rows belong to different steps (the loader's batch size is not the
@@ -119,12 +119,7 @@ def batch_step_items(rows: list[Mapping[str, Any]]) -> int | None:
             f"a batch holds rows of different optimizer steps ({STEP_KEY} {sorted(values, key=str)}"
             "): give the dataset the DataLoader's batch_size (ResumableLoader does)"
         )
-    return values.pop() if values else None
-
-
-def with_step(batch: dict[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Add the rows' common ``num_items_in_step`` (an int) to ``batch``, when they carry one."""
-    step = batch_step_items(rows)
+    step = values.pop() if values else None
     if step is not None:
         batch[STEP_KEY] = step
     return batch
