@@ -23,6 +23,7 @@ that lets one segment see another, or a loop that feeds it so, moves the loss by
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -103,10 +104,7 @@ def _one_by_one(model: Any, batch: Mapping[str, Any], pairs: PairLogps) -> PairL
             if spans
             else torch.zeros(0, dtype=torch.float64)
         )
-    return PairLogps(sums[0], sums[1], *(getattr(pairs, k) for k in _COUNTS))
-
-
-_COUNTS = ("chosen_tokens", "rejected_tokens", "chosen_example_ids", "rejected_example_ids")
+    return dataclasses.replace(pairs, chosen=sums[0], rejected=sums[1])
 
 
 def check_pair_loss(
