@@ -45,14 +45,6 @@ REFERENCE_KEY = "reference_logps"
 SCHEMA = pa.schema([("example_id", pa.int64()), ("logp", pa.float64()), ("num_tokens", pa.int32())])
 
 
-def load_reference_model(folder: str | os.PathLike[str]) -> Any:
-    """Load a causal LM from a local folder in float32, offline, without remote code."""
-    path = Path(folder)
-    if not (path / "config.json").is_file():
-        raise UsageError(f"{folder}: not a model folder (no config.json); give a local folder")
-    return local_causal_lm(path)
-
-
 def local_causal_lm(path: Path) -> Any:
     """Load the causal LM of a checked model folder: float32, offline, no remote code, eval."""
     from transformers import AutoModelForCausalLM
@@ -120,7 +112,9 @@ def write_reference_logps(out: str | os.PathLike[str], model: Any | str | os.Pat
     pairs need their reference too).  Returns the sidecar's path.
     """
     if isinstance(model, str | os.PathLike):
-        model = load_reference_model(model)
+        if not (Path(model) / "config.json").is_file():
+            raise UsageError(f"{model}: not a model folder (no config.json); give a local folder")
+        model = local_causal_lm(Path(model))
     with amend_out(out, REFERENCE_NAME, "reference") as folder:
         data = PackedDataset(folder, split=None)
         table = reference_table(model, data)
