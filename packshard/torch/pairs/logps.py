@@ -183,11 +183,8 @@ def dpo_loss(
                 "(pass reference=, or use loss_type='simpo')"
             )
         if isinstance(reference, PairLogps):
-            ref_c, ref_r = reference.chosen, reference.rejected
-        else:
-            ref_c, ref_r = reference
-        ref_c = ref_c.to(chosen.device, chosen.dtype).detach()
-        ref_r = ref_r.to(chosen.device, chosen.dtype).detach()
+            reference = (reference.chosen, reference.rejected)
+        ref_c, ref_r = (r.to(chosen.device, chosen.dtype).detach() for r in reference)
         if ref_c.shape != chosen.shape or ref_r.shape != rejected.shape:
             raise UsageError(
                 f"{chosen.shape[0]} pairs but {ref_c.shape[0]} reference log-probabilities "
