@@ -194,8 +194,6 @@ class PassCounter:
     """
 
     def __init__(self) -> None:
-        self.owner: int | None = None
-        self.shared = torch.zeros(0, dtype=torch.int64)
         self._own(0, 0)
 
     def _own(self, epoch: int, consumed: int) -> None:
