@@ -101,10 +101,8 @@ def _pairs(branch: torch.Tensor, segments: int) -> tuple[torch.Tensor, torch.Ten
     flat = branch.reshape(-1).to(torch.int64)
     chosen = (flat == CHOSEN).nonzero().flatten()
     rejected = chosen + 1
-    inside = rejected < flat.numel()
-    same_row = (chosen // segments) == (rejected // segments)
-    ok = bool(inside.all()) and bool(same_row.all())
-    ok = ok and bool((flat[rejected.clamp(max=flat.numel() - 1)] == REJECTED).all())
+    partner = F.pad(flat, (0, 1))[rejected]  # 0 past the last segment
+    ok = bool(((partner == REJECTED) & (chosen // segments == rejected // segments)).all())
     if not ok or int((flat == REJECTED).sum()) != chosen.numel():
         raise UsageError(
             "the batch's branch column does not pair every chosen segment with the rejected "
