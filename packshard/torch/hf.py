@@ -101,9 +101,8 @@ def seams_problem(expected: list[int], seen: list[int]) -> str | None:
 
 def _probe(trainer: Any, rows: int) -> list[dict[str, Any]]:
     dataset = trainer.train_dataset
-    inner = getattr(dataset, "data", None)  # PackedIterableDataset: read without consuming
-    if inner is not None and hasattr(dataset, "rank_rows"):
-        return [inner[i] for i in range(min(rows, len(inner)))]
+    if getattr(dataset, "data", None) is not None and hasattr(dataset, "rank_rows"):
+        dataset = dataset.data  # PackedIterableDataset: read without consuming
     if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
         return [dataset[i] for i in range(min(rows, len(dataset)))]
     return list(islice(iter(dataset), rows))
