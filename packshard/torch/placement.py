@@ -105,9 +105,7 @@ def find_wrapper() -> Placement | None:
     return None
 
 
-def resolve_placement(
-    explicit: tuple[int, int] | None, carried: Placement | None = None
-) -> Placement:
+def resolve_placement(explicit: tuple[int, int] | None, carried: Placement | None) -> Placement:
     """Return where this process reads now: a wrapper, explicit values, the process group.
 
     ``carried`` is what the main process found (for spawned DataLoader workers).
