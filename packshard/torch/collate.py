@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX
+from packshard.torch.masks import seq_idx_from_cu_seqlens
 from packshard.torch.steps import with_step
 
 Row = dict[str, torch.Tensor]
@@ -227,7 +228,6 @@ def collate_padded(
     ids = torch.full((batch, max_seq_len), pad_token_id, dtype=torch.int64)
     labels = torch.full((batch, max_seq_len), IGNORE_INDEX, dtype=torch.int64)
     positions = torch.zeros((batch, max_seq_len), dtype=torch.int64)
-    seq_idx = torch.full((batch, max_seq_len), -1, dtype=torch.int32)
     num_tokens = torch.tensor([r["input_ids"].shape[0] for r in rows], dtype=torch.int64)
     width = max(r["cu_seqlens"].shape[0] for r in rows)
     cu_all = torch.zeros((batch, width), dtype=torch.int32)
@@ -241,13 +241,10 @@ def collate_padded(
         positions[b, :n] = r["position_ids"]
         cu = r["cu_seqlens"].to(torch.int64)
         check_positions(r["position_ids"].numpy(), cu.numpy())
-        lens = cu.diff()
-        seq_idx[b, :n] = torch.repeat_interleave(
-            torch.arange(lens.shape[0], dtype=torch.int32), lens
-        )
         cu_all[b] = n
         cu_all[b, : cu.shape[0]] = cu
-        loss_counts[b, : lens.shape[0]] = count_loss_tokens(r["labels"], cu)
+        loss_counts[b, : cu.shape[0] - 1] = count_loss_tokens(r["labels"], cu)
+    seq_idx = seq_idx_from_cu_seqlens(cu_all, max_seq_len)  # -1 past a row's last boundary
     segment_keys: dict[str, torch.Tensor] = {}
     for name, fill in SEGMENT_FILL.items():
         per_row = segment_column(rows, name)
