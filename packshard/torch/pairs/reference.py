@@ -37,7 +37,7 @@ from packshard.format.folder.paths import inside_folder
 from packshard.format.manifest import load_manifest, write_manifest
 from packshard.format.version import META_DATASET_ID, META_FORMAT_VERSION, metadata_problem
 from packshard.torch.dataset import PackedDataset
-from packshard.torch.masks import seq_idx_block_causal_mask
+from packshard.torch.masks import block_causal_mask
 from packshard.torch.pairs.logps import PairLogps, segment_logps
 
 REFERENCE_NAME = "reference_logps.parquet"
@@ -63,12 +63,11 @@ def row_reference(model: Any, row: dict[str, torch.Tensor]) -> tuple[np.ndarray,
     """Return one row's per-segment summed log-probabilities and trained-token counts."""
     device = next(model.parameters()).device
     cu = row["cu_seqlens"].to(torch.int64)
-    seq_idx = torch.repeat_interleave(torch.arange(cu.numel() - 1), cu.diff())
     with torch.no_grad():
         logits = model(
             input_ids=row["input_ids"][None].to(device),
             position_ids=row["position_ids"][None].to(device),
-            attention_mask=seq_idx_block_causal_mask(seq_idx[None]).to(device),
+            attention_mask=block_causal_mask(cu)[None, None].to(device),
             use_cache=False,
         ).logits
         sums, counts = segment_logps(logits.float(), row["labels"][None].to(device), cu)
