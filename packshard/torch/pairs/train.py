@@ -132,10 +132,8 @@ def check_pair_loss(
             if len(packed) == 0:
                 raise UsageError("check_pair_loss got a batch without a pair: give it another")
             alone = _one_by_one(model, batch, packed)
-            if isinstance(reference, ReferenceLogps) or reference is None:
-                ref_packed = ref_alone = reference_sums(reference, batch, packed)
-            else:
-                ref_packed = reference_sums(reference, batch, packed)
+            ref_packed = ref_alone = reference_sums(reference, batch, packed)
+            if reference is not None and not isinstance(reference, ReferenceLogps):  # a model
                 ref_one = _one_by_one(reference, batch, packed)
                 ref_alone = (ref_one.chosen, ref_one.rejected)
             if ref_packed is None and loss_type != "simpo":  # the policy's side alone
