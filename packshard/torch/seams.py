@@ -65,8 +65,7 @@ def row_segments(batch: Mapping[str, Any]) -> list[tuple[int, int]]:
         length = min(length, max(bounds))  # a padded row: its padding belongs to no segment
     elif batch.get("position_ids") is not None:
         positions = torch.as_tensor(batch["position_ids"]).reshape(-1, length)[0]
-        starts = (positions == 0).nonzero().flatten().tolist()
-        bounds = [*(starts if starts and starts[0] == 0 else [0, *starts]), length]
+        bounds = (positions == 0).nonzero().flatten().tolist()  # 0 and length are added below
     else:
         raise UsageError(
             "check_model needs the batch's segments: pass a batch with cu_seqlens or "
