@@ -268,7 +268,6 @@ class ResumableLoader:
     ) -> None:
         dataset.batch_size = batch_size
         self.dataset = dataset
-        self.num_workers = num_workers
         self.loader = DataLoader(
             dataset,
             batch_size=batch_size,
@@ -283,7 +282,7 @@ class ResumableLoader:
     def __iter__(self) -> Iterator[Any]:
         self.dataset.begin_pass()
         for count, batch in self.loader:
-            if self.num_workers > 0:  # with workers=0 the dataset counted the rows itself
+            if self.loader.num_workers > 0:  # with workers=0 the dataset counted the rows itself
                 self.dataset.consumed += count
             yield batch
 
