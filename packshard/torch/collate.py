@@ -181,8 +181,7 @@ def collate_varlen(
         out[name] = columns[name] = torch.cat(parts).to(torch.int64).unsqueeze(0)
     if checked:
         check_positions(columns["position_ids"].numpy()[0], cu_seqlens)
-    labels = columns["labels"].numpy()[0]
-    loss_counts = count_trained(labels, cu_seqlens, skip_first=False)
+    loss_counts = count_trained(columns["labels"].numpy()[0], cu_seqlens, skip_first=False)
     seq_idx = np.repeat(np.arange(len(seqlens), dtype=np.int32), seqlens)
     if static_cu_seqlens_len is not None:
         if len(cu_seqlens) > static_cu_seqlens_len:
