@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import torch
 
 from packshard.errors import UsageError
-from packshard.torch.placement import Placement, epoch_rows
+from packshard.torch.placement import Placement
 
 STEP_KEY = "num_items_in_step"
 
@@ -71,15 +71,7 @@ def step_totals(loss_tokens: np.ndarray, rows: np.ndarray, unit: int) -> np.ndar
 
 def stream_step_items(dataset: Any, epoch: int, where: Placement) -> np.ndarray:
     """Return ``num_items_in_step`` for each row of this rank's list in ``epoch`` (int64)."""
-    rows = epoch_rows(
-        len(dataset.data),
-        seed=dataset.seed,
-        epoch=epoch,
-        shuffle=dataset.shuffle,
-        world_size=where.world_size,
-        drop_remainder=dataset.drop_remainder,
-        block=where.block,
-    )
+    rows = dataset.epoch_table(epoch, where)
     if dataset.grad_accum is None:
         return np.zeros(rows.shape[1], dtype=np.int64)
     unit = (where.block if where.block > 1 else dataset.batch_size) * dataset.grad_accum
