@@ -57,9 +57,8 @@ def megatron_table(rows: Rows) -> tuple[pa.Table, dict[str, Any]]:
     loss_mask[:-1] = trained[1:]
     kept_seg = rows.seg_len > 1
     keep = np.repeat(kept_seg, rows.seg_len)
-    seg_row = np.repeat(np.arange(rows.num_rows), np.diff(rows.seg_off))
     kept_len = rows.seg_len[kept_seg]
-    row_of_kept = seg_row[kept_seg]
+    row_of_kept = np.repeat(np.arange(rows.num_rows), np.diff(rows.seg_off))[kept_seg]
     segs = np.bincount(row_of_kept, minlength=rows.num_rows)
     live = segs > 0  # a row left with no segment is not written
     seg_off = exclusive_cumsum(segs[live])
