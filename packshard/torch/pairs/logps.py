@@ -128,13 +128,12 @@ def pair_logps(logits: torch.Tensor, batch: Mapping[str, Any]) -> PairLogps:
     cu = torch.as_tensor(batch["cu_seqlens"])
     sums, counts = segment_logps(logits, torch.as_tensor(batch["labels"]), cu)
     branch = torch.as_tensor(batch["branch"]).to(sums.device)
-    segments = cu.shape[-1] - 1
     if branch.numel() != sums.numel():
         raise UsageError(
             f"the batch has {branch.numel()} branch entries for {sums.numel()} segments "
             "(collate the rows with collate_varlen or collate_padded)"
         )
-    chosen, rejected = _pairs(branch, segments)
+    chosen, rejected = _pairs(branch, cu.shape[-1] - 1)
     given = batch.get("example_ids")
     if isinstance(given, torch.Tensor) and given.numel() == sums.numel():
         ids = given.reshape(-1).to(torch.int64).to(sums.device)
