@@ -77,9 +77,8 @@ def encode_array(values: np.ndarray) -> bytes:
 
 def row_samples(rows: Rows) -> list[bytes]:
     """Encode every row of a shard as one MDS sample."""
-    positions = (np.arange(len(rows.ids)) - np.repeat(rows.seg_starts(), rows.seg_len)).astype(
-        np.int32
-    )
+    starts = np.repeat(rows.seg_starts(), rows.seg_len)  # every token's segment start
+    positions = (np.arange(len(rows.ids)) - starts).astype(np.int32)
     loss = count_trained(rows.labels, rows.tok_off, skip_first=False).astype(np.int32)
     columns = COLUMNS | PAIR_COLUMNS if rows.branch is not None else COLUMNS
     samples = []

@@ -57,9 +57,8 @@ def megatron_table(rows: Rows) -> tuple[pa.Table, dict[str, Any]]:
     loss_mask[:-1] = trained[1:]
     kept_seg = rows.seg_len > 1
     keep = np.repeat(kept_seg, rows.seg_len)
-    seg_row = np.repeat(np.arange(rows.num_rows), np.diff(rows.seg_off))
     kept_len = rows.seg_len[kept_seg]
-    row_of_kept = seg_row[kept_seg]
+    row_of_kept = np.repeat(np.arange(rows.num_rows), np.diff(rows.seg_off))[kept_seg]
     segs = np.bincount(row_of_kept, minlength=rows.num_rows)
     live = segs > 0  # a row left with no segment is not written
     seg_off = exclusive_cumsum(segs[live])
@@ -102,10 +101,7 @@ def write_megatron(out: Path, folder: Path, max_seq_len: int) -> dict[str, Any]:
             if table.num_rows:
                 writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
             merge_stats(totals, stats)
-    metadata = packing_metadata(totals, max_seq_len)
-    meta_name = f"{max_seq_len}_metadata.jsonl"
-    (folder / meta_name).write_text(json.dumps([metadata]) + "\n", encoding="utf-8")
-    return {"training": name, "metadata": meta_name, **totals, "packing": metadata}
+    return write_metadata(folder, name, totals, max_seq_len)
 
 
 def merge_stats(totals: dict[str, Any], stats: dict[str, Any]) -> None:
@@ -115,10 +111,15 @@ def merge_stats(totals: dict[str, Any], stats: dict[str, Any]) -> None:
         totals[key] = merge([totals[key], value]) if key in totals else value
 
 
-def packing_metadata(totals: dict[str, Any], max_seq_len: int) -> dict[str, Any]:
-    """Return the metadata Megatron-Bridge reads (``{N}_metadata.jsonl`` holds a list of it)."""
+def write_metadata(
+    folder: Path, training: str, totals: dict[str, Any], max_seq_len: int
+) -> dict[str, Any]:
+    """Write the metadata Megatron-Bridge reads (``{N}_metadata.jsonl`` holds a list of it).
+
+    Returns what the export wrote: ``training``, the metadata file, ``totals`` and the metadata.
+    """
     rows_out = totals.get("rows", 0)
-    return {
+    metadata = {
         "dataset_max_seqlen": totals.get("max_seqlen", 0),
         "max_samples_per_bin": totals.get("max_segments", 0),
         "packing_factor": round(totals.get("sequences", 0) / rows_out, 2) if rows_out else 0.0,
@@ -130,3 +131,6 @@ def packing_metadata(totals: dict[str, Any], max_seq_len: int) -> dict[str, Any]
         "pack_size": max_seq_len,
         "min_packed_seqlen": totals.get("min_runtime_row", 0),
     }
+    meta_name = f"{max_seq_len}_metadata.jsonl"
+    (folder / meta_name).write_text(json.dumps([metadata]) + "\n", encoding="utf-8")
+    return {"training": training, "metadata": meta_name, **totals, "packing": metadata}

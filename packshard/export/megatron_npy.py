@@ -29,14 +29,13 @@ EOS (the next token, a newline or the next header, is context).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from packshard.export.common import read_rows
-from packshard.export.megatron import megatron_table, merge_stats, packing_metadata
+from packshard.export.megatron import megatron_table, merge_stats, write_metadata
 
 
 def write_megatron_npy(
@@ -54,21 +53,12 @@ def write_megatron_npy(
             columns["input_ids"], columns["loss_mask"], columns["seq_start_id"], strict=True
         ):
             samples.append({"input_ids": ids, "loss_mask": mask, "seq_start_id": starts})
-            if eos_id is not None:
-                after_eos += _targets_after_eos(ids, mask, eos_id)
+            if eos_id is not None:  # trained positions whose input is EOS lose their loss there
+                after_eos += int(np.count_nonzero(np.array(mask, bool) & (np.array(ids) == eos_id)))
     array = np.empty(len(samples), dtype=object)
     array[:] = samples
     name = f"training_{max_seq_len}.npy"
     with open(folder / name, "wb") as fh:
         np.save(fh, array, allow_pickle=True)
-    metadata = packing_metadata(totals, max_seq_len)
-    meta_name = f"{max_seq_len}_metadata.jsonl"
-    (folder / meta_name).write_text(json.dumps([metadata]) + "\n", encoding="utf-8")
     totals["targets_after_eos"] = after_eos
-    return {"training": name, "metadata": meta_name, **totals, "packing": metadata}
-
-
-def _targets_after_eos(ids: list[int], mask: list[int], eos_id: int) -> int:
-    """Trained positions whose input token is EOS (the collator would zero their loss)."""
-    tokens, trained = np.asarray(ids), np.asarray(mask, dtype=bool)
-    return int(np.count_nonzero(trained & (tokens == eos_id)))
+    return write_metadata(folder, name, totals, max_seq_len)

@@ -20,18 +20,12 @@ def torchtune_problem() -> str | None:
     """Return why ``import torchtune`` fails here (None: it imports, or is not installed)."""
     try:
         import torchtune  # noqa: F401
-    except ModuleNotFoundError as exc:
-        if exc.name == "torchtune":
-            return None  # not installed: the recipe's machine is another one
-        return _line(exc)
     except Exception as exc:  # an incompatible torchao raises ImportError or AttributeError
-        return _line(exc)
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "torchtune":
+            return None  # not installed: the recipe's machine is another one
+        return (
+            f"torchtune cannot be imported here ({type(exc).__name__}: {exc}): torchtune 0.6.1 "
+            f"needs {PINS['torchao']} (pip install '{PINS['torchao']}', or pip install "
+            "'packshard[torchtune]')"
+        )
     return None
-
-
-def _line(exc: BaseException) -> str:
-    return (
-        f"torchtune cannot be imported here ({type(exc).__name__}: {exc}): torchtune 0.6.1 "
-        f"needs {PINS['torchao']} (pip install '{PINS['torchao']}', or pip install "
-        "'packshard[torchtune]')"
-    )

@@ -40,18 +40,13 @@ import torch.nn.functional as F
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import UsageError
 from packshard.records import IGNORE_INDEX
+from packshard.torch.masks import seq_idx_from_cu_seqlens
 from packshard.torch.steps import with_step
 
 Row = dict[str, torch.Tensor]
 ROW_KEYS = ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
 SEGMENT_FILL = {"branch": 0, "kto_label": -1}
 """Per-segment columns of preference packs, and their value on padding or rows without them."""
-
-
-def _pad_1d(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
-    if x.shape[0] == length:
-        return x
-    return torch.cat([x, x.new_full((length - x.shape[0],), value)])
 
 
 def packed_row(feature: Mapping[str, Any]) -> Row:
@@ -186,8 +181,7 @@ def collate_varlen(
         out[name] = columns[name] = torch.cat(parts).to(torch.int64).unsqueeze(0)
     if checked:
         check_positions(columns["position_ids"].numpy()[0], cu_seqlens)
-    labels = columns["labels"].numpy()[0]
-    loss_counts = count_trained(labels, cu_seqlens, skip_first=False)
+    loss_counts = count_trained(columns["labels"].numpy()[0], cu_seqlens, skip_first=False)
     seq_idx = np.repeat(np.arange(len(seqlens), dtype=np.int32), seqlens)
     if static_cu_seqlens_len is not None:
         if len(cu_seqlens) > static_cu_seqlens_len:
@@ -233,7 +227,6 @@ def collate_padded(
     ids = torch.full((batch, max_seq_len), pad_token_id, dtype=torch.int64)
     labels = torch.full((batch, max_seq_len), IGNORE_INDEX, dtype=torch.int64)
     positions = torch.zeros((batch, max_seq_len), dtype=torch.int64)
-    seq_idx = torch.full((batch, max_seq_len), -1, dtype=torch.int32)
     num_tokens = torch.tensor([r["input_ids"].shape[0] for r in rows], dtype=torch.int64)
     width = max(r["cu_seqlens"].shape[0] for r in rows)
     cu_all = torch.zeros((batch, width), dtype=torch.int32)
@@ -247,12 +240,10 @@ def collate_padded(
         positions[b, :n] = r["position_ids"]
         cu = r["cu_seqlens"].to(torch.int64)
         check_positions(r["position_ids"].numpy(), cu.numpy())
-        lens = cu.diff()
-        seq_idx[b, :n] = torch.repeat_interleave(
-            torch.arange(lens.shape[0], dtype=torch.int32), lens
-        )
-        cu_all[b] = _pad_1d(cu, width, n).to(torch.int32)
-        loss_counts[b, : lens.shape[0]] = count_loss_tokens(r["labels"], cu)
+        cu_all[b] = n
+        cu_all[b, : cu.shape[0]] = cu
+        loss_counts[b, : cu.shape[0] - 1] = count_loss_tokens(r["labels"], cu)
+    seq_idx = seq_idx_from_cu_seqlens(cu_all, max_seq_len)  # -1 past a row's last boundary
     segment_keys: dict[str, torch.Tensor] = {}
     for name, fill in SEGMENT_FILL.items():
         per_row = segment_column(rows, name)

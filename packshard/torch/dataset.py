@@ -53,8 +53,7 @@ from packshard.format.shards import rows_problem
 from packshard.format.version import metadata_problem
 from packshard.torch.steps import STEP_KEY, check_steps, map_step_items
 
-TOKEN_COLUMNS = ("input_ids", "labels", "position_ids")
-LIST_COLUMNS = (*TOKEN_COLUMNS, "cu_seqlens", "example_ids")
+LIST_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
 PAIR_COLUMNS = ("branch", "kto_label")
 """Per-segment int8 columns of preference packs (``branch`` 0/1 chosen/2 rejected, ``kto_label``
 -1/0/1), read and passed on only where a shard has them."""
@@ -82,10 +81,8 @@ def _column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     return arr.offsets.to_numpy(), arr.values.to_numpy()
 
 
-def _read_table(
-    folder: Path, rel: str, columns: list[str], cache_dir: Path | None, kind: str, sha256: str
-) -> pa.Table:
-    """Decode a shard's columns, or map its uncompressed Arrow IPC copy from ``cache_dir``.
+def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
+    """Decode shard ``k``'s columns, or map its uncompressed Arrow IPC copy from ``cache_dir``.
 
     The copy is named by the SHA-256 of the shard's bytes as read here (and found equal to
     the manifest's), never by a manifest string, and those same bytes are what is decoded:
@@ -95,9 +92,9 @@ def _read_table(
     through that descriptor: a shard swapped for a link after the dataset was opened is
     refused, not served.
     """
-    path = folder / rel
+    path, cache_dir = data.out / data.shard_names[k], data.cache_dir
     try:
-        fd = open_inside(folder, rel)
+        fd = open_inside(data.out, data.shard_names[k])
     except FormatError as exc:
         raise FormatError(str(path), f"{exc.problem} (run packshard verify)") from None
     with os.fdopen(fd, "rb") as fh:
@@ -106,14 +103,15 @@ def _read_table(
             mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) if size else b""
             source = pa.BufferReader(pa.py_buffer(mapped))
             return pq.read_table(source, columns=columns).combine_chunks()
-        data = fh.read()
-    digest = sha256_bytes(data)
-    if digest != sha256:
+        raw = fh.read()
+    digest = sha256_bytes(raw)
+    if digest != data.shard_sha256[k]:
         raise FormatError(str(path), "SHA-256 differs from the manifest (run packshard verify)")
+    kind = "derived" if data.derive_positions else "stored"
     cache = cache_dir / f"{digest}-{kind}-positions.arrow"
     if cache.is_file():
         return pa.ipc.open_file(pa.memory_map(str(cache))).read_all()
-    table = pq.read_table(pa.BufferReader(data), columns=columns).combine_chunks()
+    table = pq.read_table(pa.BufferReader(raw), columns=columns).combine_chunks()
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
@@ -127,38 +125,27 @@ class _Shard:
 
     __slots__ = ("columns", "derive_positions")
 
-    def __init__(
-        self,
-        folder: Path,
-        rel: str,
-        expected_rows: int,
-        derive_positions: bool,
-        cache: Path | None,
-        dataset_id: str,
-        sha256: str,
-        extra: tuple[str, ...] = (),
-    ) -> None:
-        names = [c for c in LIST_COLUMNS if not (derive_positions and c == "position_ids")]
+    def __init__(self, data: PackedDataset, k: int) -> None:
+        self.derive_positions, extra = data.derive_positions, data.shard_extra[k]
+        names = [c for c in LIST_COLUMNS if not (self.derive_positions and c == "position_ids")]
         names += extra
-        kind = "derived" if derive_positions else "stored"
-        path = folder / rel
+        path = data.out / data.shard_names[k]
         try:
-            table = _read_table(folder, rel, names, cache, kind, sha256)
+            table = _read_table(data, k, names)
         except (OSError, pa.ArrowException) as exc:
             raise FormatError(
                 str(path), f"unreadable shard: {exc} (run packshard verify)"
             ) from None
-        problem = metadata_problem(table.schema.metadata, dataset_id) or rows_problem(table)
+        problem = metadata_problem(table.schema.metadata, data.dataset_id) or rows_problem(table)
         if problem is None:
             problem = segment_columns_problem(table, extra)
         if problem is not None:
             raise FormatError(str(path), f"{problem} (run packshard verify)")
-        if table.num_rows != expected_rows:
+        if table.num_rows != data.shard_rows[k]:
             raise ManifestError(
-                f"{path}: {table.num_rows} rows, but the manifest says {expected_rows} "
+                f"{path}: {table.num_rows} rows, but the manifest says {data.shard_rows[k]} "
                 "(the folder is incomplete or was modified: run packshard verify)"
             )
-        self.derive_positions = derive_positions
         self.columns = [(name, *_column(table, name)) for name in names]
 
     def row(self, i: int) -> Row:
@@ -303,21 +290,9 @@ class PackedDataset(Dataset[Row]):
         return state
 
     def _shard(self, k: int) -> _Shard:
-        shard = self._shards.get(k)
-        if shard is None:
-            rows, sha = int(self.shard_rows[k]), self.shard_sha256[k]
-            shard = _Shard(
-                self.out,
-                self.shard_names[k],
-                rows,
-                self.derive_positions,
-                self.cache_dir,
-                self.dataset_id,
-                sha,
-                self.shard_extra[k],
-            )
-            self._shards[k] = shard
-        return shard
+        if k not in self._shards:
+            self._shards[k] = _Shard(self, k)
+        return self._shards[k]
 
     def locate(self, index: int) -> tuple[int, int]:
         """Return ``(shard, row within shard)`` of global row ``index``."""

@@ -22,13 +22,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from packshard.errors import UsageError
 from packshard.format.examples import read_examples
 from packshard.format.folder.paths import inside_folder
-from packshard.records import IGNORE_INDEX
-from packshard.torch.collate import collate_varlen
+from packshard.torch.collate import collate_varlen, token_losses
 from packshard.torch.dataset import PackedDataset
 from packshard.torch.seams import check_model
 
@@ -53,11 +51,8 @@ def _segment_losses(model: Any, batch: dict[str, Any]) -> tuple[np.ndarray, np.n
     device = next(model.parameters()).device
     ids = batch["input_ids"].to(device)
     logits = model(input_ids=ids, position_ids=batch["position_ids"].to(device), use_cache=False)
-    labels = batch["labels"][0].to(device)
-    losses = F.cross_entropy(
-        logits.logits[0, :-1].float(), labels[1:], ignore_index=IGNORE_INDEX, reduction="none"
-    )
-    per_token = F.pad(losses.double(), (1, 0)).cpu().numpy()  # loss of label t, 0 at t = 0
+    losses = token_losses(logits.logits[0], batch["labels"][0].to(device))
+    per_token = losses.double().cpu().numpy()  # loss of label t, 0 at t = 0
     cu = batch["cu_seqlens"].numpy().astype(np.int64)
     sums = np.add.reduceat(per_token, cu[:-1]) if len(cu) > 1 else np.zeros(0)
     counts = batch["num_loss_tokens_per_segment"].numpy().astype(np.int64)
@@ -101,17 +96,14 @@ def evaluate(
                 found[k] = (prior[0] + float(s), prior[1] + int(c))
     finally:
         model.train(training)
-    records = []
-    for k in sorted(found):
-        loss_sum, tokens = found[k]
-        records.append(
-            {
-                "example_id": k,
-                "source": where.get(k, ("", 0))[0],
-                "line": where.get(k, ("", 0))[1],
-                "loss_sum": loss_sum,
-                "num_tokens": tokens,
-                "loss_mean": loss_sum / tokens if tokens else float("nan"),
-            }
-        )
-    return records
+    return [
+        {
+            "example_id": k,
+            "source": where.get(k, ("", 0))[0],
+            "line": where.get(k, ("", 0))[1],
+            "loss_sum": loss_sum,
+            "num_tokens": tokens,
+            "loss_mean": loss_sum / tokens if tokens else float("nan"),
+        }
+        for k, (loss_sum, tokens) in sorted(found.items())
+    ]

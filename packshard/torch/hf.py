@@ -47,11 +47,7 @@ def collate_hf(rows: list[Mapping[str, Any]], flash: bool = False) -> dict[str, 
     built (``Trainer`` switches it off; in your own loop pass ``use_cache=False``).
     """
     batch = collate_varlen(rows)
-    out: dict[str, torch.Tensor | int] = {
-        "input_ids": batch["input_ids"],
-        "labels": batch["labels"],
-        "position_ids": batch["position_ids"],
-    }
+    out = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
     if flash:
         out.update(flash_attn_kwargs(batch))
     if STEP_KEY in batch:  # the trained tokens of the whole optimizer step (grad_accum=)
@@ -105,9 +101,8 @@ def seams_problem(expected: list[int], seen: list[int]) -> str | None:
 
 def _probe(trainer: Any, rows: int) -> list[dict[str, Any]]:
     dataset = trainer.train_dataset
-    inner = getattr(dataset, "data", None)  # PackedIterableDataset: read without consuming
-    if inner is not None and hasattr(dataset, "rank_rows"):
-        return [inner[i] for i in range(min(rows, len(inner)))]
+    if getattr(dataset, "data", None) is not None and hasattr(dataset, "rank_rows"):
+        dataset = dataset.data  # PackedIterableDataset: read without consuming
     if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
         return [dataset[i] for i in range(min(rows, len(dataset)))]
     return list(islice(iter(dataset), rows))
@@ -152,8 +147,7 @@ def check_trainer(trainer: Any, rows: int = 4) -> None:
             "TRL's packing=True packs the packed rows again: each becomes one sequence and "
             f"examples attend to each other (use {TRL_RECIPE})"
         )
-    use_cache = bool(getattr(trainer.model.config, "use_cache", False)) and not is_trl
-    if use_cache:
+    if getattr(trainer.model.config, "use_cache", False) and not is_trl:
         raise UsageError(
             "the model's config has use_cache=True: with a KV cache transformers does not "
             "separate packed segments (set model.config.use_cache = False, or "

@@ -105,9 +105,7 @@ def find_wrapper() -> Placement | None:
     return None
 
 
-def resolve_placement(
-    explicit: tuple[int, int] | None, carried: Placement | None = None
-) -> Placement:
+def resolve_placement(explicit: tuple[int, int] | None, carried: Placement | None) -> Placement:
     """Return where this process reads now: a wrapper, explicit values, the process group.
 
     ``carried`` is what the main process found (for spawned DataLoader workers).
@@ -194,8 +192,6 @@ class PassCounter:
     """
 
     def __init__(self) -> None:
-        self.owner: int | None = None
-        self.shared = torch.zeros(0, dtype=torch.int64)
         self._own(0, 0)
 
     def _own(self, epoch: int, consumed: int) -> None:
@@ -244,12 +240,6 @@ FIX = (
 )
 
 
-def launcher_world_size() -> int:
-    """``WORLD_SIZE`` a launcher set (1 when unset or not a number)."""
-    value = os.environ.get("WORLD_SIZE", "")
-    return int(value) if value.isdigit() else 1
-
-
 def accelerate_processes() -> int | None:
     """Return the processes an initialised accelerate state counts (None: no state)."""
     state = sys.modules.get("accelerate.state")
@@ -266,7 +256,8 @@ def check_launch(wrapper_processes: int | None = None) -> None:
 
     ``wrapper_processes``: the processes the accelerate wrapper on the stack splits for.
     """
-    world = launcher_world_size()
+    value = os.environ.get("WORLD_SIZE", "")  # what a launcher set
+    world = int(value) if value.isdigit() else 1
     if world <= 1:
         return
     processes = wrapper_processes if wrapper_processes is not None else accelerate_processes()

@@ -65,8 +65,7 @@ def row_segments(batch: Mapping[str, Any]) -> list[tuple[int, int]]:
         length = min(length, max(bounds))  # a padded row: its padding belongs to no segment
     elif batch.get("position_ids") is not None:
         positions = torch.as_tensor(batch["position_ids"]).reshape(-1, length)[0]
-        starts = (positions == 0).nonzero().flatten().tolist()
-        bounds = [*(starts if starts and starts[0] == 0 else [0, *starts]), length]
+        bounds = (positions == 0).nonzero().flatten().tolist()  # 0 and length are added below
     else:
         raise UsageError(
             "check_model needs the batch's segments: pass a batch with cu_seqlens or "
@@ -83,7 +82,8 @@ def _first_row(value: Any, rows: int) -> Any:
 
 
 def _cause(model: Any, inputs: Mapping[str, Any]) -> str:
-    mask = inputs.get("attention_mask")
+    mask, config = inputs.get("attention_mask"), getattr(model, "config", None)
+    impl = getattr(config, "_attn_implementation", None)
     if isinstance(mask, torch.Tensor) and mask.dim() == 2:
         return (
             "mask: a 2-D attention_mask switches off transformers' packed-sequence detection, "
@@ -91,7 +91,6 @@ def _cause(model: Any, inputs: Mapping[str, Any]) -> str:
             "collate_hf does, or pass a 4-D block-causal mask)"
         )
     if isinstance(mask, torch.Tensor) and mask.dim() == 4:
-        impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
         return (
             f"mask: attn_implementation {impl!r} does not apply this 4-D {mask.dtype} mask as "
             "block-causal (eager adds a mask to the scores: pass 0 where attention is allowed "
@@ -102,10 +101,8 @@ def _cause(model: Any, inputs: Mapping[str, Any]) -> str:
             "positions: the batch has no position_ids, so the model numbers each row as one "
             "sequence (pass the batch's position_ids)"
         )
-    config = getattr(model, "config", None)
     if inputs.get("use_cache", getattr(config, "use_cache", False)):
         return "positions: a KV cache is built, which turns off segment detection (use_cache=False)"
-    impl = getattr(config, "_attn_implementation", None)
     return (
         f"attention implementation: {type(model).__name__} (attn_implementation {impl!r}) "
         "does not separate segments where position_ids restart, although the batch carries "

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import torch
 
 from packshard.errors import UsageError
-from packshard.torch.placement import Placement, epoch_rows
+from packshard.torch.placement import Placement
 
 STEP_KEY = "num_items_in_step"
 
@@ -71,15 +71,7 @@ def step_totals(loss_tokens: np.ndarray, rows: np.ndarray, unit: int) -> np.ndar
 
 def stream_step_items(dataset: Any, epoch: int, where: Placement) -> np.ndarray:
     """Return ``num_items_in_step`` for each row of this rank's list in ``epoch`` (int64)."""
-    rows = epoch_rows(
-        len(dataset.data),
-        seed=dataset.seed,
-        epoch=epoch,
-        shuffle=dataset.shuffle,
-        world_size=where.world_size,
-        drop_remainder=dataset.drop_remainder,
-        block=where.block,
-    )
+    rows = dataset.epoch_table(epoch, where)
     if dataset.grad_accum is None:
         return np.zeros(rows.shape[1], dtype=np.int64)
     unit = (where.block if where.block > 1 else dataset.batch_size) * dataset.grad_accum
@@ -94,19 +86,19 @@ def map_step_items(data: Any, index: int) -> torch.Tensor:
     if world is None:
         dist = torch.distributed
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    key = (world, data.batch_size, data.grad_accum)
+    unit = world * data.batch_size * data.grad_accum
     cache = data.__dict__.setdefault("_step_totals", {})
-    if key not in cache:
+    if (world, unit) not in cache:
         tokens = row_loss_tokens(data)
         kept = len(tokens) // world * world  # DistributedSampler(drop_last=True) keeps these
-        cache[key] = step_totals(tokens, np.arange(kept)[None], world * key[1] * key[2])
-    totals = cache[key]
-    step = min(index // (world * data.batch_size * data.grad_accum), len(totals) - 1)
+        cache[world, unit] = step_totals(tokens, np.arange(kept)[None], unit)
+    totals = cache[world, unit]
+    step = min(index // unit, len(totals) - 1)
     return torch.tensor(int(totals[step]) if len(totals) else 0, dtype=torch.int64)
 
 
-def batch_step_items(rows: list[Mapping[str, Any]]) -> int | None:
-    """Return the rows' common ``num_items_in_step`` (None when they carry none).
+def with_step(batch: dict[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Add the rows' common ``num_items_in_step`` (an int) to ``batch``, when they carry one.
 
     Raises:
         UsageError: the rows belong to different steps (the loader's batch size is not the
@@ -119,12 +111,7 @@ def batch_step_items(rows: list[Mapping[str, Any]]) -> int | None:
             f"a batch holds rows of different optimizer steps ({STEP_KEY} {sorted(values, key=str)}"
             "): give the dataset the DataLoader's batch_size (ResumableLoader does)"
         )
-    return values.pop() if values else None
-
-
-def with_step(batch: dict[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Add the rows' common ``num_items_in_step`` (an int) to ``batch``, when they carry one."""
-    step = batch_step_items(rows)
+    step = values.pop() if values else None
     if step is not None:
         batch[STEP_KEY] = step
     return batch

@@ -148,17 +148,20 @@ class PackedIterableDataset(IterableDataset[Row]):
     def rank_rows(self, epoch: int | None = None, placement: Placement | None = None) -> np.ndarray:
         """Return this rank's row indices for ``epoch`` (default: the current one), in order."""
         where = placement or self.placement or self.current_placement()
+        return self.epoch_table(self.epoch if epoch is None else epoch, where)[where.rank]
+
+    def epoch_table(self, epoch: int, where: Placement) -> np.ndarray:
+        """Return every rank's rows of ``epoch`` as ``where`` splits it (:func:`epoch_rows`)."""
         self._check_rows(where)
-        rows = epoch_rows(
+        return epoch_rows(
             len(self.data),
             seed=self.seed,
-            epoch=self.epoch if epoch is None else epoch,
+            epoch=epoch,
             shuffle=self.shuffle,
             world_size=where.world_size,
             drop_remainder=self.drop_remainder,
             block=where.block,
         )
-        return rows[where.rank]
 
     def begin_pass(self) -> None:
         """Start a pass in this process: read the split, move on if the epoch was consumed."""
@@ -268,7 +271,6 @@ class ResumableLoader:
     ) -> None:
         dataset.batch_size = batch_size
         self.dataset = dataset
-        self.num_workers = num_workers
         self.loader = DataLoader(
             dataset,
             batch_size=batch_size,
@@ -283,7 +285,7 @@ class ResumableLoader:
     def __iter__(self) -> Iterator[Any]:
         self.dataset.begin_pass()
         for count, batch in self.loader:
-            if self.num_workers > 0:  # with workers=0 the dataset counted the rows itself
+            if self.loader.num_workers > 0:  # with workers=0 the dataset counted the rows itself
                 self.dataset.consumed += count
             yield batch
 

@@ -101,10 +101,8 @@ def _pairs(branch: torch.Tensor, segments: int) -> tuple[torch.Tensor, torch.Ten
     flat = branch.reshape(-1).to(torch.int64)
     chosen = (flat == CHOSEN).nonzero().flatten()
     rejected = chosen + 1
-    inside = rejected < flat.numel()
-    same_row = (chosen // segments) == (rejected // segments)
-    ok = bool(inside.all()) and bool(same_row.all())
-    ok = ok and bool((flat[rejected.clamp(max=flat.numel() - 1)] == REJECTED).all())
+    partner = F.pad(flat, (0, 1))[rejected]  # 0 past the last segment
+    ok = bool(((partner == REJECTED) & (chosen // segments == rejected // segments)).all())
     if not ok or int((flat == REJECTED).sum()) != chosen.numel():
         raise UsageError(
             "the batch's branch column does not pair every chosen segment with the rejected "
@@ -130,13 +128,12 @@ def pair_logps(logits: torch.Tensor, batch: Mapping[str, Any]) -> PairLogps:
     cu = torch.as_tensor(batch["cu_seqlens"])
     sums, counts = segment_logps(logits, torch.as_tensor(batch["labels"]), cu)
     branch = torch.as_tensor(batch["branch"]).to(sums.device)
-    segments = cu.shape[-1] - 1
     if branch.numel() != sums.numel():
         raise UsageError(
             f"the batch has {branch.numel()} branch entries for {sums.numel()} segments "
             "(collate the rows with collate_varlen or collate_padded)"
         )
-    chosen, rejected = _pairs(branch, segments)
+    chosen, rejected = _pairs(branch, cu.shape[-1] - 1)
     given = batch.get("example_ids")
     if isinstance(given, torch.Tensor) and given.numel() == sums.numel():
         ids = given.reshape(-1).to(torch.int64).to(sums.device)
@@ -183,11 +180,8 @@ def dpo_loss(
                 "(pass reference=, or use loss_type='simpo')"
             )
         if isinstance(reference, PairLogps):
-            ref_c, ref_r = reference.chosen, reference.rejected
-        else:
-            ref_c, ref_r = reference
-        ref_c = ref_c.to(chosen.device, chosen.dtype).detach()
-        ref_r = ref_r.to(chosen.device, chosen.dtype).detach()
+            reference = (reference.chosen, reference.rejected)
+        ref_c, ref_r = (r.to(chosen.device, chosen.dtype).detach() for r in reference)
         if ref_c.shape != chosen.shape or ref_r.shape != rejected.shape:
             raise UsageError(
                 f"{chosen.shape[0]} pairs but {ref_c.shape[0]} reference log-probabilities "

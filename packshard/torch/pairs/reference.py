@@ -37,20 +37,12 @@ from packshard.format.folder.paths import inside_folder
 from packshard.format.manifest import load_manifest, write_manifest
 from packshard.format.version import META_DATASET_ID, META_FORMAT_VERSION, metadata_problem
 from packshard.torch.dataset import PackedDataset
-from packshard.torch.masks import seq_idx_block_causal_mask
+from packshard.torch.masks import block_causal_mask
 from packshard.torch.pairs.logps import PairLogps, segment_logps
 
 REFERENCE_NAME = "reference_logps.parquet"
 REFERENCE_KEY = "reference_logps"
 SCHEMA = pa.schema([("example_id", pa.int64()), ("logp", pa.float64()), ("num_tokens", pa.int32())])
-
-
-def load_reference_model(folder: str | os.PathLike[str]) -> Any:
-    """Load a causal LM from a local folder in float32, offline, without remote code."""
-    path = Path(folder)
-    if not (path / "config.json").is_file():
-        raise UsageError(f"{folder}: not a model folder (no config.json); give a local folder")
-    return local_causal_lm(path)
 
 
 def local_causal_lm(path: Path) -> Any:
@@ -71,12 +63,11 @@ def row_reference(model: Any, row: dict[str, torch.Tensor]) -> tuple[np.ndarray,
     """Return one row's per-segment summed log-probabilities and trained-token counts."""
     device = next(model.parameters()).device
     cu = row["cu_seqlens"].to(torch.int64)
-    seq_idx = torch.repeat_interleave(torch.arange(cu.numel() - 1), cu.diff())
     with torch.no_grad():
         logits = model(
             input_ids=row["input_ids"][None].to(device),
             position_ids=row["position_ids"][None].to(device),
-            attention_mask=seq_idx_block_causal_mask(seq_idx[None]).to(device),
+            attention_mask=block_causal_mask(cu)[None, None].to(device),
             use_cache=False,
         ).logits
         sums, counts = segment_logps(logits.float(), row["labels"][None].to(device), cu)
@@ -120,7 +111,9 @@ def write_reference_logps(out: str | os.PathLike[str], model: Any | str | os.Pat
     pairs need their reference too).  Returns the sidecar's path.
     """
     if isinstance(model, str | os.PathLike):
-        model = load_reference_model(model)
+        if not (Path(model) / "config.json").is_file():
+            raise UsageError(f"{model}: not a model folder (no config.json); give a local folder")
+        model = local_causal_lm(Path(model))
     with amend_out(out, REFERENCE_NAME, "reference") as folder:
         data = PackedDataset(folder, split=None)
         table = reference_table(model, data)

@@ -23,6 +23,7 @@ that lets one segment see another, or a loop that feeds it so, moves the loss by
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -103,10 +104,7 @@ def _one_by_one(model: Any, batch: Mapping[str, Any], pairs: PairLogps) -> PairL
             if spans
             else torch.zeros(0, dtype=torch.float64)
         )
-    return PairLogps(sums[0], sums[1], *(getattr(pairs, k) for k in _COUNTS))
-
-
-_COUNTS = ("chosen_tokens", "rejected_tokens", "chosen_example_ids", "rejected_example_ids")
+    return dataclasses.replace(pairs, chosen=sums[0], rejected=sums[1])
 
 
 def check_pair_loss(
@@ -134,10 +132,8 @@ def check_pair_loss(
             if len(packed) == 0:
                 raise UsageError("check_pair_loss got a batch without a pair: give it another")
             alone = _one_by_one(model, batch, packed)
-            if isinstance(reference, ReferenceLogps) or reference is None:
-                ref_packed = ref_alone = reference_sums(reference, batch, packed)
-            else:
-                ref_packed = reference_sums(reference, batch, packed)
+            ref_packed = ref_alone = reference_sums(reference, batch, packed)
+            if reference is not None and not isinstance(reference, ReferenceLogps):  # a model
                 ref_one = _one_by_one(reference, batch, packed)
                 ref_alone = (ref_one.chosen, ref_one.rejected)
             if ref_packed is None and loss_type != "simpo":  # the policy's side alone
