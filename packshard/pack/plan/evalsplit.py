@@ -133,7 +133,7 @@ def _plan(
     chosen = np.arange(len(lengths), dtype=small) if keep is None else np.flatnonzero(keep)
     if mixed is not None:
         chosen = mixed
-    group = config.plan_group()
+    group = config.plan.group()
     big, strategy = config.plan.max_seq_len, config.plan.strategy
     if not config.plan.group_by_domain and group is None:
         raw = plan_pair_units(
@@ -175,7 +175,7 @@ def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:
     if config.plan.strategy == "sequential":  # rows keep the input order too
         return np.arange(plan.num_rows)
     rng = np.random.default_rng(config.plan.seed)
-    group = config.plan_group()
+    group = config.plan.group()
     if group is None or plan.num_rows == 0:
         return rng.permutation(plan.num_rows)
     first = plan.seg_example[plan.row_offsets[:-1]] // group  # a row's group: its first example's

@@ -246,7 +246,7 @@ def map_inputs(
     context = UnitContext(
         tokenizer=config.tokenizer,
         template=config.template,
-        options=config.ingest_options(),
+        options=config.ingest,
         max_seq_len=config.plan.max_seq_len,
         overlong=config.plan.overlong,
         split_at_rows=config.plan.strategy == "wrapped",
