@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -123,12 +123,9 @@ def worker_env(config: PackConfig) -> dict[str, str]:
     return {"RAYON_NUM_THREADS": str(threads)}
 
 
-@contextmanager
-def engine_for(config: PackConfig) -> Iterator[Engine]:
-    """Yield the engine of ``config`` (the serial one for one local worker)."""
-    options = config.engine
-    with open_engine(options, worker_env(config), warm_up(config)) as engine:
-        yield engine
+def engine_for(config: PackConfig) -> AbstractContextManager[Engine]:
+    """Open the engine of ``config`` (the serial one for one local worker)."""
+    return open_engine(config.engine, worker_env(config), warm_up(config))
 
 
 def setup_files(config: PackConfig) -> dict[str, str | None]:
