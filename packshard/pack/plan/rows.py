@@ -168,21 +168,15 @@ class RowPlan:
             offsets.append(p.row_offsets[1:] + base)
             base += p.num_segments
 
-        def joined(name: str) -> np.ndarray:
-            return np.concatenate([getattr(p, name) for p in plans])
-
-        plan = RowPlan(
+        joined: dict[str, Any] = {
+            name: np.concatenate([getattr(p, name) for p in plans])
+            for name in (*_SEGMENT_FIELDS, "examples_dropped")
+        }
+        plan = replace(
+            plans[0],
             row_offsets=np.concatenate(offsets),
-            seg_example=joined("seg_example"),
-            seg_start=joined("seg_start"),
-            seg_length=joined("seg_length"),
-            seg_part=joined("seg_part"),
-            seg_targets=joined("seg_targets"),
-            example_id=joined("example_id"),
-            max_seq_len=plans[0].max_seq_len,
-            strategy=plans[0].strategy,
-            examples_dropped=joined("examples_dropped"),
             parts_dropped=sum(p.parts_dropped for p in plans),
+            **joined,
         )
         return number_examples(plan)
 
@@ -210,11 +204,7 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
         hi = max(hi - 1, lo + 1)
         seg = lengths[lo:hi]
         base = csum_len[lo : hi + 1] - csum_len[lo]
-        if spill.part_files is not None:  # the work units' parts: positioned reads
-            labels = spill.read_ranges(starts[lo:hi], seg)[1]
-        else:
-            labels = spill.labels[np.repeat(starts[lo:hi] - base[:-1], seg) + np.arange(base[-1])]
-        out[lo:hi] = count_trained(labels, base)
+        out[lo:hi] = count_trained(spill.read_ranges(starts[lo:hi], seg)[1], base)
         lo = hi
     return out
 
@@ -227,15 +217,15 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
     """
     row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
     if raw.strategy != "wrapped":  # each array int32 as it is made: the peak of planning
-        seg_ex = narrow(index[np.asarray(raw.seg_example, dtype=np.int64)])
+        seg_ex = narrow(index[raw.seg_example])
         plan = replace(
             raw,
             row_offsets=row_offsets,
             seg_example=seg_ex,
-            seg_start=narrow(np.asarray(raw.seg_start, dtype=np.int64)),
-            seg_length=narrow(np.asarray(raw.seg_length, dtype=np.int64)),
+            seg_start=narrow(raw.seg_start),
+            seg_length=narrow(raw.seg_length),
             seg_part=spill.parts[seg_ex].astype(np.int32),
-            seg_targets=narrow(spill.loss_tokens[seg_ex].astype(np.int64)),
+            seg_targets=narrow(spill.loss_tokens[seg_ex]),
         )
         return number_examples(plan).narrowed()
     seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]
