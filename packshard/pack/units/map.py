@@ -86,8 +86,8 @@ class UnitResult:
     """What a map task returns: the unit's per-example integers, rejects and counts.
 
     ``arrays`` holds ``lengths`` and the spill's per-example arrays (lines relative to the
-    split, domain and format codes into ``domains`` and ``formats``), plus ``record_lines``
-    (the line of every record ingest accepted).
+    split, domain and format codes into ``counts.domains`` and ``counts.formats``), plus
+    ``record_lines`` (the line of every record ingest accepted).
     """
 
     split: Split
@@ -101,16 +101,6 @@ class UnitResult:
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
     pairs_read: int = 0  # preference records read (packed or rejected)
     encode: dict[str, Any] | None = None  # what encoded the unit (backends.decided)
-
-    @property
-    def domains(self) -> tuple[str, ...]:
-        """The names the unit's domain codes index."""
-        return self.counts.domains
-
-    @property
-    def formats(self) -> tuple[str, ...]:
-        """The names the unit's format codes index."""
-        return self.counts.formats
 
     @property
     def tokens(self) -> int:
@@ -285,8 +275,7 @@ def save_unit(
     tmp = folder / f".{MARKER}.tmp"
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, folder / MARKER)
-    loaded_doc: dict[str, Any] = json.loads(text)
-    return loaded_doc
+    return json.loads(text)
 
 
 def load_unit(folder: Path, split: Split) -> UnitResult:
