@@ -258,8 +258,8 @@ class SpillWriter:
         self, source: np.ndarray, domain: np.ndarray, lengths: np.ndarray, first: np.ndarray
     ) -> None:
         """Count accepted records per input and per domain, and tokens per domain."""
-        ndom = len(self._domains.names)
-        self._per_source = add_counts(self._per_source, np.bincount(source[first], minlength=0))
+        ndom, nsrc = len(self._domains.names), len(self._sources.names)  # every count that long
+        self._per_source = add_counts(self._per_source, np.bincount(source[first], minlength=nsrc))
         per_domain = np.bincount(domain[first], minlength=ndom)
         self._per_domain = add_counts(self._per_domain, per_domain)
         tokens = np.bincount(domain, weights=lengths, minlength=ndom).astype(np.int64)
@@ -287,18 +287,13 @@ class SpillWriter:
             k: (np.concatenate(v) if v else np.zeros(0, PER_EXAMPLE[k]))
             for k, v in self._meta.items()
         }
-        nsrc, ndom = len(self._sources.names), len(self._domains.names)
-
-        def per(counts: np.ndarray, n: int) -> tuple[int, ...]:
-            return tuple(add_counts(counts, np.zeros(n, np.int64)).tolist())
-
         counts = SpillCounts(
             sources=tuple(self._sources.names),
             domains=tuple(self._domains.names),
             formats=tuple(self._formats.names),
-            records_per_source=per(self._per_source, nsrc),
-            records_per_domain=per(self._per_domain, ndom),
-            tokens_in_per_domain=per(self._tokens_in, ndom),
+            records_per_source=tuple(self._per_source.tolist()),
+            records_per_domain=tuple(self._per_domain.tolist()),
+            tokens_in_per_domain=tuple(self._tokens_in.tolist()),
             **self._policy,
         )
         empty = np.zeros(0, np.int32)
