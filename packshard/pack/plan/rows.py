@@ -258,20 +258,14 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
 def ordering_stats(plan: RowPlan) -> dict[str, float]:
     """Length-order bias of a plan before shuffling: segments per row, first/last decile."""
     rows = plan.num_rows
-    if rows == 0:
-        return {
-            "segments_per_row_mean": 0.0,
-            "first_decile_mean_example_len": 0.0,
-            "last_decile_mean_example_len": 0.0,
-        }
-    decile = max(1, -(-rows // 10))
+    decile = -(-rows // 10)  # at least one row, where there are rows
 
     def mean_len(lo_row: int, hi_row: int) -> float:
         lo, hi = int(plan.row_offsets[lo_row]), int(plan.row_offsets[hi_row])
         return round(float(plan.seg_length[lo:hi].mean()), 3) if hi > lo else 0.0
 
     return {
-        "segments_per_row_mean": round(plan.num_segments / rows, 4),
+        "segments_per_row_mean": round(plan.num_segments / rows, 4) if rows else 0.0,
         "first_decile_mean_example_len": mean_len(0, decile),
         "last_decile_mean_example_len": mean_len(rows - decile, rows),
     }
