@@ -86,10 +86,8 @@ def eval_examples(spill: Spill, config: PackConfig, train_files: int) -> np.ndar
     source = spill.source_index.astype(np.int64)
     is_eval = source >= train_files
     if config.eval_fraction:
-        drawn = drawn_eval(
-            list(spill.counts.sources), source, spill.lines, config.plan.seed, config.eval_fraction
-        )
-        is_eval |= drawn
+        sources, seed = list(spill.counts.sources), config.plan.seed
+        is_eval |= drawn_eval(sources, source, spill.lines, seed, config.eval_fraction)
     return is_eval
 
 
