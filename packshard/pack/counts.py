@@ -161,8 +161,7 @@ def loss_policies(spill: Spill, plan: RowPlan, loss: str) -> tuple[dict[str, str
     resolved = {fmt: resolve_loss(loss, fmt) for fmt in sorted(formats)}
     examples: dict[str, int] = {}
     for fmt, n in zip(formats, per_format.tolist(), strict=True):
-        policy = resolved[fmt]
-        examples[policy] = examples.get(policy, 0) + n
+        examples[resolved[fmt]] = examples.get(resolved[fmt], 0) + n
     return resolved, dict(sorted(examples.items()))
 
 
@@ -186,8 +185,7 @@ def pack_stats(
     split_domain = spill.domain_codes[np.searchsorted(record_ids, split_rec)]
 
     def per_domain(values: np.ndarray, weights: np.ndarray | None = None) -> list[int]:
-        out = np.bincount(values, weights=weights, minlength=len(names)).astype(np.int64)
-        return out.tolist()
+        return np.bincount(values, weights=weights, minlength=len(names)).astype(np.int64).tolist()
 
     packed = {
         "records_packed": per_domain(spill.domain_codes[packed_first]),
@@ -207,8 +205,8 @@ def pack_stats(
             "records": accepted[code] + rejects.get(REJECTED, 0),
             "rejected": rejects.get(REJECTED, 0),
             "dropped": rejects.get(DROPPED, 0),
+            **{key: values[code] for key, values in packed.items()},
         }
-        entry.update({key: values[code] for key, values in packed.items()})
         entry["token_share_in"] = _share(tokens_in[code], sum(tokens_in))
         entry["token_share_out"] = _share(entry["tokens"], tokens_out)
         domains[name] = entry
