@@ -176,7 +176,6 @@ def _cut(
 
 
 def _select(chunk: Policed, keep: np.ndarray, rejects: tuple[Reject, ...]) -> Policed:
-    """Keep the examples where ``keep`` is true."""
     lo, hi = int(chunk.offsets[0]), int(chunk.offsets[-1])
     mask = np.repeat(keep, np.diff(chunk.offsets))
     return Policed(
