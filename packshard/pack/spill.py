@@ -202,15 +202,11 @@ class SpillWriter:
         """Spill one chunk; return the rejects the overlong policy produced."""
         source, domain, fmt, first = self._codes(batch)
         self._count(source, domain, np.diff(batch.offsets), first)  # pairs dropped below too
-        pair_rejects: tuple[Reject, ...] = ()
-        cut = np.zeros(len(batch), dtype=bool)
-        if batch.pairs is not None:  # a pair is one unit: policed before its branches
-            batch, cut, pair_rejects, pair_tokens = police_pairs(
-                batch, self.max_seq_len, self.overlong
-            )
-            self._policy["tokens_truncated"] += pair_tokens
-            if pair_rejects:
-                source, domain, fmt, first = self._codes(batch)
+        # a pair is one unit: policed before its branches (no pairs: nothing happens)
+        batch, cut, pair_rejects, pair_tokens = police_pairs(batch, self.max_seq_len, self.overlong)
+        self._policy["tokens_truncated"] += pair_tokens
+        if pair_rejects:
+            source, domain, fmt, first = self._codes(batch)
         n = len(batch)
         record = np.cumsum(first) - 1
         record_ids = self._records + record
@@ -240,7 +236,7 @@ class SpillWriter:
         }
         for key, arr in meta.items():
             self._meta[key].append(arr.astype(PER_EXAMPLE[key], copy=False))
-        return pair_rejects + policed.rejects if pair_rejects else policed.rejects
+        return pair_rejects + policed.rejects
 
     def _codes(self, batch: TokenizedBatch) -> tuple[np.ndarray, ...]:
         """Return each example's source, domain and format code, and whether it starts a record."""
