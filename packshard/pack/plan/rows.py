@@ -237,7 +237,6 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
     seg_part = (np.arange(len(first)) - group_start).astype(np.int32)
     targets = segment_targets(spill, spill.offsets[seg_example] + seg_start, seg_length)
     keep = targets > 0
-    kept_examples = np.unique(seg_example[keep])
     seg_rows = np.repeat(np.arange(len(row_offsets) - 1), np.diff(row_offsets))
     counts = np.bincount(seg_rows[keep], minlength=len(row_offsets) - 1)
     plan = replace(
@@ -248,8 +247,7 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
         seg_length=seg_length[keep],
         seg_part=seg_part[keep],
         seg_targets=targets[keep],
-        example_id=np.zeros(int(keep.sum()), dtype=np.int64),
-        examples_dropped=np.setdiff1d(np.unique(seg_example), kept_examples),
+        examples_dropped=np.setdiff1d(seg_example, seg_example[keep]),
         parts_dropped=int((~keep).sum()),
     )
     return number_examples(plan).narrowed()
