@@ -227,14 +227,6 @@ class LocalEngine:
         running: dict[Future[Any], int] = {}
         failed: dict[int, TaskFailed] = {}  # raised once every other task is done
 
-        def finish(i: int, outcome: tuple[str, Any]) -> None:
-            kind, value = outcome
-            if kind == "error":
-                raise_error(value)
-            results[i] = value
-            if on_result is not None:
-                on_result(i, value)
-
         def submit(queue: deque[int]) -> bool:
             """Start the next task of ``queue``; False when the pool broke meanwhile."""
             i = queue.popleft()
@@ -266,7 +258,7 @@ class LocalEngine:
                 for future in done:
                     i = running.pop(future)
                     try:
-                        outcome = future.result()
+                        kind, value = future.result()
                     except BrokenProcessPool:
                         broken = True
                         if alone:
@@ -283,7 +275,11 @@ class LocalEngine:
                             continue
                         todo.appendleft(i)
                         continue
-                    finish(i, outcome)
+                    if kind == "error":
+                        raise_error(value)
+                    results[i] = value
+                    if on_result is not None:
+                        on_result(i, value)
                 if broken:
                     suspects.extend(running.values())  # in flight when the pool broke
                     running.clear()
