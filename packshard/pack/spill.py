@@ -185,10 +185,8 @@ class SpillWriter:
         self.max_seq_len = max_seq_len
         self.overlong = overlong
         self.split_at_rows = split_at_rows
-        self._tok = open(folder / FILES[0], "wb")
-        self._lab = open(folder / FILES[1], "wb")
+        self._files = [open(folder / name, "wb") for name in FILES]
         self._hashes = {name: hashlib.sha256() for name in FILES}
-        self._total = 0
         self._meta: dict[str, list[np.ndarray]] = {k: [] for k in PER_EXAMPLE}
         self._lengths: list[np.ndarray] = []
         self._sources, self._domains, self._formats = NameCodes(sources), NameCodes(), NameCodes()
@@ -263,12 +261,11 @@ class SpillWriter:
 
     def _write(self, ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray) -> None:
         lo, hi = int(offsets[0]), int(offsets[-1])
-        for fh, name, values in ((self._tok, FILES[0], ids), (self._lab, FILES[1], labels)):
+        for fh, name, values in zip(self._files, FILES, (ids, labels), strict=True):
             data = np.ascontiguousarray(values[lo:hi], dtype=np.int32)
             self._hashes[name].update(data.data)  # hashed as written: never read back to hash
             fh.write(data.data)
         self._lengths.append(np.diff(offsets))
-        self._total += hi - lo
 
     def digests(self) -> dict[str, str]:
         """Return the SHA-256 of each file written so far (``tokens.bin``, ``labels.bin``)."""
@@ -276,9 +273,10 @@ class SpillWriter:
 
     def finish(self) -> Spill:
         """Close the files and return the spill: its per-example arrays, its tokens on disk."""
-        self._tok.close()
-        self._lab.close()
+        for fh in self._files:
+            fh.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        offsets = exclusive_cumsum(lengths)
         meta: dict[str, Any] = {
             k: (np.concatenate(v) if v else np.zeros(0, PER_EXAMPLE[k]))
             for k, v in self._meta.items()
@@ -296,8 +294,8 @@ class SpillWriter:
         return Spill(
             tokens=empty,
             labels=empty,
-            offsets=exclusive_cumsum(lengths),
+            offsets=offsets,
             **meta,
             counts=counts,
-            part_files=PartFiles((str(self.folder),), np.array([0, self._total], np.int64)),
+            part_files=PartFiles((str(self.folder),), offsets[[0, -1]]),
         )
