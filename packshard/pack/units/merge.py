@@ -103,7 +103,6 @@ def merge_units(
     )
     joined: dict[str, Any] = {k: narrow(v) if k in WIDE else v for k, v in meta.items()}
     del meta
-    parts = PartFiles(tuple(parts_of), exclusive_cumsum(tokens))
     empty = np.zeros(0, np.int32)
     spill = Spill(
         tokens=empty,
@@ -111,7 +110,7 @@ def merge_units(
         offsets=exclusive_cumsum(lengths),
         **joined,
         counts=counts,
-        part_files=parts,
+        part_files=PartFiles(tuple(parts_of), exclusive_cumsum(tokens)),
     )
     return spill, rejects
 

@@ -191,8 +191,7 @@ def hash_inputs(
     rest = files[len(digests) :]
     if not rest:
         return digests
-    sizes = [file_bytes(f) for f in rest]
-    runs = _runs(sizes, HASH_TASKS * max(1, engine.workers))
+    runs = _runs([file_bytes(f) for f in rest], HASH_TASKS * max(1, engine.workers))
     paths = [str(f.real) for f in rest]
     keys = [
         rest[a].path if b - a == 1 else f"{rest[a].path} (+{b - a - 1} inputs)" for a, b in runs
