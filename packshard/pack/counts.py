@@ -30,21 +30,13 @@ from packshard.options import resolve_loss
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.plan.shape import pack_shape
 from packshard.pack.spill import Spill
-from packshard.records import Reject, SourceRef
+from packshard.records import Reject
 
 
 def wrapped_drops(spill: Spill, plan: RowPlan) -> tuple[Reject, ...]:
     """Rejects for the records that lost every part to the no-target rule (``wrapped``)."""
-    counts = spill.counts
-    return tuple(
-        Reject(
-            SourceRef(counts.sources[spill.source_index[ex]], int(spill.lines[ex])),
-            counts.domains[spill.domain_codes[ex]],
-            "split_no_targets",
-            "no part kept a target token (dropped)",
-        )
-        for ex in plan.examples_dropped.tolist()
-    )
+    why = "no part kept a target token (dropped)"
+    return spill.rejects(plan.examples_dropped, "split_no_targets", why)
 
 
 def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:

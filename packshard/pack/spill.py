@@ -35,7 +35,7 @@ from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cum
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong, police_pairs
 from packshard.pack.units.parts import FILES, PartFiles, gather_ranges, read_part_ranges
-from packshard.records import Reject
+from packshard.records import Reject, SourceRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +108,19 @@ class Spill:
             n: smallest(getattr(self, n)) for n in names if getattr(self, n) is not None
         }
         return replace(self, **picked)
+
+    def rejects(self, examples: np.ndarray, code: str, reason: str) -> tuple[Reject, ...]:
+        """One ``code`` reject per example of ``examples``, naming its input, line and domain."""
+        counts = self.counts
+        return tuple(
+            Reject(
+                SourceRef(counts.sources[self.source_index[ex]], int(self.lines[ex])),
+                counts.domains[self.domain_codes[ex]],
+                code,
+                reason,
+            )
+            for ex in examples.tolist()
+        )
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return the tokens and labels of flat ranges ``[start, start + length)``, concatenated.
