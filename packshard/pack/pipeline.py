@@ -299,11 +299,10 @@ def _pack_into(
 def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     if template is None:
         return {"source": None, "sha256": None, "label_spans": "none"}
-    label_spans = "none" if loss == "all" else template.label_spans
     entry = {
         "source": template.source,
         "sha256": template.sha256,
-        "label_spans": label_spans,
+        "label_spans": "none" if loss == "all" else template.label_spans,
         "reasoning_field": reasoning_field(template),
     }
     if Path(template.source).is_file():  # a file (not builtin:NAME or the tokenizer config)

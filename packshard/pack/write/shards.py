@@ -185,4 +185,4 @@ def write_shards_on(
                 codes=codes[sub.seg_example] if codes is not None else None,
             )
         )
-    return engine.run(write_task, tasks, [t.name for t in tasks], on_started=meanwhile)
+    return engine.run(write_task, tasks, names, on_started=meanwhile)
