@@ -311,7 +311,6 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
 
 
 def _counted(bar: IngestProgress | None) -> Callable[[UnitResult], None]:
-    """Advance the progress line by each finished unit's records and tokens."""
     if bar is None:
         return lambda result: None
     return lambda result: bar.add(result.records, result.tokens)
