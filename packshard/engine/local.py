@@ -52,27 +52,23 @@ READY_WAIT = 0.25
 KILL_WAIT = 5.0  # seconds a terminated worker has to exit before it is killed
 
 
-def main_script() -> tuple[str, bool] | None:
-    """Return the main script workers import again, and whether its source tests ``__name__``.
+def check_main_guard() -> None:
+    """Refuse a main script without a ``__name__`` test: every worker would run it again.
 
-    None where there is no script file (an interactive session, a notebook, ``python -c``).
+    Nothing is refused where there is no script file (an interactive session, a notebook,
+    ``python -c``) or where it cannot be read (say nothing rather than guess).
     """
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     if not path or not os.path.isfile(path):
-        return None
+        return
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            return path, "__name__" in fh.read()
+            guarded = "__name__" in fh.read()
     except OSError:
-        return path, True  # unreadable: say nothing rather than guess
-
-
-def check_main_guard() -> None:
-    """Refuse a script without a ``__name__`` test: every worker would run it again."""
-    found = main_script()
-    if found is not None and not found[1]:
+        return
+    if not guarded:
         raise UsageError(
-            f"{found[0]}: the workers of --workers/--engine local import this script again and "
+            f"{path}: the workers of --workers/--engine local import this script again and "
             f"would rerun it; put the call under `{GUARD}` (or use one worker)"
         )
 
@@ -86,15 +82,12 @@ def _context(module: str, warm: WarmUp | None) -> Any:
     """
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
-    spec = None
     if warm is not None:
         try:
-            spec = warm.spec()
+            os.environ[FORK_WARM_ENV] = warm.spec()
         except TypeError:  # not JSON: warm the workers only
-            spec = ""
+            os.environ[FORK_WARM_ENV] = ""
     ctx = mp.get_context("forkserver")
-    if spec is not None:
-        os.environ[FORK_WARM_ENV] = spec
     ctx.set_forkserver_preload(["packshard.engine.forkwarm", module])  # first: early loads
     return ctx
 
@@ -234,14 +227,6 @@ class LocalEngine:
         running: dict[Future[Any], int] = {}
         failed: dict[int, TaskFailed] = {}  # raised once every other task is done
 
-        def finish(i: int, outcome: tuple[str, Any]) -> None:
-            kind, value = outcome
-            if kind == "error":
-                raise_error(value)
-            results[i] = value
-            if on_result is not None:
-                on_result(i, value)
-
         def submit(queue: deque[int]) -> bool:
             """Start the next task of ``queue``; False when the pool broke meanwhile."""
             i = queue.popleft()
@@ -273,7 +258,7 @@ class LocalEngine:
                 for future in done:
                     i = running.pop(future)
                     try:
-                        outcome = future.result()
+                        kind, value = future.result()
                     except BrokenProcessPool:
                         broken = True
                         if alone:
@@ -290,7 +275,11 @@ class LocalEngine:
                             continue
                         todo.appendleft(i)
                         continue
-                    finish(i, outcome)
+                    if kind == "error":
+                        raise_error(value)
+                    results[i] = value
+                    if on_result is not None:
+                        on_result(i, value)
                 if broken:
                     suspects.extend(running.values())  # in flight when the pool broke
                     running.clear()

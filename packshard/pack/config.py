@@ -115,10 +115,6 @@ class PackConfig:
             parts[name] = kind(**{k: flat.pop(k) for k in own})
         return cls(**flat, **parts)
 
-    def ingest_options(self) -> IngestOptions:
-        """Return the options ingest runs with."""
-        return self.ingest
-
     def recorded(self) -> dict[str, Any]:
         """Return the manifest's ``config`` block (what determines the output's content).
 
@@ -126,7 +122,7 @@ class PackConfig:
         the defaults keep their dataset ids.
         """
         plan, ingest, shards = self.plan, self.ingest, self.shards
-        return {
+        recorded: dict[str, Any] = {
             "max_seq_len": plan.max_seq_len,
             "strategy": plan.strategy,
             "overlong": "split" if plan.strategy == "wrapped" else plan.overlong,
@@ -145,25 +141,17 @@ class PackConfig:
             "turns": ingest.turns,
             "reasoning_markers": list(ingest.reasoning_markers),
             **({"limits": limits} if (limits := ingest.limits()) else {}),
-            **({"eval": self._eval()} if self.eval_fraction or self.eval_inputs else {}),
-            **({"mix": self._mix(mix)} if (mix := plan.mix_target()) else {}),
         }
-
-    @staticmethod
-    def _mix(mix: MixTarget) -> dict[str, Any]:
-        return {
-            "shares": dict(mix.shares),
-            "by": mix.by,
-            "max_repeat": mix.max_repeat,
-            "best_effort": mix.best_effort,
-        }
-
-    def _eval(self) -> dict[str, Any]:
-        return {"fraction": self.eval_fraction, "inputs": list(self.eval_inputs)}
-
-    def plan_group(self) -> int | None:
-        """Examples per planning group of ``--plan-scope group:N``; None for ``global``."""
-        return self.plan.group()
+        if self.eval_fraction or self.eval_inputs:
+            recorded["eval"] = {"fraction": self.eval_fraction, "inputs": list(self.eval_inputs)}
+        if (mix := plan.mix_target()) is not None:
+            recorded["mix"] = {
+                "shares": dict(mix.shares),
+                "by": mix.by,
+                "max_repeat": mix.max_repeat,
+                "best_effort": mix.best_effort,
+            }
+        return recorded
 
 
 def check_config(config: PackConfig) -> list[str]:

@@ -30,21 +30,13 @@ from packshard.options import resolve_loss
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.plan.shape import pack_shape
 from packshard.pack.spill import Spill
-from packshard.records import Reject, SourceRef
+from packshard.records import Reject
 
 
 def wrapped_drops(spill: Spill, plan: RowPlan) -> tuple[Reject, ...]:
     """Rejects for the records that lost every part to the no-target rule (``wrapped``)."""
-    counts = spill.counts
-    return tuple(
-        Reject(
-            SourceRef(counts.sources[spill.source_index[ex]], int(spill.lines[ex])),
-            counts.domains[spill.domain_codes[ex]],
-            "split_no_targets",
-            "no part kept a target token (dropped)",
-        )
-        for ex in plan.examples_dropped.tolist()
-    )
+    why = "no part kept a target token (dropped)"
+    return spill.rejects(plan.examples_dropped, "split_no_targets", why)
 
 
 def records_per_input(spill: Spill, tally: RejectTally) -> list[int]:
@@ -161,8 +153,7 @@ def loss_policies(spill: Spill, plan: RowPlan, loss: str) -> tuple[dict[str, str
     resolved = {fmt: resolve_loss(loss, fmt) for fmt in sorted(formats)}
     examples: dict[str, int] = {}
     for fmt, n in zip(formats, per_format.tolist(), strict=True):
-        policy = resolved[fmt]
-        examples[policy] = examples.get(policy, 0) + n
+        examples[resolved[fmt]] = examples.get(resolved[fmt], 0) + n
     return resolved, dict(sorted(examples.items()))
 
 
@@ -186,8 +177,7 @@ def pack_stats(
     split_domain = spill.domain_codes[np.searchsorted(record_ids, split_rec)]
 
     def per_domain(values: np.ndarray, weights: np.ndarray | None = None) -> list[int]:
-        out = np.bincount(values, weights=weights, minlength=len(names)).astype(np.int64)
-        return out.tolist()
+        return np.bincount(values, weights=weights, minlength=len(names)).astype(np.int64).tolist()
 
     packed = {
         "records_packed": per_domain(spill.domain_codes[packed_first]),
@@ -207,8 +197,8 @@ def pack_stats(
             "records": accepted[code] + rejects.get(REJECTED, 0),
             "rejected": rejects.get(REJECTED, 0),
             "dropped": rejects.get(DROPPED, 0),
+            **{key: values[code] for key, values in packed.items()},
         }
-        entry.update({key: values[code] for key, values in packed.items()})
         entry["token_share_in"] = _share(tokens_in[code], sum(tokens_in))
         entry["token_share_out"] = _share(entry["tokens"], tokens_out)
         domains[name] = entry

@@ -121,8 +121,7 @@ def apply_overlong(
             )
             for i in np.sort(first_over).tolist()
         )
-        kept = _select(whole, keep, rejects)
-        return replace(kept, parts_dropped=int(over.size - gone.size))
+        return replace(_select(whole, keep, rejects), parts_dropped=int(over.size - gone.size))
     split = policy == "split"
     cut_ids, cut_labels, cut_offsets, index, parts = _cut(
         ids, labels, offsets, max_seq_len, over, split
@@ -134,17 +133,10 @@ def apply_overlong(
     empty = (count_trained(cut_labels, cut_offsets) == 0) & (
         truncated | (parts > 0) | np.isin(index, over)
     )
-    rejects, lost = _dropped_records(batch, record, index, ~empty, empty, policy)
+    rejects, lost = _dropped_records(batch, record, index, empty, policy)
     chopped = int(lengths[over].sum() - max_seq_len * over.size) if not split else 0
-    kept = _select(pieces, ~empty, rejects)
-    return Policed(
-        kept.ids,
-        kept.labels,
-        kept.offsets,
-        kept.index,
-        kept.parts,
-        kept.truncated,
-        rejects,
+    return replace(
+        _select(pieces, ~empty, rejects),
         tokens_truncated=chopped,
         records_split=int(over.size) if split else 0,
         parts_dropped=int(empty.sum()) if split else lost,
@@ -184,7 +176,6 @@ def _cut(
 
 
 def _select(chunk: Policed, keep: np.ndarray, rejects: tuple[Reject, ...]) -> Policed:
-    """Keep the examples where ``keep`` is true."""
     lo, hi = int(chunk.offsets[0]), int(chunk.offsets[-1])
     mask = np.repeat(keep, np.diff(chunk.offsets))
     return Policed(
@@ -202,7 +193,6 @@ def _dropped_records(
     batch: TokenizedBatch,
     record: np.ndarray,
     index: np.ndarray,
-    keep: np.ndarray,
     empty: np.ndarray,
     policy: str,
 ) -> tuple[tuple[Reject, ...], int]:
@@ -212,7 +202,7 @@ def _dropped_records(
     another example (``--turns expand``).
     """
     kept_any = np.zeros(len(batch), dtype=bool)
-    kept_any[record[index[keep]]] = True
+    kept_any[record[index[~empty]]] = True
     touched = np.zeros(len(batch), dtype=bool)
     touched[record[index[empty]]] = True
     if policy == "truncate":

@@ -174,8 +174,8 @@ def _pack_into(
     loaded: DriverLoad,
     progress: bool,
     engine: Engine,
-    note: Callable[[str], None] = lambda text: None,
-    train_files: int | None = None,
+    note: Callable[[str], None],
+    train_files: int,
 ) -> dict[str, Any]:
     bar = IngestProgress() if progress else None
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
@@ -197,7 +197,7 @@ def _pack_into(
         reasoning_dropped = info.pop("reasoning_dropped", 0)
         pairs_read = info.pop("pairs_read", 0)
         encoded = info.pop("encode", None)
-        is_eval = eval_examples(spill, config, len(files) if train_files is None else train_files)
+        is_eval = eval_examples(spill, config, train_files)
         target = config.plan.mix_target()
         mixing = target is not None and len(spill) > 0  # nothing spilled: nothing to pack
         if mixing and spill.pair_codes is not None and spill.pair_codes.any():
@@ -299,11 +299,10 @@ def _pack_into(
 def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
     if template is None:
         return {"source": None, "sha256": None, "label_spans": "none"}
-    label_spans = "none" if loss == "all" else template.label_spans
     entry = {
         "source": template.source,
         "sha256": template.sha256,
-        "label_spans": label_spans,
+        "label_spans": "none" if loss == "all" else template.label_spans,
         "reasoning_field": reasoning_field(template),
     }
     if Path(template.source).is_file():  # a file (not builtin:NAME or the tokenizer config)
@@ -312,7 +311,6 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
 
 
 def _counted(bar: IngestProgress | None) -> Callable[[UnitResult], None]:
-    """Advance the progress line by each finished unit's records and tokens."""
     if bar is None:
         return lambda result: None
     return lambda result: bar.add(result.records, result.tokens)

@@ -35,7 +35,7 @@ from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cum
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong, police_pairs
 from packshard.pack.units.parts import FILES, PartFiles, gather_ranges, read_part_ranges
-from packshard.records import Reject
+from packshard.records import Reject, SourceRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +108,19 @@ class Spill:
             n: smallest(getattr(self, n)) for n in names if getattr(self, n) is not None
         }
         return replace(self, **picked)
+
+    def rejects(self, examples: np.ndarray, code: str, reason: str) -> tuple[Reject, ...]:
+        """One ``code`` reject per example of ``examples``, naming its input, line and domain."""
+        counts = self.counts
+        return tuple(
+            Reject(
+                SourceRef(counts.sources[self.source_index[ex]], int(self.lines[ex])),
+                counts.domains[self.domain_codes[ex]],
+                code,
+                reason,
+            )
+            for ex in examples.tolist()
+        )
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return the tokens and labels of flat ranges ``[start, start + length)``, concatenated.
@@ -185,10 +198,8 @@ class SpillWriter:
         self.max_seq_len = max_seq_len
         self.overlong = overlong
         self.split_at_rows = split_at_rows
-        self._tok = open(folder / FILES[0], "wb")
-        self._lab = open(folder / FILES[1], "wb")
+        self._files = [open(folder / name, "wb") for name in FILES]
         self._hashes = {name: hashlib.sha256() for name in FILES}
-        self._total = 0
         self._meta: dict[str, list[np.ndarray]] = {k: [] for k in PER_EXAMPLE}
         self._lengths: list[np.ndarray] = []
         self._sources, self._domains, self._formats = NameCodes(sources), NameCodes(), NameCodes()
@@ -202,15 +213,11 @@ class SpillWriter:
         """Spill one chunk; return the rejects the overlong policy produced."""
         source, domain, fmt, first = self._codes(batch)
         self._count(source, domain, np.diff(batch.offsets), first)  # pairs dropped below too
-        pair_rejects: tuple[Reject, ...] = ()
-        cut = np.zeros(len(batch), dtype=bool)
-        if batch.pairs is not None:  # a pair is one unit: policed before its branches
-            batch, cut, pair_rejects, pair_tokens = police_pairs(
-                batch, self.max_seq_len, self.overlong
-            )
-            self._policy["tokens_truncated"] += pair_tokens
-            if pair_rejects:
-                source, domain, fmt, first = self._codes(batch)
+        # a pair is one unit: policed before its branches (no pairs: nothing happens)
+        batch, cut, pair_rejects, pair_tokens = police_pairs(batch, self.max_seq_len, self.overlong)
+        self._policy["tokens_truncated"] += pair_tokens
+        if pair_rejects:
+            source, domain, fmt, first = self._codes(batch)
         n = len(batch)
         record = np.cumsum(first) - 1
         record_ids = self._records + record
@@ -240,7 +247,7 @@ class SpillWriter:
         }
         for key, arr in meta.items():
             self._meta[key].append(arr.astype(PER_EXAMPLE[key], copy=False))
-        return pair_rejects + policed.rejects if pair_rejects else policed.rejects
+        return pair_rejects + policed.rejects
 
     def _codes(self, batch: TokenizedBatch) -> tuple[np.ndarray, ...]:
         """Return each example's source, domain and format code, and whether it starts a record."""
@@ -258,8 +265,8 @@ class SpillWriter:
         self, source: np.ndarray, domain: np.ndarray, lengths: np.ndarray, first: np.ndarray
     ) -> None:
         """Count accepted records per input and per domain, and tokens per domain."""
-        ndom = len(self._domains.names)
-        self._per_source = add_counts(self._per_source, np.bincount(source[first], minlength=0))
+        ndom, nsrc = len(self._domains.names), len(self._sources.names)  # every count that long
+        self._per_source = add_counts(self._per_source, np.bincount(source[first], minlength=nsrc))
         per_domain = np.bincount(domain[first], minlength=ndom)
         self._per_domain = add_counts(self._per_domain, per_domain)
         tokens = np.bincount(domain, weights=lengths, minlength=ndom).astype(np.int64)
@@ -267,12 +274,11 @@ class SpillWriter:
 
     def _write(self, ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray) -> None:
         lo, hi = int(offsets[0]), int(offsets[-1])
-        for fh, name, values in ((self._tok, FILES[0], ids), (self._lab, FILES[1], labels)):
+        for fh, name, values in zip(self._files, FILES, (ids, labels), strict=True):
             data = np.ascontiguousarray(values[lo:hi], dtype=np.int32)
             self._hashes[name].update(data.data)  # hashed as written: never read back to hash
             fh.write(data.data)
         self._lengths.append(np.diff(offsets))
-        self._total += hi - lo
 
     def digests(self) -> dict[str, str]:
         """Return the SHA-256 of each file written so far (``tokens.bin``, ``labels.bin``)."""
@@ -280,33 +286,29 @@ class SpillWriter:
 
     def finish(self) -> Spill:
         """Close the files and return the spill: its per-example arrays, its tokens on disk."""
-        self._tok.close()
-        self._lab.close()
+        for fh in self._files:
+            fh.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        offsets = exclusive_cumsum(lengths)
         meta: dict[str, Any] = {
             k: (np.concatenate(v) if v else np.zeros(0, PER_EXAMPLE[k]))
             for k, v in self._meta.items()
         }
-        nsrc, ndom = len(self._sources.names), len(self._domains.names)
-
-        def per(counts: np.ndarray, n: int) -> tuple[int, ...]:
-            return tuple(add_counts(counts, np.zeros(n, np.int64)).tolist())
-
         counts = SpillCounts(
             sources=tuple(self._sources.names),
             domains=tuple(self._domains.names),
             formats=tuple(self._formats.names),
-            records_per_source=per(self._per_source, nsrc),
-            records_per_domain=per(self._per_domain, ndom),
-            tokens_in_per_domain=per(self._tokens_in, ndom),
+            records_per_source=tuple(self._per_source.tolist()),
+            records_per_domain=tuple(self._per_domain.tolist()),
+            tokens_in_per_domain=tuple(self._tokens_in.tolist()),
             **self._policy,
         )
         empty = np.zeros(0, np.int32)
         return Spill(
             tokens=empty,
             labels=empty,
-            offsets=exclusive_cumsum(lengths),
+            offsets=offsets,
             **meta,
             counts=counts,
-            part_files=PartFiles((str(self.folder),), np.array([0, self._total], np.int64)),
+            part_files=PartFiles((str(self.folder),), offsets[[0, -1]]),
         )

@@ -60,7 +60,7 @@ def test_questionable_options_give_warnings(tmp_path):
     assert check_config(config(tmp_path, overlong="split", loss="all")) == []
 
 
-def test_recorded_config_and_ingest_options(tmp_path):
+def test_recorded_config_and_ingest_part(tmp_path):
     c = config(tmp_path, strategy="wrapped", overlong="drop", seed=3, batch_size=7, loss="all")
     assert c.recorded() == {
         "max_seq_len": 64,
@@ -82,7 +82,7 @@ def test_recorded_config_and_ingest_options(tmp_path):
         "reasoning_markers": ["<think>", "</think>"],
     }
     assert config(tmp_path, overlong="truncate").recorded()["overlong"] == "truncate"
-    assert c.ingest_options() == IngestOptions(
+    assert c.ingest == IngestOptions(
         format="auto",
         domain_field="domain",
         loss="all",
@@ -112,6 +112,6 @@ def test_build_puts_each_flat_keyword_in_its_part(tmp_path) -> None:
     )  # fmt: skip
     assert (c.plan.max_seq_len, c.ingest.loss, c.shards.shard_rows) == (8, "all", 3)
     assert (c.engine.engine, c.engine.workers, c.engine.address) == ("ray", 2, "host:1")
-    assert c.overwrite and c.ingest_options() is c.ingest
+    assert c.overwrite
     with pytest.raises(TypeError):
         PackConfig.build(inputs=(), tokenizer="tok", out="o", max_seq_len=8, nonsense=1)

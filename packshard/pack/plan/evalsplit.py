@@ -86,10 +86,8 @@ def eval_examples(spill: Spill, config: PackConfig, train_files: int) -> np.ndar
     source = spill.source_index.astype(np.int64)
     is_eval = source >= train_files
     if config.eval_fraction:
-        drawn = drawn_eval(
-            list(spill.counts.sources), source, spill.lines, config.plan.seed, config.eval_fraction
-        )
-        is_eval |= drawn
+        sources, seed = list(spill.counts.sources), config.plan.seed
+        is_eval |= drawn_eval(sources, source, spill.lines, seed, config.eval_fraction)
     return is_eval
 
 
@@ -133,7 +131,7 @@ def _plan(
     chosen = np.arange(len(lengths), dtype=small) if keep is None else np.flatnonzero(keep)
     if mixed is not None:
         chosen = mixed
-    group = config.plan_group()
+    group = config.plan.group()
     big, strategy = config.plan.max_seq_len, config.plan.strategy
     if not config.plan.group_by_domain and group is None:
         raw = plan_pair_units(
@@ -175,7 +173,7 @@ def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:
     if config.plan.strategy == "sequential":  # rows keep the input order too
         return np.arange(plan.num_rows)
     rng = np.random.default_rng(config.plan.seed)
-    group = config.plan_group()
+    group = config.plan.group()
     if group is None or plan.num_rows == 0:
         return rng.permutation(plan.num_rows)
     first = plan.seg_example[plan.row_offsets[:-1]] // group  # a row's group: its first example's

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from packshard.arrays import exclusive_cumsum
 from packshard.errors import UsageError
 from packshard.format.mixture import realised_mixture
 
@@ -221,10 +222,7 @@ def _limit_message(
 def copy_index(copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Expand per-item copies: the item of each copy, and which copy (0, 1 …) it is."""
     index = np.repeat(np.arange(len(copies), dtype=np.int64), copies)
-    position = np.arange(len(index), dtype=np.int64)
-    firsts = np.zeros(len(copies) + 1, dtype=np.int64)
-    np.cumsum(copies, out=firsts[1:])
-    return index, position - firsts[index]
+    return index, np.arange(len(index), dtype=np.int64) - exclusive_cumsum(copies)[index]
 
 
 def mixture_stats(

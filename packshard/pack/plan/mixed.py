@@ -26,7 +26,7 @@ import numpy as np
 from packshard.pack.plan.mix import MixChoice, MixTarget, choose_copies, mixture_stats
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
-from packshard.records import Reject, SourceRef
+from packshard.records import Reject
 
 MIX_DROP_CODE = "mix_subsampled"
 
@@ -63,17 +63,8 @@ def mix_examples(spill: Spill, target: MixTarget, seed: int) -> Mixed:
 
 def mix_drops(spill: Spill, mixed: Mixed) -> tuple[Reject, ...]:
     """One ``mix_subsampled`` reject per record the mixture left out, in input order."""
-    counts = spill.counts
-    dropped = mixed.first_example[mixed.choice.copies == 0]
-    return tuple(
-        Reject(
-            SourceRef(counts.sources[spill.source_index[ex]], int(spill.lines[ex])),
-            counts.domains[spill.domain_codes[ex]],
-            MIX_DROP_CODE,
-            "left out by --mix (a seeded choice: its domain is above its share)",
-        )
-        for ex in dropped.tolist()
-    )
+    why = "left out by --mix (a seeded choice: its domain is above its share)"
+    return spill.rejects(mixed.first_example[mixed.choice.copies == 0], MIX_DROP_CODE, why)
 
 
 def example_repeats(plan: RowPlan) -> np.ndarray:

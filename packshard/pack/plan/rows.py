@@ -168,21 +168,15 @@ class RowPlan:
             offsets.append(p.row_offsets[1:] + base)
             base += p.num_segments
 
-        def joined(name: str) -> np.ndarray:
-            return np.concatenate([getattr(p, name) for p in plans])
-
-        plan = RowPlan(
+        joined: dict[str, Any] = {
+            name: np.concatenate([getattr(p, name) for p in plans])
+            for name in (*_SEGMENT_FIELDS, "examples_dropped")
+        }
+        plan = replace(
+            plans[0],
             row_offsets=np.concatenate(offsets),
-            seg_example=joined("seg_example"),
-            seg_start=joined("seg_start"),
-            seg_length=joined("seg_length"),
-            seg_part=joined("seg_part"),
-            seg_targets=joined("seg_targets"),
-            example_id=joined("example_id"),
-            max_seq_len=plans[0].max_seq_len,
-            strategy=plans[0].strategy,
-            examples_dropped=joined("examples_dropped"),
             parts_dropped=sum(p.parts_dropped for p in plans),
+            **joined,
         )
         return number_examples(plan)
 
@@ -210,11 +204,7 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
         hi = max(hi - 1, lo + 1)
         seg = lengths[lo:hi]
         base = csum_len[lo : hi + 1] - csum_len[lo]
-        if spill.part_files is not None:  # the work units' parts: positioned reads
-            labels = spill.read_ranges(starts[lo:hi], seg)[1]
-        else:
-            labels = spill.labels[np.repeat(starts[lo:hi] - base[:-1], seg) + np.arange(base[-1])]
-        out[lo:hi] = count_trained(labels, base)
+        out[lo:hi] = count_trained(spill.read_ranges(starts[lo:hi], seg)[1], base)
         lo = hi
     return out
 
@@ -227,15 +217,15 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
     """
     row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
     if raw.strategy != "wrapped":  # each array int32 as it is made: the peak of planning
-        seg_ex = narrow(index[np.asarray(raw.seg_example, dtype=np.int64)])
+        seg_ex = narrow(index[raw.seg_example])
         plan = replace(
             raw,
             row_offsets=row_offsets,
             seg_example=seg_ex,
-            seg_start=narrow(np.asarray(raw.seg_start, dtype=np.int64)),
-            seg_length=narrow(np.asarray(raw.seg_length, dtype=np.int64)),
+            seg_start=narrow(raw.seg_start),
+            seg_length=narrow(raw.seg_length),
             seg_part=spill.parts[seg_ex].astype(np.int32),
-            seg_targets=narrow(spill.loss_tokens[seg_ex].astype(np.int64)),
+            seg_targets=narrow(spill.loss_tokens[seg_ex]),
         )
         return number_examples(plan).narrowed()
     seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]
@@ -247,7 +237,6 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
     seg_part = (np.arange(len(first)) - group_start).astype(np.int32)
     targets = segment_targets(spill, spill.offsets[seg_example] + seg_start, seg_length)
     keep = targets > 0
-    kept_examples = np.unique(seg_example[keep])
     seg_rows = np.repeat(np.arange(len(row_offsets) - 1), np.diff(row_offsets))
     counts = np.bincount(seg_rows[keep], minlength=len(row_offsets) - 1)
     plan = replace(
@@ -258,8 +247,7 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
         seg_length=seg_length[keep],
         seg_part=seg_part[keep],
         seg_targets=targets[keep],
-        example_id=np.zeros(int(keep.sum()), dtype=np.int64),
-        examples_dropped=np.setdiff1d(np.unique(seg_example), kept_examples),
+        examples_dropped=np.setdiff1d(seg_example, seg_example[keep]),
         parts_dropped=int((~keep).sum()),
     )
     return number_examples(plan).narrowed()
@@ -268,20 +256,14 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
 def ordering_stats(plan: RowPlan) -> dict[str, float]:
     """Length-order bias of a plan before shuffling: segments per row, first/last decile."""
     rows = plan.num_rows
-    if rows == 0:
-        return {
-            "segments_per_row_mean": 0.0,
-            "first_decile_mean_example_len": 0.0,
-            "last_decile_mean_example_len": 0.0,
-        }
-    decile = max(1, -(-rows // 10))
+    decile = -(-rows // 10)  # at least one row, where there are rows
 
     def mean_len(lo_row: int, hi_row: int) -> float:
         lo, hi = int(plan.row_offsets[lo_row]), int(plan.row_offsets[hi_row])
         return round(float(plan.seg_length[lo:hi].mean()), 3) if hi > lo else 0.0
 
     return {
-        "segments_per_row_mean": round(plan.num_segments / rows, 4),
+        "segments_per_row_mean": round(plan.num_segments / rows, 4) if rows else 0.0,
         "first_decile_mean_example_len": mean_len(0, decile),
         "last_decile_mean_example_len": mean_len(rows - decile, rows),
     }

@@ -40,8 +40,7 @@ def step_loss_tokens(row_loss: np.ndarray, rows_per_step: int) -> dict[str, Any]
     """Return the trained tokens of each full step of ``rows_per_step`` consecutive rows."""
     steps = row_loss.shape[0] // rows_per_step
     sums = row_loss[: steps * rows_per_step].reshape(steps, rows_per_step).sum(axis=1)
-    spread = quantiles(sums)
-    return {"steps": int(steps), **{k: int(v) for k, v in spread.items()}}
+    return {"steps": int(steps), **{k: int(v) for k, v in quantiles(sums).items()}}
 
 
 def pack_shape(plan: RowPlan) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from packshard.ingest.tokens.labels import encode_texts, label_encodings
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.pack.heap import BUSY_PAD, pad_heap
-from packshard.pack.spill import SpillCounts, SpillWriter
+from packshard.pack.spill import PER_EXAMPLE, SpillCounts, SpillWriter
 from packshard.records import Reject, SourceRef
 
 MARKER = "unit.json"
@@ -86,8 +86,8 @@ class UnitResult:
     """What a map task returns: the unit's per-example integers, rejects and counts.
 
     ``arrays`` holds ``lengths`` and the spill's per-example arrays (lines relative to the
-    split, domain and format codes into ``domains`` and ``formats``), plus ``record_lines``
-    (the line of every record ingest accepted).
+    split, domain and format codes into ``counts.domains`` and ``counts.formats``), plus
+    ``record_lines`` (the line of every record ingest accepted).
     """
 
     split: Split
@@ -101,16 +101,6 @@ class UnitResult:
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
     pairs_read: int = 0  # preference records read (packed or rejected)
     encode: dict[str, Any] | None = None  # what encoded the unit (backends.decided)
-
-    @property
-    def domains(self) -> tuple[str, ...]:
-        """The names the unit's domain codes index."""
-        return self.counts.domains
-
-    @property
-    def formats(self) -> tuple[str, ...]:
-        """The names the unit's format codes index."""
-        return self.counts.formats
 
     @property
     def tokens(self) -> int:
@@ -211,7 +201,7 @@ def _map_into(
     except RecordError as exc:  # --on-error fail or --overlong error: the driver decides
         error = (exc.code, exc.reason, exc.source, exc.line)
     spill = writer.finish()
-    arrays = {name: getattr(spill, name) for name in _ARRAY_NAMES}
+    arrays = {name: getattr(spill, name) for name in PER_EXAMPLE}
     arrays["lengths"] = spill.lengths
     arrays["record_lines"] = np.concatenate([np.zeros(0, np.int64), *lines])
     result = UnitResult(
@@ -228,12 +218,6 @@ def _map_into(
         encode=decided(bundle, ctx.options.backend),
     )
     return result, writer.digests()
-
-
-_ARRAY_NAMES = (
-    *("loss_tokens", "source_index", "lines", "parts", "starts", "domain_codes"),
-    *("truncated", "record_ids", "format_codes", "turns", "pair_codes"),
-)
 
 
 def unit_files(folder: Path, written: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -269,13 +253,12 @@ def save_unit(
     written = {**(written or {}), ARRAYS: sha256_bytes(data)}
     counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__ if k != "sources"}
     counts["records_per_source"] = [sum(result.counts.records_per_source)]  # its own input
-    error = result.error
     doc: dict[str, Any] = {
         "counts": counts,
         "rejects": [[r.ref.source, r.ref.line, r.domain, r.code, r.reason] for r in result.rejects],
         "records": result.records,
         "newlines": result.newlines,
-        "error": None if error is None else list(error),
+        "error": None if result.error is None else list(result.error),
         "reasoning_dropped": result.reasoning_dropped,
         "pairs_read": result.pairs_read,
         "encode": result.encode,
@@ -285,8 +268,7 @@ def save_unit(
     tmp = folder / f".{MARKER}.tmp"
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, folder / MARKER)
-    loaded_doc: dict[str, Any] = json.loads(text)
-    return loaded_doc
+    return json.loads(text)
 
 
 def load_unit(folder: Path, split: Split) -> UnitResult:

@@ -65,8 +65,8 @@ def merge_units(
             code, reason, source, line = r.error
             raise RecordError(code, reason, source, line + base)
         a = r.arrays
-        dom = domains.encode(r.domains)
-        fmt = formats.encode(r.formats)
+        dom = domains.encode(r.counts.domains)
+        fmt = formats.encode(r.counts.formats)
         n_unit = int(a["lengths"].shape[0])
         into = slice(at, at + n_unit)
         for key in PER_EXAMPLE:
@@ -89,22 +89,20 @@ def merge_units(
         tokens_in = add_counts(tokens_in, _by_code(dom, c.tokens_in_per_domain, n))
         for k in policy:
             policy[k] += getattr(c, k)
-        rejects += sorted((_moved(x, base) for x in r.rejects), key=_line)
+        rejects += sorted((_moved(x, base) for x in r.rejects), key=lambda x: x.ref.line)
         accepted += int(a["record_lines"].shape[0])
         a.clear()  # the unit's copy is merged: freed now, not after every unit is
-    ndom = len(domains.names)
     counts = SpillCounts(
         sources=sources,
         domains=tuple(domains.names),
         formats=tuple(formats.names),
         records_per_source=tuple(per_source.tolist()),
-        records_per_domain=tuple(add_counts(per_domain, np.zeros(ndom, np.int64)).tolist()),
-        tokens_in_per_domain=tuple(add_counts(tokens_in, np.zeros(ndom, np.int64)).tolist()),
+        records_per_domain=tuple(per_domain.tolist()),  # each as long as the domains
+        tokens_in_per_domain=tuple(tokens_in.tolist()),
         **policy,
     )
     joined: dict[str, Any] = {k: narrow(v) if k in WIDE else v for k, v in meta.items()}
     del meta
-    parts = PartFiles(tuple(parts_of), exclusive_cumsum(tokens))
     empty = np.zeros(0, np.int32)
     spill = Spill(
         tokens=empty,
@@ -112,7 +110,7 @@ def merge_units(
         offsets=exclusive_cumsum(lengths),
         **joined,
         counts=counts,
-        part_files=parts,
+        part_files=PartFiles(tuple(parts_of), exclusive_cumsum(tokens)),
     )
     return spill, rejects
 
@@ -120,10 +118,6 @@ def merge_units(
 def _moved(reject: Reject, base: int) -> Reject:
     ref = SourceRef(reject.ref.source, reject.ref.line + base)
     return Reject(ref, reject.domain, reject.code, reject.reason)
-
-
-def _line(reject: Reject) -> int:
-    return reject.ref.line
 
 
 def _by_code(codes: np.ndarray, values: Sequence[int], n: int) -> np.ndarray:

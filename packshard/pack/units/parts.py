@@ -48,11 +48,6 @@ class PartFiles:
     folders: tuple[str, ...]
     bases: np.ndarray  # int64 [parts + 1]
 
-    @property
-    def total(self) -> int:
-        """Tokens over every part."""
-        return int(self.bases[-1])
-
 
 def read_part_ranges(
     parts: PartFiles, starts: np.ndarray, lengths: np.ndarray
@@ -69,7 +64,7 @@ def read_part_ranges(
     order = np.lexsort((starts[wanted], part))  # each part's ranges together, in file order
     wanted, part = wanted[order], part[order]
     bounds = np.flatnonzero(np.diff(part, prepend=-1, append=-1)).tolist()
-    if parts.total * 8 <= WHOLE_BYTES:
+    if int(parts.bases[-1]) * 8 <= WHOLE_BYTES:  # tokens and labels of every part
         for lo, hi in pairwise(bounds):
             p, sel = int(part[lo]), wanted[lo:hi]
             size = int(parts.bases[p + 1] - parts.bases[p])

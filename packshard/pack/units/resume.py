@@ -71,8 +71,8 @@ def job_parts(
 
 def open_work(
     work: Path, parts: Mapping[str, str], resume: bool, note: Callable[[str], None]
-) -> bool:
-    """Make or keep the work folder; return whether its units may be reused."""
+) -> None:
+    """Make the work folder, or keep it when ``--resume`` may reuse its units."""
     fingerprint = _digest(dict(parts))
     job = work / JOB
     if resume and job.is_file():
@@ -84,7 +84,7 @@ def open_work(
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OSError):
             same, changed = False, ["the job record (unreadable)"]
         if same:
-            return True
+            return
         note(
             f"--resume: {', '.join(changed) or 'the job'} changed since the units in "
             f"{work.name} were made; every unit is redone"
@@ -94,7 +94,6 @@ def open_work(
     work.mkdir(parents=True)
     doc = {"fingerprint": fingerprint, "parts": dict(parts)}
     job.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")
-    return False
 
 
 def reusable_unit(folder: Path, split: Split, note: Callable[[str], None]) -> UnitResult | None:

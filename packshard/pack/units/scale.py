@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -123,12 +123,9 @@ def worker_env(config: PackConfig) -> dict[str, str]:
     return {"RAYON_NUM_THREADS": str(threads)}
 
 
-@contextmanager
-def engine_for(config: PackConfig) -> Iterator[Engine]:
-    """Yield the engine of ``config`` (the serial one for one local worker)."""
-    options = config.engine
-    with open_engine(options, worker_env(config), warm_up(config)) as engine:
-        yield engine
+def engine_for(config: PackConfig) -> AbstractContextManager[Engine]:
+    """Open the engine of ``config`` (the serial one for one local worker)."""
+    return open_engine(config.engine, worker_env(config), warm_up(config))
 
 
 def setup_files(config: PackConfig) -> dict[str, str | None]:
@@ -194,8 +191,7 @@ def hash_inputs(
     rest = files[len(digests) :]
     if not rest:
         return digests
-    sizes = [file_bytes(f) for f in rest]
-    runs = _runs(sizes, HASH_TASKS * max(1, engine.workers))
+    runs = _runs([file_bytes(f) for f in rest], HASH_TASKS * max(1, engine.workers))
     paths = [str(f.real) for f in rest]
     keys = [
         rest[a].path if b - a == 1 else f"{rest[a].path} (+{b - a - 1} inputs)" for a, b in runs
@@ -246,7 +242,7 @@ def map_inputs(
     context = UnitContext(
         tokenizer=config.tokenizer,
         template=config.template,
-        options=config.ingest_options(),
+        options=config.ingest,
         max_seq_len=config.plan.max_seq_len,
         overlong=config.plan.overlong,
         split_at_rows=config.plan.strategy == "wrapped",

@@ -67,9 +67,8 @@ def assemble_ranges(
     flat: np.ndarray = np.arange(total, dtype=kind)
     np.subtract(flat, np.repeat(out_start[:-1].astype(kind), seg_len), out=flat)
     position_ids = flat.astype(np.int32, copy=False)
-    segs_per_row = np.diff(row_offsets)
     row_tok = exclusive_cumsum(np.add.reduceat(seg_len, row_offsets[:-1]) if nrows else seg_len)
-    seg_end_in_row = out_start[1:] - np.repeat(row_tok[:-1], segs_per_row)
+    seg_end_in_row = out_start[1:] - np.repeat(row_tok[:-1], np.diff(row_offsets))
     cu_offsets = row_offsets + np.arange(nrows + 1)
     cu_values = np.zeros(len(seg_len) + nrows, dtype=np.int32)
     is_end = np.ones(len(cu_values), dtype=bool)
@@ -78,15 +77,13 @@ def assemble_ranges(
     num_loss = count_trained(labels, row_tok, skip_first=False)
     max_seqlen = np.maximum.reduceat(seg_len, row_offsets[:-1]) if nrows else seg_len
     tok_off = arrow_array(row_tok.astype(np.int32))
+    seg_off = arrow_array(row_offsets.astype(np.int32))
     columns = [
         pa.ListArray.from_arrays(tok_off, arrow_array(input_ids)),
         pa.ListArray.from_arrays(tok_off, arrow_array(labels)),
         pa.ListArray.from_arrays(tok_off, arrow_array(position_ids)),
         pa.ListArray.from_arrays(arrow_array(cu_offsets.astype(np.int32)), arrow_array(cu_values)),
-        pa.ListArray.from_arrays(
-            arrow_array(row_offsets.astype(np.int32)),
-            arrow_array(block.example_id.astype(np.int64)),
-        ),
+        pa.ListArray.from_arrays(seg_off, arrow_array(block.example_id.astype(np.int64))),
         arrow_array(np.diff(row_tok).astype(np.int32)),
         arrow_array(num_loss.astype(np.int32)),
         arrow_array(max_seqlen.astype(np.int32)),
@@ -94,11 +91,9 @@ def assemble_ranges(
     table = pa.Table.from_arrays(columns, schema=SHARD_SCHEMA)
     if codes is None:
         return table
-    seg_off = arrow_array(row_offsets.astype(np.int32))
     code = np.asarray(codes, dtype=np.int8)
     branch = np.where(code <= 2, code, 0).astype(np.int8)
     kto = np.where(code >= 3, code - 3, -1).astype(np.int8)
-    table = table.append_column(
-        PAIR_FIELDS[0], pa.ListArray.from_arrays(seg_off, arrow_array(branch))
-    )
-    return table.append_column(PAIR_FIELDS[1], pa.ListArray.from_arrays(seg_off, arrow_array(kto)))
+    for field, values in zip(PAIR_FIELDS, (branch, kto), strict=True):
+        table = table.append_column(field, pa.ListArray.from_arrays(seg_off, arrow_array(values)))
+    return table

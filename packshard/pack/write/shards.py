@@ -21,6 +21,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -102,18 +103,16 @@ class WriteTask:
     seg_length: np.ndarray
     example_id: np.ndarray
     max_seq_len: int
-    work: str | None = None
-    faults: tuple[tuple[str, str, int], ...] = ()
-    codes: np.ndarray | None = None  # int8 [segments]: pair codes (a preference pack only)
+    work: str
+    faults: tuple[tuple[str, str, int], ...]
+    codes: np.ndarray | None  # int8 [segments]: pair codes (a preference pack only)
 
 
 def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
-    inject(task.name, task.faults, Path(task.work) / "_faults" if task.work else None)
+    inject(task.name, task.faults, Path(task.work) / "_faults")
     pad_heap(BUSY_PAD)  # row groups come and go: keep the heap's top (packshard.pack.heap)
-
-    def read(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return read_part_ranges(task.parts, starts, lengths)
+    read = partial(read_part_ranges, task.parts)
 
     def tables() -> Iterator[pa.Table]:
         # one row group's segments at a time: nothing per segment of the whole shard is made
@@ -154,26 +153,26 @@ def write_shards_on(
     bounds: list[tuple[int, int]],
     dataset_id: str,
     compression: str,
-    work: Path | None = None,
-    faults: tuple[tuple[str, str, int], ...] = (),
-    names: list[str] | None = None,
-    meanwhile: Callable[[], None] | None = None,
+    work: Path,
+    faults: tuple[tuple[str, str, int], ...],
+    names: list[str],
+    meanwhile: Callable[[], None],
 ) -> list[ShardInfo]:
     """Write every shard with ``engine``'s tasks; entries come back in shard order.
 
-    ``names`` are the shards' file names (default ``shard-0000k.parquet``); ``meanwhile``
-    runs here once the tasks are handed out (the engine's ``on_started``).
+    ``names`` are the shards' file names; ``meanwhile`` runs here once the tasks are handed
+    out (the engine's ``on_started``).
     """
     assert spill.part_files is not None, "tasks read the work units' spill parts"
     codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
     tasks = []
-    for k, (lo, hi) in enumerate(bounds):
+    for name, (lo, hi) in zip(names, bounds, strict=True):
         sub = plan.rows(lo, hi)
         tasks.append(
             WriteTask(
                 parts=spill.part_files,
                 folder=str(folder),
-                name=names[k] if names is not None else SHARD_PATTERN.format(index=k),
+                name=name,
                 dataset_id=dataset_id,
                 compression=compression,
                 row_offsets=sub.row_offsets,
@@ -181,9 +180,9 @@ def write_shards_on(
                 seg_length=sub.seg_length,
                 example_id=sub.example_id,
                 max_seq_len=plan.max_seq_len,
-                work=str(work) if work is not None else None,
+                work=str(work),
                 faults=faults,
                 codes=codes[sub.seg_example] if codes is not None else None,
             )
         )
-    return engine.run(write_task, tasks, [t.name for t in tasks], on_started=meanwhile)
+    return engine.run(write_task, tasks, names, on_started=meanwhile)
