@@ -96,10 +96,9 @@ def profile_inputs(
         if bar is not None:
             bar.add(r["records"], int(r["lengths"].sum()))
 
-    shared = load
     try:
         engine = config.engine.sized(input_bytes(files))  # --workers auto
-        with open_engine(engine) as running, sharing(tokenizer, template, lambda: shared):
+        with open_engine(engine) as running, sharing(tokenizer, template, lambda: load):
             results = running.run(profile_unit, tasks, [s.describe() for s in splits], done)
     finally:
         if bar is not None:
