@@ -44,7 +44,7 @@ def _show_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else progress
 
 
-@click.group(cls=CommandGroup)
+@click.group(cls=CommandGroup, context_settings={"show_default": True})
 @click.version_option(package_name="packshard")
 def main() -> None:
     """Pack chat fine-tuning data into audited, seam-safe Parquet shards.
