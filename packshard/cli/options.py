@@ -80,7 +80,6 @@ INGEST = group(
     ),
     click.option(
         "--template",
-        default=None,
         help="Chat template: a .jinja file or 'chatml' (default: the tokenizer config's).",
     ),
     click.option(
@@ -202,9 +201,7 @@ ENGINE = group(
         f"auto: one per {human_bytes(AUTO_BYTES)} of input, at most one per core and one per "
         f"{human_bytes(WORKER_MEMORY)} of available memory.",
     ),
-    click.option(
-        "--ray-address", default=None, help="Join this Ray cluster (default: start a local one)."
-    ),
+    click.option("--ray-address", help="Join this Ray cluster (default: start a local one)."),
 )
 UNITS = click.option(
     "--split-bytes",
@@ -218,7 +215,6 @@ UNITS = click.option(
 MAX_REJECT_RATE = click.option(
     "--max-reject-rate",
     type=float,
-    default=None,
     help="Exit 1 when more than this share (0–1) of the records is rejected as bad input "
     "(default: only a warning above 0.1).",
 )
@@ -348,7 +344,6 @@ PACK = group(
     click.option(
         "--num-workers",
         type=int,
-        default=None,
         help="Tokenizer threads in each process (default: all cores; --workers: processes).",
     ),
     ENGINE,
@@ -377,12 +372,10 @@ VERIFY = group(
     ),
     click.option(
         "--tokenizer",
-        default=None,
         help="Tokenizer to use for the source check (its hash must match).",
     ),
     click.option(
         "--template",
-        default=None,
         help="Template to use for the source check (its hash must match).",
     ),
     click.option(
@@ -394,7 +387,6 @@ VERIFY = group(
     click.option(
         "--sample",
         type=int,
-        default=None,
         help="Compare a random sample of K records in the source check.",
     ),
     click.option("--seed", type=int, default=0, help="Seed for sampling."),
@@ -414,9 +406,7 @@ VERIFY = group(
 INSPECT = group(
     click.option("--row", type=int, default=0, help="Row within the shard."),
     click.option("--shard", type=int, default=0, help="Shard index (0-based)."),
-    click.option(
-        "--tokenizer", default=None, help="Tokenizer to decode with (default: the recorded one)."
-    ),
+    click.option("--tokenizer", help="Tokenizer to decode with (default: the recorded one)."),
     click.option(
         "--html",
         "html_path",
