@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -84,8 +84,7 @@ def render_pack_summary(result: Any) -> Group:
     for name, value in rows:
         table.add_row(name, _num(value))
     parts: list[Any] = [table]
-    codes = stats.get("rejects_by_code", {})
-    if codes:
+    if codes := stats.get("rejects_by_code"):
         listed = ", ".join(
             f"{code} {n}" for code, n in sorted(codes.items(), key=lambda kv: -kv[1])
         )
@@ -138,12 +137,10 @@ def render_verify_summary(report: Any) -> Group:
                 style="magenta",
             )
         )
-    for note in model.get("notes", []):
-        parts.append(Text(f"note: {note}", style="yellow"))
+    parts += [Text(f"note: {note}", style="yellow") for note in model.get("notes", [])]
     parts += render_environment(report)
     findings = report.findings
-    for finding in findings.items[:30]:
-        parts.append(Text(f"✗ {finding}", style="red"))
+    parts += [Text(f"✗ {finding}", style="red") for finding in findings.items[:30]]
     hidden = len(findings) - min(len(findings.items), 30)
     if hidden > 0:
         parts.append(
@@ -396,8 +393,6 @@ def plain() -> bool:
 
 def console() -> Any:
     """Return the console the commands print to (see the module docstring)."""
-    from rich.console import Console
-
     if not plain():
         return Console(highlight=False, soft_wrap=False)
 
@@ -412,9 +407,6 @@ def console() -> Any:
 
 def unwrap(renderable: Any) -> None:
     """Let every column of the tables in ``renderable`` be as wide as its longest cell."""
-    from rich.console import Group
-    from rich.table import Table
-
     if isinstance(renderable, Group):
         for item in renderable.renderables:
             unwrap(item)
