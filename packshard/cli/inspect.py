@@ -129,10 +129,7 @@ def inspect_row(
         raise FormatError(f"{path}", f"row {row}: {why} (run packshard verify)")
     packed: PackedRow = read_row(table, row)
     where = _index_entries(folder, manifest, packed.example_ids)
-    recorded_tok = manifest["tokenizer"]
-    tok = _load_tokenizer(
-        tokenizer or _existing(recorded_tok["path"], recorded_tok.get("resolved"))
-    )
+    tok = _decoder(tokenizer, manifest["tokenizer"])
     size = tok.get_vocab_size(with_added_tokens=True) if tok is not None else 1 << 31
     outside = np.flatnonzero((packed.input_ids < 0) | (packed.input_ids >= size))
     if outside.size:  # the tokenizer cannot decode it: say so in one line
@@ -191,14 +188,12 @@ def _index_entries(
     return found
 
 
-def _existing(path: str, resolved: Any) -> str:
-    """Return the recorded path, or where pack resolved it when that is not found from here."""
-    if not Path(path).exists() and isinstance(resolved, str) and Path(resolved).exists():
-        return resolved
-    return path
-
-
-def _load_tokenizer(path: str) -> Any:
+def _decoder(path: str | None, recorded: dict[str, Any]) -> Any:
+    """Load ``path``, else the recorded tokenizer; None when it does not load."""
+    if not path:  # the recorded path, or where pack resolved it when that is not found from here
+        path, resolved = recorded["path"], recorded.get("resolved")
+        if not Path(path).exists() and isinstance(resolved, str) and Path(resolved).exists():
+            path = resolved
     try:
         from packshard.ingest.tokens.tokenizer import load_tokenizer
 
