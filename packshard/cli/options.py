@@ -53,6 +53,15 @@ def group(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return apply
 
 
+def _output(flag: str, dest: str, help: str) -> Callable[[Any], Any]:
+    """Return the option of a file the command writes (``--json``, ``--html``) as ``dest``."""
+    return click.option(flag, dest, type=click.Path(dir_okay=False), help=help)
+
+
+def _seed(help: str) -> Callable[[Any], Any]:
+    return click.option("--seed", type=int, default=0, help=help)
+
+
 def _workers(value: str | int | None) -> int | None:
     """Parse ``--workers``: a count (the engine checks its range) or ``auto`` (None)."""
     if value is None or value == "auto":
@@ -261,22 +270,10 @@ PROFILE = group(
         default=8,
         help="Training batch size assumed by the padding estimates.",
     ),
-    click.option(
-        "--seed",
-        type=int,
-        default=0,
-        help="Seed of the random-batch estimate (and of the --mix prediction, as pack's).",
-    ),
+    _seed("Seed of the random-batch estimate (and of the --mix prediction, as pack's)."),
     MIX,
-    click.option(
-        "--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON."
-    ),
-    click.option(
-        "--html",
-        "html_path",
-        type=click.Path(dir_okay=False),
-        help="Write an HTML page with histograms and charts.",
-    ),
+    _output("--json", "json_path", "Write the report as JSON."),
+    _output("--html", "html_path", "Write an HTML page with histograms and charts."),
 )
 
 PACK = group(
@@ -301,12 +298,7 @@ PACK = group(
         type=click.Choice(OVERLONG_POLICIES),
         help="What to do with examples longer than --max-seq-len.",
     ),
-    click.option(
-        "--seed",
-        type=int,
-        default=0,
-        help="Seed of the row shuffle (and of the --eval-fraction and --mix draws).",
-    ),
+    _seed("Seed of the row shuffle (and of the --eval-fraction and --mix draws)."),
     click.option(
         "--eval-fraction",
         type=float,
@@ -389,13 +381,8 @@ VERIFY = group(
         type=int,
         help="Compare a random sample of K records in the source check.",
     ),
-    click.option("--seed", type=int, default=0, help="Seed for sampling."),
-    click.option(
-        "--json",
-        "json_path",
-        type=click.Path(dir_okay=False),
-        help="Write the full report with the seam table.",
-    ),
+    _seed("Seed for sampling."),
+    _output("--json", "json_path", "Write the full report with the seam table."),
     click.option(
         "--progress/--no-progress",
         default=None,
@@ -407,12 +394,7 @@ INSPECT = group(
     click.option("--row", type=int, default=0, help="Row within the shard."),
     click.option("--shard", type=int, default=0, help="Shard index (0-based)."),
     click.option("--tokenizer", help="Tokenizer to decode with (default: the recorded one)."),
-    click.option(
-        "--html",
-        "html_path",
-        type=click.Path(dir_okay=False),
-        help="Also write the view as an HTML page.",
-    ),
+    _output("--html", "html_path", "Also write the view as an HTML page."),
 )
 
 EXPORT = group(
