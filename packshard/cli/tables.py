@@ -62,25 +62,17 @@ def render_pack_summary(result: Any) -> Group:
         ("rows", stats["rows"]),
         ("lower bound rows", stats["lower_bound_rows"]),
         ("fill rate", f"{100 * stats['fill_rate']:.2f}%"),
-        *(
-            [("fill rate with bfd", f"{100 * stats['bfd_fill_rate']:.2f}% (order not kept)")]
-            if "bfd_fill_rate" in stats
-            else []
-        ),
-        ("shards", len(result.manifest["shards"])),
-        *(
-            [("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS))]
-            if (p := stats.get("pairs"))
-            else []
-        ),
-        *(
-            [("train / eval records", " / ".join(f"{v['records_packed']:,}" for v in split))]
-            if (split := [stats["splits"][k] for k in ("train", "eval") if "splits" in stats])
-            else []
-        ),
-        ("time", f"{result.seconds:.2f} s"),
-        ("tokens/s", f"{stats['tokens'] / max(result.seconds, 1e-9):,.0f}"),
     ]
+    if "bfd_fill_rate" in stats:
+        rows.append(("fill rate with bfd", f"{100 * stats['bfd_fill_rate']:.2f}% (order not kept)"))
+    rows.append(("shards", len(result.manifest["shards"])))
+    if p := stats.get("pairs"):
+        rows.append(("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS)))
+    if "splits" in stats:
+        split = " / ".join(f"{stats['splits'][k]['records_packed']:,}" for k in ("train", "eval"))
+        rows.append(("train / eval records", split))
+    rows.append(("time", f"{result.seconds:.2f} s"))
+    rows.append(("tokens/s", f"{stats['tokens'] / max(result.seconds, 1e-9):,.0f}"))
     for name, value in rows:
         table.add_row(name, _num(value))
     parts: list[Any] = [table]
