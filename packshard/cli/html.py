@@ -50,17 +50,14 @@ def draw_histogram(d: DomainProfile, report: ProfileReport) -> str:
     def x_of(v: float) -> float:
         return left + (math.log(max(v, start)) - lo) / (hi - lo) * plot_w
 
-    head = (
+    baseline = top + plot_h
+    parts = [
         f'<svg class="hist" data-domain="{escape(d.name)}" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" xmlns="http://www.w3.org/2000/svg">'
         f"<title>{escape(d.name)}: example lengths</title>"
-    )
-    parts = [head]
-    baseline = top + plot_h
-    parts.append(
         f'<line x1="{left}" y1="{baseline}" x2="{width - right}" y2="{baseline}" '
         f'stroke="{COLORS["axis"]}"/>'
-    )
+    ]
     tick = 1
     while tick <= edges[-1]:
         if tick >= start:
@@ -180,13 +177,12 @@ def write_profile_html(report: ProfileReport, path: str | Path) -> None:
     """Write a single self-contained HTML page (no script, no external resource)."""
     total = report.total
     histograms = [*report.domains, total] if len(report.domains) > 1 else list(report.domains)
-    sections = []
-    for d in histograms or [total]:
-        sections.append(
-            f"<h3>{escape(d.name)} <span class='note'>{d.examples:,} examples, "
-            f"{d.tokens:,} tokens, {d.over_max_share:.1%} over max_seq_len</span></h3>"
-            + draw_histogram(d, report)
-        )
+    sections = [
+        f"<h3>{escape(d.name)} <span class='note'>{d.examples:,} examples, "
+        f"{d.tokens:,} tokens, {d.over_max_share:.1%} over max_seq_len</span></h3>"
+        + draw_histogram(d, report)
+        for d in histograms or [total]
+    ]
     chart = draw_utilization(total) if total.utilization else "<p>no accepted examples</p>"
     reasoning = ""
     if total.reasoning_examples:
