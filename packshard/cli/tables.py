@@ -33,14 +33,6 @@ if TYPE_CHECKING:  # the profile tables import it when they render (it imports t
     from packshard.profile import DomainProfile, ProfileReport
 
 
-def _num(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
 _PAIR_KEYS = ("seen", "packed", "rejected")
 
 
@@ -73,8 +65,8 @@ def render_pack_summary(result: Any) -> Group:
         rows.append(("train / eval records", split))
     rows.append(("time", f"{result.seconds:.2f} s"))
     rows.append(("tokens/s", f"{stats['tokens'] / max(result.seconds, 1e-9):,.0f}"))
-    for name, value in rows:
-        table.add_row(name, _num(value))
+    for name, value in rows:  # counts, or text already formatted
+        table.add_row(name, f"{value:,}" if isinstance(value, int) else value)
     parts: list[Any] = [table]
     if codes := stats.get("rejects_by_code"):
         listed = ", ".join(
