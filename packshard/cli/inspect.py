@@ -108,21 +108,19 @@ def inspect_row(
     shards = manifest["shards"]
     if not 0 <= shard < len(shards):
         raise UsageError(f"--shard {shard} out of range (the folder has {len(shards)} shards)")
+    name = shards[shard]["path"]
     try:
-        path = inside_folder(folder, shards[shard]["path"])
+        path = inside_folder(folder, name)
     except FormatError as exc:
         if exc.problem != MISSING:
             problem = f"{exc.problem} (run packshard verify)"
             raise FormatError(str(folder / exc.path), problem) from None
-        path = folder / shards[shard]["path"]
         raise InputError(
-            f"{path}: shard missing (run packshard verify {out} to audit the folder)"
+            f"{folder / name}: shard missing (run packshard verify {out} to audit the folder)"
         ) from None
     table = read_shard(path, manifest["dataset_id"])
     if not 0 <= row < table.num_rows:
-        raise UsageError(
-            f"--row {row} out of range ({shards[shard]['path']} has {table.num_rows} rows)"
-        )
+        raise UsageError(f"--row {row} out of range ({name} has {table.num_rows} rows)")
     broken = rows_problem(table.slice(row, 1))
     if broken is not None:  # a crafted row: say so instead of decoding nonsense
         why = broken.replace("row 0: ", "")
@@ -165,7 +163,7 @@ def inspect_row(
             )
         )
     max_seq_len = int(manifest["config"]["max_seq_len"])
-    return RowView(shards[shard]["path"], row, packed.num_tokens, max_seq_len, tuple(segments))
+    return RowView(name, row, packed.num_tokens, max_seq_len, tuple(segments))
 
 
 def _index_entries(
