@@ -222,8 +222,7 @@ def render_rejects(report: ProfileReport) -> Group:
     codes = ", ".join(f"{code} {n}" for code, n in report.reject_codes)
     lines: list[Any] = [Text.assemble((f"{total} rejected record(s)", "yellow"), f" ({codes}):")]
     lines += [Text(f"  {r.ref}: [{r.code}] {r.reason}") for r in report.rejects]
-    if total > len(report.rejects):
-        more = total - len(report.rejects)
+    if (more := total - len(report.rejects)) > 0:
         lines.append(Text(f"  … and {more} more (pack writes all to rejects.jsonl)"))
     return Group(*lines)
 
