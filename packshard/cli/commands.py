@@ -33,12 +33,6 @@ from packshard.cli.sections import SectionedCommand
 from packshard.errors import EXIT_DATA, EXIT_USAGE
 
 
-def _console() -> Any:
-    from packshard.cli.tables import console
-
-    return console()
-
-
 def _settled() -> None:
     """Keep full collections off what exists now (the imported modules) until the command ends."""
     gc.freeze()
@@ -50,7 +44,7 @@ def _show_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else progress
 
 
-@click.group(cls=CommandGroup)
+@click.group(cls=CommandGroup, context_settings={"show_default": True})
 @click.version_option(package_name="packshard")
 def main() -> None:
     """Pack chat fine-tuning data into audited, seam-safe Parquet shards.
@@ -84,7 +78,7 @@ def profile(
     """
     from packshard.cli.html import write_profile_html
     from packshard.cli.rejectrate import check_max_reject_rate, enforce_reject_rate
-    from packshard.cli.tables import render_profile_table, render_rejects
+    from packshard.cli.tables import console, render_profile_table, render_rejects
     from packshard.ingest.markers import check_markers
     from packshard.ingest.read.sources import expand_inputs
     from packshard.ingest.template.fast import render_entry
@@ -107,9 +101,9 @@ def profile(
     rendered = render_entry(loaded[1], bundle.special_tokens_map, config.ingest.backend)
     if note := backend_note(backends_entry(bundle, config.ingest.backend, rendered)):
         warn(note)
-    console = _console()
-    console.print(render_profile_table(report))
-    console.print(render_rejects(report))
+    screen = console()
+    screen.print(render_profile_table(report))
+    screen.print(render_rejects(report))
     if json_path:
         text = json.dumps(report_to_dict(report), indent=2, sort_keys=True, ensure_ascii=False)
         with naming(json_path):
@@ -129,13 +123,7 @@ def profile(
 @PACK
 def pack(
     data: tuple[str, ...],
-    tokenizer: str,
-    template: str | None,
-    max_seq_len: int,
     fmt: str,
-    domain_field: str,
-    loss: str,
-    on_error: str,
     progress: bool | None,
     max_reject_rate: float | None,
     **options: Any,
@@ -151,19 +139,9 @@ def pack(
     from packshard.pack.units.early import start_early
 
     check_max_reject_rate(max_reject_rate)
-    config = PackConfig.build(
-        inputs=data,
-        tokenizer=tokenizer,
-        template=template,
-        max_seq_len=max_seq_len,
-        format=fmt,
-        domain_field=domain_field,
-        loss=loss,
-        on_error=on_error,
-        **options,
-    )
+    config = PackConfig.build(inputs=data, format=fmt, **options)
     start_early(config)  # the workers' imports and warm-up beside this process's own
-    from packshard.cli.tables import render_mixture, render_pack_summary
+    from packshard.cli.tables import console, render_mixture, render_pack_summary
     from packshard.pack import pack_dataset
 
     _settled()
@@ -172,11 +150,11 @@ def pack(
         result = pack_dataset(config, progress=_show_progress(progress), notify=warn)
     for warning in result.warnings:
         warn(warning)
-    console = _console()
-    console.print(render_pack_summary(result))
+    screen = console()
+    screen.print(render_pack_summary(result))
     stats = result.manifest["stats"]
     if "mix" in stats:
-        console.print(render_mixture(stats["mix"], "Mixture before (input) and after (packed)"))
+        screen.print(render_mixture(stats["mix"], "Mixture before (input) and after (packed)"))
     sources = [i["resolved"] for i in result.manifest["inputs"]]
     enforce_reject_rate(stats["records"], stats["rejects_by_code"], max_reject_rate, fmt, sources)
 
@@ -194,14 +172,14 @@ def verify(out: str, json_path: str | None, progress: bool | None, **options: An
     Example:
       packshard verify packed/ --json audit.json
     """
-    from packshard.cli.tables import render_verify_summary
+    from packshard.cli.tables import console, render_verify_summary
     from packshard.verify.run import VerifyOptions, verify_dataset, write_report_json
 
     _settled()
 
     not_over(json_path, reading=[Path(out)])
     report = verify_dataset(out, VerifyOptions(progress=_show_progress(progress), **options))
-    _console().print(render_verify_summary(report), soft_wrap=True)  # findings stay one line each
+    console().print(render_verify_summary(report), soft_wrap=True)  # findings stay one line each
     if json_path:
         with naming(json_path):
             write_report_json(report, json_path)
@@ -224,14 +202,13 @@ def inspect(out: str, row: int, shard: int, tokenizer: str | None, html_path: st
     """
     from packshard.cli.html import write_row_html
     from packshard.cli.inspect import inspect_row, render_row_console
+    from packshard.cli.tables import console, plain
 
     _settled()
 
     not_over(html_path, reading=[Path(out)])
     view = inspect_row(Path(out), row=row, shard=shard, tokenizer=tokenizer)
-    from packshard.cli.tables import plain
-
-    _console().print(render_row_console(view, marked=plain()))
+    console().print(render_row_console(view, marked=plain()))
     if html_path:
         with naming(html_path):
             write_row_html(view, html_path)

@@ -27,11 +27,11 @@ def one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
-def _fail(exc: PackshardError) -> NoReturn:
-    # One unwrapped line: messages start with ``file:line`` and must stay greppable.
+def fail(message: str, exit_code: int) -> NoReturn:
+    """Print one error line on stderr and exit with ``exit_code``."""
     click.secho("error:", fg="red", bold=True, err=True, nl=False)
-    click.echo(f" {one_line(str(exc))}", err=True)
-    sys.exit(exc.exit_code)
+    click.echo(f" {message}", err=True)
+    sys.exit(exit_code)
 
 
 _OS_HINTS = {
@@ -42,16 +42,6 @@ _OS_HINTS = {
     errno.EACCES: "check the permissions",
     errno.EPERM: "check the permissions",
 }
-
-
-def _fail_os(exc: OSError) -> NoReturn:
-    # The last resort for what the environment refused (disk full, permissions): one line.
-    where = f"{exc.filename}: " if exc.filename else ""
-    hint = _OS_HINTS.get(exc.errno or 0, "")
-    what = exc.strerror or " ".join(str(exc).split())
-    click.secho("error:", fg="red", bold=True, err=True, nl=False)
-    click.echo(one_line(f" {where}{what}" + (f" ({hint})" if hint else "")), err=True)
-    sys.exit(EXIT_USAGE)
 
 
 @contextmanager
@@ -98,19 +88,18 @@ class CommandGroup(click.Group):
         """Run the command; what escapes it ends in one line and an exit code."""
         try:
             return super().invoke(ctx)
-        except PackshardError as exc:
-            _fail(exc)
-        except OSError as exc:
-            _fail_os(exc)
+        except PackshardError as exc:  # one unwrapped line: messages start with ``file:line``
+            fail(one_line(str(exc)), exc.exit_code)
+        except OSError as exc:  # the last resort for what the environment refused: one line
+            where = f"{exc.filename}: " if exc.filename else ""
+            hint = _OS_HINTS.get(exc.errno or 0, "")
+            what = exc.strerror or " ".join(str(exc).split())
+            fail(one_line(f"{where}{what}" + (f" ({hint})" if hint else "")), EXIT_USAGE)
         except Terminated as exc:  # SIGTERM or SIGHUP: workers stopped, partial output removed
-            click.secho("error:", fg="red", bold=True, err=True, nl=False)
-            click.echo(f" {exc} (the partial output was removed)", err=True)
-            sys.exit(exc.exit_code)
+            fail(f"{exc} (the partial output was removed)", exc.exit_code)
         except MemoryError:
-            click.secho("error:", fg="red", bold=True, err=True, nl=False)
-            click.echo(
-                " out of memory (lower --batch-size or --max-record-bytes, or give the run "
+            fail(
+                "out of memory (lower --batch-size or --max-record-bytes, or give the run "
                 "more memory)",
-                err=True,
+                EXIT_USAGE,
             )
-            sys.exit(EXIT_USAGE)

@@ -16,7 +16,6 @@ Every string that comes from data (domain names, decoded text, sources) is HTML-
 
 from __future__ import annotations
 
-import html
 import math
 from html import escape
 from pathlib import Path
@@ -51,17 +50,14 @@ def draw_histogram(d: DomainProfile, report: ProfileReport) -> str:
     def x_of(v: float) -> float:
         return left + (math.log(max(v, start)) - lo) / (hi - lo) * plot_w
 
-    head = (
+    baseline = top + plot_h
+    parts = [
         f'<svg class="hist" data-domain="{escape(d.name)}" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" xmlns="http://www.w3.org/2000/svg">'
         f"<title>{escape(d.name)}: example lengths</title>"
-    )
-    parts = [head]
-    baseline = top + plot_h
-    parts.append(
         f'<line x1="{left}" y1="{baseline}" x2="{width - right}" y2="{baseline}" '
         f'stroke="{COLORS["axis"]}"/>'
-    )
+    ]
     tick = 1
     while tick <= edges[-1]:
         if tick >= start:
@@ -156,13 +152,12 @@ def draw_utilization(d: DomainProfile) -> str:
 
 def render_table_html(table: Table) -> str:
     """Return ``table``'s cells as an escaped HTML table (header row, then body rows)."""
-    columns = table.columns
-    head = "".join(f"<th>{escape(str(c.header))}</th>" for c in columns)
-    rows = []
-    for r in range(table.row_count):
-        cells = "".join(f"<td>{escape(str(list(c.cells)[r]))}</td>" for c in columns)
-        rows.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    head = "".join(f"<th>{escape(str(c.header))}</th>" for c in table.columns)
+    rows = zip(*(c.cells for c in table.columns), strict=True)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 STYLE = """
@@ -182,13 +177,12 @@ def write_profile_html(report: ProfileReport, path: str | Path) -> None:
     """Write a single self-contained HTML page (no script, no external resource)."""
     total = report.total
     histograms = [*report.domains, total] if len(report.domains) > 1 else list(report.domains)
-    sections = []
-    for d in histograms or [total]:
-        sections.append(
-            f"<h3>{escape(d.name)} <span class='note'>{d.examples:,} examples, "
-            f"{d.tokens:,} tokens, {d.over_max_share:.1%} over max_seq_len</span></h3>"
-            + draw_histogram(d, report)
-        )
+    sections = [
+        f"<h3>{escape(d.name)} <span class='note'>{d.examples:,} examples, "
+        f"{d.tokens:,} tokens, {d.over_max_share:.1%} over max_seq_len</span></h3>"
+        + draw_histogram(d, report)
+        for d in histograms or [total]
+    ]
     chart = draw_utilization(total) if total.utilization else "<p>no accepted examples</p>"
     reasoning = ""
     if total.reasoning_examples:
@@ -230,11 +224,11 @@ def write_row_html(view: RowView, path: str | Path) -> None:
         flags = seg.reasoning or (False,) * len(seg.runs)
         runs = "".join(
             f'<span class="{"t" if trained else "c"}{" r" if thought else ""}">'
-            f"{html.escape(text)}</span>"
+            f"{escape(text)}</span>"
             for (text, trained), thought in zip(seg.runs, flags, strict=True)
         )
         blocks.append(
-            f'<div class="seg"><div class="h">{html.escape(segment_title(seg))}'
+            f'<div class="seg"><div class="h">{escape(segment_title(seg))}'
             f"</div><pre>{runs}</pre></div>"
         )
     reasoning = (
@@ -242,14 +236,14 @@ def write_row_html(view: RowView, path: str | Path) -> None:
         if any(seg.reasoning for seg in view.segments)
         else ""
     )
-    title = f"{html.escape(view.shard)} row {view.row}"
+    title = f"{escape(view.shard)} row {view.row}"
     page = f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}
 .seg{{border-left:4px solid #888;margin:0 0 .5em;padding:.3em .8em}}
 .seg+.seg{{border-top:3px dashed #c33;padding-top:.8em}}.h{{color:#246;font-size:.9em}}
 pre{{white-space:pre-wrap;font-size:.9em}}.t{{background:#d6f5d6}}.c{{color:#888}}
 .r{{color:#7b2d8e;font-style:italic}}</style>
-<h1>{html.escape(view.shard)} · row {view.row}</h1>
+<h1>{escape(view.shard)} · row {view.row}</h1>
 <p>{view.num_tokens} of {view.max_seq_len} tokens, {len(view.segments)} segments. Trained tokens
 have a green background; red dashed lines are seams (attention and positions restart).
 {reasoning}</p>

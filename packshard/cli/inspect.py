@@ -108,31 +108,26 @@ def inspect_row(
     shards = manifest["shards"]
     if not 0 <= shard < len(shards):
         raise UsageError(f"--shard {shard} out of range (the folder has {len(shards)} shards)")
+    name = shards[shard]["path"]
     try:
-        path = inside_folder(folder, shards[shard]["path"])
+        path = inside_folder(folder, name)
     except FormatError as exc:
         if exc.problem != MISSING:
             problem = f"{exc.problem} (run packshard verify)"
             raise FormatError(str(folder / exc.path), problem) from None
-        path = folder / shards[shard]["path"]
         raise InputError(
-            f"{path}: shard missing (run packshard verify {out} to audit the folder)"
+            f"{folder / name}: shard missing (run packshard verify {out} to audit the folder)"
         ) from None
     table = read_shard(path, manifest["dataset_id"])
     if not 0 <= row < table.num_rows:
-        raise UsageError(
-            f"--row {row} out of range ({shards[shard]['path']} has {table.num_rows} rows)"
-        )
+        raise UsageError(f"--row {row} out of range ({name} has {table.num_rows} rows)")
     broken = rows_problem(table.slice(row, 1))
     if broken is not None:  # a crafted row: say so instead of decoding nonsense
         why = broken.replace("row 0: ", "")
         raise FormatError(f"{path}", f"row {row}: {why} (run packshard verify)")
     packed: PackedRow = read_row(table, row)
     where = _index_entries(folder, manifest, packed.example_ids)
-    recorded_tok = manifest["tokenizer"]
-    tok = _load_tokenizer(
-        tokenizer or _existing(recorded_tok["path"], recorded_tok.get("resolved"))
-    )
+    tok = _decoder(tokenizer, manifest["tokenizer"])
     size = tok.get_vocab_size(with_added_tokens=True) if tok is not None else 1 << 31
     outside = np.flatnonzero((packed.input_ids < 0) | (packed.input_ids >= size))
     if outside.size:  # the tokenizer cannot decode it: say so in one line
@@ -168,7 +163,7 @@ def inspect_row(
             )
         )
     max_seq_len = int(manifest["config"]["max_seq_len"])
-    return RowView(shards[shard]["path"], row, packed.num_tokens, max_seq_len, tuple(segments))
+    return RowView(name, row, packed.num_tokens, max_seq_len, tuple(segments))
 
 
 def _index_entries(
@@ -191,14 +186,12 @@ def _index_entries(
     return found
 
 
-def _existing(path: str, resolved: Any) -> str:
-    """Return the recorded path, or where pack resolved it when that is not found from here."""
-    if not Path(path).exists() and isinstance(resolved, str) and Path(resolved).exists():
-        return resolved
-    return path
-
-
-def _load_tokenizer(path: str) -> Any:
+def _decoder(path: str | None, recorded: dict[str, Any]) -> Any:
+    """Load ``path``, else the recorded tokenizer; None when it does not load."""
+    if not path:  # the recorded path, or where pack resolved it when that is not found from here
+        path, resolved = recorded["path"], recorded.get("resolved")
+        if not Path(path).exists() and isinstance(resolved, str) and Path(resolved).exists():
+            path = resolved
     try:
         from packshard.ingest.tokens.tokenizer import load_tokenizer
 

@@ -5,7 +5,9 @@
 ``pack``): tokenizer, template and row capacity; how records are read and labelled (format,
 domain, loss, reasoning and turn policies); what a bad record does; the resource limits;
 the progress bar.  Choices are the vocabularies of :mod:`packshard.options`, defaults the
-library's.
+library's.  ``--help`` shows every default (``show_default`` of the ``packshard`` group); an
+option that states its own (``[default: 256 MiB]``, or in words) or has none to show turns it
+off.
 """
 
 from __future__ import annotations
@@ -51,6 +53,15 @@ def group(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return apply
 
 
+def _output(flag: str, dest: str, help: str) -> Callable[[Any], Any]:
+    """Return the option of a file the command writes (``--json``, ``--html``) as ``dest``."""
+    return click.option(flag, dest, type=click.Path(dir_okay=False), help=help)
+
+
+def _seed(help: str) -> Callable[[Any], Any]:
+    return click.option("--seed", type=int, default=0, help=help)
+
+
 def _workers(value: str | int | None) -> int | None:
     """Parse ``--workers``: a count (the engine checks its range) or ``auto`` (None)."""
     if value is None or value == "auto":
@@ -78,7 +89,6 @@ INGEST = group(
     ),
     click.option(
         "--template",
-        default=None,
         help="Chat template: a .jinja file or 'chatml' (default: the tokenizer config's).",
     ),
     click.option(
@@ -91,62 +101,53 @@ INGEST = group(
         "--format",
         "fmt",
         default="auto",
-        show_default=True,
         type=click.Choice(FORMAT_CHOICES),
         help="Record format (detected per record by default).",
     ),
     click.option(
         "--domain-field",
         default="domain",
-        show_default=True,
         help="Record field naming its domain (else the file name).",
     ),
     click.option(
         "--loss",
         default="auto",
-        show_default=True,
         type=click.Choice(LOSS_POLICIES),
         help="Which tokens are trained (auto: assistant turns, completions, all text).",
     ),
     click.option(
         "--on-error",
         default="skip",
-        show_default=True,
         type=click.Choice(ON_ERROR),
         help="skip: bad records go to the rejects; fail: stop at the first (exit 1).",
     ),
     click.option(
         "--reasoning",
         default="train",
-        show_default=True,
         type=click.Choice(REASONING_POLICIES),
         help="Assistant reasoning: train it, keep it untrained (mask), or remove it (drop).",
     ),
     click.option(
         "--empty-reasoning",
         default="train",
-        show_default=True,
         type=click.Choice(EMPTY_REASONING),
         help="Empty reasoning blocks a template renders: train them or mask them.",
     ),
     click.option(
         "--turns",
         default="as_rendered",
-        show_default=True,
         type=click.Choice(TURN_POLICIES),
         help="as_rendered: the conversation once; expand: one example per trained turn.",
     ),
     click.option(
         "--reasoning-markers",
         default=",".join(REASONING_MARKERS),
-        show_default=True,
         callback=lambda ctx, param, value: _markers(value),
         help="Opening and closing marker of inline reasoning, comma-separated.",
     ),
     click.option(
         "--backend",
         default="auto",
-        show_default=True,
         type=click.Choice(BACKENDS),
         help="Renderer and encoder: fast (minijinja, fastokens; pip install 'packshard[fast]'), "
         "reference (Jinja's sandbox, tokenizers), or auto (fast where a canary and the first "
@@ -177,21 +178,18 @@ INGEST = group(
         "--max-expansion",
         type=int,
         default=MAX_EXPANSION,
-        show_default=True,
         help="Most decompressed/compressed ratio past 16 MiB (a bomb stops the run).",
     ),
     click.option(
         "--max-expanded-tokens",
         type=int,
         default=MAX_EXPANDED_TOKENS,
-        show_default=True,
         help="Most tokens one record's --turns expand examples may hold together.",
     ),
     click.option(
         "--template-timeout",
         type=float,
         default=TEMPLATE_SECONDS,
-        show_default=True,
         help="Seconds one record's render may take (more: template_error).",
     ),
 )
@@ -201,27 +199,24 @@ ENGINE = group(
     click.option(
         "--engine",
         default="local",
-        show_default=True,
         type=click.Choice(ENGINES),
         help="local: processes on this machine; ray: a Ray cluster (pip install 'packshard[ray]').",
     ),
     click.option(
         "--workers",
         default="auto",
-        show_default=True,
         callback=lambda _ctx, _param, value: _workers(value),
         help="Worker processes (local), or CPUs of the Ray cluster started for the job; "
         f"auto: one per {human_bytes(AUTO_BYTES)} of input, at most one per core and one per "
         f"{human_bytes(WORKER_MEMORY)} of available memory.",
     ),
-    click.option(
-        "--ray-address", default=None, help="Join this Ray cluster (default: start a local one)."
-    ),
+    click.option("--ray-address", help="Join this Ray cluster (default: start a local one)."),
 )
 UNITS = click.option(
     "--split-bytes",
     type=int,
     default=0,
+    show_default=False,
     help="Work unit size: JSONL is cut at line starts, Parquet at row groups "
     "(default: the inputs' bytes over 64, within 16–64 MiB).",
 )
@@ -229,7 +224,6 @@ UNITS = click.option(
 MAX_REJECT_RATE = click.option(
     "--max-reject-rate",
     type=float,
-    default=None,
     help="Exit 1 when more than this share (0–1) of the records is rejected as bad input "
     "(default: only a warning above 0.1).",
 )
@@ -239,6 +233,7 @@ MIX = group(
     click.option(
         "--mix",
         default="",
+        show_default=False,
         metavar="DOMAIN=SHARE,…",
         help="Target share of each domain in the output (shares add up to 1): domains over "
         "their share are subsampled, those under it repeated (seeded, by --seed).",
@@ -246,7 +241,6 @@ MIX = group(
     click.option(
         "--mix-by",
         default="trained_tokens",
-        show_default=True,
         type=click.Choice(MIX_BY),
         help="What --mix shares count.",
     ),
@@ -254,7 +248,6 @@ MIX = group(
         "--max-repeat",
         type=int,
         default=1,
-        show_default=True,
         help="Most copies of a record --mix may pack (1: none repeated).",
     ),
     click.option(
@@ -275,26 +268,12 @@ PROFILE = group(
         "--batch-size",
         type=int,
         default=8,
-        show_default=True,
         help="Training batch size assumed by the padding estimates.",
     ),
-    click.option(
-        "--seed",
-        type=int,
-        default=0,
-        show_default=True,
-        help="Seed of the random-batch estimate (and of the --mix prediction, as pack's).",
-    ),
+    _seed("Seed of the random-batch estimate (and of the --mix prediction, as pack's)."),
     MIX,
-    click.option(
-        "--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON."
-    ),
-    click.option(
-        "--html",
-        "html_path",
-        type=click.Path(dir_okay=False),
-        help="Write an HTML page with histograms and charts.",
-    ),
+    _output("--json", "json_path", "Write the report as JSON."),
+    _output("--html", "html_path", "Write an HTML page with histograms and charts."),
 )
 
 PACK = group(
@@ -309,7 +288,6 @@ PACK = group(
     click.option(
         "--strategy",
         default="bfd",
-        show_default=True,
         type=click.Choice(STRATEGIES),
         help="bfd/ffd: best/first-fit decreasing; sequential: next-fit in input order, rows not "
         "shuffled (curricula, ordered data); wrapped: a token stream cut into full rows.",
@@ -317,22 +295,14 @@ PACK = group(
     click.option(
         "--overlong",
         default="drop",
-        show_default=True,
         type=click.Choice(OVERLONG_POLICIES),
         help="What to do with examples longer than --max-seq-len.",
     ),
-    click.option(
-        "--seed",
-        type=int,
-        default=0,
-        show_default=True,
-        help="Seed of the row shuffle (and of the --eval-fraction and --mix draws).",
-    ),
+    _seed("Seed of the row shuffle (and of the --eval-fraction and --mix draws)."),
     click.option(
         "--eval-fraction",
         type=float,
         default=0.0,
-        show_default=True,
         help="Share of the records drawn (seeded, by record) into the eval split.",
     ),
     click.option(
@@ -344,19 +314,17 @@ PACK = group(
     ),
     click.option("--group-by-domain", is_flag=True, help="Rows hold examples of one domain each."),
     MIX,
-    click.option(
-        "--shard-rows", type=int, default=8192, show_default=True, help="Most rows per shard."
-    ),
+    click.option("--shard-rows", type=int, default=8192, help="Most rows per shard."),
     click.option(
         "--shard-bytes",
         type=int,
         default=256 * 1024 * 1024,
+        show_default=False,
         help=f"Approximate most bytes per shard.  [default: {human_bytes(256 << 20)}]",
     ),
     click.option(
         "--compression",
         default="zstd",
-        show_default=True,
         type=click.Choice(COMPRESSIONS),
         help="Parquet compression of the shards.",
     ),
@@ -368,7 +336,6 @@ PACK = group(
     click.option(
         "--num-workers",
         type=int,
-        default=None,
         help="Tokenizer threads in each process (default: all cores; --workers: processes).",
     ),
     ENGINE,
@@ -376,7 +343,6 @@ PACK = group(
     click.option(
         "--plan-scope",
         default="global",
-        show_default=True,
         help="Plan all examples at once, or group:N (N consecutive examples at a time).",
     ),
     click.option(
@@ -398,36 +364,25 @@ VERIFY = group(
     ),
     click.option(
         "--tokenizer",
-        default=None,
         help="Tokenizer to use for the source check (its hash must match).",
     ),
     click.option(
         "--template",
-        default=None,
         help="Template to use for the source check (its hash must match).",
     ),
     click.option(
         "--model",
         default="tiny",
-        show_default=True,
         help="'tiny' (random Llama, CPU), a local model folder, or 'none'.",
     ),
-    click.option(
-        "--model-rows", type=int, default=8, show_default=True, help="Rows the model check samples."
-    ),
+    click.option("--model-rows", type=int, default=8, help="Rows the model check samples."),
     click.option(
         "--sample",
         type=int,
-        default=None,
         help="Compare a random sample of K records in the source check.",
     ),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling."),
-    click.option(
-        "--json",
-        "json_path",
-        type=click.Path(dir_okay=False),
-        help="Write the full report with the seam table.",
-    ),
+    _seed("Seed for sampling."),
+    _output("--json", "json_path", "Write the full report with the seam table."),
     click.option(
         "--progress/--no-progress",
         default=None,
@@ -436,17 +391,10 @@ VERIFY = group(
 )
 
 INSPECT = group(
-    click.option("--row", type=int, default=0, show_default=True, help="Row within the shard."),
-    click.option("--shard", type=int, default=0, show_default=True, help="Shard index (0-based)."),
-    click.option(
-        "--tokenizer", default=None, help="Tokenizer to decode with (default: the recorded one)."
-    ),
-    click.option(
-        "--html",
-        "html_path",
-        type=click.Path(dir_okay=False),
-        help="Also write the view as an HTML page.",
-    ),
+    click.option("--row", type=int, default=0, help="Row within the shard."),
+    click.option("--shard", type=int, default=0, help="Shard index (0-based)."),
+    click.option("--tokenizer", help="Tokenizer to decode with (default: the recorded one)."),
+    _output("--html", "html_path", "Also write the view as an HTML page."),
 )
 
 EXPORT = group(

@@ -18,12 +18,9 @@ Either line names the codes that dominate and the likely cause of the largest, e
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 
-import click
-
-from packshard.cli.errors import warn
+from packshard.cli.errors import fail, warn
 from packshard.errors import EXIT_DATA, REJECT_CODES, REJECTED, UsageError
 from packshard.format.causes import likely_cause
 
@@ -77,7 +74,5 @@ def enforce_reject_rate(
     if line is None:
         return
     if failed:
-        click.secho("error:", fg="red", bold=True, err=True, nl=False)
-        click.echo(f" {line}", err=True)
-        sys.exit(EXIT_DATA)
+        fail(line, EXIT_DATA)
     warn(line)

@@ -63,8 +63,6 @@ PACK_SECTIONS: dict[str, tuple[str, ...]] = {
 class SectionedCommand(click.Command):
     """A command whose ``--help`` lists its options under :data:`PACK_SECTIONS` headings."""
 
-    sections: dict[str, tuple[str, ...]] = PACK_SECTIONS
-
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Write one definition list per section, then what no section names."""
         records: dict[str, tuple[str, str]] = {}
@@ -72,7 +70,7 @@ class SectionedCommand(click.Command):
             record = param.get_help_record(ctx)
             if record is not None and param.name is not None and isinstance(param, click.Option):
                 records[param.name] = record
-        for heading, names in self.sections.items():
+        for heading, names in PACK_SECTIONS.items():
             rows = [records.pop(name) for name in names if name in records]
             if rows:
                 with formatter.section(heading):

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -31,14 +31,6 @@ from packshard.options import CHECKS
 
 if TYPE_CHECKING:  # the profile tables import it when they render (it imports the planner)
     from packshard.profile import DomainProfile, ProfileReport
-
-
-def _num(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
 
 
 _PAIR_KEYS = ("seen", "packed", "rejected")
@@ -62,30 +54,21 @@ def render_pack_summary(result: Any) -> Group:
         ("rows", stats["rows"]),
         ("lower bound rows", stats["lower_bound_rows"]),
         ("fill rate", f"{100 * stats['fill_rate']:.2f}%"),
-        *(
-            [("fill rate with bfd", f"{100 * stats['bfd_fill_rate']:.2f}% (order not kept)")]
-            if "bfd_fill_rate" in stats
-            else []
-        ),
-        ("shards", len(result.manifest["shards"])),
-        *(
-            [("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS))]
-            if (p := stats.get("pairs"))
-            else []
-        ),
-        *(
-            [("train / eval records", " / ".join(f"{v['records_packed']:,}" for v in split))]
-            if (split := [stats["splits"][k] for k in ("train", "eval") if "splits" in stats])
-            else []
-        ),
-        ("time", f"{result.seconds:.2f} s"),
-        ("tokens/s", f"{stats['tokens'] / max(result.seconds, 1e-9):,.0f}"),
     ]
-    for name, value in rows:
-        table.add_row(name, _num(value))
+    if "bfd_fill_rate" in stats:
+        rows.append(("fill rate with bfd", f"{100 * stats['bfd_fill_rate']:.2f}% (order not kept)"))
+    rows.append(("shards", len(result.manifest["shards"])))
+    if p := stats.get("pairs"):
+        rows.append(("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS)))
+    if "splits" in stats:
+        split = " / ".join(f"{stats['splits'][k]['records_packed']:,}" for k in ("train", "eval"))
+        rows.append(("train / eval records", split))
+    rows.append(("time", f"{result.seconds:.2f} s"))
+    rows.append(("tokens/s", f"{stats['tokens'] / max(result.seconds, 1e-9):,.0f}"))
+    for name, value in rows:  # counts, or text already formatted
+        table.add_row(name, f"{value:,}" if isinstance(value, int) else value)
     parts: list[Any] = [table]
-    codes = stats.get("rejects_by_code", {})
-    if codes:
+    if codes := stats.get("rejects_by_code"):
         listed = ", ".join(
             f"{code} {n}" for code, n in sorted(codes.items(), key=lambda kv: -kv[1])
         )
@@ -396,8 +379,6 @@ def plain() -> bool:
 
 def console() -> Any:
     """Return the console the commands print to (see the module docstring)."""
-    from rich.console import Console
-
     if not plain():
         return Console(highlight=False, soft_wrap=False)
 
@@ -412,9 +393,6 @@ def console() -> Any:
 
 def unwrap(renderable: Any) -> None:
     """Let every column of the tables in ``renderable`` be as wide as its longest cell."""
-    from rich.console import Group
-    from rich.table import Table
-
     if isinstance(renderable, Group):
         for item in renderable.renderables:
             unwrap(item)

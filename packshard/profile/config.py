@@ -18,9 +18,8 @@ from typing import Any
 
 from packshard.engine import EngineOptions
 from packshard.ingest.types import IngestOptions
-from packshard.options import MIX_BY, check_choice, check_range
+from packshard.options import MAX_SEED, MIX_BY, check_choice, check_max_seq_len, check_range
 from packshard.pack.plan.mix import MixTarget, parse_mix
-from packshard.profile.lengths import check_profile_options
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +61,9 @@ class ProfileConfig:
     def check(self) -> None:
         """Raise :class:`~packshard.errors.UsageError` for options out of range."""
         self.ingest.check()
-        check_profile_options(self.max_seq_len, self.batch_size, self.seed)
+        check_max_seq_len(self.max_seq_len)
+        check_range("--batch-size", self.batch_size, 1, 1 << 24)
+        check_range("--seed", self.seed, 0, MAX_SEED)
         self.engine.check()
         check_choice("--mix-by", self.mix_by, MIX_BY)
         check_range("--max-repeat", self.max_repeat, 1, 1 << 20)

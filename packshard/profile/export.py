@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from packshard.profile.report import DomainProfile, ProfileReport
@@ -11,17 +12,13 @@ def report_to_dict(report: ProfileReport) -> dict[str, Any]:
     """Return the report as JSON-ready data: fixed keys, fractions rounded to 6 places."""
 
     def domain_to_dict(d: DomainProfile) -> dict[str, Any]:
-        counts = ("name", "records", "examples", "rejected", "tokens", "loss_tokens")
-        data = {key: getattr(d, key) for key in (*counts, "prompt_tokens", "over_max")}
-        data["loss_share"] = round(d.loss_share, 6)
-        data["over_max_share"] = round(d.over_max_share, 6)
-        for key in ("reasoning_examples", "reasoning_tokens", "reasoning_loss_tokens"):
-            data[key] = getattr(d, key)
-        data["reasoning_loss_share"] = round(d.reasoning_loss_share, 6)
-        data["lengths"] = None
-        if d.lengths is not None:
-            data["lengths"] = {k: getattr(d.lengths, k) for k in ("p50", "p90", "p95", "p99")}
-            data["lengths"].update(max=d.lengths.max, mean=round(d.lengths.mean, 3))
+        counts = ("records", "examples", "rejected", "tokens", "loss_tokens", "prompt_tokens")
+        reasoning = (f"reasoning_{k}" for k in ("examples", "tokens", "loss_tokens", "loss_share"))
+        keys = ("name", *counts, "over_max", "loss_share", "over_max_share", *reasoning)
+        # the shares are the only floats: rounded
+        data = {k: round(v, 6) if isinstance(v := getattr(d, k), float) else v for k in keys}
+        s = d.lengths
+        data["lengths"] = None if s is None else {**asdict(s), "mean": round(s.mean, 3)}
         data["utilization"] = {
             u.strategy: {
                 "rows": u.rows,

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import ne
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -29,9 +29,6 @@ from packshard.pack.plan.mix import MixTarget, predict_mixture
 from packshard.profile.pairs import pair_profile
 from packshard.profile.report import MAX_LISTED_REJECTS, ProfileReport, profile_lengths
 from packshard.records import IGNORE_INDEX, Reject, SourceRef
-
-if TYPE_CHECKING:
-    pass
 
 COLUMNS = (
     *("lengths", "loss_tokens", "codes", "thoughts", "thought_losses", "firsts"),
@@ -124,7 +121,7 @@ class ProfileParts:
             c["lengths"],
             c["loss_tokens"],
             c["codes"],
-            self.names.names,
+            names,
             dict(self.rejected),
             max_seq_len,
             batch_size,

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from packshard.arrays import lower_bound_rows
-from packshard.options import MAX_SEED, check_max_seq_len, check_range
 
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "nearest-rank (numpy inverted_cdf)"
@@ -114,13 +113,3 @@ def measure_utilization(
         Utilization("bucketed", n, measure_batches(np.sort(clipped), batch_size), useful),
         Utilization("packed", rows, rows * max_seq_len, useful),
     ), lower_bound_rows(useful, max_seq_len)
-
-
-def check_profile_options(max_seq_len: int, batch_size: int, seed: int) -> None:
-    """Refuse a ``profile`` option out of range, before any work.
-
-    Raises :class:`~packshard.errors.UsageError`.
-    """
-    check_max_seq_len(max_seq_len)
-    check_range("--batch-size", batch_size, 1, 1 << 24)
-    check_range("--seed", seed, 0, MAX_SEED)

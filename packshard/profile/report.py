@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -29,9 +29,6 @@ from packshard.profile.lengths import (
 )
 from packshard.profile.shape import packed_shape
 from packshard.records import Reject
-
-if TYPE_CHECKING:
-    pass
 
 MAX_LISTED_REJECTS = 10
 

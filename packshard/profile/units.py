@@ -66,8 +66,7 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
             records += chunk.records
     except RecordError as exc:  # --on-error fail: the driver raises the first, in order
         error = (exc.code, exc.reason, exc.source, exc.line)
-    done = {"newlines": state.newlines, "records": records}
-    return {**parts.to_unit(), **done, "error": error}
+    return {**parts.to_unit(), "newlines": state.newlines, "records": records, "error": error}
 
 
 def profile_inputs(
@@ -81,6 +80,10 @@ def profile_inputs(
     Tasks load ``config.tokenizer`` and ``config.template`` by spec; ``load`` is the pair the
     caller already holds for them (loaded here otherwise), which tasks run in this process
     share.  See the module docstring.
+
+    Raises:
+        RecordError: the first unit error in input order (``--on-error fail``).
+
     """
     config.check()
     tokenizer, template = config.tokenizer, config.template
@@ -96,29 +99,14 @@ def profile_inputs(
         if bar is not None:
             bar.add(r["records"], int(r["lengths"].sum()))
 
-    shared = load
     try:
         engine = config.engine.sized(input_bytes(files))  # --workers auto
-        with open_engine(engine) as running, sharing(tokenizer, template, lambda: shared):
+        with open_engine(engine) as running, sharing(tokenizer, template, lambda: load):
             results = running.run(profile_unit, tasks, [s.describe() for s in splits], done)
     finally:
         if bar is not None:
             bar.close()
-    parts = _merge(files, splits, results)
-    mix = config.mix_target()
-    return parts.report(config.max_seq_len, config.batch_size, config.seed, label_path, mix)
-
-
-def _merge(
-    files: Sequence[InputFile], splits: Sequence[Split], results: Sequence[dict[str, Any]]
-) -> ProfileParts:
-    """Gather the units' results in unit order: lines absolute.
-
-    Raises:
-        RecordError: the first unit error in input order (``--on-error fail``).
-
-    """
-    parts = ProfileParts()
+    parts = ProfileParts()  # the units' results in unit order, lines made absolute
     line_base = [0] * len(files)
     for split, r in zip(splits, results, strict=True):
         base = line_base[split.index] if split.kind == "bytes" else 0
@@ -127,4 +115,5 @@ def _merge(
             code, reason, source, line = r["error"]
             raise RecordError(code, reason, source, line + base)
         parts.add_unit(r, base)
-    return parts
+    mix = config.mix_target()
+    return parts.report(config.max_seq_len, config.batch_size, config.seed, label_path, mix)
