@@ -121,12 +121,10 @@ def render_verify_summary(report: Any) -> Group:
                 style="magenta",
             )
         )
-    for note in model.get("notes", []):
-        parts.append(Text(f"note: {note}", style="yellow"))
+    parts += [Text(f"note: {note}", style="yellow") for note in model.get("notes", [])]
     parts += render_environment(report)
     findings = report.findings
-    for finding in findings.items[:30]:
-        parts.append(Text(f"✗ {finding}", style="red"))
+    parts += [Text(f"✗ {finding}", style="red") for finding in findings.items[:30]]
     hidden = len(findings) - min(len(findings.items), 30)
     if hidden > 0:
         parts.append(
@@ -224,8 +222,7 @@ def render_rejects(report: ProfileReport) -> Group:
     codes = ", ".join(f"{code} {n}" for code, n in report.reject_codes)
     lines: list[Any] = [Text.assemble((f"{total} rejected record(s)", "yellow"), f" ({codes}):")]
     lines += [Text(f"  {r.ref}: [{r.code}] {r.reason}") for r in report.rejects]
-    if total > len(report.rejects):
-        more = total - len(report.rejects)
+    if (more := total - len(report.rejects)) > 0:
         lines.append(Text(f"  … and {more} more (pack writes all to rejects.jsonl)"))
     return Group(*lines)
 
