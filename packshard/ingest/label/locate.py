@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from packshard.errors import TemplateError
-from packshard.ingest.label.frame import Chat
+from packshard.ingest.label.frame import Chat, common_length
 from packshard.ingest.template.render import render_chat
 
 
@@ -95,14 +95,9 @@ def _read_on(chat: Chat, i: int, start: int, needle: str) -> int | None:
 
 def _parting(chat: Chat, through: str) -> int:
     """Where ``through`` parts from the text, moved back out of any special token."""
-    text, end = chat.text, 0
-    most = min(len(through), len(text))
-    while end < most and through[end] == text[end]:
-        end += 1
-    for s in (*chat.bundle.special_tokens, chat.bundle.eos_token or ""):
-        if s and (at := text.find(s, max(0, end - len(s) + 1))) >= 0 and at < end < at + len(s):
-            end = at
-    return end
+    return common_length(
+        chat.text, through, (*chat.bundle.special_tokens, chat.bundle.eos_token or "")
+    )
 
 
 def _body_end(chat: Chat, start: int, end: int) -> tuple[int, int | None]:
