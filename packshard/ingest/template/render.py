@@ -45,6 +45,7 @@ from packshard.ingest.template.sandbox import (
     Recorder,
     SecurityError,
     TemplateSecurityError,
+    is_generation,
     make_environment,
 )
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
@@ -135,12 +136,7 @@ def compile_template(text: str, source: str) -> ChatTemplate:
         ) from None
     finally:
         BUDGET.reset(token)
-    has_generation = any(
-        isinstance(n.call, nodes.Call)
-        and isinstance(n.call.node, nodes.ExtensionAttribute)
-        and n.call.node.name == "_generation"
-        for n in tree.find_all(nodes.CallBlock)
-    )
+    has_generation = any(map(is_generation, tree.find_all(nodes.CallBlock)))
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return ChatTemplate(source, text, digest, has_generation, compiled, dict(compiled.globals))
 
