@@ -244,7 +244,6 @@ class Renderer:
             self.reason = "canary equal"
         else:
             self.reason = "fast requested"
-        return None
 
     def render(
         self,
@@ -321,11 +320,6 @@ def render_entry(template: ChatTemplate | None, variables: dict[str, Any], backe
     """
     if template is None:
         return {"name": "jinja2", "version": installed_version("jinja2")}
-    if backend == "reference":
-        return {
-            "name": "jinja2",
-            "version": installed_version("jinja2"),
-            "requested": backend,
-            "reason": "reference requested",
-        }
+    if backend == "reference":  # nothing to decide, nothing to keep
+        return Renderer(template, variables, backend).entry()
     return renderer_for(template, variables, backend).entry()
