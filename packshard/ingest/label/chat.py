@@ -72,7 +72,6 @@ def generation_blocks(chat: Chat) -> Spans | None:
 def label_chat(chat: Chat, trained: list[int]) -> Rendered:
     """Choose the trained spans of one rendered conversation (see the module notes)."""
     text, messages, options, everything = chat.text, chat.messages, chat.options, chat.everything
-    markers, has_reasoning = chat.markers, chat.has_reasoning
     assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     reasoning = chat.reasoning
     # with no reasoning to place, blocks matter only when empty ones are masked
@@ -102,11 +101,13 @@ def label_chat(chat: Chat, trained: list[int]) -> Rendered:
         return Rendered(text, tuple(spans), path)
     checked = assistant if everything else trained
     dropped = 0
-    for i in checked:
-        if has_reasoning[i] and i in turns and not _shows_reasoning(text, turns[i], markers):
-            if i == len(messages) - 1:
-                raise RecordError("reasoning_dropped", _lost(i), *_at(chat))
-            dropped += 1
+    for i in checked:  # given reasoning, the turn shows neither it nor a non-empty block
+        if chat.has_reasoning[i] and i in turns and not turns[i].reasoning_shown:
+            block = find_block(text, turns[i].lo, turns[i].hi, chat.markers)
+            if block is None or block[2]:
+                if i == len(messages) - 1:
+                    raise RecordError("reasoning_dropped", _lost(i), *_at(chat))
+                dropped += 1
     bodies = [(turns[i].lo, turns[i].hi) for i in checked if i in assistant and i in turns]
     base = Rendered(text, (), path, reasoning_dropped=dropped)
     return _apply_reasoning(text, spans, bodies, options, base)
@@ -122,11 +123,6 @@ def with_final_eos(text: str, frame: Frame, eos: str | None, spans: Spans) -> Sp
         end = m.end() - (len(m.group()) - len(m.group().rstrip()))
         return [*spans, (end - len(eos), end)]
     return spans
-
-
-def _shows_reasoning(text: str, turn: Turn, markers: tuple[str, str]) -> bool:
-    block = find_block(text, turn.lo, turn.hi, markers)
-    return turn.reasoning_shown or (block is not None and not block[2])
 
 
 def _apply_reasoning(
