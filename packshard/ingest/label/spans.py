@@ -178,9 +178,8 @@ def _render_examples(
         bos = _own_bos(bundle)
         head = bos + (conv.prompt or "")
         text = head + (conv.completion or conv.text or "") + eos
-        if loss == "all":
-            return (Rendered(text, ((0, len(text)),), "none", len(bos)),)
-        return (Rendered(text, ((len(head), len(text)),), "offsets", len(bos)),)
+        lo, path = (0, "none") if loss == "all" else (len(head), "offsets")
+        return (Rendered(text, ((lo, len(text)),), path, len(bos)),)
     if template is None:
         raise TemplateError(
             f"{bundle.path}: the tokenizer has no chat template (use --template chatml or "
@@ -228,9 +227,8 @@ def _render_examples(
         spent += len(text) if turn else 0
         if spent > budget:  # O(turns²) text: stop before rendering the rest
             raise reject("too_large", expanded_reason(options.max_expanded_tokens, len(groups)))
-        found = plain_turns(text, frame, msgs, chosen) if frame is not None else None
-        if found is not None:
-            spans = with_final_eos(text, frame, bundle.eos_token, found)  # type: ignore[arg-type]
+        if frame is not None and (found := plain_turns(text, frame, msgs, chosen)) is not None:
+            spans = with_final_eos(text, frame, bundle.eos_token, found)
             out.append(Rendered(text, tuple(spans), "offsets", turn=turn))
             continue
         chat = Chat(
