@@ -85,15 +85,11 @@ class Budget:
                     f"template made more than {MAX_STEPS:,} loop iterations and calls in one "
                     "render (a runaway loop?)"
                 )
-            self.clock()
-
-    def clock(self) -> None:
-        """Raise when the deadline has passed."""
-        if time.monotonic() > self.deadline:
-            raise TemplateBudgetError(
-                f"template render took more than {self.limits.seconds:g} s (a runaway loop "
-                "or recursion? use --template-timeout to allow more)"
-            )
+            if time.monotonic() > self.deadline:
+                raise TemplateBudgetError(
+                    f"template render took more than {self.limits.seconds:g} s (a runaway loop "
+                    "or recursion? use --template-timeout to allow more)"
+                )
 
     def size(self, n: float, what: str = "value") -> None:
         """Raise when a value of ``n`` characters (or items) would exceed the budget."""
