@@ -120,7 +120,7 @@ def _at(chat: Chat) -> tuple[str, int]:
 def with_final_eos(text: str, frame: Frame, eos: str | None, spans: Spans) -> Spans:
     """Add the EOS that ends the text after the last trained turn (not the gap before it)."""
     if eos and (m := frame.final.match(text, spans[-1][1])):
-        end = m.end() - (len(m.group()) - len(m.group().rstrip()))
+        end = m.start() + len(m.group().rstrip())
         return [*spans, (end - len(eos), end)]
     return spans
 

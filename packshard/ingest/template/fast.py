@@ -135,9 +135,7 @@ class FastRenderer:
             return None
         if len(text) > template.limits.max_chars:
             return None
-        if not self._generation:
-            return text, []
-        return _cut_markers(text)
+        return _cut_markers(text) if self._generation else (text, [])
 
 
 def _cut_markers(text: str) -> tuple[str, list[tuple[int, int]]] | None:
