@@ -42,6 +42,7 @@ class Frame:
     header: str
     closers: re.Pattern[str]
     final: re.Pattern[str]  # the EOS that ends the text, with whitespace around it
+    specials: tuple[str, ...]  # the tokenizer's special tokens and EOS
     opening: str = ""  # the reasoning marker a turn without a header may start with
 
 
@@ -110,7 +111,7 @@ def template_frame(template: ChatTemplate, bundle: TokenizerBundle, markers: Mar
         alternatives = "|".join(re.escape(s) for s in closers) or "(?!)"
         eos = bundle.eos_token
         final = re.compile(rf"\s*{re.escape(eos)}\s*\Z" if eos else "(?!)")
-        frame = _FRAMES[key] = Frame(header, re.compile(alternatives), final, markers[0])
+        frame = _FRAMES[key] = Frame(header, re.compile(alternatives), final, specials, markers[0])
     last[:] = [template, bundle, markers, frame]
     return frame
 

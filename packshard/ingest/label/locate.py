@@ -51,13 +51,12 @@ def prefix_turn(chat: Chat, i: int) -> tuple[int, int, int] | None:
         before = before[: eos.start()]
     if not text.startswith(before):
         return None
-    start, end = len(before), _parting(chat, through)
+    start, end = len(before), common_length(text, through, frame.specials)
     content = message["content"] if isinstance(message["content"], str) else ""
     needle = content.rsplit(chat.markers[1], 1)[-1].strip()
     body, hi = _body_end(chat, start, end)
     if hi is None and end < len(through):  # no end marker, and not all of ``through``
-        hi = _read_on(chat, i, start, needle) if header else None
-        if hi is None:
+        if not header or (hi := _read_on(chat, i, start, needle)) is None:
             return None
     hi = body if hi is None else hi
     if header:
@@ -87,17 +86,10 @@ def _read_on(chat: Chat, i: int, start: int, needle: str) -> int | None:
         )
     except TemplateError:
         return None
-    text, end = chat.text, _parting(chat, through)
+    text, end = chat.text, common_length(chat.text, through, chat.frame.specials)
     at = text.find(needle, start, end) + len(needle) if needle else start
     closer = chat.frame.closers.search(text, at, end) if at >= len(needle) else None
     return closer.end() if closer is not None else None
-
-
-def _parting(chat: Chat, through: str) -> int:
-    """Where ``through`` parts from the text, moved back out of any special token."""
-    return common_length(
-        chat.text, through, (*chat.bundle.special_tokens, chat.bundle.eos_token or "")
-    )
 
 
 def _body_end(chat: Chat, start: int, end: int) -> tuple[int, int | None]:
