@@ -137,7 +137,7 @@ def screen(text: str) -> str | None:
     if tags.count(None) != len(blocks) or tags.count("end") != len(blocks):
         return "{% generation %} tags the screen cannot count"
     if any(is_generation(n) for b in blocks for n in b.find_all(nodes.CallBlock)):
-        return "nested {% generation %} blocks"  # they never nest
+        return "nested {% generation %} blocks"
     assigned = {n.name for a in tree.find_all(nodes.Assign) for n in _names(a.target)}
     return _screen_node(tree, assigned, ())
 
