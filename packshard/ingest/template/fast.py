@@ -83,8 +83,6 @@ def _tojson(
 class FastRenderer:
     """minijinja with transformers' conventions over one screened template."""
 
-    name = FAST_RENDER
-
     def __init__(self, template: ChatTemplate) -> None:
         import minijinja
 
