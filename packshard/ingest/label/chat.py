@@ -72,7 +72,6 @@ def generation_blocks(chat: Chat) -> Spans | None:
 def label_chat(chat: Chat, trained: list[int]) -> Rendered:
     """Choose the trained spans of one rendered conversation (see the module notes)."""
     text, messages, options, everything = chat.text, chat.messages, chat.options, chat.everything
-    markers, has_reasoning = chat.markers, chat.has_reasoning
     assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     reasoning = chat.reasoning
     # with no reasoning to place, blocks matter only when empty ones are masked
@@ -82,10 +81,8 @@ def label_chat(chat: Chat, trained: list[int]) -> Rendered:
     blocks = None if everything else generation_blocks(chat)
     tags = blocks is not None
     if blocks is not None and trained == assistant and not reasoning:
-        if not blocks_matter:
-            return Rendered(text, tuple(blocks), "generation_tags")
-        spans, found = list(blocks), [(lo, hi) for lo, hi in blocks]
-        return _apply_reasoning(text, spans, found, options, Rendered(text, (), "generation_tags"))
+        tagged = Rendered(text, tuple(blocks), "generation_tags")
+        return _apply_reasoning(text, blocks, blocks, options, tagged) if blocks_matter else tagged
     wanted = sorted(set(trained) | set(assistant)) if tags or everything else trained
     turns = locate_turns(chat, wanted)
     for i in wanted if tags else trained:  # with tags, every turn's blocks must be placed
@@ -93,24 +90,25 @@ def label_chat(chat: Chat, trained: list[int]) -> Rendered:
             raise RecordError("template_error", _unplaced(messages[i], i), *_at(chat))
     if everything:
         spans = [(0, len(text))]
-        bodies = [(turns[i].lo, turns[i].hi) for i in assistant if i in turns]
     elif blocks is not None:
         spans = _kept_blocks(blocks, turns, assistant, trained)
         spans += [(turns[i].lo, turns[i].hi) for i in trained if i not in assistant]
-        bodies = [(turns[i].lo, turns[i].hi) for i in trained if i in assistant]
     else:
         found = [(turns[i].lo, turns[i].hi) for i in trained]
         spans = with_final_eos(chat.text, chat.frame, chat.bundle.eos_token, found)
-        bodies = [(turns[i].lo, turns[i].hi) for i in trained if i in assistant]
     path = "none" if everything else "generation_tags" if tags else "offsets"
     if not blocks_matter:
         return Rendered(text, tuple(spans), path)
+    checked = assistant if everything else trained
     dropped = 0
-    for i in trained if not everything else assistant:
-        if has_reasoning[i] and i in turns and not _shows_reasoning(text, turns[i], markers):
-            if i == len(messages) - 1:
-                raise RecordError("reasoning_dropped", _lost(i), *_at(chat))
-            dropped += 1
+    for i in checked:  # given reasoning, the turn shows neither it nor a non-empty block
+        if chat.has_reasoning[i] and i in turns and not turns[i].reasoning_shown:
+            block = find_block(text, turns[i].lo, turns[i].hi, chat.markers)
+            if block is None or block[2]:
+                if i == len(messages) - 1:
+                    raise RecordError("reasoning_dropped", _lost(i), *_at(chat))
+                dropped += 1
+    bodies = [(turns[i].lo, turns[i].hi) for i in checked if i in assistant and i in turns]
     base = Rendered(text, (), path, reasoning_dropped=dropped)
     return _apply_reasoning(text, spans, bodies, options, base)
 
@@ -122,14 +120,9 @@ def _at(chat: Chat) -> tuple[str, int]:
 def with_final_eos(text: str, frame: Frame, eos: str | None, spans: Spans) -> Spans:
     """Add the EOS that ends the text after the last trained turn (not the gap before it)."""
     if eos and (m := frame.final.match(text, spans[-1][1])):
-        end = m.end() - (len(m.group()) - len(m.group().rstrip()))
+        end = m.start() + len(m.group().rstrip())
         return [*spans, (end - len(eos), end)]
     return spans
-
-
-def _shows_reasoning(text: str, turn: Turn, markers: tuple[str, str]) -> bool:
-    block = find_block(text, turn.lo, turn.hi, markers)
-    return turn.reasoning_shown or (block is not None and not block[2])
 
 
 def _apply_reasoning(

@@ -19,7 +19,9 @@ those the header holds (openers such as ``<|im_start|>``).
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,7 @@ class Frame:
     header: str
     closers: re.Pattern[str]
     final: re.Pattern[str]  # the EOS that ends the text, with whitespace around it
+    specials: tuple[str, ...]  # the tokenizer's special tokens and EOS
     opening: str = ""  # the reasoning marker a turn without a header may start with
 
 
@@ -108,7 +111,7 @@ def template_frame(template: ChatTemplate, bundle: TokenizerBundle, markers: Mar
         alternatives = "|".join(re.escape(s) for s in closers) or "(?!)"
         eos = bundle.eos_token
         final = re.compile(rf"\s*{re.escape(eos)}\s*\Z" if eos else "(?!)")
-        frame = _FRAMES[key] = Frame(header, re.compile(alternatives), final, markers[0])
+        frame = _FRAMES[key] = Frame(header, re.compile(alternatives), final, specials, markers[0])
     last[:] = [template, bundle, markers, frame]
     return frame
 
@@ -126,16 +129,16 @@ def _header(
     if i < 0 or j < 0:
         return ""
     after, before = prompted[i + len(_PROBE_USER) :], plain[j + len(_PROBE_USER) :]
-    k = 0
-    while k < min(len(after), len(before)) and after[k] == before[k]:
-        k += 1
-    for s in specials:  # never cut inside a special token (<|end|>\n<|assistant|> vs <|endof…)
-        at = after.find(s)
-        while at >= 0:
-            if at < k < at + len(s):
-                k = at
-            at = after.find(s, at + 1)
-    header = after[k:]
+    header = after[common_length(after, before, specials) :]
     if opening in header:
         header = header[: header.index(opening)]
     return header if header.strip() else ""
+
+
+def common_length(text: str, other: str, specials: Iterable[str]) -> int:
+    """How far ``text`` and ``other`` agree, moved back out of any special token of ``text``."""
+    k = len(os.path.commonprefix([text, other]))  # noqa: RUF071 (characters, not paths)
+    for s in specials:  # never cut inside one (<|end|>\n<|assistant|> vs <|endof…)
+        if 0 <= (at := text.find(s, max(0, k - len(s) + 1))) < k:  # the first k can cut
+            k = at
+    return k

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from packshard.errors import TemplateError
-from packshard.ingest.label.frame import Chat
+from packshard.ingest.label.frame import Chat, common_length
 from packshard.ingest.template.render import render_chat
 
 
@@ -51,13 +51,12 @@ def prefix_turn(chat: Chat, i: int) -> tuple[int, int, int] | None:
         before = before[: eos.start()]
     if not text.startswith(before):
         return None
-    start, end = len(before), _parting(chat, through)
+    start, end = len(before), common_length(text, through, frame.specials)
     content = message["content"] if isinstance(message["content"], str) else ""
     needle = content.rsplit(chat.markers[1], 1)[-1].strip()
     body, hi = _body_end(chat, start, end)
     if hi is None and end < len(through):  # no end marker, and not all of ``through``
-        hi = _read_on(chat, i, start, needle) if header else None
-        if hi is None:
+        if not header or (hi := _read_on(chat, i, start, needle)) is None:
             return None
     hi = body if hi is None else hi
     if header:
@@ -87,22 +86,10 @@ def _read_on(chat: Chat, i: int, start: int, needle: str) -> int | None:
         )
     except TemplateError:
         return None
-    text, end = chat.text, _parting(chat, through)
+    text, end = chat.text, common_length(chat.text, through, chat.frame.specials)
     at = text.find(needle, start, end) + len(needle) if needle else start
     closer = chat.frame.closers.search(text, at, end) if at >= len(needle) else None
     return closer.end() if closer is not None else None
-
-
-def _parting(chat: Chat, through: str) -> int:
-    """Where ``through`` parts from the text, moved back out of any special token."""
-    text, end = chat.text, 0
-    most = min(len(through), len(text))
-    while end < most and through[end] == text[end]:
-        end += 1
-    for s in (*chat.bundle.special_tokens, chat.bundle.eos_token or ""):
-        if s and (at := text.find(s, max(0, end - len(s) + 1))) >= 0 and at < end < at + len(s):
-            end = at
-    return end
 
 
 def _body_end(chat: Chat, start: int, end: int) -> tuple[int, int | None]:

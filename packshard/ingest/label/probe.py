@@ -85,8 +85,7 @@ def probe_anchors(chat: Chat) -> Anchors | None:
             rendered, _ = render_chat(chat.template, shown, chat.tools, variables)
         except TemplateError:
             continue
-        found = _put_back(rendered, text, probe.pieces, free[0], free[1])
-        if found is not None:
+        if (found := _put_back(rendered, text, probe)) is not None:
             return found
     return None
 
@@ -103,19 +102,17 @@ def _named(call: Any, probe: _Probe, i: int) -> Any:
     return call
 
 
-def _put_back(
-    rendered: str, text: str, pieces: list[tuple[int, str, str]], left: str, right: str
-) -> dict[int, list[tuple[int, int, str]]] | None:
+def _put_back(rendered: str, text: str, probe: _Probe) -> Anchors | None:
     """Put each piece back in the probe; its places, or ``None`` unless that gives ``text``."""
     chunks, at, shift = [], 0, 0
-    found: dict[int, list[tuple[int, int, str]]] = {}
+    found: Anchors = {}
     seen = set()
-    for match in re.finditer(f"{left}([0-9]+){right}", rendered):
+    for match in re.finditer(f"{probe.left}([0-9]+){probe.right}", rendered):
         n = int(match.group(1))
-        if n >= len(pieces) or n in seen:
+        if n >= len(probe.pieces) or n in seen:
             return None
         seen.add(n)
-        i, kind, value = pieces[n]
+        i, kind, value = probe.pieces[n]
         lo = match.start() + shift
         chunks += [rendered[at : match.start()], value]
         at = match.end()

@@ -147,11 +147,8 @@ def _unclosed(content: str, markers: Markers) -> bool:
 
 
 def _ambiguous(where: Any, i: int, why: str) -> RecordError:
-    return RecordError("invalid_reasoning", f"message {i + 1} (assistant) {why}", *_place(where))
-
-
-def _place(where: Any) -> tuple[str, int]:
-    return (where.source, where.line) if where is not None else ("<unknown>", 0)
+    source, line = (where.source, where.line) if where is not None else ("<unknown>", 0)
+    return RecordError("invalid_reasoning", f"message {i + 1} (assistant) {why}", source, line)
 
 
 def find_block(text: str, lo: int, hi: int, markers: Markers) -> tuple[int, int, bool] | None:
@@ -162,16 +159,11 @@ def find_block(text: str, lo: int, hi: int, markers: Markers) -> tuple[int, int,
     the body does not start (after whitespace) with a complete block.
     """
     opening, closing = markers
-    start = lo
-    while start < hi and text[start].isspace():
-        start += 1
+    start = hi - len(text[lo:hi].lstrip())
     if not text.startswith(opening, start):
         return None
     close = text.find(closing, start + len(opening), hi)
     if close < 0:
         return None
-    end = close + len(closing)
-    inner = text[start + len(opening) : close]
-    while end < hi and text[end].isspace():
-        end += 1
-    return start, end, not inner.strip()
+    end = hi - len(text[close + len(closing) : hi].lstrip())
+    return start, end, not text[start + len(opening) : close].strip()

@@ -168,23 +168,18 @@ def _render_examples(
     def reject(code: str, reason: str) -> RecordError:
         return RecordError(code, reason, conv.ref.source, conv.ref.line)
 
-    if conv.text is not None:
-        if loss != "all":
-            raise reject(
-                "no_assistant_turn",
-                f"plain text record has no assistant turn to "
-                f"train with --loss {loss} (use --loss all or auto)",
-            )
-        bos = _own_bos(bundle)
-        text = bos + conv.text + eos
-        return (Rendered(text, ((0, len(text)),), "none", len(bos)),)
-    if not conv.is_chat:
+    if conv.text is not None and loss != "all":
+        raise reject(
+            "no_assistant_turn",
+            f"plain text record has no assistant turn to "
+            f"train with --loss {loss} (use --loss all or auto)",
+        )
+    if not conv.is_chat:  # prompt/completion, or text (no prompt, and --loss all)
         bos = _own_bos(bundle)
         head = bos + (conv.prompt or "")
-        text = head + (conv.completion or "") + eos
-        if loss == "all":
-            return (Rendered(text, ((0, len(text)),), "none", len(bos)),)
-        return (Rendered(text, ((len(head), len(text)),), "offsets", len(bos)),)
+        text = head + (conv.completion or conv.text or "") + eos
+        lo, path = (0, "none") if loss == "all" else (len(head), "offsets")
+        return (Rendered(text, ((lo, len(text)),), path, len(bos)),)
     if template is None:
         raise TemplateError(
             f"{bundle.path}: the tokenizer has no chat template (use --template chatml or "
@@ -192,8 +187,7 @@ def _render_examples(
         )
     trained = _trained_messages(conv, loss)
     if loss == "all":
-        if any(m.train is False for m in conv.messages):
-            i = next(i for i, m in enumerate(conv.messages) if m.train is False)
+        if (i := next((i for i, m in enumerate(conv.messages) if m.train is False), -1)) >= 0:
             raise reject(
                 "invalid_flag",
                 f"message {i + 1} is flagged untrained, but --loss all trains every token "
@@ -225,18 +219,16 @@ def _render_examples(
     budget, spent = options.max_expanded_tokens * EXPANDED_CHARS_PER_TOKEN, 0
     for msgs, chosen, turn in groups:
         try:
-            rendered = render_chat(template, msgs, tools, bundle.special_tokens_map)
+            text, blocks = render_chat(template, msgs, tools, bundle.special_tokens_map)
         except TemplateSecurityError:
             raise
         except TemplateError as exc:
             raise reject("template_error", str(exc)) from exc
-        text, blocks = rendered
         spent += len(text) if turn else 0
         if spent > budget:  # O(turns²) text: stop before rendering the rest
             raise reject("too_large", expanded_reason(options.max_expanded_tokens, len(groups)))
-        found = plain_turns(text, frame, msgs, chosen) if frame is not None else None
-        if found is not None:
-            spans = with_final_eos(text, frame, bundle.eos_token, found)  # type: ignore[arg-type]
+        if frame is not None and (found := plain_turns(text, frame, msgs, chosen)) is not None:
+            spans = with_final_eos(text, frame, bundle.eos_token, found)
             out.append(Rendered(text, tuple(spans), "offsets", turn=turn))
             continue
         chat = Chat(

@@ -45,7 +45,6 @@ from packshard.records import quick
 class Turn:
     """A located turn: its header starts at ``head``; ``[lo, hi)`` is what it trains."""
 
-    index: int
     head: int
     lo: int
     hi: int
@@ -56,22 +55,22 @@ def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
     """Place the turns of ``messages[i]`` for ``i`` in ``wanted``; unplaceable ones are left out."""
     anchors = search_anchors(chat, wanted)
     if anchors is None:
-        anchors = probe_anchors(chat)
+        anchors = probe_anchors(chat) or {}
     out: dict[int, Turn] = {}
-    order = sorted(anchors) if anchors is not None else []
+    order = sorted(anchors)
     chosen = set(wanted)
     for n, i in enumerate(order):
-        if i in chosen and anchors is not None:
+        if i in chosen:
             pieces = anchors[i]
             prev = anchors[order[n - 1]][-1][1] if n else 0
             following = anchors[order[n + 1]][0][0] if n + 1 < len(order) else len(chat.text)
             a, b = pieces[0][0], max(p[1] for p in pieces)
             role = chat.messages[i]["role"]
             head, lo, hi = _span(chat.text, chat.frame, role, a, b, prev, following)
-            out[i] = Turn(i, head, lo, hi, any(p[2] == "r" for p in pieces))
+            out[i] = Turn(head, lo, hi, any(p[2] == "r" for p in pieces))
     for i in wanted:
         if i not in out and (placed := prefix_turn(chat, i)) is not None:
-            out[i] = Turn(i, *placed, False)
+            out[i] = Turn(*placed, False)
     return out
 
 
@@ -150,10 +149,7 @@ def search_anchors(chat: Chat, wanted: list[int]) -> Anchors | None:
             last = lo + len(content)
             continue
         thought = m.get(field) if field else None
-        inline = (
-            split_inline(content, markers, chat.closing_only) if markers[1] in content else None
-        )
-        if inline is not None:
+        if (inline := split_inline(content, markers, chat.closing_only)) is not None:
             thought, content = inline
         needles = [(content.strip(), "c")] + [(_arguments(c), "n") for c in calls or ()]
         pieces = []

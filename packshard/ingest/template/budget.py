@@ -34,7 +34,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from jinja2.utils import Namespace
@@ -68,7 +68,7 @@ class Budget:
     """The budget of the render under way (mutable: it counts steps)."""
 
     limits: RenderLimits
-    deadline: float = field(default=0.0)
+    deadline: float = 0.0
     steps: int = 0
 
     @staticmethod
@@ -85,15 +85,11 @@ class Budget:
                     f"template made more than {MAX_STEPS:,} loop iterations and calls in one "
                     "render (a runaway loop?)"
                 )
-            self.clock()
-
-    def clock(self) -> None:
-        """Raise when the deadline has passed."""
-        if time.monotonic() > self.deadline:
-            raise TemplateBudgetError(
-                f"template render took more than {self.limits.seconds:g} s (a runaway loop "
-                "or recursion? use --template-timeout to allow more)"
-            )
+            if time.monotonic() > self.deadline:
+                raise TemplateBudgetError(
+                    f"template render took more than {self.limits.seconds:g} s (a runaway loop "
+                    "or recursion? use --template-timeout to allow more)"
+                )
 
     def size(self, n: float, what: str = "value") -> None:
         """Raise when a value of ``n`` characters (or items) would exceed the budget."""
@@ -204,7 +200,7 @@ def check_binop(operator: str, left: Any, right: Any) -> None:
     A large result (a string or list of more than ``BIG`` items) also costs a step per
     ``BIG`` items: building it takes time, and steps are when the clock is read.
     """
-    budget = BUDGET.get() or current()
+    budget = current()
     if operator == "+":
         a, b = _length(left), _length(right)
         if a is not None and b is not None:

@@ -83,8 +83,6 @@ def _tojson(
 class FastRenderer:
     """minijinja with transformers' conventions over one screened template."""
 
-    name = FAST_RENDER
-
     def __init__(self, template: ChatTemplate) -> None:
         import minijinja
 
@@ -135,9 +133,7 @@ class FastRenderer:
             return None
         if len(text) > template.limits.max_chars:
             return None
-        if not self._generation:
-            return text, []
-        return _cut_markers(text)
+        return _cut_markers(text) if self._generation else (text, [])
 
 
 def _cut_markers(text: str) -> tuple[str, list[tuple[int, int]]] | None:
@@ -244,7 +240,6 @@ class Renderer:
             self.reason = "canary equal"
         else:
             self.reason = "fast requested"
-        return None
 
     def render(
         self,
@@ -321,11 +316,6 @@ def render_entry(template: ChatTemplate | None, variables: dict[str, Any], backe
     """
     if template is None:
         return {"name": "jinja2", "version": installed_version("jinja2")}
-    if backend == "reference":
-        return {
-            "name": "jinja2",
-            "version": installed_version("jinja2"),
-            "requested": backend,
-            "reason": "reference requested",
-        }
+    if backend == "reference":  # nothing to decide, nothing to keep
+        return Renderer(template, variables, backend).entry()
     return renderer_for(template, variables, backend).entry()

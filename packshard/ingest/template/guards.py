@@ -61,13 +61,10 @@ def check_result(value: Any) -> Any:
     return value
 
 
-def _lines(text: Any) -> int:
-    return str(text).count("\n") + 1
-
-
 def _check_indent(s: Any, width: Any = 4, *_: Any, **__: Any) -> None:
     unit = width if type(width) is int else len(str(width))
-    current().size(len(str(s)) + _lines(s) * unit, "indented text")
+    text = str(s)
+    current().size(len(text) + (text.count("\n") + 1) * unit, "indented text")
 
 
 def _check_center(value: Any, width: Any = 80, *_: Any) -> None:
@@ -128,26 +125,23 @@ _STRINGIFY = frozenset(
 """Filters that turn their input into text first (``str([[x] * 1000] * 1000)`` is huge)."""
 
 
-def _checked(func: Callable[..., Any], check: Callable[..., None]) -> Callable[..., Any]:
+def _checked(func: Callable[..., Any], check: Callable[..., None] | None) -> Callable[..., Any]:
     passed = 1 if getattr(func, "jinja_pass_arg", None) is not None else 0  # context, env
 
     @functools.wraps(func)  # keeps jinja's pass_context / pass_environment marks
     def run(*args: Any, **kwargs: Any) -> Any:
         if len(args) > passed:
             check_printed(args[passed], "filter input")
-        check(*args[passed:], **kwargs)
+        if check is not None:
+            check(*args[passed:], **kwargs)
         return func(*args, **kwargs)
 
     return run
-
-
-def _no_check(*_: Any, **__: Any) -> None:
-    pass
 
 
 def check_filters(filters: dict[str, Any]) -> None:
     """Wrap the filters that print or amplify their input: sizes are checked first."""
     for name in sorted(_STRINGIFY | set(_FILTER_CHECKS)):
         if name in filters:
-            filters[name] = _checked(filters[name], _FILTER_CHECKS.get(name, _no_check))
+            filters[name] = _checked(filters[name], _FILTER_CHECKS.get(name))
     filters["join"] = _join(filters["join"])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import traceback
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -34,17 +35,13 @@ from jinja2 import nodes
 
 from packshard.errors import InputError, TemplateError
 from packshard.ingest.read.inputs import open_regular
-from packshard.ingest.template.budget import (
-    BUDGET,
-    Budget,
-    RenderLimits,
-    TemplateBudgetError,
-)
+from packshard.ingest.template.budget import BUDGET, Budget, RenderLimits, TemplateBudgetError
 from packshard.ingest.template.sandbox import (
     RECORDER,
     Recorder,
     SecurityError,
     TemplateSecurityError,
+    is_generation,
     make_environment,
 )
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
@@ -135,12 +132,7 @@ def compile_template(text: str, source: str) -> ChatTemplate:
         ) from None
     finally:
         BUDGET.reset(token)
-    has_generation = any(
-        isinstance(n.call, nodes.Call)
-        and isinstance(n.call.node, nodes.ExtensionAttribute)
-        and n.call.node.name == "_generation"
-        for n in tree.find_all(nodes.CallBlock)
-    )
+    has_generation = any(map(is_generation, tree.find_all(nodes.CallBlock)))
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return ChatTemplate(source, text, digest, has_generation, compiled, dict(compiled.globals))
 
@@ -185,13 +177,9 @@ def load_template(spec: str | None, bundle: TokenizerBundle) -> ChatTemplate | N
 
 
 def _template_line(exc: BaseException) -> str:
-    line = ""
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            line = f" (template line {tb.tb_lineno})"
-        tb = tb.tb_next
-    return line
+    walk = traceback.walk_tb(exc.__traceback__)
+    lines = [n for frame, n in walk if frame.f_code.co_filename == "<template>"]
+    return f" (template line {lines[-1]})" if lines else ""
 
 
 def render_chat(

@@ -59,6 +59,7 @@ __all__ = [
     "Recorder",
     "SecurityError",
     "TemplateSecurityError",
+    "is_generation",
     "make_environment",
     "template_conventions",
 ]
@@ -112,6 +113,15 @@ class GenerationExtension(Extension):
         return out
 
 
+def is_generation(node: nodes.Node) -> bool:
+    """Tell whether ``node`` is a ``{% generation %}`` block of a parse tree."""
+    return (
+        isinstance(node, nodes.CallBlock)
+        and isinstance(node.call.node, nodes.ExtensionAttribute)
+        and node.call.node.name == "_generation"
+    )
+
+
 class _CheckedCode(CodeGenerator):
     """Jinja's code generator, with loops and ``~`` joins run through the budget."""
 
@@ -141,10 +151,8 @@ class _CheckedFormatter(SandboxedFormatter):
         return super().format_field(budget.check_printed(value), format_spec)
 
 
-class _CheckedEscapeFormatter(SandboxedEscapeFormatter):
-    def format_field(self, value: Any, format_spec: str) -> Any:
-        budget.check_format_spec(format_spec)
-        return super().format_field(budget.check_printed(value), format_spec)
+class _CheckedEscapeFormatter(_CheckedFormatter, SandboxedEscapeFormatter):
+    """The same checks, then Markup's escaping (``SandboxedEscapeFormatter`` is next in line)."""
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):

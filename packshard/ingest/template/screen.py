@@ -33,7 +33,7 @@ from typing import Any
 
 from jinja2 import nodes
 
-from packshard.ingest.template.sandbox import make_environment
+from packshard.ingest.template.sandbox import is_generation, make_environment
 
 OPEN, CLOSE = "\ufdd0", "\ufdd1"
 """The characters a rewritten ``{% generation %}`` and ``{% endgeneration %}`` print."""
@@ -59,14 +59,6 @@ _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 _TAG = re.compile(r"\{%([-+]?)\s*(end)?generation\s*([-+]?)%\}")
 
 
-def _is_generation(node: nodes.Node) -> bool:
-    return (
-        isinstance(node, nodes.CallBlock)
-        and isinstance(node.call.node, nodes.ExtensionAttribute)
-        and node.call.node.name == "_generation"
-    )
-
-
 def _names(node: nodes.Node) -> list[Any]:
     """``node`` and every node under it that names a variable (a Name or a namespace ref)."""
     found = [node] if isinstance(node, (nodes.Name, nodes.NSRef)) else []
@@ -81,7 +73,7 @@ def _screen_node(node: nodes.Node, assigned: set[str], loops: tuple[str, ...]) -
     kind = type(node).__name__
     if kind not in _NODES:
         return f"{kind} ({node.lineno})"
-    if isinstance(node, nodes.CallBlock) and not _is_generation(node):
+    if isinstance(node, nodes.CallBlock) and not is_generation(node):
         return f"call block (line {node.lineno})"
     if isinstance(node, nodes.Getattr) and node.attr.startswith("_"):
         return f"attribute {node.attr!r} (line {node.lineno})"
@@ -140,13 +132,12 @@ def screen(text: str) -> str | None:
     tree = make_environment().parse(text)
     if "{% raw" in text or "{%- raw" in text or OPEN in text or CLOSE in text:
         return "raw blocks or marker characters"
-    opened = sum(1 for n in tree.find_all(nodes.CallBlock) if _is_generation(n))
+    blocks = [n for n in tree.find_all(nodes.CallBlock) if is_generation(n)]
     tags = [m.group(2) for m in _TAG.finditer(_COMMENT.sub("", text))]
-    if tags.count(None) != opened or tags.count("end") != opened:
+    if tags.count(None) != len(blocks) or tags.count("end") != len(blocks):
         return "{% generation %} tags the screen cannot count"
-    for block in tree.find_all(nodes.CallBlock):  # generation blocks never nest
-        if _is_generation(block) and any(_is_generation(n) for n in block.find_all(nodes.Node)):
-            return "nested {% generation %} blocks"
+    if any(is_generation(n) for b in blocks for n in b.find_all(nodes.CallBlock)):
+        return "nested {% generation %} blocks"
     assigned = {n.name for a in tree.find_all(nodes.Assign) for n in _names(a.target)}
     return _screen_node(tree, assigned, ())
 
