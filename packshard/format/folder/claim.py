@@ -195,9 +195,8 @@ def claim_out(
 
     ``specs`` and ``files`` are the command's inputs (see
     :func:`~packshard.format.folder.outdir.check_overlap`).  What the clean-up did goes to
-    ``notify``
-    as it happens (else to ``Claim.notes``).  On leaving, the temp folder is removed (it is
-    gone already once published) and the lock released.
+    ``notify`` as it happens (else to ``Claim.notes``).  On leaving, the temp folder is removed
+    (it is gone already once published) and the lock released.
     """
     path = Path(out)
     for above in (path, *path.parents):  # a file on the way: say so before resolving

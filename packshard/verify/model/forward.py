@@ -8,9 +8,8 @@ follows, and the cut row is still a valid packed row.  The default model is a ra
 :data:`TINY_VOCAB` entries: larger token ids are folded modulo its size, which keeps a
 2,048-token forward cheap on a CPU.  :func:`run_forwards` runs a row the ways the proof
 (:mod:`packshard.verify.model.equivalence`) compares.  torch and transformers are imported only
-inside
-these functions, so ``verify --model none`` and the other checks work without them, and a
-missing install is reported as the stage not run, in one line.
+inside these functions, so ``verify --model none`` and the other checks work without them, and
+a missing install is reported as the stage not run, in one line.
 """
 
 from __future__ import annotations
