@@ -140,22 +140,16 @@ def check_counts(
             complete = key == "rows" or not len(audit.bad_rows)  # totals need sound rows
             if entry.get(key) != value and complete:
                 bad(f"{entry['path']}: manifest says {key}={entry.get(key)}, shard has {value}")
-    for key in ("rows", "tokens", "loss_tokens"):
-        value = sum(int(s.get(key, 0)) for s in manifest.get("shards", []))
-        if stats.get(key) != value:
-            bad(f"manifest stats.{key}={stats.get(key)} but its shards add up to {value}")
+    shards = manifest.get("shards", [])
+    totals = [("stats", stats, shards)]
     for split, counts in (stats.get("splits") or {}).items():  # an eval split: each adds up
+        mine = [s for s in shards if s.get("split", "train") == split]
+        totals.append((f"stats.splits.{split}", counts, mine))
+    for name, counts, entries in totals:
         for key in ("rows", "tokens", "loss_tokens"):
-            value = sum(
-                int(s.get(key, 0))
-                for s in manifest.get("shards", [])
-                if s.get("split", "train") == split
-            )
+            value = sum(int(s.get(key, 0)) for s in entries)
             if counts.get(key) != value:
-                bad(
-                    f"manifest stats.splits.{split}.{key}={counts.get(key)} but its shards add "
-                    f"up to {value}"
-                )
+                bad(f"manifest {name}.{key}={counts.get(key)} but its shards add up to {value}")
     records = stats.get("records")
     parts = [stats.get(k) for k in RECORD_BINS]
     if None in parts or records != sum(parts):
