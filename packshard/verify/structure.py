@@ -97,18 +97,8 @@ def audit_shard(
             eid = None
             if seg is not None and ex_off[r] + seg < ex_off[r + 1]:
                 eid = int(ex_ids[ex_off[r] + seg])
-            findings.add(
-                Finding(
-                    "structure",
-                    message,
-                    shard_name,
-                    int(r),
-                    seg,
-                    eid,
-                    index.where(eid) if eid is not None and index is not None else None,
-                ),
-                kind,
-            )
+            where = index.where(eid) if eid is not None and index is not None else None
+            findings.add(Finding("structure", message, shard_name, int(r), seg, eid, where), kind)
         findings.add_unlisted("structure", kind, len(rows) - MAX_PER_KIND)
 
     row_len = np.diff(tok_off)
@@ -195,35 +185,33 @@ def audit_shard(
     if "seq_lengths" in table.column_names:  # optional column: checked when present
         report(_seq_lengths_differ(table, ex_off, seg_len), SEQ_LENGTHS_WRONG, "seq_lengths")
 
-    if index is None:  # examples.parquet missing or unreadable: already an integrity finding
-        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
-
-    # Examples index agreement.
-    seg_loss = count_trained(labels, np.append(seg_start, total))
-    pos_in_index = index.lookup(ex_ids)
-    missing = np.flatnonzero(pos_in_index < 0)
-    report(
-        seg_row[missing], "example id not in examples.parquet", "index_missing", seg_local[missing]
-    )
-    ok = pos_in_index >= 0
-    p = np.where(ok, pos_in_index, 0)
-    if not len(index.example_id):
-        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
-    disagree = ok & (
-        (index.shard[p] != shard_index)
-        | (index.row[p] != seg_row)
-        | (index.num_tokens[p] != seg_len)
-        | (index.num_loss_tokens[p] != seg_loss)
-    )
-    rows = np.flatnonzero(disagree)
-    report(
-        seg_row[rows],
-        "examples.parquet disagrees with the shard (shard, row or token counts)",
-        "index_disagree",
-        seg_local[rows],
-    )
-    for segs, message, kind in _pair_problems(table, ex_off, seg_row, index, np.where(ok, p, -1)):
-        report(seg_row[segs], message, kind, seg_local[segs])
+    if index is not None:  # None: examples.parquet missing or unreadable, an integrity finding
+        at = index.lookup(ex_ids)  # -1: not in the index
+        missing = np.flatnonzero(at < 0)
+        report(
+            seg_row[missing],
+            "example id not in examples.parquet",
+            "index_missing",
+            seg_local[missing],
+        )
+        if len(index.example_id):
+            p = np.maximum(at, 0)
+            seg_loss = count_trained(labels, np.append(seg_start, total))
+            disagree = (at >= 0) & (
+                (index.shard[p] != shard_index)
+                | (index.row[p] != seg_row)
+                | (index.num_tokens[p] != seg_len)
+                | (index.num_loss_tokens[p] != seg_loss)
+            )
+            rows = np.flatnonzero(disagree)
+            report(
+                seg_row[rows],
+                "examples.parquet disagrees with the shard (shard, row or token counts)",
+                "index_disagree",
+                seg_local[rows],
+            )
+            for segs, message, kind in _pair_problems(table, ex_off, seg_row, index, at):
+                report(seg_row[segs], message, kind, seg_local[segs])
     return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
 
 
@@ -239,14 +227,8 @@ def _pair_problems(
     if index.branches is None:
         return []
     if "branch" not in table.column_names:
-        every = np.arange(len(seg_row))
-        return [
-            (
-                every[:1],
-                "the index names pair branches but the shard has no branch column",
-                "pair_column",
-            )
-        ]
+        why = "the index names pair branches but the shard has no branch column"
+        return [(np.arange(len(seg_row))[:1], why, "pair_column")]
     branch, off = list_values(table["branch"])
     if not np.array_equal(off, ex_off):
         rows = np.flatnonzero(np.diff(off) != np.diff(ex_off))
