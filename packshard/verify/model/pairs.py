@@ -146,39 +146,14 @@ def pair_issues(
     """Judge the pairs of all checked rows: issues past ``atol`` or a blind control; a summary."""
     issues: list[Issue] = []
     for p in pairs:
-        name = names[p.row]
-        if not p.token_logp_delta <= atol:
-            issues.append(
-                Issue(
-                    p.row,
-                    name,
-                    p.segment,
-                    f"a token log-probability of the pair differs packed vs alone by "
-                    f"{p.token_logp_delta:.1e} > {atol:.0e}",
-                    "pairs",
-                )
-            )
-        if not p.logp_delta <= atol:
-            issues.append(
-                Issue(
-                    p.row,
-                    name,
-                    p.segment,
-                    f"the pair's summed log-probabilities differ packed vs alone by "
-                    f"{p.logp_delta:.1e} > {atol:.0e}",
-                    "pairs",
-                )
-            )
-        if not p.loss_delta <= atol:
-            issues.append(
-                Issue(
-                    p.row,
-                    name,
-                    p.segment,
-                    f"the pair's DPO loss differs packed vs alone by {p.loss_delta:.1e}",
-                    "pairs",
-                )
-            )
+        for delta, what, limit in (
+            (p.token_logp_delta, "a token log-probability of the pair differs", f" > {atol:.0e}"),
+            (p.logp_delta, "the pair's summed log-probabilities differ", f" > {atol:.0e}"),
+            (p.loss_delta, "the pair's DPO loss differs", ""),
+        ):
+            if not delta <= atol:
+                message = f"{what} packed vs alone by {delta:.1e}{limit}"
+                issues.append(Issue(p.row, names[p.row], p.segment, message, "pairs"))
     if not pairs:
         issues.append(
             Issue(
