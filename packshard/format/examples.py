@@ -204,12 +204,6 @@ def _branches(table: pa.Table) -> np.ndarray | None:
     return (np.asarray(chosen, np.int8) + 2 * np.asarray(rejected, np.int8)).astype(np.int8)
 
 
-def _pair_ids(table: pa.Table) -> np.ndarray | None:
-    if "pair_id" not in table.column_names:
-        return None
-    return np.asarray(table["pair_id"].fill_null(-1).to_numpy(), np.int64)
-
-
 @dataclass(frozen=True, slots=True)
 class ExamplesIndex:
     """The examples index as arrays, in file order (``example_id[i] == i`` when sound).
@@ -258,13 +252,15 @@ class ExamplesIndex:
             source_names=tuple(source.dictionary.to_pylist()),
             lines=table["line"].to_numpy(),
             order=None if dense else np.argsort(ids, kind="stable"),
-            turns=table["turn"].to_numpy() if "turn" in table.column_names else None,
+            turns=table["turn"].to_numpy() if "turn" in names else None,
             is_eval=_is_eval(table),
             domain_code=None if domain is None else domain.indices.to_numpy(zero_copy_only=False),
             domain_names=() if domain is None else tuple(domain.dictionary.to_pylist()),
             repeats=table["repeat"].to_numpy() if "repeat" in names else None,
             branches=_branches(table),
-            pair_ids=_pair_ids(table),
+            pair_ids=np.asarray(table["pair_id"].fill_null(-1).to_numpy(), np.int64)
+            if "pair_id" in names
+            else None,
         )
 
     @property
