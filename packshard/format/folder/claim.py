@@ -118,7 +118,9 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _lock(out: Path, path: Path, command: str) -> int:
+@contextmanager
+def _locked(out: Path, path: Path, command: str) -> Iterator[None]:
+    """Hold the lock file ``path`` beside ``out`` for the block; remove it after."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     while True:
         try:
@@ -160,8 +162,15 @@ def _lock(out: Path, path: Path, command: str) -> int:
         if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
-            return fd
+            break
         os.close(fd)  # the previous holder removed the file as we opened it: lock afresh
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        finally:
+            os.close(fd)
 
 
 def _clean(claim: Claim) -> None:
@@ -209,11 +218,9 @@ def claim_out(
     except OSError as exc:
         raise OutputError(f"{out}: cannot create its parent folder ({exc.strerror})") from None
     stem = temp_stem(place.name)
-    lock = place.parent / f".{stem}.lock"
-    fd = _lock(path, lock, command)
-    tmp = place.parent / f".{stem}.partial-{os.getpid()}"
-    claim = Claim(path, tmp, stem, notify=notify, place=place)
-    try:
+    with _locked(path, place.parent / f".{stem}.lock", command):
+        tmp = place.parent / f".{stem}.partial-{os.getpid()}"
+        claim = Claim(path, tmp, stem, notify=notify, place=place)
         _clean(claim)
         check_out(out, overwrite, place)
         try:
@@ -224,11 +231,6 @@ def claim_out(
             yield claim
         finally:
             shutil.rmtree(claim.tmp, ignore_errors=True)
-    finally:
-        try:
-            os.unlink(lock)
-        finally:
-            os.close(fd)
 
 
 @contextmanager
@@ -244,18 +246,11 @@ def amend_out(out: str | os.PathLike[str], name: str, command: str) -> Iterator[
     place = resolve_out(out)
     if not (place / "manifest.json").is_file():
         raise OutputError(f"{out}: no manifest.json (give the OUT folder that pack wrote)")
-    stem = temp_stem(place.name)
-    fd = _lock(Path(out), place.parent / f".{stem}.lock", command)
-    try:
+    with _locked(Path(out), place.parent / f".{temp_stem(place.name)}.lock", command):
         why = written_by_packshard(place)
         if why is not None and why != f"holds {name!r}, which packshard did not write":
             raise OutputError(f"{out}: {why}; only a folder packshard wrote can be amended")
         yield place
-    finally:
-        try:
-            os.unlink(place.parent / f".{stem}.lock")
-        finally:
-            os.close(fd)
 
 
 def publish_file(folder: Path, name: str, write: Callable[[Path], None]) -> Path:
