@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,14 +86,7 @@ class ShardInfo:
 
     def to_dict(self) -> dict[str, object]:
         """Return the manifest entry."""
-        return {
-            "path": self.path,
-            "rows": self.rows,
-            "tokens": self.tokens,
-            "loss_tokens": self.loss_tokens,
-            "bytes": self.bytes,
-            "sha256": self.sha256,
-        }
+        return asdict(self)
 
 
 def seq_lengths_column(cu_seqlens: pa.ChunkedArray | pa.Array) -> pa.ListArray:
