@@ -63,14 +63,9 @@ class Claim:
     out: Path
     tmp: Path
     stem: str
+    place: Path
     notes: list[str] = field(default_factory=list)
     notify: Callable[[str], None] | None = None
-    place: Path | None = None
-
-    @property
-    def target(self) -> Path:
-        """The resolved OUT."""
-        return self.place if self.place is not None else self.out
 
     def note(self, text: str) -> None:
         """Say what was done: at once through ``notify``, else kept in ``notes``."""
@@ -81,7 +76,7 @@ class Claim:
 
     def publish(self) -> None:
         """Move the finished folder into place, replacing an old one only when complete."""
-        out = self.target
+        out = self.place
         if os.path.lexists(out):
             why = written_by_packshard(out)
             if why is not None:  # something appeared there during the run
@@ -183,8 +178,8 @@ def _clean(claim: Claim) -> None:
             if not name.startswith(prefix) or not pid.isdigit() or _alive(int(pid)):
                 continue
             path = parent / name
-            if kind == "old" and not os.path.lexists(claim.target):
-                os.replace(path, claim.target)
+            if kind == "old" and not os.path.lexists(claim.place):
+                os.replace(path, claim.place)
                 claim.note(f"put back {claim.out} from {name} (a replace was interrupted)")
             else:
                 _remove(path)
@@ -220,7 +215,7 @@ def claim_out(
     stem = temp_stem(place.name)
     with _locked(path, place.parent / f".{stem}.lock", command):
         tmp = place.parent / f".{stem}.partial-{os.getpid()}"
-        claim = Claim(path, tmp, stem, notify=notify, place=place)
+        claim = Claim(path, tmp, stem, place, notify=notify)
         _clean(claim)
         check_out(out, overwrite, place)
         try:
