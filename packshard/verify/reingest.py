@@ -201,7 +201,7 @@ def compare_units(
     tables: dict[int, Any],
     manifest: dict[str, Any],
     index: Any,
-    by_record: dict[tuple[str, int], list[int]],
+    packed: set[tuple[str, int]],
     rejected: set[tuple[str, int]],
     findings: FindingList,
     cause: str = "",
@@ -232,13 +232,13 @@ def compare_units(
         for line in r["accepted"].tolist():
             key = (split.path, line)
             seen.add(key)
-            if key not in by_record and key not in rejected:
+            if key not in packed and key not in rejected:
                 why = "record is neither packed nor in rejects.jsonl" + cause
                 findings.add(Finding("source", why, source=place(key)), "record_missing")
         for k, pos in enumerate(r["positions"].tolist()):
             want = (int(r["lengths"][k]), r["ids"][k], r["labels"][k])
             compared += _compare_digest(tables, manifest, index, pos, want, rows, findings, cause)
-    for key in sorted(set(by_record) - seen):
+    for key in sorted(packed - seen):
         why = "packed example has no record in the inputs"
         findings.add(Finding("source", why, source=place(key)), "invented")
     return compared, checked

@@ -126,10 +126,8 @@ def _compare(
     drift: tuple[Drift, ...],
 ) -> tuple[int, dict[str, int]]:
     cause = encoded_by(manifest) + likely_cause(drift)
-    by_record: dict[tuple[str, int], list[int]] = {}
-    for pos, (src, line) in enumerate(zip(index.sources, index.lines.tolist(), strict=True)):
-        by_record.setdefault((src, int(line)), []).append(pos)
-    keys = sorted(by_record)
+    records = [(s, int(line)) for s, line in zip(index.sources, index.lines.tolist(), strict=True)]
+    keys = sorted(set(records))  # every packed record once
     if options.sample is not None and options.sample < len(keys):
         rng = np.random.default_rng(options.seed)
         chosen = {keys[i] for i in rng.choice(len(keys), options.sample, replace=False)}
@@ -139,13 +137,10 @@ def _compare(
     label_spans = manifest["template"].get("label_spans")
     engine = EngineOptions(options.engine, options.workers, options.ray_address)
     engine = engine.sized(input_bytes(files))  # --workers auto
-    mask = np.array(
-        [(s, int(ln)) in chosen for s, ln in zip(index.sources, index.lines.tolist(), strict=True)],
-        bool,
-    )
+    mask = np.array([record in chosen for record in records], bool)
     spec = template_spec(template, bundle)
     with sharing(bundle.path, spec, lambda: (bundle, template)):
         found = reingest_on_engine(
             files, bundle.path, spec, opts, label_spans, index, mask, engine, options.progress
         )
-    return compare_units(found, tables, manifest, index, by_record, rejected, findings, cause)
+    return compare_units(found, tables, manifest, index, set(keys), rejected, findings, cause)
