@@ -33,10 +33,16 @@ if TYPE_CHECKING:
 TINY_VOCAB = 4096
 
 
-def crop_row(row: PackedRow, max_tokens: int) -> PackedRow:
-    """Keep the leading whole segments of ``row`` that fit in ``max_tokens`` (at least one)."""
+def crop_row(row: PackedRow, max_tokens: int, branch: np.ndarray | None = None) -> PackedRow:
+    """Keep the leading whole segments of ``row`` that fit in ``max_tokens`` (at least one).
+
+    With ``branch`` (a preference row's per-segment column) no pair is cut in two: when the
+    last segment kept is a chosen branch, its rejected branch is kept too.
+    """
     cu = row.cu_seqlens
     keep = max(int(np.searchsorted(cu, max_tokens, side="right")) - 1, 1)
+    if branch is not None and keep < len(branch) and branch[keep - 1] == 1:
+        keep += 1
     end = int(cu[keep])
     if end >= row.num_tokens:
         return row
