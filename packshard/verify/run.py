@@ -204,12 +204,8 @@ def seam_table(
     table: list[dict[str, Any]] = []
     for i, audit in sorted(audits.items()):
         name = manifest["shards"][i]["path"]
-        segments = np.zeros(audit.rows, dtype=np.int64)
-        known = min(audit.rows, len(audit.segments))
-        segments[:known] = np.maximum(audit.segments[:known], 0)
-        for r, (s, f) in enumerate(
-            zip(segments.tolist(), audit.row_findings.tolist(), strict=True)
-        ):
+        segments = np.maximum(audit.segments, 0).tolist()  # an empty cu_seqlens (-1) shows 0
+        for r, (s, f) in enumerate(zip(segments, audit.row_findings.tolist(), strict=True)):
             entry: dict[str, Any] = {
                 "shard": name,
                 "row": r,
