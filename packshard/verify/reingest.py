@@ -70,9 +70,7 @@ def template_spec(template: ChatTemplate | None, bundle: TokenizerBundle) -> str
 
 def digest(values: np.ndarray) -> bytes:
     """16-byte digest of an int32 array's bytes."""
-    return hashlib.blake2b(
-        np.ascontiguousarray(values, np.int32).tobytes(), digest_size=16
-    ).digest()
+    return hashlib.blake2b(np.asarray(values, np.int32).tobytes(), digest_size=16).digest()
 
 
 def source_unit(task: SourceTask) -> dict[str, Any]:
