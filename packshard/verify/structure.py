@@ -41,7 +41,7 @@ import pyarrow as pa
 from packshard.arrays import count_trained
 from packshard.format.examples import ExamplesIndex
 from packshard.format.mixture import REALISED_KEYS, realised_mixture
-from packshard.format.shards import list_values
+from packshard.format.shards import cu_problems, list_values
 from packshard.records import IGNORE_INDEX
 from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
 
@@ -119,18 +119,8 @@ def audit_shard(
     nseg = np.diff(cu_off) - 1
     rows = np.flatnonzero(nseg != np.diff(ex_off))
     report(rows, "cu_seqlens and example_ids disagree on the number of segments", "nseg")
-    # A row's first and last cu entry; -1 where its list is empty (never a valid value).
-    padded = np.append(cu, -1)
-    has_cu = nseg >= 0
-    first = np.where(has_cu, padded[np.where(has_cu, cu_off[:-1], len(cu))], -1)
-    last = np.where(has_cu, padded[np.where(has_cu, cu_off[1:] - 1, len(cu))], -1)
-    rows = np.flatnonzero((nseg < 1) | (first != 0) | (last != row_len))
-    report(rows, "cu_seqlens must start at 0 and end at num_tokens", "cu_ends")
-    step = np.diff(cu)
-    inner = np.ones(len(step), dtype=bool)
-    cross = cu_off[1:-1] - 1  # steps that cross from one row's list to the next
-    inner[cross[(cross >= 0) & (cross < len(step))]] = False
-    broken = np.flatnonzero(inner & (step <= 0))
+    ends, broken = cu_problems(cu, cu_off, row_len)
+    report(np.flatnonzero(ends), "cu_seqlens must start at 0 and end at num_tokens", "cu_ends")
     if broken.size:
         rows = np.searchsorted(cu_off, broken, side="right") - 1
         report(rows, "cu_seqlens is not strictly increasing", "cu_order", broken - cu_off[rows])
