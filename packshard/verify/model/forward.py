@@ -90,7 +90,7 @@ def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) ->
     with quiet_libraries():
         from transformers import LlamaConfig, LlamaForCausalLM
 
-    settings: dict[str, Any] = dict(
+    config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -101,7 +101,6 @@ def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) ->
         tie_word_embeddings=False,
         attn_implementation="sdpa",
     )
-    config = LlamaConfig(**settings)
     with torch.random.fork_rng(devices=[]), quiet_libraries():
         torch.manual_seed(seed)
         model: Any = LlamaForCausalLM(config)
