@@ -191,10 +191,5 @@ def _check_rejects(
         return
     expected = parts[1] + parts[2]
     if lines != expected:
-        findings.add(
-            Finding(
-                "integrity",
-                f"rejects.jsonl has {lines} lines, manifest says rejected + dropped = {expected}",
-            ),
-            "rejects",
-        )
+        why = f"rejects.jsonl has {lines} lines, manifest says rejected + dropped = {expected}"
+        findings.add(Finding("integrity", why), "rejects")
