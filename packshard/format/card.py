@@ -88,7 +88,10 @@ def render_card(manifest: Mapping[str, Any]) -> str:
     config, stats = manifest.get("config", {}), manifest.get("stats", {})
     tok, tmpl, loss = manifest.get("tokenizer", {}), manifest.get("template", {}), manifest["loss"]
     by_format = ", ".join(f"{k} → {v}" for k, v in sorted(loss.get("by_format", {}).items()))
-    n = {k: f"{int(stats.get(k, 0)):,}" for k in STAT_KEYS}
+
+    def n(key: str) -> str:
+        return f"{int(stats.get(key, 0)):,}"
+
     shards = f"{len(manifest.get('shards', [])):,}"
     facts = [
         ("dataset id", f"`{manifest.get('dataset_id')}`"),
@@ -111,15 +114,15 @@ def render_card(manifest: Mapping[str, Any]) -> str:
         ("loss", f"{loss.get('option')}" + (f" ({by_format})" if by_format else "")),
         (
             "records",
-            f"{n['records']} read = {n['records_packed']} packed + {n['rejected']} "
-            f"rejected + {n['dropped']} dropped (see `rejects.jsonl`)",
+            f"{n('records')} read = {n('records_packed')} packed + {n('rejected')} "
+            f"rejected + {n('dropped')} dropped (see `rejects.jsonl`)",
         ),
-        ("examples / rows / shards", f"{n['examples']} / {n['rows']} / {shards}"),
-        ("tokens / loss tokens", f"{n['tokens']} / {n['loss_tokens']}"),
+        ("examples / rows / shards", f"{n('examples')} / {n('rows')} / {shards}"),
+        ("tokens / loss tokens", f"{n('tokens')} / {n('loss_tokens')}"),
         (
             "fill rate",
             f"{100 * float(stats.get('fill_rate', 0.0)):.2f}% of rows × max_seq_len "
-            f"(lower bound {n['lower_bound_rows']} rows)",
+            f"(lower bound {n('lower_bound_rows')} rows)",
         ),
     ]
     if splits := stats.get("splits"):
@@ -133,19 +136,6 @@ def render_card(manifest: Mapping[str, Any]) -> str:
     table = "\n".join(f"| {k} | {v} |" for k, v in facts)
     body = BODY.format(version=manifest.get("format_version"), table=table)
     return front_matter(manifest) + body
-
-
-STAT_KEYS = (
-    "records",
-    "records_packed",
-    "rejected",
-    "dropped",
-    "examples",
-    "rows",
-    "tokens",
-    "loss_tokens",
-    "lower_bound_rows",
-)
 
 
 BODY = """

@@ -185,29 +185,11 @@ def read_examples(path: Path, dataset_id: str, columns: list[str] | None = None)
     return table
 
 
-def _is_eval(table: pa.Table) -> np.ndarray | None:
-    if "split" not in table.column_names:
-        return None
+def _equals(table: pa.Table, column: str, value: str) -> np.ndarray:
+    """Where a string column holds ``value`` (nowhere where it is null), as bools."""
     import pyarrow.compute as pc  # readers only: pack writes the index without it
 
-    return np.asarray(pc.equal(table["split"], "eval").fill_null(False).to_numpy(False), bool)
-
-
-def _branches(table: pa.Table) -> np.ndarray | None:
-    if "branch" not in table.column_names:
-        return None
-    import pyarrow.compute as pc
-
-    col = table["branch"]
-    chosen = pc.equal(col, BRANCHES[0]).fill_null(False).to_numpy(False)
-    rejected = pc.equal(col, BRANCHES[1]).fill_null(False).to_numpy(False)
-    return (np.asarray(chosen, np.int8) + 2 * np.asarray(rejected, np.int8)).astype(np.int8)
-
-
-def _pair_ids(table: pa.Table) -> np.ndarray | None:
-    if "pair_id" not in table.column_names:
-        return None
-    return np.asarray(table["pair_id"].fill_null(-1).to_numpy(), np.int64)
+    return np.asarray(pc.equal(table[column], value).fill_null(False).to_numpy(False), bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +229,10 @@ class ExamplesIndex:
         domain = None
         if "domain" in names:
             domain = table["domain"].combine_chunks().fill_null("").dictionary_encode()
+        branches = None
+        if "branch" in names:  # 1 chosen, 2 rejected
+            chosen, rejected = (_equals(table, "branch", b) for b in BRANCHES)
+            branches = (chosen + 2 * rejected).astype(np.int8)
         return ExamplesIndex(
             example_id=ids,
             shard=table["shard"].to_numpy(),
@@ -258,13 +244,15 @@ class ExamplesIndex:
             source_names=tuple(source.dictionary.to_pylist()),
             lines=table["line"].to_numpy(),
             order=None if dense else np.argsort(ids, kind="stable"),
-            turns=table["turn"].to_numpy() if "turn" in table.column_names else None,
-            is_eval=_is_eval(table),
+            turns=table["turn"].to_numpy() if "turn" in names else None,
+            is_eval=_equals(table, "split", "eval") if "split" in names else None,
             domain_code=None if domain is None else domain.indices.to_numpy(zero_copy_only=False),
             domain_names=() if domain is None else tuple(domain.dictionary.to_pylist()),
             repeats=table["repeat"].to_numpy() if "repeat" in names else None,
-            branches=_branches(table),
-            pair_ids=_pair_ids(table),
+            branches=branches,
+            pair_ids=np.asarray(table["pair_id"].fill_null(-1).to_numpy(), np.int64)
+            if "pair_id" in names
+            else None,
         )
 
     @property

@@ -79,11 +79,10 @@ class RejectsWriter:
         """Close the file and return what it holds."""
         self._fh.close()
         by_domain: dict[str, dict[str, int]] = {}
-        for (domain, kind), n in self._domains.items():
-            by_domain.setdefault(domain, {REJECTED: 0, DROPPED: 0})[kind] = n
         by_source: dict[str, dict[str, int]] = {}
-        for (source, kind), n in self._sources.items():
-            by_source.setdefault(source, {REJECTED: 0, DROPPED: 0})[kind] = n
+        for counts, by in ((self._domains, by_domain), (self._sources, by_source)):
+            for (name, kind), n in counts.items():
+                by.setdefault(name, {REJECTED: 0, DROPPED: 0})[kind] = n
         return RejectTally(dict(sorted(self._codes.items())), by_domain, by_source)
 
     def __enter__(self) -> RejectsWriter:
@@ -123,9 +122,7 @@ def _parse(text: str, where: str) -> Reject:
         raise FormatError(where, "not a JSON line") from None
     if not isinstance(item, dict) or sorted(item) != list(_KEYS):
         raise FormatError(where, f"expected an object with keys {', '.join(_KEYS)}")
-    source, line, domain, code, reason = (
-        item[k] for k in ("source", "line", "domain", "code", "reason")
-    )
+    code, domain, line, reason, source = (item[k] for k in _KEYS)
     if not (isinstance(source, str) and isinstance(domain, str) and isinstance(reason, str)):
         raise FormatError(where, "source, domain and reason must be strings")
     if not isinstance(line, int) or isinstance(line, bool) or line < 0:

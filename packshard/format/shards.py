@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,14 +86,7 @@ class ShardInfo:
 
     def to_dict(self) -> dict[str, object]:
         """Return the manifest entry."""
-        return {
-            "path": self.path,
-            "rows": self.rows,
-            "tokens": self.tokens,
-            "loss_tokens": self.loss_tokens,
-            "bytes": self.bytes,
-            "sha256": self.sha256,
-        }
+        return asdict(self)
 
 
 def seq_lengths_column(cu_seqlens: pa.ChunkedArray | pa.Array) -> pa.ListArray:
@@ -199,6 +192,26 @@ def read_row(table: pa.Table, index: int) -> PackedRow:
     )
 
 
+def cu_problems(
+    cu: np.ndarray, cu_off: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Check a ``cu_seqlens`` column's flat values and offsets against its rows' lengths.
+
+    Returns, per row, whether it fails to start at 0 and end at its length with a segment or
+    more, and the flat indices ``i`` where ``cu[i + 1] <= cu[i]`` within a row (vectorised).
+    """
+    has_cu = np.diff(cu_off) > 0
+    padded = np.append(cu, -1)  # -1 for a row with an empty list (never a valid entry)
+    first = np.where(has_cu, padded[np.minimum(cu_off[:-1], len(cu))], -1)
+    last = np.where(has_cu, padded[np.maximum(cu_off[1:] - 1, 0)], -1)
+    step = np.diff(cu)
+    inner = np.ones(len(step), dtype=bool)
+    cross = cu_off[1:-1] - 1  # steps that cross from one row's list to the next
+    inner[cross[(cross >= 0) & (cross < len(step))]] = False
+    ends = (np.diff(cu_off) < 2) | (first != 0) | (last != lengths)
+    return ends, np.flatnonzero(inner & (step <= 0))
+
+
 def rows_problem(table: pa.Table) -> str | None:
     """Say which row first breaks the boundaries a reader relies on, or None (vectorised).
 
@@ -212,21 +225,10 @@ def rows_problem(table: pa.Table) -> str | None:
             row = int(np.flatnonzero(np.diff(list_values(table[name])[1]) != np.diff(tok_off))[0])
             return f"row {row}: input_ids and {name} differ in length"
     cu, cu_off = list_values(table["cu_seqlens"])
-    nseg = np.diff(cu_off) - 1
-    lengths = np.diff(tok_off)
-    cu = cu.astype(np.int64)
-    padded = np.append(cu, -1)
-    first = np.where(nseg >= 0, padded[np.minimum(cu_off[:-1], len(cu))], -1)
-    last = np.where(nseg >= 0, padded[np.maximum(cu_off[1:] - 1, 0)], -1)
-    step = np.diff(cu)
-    inner = np.ones(len(step), dtype=bool)
-    cross = cu_off[1:-1] - 1
-    inner[cross[(cross >= 0) & (cross < len(step))]] = False
-    broken = np.zeros(len(nseg), dtype=bool)
-    broken[np.searchsorted(cu_off, np.flatnonzero(inner & (step <= 0)), side="right") - 1] = True
-    bad = (nseg < 1) | (first != 0) | (last != lengths) | broken
+    bad, broken = cu_problems(cu.astype(np.int64), cu_off, np.diff(tok_off))
+    bad[np.searchsorted(cu_off, broken, side="right") - 1] = True
     if "example_ids" in table.column_names:
-        bad |= np.diff(list_values(table["example_ids"])[1]) != nseg
+        bad |= np.diff(list_values(table["example_ids"])[1]) != np.diff(cu_off) - 1
     if bad.any():
         return f"row {int(np.flatnonzero(bad)[0])}: cu_seqlens or example_ids break the row"
     return None

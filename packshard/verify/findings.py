@@ -8,6 +8,7 @@ and returns it in its :class:`CheckResult`; the run merges them once, at the end
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,15 +52,7 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
-        return {
-            "check": self.check,
-            "message": self.message,
-            "shard": self.shard,
-            "row": self.row,
-            "segment": self.segment,
-            "example_id": self.example_id,
-            "source": self.source,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -67,25 +60,23 @@ class FindingList:
     """Findings of one run, capped per (check, kind) with the overflow counted."""
 
     items: list[Finding] = field(default_factory=list)
-    overflow: dict[str, int] = field(default_factory=dict)
-    _seen: dict[str, int] = field(default_factory=dict)
+    overflow: Counter[str] = field(default_factory=Counter)
+    _seen: Counter[str] = field(default_factory=Counter)
 
     def add(self, finding: Finding, kind: str | None = None) -> None:
         """Record a finding unless its kind already has ``MAX_PER_KIND`` listed."""
         key = f"{finding.check}:{kind or finding.message[:40]}"
-        seen = self._seen.get(key, 0)
-        self._seen[key] = seen + 1
-        if seen < MAX_PER_KIND:
+        self._seen[key] += 1
+        if self._seen[key] <= MAX_PER_KIND:
             self.items.append(finding)
         else:
-            self.overflow[key] = self.overflow.get(key, 0) + 1
+            self.overflow[key] += 1
 
     def add_unlisted(self, check: str, kind: str, n: int) -> None:
         """Count ``n`` more findings of a kind without building them (past the listing cap)."""
         if n > 0:
-            key = f"{check}:{kind}"
-            self._seen[key] = self._seen.get(key, 0) + n
-            self.overflow[key] = self.overflow.get(key, 0) + n
+            self._seen[f"{check}:{kind}"] += n
+            self.overflow[f"{check}:{kind}"] += n
 
     def count(self, check: str | None = None) -> int:
         """Total findings (listed and overflowed), optionally of one check."""
@@ -97,19 +88,16 @@ class FindingList:
 
     def count_kind(self, check: str, kind: str) -> int:
         """Count the findings added of one kind (listed and overflowed)."""
-        return self._seen.get(f"{check}:{kind}", 0)
+        return self._seen[f"{check}:{kind}"]
 
     def __len__(self) -> int:
         return self.count()
 
     def extend(self, other: FindingList) -> None:
         """Add another list's findings and overflow counts (kinds stay separate per check)."""
-        for finding in other.items:
-            self.items.append(finding)
-        for key, n in other.overflow.items():
-            self.overflow[key] = self.overflow.get(key, 0) + n
-        for key, n in other._seen.items():
-            self._seen[key] = self._seen.get(key, 0) + n
+        self.items.extend(other.items)
+        self.overflow.update(other.overflow)
+        self._seen.update(other._seen)
 
 
 PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not run"

@@ -11,10 +11,9 @@ the counting rule holds::
 in total and per domain.  Files the manifest does not name are never read, nor any it names
 outside the folder (a ``..``, an absolute path, a link leaving it) or that is no regular file:
 each of those is a finding (:mod:`packshard.format.folder.paths`).  A manifest that breaks its
-schema
-is a finding and nothing it names is opened.  The files stage
-(:func:`check_files`) opens the shards and the examples index for the later stages; the counts
-stage (:func:`check_counts`) runs after the structural audit, whose per-shard totals it needs.
+schema is a finding and nothing it names is opened.  The files stage (:func:`check_files`)
+opens the shards and the examples index for the later stages; the counts stage
+(:func:`check_counts`) runs after the structural audit, whose per-shard totals it needs.
 """
 
 from __future__ import annotations
@@ -141,22 +140,16 @@ def check_counts(
             complete = key == "rows" or not len(audit.bad_rows)  # totals need sound rows
             if entry.get(key) != value and complete:
                 bad(f"{entry['path']}: manifest says {key}={entry.get(key)}, shard has {value}")
-    for key in ("rows", "tokens", "loss_tokens"):
-        value = sum(int(s.get(key, 0)) for s in manifest.get("shards", []))
-        if stats.get(key) != value:
-            bad(f"manifest stats.{key}={stats.get(key)} but its shards add up to {value}")
+    shards = manifest.get("shards", [])
+    totals = [("stats", stats, shards)]
     for split, counts in (stats.get("splits") or {}).items():  # an eval split: each adds up
+        mine = [s for s in shards if s.get("split", "train") == split]
+        totals.append((f"stats.splits.{split}", counts, mine))
+    for name, counts, entries in totals:
         for key in ("rows", "tokens", "loss_tokens"):
-            value = sum(
-                int(s.get(key, 0))
-                for s in manifest.get("shards", [])
-                if s.get("split", "train") == split
-            )
+            value = sum(int(s.get(key, 0)) for s in entries)
             if counts.get(key) != value:
-                bad(
-                    f"manifest stats.splits.{split}.{key}={counts.get(key)} but its shards add "
-                    f"up to {value}"
-                )
+                bad(f"manifest {name}.{key}={counts.get(key)} but its shards add up to {value}")
     records = stats.get("records")
     parts = [stats.get(k) for k in RECORD_BINS]
     if None in parts or records != sum(parts):
@@ -198,10 +191,5 @@ def _check_rejects(
         return
     expected = parts[1] + parts[2]
     if lines != expected:
-        findings.add(
-            Finding(
-                "integrity",
-                f"rejects.jsonl has {lines} lines, manifest says rejected + dropped = {expected}",
-            ),
-            "rejects",
-        )
+        why = f"rejects.jsonl has {lines} lines, manifest says rejected + dropped = {expected}"
+        findings.add(Finding("integrity", why), "rejects")

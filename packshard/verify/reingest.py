@@ -19,12 +19,11 @@ same draw whatever the engine.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from packshard.engine import EngineOptions, open_engine, worker_cores
 from packshard.format.examples import ExamplesIndex
@@ -70,9 +69,7 @@ def template_spec(template: ChatTemplate | None, bundle: TokenizerBundle) -> str
 
 def digest(values: np.ndarray) -> bytes:
     """16-byte digest of an int32 array's bytes."""
-    return hashlib.blake2b(
-        np.ascontiguousarray(values, np.int32).tobytes(), digest_size=16
-    ).digest()
+    return hashlib.blake2b(np.asarray(values, np.int32).tobytes(), digest_size=16).digest()
 
 
 def source_unit(task: SourceTask) -> dict[str, Any]:
@@ -201,7 +198,7 @@ def compare_units(
     tables: dict[int, Any],
     manifest: dict[str, Any],
     index: Any,
-    by_record: dict[tuple[str, int], list[int]],
+    packed: set[tuple[str, int]],
     rejected: set[tuple[str, int]],
     findings: FindingList,
     cause: str = "",
@@ -232,13 +229,13 @@ def compare_units(
         for line in r["accepted"].tolist():
             key = (split.path, line)
             seen.add(key)
-            if key not in by_record and key not in rejected:
+            if key not in packed and key not in rejected:
                 why = "record is neither packed nor in rejects.jsonl" + cause
                 findings.add(Finding("source", why, source=place(key)), "record_missing")
         for k, pos in enumerate(r["positions"].tolist()):
             want = (int(r["lengths"][k]), r["ids"][k], r["labels"][k])
             compared += _compare_digest(tables, manifest, index, pos, want, rows, findings, cause)
-    for key in sorted(set(by_record) - seen):
+    for key in sorted(packed - seen):
         why = "packed example has no record in the inputs"
         findings.add(Finding("source", why, source=place(key)), "invented")
     return compared, checked
@@ -247,18 +244,42 @@ def compare_units(
 def _compare_digest(
     tables: dict[int, Any],
     manifest: dict[str, Any],
-    index: Any,
+    index: ExamplesIndex,
     pos: int,
     want: tuple[int, bytes, bytes],
     rows: dict[tuple[int, int], PackedRow],
     findings: FindingList,
     cause: str,
 ) -> bool:
-    """Compare one packed segment with its re-ingested example's digests."""
-    found = packed_segment(tables, manifest, index, pos, rows, findings)
-    if found is None:
+    """Compare index row ``pos``'s packed segment with its re-ingested example's digests.
+
+    False when the segment cannot be read: a missing shard (already an integrity finding), a
+    row past the shard's end, an example id not in its row or a segment its row's
+    ``cu_seqlens`` do not hold (findings here).
+    """
+    shard, row = int(index.shard[pos]), int(index.row[pos])
+    eid = int(index.example_id[pos])
+    where = index.where(eid)
+    if shard not in tables:
         return False
-    packed, seg, bad = found
+    name = manifest["shards"][shard]["path"]
+    if (shard, row) not in rows:
+        if row >= tables[shard].num_rows:
+            why = "examples.parquet points past the shard's last row"
+            findings.add(Finding("source", why, name, row, None, eid, where))
+            return False
+        rows[(shard, row)] = read_row(tables[shard], row)
+    packed = rows[(shard, row)]
+    segs = np.flatnonzero(packed.example_ids == eid)
+    if segs.size != 1:
+        why = "example id not found in its row"
+        findings.add(Finding("source", why, name, row, None, eid, where))
+        return False
+    seg = int(segs[0])
+
+    def bad(message: str, because: str = "") -> None:
+        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
+
     cu = packed.cu_seqlens
     if seg + 1 >= len(cu) or not 0 <= int(cu[seg]) <= int(cu[seg + 1]) <= len(packed.input_ids):
         bad("its row's cu_seqlens do not hold this segment (see structure)")
@@ -272,42 +293,3 @@ def _compare_digest(
     if not np.array_equal(packed.position_ids[lo:hi], np.arange(hi - lo)):
         bad("positions differ from the example's positions alone")
     return True
-
-
-def packed_segment(
-    tables: dict[int, pa.Table],
-    manifest: dict[str, Any],
-    index: ExamplesIndex,
-    pos: int,
-    row_cache: dict[tuple[int, int], PackedRow],
-    findings: FindingList,
-) -> tuple[PackedRow, int, Callable[..., None]] | None:
-    """Find index row ``pos``'s segment: its packed row, its segment, how to report on it.
-
-    None when it cannot be read: a missing shard (already an integrity finding), a row past
-    the shard's end or an example id not in its row (both findings here).
-    """
-    shard, row = int(index.shard[pos]), int(index.row[pos])
-    eid = int(index.example_id[pos])
-    where = index.where(eid)
-    if shard not in tables:
-        return None
-    name = manifest["shards"][shard]["path"]
-    if (shard, row) not in row_cache:
-        if row >= tables[shard].num_rows:
-            why = "examples.parquet points past the shard's last row"
-            findings.add(Finding("source", why, name, row, None, eid, where))
-            return None
-        row_cache[(shard, row)] = read_row(tables[shard], row)
-    packed = row_cache[(shard, row)]
-    segs = np.flatnonzero(packed.example_ids == eid)
-    if segs.size != 1:
-        why = "example id not found in its row"
-        findings.add(Finding("source", why, name, row, None, eid, where))
-        return None
-    seg = int(segs[0])
-
-    def bad(message: str, because: str = "") -> None:
-        findings.add(Finding("source", message + because, name, row, seg, eid, where), message[:20])
-
-    return packed, seg, bad

@@ -11,10 +11,9 @@ pinned to shard, row, segment and source line):
    recorded tokenizer and template (hashes must match) and compare each example's ids, labels
    and positions with its packed segment;
 4. **model** (:mod:`~packshard.verify.model.forward`, :mod:`~packshard.verify.model.equivalence`) —
-a small
-   causal model gives the same logits for each example packed as alone, mutating neighbours
-   changes nothing, and a naive causal mask over the same rows is caught leaking.  If the
-   control is not caught, verify itself is broken.
+   a small causal model gives the same logits for each example packed as alone, mutating
+   neighbours changes nothing, and a naive causal mask over the same rows is caught leaking.
+   If the control is not caught, verify itself is broken.
 
 Before the checks, the versions verify runs with are compared with the ones the manifest
 recorded (:mod:`~packshard.format.environment`): each difference is one drift line, no finding
@@ -205,12 +204,8 @@ def seam_table(
     table: list[dict[str, Any]] = []
     for i, audit in sorted(audits.items()):
         name = manifest["shards"][i]["path"]
-        segments = np.zeros(audit.rows, dtype=np.int64)
-        known = min(audit.rows, len(audit.segments))
-        segments[:known] = np.maximum(audit.segments[:known], 0)
-        for r, (s, f) in enumerate(
-            zip(segments.tolist(), audit.row_findings.tolist(), strict=True)
-        ):
+        segments = np.maximum(audit.segments, 0).tolist()  # an empty cu_seqlens (-1) shows 0
+        for r, (s, f) in enumerate(zip(segments, audit.row_findings.tolist(), strict=True)):
             entry: dict[str, Any] = {
                 "shard": name,
                 "row": r,

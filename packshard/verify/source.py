@@ -125,31 +125,22 @@ def _compare(
     findings: FindingList,
     drift: tuple[Drift, ...],
 ) -> tuple[int, dict[str, int]]:
-    config = manifest["config"]
     cause = encoded_by(manifest) + likely_cause(drift)
-    by_record: dict[tuple[str, int], list[int]] = {}
-    by_turn: dict[tuple[str, int, int], list[int]] = {}
-    turns = index.turns.tolist() if index.turns is not None else [0] * len(index.lines)
-    for pos, (src, line) in enumerate(zip(index.sources, index.lines.tolist(), strict=True)):
-        by_record.setdefault((src, int(line)), []).append(pos)
-        by_turn.setdefault((src, int(line), int(turns[pos])), []).append(pos)
-    keys = sorted(by_record)
+    records = [(s, int(line)) for s, line in zip(index.sources, index.lines.tolist(), strict=True)]
+    keys = sorted(set(records))  # every packed record once
     if options.sample is not None and options.sample < len(keys):
         rng = np.random.default_rng(options.seed)
         chosen = {keys[i] for i in rng.choice(len(keys), options.sample, replace=False)}
     else:
         chosen = set(keys)
-    opts = recorded_options(config)
+    opts = recorded_options(manifest["config"])
     label_spans = manifest["template"].get("label_spans")
     engine = EngineOptions(options.engine, options.workers, options.ray_address)
     engine = engine.sized(input_bytes(files))  # --workers auto
-    mask = np.array(
-        [(s, int(ln)) in chosen for s, ln in zip(index.sources, index.lines.tolist(), strict=True)],
-        bool,
-    )
+    mask = np.array([record in chosen for record in records], bool)
     spec = template_spec(template, bundle)
     with sharing(bundle.path, spec, lambda: (bundle, template)):
         found = reingest_on_engine(
             files, bundle.path, spec, opts, label_spans, index, mask, engine, options.progress
         )
-    return compare_units(found, tables, manifest, index, by_record, rejected, findings, cause)
+    return compare_units(found, tables, manifest, index, set(keys), rejected, findings, cause)

@@ -41,7 +41,7 @@ import pyarrow as pa
 from packshard.arrays import count_trained
 from packshard.format.examples import ExamplesIndex
 from packshard.format.mixture import REALISED_KEYS, realised_mixture
-from packshard.format.shards import list_values
+from packshard.format.shards import cu_problems, list_values
 from packshard.records import IGNORE_INDEX
 from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
 
@@ -97,18 +97,8 @@ def audit_shard(
             eid = None
             if seg is not None and ex_off[r] + seg < ex_off[r + 1]:
                 eid = int(ex_ids[ex_off[r] + seg])
-            findings.add(
-                Finding(
-                    "structure",
-                    message,
-                    shard_name,
-                    int(r),
-                    seg,
-                    eid,
-                    index.where(eid) if eid is not None and index is not None else None,
-                ),
-                kind,
-            )
+            where = index.where(eid) if eid is not None and index is not None else None
+            findings.add(Finding("structure", message, shard_name, int(r), seg, eid, where), kind)
         findings.add_unlisted("structure", kind, len(rows) - MAX_PER_KIND)
 
     row_len = np.diff(tok_off)
@@ -129,18 +119,8 @@ def audit_shard(
     nseg = np.diff(cu_off) - 1
     rows = np.flatnonzero(nseg != np.diff(ex_off))
     report(rows, "cu_seqlens and example_ids disagree on the number of segments", "nseg")
-    # A row's first and last cu entry; -1 where its list is empty (never a valid value).
-    padded = np.append(cu, -1)
-    has_cu = nseg >= 0
-    first = np.where(has_cu, padded[np.where(has_cu, cu_off[:-1], len(cu))], -1)
-    last = np.where(has_cu, padded[np.where(has_cu, cu_off[1:] - 1, len(cu))], -1)
-    rows = np.flatnonzero((nseg < 1) | (first != 0) | (last != row_len))
-    report(rows, "cu_seqlens must start at 0 and end at num_tokens", "cu_ends")
-    step = np.diff(cu)
-    inner = np.ones(len(step), dtype=bool)
-    cross = cu_off[1:-1] - 1  # steps that cross from one row's list to the next
-    inner[cross[(cross >= 0) & (cross < len(step))]] = False
-    broken = np.flatnonzero(inner & (step <= 0))
+    ends, broken = cu_problems(cu, cu_off, row_len)
+    report(np.flatnonzero(ends), "cu_seqlens must start at 0 and end at num_tokens", "cu_ends")
     if broken.size:
         rows = np.searchsorted(cu_off, broken, side="right") - 1
         report(rows, "cu_seqlens is not strictly increasing", "cu_order", broken - cu_off[rows])
@@ -195,35 +175,33 @@ def audit_shard(
     if "seq_lengths" in table.column_names:  # optional column: checked when present
         report(_seq_lengths_differ(table, ex_off, seg_len), SEQ_LENGTHS_WRONG, "seq_lengths")
 
-    if index is None:  # examples.parquet missing or unreadable: already an integrity finding
-        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
-
-    # Examples index agreement.
-    seg_loss = count_trained(labels, np.append(seg_start, total))
-    pos_in_index = index.lookup(ex_ids)
-    missing = np.flatnonzero(pos_in_index < 0)
-    report(
-        seg_row[missing], "example id not in examples.parquet", "index_missing", seg_local[missing]
-    )
-    ok = pos_in_index >= 0
-    p = np.where(ok, pos_in_index, 0)
-    if not len(index.example_id):
-        return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
-    disagree = ok & (
-        (index.shard[p] != shard_index)
-        | (index.row[p] != seg_row)
-        | (index.num_tokens[p] != seg_len)
-        | (index.num_loss_tokens[p] != seg_loss)
-    )
-    rows = np.flatnonzero(disagree)
-    report(
-        seg_row[rows],
-        "examples.parquet disagrees with the shard (shard, row or token counts)",
-        "index_disagree",
-        seg_local[rows],
-    )
-    for segs, message, kind in _pair_problems(table, ex_off, seg_row, index, np.where(ok, p, -1)):
-        report(seg_row[segs], message, kind, seg_local[segs])
+    if index is not None:  # None: examples.parquet missing or unreadable, an integrity finding
+        at = index.lookup(ex_ids)  # -1: not in the index
+        missing = np.flatnonzero(at < 0)
+        report(
+            seg_row[missing],
+            "example id not in examples.parquet",
+            "index_missing",
+            seg_local[missing],
+        )
+        if len(index.example_id):
+            p = np.maximum(at, 0)
+            seg_loss = count_trained(labels, np.append(seg_start, total))
+            disagree = (at >= 0) & (
+                (index.shard[p] != shard_index)
+                | (index.row[p] != seg_row)
+                | (index.num_tokens[p] != seg_len)
+                | (index.num_loss_tokens[p] != seg_loss)
+            )
+            rows = np.flatnonzero(disagree)
+            report(
+                seg_row[rows],
+                "examples.parquet disagrees with the shard (shard, row or token counts)",
+                "index_disagree",
+                seg_local[rows],
+            )
+            for segs, message, kind in _pair_problems(table, ex_off, seg_row, index, at):
+                report(seg_row[segs], message, kind, seg_local[segs])
     return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
 
 
@@ -239,14 +217,8 @@ def _pair_problems(
     if index.branches is None:
         return []
     if "branch" not in table.column_names:
-        every = np.arange(len(seg_row))
-        return [
-            (
-                every[:1],
-                "the index names pair branches but the shard has no branch column",
-                "pair_column",
-            )
-        ]
+        why = "the index names pair branches but the shard has no branch column"
+        return [(np.arange(len(seg_row))[:1], why, "pair_column")]
     branch, off = list_values(table["branch"])
     if not np.array_equal(off, ex_off):
         rows = np.flatnonzero(np.diff(off) != np.diff(ex_off))

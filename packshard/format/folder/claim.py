@@ -63,14 +63,9 @@ class Claim:
     out: Path
     tmp: Path
     stem: str
+    place: Path
     notes: list[str] = field(default_factory=list)
     notify: Callable[[str], None] | None = None
-    place: Path | None = None
-
-    @property
-    def target(self) -> Path:
-        """The resolved OUT."""
-        return self.place if self.place is not None else self.out
 
     def note(self, text: str) -> None:
         """Say what was done: at once through ``notify``, else kept in ``notes``."""
@@ -81,7 +76,7 @@ class Claim:
 
     def publish(self) -> None:
         """Move the finished folder into place, replacing an old one only when complete."""
-        out = self.target
+        out = self.place
         if os.path.lexists(out):
             why = written_by_packshard(out)
             if why is not None:  # something appeared there during the run
@@ -118,7 +113,9 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _lock(out: Path, path: Path, command: str) -> int:
+@contextmanager
+def _locked(out: Path, path: Path, command: str) -> Iterator[None]:
+    """Hold the lock file ``path`` beside ``out`` for the block; remove it after."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     while True:
         try:
@@ -160,8 +157,15 @@ def _lock(out: Path, path: Path, command: str) -> int:
         if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
-            return fd
+            break
         os.close(fd)  # the previous holder removed the file as we opened it: lock afresh
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        finally:
+            os.close(fd)
 
 
 def _clean(claim: Claim) -> None:
@@ -174,8 +178,8 @@ def _clean(claim: Claim) -> None:
             if not name.startswith(prefix) or not pid.isdigit() or _alive(int(pid)):
                 continue
             path = parent / name
-            if kind == "old" and not os.path.lexists(claim.target):
-                os.replace(path, claim.target)
+            if kind == "old" and not os.path.lexists(claim.place):
+                os.replace(path, claim.place)
                 claim.note(f"put back {claim.out} from {name} (a replace was interrupted)")
             else:
                 _remove(path)
@@ -195,9 +199,8 @@ def claim_out(
 
     ``specs`` and ``files`` are the command's inputs (see
     :func:`~packshard.format.folder.outdir.check_overlap`).  What the clean-up did goes to
-    ``notify``
-    as it happens (else to ``Claim.notes``).  On leaving, the temp folder is removed (it is
-    gone already once published) and the lock released.
+    ``notify`` as it happens (else to ``Claim.notes``).  On leaving, the temp folder is removed
+    (it is gone already once published) and the lock released.
     """
     path = Path(out)
     for above in (path, *path.parents):  # a file on the way: say so before resolving
@@ -210,11 +213,9 @@ def claim_out(
     except OSError as exc:
         raise OutputError(f"{out}: cannot create its parent folder ({exc.strerror})") from None
     stem = temp_stem(place.name)
-    lock = place.parent / f".{stem}.lock"
-    fd = _lock(path, lock, command)
-    tmp = place.parent / f".{stem}.partial-{os.getpid()}"
-    claim = Claim(path, tmp, stem, notify=notify, place=place)
-    try:
+    with _locked(path, place.parent / f".{stem}.lock", command):
+        tmp = place.parent / f".{stem}.partial-{os.getpid()}"
+        claim = Claim(path, tmp, stem, place, notify=notify)
         _clean(claim)
         check_out(out, overwrite, place)
         try:
@@ -225,11 +226,6 @@ def claim_out(
             yield claim
         finally:
             shutil.rmtree(claim.tmp, ignore_errors=True)
-    finally:
-        try:
-            os.unlink(lock)
-        finally:
-            os.close(fd)
 
 
 @contextmanager
@@ -245,18 +241,11 @@ def amend_out(out: str | os.PathLike[str], name: str, command: str) -> Iterator[
     place = resolve_out(out)
     if not (place / "manifest.json").is_file():
         raise OutputError(f"{out}: no manifest.json (give the OUT folder that pack wrote)")
-    stem = temp_stem(place.name)
-    fd = _lock(Path(out), place.parent / f".{stem}.lock", command)
-    try:
+    with _locked(Path(out), place.parent / f".{temp_stem(place.name)}.lock", command):
         why = written_by_packshard(place)
         if why is not None and why != f"holds {name!r}, which packshard did not write":
             raise OutputError(f"{out}: {why}; only a folder packshard wrote can be amended")
         yield place
-    finally:
-        try:
-            os.unlink(place.parent / f".{stem}.lock")
-        finally:
-            os.close(fd)
 
 
 def publish_file(folder: Path, name: str, write: Callable[[Path], None]) -> Path:

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from packshard.digests import sha256_path
-from packshard.errors import FormatError, ManifestError, OutputError
+from packshard.errors import OutputError
 from packshard.format.folder.paths import inside_folder
 from packshard.format.manifest import MANIFEST_NAME, load_manifest
 from packshard.format.version import metadata_problem
@@ -88,9 +88,7 @@ def _pack_names(folder: Path) -> set[str]:
 
                 if metadata_problem(pq.read_schema(path).metadata, dataset_id) is not None:
                     raise ValueError
-    except (ManifestError, FormatError, OSError, RecursionError) as exc:
-        raise ValueError from exc
-    except Exception as exc:  # an unreadable Parquet footer: pyarrow raises many kinds
+    except Exception as exc:  # a bad manifest or file; an unreadable Parquet footer: many kinds
         raise ValueError from exc
     return {MANIFEST_NAME, CARD_NAME} | {str(e["path"]) for e in entries}
 

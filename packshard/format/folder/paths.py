@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -73,10 +74,7 @@ def open_inside(folder: str | os.PathLike[str], rel: Any) -> int:
     try:
         opened = os.fstat(fd)
         now = os.stat(os.path.realpath(inside_folder(folder, rel)))
-        if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (
-            now.st_dev,
-            now.st_ino,
-        ):
+        if not stat.S_ISREG(opened.st_mode) or not os.path.samestat(opened, now):
             raise FormatError(rel, "changed while it was being opened (not read)")
     except BaseException:
         os.close(fd)
@@ -96,11 +94,8 @@ def duplicate_paths(manifest: Any) -> str | None:
     shards, files = manifest.get("shards"), manifest.get("files")
     entries = list(shards) if isinstance(shards, list) else []
     entries += list(files.values()) if isinstance(files, dict) else []
-    seen: dict[str, int] = {}
-    for entry in entries:
-        rel = entry.get("path") if isinstance(entry, dict) else None
-        if isinstance(rel, str):
-            seen[rel] = seen.get(rel, 0) + 1
+    paths = [e.get("path") for e in entries if isinstance(e, dict)]
+    seen = Counter(rel for rel in paths if isinstance(rel, str))
     repeated = [(rel, n) for rel, n in seen.items() if n > 1]
     if not repeated:
         return None

@@ -37,21 +37,6 @@ def pair_branches(table: pa.Table, row: int) -> np.ndarray | None:
     return np.asarray(table["branch"][row].values.to_numpy(zero_copy_only=False), np.int64)
 
 
-def pair_crop(table: pa.Table, row: int, branch: np.ndarray | None, max_tokens: int) -> int:
-    """Return the crop length for a row: ``max_tokens``, stretched so no pair is cut in two.
-
-    :func:`~packshard.verify.model.forward.crop_row` keeps the leading whole segments that
-    fit; when the last one kept is a chosen branch, its rejected branch is kept too.
-    """
-    if branch is None:
-        return max_tokens
-    cu = np.asarray(table["cu_seqlens"][row].values.to_numpy(zero_copy_only=False), np.int64)
-    keep = max(int(np.searchsorted(cu, max_tokens, side="right")) - 1, 1)
-    if keep < len(branch) and branch[keep - 1] == 1:
-        return int(cu[keep + 1])
-    return max_tokens
-
-
 def check_model(
     manifest: dict[str, Any],
     tables: dict[int, pa.Table],
@@ -76,7 +61,7 @@ def check_model(
         return CheckResult("model", not_run="no sound rows to check"), None, []
     branches = [pair_branches(tables[s], r) for s, r in picks]
     rows = [
-        crop_row(read_row(tables[s], r), pair_crop(tables[s], r, b, options.model_max_tokens))
+        crop_row(read_row(tables[s], r), options.model_max_tokens, b)
         for (s, r), b in zip(picks, branches, strict=True)
     ]
     paths = [manifest["shards"][s]["path"] for s, _ in picks]

@@ -198,16 +198,12 @@ def check_row(
     verdict = "not applicable" if row_leak is None else "detected"
     if row_leak is not None and not row_leak > threshold:
         verdict = "not detected"
-        issues.append(
-            Issue(
-                index,
-                name,
-                None,
-                f"the naive causal control differs from alone by only {row_leak:.1e}"
-                f" <= {threshold:.0e}, so this check cannot see leakage here"
-                " (use a model that is sensitive to its context)",
-            )
+        why = (
+            f"the naive causal control differs from alone by only {row_leak:.1e}"
+            f" <= {threshold:.0e}, so this check cannot see leakage here"
+            " (use a model that is sensitive to its context)"
         )
+        issues.append(Issue(index, name, None, why))
     mutations = [s.mutation_delta for s in segments if s.mutation_delta is not None]
     result = RowResult(
         row=index,

@@ -8,9 +8,8 @@ follows, and the cut row is still a valid packed row.  The default model is a ra
 :data:`TINY_VOCAB` entries: larger token ids are folded modulo its size, which keeps a
 2,048-token forward cheap on a CPU.  :func:`run_forwards` runs a row the ways the proof
 (:mod:`packshard.verify.model.equivalence`) compares.  torch and transformers are imported only
-inside
-these functions, so ``verify --model none`` and the other checks work without them, and a
-missing install is reported as the stage not run, in one line.
+inside these functions, so ``verify --model none`` and the other checks work without them, and
+a missing install is reported as the stage not run, in one line.
 """
 
 from __future__ import annotations
@@ -34,10 +33,16 @@ if TYPE_CHECKING:
 TINY_VOCAB = 4096
 
 
-def crop_row(row: PackedRow, max_tokens: int) -> PackedRow:
-    """Keep the leading whole segments of ``row`` that fit in ``max_tokens`` (at least one)."""
+def crop_row(row: PackedRow, max_tokens: int, branch: np.ndarray | None = None) -> PackedRow:
+    """Keep the leading whole segments of ``row`` that fit in ``max_tokens`` (at least one).
+
+    With ``branch`` (a preference row's per-segment column) no pair is cut in two: when the
+    last segment kept is a chosen branch, its rejected branch is kept too.
+    """
     cu = row.cu_seqlens
     keep = max(int(np.searchsorted(cu, max_tokens, side="right")) - 1, 1)
+    if branch is not None and keep < len(branch) and branch[keep - 1] == 1:
+        keep += 1
     end = int(cu[keep])
     if end >= row.num_tokens:
         return row
@@ -85,7 +90,7 @@ def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) ->
     with quiet_libraries():
         from transformers import LlamaConfig, LlamaForCausalLM
 
-    settings: dict[str, Any] = dict(
+    config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -96,7 +101,6 @@ def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) ->
         tie_word_embeddings=False,
         attn_implementation="sdpa",
     )
-    config = LlamaConfig(**settings)
     with torch.random.fork_rng(devices=[]), quiet_libraries():
         torch.manual_seed(seed)
         model: Any = LlamaForCausalLM(config)

@@ -146,65 +146,28 @@ def pair_issues(
     """Judge the pairs of all checked rows: issues past ``atol`` or a blind control; a summary."""
     issues: list[Issue] = []
     for p in pairs:
-        name = names[p.row]
-        if not p.token_logp_delta <= atol:
-            issues.append(
-                Issue(
-                    p.row,
-                    name,
-                    p.segment,
-                    f"a token log-probability of the pair differs packed vs alone by "
-                    f"{p.token_logp_delta:.1e} > {atol:.0e}",
-                    "pairs",
-                )
-            )
-        if not p.logp_delta <= atol:
-            issues.append(
-                Issue(
-                    p.row,
-                    name,
-                    p.segment,
-                    f"the pair's summed log-probabilities differ packed vs alone by "
-                    f"{p.logp_delta:.1e} > {atol:.0e}",
-                    "pairs",
-                )
-            )
-        if not p.loss_delta <= atol:
-            issues.append(
-                Issue(
-                    p.row,
-                    name,
-                    p.segment,
-                    f"the pair's DPO loss differs packed vs alone by {p.loss_delta:.1e}",
-                    "pairs",
-                )
-            )
+        for delta, what, limit in (
+            (p.token_logp_delta, "a token log-probability of the pair differs", f" > {atol:.0e}"),
+            (p.logp_delta, "the pair's summed log-probabilities differ", f" > {atol:.0e}"),
+            (p.loss_delta, "the pair's DPO loss differs", ""),
+        ):
+            if not delta <= atol:
+                message = f"{what} packed vs alone by {delta:.1e}{limit}"
+                issues.append(Issue(p.row, names[p.row], p.segment, message, "pairs"))
     if not pairs:
-        issues.append(
-            Issue(
-                -1,
-                "pairs",
-                None,
-                "no whole pair was in the rows checked (raise --model-rows)",
-                "pairs",
-            )
-        )
+        why = "no whole pair was in the rows checked (raise --model-rows)"
+        issues.append(Issue(-1, "pairs", None, why, "pairs"))
     controls = [p.control_delta for p in pairs if p.control_delta is not None]
     moved = sum(c >= CONTROL_PAIR_DELTA for c in controls)
     share = moved / len(controls) if controls else None
     if share is None or share < CONTROL_PAIR_SHARE:
         what = "no pair" if share is None else f"only {moved} of {len(controls)} pairs"
-        issues.append(
-            Issue(
-                -1,
-                "pairs",
-                None,
-                f"the naive causal control moved {what} by >= {CONTROL_PAIR_DELTA:.0e} "
-                f"(needs {CONTROL_PAIR_SHARE:.0%}), so the pair check cannot see leakage "
-                "(use a model that is sensitive to its context)",
-                "pairs",
-            )
+        why = (
+            f"the naive causal control moved {what} by >= {CONTROL_PAIR_DELTA:.0e} "
+            f"(needs {CONTROL_PAIR_SHARE:.0%}), so the pair check cannot see leakage "
+            "(use a model that is sensitive to its context)"
         )
+        issues.append(Issue(-1, "pairs", None, why, "pairs"))
     summary = {
         "pairs": len(pairs),
         "max_pair_logp_delta": max((p.logp_delta for p in pairs), default=0.0),
