@@ -17,7 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -110,34 +110,16 @@ def _broken(path: str) -> InputError:
 
 
 def _walk(folder: str) -> list[str]:
-    """Every supported file below ``folder``, sorted by path, hidden entries skipped.
-
-    Iterative, and each folder is listed once by identity, so a link back to a parent
-    neither loops nor recurses without bound.
-    """
+    """Every supported file below ``folder``, sorted by path, hidden entries skipped."""
     found: list[str] = []
-    stack, seen = [""], set()
-    while stack:
-        rel = stack.pop()
-        here = os.path.join(folder, rel) if rel else folder
-        info = os.stat(here)
-        if (info.st_dev, info.st_ino) in seen:
-            continue
-        seen.add((info.st_dev, info.st_ino))
-        for entry in _listing(here):
-            if entry.name.startswith("."):
-                continue
-            sub = f"{rel}/{entry.name}" if rel else entry.name
-            mode = _mode(os.path.join(here, entry.name))
-            if mode is not None and stat.S_ISDIR(mode):
-                stack.append(sub)
-            elif _supported(entry.name):
-                if mode is None:
-                    raise _broken(os.path.join(here, entry.name))
-                if not stat.S_ISREG(mode):
-                    raise _special(os.path.join(here, entry.name), mode)
-                found.append(sub)
-    return [str(Path(folder) / rel) for rel in sorted(found)]
+    for path, mode in _below(folder):
+        if (mode is None or not stat.S_ISDIR(mode)) and _supported(os.path.basename(path)):
+            if mode is None:
+                raise _broken(path)
+            if not stat.S_ISREG(mode):
+                raise _special(path, mode)
+            found.append(path)
+    return [str(Path(path)) for path in sorted(found)]
 
 
 def _glob(pattern: str) -> list[str]:
@@ -152,7 +134,8 @@ def _glob(pattern: str) -> list[str]:
             base = root or os.curdir
             if part == "**":  # any folders; last, any entries too (as glob does)
                 nxt.append(os.path.join(root, "") if last and root else root)
-                nxt.extend(_below(root, files=last))
+                below = _below(root)  # every entry when last, else the folders
+                nxt.extend(p for p, m in below if last or (m is not None and stat.S_ISDIR(m)))
             elif not _MAGIC & set(part):
                 path = os.path.join(root, part)
                 if os.path.lexists(path) and (last or os.path.isdir(path)):
@@ -168,9 +151,12 @@ def _glob(pattern: str) -> list[str]:
     return sorted({r for r in roots if r})
 
 
-def _below(root: str, files: bool) -> list[str]:
-    """Every non-hidden folder (and file) below ``root``, each folder once, no recursion."""
-    out: list[str] = []
+def _below(root: str) -> Iterator[tuple[str, int | None]]:
+    """Every non-hidden entry below ``root`` and its mode (None: a broken link, or gone).
+
+    Iterative, and each folder is listed once by identity, so a link back to a parent
+    neither loops nor recurses without bound.
+    """
     stack, seen = [root], set()
     while stack:
         here = stack.pop()
@@ -179,15 +165,13 @@ def _below(root: str, files: bool) -> list[str]:
             continue
         seen.add((info.st_dev, info.st_ino))
         for entry in _listing(here or os.curdir):
-            path = os.path.join(here, entry.name)
             if entry.name.startswith("."):
                 continue
-            if os.path.isdir(path):
-                out.append(path)
+            path = os.path.join(here, entry.name)
+            mode = _mode(path)
+            if mode is not None and stat.S_ISDIR(mode):
                 stack.append(path)
-            elif files:
-                out.append(path)
-    return out
+            yield path, mode
 
 
 def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
