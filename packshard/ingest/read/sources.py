@@ -119,11 +119,8 @@ def read_jsonl(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[Ra
 
 
 def _read_json(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[RawRecord]:
-    buf, domain, stop = (
-        TextBuffer(chunks),
-        file_domain(f.path),
-        "; the rest of the file is not read",
-    )
+    buf, domain = TextBuffer(chunks), file_domain(f.path)
+    stop = "; the rest of the file is not read"
     first = buf.peek()
     if first != "[":  # one object (or a broken file)
         if not first:

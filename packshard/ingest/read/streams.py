@@ -237,14 +237,8 @@ class TextBuffer:
                 if cut and self.failure:
                     return None, self.failure, True
                 self.pos = exc.pos
-                return (
-                    None,
-                    (
-                        "invalid_json",
-                        f"invalid JSON: {exc.msg.removesuffix(' at')} at line {self.line()}",
-                    ),
-                    True,
-                )
+                why = f"invalid JSON: {exc.msg.removesuffix(' at')} at line {self.line()}"
+                return None, ("invalid_json", why), True
             except DuplicateKeyError as exc:
                 return self.skip("duplicate_key", duplicate_reason(exc))
             except RecursionError:
