@@ -84,6 +84,9 @@ class TokenizerBundle:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """Return the JSON object in ``path``; ``{}`` when there is no such file."""
+    if not path.is_file():
+        return {}
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -214,16 +217,8 @@ def load_tokenizer(path: str) -> TokenizerBundle:
     except Exception as exc:  # the Rust loader raises a bare Exception
         raise TokenizerError(f"{json_path}: not a valid tokenizer.json: {exc}") from exc
     folder = json_path.parent
-    config = (
-        _read_json(folder / "tokenizer_config.json")
-        if (folder / "tokenizer_config.json").is_file()
-        else {}
-    )
-    fallback = (
-        _read_json(folder / "special_tokens_map.json")
-        if (folder / "special_tokens_map.json").is_file()
-        else {}
-    )
+    config = _read_json(folder / "tokenizer_config.json")
+    fallback = _read_json(folder / "special_tokens_map.json")
 
     chat_template = _pick_chat_template(config.get("chat_template"))
     template_path = None
@@ -262,12 +257,13 @@ def load_tokenizer(path: str) -> TokenizerBundle:
 
     bos_id = ident("bos_token")
     add_bos = config.get("add_bos_token")
+    model = spec.get("model") if isinstance(spec, dict) else None
     return TokenizerBundle(
         tokenizer=tok,
         path=path,
         json_path=json_path,
         sha256=hashlib.sha256(raw).hexdigest(),
-        vocab_size=_id_bound(tok, spec.get("model") if isinstance(spec, dict) else None, added),
+        vocab_size=_id_bound(tok, model, added),
         bos_token=named.get("bos_token"),
         eos_token=named.get("eos_token"),
         pad_token=named.get("pad_token"),
@@ -283,5 +279,5 @@ def load_tokenizer(path: str) -> TokenizerBundle:
         special_tokens_map=named,
         adjustments=tuple(adjustments),
         chat_template_path=template_path,
-        aligner=build_aligner(tok, spec.get("model") if isinstance(spec, dict) else None),
+        aligner=build_aligner(tok, model),
     )
