@@ -59,8 +59,6 @@ PAIR_KEYS = (("chosen", "rejected"), ("chosen_messages", "rejected_messages"))
 
 NOT_A_BRANCH, CHOSEN, REJECTED = 0, 1, 2
 """The ``branch`` codes of a segment (shards) and of an example (ingest)."""
-KTO_NONE = -1
-"""The ``kto_label`` code of a segment that is not a KTO example (0 undesirable, 1 desirable)."""
 
 
 def is_preference(value: dict[str, Any]) -> bool:
@@ -107,10 +105,8 @@ def _answer(value: Any, name: str, form: tuple[dict[str, str], str, str, str]) -
     """Read one answer: a string, one message object, or a list of messages."""
     if type(value) is str:
         return [Message("assistant", value)]
-    if type(value) is dict:
-        return read_messages(_weighted([value]), name, form)
-    if type(value) is list:
-        return read_messages(_weighted(value), name, form)
+    if type(value) in (dict, list):
+        return read_messages(_weighted([value] if type(value) is dict else value), name, form)
     raise _invalid(
         f"'{name}' must be a string, a message or a message list, got {json_kind(value)}"
     )
@@ -144,11 +140,8 @@ def _one_answer(rest: list[Message], name: str) -> Message:
 def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
     """Return a preference record as a prompt and its two answers (see the module notes)."""
     get = value.get
-    if get("chosen") is not None and get("rejected") is not None:
-        keys = ("chosen", "rejected")
-    elif get("chosen_messages") is not None and get("rejected_messages") is not None:
-        keys = ("chosen_messages", "rejected_messages")
-    else:
+    keys = next((k for k in PAIR_KEYS if get(k[0]) is not None and get(k[1]) is not None), None)
+    if keys is None:
         raise RecordError(
             "missing_field",
             "a preference record needs 'chosen' and 'rejected' (or 'chosen_messages' and "
