@@ -94,8 +94,6 @@ def encode_rendered(
     every token; otherwise a token is trained when it overlaps one of ``spans``.  An example
     with ``bos_chars`` gets the BOS id, then the tokens of the text after those characters.
     """
-    if not rendered:
-        return label_encodings(bundle, rendered, [])
     return label_encodings(bundle, rendered, encode_texts(bundle, rendered))
 
 
