@@ -103,10 +103,15 @@ def _mode(path: str) -> int | None:
         return None  # a broken link, or gone
 
 
-def _broken(path: str) -> InputError:
-    return InputError(
-        f"{path}: broken link or unreadable entry (fix it or leave it out of the inputs)"
-    )
+def _regular(path: str, mode: int | None) -> str:
+    """Return ``path``, a regular file by its ``mode``; refuse a broken link or special file."""
+    if mode is None:
+        raise InputError(
+            f"{path}: broken link or unreadable entry (fix it or leave it out of the inputs)"
+        )
+    if not stat.S_ISREG(mode):
+        raise _special(path, mode)
+    return path
 
 
 def _walk(folder: str) -> list[str]:
@@ -114,11 +119,7 @@ def _walk(folder: str) -> list[str]:
     found: list[str] = []
     for path, mode in _below(folder):
         if (mode is None or not stat.S_ISDIR(mode)) and _supported(os.path.basename(path)):
-            if mode is None:
-                raise _broken(path)
-            if not stat.S_ISREG(mode):
-                raise _special(path, mode)
-            found.append(path)
+            found.append(_regular(path, mode))
     return [str(Path(path)) for path in sorted(found)]
 
 
@@ -205,11 +206,7 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
                     paths.extend(_walk(match))
                 else:
                     _check_type(match)
-                    if found is None:
-                        raise _broken(match)
-                    if not stat.S_ISREG(found):
-                        raise _special(match, found)
-                    paths.append(match)
+                    paths.append(_regular(match, found))
             if not paths:
                 raise InputError(f"{spec}: pattern matches no input files (check the glob)")
         elif mode is not None:
