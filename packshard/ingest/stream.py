@@ -99,7 +99,6 @@ _Item = tuple[int, SourceRef, str, str, Rendered]  # input position, place, doma
 
 
 def _label_batch(
-    bundle: TokenizerBundle,
     items: list[_Item],
     rejects: list[tuple[int, Reject]],
     options: IngestOptions,
@@ -163,20 +162,13 @@ def identical_pairs(
             continue  # a chosen branch is always followed by its rejected one
         a = ids[offsets[i] : offsets[i + 1]]
         b = ids[offsets[i + 1] : offsets[i + 2]]
-        if a.shape == b.shape and np.array_equal(a, b):
+        if np.array_equal(a, b):
             seq, ref, domain = item[0], item[1], item[2]
             reason = f"chosen and rejected render the same {a.size} tokens (nothing to prefer)"
             if on_error == "fail":
                 raise RecordError("identical_pair", reason, ref.source, ref.line)
             out[seq] = Reject(ref, domain, "identical_pair", reason)
     return out
-
-
-def _is_pair(raw: RawRecord, fmt: str) -> bool:
-    """Tell whether a record read is a preference pair (forced, or detected by its keys)."""
-    if fmt == "preference":
-        return True
-    return fmt == "auto" and type(raw.value) is dict and is_preference(raw.value)
 
 
 def _over_expanded(
@@ -233,7 +225,7 @@ def _render_pieces(
     template: ChatTemplate | None,
     options: IngestOptions,
     read: Callable[..., Iterable[RawRecord]],
-    first_piece: int = FIRST_PIECE,
+    first_piece: int,
 ) -> Iterator[_Piece]:
     """Read, normalize and render records (the pure-Python half), a piece at a time.
 
@@ -253,7 +245,9 @@ def _render_pieces(
         for raw in read(f, options=options):
             seq += 1
             count += 1
-            pairs += _is_pair(raw, options.format)
+            pairs += options.format == "preference" or (  # forced, or detected by its keys
+                options.format == "auto" and type(raw.value) is dict and is_preference(raw.value)
+            )
             try:
                 conv = normalize_record(raw, options.format, options.domain_field)
                 examples = render_examples(conv, template, bundle, options)
@@ -323,7 +317,7 @@ def ingest(
                 last = [item[4] for item in failed.items]
                 encoding.append(pool.submit(encode_and_label, bundle, last, options.backend))
                 for earlier in (*pending, (items + failed.items, rejects, encoding, 0)):
-                    _label_batch(bundle, *earlier[:2], options, _labelled(earlier[2]))
+                    _label_batch(*earlier[:2], options, _labelled(earlier[2]))
                 raise failed.error from failed.error.__cause__
             if piece is not None:
                 items += piece[0]
@@ -342,11 +336,11 @@ def ingest(
                 piece is None or len(pending) > IN_FLIGHT or all(f.done() for f in pending[0][2])
             ):
                 done = pending.popleft()
-                chunk = _label_batch(bundle, *done[:2], options, _labelled(done[2]))
+                chunk = _label_batch(*done[:2], options, _labelled(done[2]))
                 if done[3]:
                     chunk = replace(chunk, pairs_read=done[3])
                 if bar is not None:
-                    bar.advance(chunk)
+                    bar.add(chunk.records, int(chunk.batch.offsets[-1]))
                 yield chunk
             if piece is None:
                 break
