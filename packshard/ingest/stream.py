@@ -52,7 +52,6 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -75,10 +74,6 @@ IN_FLIGHT = 2  # chunks rendered but not yet labelled: one encoding, one queued
 FIRST_PIECE = 128  # records per encode_batch call in the first chunk
 
 
-def _labelled(parts: list[Future[Labelled]]) -> Labelled:
-    return Labelled.join([part.result() for part in parts])
-
-
 def ingest_label_path(template: ChatTemplate | None, loss: str) -> str:
     """Return the label path chat records take under ``template`` and ``loss``."""
     if loss == "all" or template is None:
@@ -99,12 +94,14 @@ _Item = tuple[int, SourceRef, str, str, Rendered]  # input position, place, doma
 
 
 def _label_batch(
+    options: IngestOptions,
     items: list[_Item],
     rejects: list[tuple[int, Reject]],
-    options: IngestOptions,
-    done: Labelled,
+    encoding: list[Future[Labelled]],
+    pairs_read: int,
 ) -> IngestChunk:
     records = len({item[0] for item in items}) + len(rejects)
+    done = Labelled.join([part.result() for part in encoding])
     ids, labels, offsets, reasoning = done.input_ids, done.labels, done.offsets, done.reasoning
     loss = count_trained(labels, offsets)
     empty = np.flatnonzero(loss == 0)
@@ -148,7 +145,7 @@ def _label_batch(
     tokens, trained = reasoning if reasoning is not None else (None, None)
     lost = sum(item[4].reasoning_dropped for item in items)
     return IngestChunk(
-        batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost
+        batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost, pairs_read
     )
 
 
@@ -317,7 +314,7 @@ def ingest(
                 last = [item[4] for item in failed.items]
                 encoding.append(pool.submit(encode_and_label, bundle, last, options.backend))
                 for earlier in (*pending, (items + failed.items, rejects, encoding, 0)):
-                    _label_batch(*earlier[:2], options, _labelled(earlier[2]))
+                    _label_batch(options, *earlier)
                 raise failed.error from failed.error.__cause__
             if piece is not None:
                 items += piece[0]
@@ -335,10 +332,7 @@ def ingest(
             while pending and (
                 piece is None or len(pending) > IN_FLIGHT or all(f.done() for f in pending[0][2])
             ):
-                done = pending.popleft()
-                chunk = _label_batch(*done[:2], options, _labelled(done[2]))
-                if done[3]:
-                    chunk = replace(chunk, pairs_read=done[3])
+                chunk = _label_batch(options, *pending.popleft())
                 if bar is not None:
                     bar.add(chunk.records, int(chunk.batch.offsets[-1]))
                 yield chunk
