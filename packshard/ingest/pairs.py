@@ -173,8 +173,6 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
                 f"'{keys[0]}' and '{keys[1]}' share no prompt (their first messages differ)"
             )
         prompt, chosen, rejected = chosen[:n], chosen[n:], rejected[n:]
-    if not prompt:
-        raise RecordError("empty_conversation", "the pair's prompt is empty")
     answers = (_one_answer(chosen, keys[0]), _one_answer(rejected, keys[1]))
     msgs = tuple(with_system(value, prompt))
     return Conversation(ref, domain, "preference", msgs, tools_of(value), answers=answers)
