@@ -303,16 +303,8 @@ def _byte_spans(
     text, text_offsets = utf8_batch([_encoded_text(r) for r in rendered])
     token_offsets = exclusive_cumsum(encoded)
     start, end, ok = align(bundle.aligner, text, text_offsets, raw_ids, token_offsets)
-    t0, t1 = span_tokens(
-        text,
-        text_offsets,
-        start,
-        end,
-        token_offsets,
-        table[:, 0].copy(),
-        table[:, 1].copy(),
-        table[:, 2].copy(),
-    )
+    columns = table.T.copy()  # example, lo, hi: each contiguous
+    t0, t1 = span_tokens(text, text_offsets, start, end, token_offsets, *columns)
     failed = ~ok[table[:, 0]]
     if failed.any():
         redo = np.unique(table[failed, 0])
