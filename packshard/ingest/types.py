@@ -163,11 +163,6 @@ class TokenizedBatch:
     def __len__(self) -> int:
         return len(self.refs)
 
-    @property
-    def lengths(self) -> np.ndarray:
-        """Token count of each example (int64)."""
-        return np.diff(self.offsets)
-
     def example(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Return example ``i``'s ``(input_ids, labels)`` views."""
         lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
