@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from packshard.errors import InputError, RecordError
+from packshard.ingest.read.jsonparse import too_large_reason
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
 
@@ -256,8 +257,4 @@ def reject_record(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
 
 def too_large_record(f: InputFile, line: int, what: str, limit: int) -> RawRecord:
     """Return the ``too_large`` reject of a record over the ``--max-record-bytes`` limit."""
-    reason = (
-        f"{what} is larger than {limit:,} bytes (use --max-record-bytes to raise the limit "
-        "for records this large)"
-    )
-    return reject_record(f, line, "too_large", reason)
+    return reject_record(f, line, "too_large", too_large_reason(what, limit))

@@ -75,6 +75,14 @@ def parse_record(text: str) -> tuple[Any, tuple[str, str] | None]:
         return None, ("invalid_json", value_reason(exc))
 
 
+def too_large_reason(what: str, limit: int) -> str:
+    """Return the reject reason of a ``what`` (line, element, row) over ``--max-record-bytes``."""
+    return (
+        f"{what} is larger than {limit:,} bytes (use --max-record-bytes to raise the limit "
+        "for records this large)"
+    )
+
+
 def value_reason(exc: ValueError) -> str:
     """Return the reject reason of a value ``json`` parsed but could not convert."""
     if "integer string conversion" in str(exc):

@@ -39,6 +39,7 @@ from packshard.ingest.read.jsonparse import (
     DuplicateKeyError,
     ValueScanner,
     duplicate_reason,
+    too_large_reason,
     value_reason,
 )
 
@@ -231,7 +232,7 @@ class TextBuffer:
                 cut = exc.msg.startswith("Unterminated") or exc.pos >= len(self.text) - _MARGIN
                 if cut and not self.done:
                     if limit is not None and len(self.text) - self.pos > limit:
-                        return self.skip("too_large", _too_large(limit))
+                        return self.skip("too_large", too_large_reason("element", limit))
                     self.grow()
                     continue
                 if cut and self.failure:
@@ -250,7 +251,7 @@ class TextBuffer:
                 continue
             if limit is not None and end - self.pos > limit:
                 self.pos = end
-                return None, ("too_large", _too_large(limit)), False
+                return None, ("too_large", too_large_reason("element", limit)), False
             self.pos = end
             return value, None, False
 
@@ -268,10 +269,3 @@ class TextBuffer:
             i = self.pos
         self.pos = end
         return None, (code, why), False
-
-
-def _too_large(limit: int) -> str:
-    return (
-        f"element is larger than {limit:,} bytes (use --max-record-bytes to raise the "
-        "limit for records this large)"
-    )
