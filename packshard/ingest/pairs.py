@@ -89,8 +89,6 @@ def _invalid(reason: str) -> RecordError:
 
 def _weighted(turns: list[Any]) -> list[Any]:
     """Read a turn's ``loss_weight`` (preference datasets' spelling) as its ``weight``."""
-    if not any(type(t) is dict and "loss_weight" in t for t in turns):
-        return turns
     out = []
     for t in turns:
         if type(t) is dict and "loss_weight" in t:
@@ -119,12 +117,8 @@ def _prompt(value: Any, form: tuple[dict[str, str], str, str, str]) -> list[Mess
 
 
 def _common_prefix(chosen: list[Message], rejected: list[Message]) -> int:
-    n = 0
-    for a, b in zip(chosen, rejected, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
+    pairs = zip(chosen, rejected, strict=False)
+    return next((n for n, (a, b) in enumerate(pairs) if a != b), min(len(chosen), len(rejected)))
 
 
 def _one_answer(rest: list[Message], name: str) -> Message:
