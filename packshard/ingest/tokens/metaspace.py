@@ -76,9 +76,7 @@ def fast_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], MetaspaceRule | Non
     added = spec.get("added_tokens", [])
     if any(" " in a["content"] or SPACE in a["content"] for a in added):
         return None
-    replaced = dict(spec)
-    replaced["normalizer"] = None
-    replaced["pre_tokenizer"] = None
+    replaced = {**spec, "normalizer": None, "pre_tokenizer": None}
     by_side = [[a["content"] for a in added if a.get(side)] for side in ("rstrip", "lstrip")]
     parts = []
     if by_side[0]:
