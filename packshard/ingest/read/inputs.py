@@ -43,16 +43,11 @@ class InputFile:
 
 def split_ext(name: str) -> tuple[str, str, str]:
     """Return ``(stem, type, codec)`` of a file name, e.g. ``("chat", ".jsonl", ".gz")``."""
-    lower, codec, kind = name.lower(), "", ""
-    for ext in _CODECS:
-        if lower.endswith(ext):
-            codec, name, lower = ext, name[: -len(ext)], lower[: -len(ext)]
-            break
-    for ext in _TYPES:
-        if lower.endswith(ext):
-            kind, name = ext, name[: -len(ext)]
-            break
-    return name, kind, codec
+    lower = name.lower()
+    codec = next((ext for ext in _CODECS if lower.endswith(ext)), "")
+    lower = lower[: len(lower) - len(codec)]
+    kind = next((ext for ext in _TYPES if lower.endswith(ext)), "")
+    return name[: len(name) - len(codec) - len(kind)], kind, codec
 
 
 def _supported(name: str) -> bool:
