@@ -172,7 +172,7 @@ class Encoder:
     def __init__(self, bundle: TokenizerBundle, requested: str) -> None:
         self.bundle, self.requested = bundle, requested
         self.fast: FastEncoder | None = None
-        self.reason = "reference requested" if requested == "reference" else ""
+        self.reason = f"{requested} requested" if requested != "auto" else ""
         self._proven = requested != "auto"  # fast forced: no check on the first records
         self._lock = threading.Lock()
         if requested != "reference":
@@ -196,9 +196,6 @@ class Encoder:
             if where is not None:
                 return self._refuse(f"{FAST} disagrees with tokenizers on the canary: {where}")
             self.reason = "canary equal"
-        else:
-            self.reason = "fast requested"
-        return None
 
     @property
     def name(self) -> str:
