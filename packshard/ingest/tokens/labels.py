@@ -107,10 +107,6 @@ def offsets_needed(bundle: TokenizerBundle, rendered: Sequence[Rendered]) -> boo
     return bundle.aligner is None and any(r.label_path != "none" for r in rendered)
 
 
-def _encoded_text(r: Rendered) -> str:
-    return r.text[r.bos_chars :] if r.bos_chars else r.text
-
-
 def encode_texts(
     bundle: TokenizerBundle, rendered: Sequence[Rendered], backend: str = "reference"
 ) -> Sequence[Any]:
@@ -122,7 +118,7 @@ def encode_texts(
     (``--backend``) chooses the library (:mod:`packshard.ingest.tokens.backends`); only the ids and
     lengths of what it returns are read.
     """
-    texts = [_encoded_text(r) for r in rendered]
+    texts = [r.text[r.bos_chars :] for r in rendered]
     if offsets_needed(bundle, rendered):
         return bundle.tokenizer.encode_batch(texts, add_special_tokens=False)
     if backend != "reference":
@@ -300,7 +296,8 @@ def _byte_spans(
     Examples whose ids do not spell their text are encoded again, with offsets.
     """
     assert bundle.aligner is not None
-    text, text_offsets = utf8_batch([_encoded_text(r) for r in rendered])
+    texts = [r.text[r.bos_chars :] for r in rendered]
+    text, text_offsets = utf8_batch(texts)
     token_offsets = exclusive_cumsum(encoded)
     start, end, ok = align(bundle.aligner, text, text_offsets, raw_ids, token_offsets)
     columns = table.T.copy()  # example, lo, hi: each contiguous
@@ -309,7 +306,7 @@ def _byte_spans(
     if failed.any():
         redo = np.unique(table[failed, 0])
         again = bundle.tokenizer.encode_batch(
-            [_encoded_text(rendered[i]) for i in redo.tolist()], add_special_tokens=False
+            [texts[i] for i in redo.tolist()], add_special_tokens=False
         )
         where = {i: j for j, i in enumerate(redo.tolist())}
         sub = table[failed].copy()
