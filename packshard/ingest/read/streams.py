@@ -34,14 +34,7 @@ from typing import Any, BinaryIO
 
 import zstandard
 
-from packshard.ingest.read.jsonparse import (
-    DECODER,
-    DuplicateKeyError,
-    ValueScanner,
-    duplicate_reason,
-    too_large_reason,
-    value_reason,
-)
+from packshard.ingest.read.jsonparse import DECODER, ValueScanner, too_large_reason, unusable_reason
 
 _WS = re.compile(r"[ \t\n\r]*")
 _MARGIN = 16  # a decode error this close to the buffer's end may be a cut-off token
@@ -240,12 +233,8 @@ class TextBuffer:
                 self.pos = exc.pos
                 why = f"invalid JSON: {exc.msg.removesuffix(' at')} at line {self.line()}"
                 return None, ("invalid_json", why), True
-            except DuplicateKeyError as exc:
-                return self.skip("duplicate_key", duplicate_reason(exc))
-            except RecursionError:
-                return self.skip("invalid_json", "invalid JSON: nested too deeply")
-            except ValueError as exc:  # e.g. an integer with more digits than Python converts
-                return self.skip("invalid_json", value_reason(exc))
+            except (ValueError, RecursionError) as exc:  # a repeated key, too deep, a number
+                return self.skip(*unusable_reason(exc))
             if type(value) in (int, float) and end >= len(self.text) - 3 and not self.done:
                 self.grow()  # "1", "1.", "1e-" at the end may be a cut-off "1.5e-3"
                 continue
