@@ -52,8 +52,7 @@ PROBE = [
 
 def template_markers(template: ChatTemplate) -> list[str]:
     """Return the special-looking strings ``template`` emits, sorted (literals and probe)."""
-    env = template.compiled.environment
-    tree = env.parse(template.text)
+    tree = template.compiled.environment.parse(template.text)
     texts = [n.value for n in tree.find_all(nodes.Const) if isinstance(n.value, str)]
     texts += [n.data for n in tree.find_all(nodes.TemplateData)]
     try:

@@ -239,8 +239,7 @@ def open_regular(path: str | os.PathLike[str], shown: str) -> BinaryIO:
 def file_domain(path: str) -> str:
     """Return the file's name without its known extensions (``chat.jsonl.gz`` -> ``chat``)."""
     name = os.path.basename(path)
-    stem = split_ext(name)[0]
-    return stem or name
+    return split_ext(name)[0] or name
 
 
 def reject_record(f: InputFile, line: int, code: str, reason: str) -> RawRecord:

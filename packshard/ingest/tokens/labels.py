@@ -13,8 +13,7 @@ Where the tokens lie comes from one of two places:
 
 * the ids alone, when the tokenizer is byte-level BPE or SentencePiece-style (nearly every
   chat model): :mod:`packshard.ingest.tokens.alignment` parses each example's ids against its text,
-  so
-  tokenization runs as ``encode_batch_fast``, without offsets (a quarter less work); an
+  so tokenization runs as ``encode_batch_fast``, without offsets (a quarter less work); an
   example whose ids do not spell its text is encoded again with offsets;
 * the offsets of ``encode_batch`` otherwise: only the span edges are looked up
   (``Encoding.char_to_token``), never every offset (converting all of them to numpy costs
