@@ -143,9 +143,7 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
         )
     shared = get("conversations")
     form = SHAREGPT_FORM if shared is not None else MESSAGE_FORM
-    head = shared if shared is not None else get("prompt")
-    if head is None:
-        head = get("messages")
+    head = next((h for h in (shared, get("prompt"), get("messages")) if h is not None), None)
     chosen = _answer(get(keys[0]), keys[0], form)
     rejected = _answer(get(keys[1]), keys[1], form)
     if head is not None:
