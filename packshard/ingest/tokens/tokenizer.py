@@ -270,7 +270,7 @@ def load_tokenizer(path: str) -> TokenizerBundle:
         bos_token_id=bos_id,
         eos_token_id=ident("eos_token"),
         pad_token_id=ident("pad_token"),
-        add_bos_token=bool(add_bos)
+        add_bos_token=add_bos
         if isinstance(add_bos, bool)
         else _post_processor_adds_bos(tok, bos_id),
         chat_template=chat_template,
