@@ -101,8 +101,7 @@ def auto_split_bytes(files: Sequence[InputFile]) -> int:
     64 units of 16 MiB, a large one 64 MiB units.  Give ``--split-bytes`` to share a small
     input among explicit ``--workers``.
     """
-    total = input_bytes(files)
-    return min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // UNITS_WANTED)))
+    return min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-input_bytes(files) // UNITS_WANTED)))
 
 
 def input_bytes(files: Sequence[InputFile]) -> int:
