@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import tokenizers
 from tokenizers import AddedToken, pre_tokenizers
 
 from packshard.errors import TokenizerError
 from packshard.ingest.tokens.aligner import ByteAligner, build_aligner
+from packshard.ingest.tokens.metaspace import load_json
 
 NAMED_SPECIAL = (
     "bos_token",
@@ -209,10 +209,7 @@ def load_tokenizer(path: str) -> TokenizerBundle:
     json_path = tokenizer_json_path(path)
     raw = json_path.read_bytes()
     try:
-        try:
-            spec = orjson.loads(raw)
-        except orjson.JSONDecodeError:  # what only the standard parser accepts (NaN …)
-            spec = json.loads(raw)
+        spec = load_json(raw)  # {} for JSON that is no object: from_str refuses it
         tok = tokenizers.Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # the Rust loader raises a bare Exception
         raise TokenizerError(f"{json_path}: not a valid tokenizer.json: {exc}") from exc
@@ -257,7 +254,7 @@ def load_tokenizer(path: str) -> TokenizerBundle:
 
     bos_id = ident("bos_token")
     add_bos = config.get("add_bos_token")
-    model = spec.get("model") if isinstance(spec, dict) else None
+    model = spec.get("model")
     return TokenizerBundle(
         tokenizer=tok,
         path=path,
