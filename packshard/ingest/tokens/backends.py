@@ -105,8 +105,6 @@ def installed_version(name: str) -> str | None:
 class FastEncoder:
     """``fastokens`` over the tokenizer as loaded: ids only, never offsets."""
 
-    name = FAST
-
     def __init__(self, bundle: TokenizerBundle) -> None:
         import fastokens
 
