@@ -35,7 +35,7 @@ import re
 from jinja2 import nodes
 
 from packshard.errors import TemplateError
-from packshard.ingest.template.render import BUILTINS, ChatTemplate, render_chat
+from packshard.ingest.template.render import BUILTINS, ChatTemplate, compile_template, render_chat
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 
 MARKER = re.compile(r"<\|[^<>|\s]{1,64}\|>|<(?:start|end)_of_turn>|</?s>")
@@ -52,8 +52,7 @@ PROBE = [
 
 def template_markers(template: ChatTemplate) -> list[str]:
     """Return the special-looking strings ``template`` emits, sorted (literals and probe)."""
-    env = template.compiled.environment
-    tree = env.parse(template.text)
+    tree = template.compiled.environment.parse(template.text)
     texts = [n.value for n in tree.find_all(nodes.Const) if isinstance(n.value, str)]
     texts += [n.data for n in tree.find_all(nodes.TemplateData)]
     try:
@@ -100,32 +99,19 @@ def check_markers(
     others = (
         f" (and {len(split) - 1} more: {', '.join(list(split)[1:4])})" if len(split) > 1 else ""
     )
-    fix = _fix(bundle, template)
+    shown = " ".join(pieces[:8]) + (" …" if len(pieces) > 8 else "")
     raise TemplateError(
         f"{template.source}: the template writes {marker} but tokenizer {bundle.path} splits "
-        f"it into {len(pieces)} pieces {_show(pieces)}{others}; they would be trained as text "
-        f"({fix}, or --allow-split-markers if intended)"
+        f"it into {len(pieces)} pieces [{shown}]{others}; they would be trained as text "
+        f"({_fix(bundle, template)}, or --allow-split-markers if intended)"
     )
-
-
-def _show(pieces: list[str]) -> str:
-    shown = " ".join(pieces[:8]) + (" …" if len(pieces) > 8 else "")
-    return f"[{shown}]"
 
 
 def _fix(bundle: TokenizerBundle, template: ChatTemplate) -> str:
     """Name the fix: the tokenizer's own template, else a built-in that matches it."""
-    own = bundle.chat_template is not None and bundle.chat_template != template.text
-    if own:
+    if bundle.chat_template is not None and bundle.chat_template != template.text:
         return "drop --template to use the tokenizer's own chat template"
-    matching = [name for name in BUILTINS if _fits(bundle, name)]
-    if matching:
-        return f"use --template {matching[0]}"
+    for name, text in BUILTINS.items():
+        if not split_markers(bundle, compile_template(text, f"builtin:{name}")):
+            return f"use --template {name}"
     return "pass --template with a .jinja file written for this tokenizer"
-
-
-def _fits(bundle: TokenizerBundle, name: str) -> bool:
-    from packshard.ingest.template.render import compile_template
-
-    template = compile_template(BUILTINS[name], f"builtin:{name}")
-    return not split_markers(bundle, template)

@@ -39,6 +39,7 @@ SHAREGPT_ROLES = {
 }
 MESSAGE_FORM = (MESSAGE_ROLES, "role", "content", ", ".join(MESSAGE_ROLES))
 SHAREGPT_FORM = (SHAREGPT_ROLES, "from", "value", ", ".join(sorted(SHAREGPT_ROLES)))
+TURN_KEYS = frozenset(("role", "content", "from", "value"))
 
 
 def string_field(field: Any, where: str) -> str:
@@ -88,7 +89,9 @@ def read_messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, s
         if role is None:
             what = f"unknown role {raw_role!r}" if raw_role is not None else f"no '{role_key}'"
             raise RecordError("unknown_role", f"{name}[{i}] has {what} (allowed: {allowed})")
-        extra = extra_fields(turn) if len(turn) > 2 else ()
+        extra: tuple[tuple[str, Any], ...] = ()
+        if len(turn) > 2:  # the other fields, for the template; null ones dropped (as transformers)
+            extra = tuple((k, v) for k, v in turn.items() if k not in TURN_KEYS and v is not None)
         text, thought = thinking_parts(text, f"{name}[{i}] content", role)
         extra, thought, train = read_fields(role, extra, thought, f"{name}[{i}]")
         if text is None and extra:
@@ -102,14 +105,6 @@ def read_messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, s
                 text = ""
         out.append(Message(role, content_text(text, f"{name}[{i}] content"), extra, thought, train))
     return out
-
-
-TURN_KEYS = frozenset(("role", "content", "from", "value"))
-
-
-def extra_fields(turn: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """Return the turn's other fields for the template, ``null`` ones dropped (as transformers)."""
-    return tuple((k, v) for k, v in turn.items() if k not in TURN_KEYS and v is not None)
 
 
 def with_system(value: dict[str, Any], messages: list) -> list:

@@ -59,8 +59,6 @@ PAIR_KEYS = (("chosen", "rejected"), ("chosen_messages", "rejected_messages"))
 
 NOT_A_BRANCH, CHOSEN, REJECTED = 0, 1, 2
 """The ``branch`` codes of a segment (shards) and of an example (ingest)."""
-KTO_NONE = -1
-"""The ``kto_label`` code of a segment that is not a KTO example (0 undesirable, 1 desirable)."""
 
 
 def is_preference(value: dict[str, Any]) -> bool:
@@ -91,8 +89,6 @@ def _invalid(reason: str) -> RecordError:
 
 def _weighted(turns: list[Any]) -> list[Any]:
     """Read a turn's ``loss_weight`` (preference datasets' spelling) as its ``weight``."""
-    if not any(type(t) is dict and "loss_weight" in t for t in turns):
-        return turns
     out = []
     for t in turns:
         if type(t) is dict and "loss_weight" in t:
@@ -107,10 +103,8 @@ def _answer(value: Any, name: str, form: tuple[dict[str, str], str, str, str]) -
     """Read one answer: a string, one message object, or a list of messages."""
     if type(value) is str:
         return [Message("assistant", value)]
-    if type(value) is dict:
-        return read_messages(_weighted([value]), name, form)
-    if type(value) is list:
-        return read_messages(_weighted(value), name, form)
+    if type(value) in (dict, list):
+        return read_messages(_weighted([value] if type(value) is dict else value), name, form)
     raise _invalid(
         f"'{name}' must be a string, a message or a message list, got {json_kind(value)}"
     )
@@ -123,12 +117,8 @@ def _prompt(value: Any, form: tuple[dict[str, str], str, str, str]) -> list[Mess
 
 
 def _common_prefix(chosen: list[Message], rejected: list[Message]) -> int:
-    n = 0
-    for a, b in zip(chosen, rejected, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
+    pairs = zip(chosen, rejected, strict=False)
+    return next((n for n, (a, b) in enumerate(pairs) if a != b), min(len(chosen), len(rejected)))
 
 
 def _one_answer(rest: list[Message], name: str) -> Message:
@@ -144,11 +134,8 @@ def _one_answer(rest: list[Message], name: str) -> Message:
 def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
     """Return a preference record as a prompt and its two answers (see the module notes)."""
     get = value.get
-    if get("chosen") is not None and get("rejected") is not None:
-        keys = ("chosen", "rejected")
-    elif get("chosen_messages") is not None and get("rejected_messages") is not None:
-        keys = ("chosen_messages", "rejected_messages")
-    else:
+    keys = next((k for k in PAIR_KEYS if get(k[0]) is not None and get(k[1]) is not None), None)
+    if keys is None:
         raise RecordError(
             "missing_field",
             "a preference record needs 'chosen' and 'rejected' (or 'chosen_messages' and "
@@ -156,9 +143,7 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
         )
     shared = get("conversations")
     form = SHAREGPT_FORM if shared is not None else MESSAGE_FORM
-    head = shared if shared is not None else get("prompt")
-    if head is None:
-        head = get("messages")
+    head = next((h for h in (shared, get("prompt"), get("messages")) if h is not None), None)
     chosen = _answer(get(keys[0]), keys[0], form)
     rejected = _answer(get(keys[1]), keys[1], form)
     if head is not None:
@@ -180,8 +165,6 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
                 f"'{keys[0]}' and '{keys[1]}' share no prompt (their first messages differ)"
             )
         prompt, chosen, rejected = chosen[:n], chosen[n:], rejected[n:]
-    if not prompt:
-        raise RecordError("empty_conversation", "the pair's prompt is empty")
     answers = (_one_answer(chosen, keys[0]), _one_answer(rejected, keys[1]))
     msgs = tuple(with_system(value, prompt))
     return Conversation(ref, domain, "preference", msgs, tools_of(value), answers=answers)

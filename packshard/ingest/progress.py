@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
-
-from packshard.ingest.types import IngestChunk
 
 
 class IngestProgress:
@@ -31,22 +28,18 @@ class IngestProgress:
         self._start = time.perf_counter()
         self._progress.start()
 
-    def advance(self, chunk: IngestChunk) -> None:
-        """Count one more chunk."""
-        self.add(chunk.records, int(chunk.batch.offsets[-1]))
-
     def add(self, records: int, tokens: int) -> None:
         """Count records and tokens done (a chunk, a work unit)."""
         self._records += records
         self._tokens += tokens
         elapsed = max(time.perf_counter() - self._start, 1e-9)
-        fields: dict[str, Any] = {
-            "records": self._records,
-            "tokens": self._tokens,
-            "rate": self._records / elapsed,
-            "trate": self._tokens / elapsed,
-        }
-        self._progress.update(self._task, **fields)
+        self._progress.update(
+            self._task,
+            records=self._records,
+            tokens=self._tokens,
+            rate=self._records / elapsed,
+            trate=self._tokens / elapsed,
+        )
 
     def close(self) -> None:
         """Take the line off the terminal."""

@@ -52,7 +52,6 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -75,10 +74,6 @@ IN_FLIGHT = 2  # chunks rendered but not yet labelled: one encoding, one queued
 FIRST_PIECE = 128  # records per encode_batch call in the first chunk
 
 
-def _labelled(parts: list[Future[Labelled]]) -> Labelled:
-    return Labelled.join([part.result() for part in parts])
-
-
 def ingest_label_path(template: ChatTemplate | None, loss: str) -> str:
     """Return the label path chat records take under ``template`` and ``loss``."""
     if loss == "all" or template is None:
@@ -99,13 +94,14 @@ _Item = tuple[int, SourceRef, str, str, Rendered]  # input position, place, doma
 
 
 def _label_batch(
-    bundle: TokenizerBundle,
+    options: IngestOptions,
     items: list[_Item],
     rejects: list[tuple[int, Reject]],
-    options: IngestOptions,
-    done: Labelled,
+    encoding: list[Future[Labelled]],
+    pairs_read: int,
 ) -> IngestChunk:
     records = len({item[0] for item in items}) + len(rejects)
+    done = Labelled.join([part.result() for part in encoding])
     ids, labels, offsets, reasoning = done.input_ids, done.labels, done.offsets, done.reasoning
     loss = count_trained(labels, offsets)
     empty = np.flatnonzero(loss == 0)
@@ -149,7 +145,7 @@ def _label_batch(
     tokens, trained = reasoning if reasoning is not None else (None, None)
     lost = sum(item[4].reasoning_dropped for item in items)
     return IngestChunk(
-        batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost
+        batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost, pairs_read
     )
 
 
@@ -163,20 +159,13 @@ def identical_pairs(
             continue  # a chosen branch is always followed by its rejected one
         a = ids[offsets[i] : offsets[i + 1]]
         b = ids[offsets[i + 1] : offsets[i + 2]]
-        if a.shape == b.shape and np.array_equal(a, b):
+        if np.array_equal(a, b):
             seq, ref, domain = item[0], item[1], item[2]
             reason = f"chosen and rejected render the same {a.size} tokens (nothing to prefer)"
             if on_error == "fail":
                 raise RecordError("identical_pair", reason, ref.source, ref.line)
             out[seq] = Reject(ref, domain, "identical_pair", reason)
     return out
-
-
-def _is_pair(raw: RawRecord, fmt: str) -> bool:
-    """Tell whether a record read is a preference pair (forced, or detected by its keys)."""
-    if fmt == "preference":
-        return True
-    return fmt == "auto" and type(raw.value) is dict and is_preference(raw.value)
 
 
 def _over_expanded(
@@ -233,7 +222,7 @@ def _render_pieces(
     template: ChatTemplate | None,
     options: IngestOptions,
     read: Callable[..., Iterable[RawRecord]],
-    first_piece: int = FIRST_PIECE,
+    first_piece: int,
 ) -> Iterator[_Piece]:
     """Read, normalize and render records (the pure-Python half), a piece at a time.
 
@@ -253,7 +242,9 @@ def _render_pieces(
         for raw in read(f, options=options):
             seq += 1
             count += 1
-            pairs += _is_pair(raw, options.format)
+            pairs += options.format == "preference" or (  # forced, or detected by its keys
+                options.format == "auto" and type(raw.value) is dict and is_preference(raw.value)
+            )
             try:
                 conv = normalize_record(raw, options.format, options.domain_field)
                 examples = render_examples(conv, template, bundle, options)
@@ -323,7 +314,7 @@ def ingest(
                 last = [item[4] for item in failed.items]
                 encoding.append(pool.submit(encode_and_label, bundle, last, options.backend))
                 for earlier in (*pending, (items + failed.items, rejects, encoding, 0)):
-                    _label_batch(bundle, *earlier[:2], options, _labelled(earlier[2]))
+                    _label_batch(options, *earlier)
                 raise failed.error from failed.error.__cause__
             if piece is not None:
                 items += piece[0]
@@ -341,12 +332,9 @@ def ingest(
             while pending and (
                 piece is None or len(pending) > IN_FLIGHT or all(f.done() for f in pending[0][2])
             ):
-                done = pending.popleft()
-                chunk = _label_batch(bundle, *done[:2], options, _labelled(done[2]))
-                if done[3]:
-                    chunk = replace(chunk, pairs_read=done[3])
+                chunk = _label_batch(options, *pending.popleft())
                 if bar is not None:
-                    bar.advance(chunk)
+                    bar.add(chunk.records, int(chunk.batch.offsets[-1]))
                 yield chunk
             if piece is None:
                 break

@@ -114,11 +114,11 @@ class Rendered:
     """One rendered example: its text and the character spans ``[lo, hi)`` to train on.
 
     ``label_path`` is one of :data:`~packshard.options.LABEL_PATHS`.  ``bos_chars`` > 0: the text
-    starts with the
-    tokenizer's BOS, put there for the tokenizer (plain records), so it becomes the BOS id and
-    the rest is encoded as if alone — what ``add_special_tokens=True`` gives; a SentencePiece
-    "first" prefix then lands on the text.  ``reasoning`` lists the rendered reasoning blocks
-    (trained or not, for counting); ``turn`` is set on ``--turns expand`` examples.
+    starts with the tokenizer's BOS, put there for the tokenizer (plain records), so it becomes
+    the BOS id and the rest is encoded as if alone — what ``add_special_tokens=True`` gives; a
+    SentencePiece "first" prefix then lands on the text.  ``reasoning`` lists the rendered
+    reasoning blocks (trained or not, for counting); ``turn`` is set on ``--turns expand``
+    examples.
     """
 
     text: str
@@ -162,11 +162,6 @@ class TokenizedBatch:
 
     def __len__(self) -> int:
         return len(self.refs)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Token count of each example (int64)."""
-        return np.diff(self.offsets)
 
     def example(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Return example ``i``'s ``(input_ids, labels)`` views."""

@@ -17,12 +17,13 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from packshard.errors import InputError, RecordError
+from packshard.ingest.read.jsonparse import too_large_reason
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
 
@@ -42,16 +43,11 @@ class InputFile:
 
 def split_ext(name: str) -> tuple[str, str, str]:
     """Return ``(stem, type, codec)`` of a file name, e.g. ``("chat", ".jsonl", ".gz")``."""
-    lower, codec, kind = name.lower(), "", ""
-    for ext in _CODECS:
-        if lower.endswith(ext):
-            codec, name, lower = ext, name[: -len(ext)], lower[: -len(ext)]
-            break
-    for ext in _TYPES:
-        if lower.endswith(ext):
-            kind, name = ext, name[: -len(ext)]
-            break
-    return name, kind, codec
+    lower = name.lower()
+    codec = next((ext for ext in _CODECS if lower.endswith(ext)), "")
+    lower = lower[: len(lower) - len(codec)]
+    kind = next((ext for ext in _TYPES if lower.endswith(ext)), "")
+    return name[: len(name) - len(codec) - len(kind)], kind, codec
 
 
 def _supported(name: str) -> bool:
@@ -103,41 +99,24 @@ def _mode(path: str) -> int | None:
         return None  # a broken link, or gone
 
 
-def _broken(path: str) -> InputError:
-    return InputError(
-        f"{path}: broken link or unreadable entry (fix it or leave it out of the inputs)"
-    )
+def _regular(path: str, mode: int | None) -> str:
+    """Return ``path``, a regular file by its ``mode``; refuse a broken link or special file."""
+    if mode is None:
+        raise InputError(
+            f"{path}: broken link or unreadable entry (fix it or leave it out of the inputs)"
+        )
+    if not stat.S_ISREG(mode):
+        raise _special(path, mode)
+    return path
 
 
 def _walk(folder: str) -> list[str]:
-    """Every supported file below ``folder``, sorted by path, hidden entries skipped.
-
-    Iterative, and each folder is listed once by identity, so a link back to a parent
-    neither loops nor recurses without bound.
-    """
+    """Every supported file below ``folder``, sorted by path, hidden entries skipped."""
     found: list[str] = []
-    stack, seen = [""], set()
-    while stack:
-        rel = stack.pop()
-        here = os.path.join(folder, rel) if rel else folder
-        info = os.stat(here)
-        if (info.st_dev, info.st_ino) in seen:
-            continue
-        seen.add((info.st_dev, info.st_ino))
-        for entry in _listing(here):
-            if entry.name.startswith("."):
-                continue
-            sub = f"{rel}/{entry.name}" if rel else entry.name
-            mode = _mode(os.path.join(here, entry.name))
-            if mode is not None and stat.S_ISDIR(mode):
-                stack.append(sub)
-            elif _supported(entry.name):
-                if mode is None:
-                    raise _broken(os.path.join(here, entry.name))
-                if not stat.S_ISREG(mode):
-                    raise _special(os.path.join(here, entry.name), mode)
-                found.append(sub)
-    return [str(Path(folder) / rel) for rel in sorted(found)]
+    for path, mode in _below(folder):
+        if (mode is None or not stat.S_ISDIR(mode)) and _supported(os.path.basename(path)):
+            found.append(_regular(path, mode))
+    return [str(Path(path)) for path in sorted(found)]
 
 
 def _glob(pattern: str) -> list[str]:
@@ -152,7 +131,8 @@ def _glob(pattern: str) -> list[str]:
             base = root or os.curdir
             if part == "**":  # any folders; last, any entries too (as glob does)
                 nxt.append(os.path.join(root, "") if last and root else root)
-                nxt.extend(_below(root, files=last))
+                below = _below(root)  # every entry when last, else the folders
+                nxt.extend(p for p, m in below if last or (m is not None and stat.S_ISDIR(m)))
             elif not _MAGIC & set(part):
                 path = os.path.join(root, part)
                 if os.path.lexists(path) and (last or os.path.isdir(path)):
@@ -168,9 +148,12 @@ def _glob(pattern: str) -> list[str]:
     return sorted({r for r in roots if r})
 
 
-def _below(root: str, files: bool) -> list[str]:
-    """Every non-hidden folder (and file) below ``root``, each folder once, no recursion."""
-    out: list[str] = []
+def _below(root: str) -> Iterator[tuple[str, int | None]]:
+    """Every non-hidden entry below ``root`` and its mode (None: a broken link, or gone).
+
+    Iterative, and each folder is listed once by identity, so a link back to a parent
+    neither loops nor recurses without bound.
+    """
     stack, seen = [root], set()
     while stack:
         here = stack.pop()
@@ -179,15 +162,13 @@ def _below(root: str, files: bool) -> list[str]:
             continue
         seen.add((info.st_dev, info.st_ino))
         for entry in _listing(here or os.curdir):
-            path = os.path.join(here, entry.name)
             if entry.name.startswith("."):
                 continue
-            if os.path.isdir(path):
-                out.append(path)
+            path = os.path.join(here, entry.name)
+            mode = _mode(path)
+            if mode is not None and stat.S_ISDIR(mode):
                 stack.append(path)
-            elif files:
-                out.append(path)
-    return out
+            yield path, mode
 
 
 def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
@@ -221,11 +202,7 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
                     paths.extend(_walk(match))
                 else:
                     _check_type(match)
-                    if found is None:
-                        raise _broken(match)
-                    if not stat.S_ISREG(found):
-                        raise _special(match, found)
-                    paths.append(match)
+                    paths.append(_regular(match, found))
             if not paths:
                 raise InputError(f"{spec}: pattern matches no input files (check the glob)")
         elif mode is not None:
@@ -262,8 +239,7 @@ def open_regular(path: str | os.PathLike[str], shown: str) -> BinaryIO:
 def file_domain(path: str) -> str:
     """Return the file's name without its known extensions (``chat.jsonl.gz`` -> ``chat``)."""
     name = os.path.basename(path)
-    stem = split_ext(name)[0]
-    return stem or name
+    return split_ext(name)[0] or name
 
 
 def reject_record(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
@@ -275,8 +251,4 @@ def reject_record(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
 
 def too_large_record(f: InputFile, line: int, what: str, limit: int) -> RawRecord:
     """Return the ``too_large`` reject of a record over the ``--max-record-bytes`` limit."""
-    reason = (
-        f"{what} is larger than {limit:,} bytes (use --max-record-bytes to raise the limit "
-        "for records this large)"
-    )
-    return reject_record(f, line, "too_large", reason)
+    return reject_record(f, line, "too_large", too_large_reason(what, limit))

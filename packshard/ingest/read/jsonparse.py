@@ -52,14 +52,6 @@ DECODER = json.JSONDecoder(object_pairs_hook=_unique_object)
 """The decoder of every JSON record: like ``json.loads``, but a repeated key raises."""
 
 
-def duplicate_reason(exc: DuplicateKeyError) -> str:
-    """Return the reject reason of a record holding a repeated key."""
-    return (
-        f"duplicate key {exc.key!r} in a JSON object (json would silently keep the last "
-        "value; fix the record)"
-    )
-
-
 def parse_record(text: str) -> tuple[Any, tuple[str, str] | None]:
     """Parse one JSONL line: ``(value, None)``, or ``(None, (code, reason))``."""
     try:
@@ -67,20 +59,35 @@ def parse_record(text: str) -> tuple[Any, tuple[str, str] | None]:
     except json.JSONDecodeError as exc:
         why = f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
         return None, ("invalid_json", why)
-    except DuplicateKeyError as exc:
-        return None, ("duplicate_key", duplicate_reason(exc))
-    except RecursionError:
-        return None, ("invalid_json", "invalid JSON: nested too deeply")
-    except ValueError as exc:  # e.g. an integer with more digits than Python converts
-        return None, ("invalid_json", value_reason(exc))
+    except (ValueError, RecursionError) as exc:
+        return None, unusable_reason(exc)
 
 
-def value_reason(exc: ValueError) -> str:
-    """Return the reject reason of a value ``json`` parsed but could not convert."""
+def too_large_reason(what: str, limit: int) -> str:
+    """Return the reject reason of a ``what`` (line, element, row) over ``--max-record-bytes``."""
+    return (
+        f"{what} is larger than {limit:,} bytes (use --max-record-bytes to raise the limit "
+        "for records this large)"
+    )
+
+
+def unusable_reason(exc: ValueError | RecursionError) -> tuple[str, str]:
+    """Return ``(code, reason)`` of a value that is JSON but cannot be read as a record.
+
+    A repeated key, nesting past Python's recursion limit, or (another ``ValueError``) an
+    integer with more digits than Python converts.
+    """
+    if isinstance(exc, DuplicateKeyError):
+        why = "json would silently keep the last value; fix the record"
+        return "duplicate_key", f"duplicate key {exc.key!r} in a JSON object ({why})"
+    if isinstance(exc, RecursionError):
+        return "invalid_json", "invalid JSON: nested too deeply"
     if "integer string conversion" in str(exc):
         limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
-        return f"invalid JSON: a number with more than {limit} digits (Python does not convert it)"
-    return f"invalid JSON: {exc}"
+        return "invalid_json", (
+            f"invalid JSON: a number with more than {limit} digits (Python does not convert it)"
+        )
+    return "invalid_json", f"invalid JSON: {exc}"
 
 
 class ValueScanner:

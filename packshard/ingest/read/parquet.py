@@ -59,16 +59,8 @@ def repeated_field(fields: Any) -> str | None:
 
 def read_parquet(f: InputFile, batch_rows: int, limit: int) -> Iterator[RawRecord]:
     """Yield the records of a whole Parquet file, ``batch_rows`` rows at a time at most."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     with open_regular(f.real, f.path) as fh:
-        try:
-            pfile = pq.ParquetFile(fh)
-            repeated = repeated_field(pfile.schema_arrow)
-        except (OSError, pa.ArrowException) as exc:
-            raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
-        yield from parquet_records(f, parquet_batches(pfile, batch_rows), 0, repeated, limit)
+        yield from parquet_records(f, fh, batch_rows, limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,19 +96,33 @@ def parquet_batches(pfile: Any, batch_rows: int, row_groups: Any = None) -> Iter
 
 def parquet_records(
     f: InputFile,
-    batches: Iterator[Any],
-    row: int,
-    repeated: str | None,
+    source: Any,
+    batch_rows: int,
     limit: int,
+    row_groups: Any = None,
+    row: int = 0,
 ) -> Iterator[RawRecord]:
-    """Yield the records of Parquet record ``batches``, rows numbered from ``row + 1``.
+    """Yield the records of Parquet ``source`` (its ``row_groups``), rows numbered from ``row + 1``.
 
-    A schema with a ``repeated`` field makes every row a ``duplicate_key`` reject; a row over
-    ``limit`` bytes is ``too_large`` (never turned into Python values); a row group that
-    cannot be read is one ``unreadable`` reject at its first unread row, naming its row range.
+    ``source`` is ``f``'s path or its open file.  A schema with a repeated field
+    (:func:`repeated_field`) makes every row a ``duplicate_key`` reject; a row over ``limit``
+    bytes is ``too_large`` (never turned into Python values); a row group that cannot be read
+    is one ``unreadable`` reject at its first unread row, naming its row range.
+
+    Raises:
+        InputError: ``source`` is not a readable Parquet file.
+
     """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pfile = pq.ParquetFile(source)
+        repeated = repeated_field(pfile.schema_arrow)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
     domain = file_domain(f.path)
-    for batch in batches:
+    for batch in parquet_batches(pfile, batch_rows, row_groups):
         if isinstance(batch, BrokenGroup):
             if batch.rows:
                 reason = (

@@ -93,24 +93,19 @@ def read_jsonl(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[Ra
             if end < 0:
                 continue
             line_no, skipping, chunk = line_no + 1, False, chunk[end + 1 :]
-        if b"\n" not in chunk:
-            pending += len(chunk)
-            parts.append(chunk)
-            if pending > limit:
-                yield too_large_record(f, line_no + 1, "line", limit)
-                parts, pending, skipping = [], 0, True
-            continue
         parts.append(chunk)
-        lines = b"".join(parts).split(b"\n")
-        tail = lines.pop()
-        for line in lines:
-            line_no += 1
-            if len(line) > limit:
-                yield too_large_record(f, line_no, "line", limit)
-            elif line.strip():
-                yield _parse_line(f, line_no, domain, line)
-        parts, pending = [tail], len(tail)
-        if pending > limit:
+        pending += len(chunk)
+        if b"\n" in chunk:
+            lines = b"".join(parts).split(b"\n")
+            tail = lines.pop()
+            for line in lines:
+                line_no += 1
+                if len(line) > limit:
+                    yield too_large_record(f, line_no, "line", limit)
+                elif line.strip():
+                    yield _parse_line(f, line_no, domain, line)
+            parts, pending = [tail], len(tail)
+        if pending > limit:  # the open line: rejected now, its bytes skipped to its newline
             yield too_large_record(f, line_no + 1, "line", limit)
             parts, pending, skipping = [], 0, True
     tail = b"".join(parts)
@@ -119,11 +114,8 @@ def read_jsonl(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[Ra
 
 
 def _read_json(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[RawRecord]:
-    buf, domain, stop = (
-        TextBuffer(chunks),
-        file_domain(f.path),
-        "; the rest of the file is not read",
-    )
+    buf, domain = TextBuffer(chunks), file_domain(f.path)
+    stop = "; the rest of the file is not read"
     first = buf.peek()
     if first != "[":  # one object (or a broken file)
         if not first:

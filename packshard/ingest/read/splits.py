@@ -32,7 +32,7 @@ from typing import BinaryIO
 
 from packshard.errors import InputError
 from packshard.ingest.read.inputs import open_regular, split_ext
-from packshard.ingest.read.parquet import parquet_batches, parquet_records, repeated_field
+from packshard.ingest.read.parquet import parquet_records
 from packshard.ingest.read.sources import (
     CHUNK_SIZE,
     InputFile,
@@ -101,8 +101,7 @@ def auto_split_bytes(files: Sequence[InputFile]) -> int:
     64 units of 16 MiB, a large one 64 MiB units.  Give ``--split-bytes`` to share a small
     input among explicit ``--workers``.
     """
-    total = input_bytes(files)
-    return min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // UNITS_WANTED)))
+    return min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-input_bytes(files) // UNITS_WANTED)))
 
 
 def input_bytes(files: Sequence[InputFile]) -> int:
@@ -213,8 +212,10 @@ def read_split(
     f = split.input
     if split.kind == "file":
         yield from read_records(f, options=options)
-    elif split.kind == "rows":
-        yield from _read_row_groups(split, state, options.max_record_bytes)
+    elif split.kind == "rows":  # rows numbered from the split's first, as the whole file's
+        groups = range(split.start, split.stop)
+        limit = options.max_record_bytes
+        yield from parquet_records(f, f.real, 1024, limit, groups, split.first_row)
     else:
         with open_regular(f.real, f.path) as fh:
             chunks = _range_bytes(fh, split.start, split.stop, state)
@@ -240,22 +241,3 @@ def _range_bytes(fh: BinaryIO, start: int, stop: int, state: SplitRead) -> Itera
         state.newlines += chunk.count(b"\n")
         left -= len(chunk)
         yield chunk
-
-
-def _read_row_groups(split: Split, state: SplitRead, limit: int) -> Iterator[RawRecord]:
-    """Rows of some row groups, numbered from the split's first row, as the whole file's.
-
-    Rows are checked as the whole-file reader checks them: a schema with a repeated field
-    makes every row a ``duplicate_key`` reject, a row over ``limit`` bytes is ``too_large``.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    f = split.input
-    try:
-        pfile = pq.ParquetFile(f.real)
-        repeated = repeated_field(pfile.schema_arrow)
-    except (OSError, pa.ArrowException) as exc:
-        raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
-    batches = parquet_batches(pfile, 1024, range(split.start, split.stop))
-    yield from parquet_records(f, batches, split.first_row, repeated, limit)

@@ -34,13 +34,7 @@ from typing import Any, BinaryIO
 
 import zstandard
 
-from packshard.ingest.read.jsonparse import (
-    DECODER,
-    DuplicateKeyError,
-    ValueScanner,
-    duplicate_reason,
-    value_reason,
-)
+from packshard.ingest.read.jsonparse import DECODER, ValueScanner, too_large_reason, unusable_reason
 
 _WS = re.compile(r"[ \t\n\r]*")
 _MARGIN = 16  # a decode error this close to the buffer's end may be a cut-off token
@@ -231,32 +225,22 @@ class TextBuffer:
                 cut = exc.msg.startswith("Unterminated") or exc.pos >= len(self.text) - _MARGIN
                 if cut and not self.done:
                     if limit is not None and len(self.text) - self.pos > limit:
-                        return self.skip("too_large", _too_large(limit))
+                        return self.skip("too_large", too_large_reason("element", limit))
                     self.grow()
                     continue
                 if cut and self.failure:
                     return None, self.failure, True
                 self.pos = exc.pos
-                return (
-                    None,
-                    (
-                        "invalid_json",
-                        f"invalid JSON: {exc.msg.removesuffix(' at')} at line {self.line()}",
-                    ),
-                    True,
-                )
-            except DuplicateKeyError as exc:
-                return self.skip("duplicate_key", duplicate_reason(exc))
-            except RecursionError:
-                return self.skip("invalid_json", "invalid JSON: nested too deeply")
-            except ValueError as exc:  # e.g. an integer with more digits than Python converts
-                return self.skip("invalid_json", value_reason(exc))
+                why = f"invalid JSON: {exc.msg.removesuffix(' at')} at line {self.line()}"
+                return None, ("invalid_json", why), True
+            except (ValueError, RecursionError) as exc:  # a repeated key, too deep, a number
+                return self.skip(*unusable_reason(exc))
             if type(value) in (int, float) and end >= len(self.text) - 3 and not self.done:
                 self.grow()  # "1", "1.", "1e-" at the end may be a cut-off "1.5e-3"
                 continue
             if limit is not None and end - self.pos > limit:
                 self.pos = end
-                return None, ("too_large", _too_large(limit)), False
+                return None, ("too_large", too_large_reason("element", limit)), False
             self.pos = end
             return value, None, False
 
@@ -274,10 +258,3 @@ class TextBuffer:
             i = self.pos
         self.pos = end
         return None, (code, why), False
-
-
-def _too_large(limit: int) -> str:
-    return (
-        f"element is larger than {limit:,} bytes (use --max-record-bytes to raise the "
-        "limit for records this large)"
-    )

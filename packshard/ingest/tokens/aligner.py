@@ -58,14 +58,8 @@ def _byte_decoder() -> dict[str, int]:
         *range(ord("¡"), ord("¬") + 1),
         *range(ord("®"), ord("ÿ") + 1),
     ]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[chr(b)] = b
-        else:
-            table[chr(256 + extra)] = b
-            extra += 1
-    return table
+    others = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + k): b for k, b in enumerate(others)}
 
 
 def _members(state: dict[str, Any] | None, key: str) -> list[dict[str, Any]]:

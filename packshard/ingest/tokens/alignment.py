@@ -224,12 +224,9 @@ def _parse(  # pragma: no cover - jitted
             if not good:
                 break
             pos += n
-            if kind[tid] == ADDED:
-                if strip[tid] & RSTRIP:
-                    pos = _skip_whitespace(text, pos, stop)
-                section = True
-            else:
-                section = False
+            section = kind[tid] == ADDED  # an added token ends a section of the text
+            if section and strip[tid] & RSTRIP:
+                pos = _skip_whitespace(text, pos, stop)
             start[k] = begin - first
             end[k] = pos - first
         ok[e] = good and pos == stop

@@ -41,6 +41,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import suppress
 from functools import cache
 from importlib import metadata
 from typing import Any
@@ -103,8 +104,6 @@ def installed_version(name: str) -> str | None:
 
 class FastEncoder:
     """``fastokens`` over the tokenizer as loaded: ids only, never offsets."""
-
-    name = FAST
 
     def __init__(self, bundle: TokenizerBundle) -> None:
         import fastokens
@@ -171,7 +170,7 @@ class Encoder:
     def __init__(self, bundle: TokenizerBundle, requested: str) -> None:
         self.bundle, self.requested = bundle, requested
         self.fast: FastEncoder | None = None
-        self.reason = "reference requested" if requested == "reference" else ""
+        self.reason = f"{requested} requested" if requested != "auto" else ""
         self._proven = requested != "auto"  # fast forced: no check on the first records
         self._lock = threading.Lock()
         if requested != "reference":
@@ -183,12 +182,8 @@ class Encoder:
         self.fast, self.reason = None, why
 
     def _try_fast(self) -> None:
-        if installed_version(FAST) is None:
-            return self._refuse(f"{FAST} is not installed ({INSTALL})")
-        if self.bundle.aligner is None:
-            return self._refuse(
-                f"{FAST} gives no offsets, and this tokenizer family's labels need them"
-            )
+        if (why := _unusable(self.bundle)) is not None:
+            return self._refuse(why)
         try:
             self.fast = fast_encoder(self.bundle)
         except Exception as exc:  # the Rust loader raises ValueError and bare exceptions
@@ -199,9 +194,6 @@ class Encoder:
             if where is not None:
                 return self._refuse(f"{FAST} disagrees with tokenizers on the canary: {where}")
             self.reason = "canary equal"
-        else:
-            self.reason = "fast requested"
-        return None
 
     @property
     def name(self) -> str:
@@ -283,15 +275,18 @@ def check_forced(bundle: TokenizerBundle, backend: str) -> None:
         UsageError: fastokens is not installed, or labels need offsets.
 
     """
-    if backend == "fast" and installed_version(FAST) is None:
-        raise UsageError(
-            f"--backend fast: {FAST} is not installed ({INSTALL}) (use --backend auto or reference)"
-        )
-    if backend == "fast" and bundle.aligner is None:
-        raise UsageError(
-            f"--backend fast: {FAST} gives no offsets, and this tokenizer family's labels need "
-            "them (use --backend auto or reference)"
-        )
+    why = _unusable(bundle) if backend == "fast" else None
+    if why is not None:
+        raise UsageError(f"--backend fast: {why} (use --backend auto or reference)")
+
+
+def _unusable(bundle: TokenizerBundle) -> str | None:
+    """Why the fast encoder cannot encode for ``bundle``, found without loading it."""
+    if installed_version(FAST) is None:
+        return f"{FAST} is not installed ({INSTALL})"
+    if bundle.aligner is None:
+        return f"{FAST} gives no offsets, and this tokenizer family's labels need them"
+    return None
 
 
 def warm_encoder(bundle: TokenizerBundle, backend: str) -> None:
@@ -303,10 +298,8 @@ def warm_encoder(bundle: TokenizerBundle, backend: str) -> None:
     """
 
     def decide() -> None:
-        try:
+        with suppress(Exception):  # raised again by the first encode
             encoder_for(bundle, backend)
-        except Exception:  # raised again by the first encode
-            pass
 
     if _key(bundle, backend) not in bundle.encoders:
         threading.Thread(target=decide, name="packshard-encoder", daemon=True).start()

@@ -13,8 +13,7 @@ Where the tokens lie comes from one of two places:
 
 * the ids alone, when the tokenizer is byte-level BPE or SentencePiece-style (nearly every
   chat model): :mod:`packshard.ingest.tokens.alignment` parses each example's ids against its text,
-  so
-  tokenization runs as ``encode_batch_fast``, without offsets (a quarter less work); an
+  so tokenization runs as ``encode_batch_fast``, without offsets (a quarter less work); an
   example whose ids do not spell its text is encoded again with offsets;
 * the offsets of ``encode_batch`` otherwise: only the span edges are looked up
   (``Encoding.char_to_token``), never every offset (converting all of them to numpy costs
@@ -94,8 +93,6 @@ def encode_rendered(
     every token; otherwise a token is trained when it overlaps one of ``spans``.  An example
     with ``bos_chars`` gets the BOS id, then the tokens of the text after those characters.
     """
-    if not rendered:
-        return label_encodings(bundle, rendered, [])
     return label_encodings(bundle, rendered, encode_texts(bundle, rendered))
 
 
@@ -109,10 +106,6 @@ def offsets_needed(bundle: TokenizerBundle, rendered: Sequence[Rendered]) -> boo
     return bundle.aligner is None and any(r.label_path != "none" for r in rendered)
 
 
-def _encoded_text(r: Rendered) -> str:
-    return r.text[r.bos_chars :] if r.bos_chars else r.text
-
-
 def encode_texts(
     bundle: TokenizerBundle, rendered: Sequence[Rendered], backend: str = "reference"
 ) -> Sequence[Any]:
@@ -124,7 +117,7 @@ def encode_texts(
     (``--backend``) chooses the library (:mod:`packshard.ingest.tokens.backends`); only the ids and
     lengths of what it returns are read.
     """
-    texts = [_encoded_text(r) for r in rendered]
+    texts = [r.text[r.bos_chars :] for r in rendered]
     if offsets_needed(bundle, rendered):
         return bundle.tokenizer.encode_batch(texts, add_special_tokens=False)
     if backend != "reference":
@@ -302,24 +295,17 @@ def _byte_spans(
     Examples whose ids do not spell their text are encoded again, with offsets.
     """
     assert bundle.aligner is not None
-    text, text_offsets = utf8_batch([_encoded_text(r) for r in rendered])
+    texts = [r.text[r.bos_chars :] for r in rendered]
+    text, text_offsets = utf8_batch(texts)
     token_offsets = exclusive_cumsum(encoded)
     start, end, ok = align(bundle.aligner, text, text_offsets, raw_ids, token_offsets)
-    t0, t1 = span_tokens(
-        text,
-        text_offsets,
-        start,
-        end,
-        token_offsets,
-        table[:, 0].copy(),
-        table[:, 1].copy(),
-        table[:, 2].copy(),
-    )
+    columns = table.T.copy()  # example, lo, hi: each contiguous
+    t0, t1 = span_tokens(text, text_offsets, start, end, token_offsets, *columns)
     failed = ~ok[table[:, 0]]
     if failed.any():
         redo = np.unique(table[failed, 0])
         again = bundle.tokenizer.encode_batch(
-            [_encoded_text(rendered[i]) for i in redo.tolist()], add_special_tokens=False
+            [texts[i] for i in redo.tolist()], add_special_tokens=False
         )
         where = {i: j for j, i in enumerate(redo.tolist())}
         sub = table[failed].copy()

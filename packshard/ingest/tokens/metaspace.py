@@ -76,9 +76,7 @@ def fast_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], MetaspaceRule | Non
     added = spec.get("added_tokens", [])
     if any(" " in a["content"] or SPACE in a["content"] for a in added):
         return None
-    replaced = dict(spec)
-    replaced["normalizer"] = None
-    replaced["pre_tokenizer"] = None
+    replaced = {**spec, "normalizer": None, "pre_tokenizer": None}
     by_side = [[a["content"] for a in added if a.get(side)] for side in ("rstrip", "lstrip")]
     parts = []
     if by_side[0]:
@@ -193,12 +191,12 @@ def _joined(pieces: list[np.ndarray]) -> FlatIds:
     return FlatIds(np.concatenate([np.zeros(0, np.int32), *pieces]).astype(np.int32), offsets)
 
 
-def load_json(text: str) -> dict[str, Any]:
-    """Parse a tokenizer's JSON (what ``Tokenizer.to_str`` returns).
+def load_json(text: str | bytes) -> dict[str, Any]:
+    """Parse a tokenizer's JSON (a ``tokenizer.json``, or what ``Tokenizer.to_str`` returns).
 
     ``orjson`` parses it a little faster than the standard parser (0.11 against 0.12 CPU-s
-    for Qwen3's 4.6 MB); what only the standard parser accepts (integers beyond 64 bits) falls
-    back.
+    for Qwen3's 4.6 MB); what only the standard parser accepts (integers beyond 64 bits, NaN)
+    falls back.  JSON that is not an object gives ``{}``.
     """
     try:
         value = orjson.loads(text)

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import tokenizers
 from tokenizers import AddedToken, pre_tokenizers
 
 from packshard.errors import TokenizerError
 from packshard.ingest.tokens.aligner import ByteAligner, build_aligner
+from packshard.ingest.tokens.metaspace import load_json
 
 NAMED_SPECIAL = (
     "bos_token",
@@ -84,6 +84,9 @@ class TokenizerBundle:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """Return the JSON object in ``path``; ``{}`` when there is no such file."""
+    if not path.is_file():
+        return {}
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -206,24 +209,13 @@ def load_tokenizer(path: str) -> TokenizerBundle:
     json_path = tokenizer_json_path(path)
     raw = json_path.read_bytes()
     try:
-        try:
-            spec = orjson.loads(raw)
-        except orjson.JSONDecodeError:  # what only the standard parser accepts (NaN …)
-            spec = json.loads(raw)
+        spec = load_json(raw)  # {} for JSON that is no object: from_str refuses it
         tok = tokenizers.Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # the Rust loader raises a bare Exception
         raise TokenizerError(f"{json_path}: not a valid tokenizer.json: {exc}") from exc
     folder = json_path.parent
-    config = (
-        _read_json(folder / "tokenizer_config.json")
-        if (folder / "tokenizer_config.json").is_file()
-        else {}
-    )
-    fallback = (
-        _read_json(folder / "special_tokens_map.json")
-        if (folder / "special_tokens_map.json").is_file()
-        else {}
-    )
+    config = _read_json(folder / "tokenizer_config.json")
+    fallback = _read_json(folder / "special_tokens_map.json")
 
     chat_template = _pick_chat_template(config.get("chat_template"))
     template_path = None
@@ -262,19 +254,20 @@ def load_tokenizer(path: str) -> TokenizerBundle:
 
     bos_id = ident("bos_token")
     add_bos = config.get("add_bos_token")
+    model = spec.get("model")
     return TokenizerBundle(
         tokenizer=tok,
         path=path,
         json_path=json_path,
         sha256=hashlib.sha256(raw).hexdigest(),
-        vocab_size=_id_bound(tok, spec.get("model") if isinstance(spec, dict) else None, added),
+        vocab_size=_id_bound(tok, model, added),
         bos_token=named.get("bos_token"),
         eos_token=named.get("eos_token"),
         pad_token=named.get("pad_token"),
         bos_token_id=bos_id,
         eos_token_id=ident("eos_token"),
         pad_token_id=ident("pad_token"),
-        add_bos_token=bool(add_bos)
+        add_bos_token=add_bos
         if isinstance(add_bos, bool)
         else _post_processor_adds_bos(tok, bos_id),
         chat_template=chat_template,
@@ -283,5 +276,5 @@ def load_tokenizer(path: str) -> TokenizerBundle:
         special_tokens_map=named,
         adjustments=tuple(adjustments),
         chat_template_path=template_path,
-        aligner=build_aligner(tok, spec.get("model") if isinstance(spec, dict) else None),
+        aligner=build_aligner(tok, model),
     )
