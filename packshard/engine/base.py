@@ -71,12 +71,7 @@ class WarmUp:
 
     def run(self) -> None:
         """Run the warm-up in this process (its module imported here)."""
-        call_named(self.module, self.function, self.arg)
-
-
-def call_named(module: str, function: str, arg: Any) -> None:
-    """Import ``module`` and call its ``function(arg)``."""
-    getattr(importlib.import_module(module), function)(arg)
+        getattr(importlib.import_module(self.module), self.function)(self.arg)
 
 
 class TaskFailed(PackshardError):

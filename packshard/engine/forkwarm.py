@@ -27,12 +27,12 @@ import os
 import threading
 from typing import Any
 
-from packshard.engine.base import FORK_WARM_ENV, call_named
+from packshard.engine.base import FORK_WARM_ENV, WarmUp
 
 
 def _quietly(module: str, function: str, arg: Any) -> None:
     try:
-        call_named(module, function, arg)
+        WarmUp(module, function, arg).run()
     except Exception:  # best effort: the warm-up or the first task loads it again
         return
 
@@ -48,7 +48,7 @@ def _warm() -> None:
         if first:
             early = threading.Thread(target=_quietly, args=(*first, arg), daemon=True)
             early.start()
-        call_named(module, function, arg)
+        WarmUp(module, function, arg).run()
     except Exception:  # best effort (see the module docstring)
         return
     finally:

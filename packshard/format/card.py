@@ -47,40 +47,31 @@ def front_matter(manifest: Mapping[str, Any]) -> str:
     entries = manifest.get("shards", [])
     train = [s for s in entries if s.get("split", "train") == "train"]
     held = [s for s in entries if s.get("split", "train") == "eval"]
-    index = manifest.get("files", {}).get("examples", {})
-    examples = str(index.get("path", "examples.parquet"))
+    index = {"path": "examples.parquet", **manifest.get("files", {}).get("examples", {})}
     configs = [
-        {
-            "config_name": "default",
-            "default": True,
-            "description": f"packshard rows {_content([str(s.get('sha256')) for s in train])}",
-            "data_files": [_split([str(s["path"]) for s in train])],
-        },
-        {
-            "config_name": "examples",
-            "description": f"packshard examples {_content([str(index.get('sha256'))])}",
-            "data_files": [_split([examples])],
-        },
+        _config("default", "rows", train, default=True),
+        _config("examples", "examples", [index]),
     ]
     if held:  # the eval split: load_dataset(OUT, "eval", split="eval")
-        configs.append(
-            {
-                "config_name": "eval",
-                "description": f"packshard eval {_content([str(s.get('sha256')) for s in held])}",
-                "data_files": [_split([str(s["path"]) for s in held], "eval")],
-            }
-        )
+        configs.append(_config("eval", "eval", held, "eval"))
     lines = ["---", "configs:", *(f"- {json.dumps(c)}" for c in configs)]
     return "\n".join([*lines, "tags:", "- packshard", "---", ""])
 
 
-def _content(digests: list[str]) -> str:
-    """Return 16 hex digits of the files' SHA-256s: the key ``datasets`` caches them under."""
-    return sha256_bytes("\n".join(digests).encode("utf-8"))[:16]
+def _config(
+    name: str, what: str, files: list[Mapping[str, Any]], split: str = "train", **first: Any
+) -> dict[str, Any]:
+    """Return one configuration: its ``files`` by name, described by a hash of their SHA-256s.
 
-
-def _split(paths: list[str], split: str = "train") -> dict[str, Any]:
-    return {"split": split, "path": paths}
+    The hash (16 hex digits of their SHA-256s joined) is the key ``datasets`` caches them under.
+    """
+    digests = "\n".join(str(f.get("sha256")) for f in files)
+    return {
+        "config_name": name,
+        **first,
+        "description": f"packshard {what} {sha256_bytes(digests.encode('utf-8'))[:16]}",
+        "data_files": [{"split": split, "path": [str(f["path"]) for f in files]}],
+    }
 
 
 def render_card(manifest: Mapping[str, Any]) -> str:

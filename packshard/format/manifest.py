@@ -127,12 +127,7 @@ def manifest_validator() -> Any:
 
 def schema_errors(manifest: Mapping[str, Any]) -> list[str]:
     """Validate ``manifest`` against the schema; return one message per violation."""
-    errors = sorted(manifest_validator().iter_errors(manifest), key=lambda e: list(e.absolute_path))
-    out = []
-    for err in errors:
-        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
-        out.append(f"manifest.json: {where}: {err.message}")
-    return out
+    return _violations(manifest_validator(), manifest)
 
 
 def part_errors(manifest: Mapping[str, Any], keys: tuple[str, ...]) -> list[str]:
@@ -150,7 +145,10 @@ def part_errors(manifest: Mapping[str, Any], keys: tuple[str, ...]) -> list[str]
         "properties": {k: full["properties"][k] for k in keys},
         "$defs": full["$defs"],
     }
-    validator = jsonschema.Draft202012Validator(schema)
+    return _violations(jsonschema.Draft202012Validator(schema), manifest)
+
+
+def _violations(validator: Any, manifest: Mapping[str, Any]) -> list[str]:
     errors = sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path))
     return [
         f"manifest.json: {'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"

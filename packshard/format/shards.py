@@ -91,8 +91,7 @@ class ShardInfo:
 
 def seq_lengths_column(cu_seqlens: pa.ChunkedArray | pa.Array) -> pa.ListArray:
     """Return ``diff(cu_seqlens)`` of every row as a list column (one entry per segment)."""
-    arr = cu_seqlens.combine_chunks() if isinstance(cu_seqlens, pa.ChunkedArray) else cu_seqlens
-    values, offsets = list_values(arr)
+    values, offsets = list_values(cu_seqlens)
     steps = np.diff(values).astype(np.int32)
     keep = np.ones(len(steps), dtype=bool)
     keep[offsets[1:-1] - 1] = False  # the steps from one row's last entry to the next row's first

@@ -80,11 +80,7 @@ class FindingList:
 
     def count(self, check: str | None = None) -> int:
         """Total findings (listed and overflowed), optionally of one check."""
-        listed = sum(1 for f in self.items if check is None or f.check == check)
-        extra = sum(
-            n for k, n in self.overflow.items() if check is None or k.split(":", 1)[0] == check
-        )
-        return listed + extra
+        return sum(n for k, n in self._seen.items() if check is None or k.split(":", 1)[0] == check)
 
     def count_kind(self, check: str, kind: str) -> int:
         """Count the findings added of one kind (listed and overflowed)."""

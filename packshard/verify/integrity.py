@@ -37,15 +37,7 @@ from packshard.verify.findings import Finding, FindingList
 from packshard.verify.structure import ShardAudit
 
 RECORD_BINS = ("records_packed", "rejected", "dropped")
-DOMAIN_TOTALS = (
-    "records",
-    "records_packed",
-    "rejected",
-    "dropped",
-    "examples",
-    "tokens",
-    "loss_tokens",
-)
+DOMAIN_TOTALS = ("records", *RECORD_BINS, "examples", "tokens", "loss_tokens")
 
 
 @dataclass(frozen=True)

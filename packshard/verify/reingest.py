@@ -19,6 +19,7 @@ same draw whatever the engine.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,25 +161,23 @@ def reingest_on_engine(
                 mine &= (index.lines > first) & (index.lines <= (later[0] if later else 2**62))
             pos = np.flatnonzero(mine)
             pos = pos[np.argsort(index.lines[pos], kind="stable")]
-            lines = index.lines[pos].astype(np.int64)
-            offsets = index.token_offset[pos].astype(np.int64)
-            lengths = index.num_tokens[pos].astype(np.int64)
             turns = index.turns[pos] if index.turns is not None else np.zeros(len(pos))
-            task = SourceTask(
-                tokenizer,
-                template,
-                options,
-                s,
-                first,
-                lines,
-                offsets,
-                lengths,
-                pos,
-                turns.astype(np.int64),
-                label_spans,
-                index.branches[pos] if index.branches is not None else None,
+            tasks.append(
+                SourceTask(
+                    tokenizer,
+                    template,
+                    options,
+                    s,
+                    first,
+                    lines=index.lines[pos].astype(np.int64),
+                    offsets=index.token_offset[pos].astype(np.int64),
+                    lengths=index.num_tokens[pos].astype(np.int64),
+                    positions=pos,
+                    turns=turns.astype(np.int64),
+                    label_spans=label_spans,
+                    branches=index.branches[pos] if index.branches is not None else None,
+                )
             )
-            tasks.append(task)
         bar = IngestProgress() if progress else None
 
         def done(_: int, r: dict[str, Any]) -> None:
@@ -210,7 +209,7 @@ def compare_units(
     """
     seen: set[tuple[str, int]] = set()
     compared = 0
-    checked: dict[str, int] = {}
+    checked: Counter[str] = Counter()
     rows: dict[tuple[int, int], PackedRow] = {}
 
     def place(key: tuple[str, int]) -> str:
@@ -218,8 +217,7 @@ def compare_units(
 
     for split, r in units:
         findings.extend(r["findings"])
-        for name, n in r["checked"].items():
-            checked[name] = checked.get(name, 0) + n
+        checked.update(r["checked"])
         for line in r["rejected"].tolist():
             key = (split.path, line)
             seen.add(key)

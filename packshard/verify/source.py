@@ -41,8 +41,6 @@ from packshard.format.rejects import read_rejects
 from packshard.ingest.loaded import sharing
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import input_bytes
-from packshard.ingest.template.render import ChatTemplate
-from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.verify.findings import CheckResult, Finding, FindingList
 from packshard.verify.recorded import Mismatch, locate, resolve_template, resolve_tokenizer
 from packshard.verify.reingest import compare_units, reingest_on_engine, template_spec
@@ -94,10 +92,28 @@ def check_sources(
         return failed(f"cannot load the recorded tokenizer/template: {exc}")
     if index is None:
         return unavailable("examples.parquet unreadable")
+    cause = encoded_by(manifest) + likely_cause(drift)
+    records = [(s, int(line)) for s, line in zip(index.sources, index.lines.tolist(), strict=True)]
+    keys = sorted(set(records))  # every packed record once
+    if options.sample is not None and options.sample < len(keys):
+        rng = np.random.default_rng(options.seed)
+        chosen = {keys[i] for i in rng.choice(len(keys), options.sample, replace=False)}
+    else:
+        chosen = set(keys)
+    mask = np.array([record in chosen for record in records], bool)
+    label_spans = manifest["template"].get("label_spans")
+    engine = EngineOptions(options.engine, options.workers, options.ray_address)
+    engine = engine.sized(input_bytes(files))  # --workers auto
+    spec = template_spec(template, bundle)
     try:
         rejected = _rejected(folder, manifest)
-        compared = _compare(
-            manifest, tables, index, rejected, files, bundle, template, options, findings, drift
+        opts = recorded_options(manifest["config"])
+        with sharing(bundle.path, spec, lambda: (bundle, template)):
+            found = reingest_on_engine(
+                files, bundle.path, spec, opts, label_spans, index, mask, engine, options.progress
+            )
+        compared = compare_units(
+            found, tables, manifest, index, set(keys), rejected, findings, cause
         )
     except PackshardError as exc:
         return failed(f"re-ingesting the inputs failed: {exc}")
@@ -111,36 +127,3 @@ def _rejected(folder: Path, manifest: dict[str, Any]) -> set[tuple[str, int]]:
         return {(r.ref.source, r.ref.line) for r in read_rejects(path)}
     except (FormatError, OSError):
         return set()  # a damaged, missing or outside rejects file is an integrity finding
-
-
-def _compare(
-    manifest: dict[str, Any],
-    tables: dict[int, pa.Table],
-    index: ExamplesIndex,
-    rejected: set[tuple[str, int]],
-    files: list[InputFile],
-    bundle: TokenizerBundle,
-    template: ChatTemplate | None,
-    options: Any,
-    findings: FindingList,
-    drift: tuple[Drift, ...],
-) -> tuple[int, dict[str, int]]:
-    cause = encoded_by(manifest) + likely_cause(drift)
-    records = [(s, int(line)) for s, line in zip(index.sources, index.lines.tolist(), strict=True)]
-    keys = sorted(set(records))  # every packed record once
-    if options.sample is not None and options.sample < len(keys):
-        rng = np.random.default_rng(options.seed)
-        chosen = {keys[i] for i in rng.choice(len(keys), options.sample, replace=False)}
-    else:
-        chosen = set(keys)
-    opts = recorded_options(manifest["config"])
-    label_spans = manifest["template"].get("label_spans")
-    engine = EngineOptions(options.engine, options.workers, options.ray_address)
-    engine = engine.sized(input_bytes(files))  # --workers auto
-    mask = np.array([record in chosen for record in records], bool)
-    spec = template_spec(template, bundle)
-    with sharing(bundle.path, spec, lambda: (bundle, template)):
-        found = reingest_on_engine(
-            files, bundle.path, spec, opts, label_spans, index, mask, engine, options.progress
-        )
-    return compare_units(found, tables, manifest, index, set(keys), rejected, findings, cause)

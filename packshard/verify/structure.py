@@ -139,29 +139,21 @@ def audit_shard(
     # int32 halves the memory traffic of the two token-length temporaries (a shard < 2**31).
     expect_pos = np.arange(total, dtype=np.int32)
     expect_pos -= np.repeat(seg_start.astype(np.int32), seg_len)
+
+    def per_segment(segs: np.ndarray, message: str, kind: str) -> None:
+        report(seg_row[segs], message, kind, seg_local[segs])
+
+    def per_token(flat: np.ndarray, message: str, kind: str) -> None:  # once per segment
+        per_segment(np.unique(np.searchsorted(seg_start, flat, side="right") - 1), message, kind)
+
     wrong = np.flatnonzero(pos != expect_pos)
-    if wrong.size:
-        seg = np.unique(np.searchsorted(seg_start, wrong, side="right") - 1)  # one per segment
-        report(
-            seg_row[seg],
-            "position_ids do not restart at 0 at this segment",
-            "positions",
-            seg_local[seg],
-        )
+    per_token(wrong, "position_ids do not restart at 0 at this segment", "positions")
     unmasked = np.flatnonzero(labels[seg_start] != IGNORE_INDEX)
-    report(
-        seg_row[unmasked],
-        "first label of the segment is not -100 (a target crosses the seam)",
-        "seam_label",
-        seg_local[unmasked],
-    )
+    seam = "first label of the segment is not -100 (a target crosses the seam)"
+    per_segment(unmasked, seam, "seam_label")
     trained = labels != IGNORE_INDEX
     mismatch = np.flatnonzero(trained & (labels != ids))
-    if mismatch.size:
-        seg = np.unique(np.searchsorted(seg_start, mismatch, side="right") - 1)
-        report(
-            seg_row[seg], "a label is neither -100 nor its own token", "label_token", seg_local[seg]
-        )
+    per_token(mismatch, "a label is neither -100 nor its own token", "label_token")
     loss_per_row = count_trained(labels, tok_off, skip_first=False)
     report(
         np.flatnonzero(loss_per_row != num_loss),
@@ -177,13 +169,7 @@ def audit_shard(
 
     if index is not None:  # None: examples.parquet missing or unreadable, an integrity finding
         at = index.lookup(ex_ids)  # -1: not in the index
-        missing = np.flatnonzero(at < 0)
-        report(
-            seg_row[missing],
-            "example id not in examples.parquet",
-            "index_missing",
-            seg_local[missing],
-        )
+        per_segment(np.flatnonzero(at < 0), "example id not in examples.parquet", "index_missing")
         if len(index.example_id):
             p = np.maximum(at, 0)
             seg_loss = count_trained(labels, np.append(seg_start, total))
@@ -193,15 +179,10 @@ def audit_shard(
                 | (index.num_tokens[p] != seg_len)
                 | (index.num_loss_tokens[p] != seg_loss)
             )
-            rows = np.flatnonzero(disagree)
-            report(
-                seg_row[rows],
-                "examples.parquet disagrees with the shard (shard, row or token counts)",
-                "index_disagree",
-                seg_local[rows],
-            )
+            why = "examples.parquet disagrees with the shard (shard, row or token counts)"
+            per_segment(np.flatnonzero(disagree), why, "index_disagree")
             for segs, message, kind in _pair_problems(table, ex_off, seg_row, index, at):
-                report(seg_row[segs], message, kind, seg_local[segs])
+                per_segment(segs, message, kind)
     return ShardAudit(nrows, nseg, counts, ex_ids, total, int(trained.sum()))
 
 
@@ -327,16 +308,11 @@ def _check_splits(manifest: dict[str, Any], index: ExamplesIndex, findings: Find
     key = index.source_code.astype(np.int64) << 40 | index.lines.astype(np.int64)
     both = np.intersect1d(key[index.is_eval], key[~index.is_eval])
     leaked = np.flatnonzero(np.isin(key, both) & index.is_eval)
-    for ids, kind, message in (
+    for at, kind, message in (
         (wrong, "split_mismatch", "examples.parquet names another split than the example's shard"),
         (leaked, "split_leak", "a record has examples in both the train and the eval split"),
     ):
-        findings.add_unlisted("structure", kind, len(ids) - MAX_PER_KIND)
-        for i in ids[:MAX_PER_KIND].tolist():
-            eid = int(index.example_id[i])
-            findings.add(
-                Finding("structure", message, example_id=eid, source=index.where(eid)), kind
-            )
+        _add_examples(findings, index, index.example_id[at], kind, message)
 
 
 def _check_each_example_once(
@@ -355,8 +331,13 @@ def _check_each_example_once(
         (duplicated, "duplicate", "example appears more than once across shards"),
         (missing, "missing_example", "example listed in examples.parquet is in no row"),
     ):
-        findings.add_unlisted("structure", kind, len(ids) - MAX_PER_KIND)
-        for eid in ids[:MAX_PER_KIND].tolist():
-            findings.add(
-                Finding("structure", message, example_id=eid, source=index.where(eid)), kind
-            )
+        _add_examples(findings, index, ids, kind, message)
+
+
+def _add_examples(
+    findings: FindingList, index: ExamplesIndex, ids: np.ndarray, kind: str, message: str
+) -> None:
+    """Add a finding per example id, each at its source line (counted past the cap)."""
+    findings.add_unlisted("structure", kind, len(ids) - MAX_PER_KIND)
+    for eid in ids[:MAX_PER_KIND].tolist():
+        findings.add(Finding("structure", message, example_id=eid, source=index.where(eid)), kind)

@@ -473,14 +473,14 @@ def test_model_check_holds_and_its_control_leaks(packed_demo):
 def test_a_plain_causal_mask_in_place_of_the_block_mask_fails(packed_demo, monkeypatch):
     """If the packed forward leaked like naive concatenation, verify must say so."""
     pytest.importorskip("transformers")
-    import packshard.verify.model.equivalence as equivalence
+    import packshard.verify.model.forward as forward
 
-    block_mask = equivalence.build_block_mask
+    block_mask = forward.build_block_mask
 
     def leaking_mask(cu_seqlens: np.ndarray, causal_only: bool = False) -> Any:
         return block_mask(cu_seqlens, causal_only=True)
 
-    monkeypatch.setattr(equivalence, "build_block_mask", leaking_mask)
+    monkeypatch.setattr(forward, "build_block_mask", leaking_mask)
     report = verify_dataset(packed_demo, VerifyOptions(source=False, model_rows=2))
     assert report.ok is False
     assert report.checks["model"]["status"] == "failed"
@@ -498,14 +498,14 @@ def test_a_plain_causal_mask_in_place_of_the_block_mask_fails(packed_demo, monke
 def test_a_control_that_cannot_leak_is_itself_a_finding(packed_demo, monkeypatch):
     """A check that cannot fail proves nothing: a blind control fails verify."""
     pytest.importorskip("transformers")
-    import packshard.verify.model.equivalence as equivalence
+    import packshard.verify.model.forward as forward
 
-    block_mask = equivalence.build_block_mask
+    block_mask = forward.build_block_mask
 
     def blind_control(cu_seqlens: np.ndarray, causal_only: bool = False) -> Any:
         return block_mask(cu_seqlens, causal_only=False)
 
-    monkeypatch.setattr(equivalence, "build_block_mask", blind_control)
+    monkeypatch.setattr(forward, "build_block_mask", blind_control)
     report = verify_dataset(packed_demo, VerifyOptions(source=False, model_rows=2))
     assert report.ok is False
     assert report.checks["model"]["control_detected"] is False

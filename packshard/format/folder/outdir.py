@@ -34,12 +34,12 @@ from pathlib import Path
 
 from packshard.digests import sha256_path
 from packshard.errors import OutputError
+from packshard.format.card import CARD_NAME
 from packshard.format.folder.paths import inside_folder
 from packshard.format.manifest import MANIFEST_NAME, load_manifest
 from packshard.format.version import metadata_problem
 
 NAME_MAX = 255
-CARD_NAME = "README.md"  # a dataset card packshard may write beside the files the manifest names
 EXPORT_INFO = "export.json"  # an export's record of the files it wrote, with their SHA-256
 _SUFFIX_ROOM = len(".partial-") + 10  # the longest suffix, with a 10-digit process id
 _OUTPUT_NAMES = ("rejects.jsonl", "examples.parquet", "shard-00000.parquet", MANIFEST_NAME)

@@ -69,10 +69,7 @@ def check_model(
     largest = max((int(r.input_ids.max()) for r in rows if r.num_tokens), default=0)
     model = load_model(options.model, max(recorded, largest + 1, 2), seed=options.seed)
     names = [f"{path} row {r}" for path, (_, r) in zip(paths, picks, strict=True)]
-    has_pairs = any(b is not None for b in branches)
-    report = check_rows(
-        model, rows, names=names, seed=options.seed, branches=branches if has_pairs else None
-    )
+    report = check_rows(model, rows, names=names, seed=options.seed, branches=branches)
     findings = FindingList()
     for issue in report.issues:
         if issue.row < 0:

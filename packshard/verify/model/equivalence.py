@@ -68,27 +68,6 @@ DEFAULT_ATOL = 1e-4
 CONTROL_FLOOR = 1e-3
 
 
-def build_block_mask(cu_seqlens: np.ndarray, causal_only: bool = False) -> torch.Tensor:
-    """Return the additive float32 mask ``[1, 1, T, T]``: 0 where a token may attend, else -inf.
-
-    The allowed pairs are :func:`packshard.torch.masks.block_causal_mask`'s; with
-    ``causal_only`` the segments are ignored (the naive-concatenation control).
-    """
-    import torch
-
-    from packshard.torch.masks import block_causal_mask
-
-    cu = torch.from_numpy(np.asarray(cu_seqlens, dtype=np.int64))
-    total = int(cu[-1])
-    if causal_only:
-        allowed = torch.ones(total, total, dtype=torch.bool).tril()
-    else:
-        allowed = block_causal_mask(cu, total)
-    mask = torch.zeros(total, total, dtype=torch.float32)
-    mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
-    return mask[None, None]
-
-
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max()) if a.numel() else 0.0
 
@@ -178,7 +157,7 @@ def check_row(
     labels = np.where(labels == IGNORE_INDEX, IGNORE_INDEX, labels % vocab)
     positions = np.asarray(row.position_ids, dtype=np.int64)
     rng = np.random.default_rng(seed + index)
-    out = run_forwards(model, ids, positions, cu, mutate, rng, build_block_mask)
+    out = run_forwards(model, ids, positions, cu, mutate, rng)
     pairs: list[PairResult] = []
     issues: list[Issue] = []
     if branch is not None:

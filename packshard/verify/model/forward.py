@@ -14,7 +14,6 @@ a missing install is reported as the stage not run, in one line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -163,6 +162,27 @@ def mutate_tokens(
     return np.where(mutated, (input_ids.astype(np.int64) + shift) % vocab, input_ids)
 
 
+def build_block_mask(cu_seqlens: np.ndarray, causal_only: bool = False) -> torch.Tensor:
+    """Return the additive float32 mask ``[1, 1, T, T]``: 0 where a token may attend, else -inf.
+
+    The allowed pairs are :func:`packshard.torch.masks.block_causal_mask`'s; with
+    ``causal_only`` the segments are ignored (the naive-concatenation control).
+    """
+    import torch
+
+    from packshard.torch.masks import block_causal_mask
+
+    cu = torch.from_numpy(np.asarray(cu_seqlens, dtype=np.int64))
+    total = int(cu[-1])
+    if causal_only:
+        allowed = torch.ones(total, total, dtype=torch.bool).tril()
+    else:
+        allowed = block_causal_mask(cu, total)
+    mask = torch.zeros(total, total, dtype=torch.float32)
+    mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
+    return mask[None, None]
+
+
 @dataclass(frozen=True)
 class Forwards:
     """The logits of one row: packed, each segment alone, mutated twice, and the control."""
@@ -180,22 +200,18 @@ def run_forwards(
     cu: np.ndarray,
     mutate: bool,
     rng: np.random.Generator,
-    block_mask: Callable[..., torch.Tensor],
 ) -> Forwards:
-    """Run one row packed, each segment alone, mutated twice (``mutate``) and as the control.
-
-    ``block_mask(cu, causal_only=False)`` builds the attention masks (the proof's own builder).
-    """
+    """Run one row packed, each segment alone, mutated twice (``mutate``) and as the control."""
     import torch
 
     vocab = int(model.config.vocab_size)
     with torch.inference_mode():
-        block = block_mask(cu)
+        block = build_block_mask(cu)
         packed = forward_logits(model, ids, positions, block)
         alone = [forward_logits(model, ids[a:b], None, None) for a, b in pairwise(cu)]
         mutated, control = [], None
         if cu.size > 2:
-            control = forward_logits(model, ids, np.arange(ids.size), block_mask(cu, True))
+            control = forward_logits(model, ids, np.arange(ids.size), build_block_mask(cu, True))
             if mutate:
                 for keep in (0, 1):
                     mut = mutate_tokens(ids, cu, keep, vocab, rng)

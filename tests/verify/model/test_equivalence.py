@@ -79,7 +79,7 @@ def test_import_does_not_load_torch():
 
 
 def test_block_mask_is_block_causal():
-    mask = eq.build_block_mask(np.array([0, 2, 3, 5]))
+    mask = vm.build_block_mask(np.array([0, 2, 3, 5]))
     allowed = (mask[0, 0] == 0).to(torch.int64).tolist()
     assert allowed == [
         [1, 0, 0, 0, 0],
@@ -88,7 +88,7 @@ def test_block_mask_is_block_causal():
         [0, 0, 0, 1, 0],
         [0, 0, 0, 1, 1],
     ]
-    naive = eq.build_block_mask(np.array([0, 2, 3, 5]), causal_only=True)
+    naive = vm.build_block_mask(np.array([0, 2, 3, 5]), causal_only=True)
     assert torch.equal(naive[0, 0] == 0, torch.ones(5, 5, dtype=torch.bool).tril())
     assert mask.shape == (1, 1, 5, 5) and mask.dtype == torch.float32
     assert float(mask.min()) == torch.finfo(torch.float32).min
@@ -174,8 +174,8 @@ def test_cu_seqlens_off_by_one_is_named(model):
 
 
 def test_injected_mask_bug_is_caught(model, monkeypatch):
-    build = eq.build_block_mask
-    monkeypatch.setattr(eq, "build_block_mask", lambda cu, causal_only=False: build(cu, True))
+    build = vm.build_block_mask
+    monkeypatch.setattr(vm, "build_block_mask", lambda cu, causal_only=False: build(cu, True))
     rep = eq.check_rows(model, [make_row([5, 7, 4], seed=1)])
     assert not rep.ok
     for seg in (1, 2):
@@ -193,8 +193,8 @@ def test_injected_mask_bug_is_caught(model, monkeypatch):
 
 
 def test_control_that_cannot_leak_is_a_finding(model, monkeypatch):
-    build = eq.build_block_mask
-    monkeypatch.setattr(eq, "build_block_mask", lambda cu, causal_only=False: build(cu))
+    build = vm.build_block_mask
+    monkeypatch.setattr(vm, "build_block_mask", lambda cu, causal_only=False: build(cu))
     rep = eq.check_rows(model, [make_row([5, 7, 4], seed=1)])
     assert not rep.ok and not rep.control_detected
     assert rep.rows[0].control == "not detected"

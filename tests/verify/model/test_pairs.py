@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from packshard.verify.model import equivalence as eq  # noqa: E402
+from packshard.verify.model import forward as vm  # noqa: E402
 from packshard.verify.model.check import check_model  # noqa: E402
 from packshard.verify.run import VerifyOptions  # noqa: E402
 from tests.helpers import add_branch_column, preference_rows, write_out  # noqa: E402
@@ -80,7 +80,7 @@ def test_pairs_packed_equal_alone_and_the_control_moves_them(good):
 
 def test_a_leaking_mask_fails_the_pair_check(tmp_path, monkeypatch):
     """A block mask that lets every token see the whole row: the pairs move and verify fails."""
-    monkeypatch.setattr(eq, "build_block_mask", lambda cu, causal_only=False: LEAKY(cu))
+    monkeypatch.setattr(vm, "build_block_mask", lambda cu, causal_only=False: LEAKY(cu))
     result, _ = run_stage(*pack(tmp_path / "out"))
     assert result.status == "failed"
     text = [f.message for f in result.findings.items]
@@ -100,8 +100,8 @@ def LEAKY(cu):
 
 def test_a_blind_control_fails_the_pair_check(tmp_path, monkeypatch):
     """A control that does not leak proves nothing: the stage fails, never passes."""
-    real = eq.build_block_mask
-    monkeypatch.setattr(eq, "build_block_mask", lambda cu, causal_only=False: real(cu))
+    real = vm.build_block_mask
+    monkeypatch.setattr(vm, "build_block_mask", lambda cu, causal_only=False: real(cu))
     result, _ = run_stage(*pack(tmp_path / "out"))
     assert result.status == "failed"
     assert any("cannot see leakage" in f.message for f in result.findings.items)
