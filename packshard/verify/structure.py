@@ -338,6 +338,6 @@ def _add_examples(
     findings: FindingList, index: ExamplesIndex, ids: np.ndarray, kind: str, message: str
 ) -> None:
     """Add a finding per example id, each at its source line (counted past the cap)."""
-    findings.add_unlisted("structure", kind, len(ids) - MAX_PER_KIND)
     for eid in ids[:MAX_PER_KIND].tolist():
         findings.add(Finding("structure", message, example_id=eid, source=index.where(eid)), kind)
+    findings.add_unlisted("structure", kind, len(ids) - MAX_PER_KIND)  # after: they fill the cap

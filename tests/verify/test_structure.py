@@ -338,6 +338,26 @@ def test_an_example_of_the_index_in_no_row_is_a_structure_finding():
     assert findings.count_kind("structure", "missing_example") == 1
 
 
+def test_past_the_cap_the_first_examples_are_listed_and_the_rest_counted():
+    table = pa.Table.from_pylist(good_rows(), schema=SHARD_SCHEMA)
+    n = 45  # examples 3..44 of the index are in no row: 42 missing, past the cap of 20
+    orphans = index(
+        example_id=list(range(n)),
+        shard=[0] * n,
+        row=[0, 0, 1] + [1] * (n - 3),
+        num_tokens=[3, 2, 4] + [1] * (n - 3),
+        num_loss_tokens=[2, 1, 2] + [0] * (n - 3),
+        token_offset=[0] * n,
+        source=["chat.jsonl"] * n,
+        line=list(range(1, n + 1)),
+    )
+    _, findings = structure({0: table}, orphans)
+    listed = [f.example_id for f in findings.items if f.message.endswith("is in no row")]
+    assert listed == list(range(3, 23))
+    assert findings.overflow["structure:missing_example"] == 22
+    assert findings.count_kind("structure", "missing_example") == 42
+
+
 def test_an_example_in_two_shards_is_a_structure_finding():
     table = pa.Table.from_pylist(good_rows(), schema=SHARD_SCHEMA)
     _, findings = structure({0: table, 1: table}, index())
