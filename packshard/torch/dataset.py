@@ -181,15 +181,19 @@ def segment_columns_problem(table: pa.Table, names: tuple[str, ...]) -> str | No
     return None
 
 
-def split_shards(shards: list[dict[str, Any]], split: str | None, where: str) -> list[Any]:
-    """Return the manifest's shard entries of ``split`` (absent ``split``: train), all for None."""
-    if split is None:
-        return shards
-    chosen = [s for s in shards if s.get("split", "train") == split]
-    if not chosen and split != "train":
+def split_shards(
+    shards: list[dict[str, Any]], split: str, lead: str, verb: str, empty_ok: bool = False
+) -> list[int]:
+    """Return the indices of the manifest's shard entries of ``split`` (absent ``split``: train).
+
+    Finding none, unless ``empty_ok``, is a :class:`UsageError` that starts with ``lead`` and
+    asks to ``verb`` a split the shards hold.
+    """
+    chosen = [k for k, s in enumerate(shards) if s.get("split", "train") == split]
+    if not chosen and not empty_ok:
         found = sorted({str(s.get("split", "train")) for s in shards})
         raise UsageError(
-            f"{where}: no {split!r} split (its shards are {found}): read one of those, or "
+            f"{lead} no {split!r} split (its shards are {found}): {verb} one of those, or "
             "pack with --eval-fraction or --eval"
         )
     return chosen
@@ -256,7 +260,10 @@ class PackedDataset(Dataset[Row]):
                     f"{source} has sha256 {expected} (train with the tokenizer the data was "
                     "packed with, or pack again with this one)"
                 )
-        shards = split_shards(self.manifest["shards"], split, where)
+        shards = self.manifest["shards"]
+        if split is not None:
+            chosen = split_shards(shards, split, f"{where}:", "read", empty_ok=split == "train")
+            shards = [shards[k] for k in chosen]
         self.shard_paths = [inside_folder(self.out, s["path"]) for s in shards]
         self.shard_extra: list[tuple[str, ...]] = []
         for path, entry in zip(self.shard_paths, shards, strict=True):

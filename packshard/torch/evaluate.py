@@ -23,28 +23,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from packshard.errors import UsageError
 from packshard.format.examples import read_examples
 from packshard.format.folder.paths import inside_folder
 from packshard.torch.collate import collate_varlen, token_losses
-from packshard.torch.dataset import PackedDataset
+from packshard.torch.dataset import PackedDataset, split_shards
 from packshard.torch.seams import check_model
+from packshard.torch.steps import check_steps
 
 INDEX_COLUMNS = ("example_id", "source", "line")
-
-
-def split_rows(data: PackedDataset, split: str) -> np.ndarray:
-    """Return the row indices of the shards whose manifest entry names ``split``."""
-    shards = data.manifest["shards"]
-    chosen = [k for k, s in enumerate(shards) if s.get("split", "train") == split]
-    if not chosen:
-        found = sorted({str(s.get("split", "train")) for s in shards})
-        raise UsageError(
-            f"{data.out} has no {split!r} split (its shards are {found}): evaluate one of "
-            "those, or pack with --eval-fraction or --eval"
-        )
-    parts = [np.arange(data.starts[k], data.starts[k] + data.shard_rows[k]) for k in chosen]
-    return np.concatenate(parts).astype(np.int64)
 
 
 def _segment_losses(model: Any, batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -72,10 +58,10 @@ def evaluate(
     an example without trained tokens), in example-id order.  The model runs in eval mode
     without gradients; its mode is restored.
     """
-    if type(batch_size) is not int or batch_size < 1:
-        raise UsageError(f"batch_size must be a positive integer, got {batch_size!r}")
-    data = PackedDataset(out, split=None)  # every shard: split_rows picks them
-    rows = split_rows(data, split)
+    check_steps(None, batch_size)
+    data = PackedDataset(out, split=None)  # every shard: split_shards picks them
+    chosen = split_shards(data.manifest["shards"], split, f"{data.out} has", "evaluate")
+    rows = np.concatenate([np.arange(data.starts[k], data.starts[k + 1]) for k in chosen])
     name = str(data.manifest.get("files", {}).get("examples", {}).get("path", "examples.parquet"))
     table = read_examples(inside_folder(data.out, name), data.dataset_id, list(INDEX_COLUMNS))
     ids, sources, lines = (table[c].to_pylist() for c in INDEX_COLUMNS)
