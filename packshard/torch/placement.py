@@ -243,12 +243,8 @@ FIX = (
 def accelerate_processes() -> int | None:
     """Return the processes an initialised accelerate state counts (None: no state)."""
     state = sys.modules.get("accelerate.state")
-    if state is None:
-        return None
-    shared = getattr(state.PartialState, "_shared_state", None)
-    if not shared:
-        return None
-    return int(shared.get("num_processes", 1))
+    shared = getattr(state.PartialState, "_shared_state", None) if state is not None else None
+    return int(shared.get("num_processes", 1)) if shared else None
 
 
 def check_launch(wrapper_processes: int | None = None) -> None:
