@@ -105,6 +105,14 @@ def find_wrapper() -> Placement | None:
     return None
 
 
+def group_placement() -> Placement | None:
+    """Return torch.distributed's rank and world size, or None outside a process group."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return Placement(dist.get_rank(), dist.get_world_size(), 1, "torch.distributed")
+    return None
+
+
 def resolve_placement(explicit: Placement | None, carried: Placement | None) -> Placement:
     """Return where this process reads now: a wrapper, explicit values, the process group.
 
@@ -122,11 +130,9 @@ def resolve_placement(explicit: Placement | None, carried: Placement | None) -> 
         return wrapper
     if explicit is not None:
         return explicit
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return Placement(dist.get_rank(), dist.get_world_size(), 1, "torch.distributed")
-    if carried is not None:
-        return carried
+    group = group_placement() or carried
+    if group is not None:
+        return group
     check_launch()  # accelerate counting one process of a launcher's several
     world = os.environ.get("WORLD_SIZE", "")
     if world.isdigit() and int(world) > 1:
@@ -136,17 +142,6 @@ def resolve_placement(explicit: Placement | None, carried: Placement | None) -> 
             "init_process_group, or pass rank= and world_size=)"
         )
     return Placement(0, 1, 1, "one process")
-
-
-def carried_placement() -> Placement | None:
-    """Return what spawned workers inherit: a wrapper on the stack, or the process group's."""
-    wrapper = find_wrapper()
-    if wrapper is not None:
-        return wrapper
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return Placement(dist.get_rank(), dist.get_world_size(), 1, "torch.distributed")
-    return None
 
 
 def epoch_rows(

@@ -36,9 +36,10 @@ from packshard.torch.dataset import PackedDataset, Row
 from packshard.torch.placement import (
     PassCounter,
     Placement,
-    carried_placement,
     check_rank,
     epoch_rows,
+    find_wrapper,
+    group_placement,
     resolve_placement,
 )
 from packshard.torch.steps import STEP_KEY, check_steps, stream_step_items
@@ -137,7 +138,7 @@ class PackedIterableDataset(IterableDataset[Row]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_carried"] = self.placement or carried_placement()
+        state["_carried"] = self.placement or find_wrapper() or group_placement()
         return state
 
     def set_epoch(self, epoch: int) -> None:
