@@ -120,45 +120,31 @@ def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(cache))).read_all()
 
 
-class _Shard:
-    """One opened shard: per list column, Arrow offsets and values as numpy views."""
+Columns = list[tuple[str, np.ndarray, np.ndarray]]
+"""An opened shard: per list column read, its name and Arrow offsets and values as numpy views."""
 
-    __slots__ = ("columns", "derive_positions")
 
-    def __init__(self, data: PackedDataset, k: int) -> None:
-        self.derive_positions, extra = data.derive_positions, data.shard_extra[k]
-        names = [c for c in LIST_COLUMNS if not (self.derive_positions and c == "position_ids")]
-        names += extra
-        path = data.out / data.shard_names[k]
-        try:
-            table = _read_table(data, k, names)
-        except (OSError, pa.ArrowException) as exc:
-            raise FormatError(
-                str(path), f"unreadable shard: {exc} (run packshard verify)"
-            ) from None
-        problem = metadata_problem(table.schema.metadata, data.dataset_id) or rows_problem(table)
-        if problem is None:
-            problem = segment_columns_problem(table, extra)
-        if problem is not None:
-            raise FormatError(str(path), f"{problem} (run packshard verify)")
-        if table.num_rows != data.shard_rows[k]:
-            raise ManifestError(
-                f"{path}: {table.num_rows} rows, but the manifest says {data.shard_rows[k]} "
-                "(the folder is incomplete or was modified: run packshard verify)"
-            )
-        self.columns = [(name, *_column(table, name)) for name in names]
-
-    def row(self, i: int) -> Row:
-        out: Row = {}
-        for name, offsets, values in self.columns:
-            view = values[offsets[i] : offsets[i + 1]]
-            wide = WIDTHS.get(name, np.int64)
-            out[name] = torch.from_numpy(view.astype(wide))  # astype copies: writable tensor
-        if self.derive_positions:  # policy "reset": 0, 1, … from every segment start
-            cu = out["cu_seqlens"].numpy()
-            starts = np.repeat(cu[:-1].astype(np.int64), np.diff(cu))
-            out["position_ids"] = torch.from_numpy(np.arange(len(starts)) - starts)
-        return out
+def _open_shard(data: PackedDataset, k: int) -> Columns:
+    """Decode shard ``k`` and check it against its manifest entry and the row invariants."""
+    extra = data.shard_extra[k]
+    names = [c for c in LIST_COLUMNS if not (data.derive_positions and c == "position_ids")]
+    names += extra
+    path = data.out / data.shard_names[k]
+    try:
+        table = _read_table(data, k, names)
+    except (OSError, pa.ArrowException) as exc:
+        raise FormatError(str(path), f"unreadable shard: {exc} (run packshard verify)") from None
+    problem = metadata_problem(table.schema.metadata, data.dataset_id) or rows_problem(table)
+    if problem is None:
+        problem = segment_columns_problem(table, extra)
+    if problem is not None:
+        raise FormatError(str(path), f"{problem} (run packshard verify)")
+    if table.num_rows != data.shard_rows[k]:
+        raise ManifestError(
+            f"{path}: {table.num_rows} rows, but the manifest says {data.shard_rows[k]} "
+            "(the folder is incomplete or was modified: run packshard verify)"
+        )
+    return [(name, *_column(table, name)) for name in names]
 
 
 def segment_columns_problem(table: pa.Table, names: tuple[str, ...]) -> str | None:
@@ -181,15 +167,19 @@ def segment_columns_problem(table: pa.Table, names: tuple[str, ...]) -> str | No
     return None
 
 
-def split_shards(shards: list[dict[str, Any]], split: str | None, where: str) -> list[Any]:
-    """Return the manifest's shard entries of ``split`` (absent ``split``: train), all for None."""
-    if split is None:
-        return shards
-    chosen = [s for s in shards if s.get("split", "train") == split]
-    if not chosen and split != "train":
+def split_shards(
+    shards: list[dict[str, Any]], split: str, lead: str, verb: str, empty_ok: bool = False
+) -> list[int]:
+    """Return the indices of the manifest's shard entries of ``split`` (absent ``split``: train).
+
+    Finding none, unless ``empty_ok``, is a :class:`UsageError` that starts with ``lead`` and
+    asks to ``verb`` a split the shards hold.
+    """
+    chosen = [k for k, s in enumerate(shards) if s.get("split", "train") == split]
+    if not chosen and not empty_ok:
         found = sorted({str(s.get("split", "train")) for s in shards})
         raise UsageError(
-            f"{where}: no {split!r} split (its shards are {found}): read one of those, or "
+            f"{lead} no {split!r} split (its shards are {found}): {verb} one of those, or "
             "pack with --eval-fraction or --eval"
         )
     return chosen
@@ -256,7 +246,10 @@ class PackedDataset(Dataset[Row]):
                     f"{source} has sha256 {expected} (train with the tokenizer the data was "
                     "packed with, or pack again with this one)"
                 )
-        shards = split_shards(self.manifest["shards"], split, where)
+        shards = self.manifest["shards"]
+        if split is not None:
+            chosen = split_shards(shards, split, f"{where}:", "read", empty_ok=split == "train")
+            shards = [shards[k] for k in chosen]
         self.shard_paths = [inside_folder(self.out, s["path"]) for s in shards]
         self.shard_extra: list[tuple[str, ...]] = []
         for path, entry in zip(self.shard_paths, shards, strict=True):
@@ -279,7 +272,7 @@ class PackedDataset(Dataset[Row]):
         self.derive_positions = self.manifest.get("config", {}).get("position_ids") == "reset"
         self.shard_sha256 = [str(s["sha256"]) for s in shards]
         self.shard_names = [str(s["path"]) for s in shards]  # this split's, in order
-        self._shards: dict[int, _Shard] = {}
+        self._shards: dict[int, Columns] = {}
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -289,9 +282,9 @@ class PackedDataset(Dataset[Row]):
         state["_shards"] = {}  # decoded buffers are rebuilt in each worker, never pickled
         return state
 
-    def _shard(self, k: int) -> _Shard:
+    def _shard(self, k: int) -> Columns:
         if k not in self._shards:
-            self._shards[k] = _Shard(self, k)
+            self._shards[k] = _open_shard(self, k)
         return self._shards[k]
 
     def locate(self, index: int) -> tuple[int, int]:
@@ -306,7 +299,15 @@ class PackedDataset(Dataset[Row]):
 
     def __getitem__(self, index: int) -> Row:
         k, i = self.locate(int(index))
-        row = self._shard(k).row(i)
+        row: Row = {}
+        for name, offsets, values in self._shard(k):
+            view = values[offsets[i] : offsets[i + 1]]
+            wide = WIDTHS.get(name, np.int64)
+            row[name] = torch.from_numpy(view.astype(wide))  # astype copies: writable tensor
+        if self.derive_positions:  # policy "reset": 0, 1, … from every segment start
+            cu = row["cu_seqlens"].numpy()
+            starts = np.repeat(cu[:-1].astype(np.int64), np.diff(cu))
+            row["position_ids"] = torch.from_numpy(np.arange(len(starts)) - starts)
         if self.grad_accum is not None:
             row[STEP_KEY] = map_step_items(self, int(self.starts[k]) + i)
         return row

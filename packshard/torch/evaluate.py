@@ -23,35 +23,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from packshard.errors import UsageError
 from packshard.format.examples import read_examples
 from packshard.format.folder.paths import inside_folder
 from packshard.torch.collate import collate_varlen, token_losses
-from packshard.torch.dataset import PackedDataset
-from packshard.torch.seams import check_model
+from packshard.torch.dataset import PackedDataset, split_shards
+from packshard.torch.seams import check_model, evaluating, packed_logits
+from packshard.torch.steps import check_steps
 
 INDEX_COLUMNS = ("example_id", "source", "line")
 
 
-def split_rows(data: PackedDataset, split: str) -> np.ndarray:
-    """Return the row indices of the shards whose manifest entry names ``split``."""
-    shards = data.manifest["shards"]
-    chosen = [k for k, s in enumerate(shards) if s.get("split", "train") == split]
-    if not chosen:
-        found = sorted({str(s.get("split", "train")) for s in shards})
-        raise UsageError(
-            f"{data.out} has no {split!r} split (its shards are {found}): evaluate one of "
-            "those, or pack with --eval-fraction or --eval"
-        )
-    parts = [np.arange(data.starts[k], data.starts[k] + data.shard_rows[k]) for k in chosen]
-    return np.concatenate(parts).astype(np.int64)
-
-
 def _segment_losses(model: Any, batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    device = next(model.parameters()).device
-    ids = batch["input_ids"].to(device)
-    logits = model(input_ids=ids, position_ids=batch["position_ids"].to(device), use_cache=False)
-    losses = token_losses(logits.logits[0], batch["labels"][0].to(device))
+    logits = packed_logits(model, batch)[0]
+    losses = token_losses(logits, batch["labels"][0].to(logits.device))
     per_token = losses.double().cpu().numpy()  # loss of label t, 0 at t = 0
     cu = batch["cu_seqlens"].numpy().astype(np.int64)
     sums = np.add.reduceat(per_token, cu[:-1]) if len(cu) > 1 else np.zeros(0)
@@ -72,30 +56,25 @@ def evaluate(
     an example without trained tokens), in example-id order.  The model runs in eval mode
     without gradients; its mode is restored.
     """
-    if type(batch_size) is not int or batch_size < 1:
-        raise UsageError(f"batch_size must be a positive integer, got {batch_size!r}")
-    data = PackedDataset(out, split=None)  # every shard: split_rows picks them
-    rows = split_rows(data, split)
+    check_steps(None, batch_size)
+    data = PackedDataset(out, split=None)  # every shard: split_shards picks them
+    chosen = split_shards(data.manifest["shards"], split, f"{data.out} has", "evaluate")
+    rows = np.concatenate([np.arange(data.starts[k], data.starts[k + 1]) for k in chosen])
     name = str(data.manifest.get("files", {}).get("examples", {}).get("path", "examples.parquet"))
     table = read_examples(inside_folder(data.out, name), data.dataset_id, list(INDEX_COLUMNS))
     ids, sources, lines = (table[c].to_pylist() for c in INDEX_COLUMNS)
     where = {k: (src, line) for k, src, line in zip(ids, sources, lines, strict=True)}
     found: dict[int, tuple[float, int]] = {}
-    training = model.training
-    try:
+    with evaluating(model):
         for start in range(0, len(rows), batch_size):
             batch = collate_varlen([data[int(i)] for i in rows[start : start + batch_size]])
             if start == 0:
                 check_model(model, batch)
-            model.eval()
-            with torch.no_grad():
-                sums, counts = _segment_losses(model, batch)
+            sums, counts = _segment_losses(model, batch)
             ids = torch.as_tensor(batch["example_ids"]).tolist()
             for k, s, c in zip(ids, sums, counts, strict=True):
                 prior = found.get(k, (0.0, 0))  # an example split over rows adds up its parts
                 found[k] = (prior[0] + float(s), prior[1] + int(c))
-    finally:
-        model.train(training)
     return [
         {
             "example_id": k,

@@ -76,15 +76,15 @@ class Placement:
         return f"rank {self.rank} of {self.world_size} ({self.split_by})"
 
 
-def check_rank(rank: int | None, world_size: int | None) -> tuple[int, int] | None:
-    """Validate explicit ``rank``/``world_size``: both or neither (``None``)."""
+def check_rank(rank: int | None, world_size: int | None) -> Placement | None:
+    """Return the placement of explicit ``rank``/``world_size``: both or neither (``None``)."""
     if rank is None and world_size is None:
         return None
     if rank is None or world_size is None:
         raise UsageError("pass both rank and world_size, or neither")
     if not 0 <= rank < world_size:
         raise UsageError(f"rank {rank} is not in [0, world_size {world_size})")
-    return rank, world_size
+    return Placement(rank, world_size, 1, "rank= and world_size=")
 
 
 def find_wrapper() -> Placement | None:
@@ -105,7 +105,15 @@ def find_wrapper() -> Placement | None:
     return None
 
 
-def resolve_placement(explicit: tuple[int, int] | None, carried: Placement | None) -> Placement:
+def group_placement() -> Placement | None:
+    """Return torch.distributed's rank and world size, or None outside a process group."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return Placement(dist.get_rank(), dist.get_world_size(), 1, "torch.distributed")
+    return None
+
+
+def resolve_placement(explicit: Placement | None, carried: Placement | None) -> Placement:
     """Return where this process reads now: a wrapper, explicit values, the process group.
 
     ``carried`` is what the main process found (for spawned DataLoader workers).
@@ -114,19 +122,17 @@ def resolve_placement(explicit: tuple[int, int] | None, carried: Placement | Non
     if wrapper is not None:
         if explicit is not None:
             raise UsageError(
-                f"rank={explicit[0]} and world_size={explicit[1]} were given, and "
+                f"rank={explicit.rank} and world_size={explicit.world_size} were given, and "
                 f"{wrapper.split_by} splits the rows again (each rank would keep a share of its "
                 "share, and most rows would never be read): drop rank= and world_size= and let "
                 "accelerate split"
             )
         return wrapper
     if explicit is not None:
-        return Placement(explicit[0], explicit[1], 1, "rank= and world_size=")
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return Placement(dist.get_rank(), dist.get_world_size(), 1, "torch.distributed")
-    if carried is not None:
-        return carried
+        return explicit
+    group = group_placement() or carried
+    if group is not None:
+        return group
     check_launch()  # accelerate counting one process of a launcher's several
     world = os.environ.get("WORLD_SIZE", "")
     if world.isdigit() and int(world) > 1:
@@ -136,17 +142,6 @@ def resolve_placement(explicit: tuple[int, int] | None, carried: Placement | Non
             "init_process_group, or pass rank= and world_size=)"
         )
     return Placement(0, 1, 1, "one process")
-
-
-def carried_placement() -> Placement | None:
-    """Return what spawned workers inherit: a wrapper on the stack, or the process group's."""
-    wrapper = find_wrapper()
-    if wrapper is not None:
-        return wrapper
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return Placement(dist.get_rank(), dist.get_world_size(), 1, "torch.distributed")
-    return None
 
 
 def epoch_rows(
@@ -243,12 +238,8 @@ FIX = (
 def accelerate_processes() -> int | None:
     """Return the processes an initialised accelerate state counts (None: no state)."""
     state = sys.modules.get("accelerate.state")
-    if state is None:
-        return None
-    shared = getattr(state.PartialState, "_shared_state", None)
-    if not shared:
-        return None
-    return int(shared.get("num_processes", 1))
+    shared = getattr(state.PartialState, "_shared_state", None) if state is not None else None
+    return int(shared.get("num_processes", 1)) if shared else None
 
 
 def check_launch(wrapper_processes: int | None = None) -> None:

@@ -24,7 +24,8 @@ restart).  Cost: one row, plus one short forward per segment, without gradients.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -111,6 +112,28 @@ def _cause(model: Any, inputs: Mapping[str, Any]) -> str:
     )
 
 
+@contextmanager
+def evaluating(model: Any) -> Iterator[None]:
+    """Run the block with ``model`` in eval mode, without gradients; its mode is restored."""
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(training)
+
+
+def packed_logits(model: Any, batch: Mapping[str, Any]) -> torch.Tensor:
+    """Run a varlen batch through ``model`` with its segments kept apart; return the logits."""
+    device = next(model.parameters()).device
+    return model(
+        input_ids=batch["input_ids"].to(device),
+        position_ids=batch["position_ids"].to(device),
+        use_cache=False,
+    ).logits
+
+
 def check_model(model: Any, batch: Mapping[str, Any]) -> float:
     """Raise :class:`SeamLeakError` unless ``model`` keeps the batch's segments apart.
 
@@ -125,18 +148,13 @@ def check_model(model: Any, batch: Mapping[str, Any]) -> float:
     device = next(model.parameters()).device
     inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     ids = inputs["input_ids"].reshape(-1)
-    training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            packed = model(**inputs).logits[0]
-            worst, scale = 0.0, 1.0
-            for lo, hi in segments:
-                alone = model(input_ids=ids[lo:hi][None], use_cache=False).logits[0]
-                worst = max(worst, float((packed[lo:hi] - alone).abs().max()))
-                scale = max(scale, float(alone.abs().max()))
-    finally:
-        model.train(training)
+    with evaluating(model):
+        packed = model(**inputs).logits[0]
+        worst, scale = 0.0, 1.0
+        for lo, hi in segments:
+            alone = model(input_ids=ids[lo:hi][None], use_cache=False).logits[0]
+            worst = max(worst, float((packed[lo:hi] - alone).abs().max()))
+            scale = max(scale, float(alone.abs().max()))
     tolerance = TOLERANCE.get(packed.dtype, 5e-2) * scale
     if worst > tolerance:
         raise SeamLeakError(

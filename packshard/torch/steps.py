@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import torch
 
 from packshard.errors import UsageError
-from packshard.torch.placement import Placement
+from packshard.torch.placement import Placement, group_placement
 
 STEP_KEY = "num_items_in_step"
 
@@ -84,8 +84,8 @@ def map_step_items(data: Any, index: int) -> torch.Tensor:
     assert data.grad_accum is not None
     world = data.world_size
     if world is None:
-        dist = torch.distributed
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        group = group_placement()
+        world = group.world_size if group is not None else 1
     unit = world * data.batch_size * data.grad_accum
     cache = data.__dict__.setdefault("_step_totals", {})
     if (world, unit) not in cache:

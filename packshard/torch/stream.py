@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -35,9 +36,10 @@ from packshard.torch.dataset import PackedDataset, Row
 from packshard.torch.placement import (
     PassCounter,
     Placement,
-    carried_placement,
     check_rank,
     epoch_rows,
+    find_wrapper,
+    group_placement,
     resolve_placement,
 )
 from packshard.torch.steps import STEP_KEY, check_steps, stream_step_items
@@ -105,7 +107,7 @@ class PackedIterableDataset(IterableDataset[Row]):
         self._resume_world: int | None = None
         self._passes = PassCounter()
         if self.explicit is not None:
-            self._check_rows(Placement(*self.explicit, 1, "rank= and world_size="))
+            self._check_rows(self.explicit)
 
     def _check_rows(self, placement: Placement) -> None:
         if self.drop_remainder and len(self.data) < placement.world_size:
@@ -136,7 +138,7 @@ class PackedIterableDataset(IterableDataset[Row]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_carried"] = self.placement or carried_placement()
+        state["_carried"] = self.placement or find_wrapper() or group_placement()
         return state
 
     def set_epoch(self, epoch: int) -> None:
@@ -243,14 +245,9 @@ class PackedIterableDataset(IterableDataset[Row]):
         self._passes.reset(self.epoch, self.consumed)
 
 
-class _CountRows:
-    """Collate wrapper that also reports how many rows went into the batch."""
-
-    def __init__(self, collate_fn: Callable[[list[Row]], Any]) -> None:
-        self.collate_fn = collate_fn
-
-    def __call__(self, rows: list[Row]) -> tuple[int, Any]:
-        return len(rows), self.collate_fn(rows)
+def _count_rows(collate_fn: Callable[[list[Row]], Any], rows: list[Row]) -> tuple[int, Any]:
+    """Collate ``rows`` and report how many went into the batch."""
+    return len(rows), collate_fn(rows)
 
 
 class ResumableLoader:
@@ -274,7 +271,7 @@ class ResumableLoader:
         self.loader = DataLoader(
             dataset,
             batch_size=batch_size,
-            collate_fn=_CountRows(collate_fn),
+            collate_fn=partial(_count_rows, collate_fn),
             num_workers=num_workers,
             **kwargs,
         )

@@ -35,17 +35,7 @@ from packshard.records import IGNORE_INDEX
 from packshard.torch.collate import collate_varlen
 from packshard.torch.pairs.logps import PairLogps, dpo_loss, pair_logps
 from packshard.torch.pairs.reference import ReferenceLogps
-from packshard.torch.seams import SeamLeakError
-
-
-def packed_logits(model: Any, batch: Mapping[str, Any]) -> torch.Tensor:
-    """Run a varlen batch through ``model`` with its segments kept apart; return the logits."""
-    device = next(model.parameters()).device
-    return model(
-        input_ids=batch["input_ids"].to(device),
-        position_ids=batch["position_ids"].to(device),
-        use_cache=False,
-    ).logits
+from packshard.torch.seams import SeamLeakError, evaluating, packed_logits
 
 
 def reference_sums(
@@ -124,25 +114,20 @@ def check_pair_loss(
     """
     if "example_ids" not in batch or "branch" not in batch:
         raise UsageError("check_pair_loss needs a collate_varlen batch of preference rows")
-    training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            packed = pair_logps(packed_logits(model, batch), batch)
-            if len(packed) == 0:
-                raise UsageError("check_pair_loss got a batch without a pair: give it another")
-            alone = _one_by_one(model, batch, packed)
-            ref_packed = ref_alone = reference_sums(reference, batch, packed)
-            if reference is not None and not isinstance(reference, ReferenceLogps):  # a model
-                ref_one = _one_by_one(reference, batch, packed)
-                ref_alone = (ref_one.chosen, ref_one.rejected)
-            if ref_packed is None and loss_type != "simpo":  # the policy's side alone
-                zeros = torch.zeros_like(packed.chosen)
-                ref_packed = ref_alone = (zeros, zeros)
-            a = dpo_loss(packed, ref_packed, beta=beta, loss_type=loss_type)
-            b = dpo_loss(alone, ref_alone, beta=beta, loss_type=loss_type)
-    finally:
-        model.train(training)
+    with evaluating(model):
+        packed = pair_logps(packed_logits(model, batch), batch)
+        if len(packed) == 0:
+            raise UsageError("check_pair_loss got a batch without a pair: give it another")
+        alone = _one_by_one(model, batch, packed)
+        ref_packed = ref_alone = reference_sums(reference, batch, packed)
+        if reference is not None and not isinstance(reference, ReferenceLogps):  # a model
+            ref_one = _one_by_one(reference, batch, packed)
+            ref_alone = (ref_one.chosen, ref_one.rejected)
+        if ref_packed is None and loss_type != "simpo":  # the policy's side alone
+            zeros = torch.zeros_like(packed.chosen)
+            ref_packed = ref_alone = (zeros, zeros)
+        a = dpo_loss(packed, ref_packed, beta=beta, loss_type=loss_type)
+        b = dpo_loss(alone, ref_alone, beta=beta, loss_type=loss_type)
     delta = abs(float(a) - float(b))
     if not delta <= tolerance:
         raise SeamLeakError(
