@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from packshard.ingest.pairs import pair_starts
-from packshard.pack.plan.pairs import plan_pair_units
+from packshard.pack.plan.planner import plan_packs
 
 
 def pair_profile(
@@ -50,10 +50,7 @@ def pair_profile(
     cuts = np.arange(0, len(longer), batch_size)
     batch_max = np.maximum.reduceat(longer[order], cuts) if len(longer) else longer
     batch_n = np.diff(np.append(cuts, len(longer)))
-    unit_lengths = np.empty(2 * len(starts), np.int64)
-    unit_lengths[0::2], unit_lengths[1::2] = chosen, rejected
-    pair_codes = np.tile(np.array([1, 2], np.int8), len(starts))
-    rows = plan_pair_units(unit_lengths, pair_codes, max_seq_len, "bfd").num_rows if useful else 0
+    rows = plan_packs(chosen + rejected, max_seq_len, "bfd").num_rows if useful else 0
     computed = {
         "pair_padded": int(2 * longer.sum()),
         "batch_padded": int((2 * batch_n * batch_max).sum()),
