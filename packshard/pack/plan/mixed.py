@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from packshard.pack.plan.mix import MixChoice, MixTarget, choose_copies, mixture_stats
-from packshard.pack.plan.rows import RowPlan
+from packshard.pack.plan.rows import RowPlan, invert
 from packshard.pack.spill import Spill
 from packshard.records import Reject
 
@@ -74,7 +74,7 @@ def example_repeats(plan: RowPlan) -> np.ndarray:
     (:func:`packshard.pack.plan.rows.number_examples`), so a copy's repeat is its id minus
     the first copy's.
     """
-    order = np.argsort(plan.example_id, kind="stable")
+    order = invert(plan.example_id)  # the segments in example id order
     ex, start = plan.seg_example[order], plan.seg_start[order]
     new = np.ones(len(order), dtype=bool)
     new[1:] = (ex[1:] != ex[:-1]) | (start[1:] != start[:-1])

@@ -183,11 +183,15 @@ class RowPlan:
 
 def number_examples(plan: RowPlan) -> RowPlan:
     """Assign example ids in input order: by spilled example, then by start within it."""
-    order = np.lexsort((plan.seg_start, plan.seg_example))
-    n = plan.num_segments
-    ids = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
-    ids[order] = np.arange(n, dtype=ids.dtype)
-    return replace(plan, example_id=ids)
+    return replace(plan, example_id=invert(np.lexsort((plan.seg_start, plan.seg_example))))
+
+
+def invert(order: np.ndarray) -> np.ndarray:
+    """Return the inverse of the permutation ``order`` of ``0 … n-1`` (int32 while n fits)."""
+    n = len(order)
+    inverse = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+    inverse[order] = np.arange(n, dtype=inverse.dtype)
+    return inverse
 
 
 def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
