@@ -219,12 +219,6 @@ def _limit_message(
     )
 
 
-def copy_index(copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Expand per-item copies: the item of each copy, and which copy (0, 1 …) it is."""
-    index = np.repeat(np.arange(len(copies), dtype=np.int64), copies)
-    return index, np.arange(len(index), dtype=np.int64) - exclusive_cumsum(copies)[index]
-
-
 def mixture_stats(
     target: MixTarget,
     choice: MixChoice,
@@ -292,7 +286,9 @@ def predict_mixture(
     record_weight = np.bincount(record, weights=weight, minlength=len(first))
     record_domain = domain[first]
     choice = choose_copies(record_domain, record_weight, names, target, seed)
-    example, repeat = copy_index(choice.copies[record])
+    copies = choice.copies[record]  # each kept example repeated, with which copy it is
+    example = np.repeat(np.arange(len(copies), dtype=np.int64), copies)
+    repeat = np.arange(len(example), dtype=np.int64) - exclusive_cumsum(copies)[example]
     kept = np.flatnonzero(keep)[example]
     packed = (domain[example], lengths[kept], trained[kept], repeat)
     return mixture_stats(target, choice, names, record_domain, packed)
