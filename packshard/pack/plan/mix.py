@@ -51,6 +51,7 @@ import numpy as np
 from packshard.arrays import exclusive_cumsum
 from packshard.errors import UsageError
 from packshard.format.mixture import realised_mixture
+from packshard.options import MIX_BY, check_choice, check_range
 
 MIX_SHARE_TOLERANCE = 1e-6
 """How far the ``--mix`` shares may add up from 1 (written as decimals, they rarely do exactly)."""
@@ -92,6 +93,13 @@ def parse_mix(text: str) -> tuple[tuple[str, float], ...]:
     if abs(total - 1) > MIX_SHARE_TOLERANCE:
         raise UsageError(f"--mix shares must add up to 1, got {total:g} (in {text!r})")
     return tuple(pairs)
+
+
+def mix_target(mix: str, by: str, max_repeat: int, best_effort: bool) -> MixTarget | None:
+    """Check ``--mix-by`` and ``--max-repeat``, parse ``--mix``; None without ``--mix``."""
+    check_choice("--mix-by", by, MIX_BY)
+    check_range("--max-repeat", max_repeat, 1, 1 << 20)
+    return MixTarget(parse_mix(mix), by, max_repeat, best_effort) if mix else None
 
 
 def domain_shares(target: MixTarget, names: Sequence[str]) -> np.ndarray:
