@@ -25,6 +25,7 @@ import numpy as np
 
 from packshard.ingest.pairs import pair_starts
 from packshard.pack.plan.planner import plan_packs
+from packshard.profile.lengths import measure_batches
 
 
 def pair_profile(
@@ -46,14 +47,11 @@ def pair_profile(
     prompt = int(prompts[starts].sum() + prompts[starts + 1].sum())
     useful = int(chosen.sum() + rejected.sum())
     longer = np.maximum(chosen, rejected)
-    order = np.random.default_rng(seed).permutation(len(longer))
-    cuts = np.arange(0, len(longer), batch_size)
-    batch_max = np.maximum.reduceat(longer[order], cuts) if len(longer) else longer
-    batch_n = np.diff(np.append(cuts, len(longer)))
+    shuffled = longer[np.random.default_rng(seed).permutation(len(longer))]
     rows = plan_packs(chosen + rejected, max_seq_len, "bfd").num_rows if useful else 0
     computed = {
         "pair_padded": int(2 * longer.sum()),
-        "batch_padded": int((2 * batch_n * batch_max).sum()),
+        "batch_padded": 2 * measure_batches(shuffled, batch_size),
         "packed": rows * max_seq_len,
     }
     return {
