@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from packshard.engine import EngineOptions
@@ -12,7 +12,6 @@ from packshard.ingest.types import IngestOptions
 from packshard.options import (
     COMPRESSIONS,
     MAX_SEED,
-    MIX_BY,
     ON_ERROR,
     OVERLONG_POLICIES,
     STRATEGIES,
@@ -20,7 +19,7 @@ from packshard.options import (
     check_max_seq_len,
     check_range,
 )
-from packshard.pack.plan.mix import MixTarget, parse_mix
+from packshard.pack.plan.mix import MixTarget, mix_target
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +42,8 @@ class PlanOptions:
         return None if self.plan_scope == "global" else int(self.plan_scope.split(":", 1)[1])
 
     def mix_target(self) -> MixTarget | None:
-        """``--mix`` and its options parsed; None without ``--mix``."""
-        if not self.mix:
-            return None
-        return MixTarget(parse_mix(self.mix), self.mix_by, self.max_repeat, self.mix_best_effort)
+        """``--mix`` and its options, checked and parsed; None without ``--mix``."""
+        return mix_target(self.mix, self.mix_by, self.max_repeat, self.mix_best_effort)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +142,7 @@ class PackConfig:
         if self.eval_fraction or self.eval_inputs:
             recorded["eval"] = {"fraction": self.eval_fraction, "inputs": list(self.eval_inputs)}
         if (mix := plan.mix_target()) is not None:
-            recorded["mix"] = {
-                "shares": dict(mix.shares),
-                "by": mix.by,
-                "max_repeat": mix.max_repeat,
-                "best_effort": mix.best_effort,
-            }
+            recorded["mix"] = {**asdict(mix), "shares": dict(mix.shares)}  # keys in field order
         return recorded
 
 
@@ -220,9 +212,7 @@ def _check_scale(config: PackConfig) -> None:
 def _check_mix(config: PackConfig) -> None:
     """Refuse ``--mix`` options that cannot work, and mixture options without ``--mix``."""
     plan = config.plan
-    check_choice("--mix-by", plan.mix_by, MIX_BY)
-    check_range("--max-repeat", plan.max_repeat, 1, 1 << 20)
-    if not plan.mix:
+    if plan.mix_target() is None:  # --mix-by and --max-repeat checked, --mix parsed
         moved = [
             name
             for name, value, default in (
@@ -235,7 +225,6 @@ def _check_mix(config: PackConfig) -> None:
         if moved:
             raise UsageError(f"{moved[0]} applies to a mixture: add --mix DOMAIN=SHARE,…")
         return
-    plan.mix_target()  # parse now: a bad --mix stops before any work
     if plan.strategy == "wrapped":
         raise UsageError(
             "--mix keeps whole examples; --strategy wrapped cuts them into a stream "

@@ -27,7 +27,7 @@ from packshard.errors import DROPPED, REJECTED
 from packshard.format.examples import EXAMPLE_GROUP_ROWS, build_examples_table
 from packshard.format.rejects import RejectTally
 from packshard.options import resolve_loss
-from packshard.pack.plan.rows import RowPlan
+from packshard.pack.plan.rows import RowPlan, invert
 from packshard.pack.plan.shape import pack_shape
 from packshard.pack.spill import Spill
 from packshard.records import Reject
@@ -66,21 +66,13 @@ def examples_tables(
     strings) and the Parquet writer's buffers, about 180 bytes a row in all (measured), so
     about 23 MiB for a chunk of 131,072 rows.
     """
-    order = _by_id(plan.example_id)
+    order = invert(plan.example_id)  # the segments in example id order
     seg_rows = plan.segment_rows()
     sources, domains = list(spill.counts.sources), list(spill.counts.domains)
     for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
         chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
         columns = _columns(spill, plan, shard_rows, chunk, seg_rows, is_eval, repeats)
         yield build_examples_table(columns, sources, domains)
-
-
-def _by_id(example_id: np.ndarray) -> np.ndarray:
-    """Return the segments in example id order (ids are a permutation of ``0 … n-1``)."""
-    n = len(example_id)
-    order = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
-    order[example_id] = np.arange(n, dtype=order.dtype)
-    return order
 
 
 class _Columns(Mapping[str, np.ndarray]):

@@ -342,9 +342,7 @@ def _beside_bfd(
     if config.plan.strategy != "sequential":
         return {}
     lengths = spill.lengths if mixed is None else spill.lengths[mixed]
-    codes = spill.pair_codes
-    if codes is not None and mixed is not None:
-        codes = codes[mixed]
+    codes = spill.pair_codes if mixed is None else None  # --mix refuses pairs: no pair units
     rows = plan_pair_units(lengths, codes, config.plan.max_seq_len, "bfd").num_rows
     bfd = fill_rate(plan.num_tokens, rows, plan.max_seq_len)
     return {"bfd_rows": rows, "bfd_fill_rate": round(bfd, 6)}

@@ -34,7 +34,7 @@ import numpy as np
 from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cumsum
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong, police_pairs
-from packshard.pack.units.parts import FILES, PartFiles, gather_ranges, read_part_ranges
+from packshard.pack.units.parts import FILES, PartFiles, read_part_ranges
 from packshard.records import Reject, SourceRef
 
 
@@ -125,19 +125,15 @@ class Spill:
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return the tokens and labels of flat ranges ``[start, start + length)``, concatenated.
 
-        A spill on disk is read from its parts (:func:`read_part_ranges`), one in memory is
-        gathered by a jitted loop.
+        A spill on disk is read from its parts (:func:`read_part_ranges`), one in memory (made
+        by tests; ``pack``'s spills are on disk) is indexed by every position of the ranges.
         """
         if self.part_files is not None:
             return read_part_ranges(self.part_files, starts, lengths)
         lengths = np.asarray(lengths, dtype=np.int64)
-        out_start = exclusive_cumsum(lengths)
-        ids = np.empty(int(out_start[-1]), dtype=np.int32)
-        labels = np.empty(int(out_start[-1]), dtype=np.int32)
-        starts = np.asarray(starts, dtype=np.int64)
-        gather_ranges(self.tokens, starts, lengths, out_start, ids)
-        gather_ranges(self.labels, starts, lengths, out_start, labels)
-        return ids, labels
+        shift = np.asarray(starts, dtype=np.int64) - exclusive_cumsum(lengths)[:-1]
+        at = np.repeat(shift, lengths) + np.arange(int(lengths.sum()))
+        return self.tokens[at], self.labels[at]
 
 
 PER_EXAMPLE = {

@@ -18,8 +18,8 @@ from typing import Any
 
 from packshard.engine import EngineOptions
 from packshard.ingest.types import IngestOptions
-from packshard.options import MAX_SEED, MIX_BY, check_choice, check_max_seq_len, check_range
-from packshard.pack.plan.mix import MixTarget, parse_mix
+from packshard.options import MAX_SEED, check_max_seq_len, check_range
+from packshard.pack.plan.mix import MixTarget, mix_target
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +65,8 @@ class ProfileConfig:
         check_range("--batch-size", self.batch_size, 1, 1 << 24)
         check_range("--seed", self.seed, 0, MAX_SEED)
         self.engine.check()
-        check_choice("--mix-by", self.mix_by, MIX_BY)
-        check_range("--max-repeat", self.max_repeat, 1, 1 << 20)
         self.mix_target()
 
     def mix_target(self) -> MixTarget | None:
-        """``--mix`` and its options parsed; None without ``--mix``."""
-        if not self.mix:
-            return None
-        return MixTarget(parse_mix(self.mix), self.mix_by, self.max_repeat, self.mix_best_effort)
+        """``--mix`` and its options, checked and parsed; None without ``--mix``."""
+        return mix_target(self.mix, self.mix_by, self.max_repeat, self.mix_best_effort)

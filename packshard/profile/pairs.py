@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from packshard.ingest.pairs import pair_starts
-from packshard.pack.plan.pairs import plan_pair_units
+from packshard.pack.plan.planner import plan_packs
+from packshard.profile.lengths import measure_batches
 
 
 def pair_profile(
@@ -46,17 +47,11 @@ def pair_profile(
     prompt = int(prompts[starts].sum() + prompts[starts + 1].sum())
     useful = int(chosen.sum() + rejected.sum())
     longer = np.maximum(chosen, rejected)
-    order = np.random.default_rng(seed).permutation(len(longer))
-    cuts = np.arange(0, len(longer), batch_size)
-    batch_max = np.maximum.reduceat(longer[order], cuts) if len(longer) else longer
-    batch_n = np.diff(np.append(cuts, len(longer)))
-    unit_lengths = np.empty(2 * len(starts), np.int64)
-    unit_lengths[0::2], unit_lengths[1::2] = chosen, rejected
-    pair_codes = np.tile(np.array([1, 2], np.int8), len(starts))
-    rows = plan_pair_units(unit_lengths, pair_codes, max_seq_len, "bfd").num_rows if useful else 0
+    shuffled = longer[np.random.default_rng(seed).permutation(len(longer))]
+    rows = plan_packs(chosen + rejected, max_seq_len, "bfd").num_rows if useful else 0
     computed = {
         "pair_padded": int(2 * longer.sum()),
-        "batch_padded": int((2 * batch_n * batch_max).sum()),
+        "batch_padded": 2 * measure_batches(shuffled, batch_size),
         "packed": rows * max_seq_len,
     }
     return {

@@ -10,11 +10,12 @@ with at most ``L − 1`` of them trained (``--overlong truncate``; ``drop`` woul
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from packshard.pack.plan.shape import quantiles, step_loss_tokens
+from packshard.pack.plan.shape import row_shape, step_loss_tokens
 
 
 def packed_shape(
@@ -26,20 +27,10 @@ def packed_shape(
     clipped = np.minimum(lengths, max_seq_len).astype(np.int64)
     keep = clipped > 0
     trained = np.minimum(loss_tokens, np.maximum(clipped - 1, 0))[keep]
-    if not keep.any():
-        rows, fill = np.zeros(0, np.int64), np.zeros(0)
-    else:
-        plan = plan_packs(clipped[keep], max_seq_len, "bfd")
-        weights = trained[plan.seg_example]
-        rows = np.bincount(plan.segment_rows(), weights=weights, minlength=plan.num_rows)
-        fill = plan.row_tokens() / max_seq_len
-    return {
-        "row_fill": {k: round(v, 6) for k, v in quantiles(fill).items()},
-        "step_loss_tokens": {
-            "rows_per_step": batch_size,
-            **step_loss_tokens(rows.astype(np.int64), batch_size),
-        },
-    }
+    plan = plan_packs(clipped[keep], max_seq_len, "bfd")
+    fill, rows = row_shape(replace(plan, seg_targets=trained[plan.seg_example]))
+    steps = {"rows_per_step": batch_size, **step_loss_tokens(rows, batch_size)}
+    return {"row_fill": fill, "step_loss_tokens": steps}
 
 
 def describe_shape(shape: dict[str, Any]) -> str:

@@ -94,11 +94,7 @@ def profile_inputs(
     splits = plan_splits(files, config.split_bytes)
     tasks = [ProfileTask(tokenizer, template, config.ingest, s) for s in splits]
     bar = IngestProgress() if progress else None
-
-    def done(_: int, r: dict[str, Any]) -> None:
-        if bar is not None:
-            bar.add(r["records"], int(r["lengths"].sum()))
-
+    done = None if bar is None else lambda _, r: bar.add(r["records"], int(r["lengths"].sum()))
     try:
         engine = config.engine.sized(input_bytes(files))  # --workers auto
         with open_engine(engine) as running, sharing(tokenizer, template, lambda: load):

@@ -161,11 +161,8 @@ def _plan(
 
 def row_order(plan: RowPlan, config: PackConfig, split_at: int) -> np.ndarray:
     """Shuffle rows with the seed: train rows ``[0, split_at)`` and eval rows apart."""
-    if split_at == plan.num_rows:
-        return _row_order(plan, config)
-    tail = plan.rows(split_at, plan.num_rows)
-    head = plan.rows(0, split_at)
-    return np.concatenate([_row_order(head, config), split_at + _row_order(tail, config)])
+    bounds = ((0, split_at), (split_at, plan.num_rows))  # no eval rows: all rows are train
+    return np.concatenate([lo + _row_order(plan.rows(lo, hi), config) for lo, hi in bounds])
 
 
 def _row_order(plan: RowPlan, config: PackConfig) -> np.ndarray:

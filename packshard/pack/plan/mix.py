@@ -51,6 +51,7 @@ import numpy as np
 from packshard.arrays import exclusive_cumsum
 from packshard.errors import UsageError
 from packshard.format.mixture import realised_mixture
+from packshard.options import MIX_BY, check_choice, check_range
 
 MIX_SHARE_TOLERANCE = 1e-6
 """How far the ``--mix`` shares may add up from 1 (written as decimals, they rarely do exactly)."""
@@ -92,6 +93,13 @@ def parse_mix(text: str) -> tuple[tuple[str, float], ...]:
     if abs(total - 1) > MIX_SHARE_TOLERANCE:
         raise UsageError(f"--mix shares must add up to 1, got {total:g} (in {text!r})")
     return tuple(pairs)
+
+
+def mix_target(mix: str, by: str, max_repeat: int, best_effort: bool) -> MixTarget | None:
+    """Check ``--mix-by`` and ``--max-repeat``, parse ``--mix``; None without ``--mix``."""
+    check_choice("--mix-by", by, MIX_BY)
+    check_range("--max-repeat", max_repeat, 1, 1 << 20)
+    return MixTarget(parse_mix(mix), by, max_repeat, best_effort) if mix else None
 
 
 def domain_shares(target: MixTarget, names: Sequence[str]) -> np.ndarray:
@@ -219,12 +227,6 @@ def _limit_message(
     )
 
 
-def copy_index(copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Expand per-item copies: the item of each copy, and which copy (0, 1 …) it is."""
-    index = np.repeat(np.arange(len(copies), dtype=np.int64), copies)
-    return index, np.arange(len(index), dtype=np.int64) - exclusive_cumsum(copies)[index]
-
-
 def mixture_stats(
     target: MixTarget,
     choice: MixChoice,
@@ -292,7 +294,9 @@ def predict_mixture(
     record_weight = np.bincount(record, weights=weight, minlength=len(first))
     record_domain = domain[first]
     choice = choose_copies(record_domain, record_weight, names, target, seed)
-    example, repeat = copy_index(choice.copies[record])
+    copies = choice.copies[record]  # each kept example repeated, with which copy it is
+    example = np.repeat(np.arange(len(copies), dtype=np.int64), copies)
+    repeat = np.arange(len(example), dtype=np.int64) - exclusive_cumsum(copies)[example]
     kept = np.flatnonzero(keep)[example]
     packed = (domain[example], lengths[kept], trained[kept], repeat)
     return mixture_stats(target, choice, names, record_domain, packed)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from packshard.pack.plan.mix import MixChoice, MixTarget, choose_copies, mixture_stats
-from packshard.pack.plan.rows import RowPlan
+from packshard.pack.plan.rows import RowPlan, invert
 from packshard.pack.spill import Spill
 from packshard.records import Reject
 
@@ -41,22 +41,15 @@ class Mixed:
     first_example: np.ndarray  # int64 [records], each record's first spilled example
 
 
-def example_weights(spill: Spill, by: str) -> np.ndarray:
-    """Each spilled example's measure for ``--mix-by``: tokens, trained tokens or 1."""
-    if by == "tokens":
-        return spill.lengths.astype(np.float64)
-    if by == "trained_tokens":
-        return spill.loss_tokens.astype(np.float64)
-    return np.ones(len(spill), dtype=np.float64)
-
-
 def mix_examples(spill: Spill, target: MixTarget, seed: int) -> Mixed:
     """Choose the copies of every record and return the examples to plan."""
     _, first, record = np.unique(spill.record_ids, return_index=True, return_inverse=True)
     record = record.reshape(-1)
-    weight = np.bincount(record, weights=example_weights(spill, target.by), minlength=len(first))
+    measure = {"tokens": spill.lengths, "trained_tokens": spill.loss_tokens}.get(target.by)
+    weight = np.ones(len(spill)) if measure is None else measure.astype(np.float64)
+    per_record = np.bincount(record, weights=weight, minlength=len(first))
     domain = spill.domain_codes[first]
-    choice = choose_copies(domain, weight, spill.counts.domains, target, seed)
+    choice = choose_copies(domain, per_record, spill.counts.domains, target, seed)
     index = np.repeat(np.arange(len(spill), dtype=np.int64), choice.copies[record])
     return Mixed(target, index, choice, first.astype(np.int64))
 
@@ -74,7 +67,7 @@ def example_repeats(plan: RowPlan) -> np.ndarray:
     (:func:`packshard.pack.plan.rows.number_examples`), so a copy's repeat is its id minus
     the first copy's.
     """
-    order = np.argsort(plan.example_id, kind="stable")
+    order = invert(plan.example_id)  # the segments in example id order
     ex, start = plan.seg_example[order], plan.seg_start[order]
     new = np.ones(len(order), dtype=bool)
     new[1:] = (ex[1:] != ex[:-1]) | (start[1:] != start[:-1])

@@ -162,19 +162,15 @@ class RowPlan:
     @staticmethod
     def concatenate(plans: list[RowPlan]) -> RowPlan:
         """Join finalized plans (e.g. one per domain) row-wise and renumber example ids."""
-        offsets = [np.zeros(1, dtype=np.int64)]
-        base = 0
-        for p in plans:
-            offsets.append(p.row_offsets[1:] + base)
-            base += p.num_segments
-
+        bases = exclusive_cumsum(np.array([p.num_segments for p in plans], np.int64)).tolist()
+        offsets = [p.row_offsets[1:] + base for p, base in zip(plans, bases[:-1], strict=True)]
         joined: dict[str, Any] = {
             name: np.concatenate([getattr(p, name) for p in plans])
             for name in (*_SEGMENT_FIELDS, "examples_dropped")
         }
         plan = replace(
             plans[0],
-            row_offsets=np.concatenate(offsets),
+            row_offsets=np.concatenate([np.zeros(1, np.int64), *offsets]),
             parts_dropped=sum(p.parts_dropped for p in plans),
             **joined,
         )
@@ -183,11 +179,15 @@ class RowPlan:
 
 def number_examples(plan: RowPlan) -> RowPlan:
     """Assign example ids in input order: by spilled example, then by start within it."""
-    order = np.lexsort((plan.seg_start, plan.seg_example))
-    n = plan.num_segments
-    ids = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
-    ids[order] = np.arange(n, dtype=ids.dtype)
-    return replace(plan, example_id=ids)
+    return replace(plan, example_id=invert(np.lexsort((plan.seg_start, plan.seg_example))))
+
+
+def invert(order: np.ndarray) -> np.ndarray:
+    """Return the inverse of the permutation ``order`` of ``0 … n-1`` (int32 while n fits)."""
+    n = len(order)
+    inverse = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+    inverse[order] = np.arange(n, dtype=inverse.dtype)
+    return inverse
 
 
 def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -237,8 +237,7 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
     seg_part = (np.arange(len(first)) - group_start).astype(np.int32)
     targets = segment_targets(spill, spill.offsets[seg_example] + seg_start, seg_length)
     keep = targets > 0
-    seg_rows = np.repeat(np.arange(len(row_offsets) - 1), np.diff(row_offsets))
-    counts = np.bincount(seg_rows[keep], minlength=len(row_offsets) - 1)
+    counts = np.bincount(raw.segment_rows()[keep], minlength=raw.num_rows)
     plan = replace(
         raw,
         row_offsets=exclusive_cumsum(counts[counts > 0]),

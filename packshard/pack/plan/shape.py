@@ -43,13 +43,15 @@ def step_loss_tokens(row_loss: np.ndarray, rows_per_step: int) -> dict[str, Any]
     return {"steps": int(steps), **{k: int(v) for k, v in quantiles(sums).items()}}
 
 
+def row_shape(plan: RowPlan) -> tuple[dict[str, float], np.ndarray]:
+    """Return the quantiles of ``plan``'s row fill (rounded) and each row's trained tokens."""
+    fill = plan.row_tokens() / max(plan.max_seq_len, 1)
+    row_loss = np.bincount(plan.segment_rows(), weights=plan.seg_targets, minlength=plan.num_rows)
+    return {k: round(v, 6) for k, v in quantiles(fill).items()}, row_loss.astype(np.int64)
+
+
 def pack_shape(plan: RowPlan) -> dict[str, Any]:
     """Return the manifest's ``row_fill`` and ``step_loss_tokens`` stats of ``plan``."""
-    fill = plan.row_tokens() / max(plan.max_seq_len, 1)
-    row_loss = np.bincount(
-        plan.segment_rows(), weights=plan.seg_targets, minlength=plan.num_rows
-    ).astype(np.int64)
-    return {
-        "row_fill": {k: round(v, 6) for k, v in quantiles(fill).items()},
-        "step_loss_tokens": {str(r): step_loss_tokens(row_loss, r) for r in ROWS_PER_STEP},
-    }
+    fill, row_loss = row_shape(plan)
+    steps = {str(r): step_loss_tokens(row_loss, r) for r in ROWS_PER_STEP}
+    return {"row_fill": fill, "step_loss_tokens": steps}

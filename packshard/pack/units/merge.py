@@ -57,8 +57,7 @@ def merge_units(
     per_domain = tokens_in = np.zeros(0, np.int64)
     policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
     accepted = 0
-    parts_of: list[str] = []
-    for r in results:
+    for unit, r in enumerate(results):
         base = line_base[r.split.index] if r.split.kind == "bytes" else 0
         line_base[r.split.index] += r.newlines
         if r.error is not None:
@@ -72,7 +71,7 @@ def merge_units(
         for key in PER_EXAMPLE:
             meta[key][into] = a[key] if key in a else 0  # a unit from before the key: 0
         lengths[into] = a["lengths"]
-        tokens[len(parts_of)] = a["lengths"].sum()
+        tokens[unit] = a["lengths"].sum()
         meta["lines"][into] += base
         meta["source_index"][into] = r.split.index  # a unit reads one input
         if len(dom):
@@ -81,7 +80,6 @@ def merge_units(
             meta["format_codes"][into] = fmt[a["format_codes"]]
         meta["record_ids"][into] += accepted
         at += n_unit
-        parts_of.append(r.folder)
         c = r.counts
         per_source[r.split.index] += sum(c.records_per_source)  # a unit reads one input
         n = len(domains.names)
@@ -110,7 +108,7 @@ def merge_units(
         offsets=exclusive_cumsum(lengths),
         **joined,
         counts=counts,
-        part_files=PartFiles(tuple(parts_of), exclusive_cumsum(tokens)),
+        part_files=PartFiles(tuple(r.folder for r in results), exclusive_cumsum(tokens)),
     )
     return spill, rejects
 

@@ -249,11 +249,9 @@ def map_inputs(
         work=str(work),
         faults=parse_faults(os.environ.get(FAULTS_ENV)),
     )
-    results: list = [None] * len(splits)
-    for i, split in enumerate(splits):
-        results[i] = reusable_unit(work / split.name, split, note)
-        if results[i] is not None:
-            done(results[i])
+    results: list = [reusable_unit(work / split.name, split, note) for split in splits]
+    for reused in (r for r in results if r is not None):
+        done(reused)
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, splits[i]) for i in todo]
     keys = [t.split.describe() for t in tasks]
