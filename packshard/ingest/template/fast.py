@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -305,7 +306,7 @@ def with_renderer(
     if template is None or backend == "reference":
         return template
     renderer = renderer_for(template, variables, backend)
-    return template.routed(renderer) if renderer.fast is not None else template
+    return replace(template, fast=renderer) if renderer.fast is not None else template
 
 
 def render_entry(template: ChatTemplate | None, variables: dict[str, Any], backend: str) -> Any:
