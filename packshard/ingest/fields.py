@@ -30,8 +30,7 @@ from packshard.errors import RecordError
 from packshard.ingest.read.jsonparse import a_json_kind
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
-FLAG_FIELDS = ("train", "weight")
-_READ = frozenset((*REASONING_FIELDS, *FLAG_FIELDS))
+_READ = frozenset((*REASONING_FIELDS, "train", "weight"))
 _THOUGHT_PARTS = ("thinking", "redacted_thinking")
 
 
