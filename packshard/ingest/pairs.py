@@ -116,11 +116,6 @@ def _prompt(value: Any, form: tuple[dict[str, str], str, str, str]) -> list[Mess
     return read_messages(_weighted(value) if type(value) is list else value, "prompt", form)
 
 
-def _common_prefix(chosen: list[Message], rejected: list[Message]) -> int:
-    pairs = zip(chosen, rejected, strict=False)
-    return next((n for n, (a, b) in enumerate(pairs) if a != b), min(len(chosen), len(rejected)))
-
-
 def _one_answer(rest: list[Message], name: str) -> Message:
     if len(rest) != 1 or rest[0].role != "assistant":
         roles = ", ".join(m.role for m in rest) or "nothing"
@@ -155,7 +150,8 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
                 f"no prompt: '{keys[0]}' and '{keys[1]}' are not conversations and there is "
                 "no 'prompt' or 'conversations' (give the prompt, or whole conversations)",
             )
-        n = _common_prefix(chosen, rejected)
+        pairs = zip(chosen, rejected, strict=False)
+        n = next((n for n, (a, b) in enumerate(pairs) if a != b), min(len(chosen), len(rejected)))
         if n == len(chosen) and n == len(rejected):
             raise RecordError(
                 "identical_pair", f"'{keys[0]}' and '{keys[1]}' are the same conversation"
