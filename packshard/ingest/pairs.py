@@ -166,18 +166,6 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
     return Conversation(ref, domain, "preference", msgs, tools_of(value), answers=answers)
 
 
-def _prompt_completion(value: dict[str, Any]) -> list[Message]:
-    """Read TRL's unpaired layout: ``prompt`` then its one-message ``completion``."""
-    completion = _answer(value["completion"], "completion", MESSAGE_FORM)
-    if len(completion) != 1:
-        raise RecordError(
-            "invalid_content",
-            f"'completion' must be one assistant message, got {len(completion)} messages "
-            "(a KTO label judges one answer)",
-        )
-    return [*_prompt(value["prompt"], MESSAGE_FORM), *completion]
-
-
 def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
     """Return an unpaired KTO record: its conversation and its boolean ``label``."""
     label = value.get("label")
@@ -190,7 +178,15 @@ def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
         turns = _weighted(turns) if type(turns) is list else turns
         msgs = tuple(with_system(value, read_messages(turns, "messages", MESSAGE_FORM)))
     elif value.get("prompt") is not None and value.get("completion") is not None:
-        msgs = tuple(with_system(value, _prompt_completion(value)))
+        completion = _answer(value["completion"], "completion", MESSAGE_FORM)  # TRL's layout
+        if len(completion) != 1:
+            raise RecordError(
+                "invalid_content",
+                f"'completion' must be one assistant message, got {len(completion)} messages "
+                "(a KTO label judges one answer)",
+            )
+        prompt = _prompt(value["prompt"], MESSAGE_FORM)
+        msgs = tuple(with_system(value, [*prompt, *completion]))
     else:
         raise RecordError(
             "missing_field",
