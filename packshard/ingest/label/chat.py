@@ -81,9 +81,8 @@ def label_chat(chat: Chat, trained: list[int]) -> Rendered:
     blocks = None if everything else generation_blocks(chat)
     tags = blocks is not None
     if blocks is not None and trained == assistant and not reasoning:
-        if blocks_matter:
-            return _apply_reasoning(text, blocks, blocks, options, "generation_tags")
-        return Rendered(text, tuple(blocks), "generation_tags")
+        tagged = Rendered(text, tuple(blocks), "generation_tags")
+        return _apply_reasoning(text, blocks, blocks, options, tagged) if blocks_matter else tagged
     wanted = sorted(set(trained) | set(assistant)) if tags or everything else trained
     turns = locate_turns(chat, wanted)
     for i in wanted if tags else trained:  # with tags, every turn's blocks must be placed
@@ -110,7 +109,8 @@ def label_chat(chat: Chat, trained: list[int]) -> Rendered:
                     raise RecordError("reasoning_dropped", _lost(i), *_at(chat))
                 dropped += 1
     bodies = [(turns[i].lo, turns[i].hi) for i in checked if i in assistant and i in turns]
-    return _apply_reasoning(text, spans, bodies, options, path, dropped)
+    base = Rendered(text, (), path, reasoning_dropped=dropped)
+    return _apply_reasoning(text, spans, bodies, options, base)
 
 
 def _at(chat: Chat) -> tuple[str, int]:
@@ -126,7 +126,7 @@ def with_final_eos(text: str, frame: Frame, eos: str | None, spans: Spans) -> Sp
 
 
 def _apply_reasoning(
-    text: str, spans: Spans, bodies: Spans, options: IngestOptions, path: str, dropped: int = 0
+    text: str, spans: Spans, bodies: Spans, options: IngestOptions, base: Rendered
 ) -> Rendered:
     """Mask or train each body's leading reasoning block as the policies say; list the blocks."""
     cuts: Spans = []
@@ -144,8 +144,10 @@ def _apply_reasoning(
         elif not any(a <= start and end <= b for a, b in spans):
             spans = [*spans, (start, end)]  # trained with its turn, whatever the tags say
     kept = subtract(sorted(spans), cuts) if cuts else sorted(spans)
-    path = "offsets" if path == "none" and cuts else path
-    return Rendered(text, tuple(kept), path, reasoning=tuple(shown), reasoning_dropped=dropped)
+    path = "offsets" if base.label_path == "none" and cuts else base.label_path
+    return Rendered(
+        text, tuple(kept), path, reasoning=tuple(shown), reasoning_dropped=base.reasoning_dropped
+    )
 
 
 def _kept_blocks(
