@@ -30,9 +30,7 @@ from packshard.errors import RecordError
 from packshard.ingest.read.jsonparse import a_json_kind
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
-FLAG_FIELDS = ("train", "weight")
-_READ = frozenset((*REASONING_FIELDS, *FLAG_FIELDS))
-_THOUGHT_PARTS = ("thinking", "redacted_thinking")
+_READ = frozenset((*REASONING_FIELDS, "train", "weight"))
 
 
 def _kind(value: Any) -> str:
@@ -49,8 +47,6 @@ def thinking_parts(content: Any, where: str, role: str) -> tuple[Any, str | None
     that is not the assistant's (its parts must be text) comes back unchanged.
     """
     if role != "assistant" or type(content) is not list:
-        return content, None
-    if not any(type(p) is dict and p.get("type") in _THOUGHT_PARTS for p in content):
         return content, None
     thoughts, rest = [], []
     for j, part in enumerate(content):
@@ -71,7 +67,7 @@ def thinking_parts(content: Any, where: str, role: str) -> tuple[Any, str | None
                 f"{where} part {j} 'thinking' must be a string, got {_kind(text)}",
             )
         thoughts.append(text)
-    return rest, "".join(thoughts)
+    return (rest, "".join(thoughts)) if thoughts else (content, None)
 
 
 def read_fields(

@@ -63,22 +63,20 @@ def template_markers(template: ChatTemplate) -> list[str]:
     return sorted({m for text in texts for m in MARKER.findall(text)})
 
 
-def marker_pieces(bundle: TokenizerBundle, marker: str) -> list[str]:
-    """Return the pieces ``marker`` tokenizes to (one piece: it is one token)."""
-    tok = bundle.tokenizer
-    added = {t.content for t in tok.get_added_tokens_decoder().values()}
-    if marker in added:
-        return [marker]
-    pieces: list[str] = tok.encode(marker, add_special_tokens=False).tokens
-    if len(pieces) > 1 and pieces[0] in ("▁", "Ġ", " "):  # a prefix space of its own
-        pieces = pieces[1:]
-    return pieces
-
-
 def split_markers(bundle: TokenizerBundle, template: ChatTemplate) -> dict[str, list[str]]:
     """Return every marker ``template`` emits that ``bundle`` splits, with its pieces."""
-    found = {m: marker_pieces(bundle, m) for m in template_markers(template)}
-    return {m: pieces for m, pieces in found.items() if len(pieces) > 1}
+    tok = bundle.tokenizer
+    added = {t.content for t in tok.get_added_tokens_decoder().values()}
+    split = {}
+    for marker in template_markers(template):
+        if marker in added:
+            continue
+        pieces: list[str] = tok.encode(marker, add_special_tokens=False).tokens
+        if len(pieces) > 1 and pieces[0] in ("▁", "Ġ", " "):  # a prefix space of its own
+            pieces = pieces[1:]
+        if len(pieces) > 1:
+            split[marker] = pieces
+    return split
 
 
 def check_markers(

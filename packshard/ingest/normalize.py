@@ -38,6 +38,8 @@ checked later, not here.  Normalization is a few dict lookups per message: no co
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from packshard.errors import RecordError
@@ -93,16 +95,11 @@ def detect_format(value: dict[str, Any]) -> str:
     )
 
 
-def _from_messages(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
-    turns = require(value, "messages", "messages")
-    msgs = with_system(value, read_messages(turns, "messages", MESSAGE_FORM))
-    return Conversation(ref, domain, "messages", tuple(msgs), tools_of(value))
-
-
-def _from_sharegpt(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
-    turns = require(value, "conversations", "sharegpt")
-    msgs = read_messages(turns, "conversations", SHAREGPT_FORM)
-    return Conversation(ref, domain, "sharegpt", tuple(with_system(value, msgs)), tools_of(value))
+def _from_chat(
+    key: str, form: Any, fmt: str, value: dict[str, Any], ref: Any, domain: str
+) -> Conversation:
+    msgs = with_system(value, read_messages(require(value, key, fmt), key, form))
+    return Conversation(ref, domain, fmt, tuple(msgs), tools_of(value))
 
 
 def _from_alpaca(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
@@ -150,9 +147,9 @@ def _from_text(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
     return Conversation(ref, domain, "text", text=text)
 
 
-_BUILDERS = {
-    "messages": _from_messages,
-    "sharegpt": _from_sharegpt,
+_BUILDERS: dict[str, Callable[..., Conversation]] = {
+    "messages": partial(_from_chat, "messages", MESSAGE_FORM, "messages"),
+    "sharegpt": partial(_from_chat, "conversations", SHAREGPT_FORM, "sharegpt"),
     "alpaca": _from_alpaca,
     "prompt_completion": _from_prompt_completion,
     "text": _from_text,

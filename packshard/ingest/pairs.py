@@ -116,11 +116,6 @@ def _prompt(value: Any, form: tuple[dict[str, str], str, str, str]) -> list[Mess
     return read_messages(_weighted(value) if type(value) is list else value, "prompt", form)
 
 
-def _common_prefix(chosen: list[Message], rejected: list[Message]) -> int:
-    pairs = zip(chosen, rejected, strict=False)
-    return next((n for n, (a, b) in enumerate(pairs) if a != b), min(len(chosen), len(rejected)))
-
-
 def _one_answer(rest: list[Message], name: str) -> Message:
     if len(rest) != 1 or rest[0].role != "assistant":
         roles = ", ".join(m.role for m in rest) or "nothing"
@@ -155,7 +150,8 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
                 f"no prompt: '{keys[0]}' and '{keys[1]}' are not conversations and there is "
                 "no 'prompt' or 'conversations' (give the prompt, or whole conversations)",
             )
-        n = _common_prefix(chosen, rejected)
+        pairs = zip(chosen, rejected, strict=False)
+        n = next((n for n, (a, b) in enumerate(pairs) if a != b), min(len(chosen), len(rejected)))
         if n == len(chosen) and n == len(rejected):
             raise RecordError(
                 "identical_pair", f"'{keys[0]}' and '{keys[1]}' are the same conversation"
@@ -170,18 +166,6 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
     return Conversation(ref, domain, "preference", msgs, tools_of(value), answers=answers)
 
 
-def _prompt_completion(value: dict[str, Any]) -> list[Message]:
-    """Read TRL's unpaired layout: ``prompt`` then its one-message ``completion``."""
-    completion = _answer(value["completion"], "completion", MESSAGE_FORM)
-    if len(completion) != 1:
-        raise RecordError(
-            "invalid_content",
-            f"'completion' must be one assistant message, got {len(completion)} messages "
-            "(a KTO label judges one answer)",
-        )
-    return [*_prompt(value["prompt"], MESSAGE_FORM), *completion]
-
-
 def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
     """Return an unpaired KTO record: its conversation and its boolean ``label``."""
     label = value.get("label")
@@ -194,7 +178,15 @@ def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
         turns = _weighted(turns) if type(turns) is list else turns
         msgs = tuple(with_system(value, read_messages(turns, "messages", MESSAGE_FORM)))
     elif value.get("prompt") is not None and value.get("completion") is not None:
-        msgs = tuple(with_system(value, _prompt_completion(value)))
+        completion = _answer(value["completion"], "completion", MESSAGE_FORM)  # TRL's layout
+        if len(completion) != 1:
+            raise RecordError(
+                "invalid_content",
+                f"'completion' must be one assistant message, got {len(completion)} messages "
+                "(a KTO label judges one answer)",
+            )
+        prompt = _prompt(value["prompt"], MESSAGE_FORM)
+        msgs = tuple(with_system(value, [*prompt, *completion]))
     else:
         raise RecordError(
             "missing_field",

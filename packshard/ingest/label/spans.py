@@ -32,6 +32,7 @@ from packshard.ingest.label.chat import label_chat, with_final_eos
 from packshard.ingest.label.frame import Chat, template_frame
 from packshard.ingest.label.reasoning import template_messages
 from packshard.ingest.label.turns import plain_turns
+from packshard.ingest.normalize import is_encodable
 from packshard.ingest.template.render import ChatTemplate, render_chat
 from packshard.ingest.template.sandbox import TemplateSecurityError
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
@@ -53,11 +54,8 @@ def _trained_messages(conv: Conversation, loss: str) -> list[int]:
         picked = picked[-1:]
     elif loss == "completion" and conv.completion_start is not None:
         picked = [i for i in picked if i >= conv.completion_start]
-    flags = {i: m.train for i, m in enumerate(conv.messages) if m.train is not None}
-    if not flags:
-        return picked
-    off = {i for i, flag in flags.items() if not flag}
-    return sorted((set(picked) - off) | {i for i, flag in flags.items() if flag})
+    chosen = set(picked)
+    return [i for i, m in enumerate(conv.messages) if m.train or (m.train is None and i in chosen)]
 
 
 def render_example(
@@ -118,20 +116,15 @@ def render_examples(
     else:
         out = _render_examples(conv, template, bundle, options)
     for rendered in out:
-        text = rendered.text
-        if text.isascii():
-            continue
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            where = f"\\u{ord(text[exc.start]):04x} at character {exc.start}"
+        if not is_encodable(text := rendered.text):
+            at = next(i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff")
             raise RecordError(
                 "invalid_utf8",
-                f"rendered text holds a lone surrogate {where} "
+                f"rendered text holds a lone surrogate \\u{ord(text[at]):04x} at character {at} "
                 "(a JSON escape that is not a Unicode character; fix the record)",
                 conv.ref.source,
                 conv.ref.line,
-            ) from None
+            )
     return out
 
 

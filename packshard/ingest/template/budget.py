@@ -132,14 +132,18 @@ def _stepped(iterable: Iterable[Any], budget: Budget) -> Iterator[Any]:
         yield item
 
 
-def printed_size(value: Any, limit: int) -> int:
-    """Count the characters ``str(value)`` would have, stopping once past ``limit``.
+def check_printed(value: Any, what: str = "printed value") -> Any:
+    """Return ``value`` after refusing one whose printed form exceeds the budget.
 
+    The characters ``str(value)`` would have are counted, stopping once past the limit.
     Shared references count each time they are printed (``[[x] * 1000] * 1000`` prints
     ``x`` a million times), so containers are walked, not measured; the walk stops as soon
-    as the count passes ``limit``, which bounds its own cost.
+    as the count passes the limit, which bounds its own cost.
     """
-    stack, total, budget = [value], 0, current()
+    if type(value) is str:
+        return value
+    budget = current()
+    stack, total, limit = [value], 0, budget.limits.max_chars
     while stack and total <= limit:
         item = stack.pop()
         budget.step()
@@ -161,14 +165,7 @@ def printed_size(value: Any, limit: int) -> int:
             stack.append(object.__getattribute__(item, "_Namespace__attrs"))
         else:
             total += 24
-    return total
-
-
-def check_printed(value: Any, what: str = "printed value") -> Any:
-    """Return ``value`` after refusing one whose printed form exceeds the budget."""
-    if type(value) is not str:
-        budget = current()
-        budget.size(printed_size(value, budget.limits.max_chars), what)
+    budget.size(total, what)
     return value
 
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -212,8 +213,7 @@ class Renderer:
         self.requested, self.variables = requested, variables
         self.fast: FastRenderer | None = None
         self.reason = "reference requested" if requested == "reference" else ""
-        self._proven = requested != "auto"
-        self._checked = 0
+        self._unproven = FIRST_RENDERS if requested == "auto" else 0  # renders left to check
         self._lock = threading.Lock()
         if requested != "reference":
             self._try_fast(template)
@@ -254,14 +254,13 @@ class Renderer:
         if fast is None:
             return None
         got = fast.render(template, messages, tools, variables, add_generation_prompt)
-        if got is None or self._proven:
+        if got is None or not self._unproven:
             return got
         with self._lock:
             call = (messages, tools, add_generation_prompt)
             if self.fast is not None and (where := _both(template, fast, call, variables)):
                 self._refuse(f"{FAST_RENDER} differs on the input: {where}")
-            self._checked += 1
-            self._proven = self._proven or self._checked >= FIRST_RENDERS
+            self._unproven = max(self._unproven - 1, 0)
         return got if self.fast is not None else None
 
     @property
@@ -305,7 +304,7 @@ def with_renderer(
     if template is None or backend == "reference":
         return template
     renderer = renderer_for(template, variables, backend)
-    return template.routed(renderer) if renderer.fast is not None else template
+    return replace(template, fast=renderer) if renderer.fast is not None else template
 
 
 def render_entry(template: ChatTemplate | None, variables: dict[str, Any], backend: str) -> Any:

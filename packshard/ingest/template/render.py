@@ -102,10 +102,6 @@ class ChatTemplate:
         """Return this template rendering under the given size and time budget."""
         return dataclasses.replace(self, limits=RenderLimits(max_chars, seconds))
 
-    def routed(self, renderer: Any) -> ChatTemplate:
-        """Return this template rendering through ``renderer`` first (else the sandbox)."""
-        return dataclasses.replace(self, fast=renderer)
-
 
 def compile_template(text: str, source: str) -> ChatTemplate:
     """Compile ``text`` in the sandbox; ``source`` names it in errors and the manifest."""

@@ -65,10 +65,6 @@ def _names(node: nodes.Node) -> list[Any]:
     return found + list(node.find_all((nodes.Name, nodes.NSRef)))
 
 
-def _reads(node: nodes.Node, names: set[str]) -> int:
-    return sum(n.name in names for n in _names(node) if getattr(n, "ctx", "") == "load")
-
-
 def _screen_node(node: nodes.Node, assigned: set[str], loops: tuple[str, ...]) -> str | None:
     kind = type(node).__name__
     if kind not in _NODES:
@@ -95,8 +91,10 @@ def _screen_node(node: nodes.Node, assigned: set[str], loops: tuple[str, ...]) -
             return f"call (line {node.lineno})"
         if node.dyn_args is not None or node.dyn_kwargs is not None:
             return f"call with * or ** (line {node.lineno})"
-    if isinstance(node, nodes.Assign) and _reads(node.node, assigned) > 1:
-        return f"set reading two variables that are set (line {node.lineno})"
+    if isinstance(node, nodes.Assign):
+        loads = [n for n in _names(node.node) if getattr(n, "ctx", "") == "load"]
+        if sum(n.name in assigned for n in loads) > 1:
+            return f"set reading two variables that are set (line {node.lineno})"
     if isinstance(node, nodes.For):
         if node.recursive:
             return f"recursive loop (line {node.lineno})"
