@@ -53,7 +53,9 @@ class Turn:
 
 def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
     """Place the turns of ``messages[i]`` for ``i`` in ``wanted``; unplaceable ones are left out."""
-    anchors = search_anchors(chat, wanted) or probe_anchors(chat) or {}
+    anchors = search_anchors(chat, wanted)
+    if anchors is None:
+        anchors = probe_anchors(chat) or {}
     out: dict[int, Turn] = {}
     order = sorted(anchors)
     chosen = set(wanted)
