@@ -50,18 +50,17 @@ def split_ext(name: str) -> tuple[str, str, str]:
     return name[: len(name) - len(codec) - len(kind)], kind, codec
 
 
-def _supported(name: str) -> bool:
-    _, kind, codec = split_ext(name)
-    return bool(kind) and not (kind == ".parquet" and codec)
+def _unsupported(path: str) -> str | None:
+    """Why the file's name is no supported input type; None when it is one."""
+    _, kind, codec = split_ext(os.path.basename(path))
+    if kind == ".parquet" and codec:
+        return f"Parquet is compressed inside; remove the outer {codec}"
+    return None if kind else EXPECTED
 
 
 def _check_type(path: str) -> None:
-    _, kind, codec = split_ext(os.path.basename(path))
-    if kind == ".parquet" and codec:
-        why = f"Parquet is compressed inside; remove the outer {codec}"
+    if (why := _unsupported(path)) is not None:
         raise InputError(f"{path}: unsupported input type ({why})")
-    if not kind:
-        raise InputError(f"{path}: unsupported input type ({EXPECTED})")
 
 
 def _kind_of(mode: int) -> str:
@@ -112,10 +111,8 @@ def _regular(path: str, mode: int | None) -> str:
 
 def _walk(folder: str) -> list[str]:
     """Every supported file below ``folder``, sorted by path, hidden entries skipped."""
-    found: list[str] = []
-    for path, mode in _below(folder):
-        if (mode is None or not stat.S_ISDIR(mode)) and _supported(os.path.basename(path)):
-            found.append(_regular(path, mode))
+    files = ((p, m) for p, m in _below(folder) if m is None or not stat.S_ISDIR(m))
+    found = [_regular(p, m) for p, m in files if _unsupported(p) is None]
     return [str(Path(path)) for path in sorted(found)]
 
 
