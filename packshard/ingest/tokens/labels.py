@@ -164,10 +164,8 @@ class Labelled:
             counts = [
                 p.reasoning or (np.zeros(len(p.offsets) - 1, dtype=np.int64),) * 2 for p in parts
             ]
-            reasoning = (
-                np.concatenate([c[0] for c in counts]),
-                np.concatenate([c[1] for c in counts]),
-            )
+            tokens, loss = zip(*counts, strict=True)
+            reasoning = np.concatenate(tokens), np.concatenate(loss)
         return Labelled(
             np.concatenate([p.input_ids for p in parts]),
             np.concatenate([p.labels for p in parts]),
