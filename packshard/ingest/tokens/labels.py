@@ -226,7 +226,7 @@ def label_batch(
         if offsets_needed(bundle, rendered):
             t0, t1 = _offset_spans(encs, encoded, table)
         else:
-            t0, t1 = _byte_spans(bundle, rendered, encs, raw_ids, encoded, table)
+            t0, t1 = _byte_spans(bundle, rendered, raw_ids, encoded, table)
         base = offsets[table[:, 0]] + lead[table[:, 0]]
         first, stop = base + t0, base + t1
         hit = t1 > t0
@@ -283,7 +283,6 @@ def _offset_spans(
 def _byte_spans(
     bundle: TokenizerBundle,
     rendered: Sequence[Rendered],
-    encs: Sequence[tokenizers.Encoding],
     raw_ids: np.ndarray,
     encoded: np.ndarray,
     table: np.ndarray,
