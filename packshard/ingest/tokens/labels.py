@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import tokenizers
 
-from packshard.arrays import count_trained, exclusive_cumsum
-from packshard.ingest.tokens.alignment import align, covered, span_tokens, utf8_batch
+from packshard.arrays import count_trained, exclusive_cumsum, utf8_batch
+from packshard.ingest.tokens.alignment import align, covered, span_tokens
 from packshard.ingest.tokens.backends import encoder_for
 from packshard.ingest.tokens.metaspace import FlatIds
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
