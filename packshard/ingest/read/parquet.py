@@ -12,9 +12,9 @@ one :class:`RawRecord` numbered by its 1-based row.  The checks match the JSON r
   rows it had left), and reading goes on with the next group: the rows before it and after it
   are kept.
 
-The whole-file reader (:func:`read_parquet`) and the row-group reader of a work unit
-(:mod:`packshard.ingest.read.splits`) share :func:`parquet_records`, so a unit's records are the
-whole file's.
+The whole-file reader (:func:`packshard.ingest.read.sources.read_records`) and the row-group
+reader of a work unit (:mod:`packshard.ingest.read.splits`) share :func:`parquet_records`, so a
+unit's records are the whole file's.
 """
 
 from __future__ import annotations
@@ -24,13 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from packshard.errors import InputError
-from packshard.ingest.read.inputs import (
-    InputFile,
-    file_domain,
-    open_regular,
-    reject_record,
-    too_large_record,
-)
+from packshard.ingest.read.inputs import InputFile, file_domain, reject_record, too_large_record
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
 
@@ -55,12 +49,6 @@ def repeated_field(fields: Any) -> str | None:
             if pa.types.is_struct(kind):
                 stack.append([kind.field(i) for i in range(kind.num_fields)])
     return None
-
-
-def read_parquet(f: InputFile, batch_rows: int, limit: int) -> Iterator[RawRecord]:
-    """Yield the records of a whole Parquet file, ``batch_rows`` rows at a time at most."""
-    with open_regular(f.real, f.path) as fh:
-        yield from parquet_records(f, fh, batch_rows, limit)
 
 
 @dataclass(frozen=True, slots=True)

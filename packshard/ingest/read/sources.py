@@ -45,7 +45,7 @@ from packshard.ingest.read.inputs import (
     too_large_record,
 )
 from packshard.ingest.read.jsonparse import a_json_kind, parse_record
-from packshard.ingest.read.parquet import read_parquet
+from packshard.ingest.read.parquet import parquet_records
 from packshard.ingest.read.streams import StreamError, StreamLimitError, TextBuffer, iter_bytes
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.records import SourceRef
@@ -176,10 +176,10 @@ def read_records(
     options = options or IngestOptions()
     limit = options.max_record_bytes
     _, kind, codec = split_ext(os.path.basename(f.path))
-    if kind == ".parquet":
-        yield from read_parquet(f, max(1, min(chunk_size, 1024)), limit)
-        return
     with open_regular(f.real, f.path) as fh:
+        if kind == ".parquet":
+            yield from parquet_records(f, fh, max(1, min(chunk_size, 1024)), limit)
+            return
         chunks = iter_bytes(
             fh, codec, chunk_size, options.max_decompressed_bytes, options.max_expansion
         )
