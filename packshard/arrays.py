@@ -107,16 +107,13 @@ class NameCodes:
         is one lookup: 5.6 µs for 1,024 names against 66 by name.
         """
         code = self._code
-        if names and names.count(names[0]) == len(names):
-            only = names[0]
-            if only not in code:
-                code[only] = len(self.names)
-                self.names.append(only)
-            return np.full(len(names), code[only], dtype=np.int32)
-        for name in names:
+        same = bool(names) and names.count(names[0]) == len(names)
+        for name in names[:1] if same else names:
             if name not in code:
                 code[name] = len(self.names)
                 self.names.append(name)
+        if same:
+            return np.full(len(names), code[names[0]], dtype=np.int32)
         return np.fromiter((code[n] for n in names), dtype=np.int32, count=len(names))
 
 
