@@ -275,8 +275,7 @@ def check_forced(bundle: TokenizerBundle, backend: str) -> None:
         UsageError: fastokens is not installed, or labels need offsets.
 
     """
-    why = _unusable(bundle) if backend == "fast" else None
-    if why is not None:
+    if backend == "fast" and (why := _unusable(bundle)) is not None:
         raise UsageError(f"--backend fast: {why} (use --backend auto or reference)")
 
 
