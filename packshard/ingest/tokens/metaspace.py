@@ -79,12 +79,9 @@ def fast_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], MetaspaceRule | Non
     if any(" " in a["content"] or SPACE in a["content"] for a in added):
         return None
     replaced = {**spec, "normalizer": None, "pre_tokenizer": None}
-    by_side = [[a["content"] for a in added if a.get(side)] for side in ("rstrip", "lstrip")]
-    parts = []
-    if by_side[0]:
-        parts.append(f"{_either(by_side[0])}{_WHITESPACE}* ")
-    if by_side[1]:
-        parts.append(f" {_WHITESPACE}*{_either(by_side[1])}")
+    rstrip, lstrip = ([a["content"] for a in added if a.get(side)] for side in ("rstrip", "lstrip"))
+    parts = [f"{_either(rstrip)}{_WHITESPACE}* "] if rstrip else []
+    parts += [f" {_WHITESPACE}*{_either(lstrip)}"] if lstrip else []
     swallowed = re.compile("|".join(parts)) if parts else None
     contents = {int(a["id"]): a["content"] for a in added}
     return replaced, MetaspaceRule(pre["prepend_scheme"] == "first", contents, swallowed)
