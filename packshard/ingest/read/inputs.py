@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from packshard.errors import InputError, RecordError
-from packshard.ingest.read.jsonparse import too_large_reason
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
 
@@ -244,8 +243,3 @@ def reject_record(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
     return RawRecord(
         SourceRef(f.path, line), file_domain(f.path), None, RecordError(code, reason, f.path, line)
     )
-
-
-def too_large_record(f: InputFile, line: int, what: str, limit: int) -> RawRecord:
-    """Return the ``too_large`` reject of a record over the ``--max-record-bytes`` limit."""
-    return reject_record(f, line, "too_large", too_large_reason(what, limit))

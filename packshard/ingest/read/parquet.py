@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from packshard.errors import InputError
-from packshard.ingest.read.inputs import InputFile, file_domain, reject_record, too_large_record
+from packshard.ingest.read.inputs import InputFile, file_domain, reject_record
+from packshard.ingest.read.jsonparse import too_large_reason
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
 
@@ -129,7 +130,7 @@ def parquet_records(
         for part in _within(batch, limit):
             if part is None:
                 row += 1
-                yield too_large_record(f, row, "row", limit)
+                yield reject_record(f, row, *too_large_reason("row", limit))
                 continue
             for value in part.to_pylist():
                 row += 1

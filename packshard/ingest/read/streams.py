@@ -219,7 +219,7 @@ class TextBuffer:
                 cut = exc.msg.startswith("Unterminated") or exc.pos >= len(self.text) - _MARGIN
                 if cut and not self.done:
                     if limit is not None and len(self.text) - self.pos > limit:
-                        return self.skip("too_large", too_large_reason("element", limit))
+                        return self.skip(*too_large_reason("element", limit))
                     self.grow()
                     continue
                 if cut and self.failure:
@@ -234,7 +234,7 @@ class TextBuffer:
                 continue
             if limit is not None and end - self.pos > limit:
                 self.pos = end
-                return None, ("too_large", too_large_reason("element", limit)), False
+                return None, too_large_reason("element", limit), False
             self.pos = end
             return value, None, False
 
