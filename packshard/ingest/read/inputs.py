@@ -30,6 +30,12 @@ EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"
 _CODECS = (".gz", ".zst")
 _TYPES = (".jsonl", ".json", ".parquet")
 _MAGIC = frozenset("*?[")
+_SPECIAL = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +68,10 @@ def _check_type(path: str) -> None:
         raise InputError(f"{path}: unsupported input type ({why})")
 
 
-def _kind_of(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
 def _special(path: str, mode: int) -> InputError:
+    kind = _SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
     return InputError(
-        f"{path}: {_kind_of(mode)}, not a regular file (reading it could block forever; "
+        f"{path}: {kind}, not a regular file (reading it could block forever; "
         "remove it from the inputs)"
     )
 
