@@ -107,16 +107,13 @@ class NameCodes:
         is one lookup: 5.6 µs for 1,024 names against 66 by name.
         """
         code = self._code
-        if names and names.count(names[0]) == len(names):
-            only = names[0]
-            if only not in code:
-                code[only] = len(self.names)
-                self.names.append(only)
-            return np.full(len(names), code[only], dtype=np.int32)
-        for name in names:
+        same = bool(names) and names.count(names[0]) == len(names)
+        for name in names[:1] if same else names:
             if name not in code:
                 code[name] = len(self.names)
                 self.names.append(name)
+        if same:
+            return np.full(len(names), code[names[0]], dtype=np.int32)
         return np.fromiter((code[n] for n in names), dtype=np.int32, count=len(names))
 
 
@@ -141,14 +138,20 @@ def arrow_array(values: np.ndarray, kind: pa.DataType | None = None) -> pa.Array
     return out if kind is None or out.type == kind else out.cast(kind)
 
 
+def utf8_batch(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Return the texts' UTF-8 bytes, concatenated, and the byte offset of each (int64)."""
+    encoded = [t.encode("utf-8") for t in texts]
+    offsets = exclusive_cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
+
+
 def arrow_strings(names: Sequence[str]) -> pa.Array:
     """Return ``pa.array(names, pa.string())`` for a list of strings, without pandas."""
     import pyarrow as pa
 
-    encoded = [n.encode("utf-8") for n in names]
-    offsets = exclusive_cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)))
-    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))]
-    return pa.Array.from_buffers(pa.string(), len(encoded), buffers)
+    data, offsets = utf8_batch(names)
+    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), len(names), buffers)
 
 
 def numpy_view(array: pa.Array) -> np.ndarray:

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from packshard.errors import InputError, RecordError
-from packshard.ingest.read.jsonparse import too_large_reason
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
 
@@ -31,6 +30,12 @@ EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"
 _CODECS = (".gz", ".zst")
 _TYPES = (".jsonl", ".json", ".parquet")
 _MAGIC = frozenset("*?[")
+_SPECIAL = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,33 +55,23 @@ def split_ext(name: str) -> tuple[str, str, str]:
     return name[: len(name) - len(codec) - len(kind)], kind, codec
 
 
-def _supported(name: str) -> bool:
-    _, kind, codec = split_ext(name)
-    return bool(kind) and not (kind == ".parquet" and codec)
+def _unsupported(path: str) -> str | None:
+    """Why the file's name is no supported input type; None when it is one."""
+    _, kind, codec = split_ext(os.path.basename(path))
+    if kind == ".parquet" and codec:
+        return f"Parquet is compressed inside; remove the outer {codec}"
+    return None if kind else EXPECTED
 
 
 def _check_type(path: str) -> None:
-    _, kind, codec = split_ext(os.path.basename(path))
-    if kind == ".parquet" and codec:
-        why = f"Parquet is compressed inside; remove the outer {codec}"
+    if (why := _unsupported(path)) is not None:
         raise InputError(f"{path}: unsupported input type ({why})")
-    if not kind:
-        raise InputError(f"{path}: unsupported input type ({EXPECTED})")
-
-
-def _kind_of(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
 
 
 def _special(path: str, mode: int) -> InputError:
+    kind = _SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
     return InputError(
-        f"{path}: {_kind_of(mode)}, not a regular file (reading it could block forever; "
+        f"{path}: {kind}, not a regular file (reading it could block forever; "
         "remove it from the inputs)"
     )
 
@@ -112,10 +107,8 @@ def _regular(path: str, mode: int | None) -> str:
 
 def _walk(folder: str) -> list[str]:
     """Every supported file below ``folder``, sorted by path, hidden entries skipped."""
-    found: list[str] = []
-    for path, mode in _below(folder):
-        if (mode is None or not stat.S_ISDIR(mode)) and _supported(os.path.basename(path)):
-            found.append(_regular(path, mode))
+    files = ((p, m) for p, m in _below(folder) if m is None or not stat.S_ISDIR(m))
+    found = [_regular(p, m) for p, m in files if _unsupported(p) is None]
     return [str(Path(path)) for path in sorted(found)]
 
 
@@ -247,8 +240,3 @@ def reject_record(f: InputFile, line: int, code: str, reason: str) -> RawRecord:
     return RawRecord(
         SourceRef(f.path, line), file_domain(f.path), None, RecordError(code, reason, f.path, line)
     )
-
-
-def too_large_record(f: InputFile, line: int, what: str, limit: int) -> RawRecord:
-    """Return the ``too_large`` reject of a record over the ``--max-record-bytes`` limit."""
-    return reject_record(f, line, "too_large", too_large_reason(what, limit))

@@ -63,9 +63,9 @@ def parse_record(text: str) -> tuple[Any, tuple[str, str] | None]:
         return None, unusable_reason(exc)
 
 
-def too_large_reason(what: str, limit: int) -> str:
-    """Return the reject reason of a ``what`` (line, element, row) over ``--max-record-bytes``."""
-    return (
+def too_large_reason(what: str, limit: int) -> tuple[str, str]:
+    """Return ``(code, reason)`` of a ``what`` (line, element, row) over ``--max-record-bytes``."""
+    return "too_large", (
         f"{what} is larger than {limit:,} bytes (use --max-record-bytes to raise the limit "
         "for records this large)"
     )

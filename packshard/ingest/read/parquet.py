@@ -1,6 +1,6 @@
 """Parquet inputs: rows as records, checked as every other input's records are.
 
-A Parquet file is read one record batch at a time (:func:`parquet_batches`: at most
+A Parquet file is read one record batch at a time (:func:`parquet_records`: at most
 ``batch_rows`` rows, fewer when its rows are large, about 64 MiB a batch), and each row becomes
 one :class:`RawRecord` numbered by its 1-based row.  The checks match the JSON readers':
 
@@ -12,25 +12,19 @@ one :class:`RawRecord` numbered by its 1-based row.  The checks match the JSON r
   rows it had left), and reading goes on with the next group: the rows before it and after it
   are kept.
 
-The whole-file reader (:func:`read_parquet`) and the row-group reader of a work unit
-(:mod:`packshard.ingest.read.splits`) share :func:`parquet_records`, so a unit's records are the
-whole file's.
+The whole-file reader (:func:`packshard.ingest.read.sources.read_records`) and the row-group
+reader of a work unit (:mod:`packshard.ingest.read.splits`) share :func:`parquet_records`, so a
+unit's records are the whole file's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from packshard.errors import InputError
-from packshard.ingest.read.inputs import (
-    InputFile,
-    file_domain,
-    open_regular,
-    reject_record,
-    too_large_record,
-)
+from packshard.ingest.read.inputs import InputFile, file_domain, reject_record
+from packshard.ingest.read.jsonparse import too_large_reason
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
 
@@ -55,43 +49,6 @@ def repeated_field(fields: Any) -> str | None:
             if pa.types.is_struct(kind):
                 stack.append([kind.field(i) for i in range(kind.num_fields)])
     return None
-
-
-def read_parquet(f: InputFile, batch_rows: int, limit: int) -> Iterator[RawRecord]:
-    """Yield the records of a whole Parquet file, ``batch_rows`` rows at a time at most."""
-    with open_regular(f.real, f.path) as fh:
-        yield from parquet_records(f, fh, batch_rows, limit)
-
-
-@dataclass(frozen=True, slots=True)
-class BrokenGroup:
-    """Rows of a row group that could not be read: ``rows`` of group ``group``, and why."""
-
-    group: int
-    rows: int
-    error: str
-
-
-def parquet_batches(pfile: Any, batch_rows: int, row_groups: Any = None) -> Iterator[Any]:
-    """Record batches of at most ``batch_rows`` (fewer when rows are large, about 64 MiB).
-
-    Read one row group at a time: a group that cannot be read is a :class:`BrokenGroup` for
-    the rows it has left, and reading goes on with the next group.
-    """
-    import pyarrow as pa
-
-    meta = pfile.metadata
-    if meta.num_rows and meta.num_row_groups:
-        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) or 1
-        batch_rows = max(1, min(batch_rows, PARQUET_BATCH_BYTES * meta.num_rows // size))
-    for g in range(meta.num_row_groups) if row_groups is None else row_groups:
-        left = meta.row_group(g).num_rows
-        try:
-            for batch in pfile.iter_batches(batch_size=batch_rows, row_groups=[g]):
-                left -= batch.num_rows
-                yield batch
-        except (OSError, pa.ArrowException) as exc:
-            yield BrokenGroup(g, left, str(exc))
 
 
 def parquet_records(
@@ -121,31 +78,47 @@ def parquet_records(
         repeated = repeated_field(pfile.schema_arrow)
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{f.path}: cannot read Parquet file ({exc})") from None
-    domain = file_domain(f.path)
-    for batch in parquet_batches(pfile, batch_rows, row_groups):
-        if isinstance(batch, BrokenGroup):
-            if batch.rows:
-                reason = (
-                    f"cannot read Parquet data ({batch.error}); rows {row + 1}–{row + batch.rows}"
-                    f" of row group {batch.group} ({batch.rows} rows) are not read"
-                )
-                yield reject_record(f, row + 1, "unreadable", reason)
-                row += batch.rows
-            continue
-        if repeated is not None:
-            why = f"duplicate field {repeated!r} in the Parquet schema (fix the file)"
-            for _ in range(batch.num_rows):
-                row += 1
-                yield reject_record(f, row, "duplicate_key", why)
-            continue
-        for part in _within(batch, limit):
-            if part is None:
-                row += 1
-                yield too_large_record(f, row, "row", limit)
+    domain, meta = file_domain(f.path), pfile.metadata
+    if meta.num_rows and meta.num_row_groups:  # fewer rows a batch when they are large
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) or 1
+        batch_rows = max(1, min(batch_rows, PARQUET_BATCH_BYTES * meta.num_rows // size))
+    for g in range(meta.num_row_groups) if row_groups is None else row_groups:
+        left = meta.row_group(g).num_rows
+        for batch in _group_batches(pfile, g, batch_rows):
+            if isinstance(batch, str):  # the group broke: the rows it had left are not read
+                if left:
+                    reason = (
+                        f"cannot read Parquet data ({batch}); rows {row + 1}–{row + left}"
+                        f" of row group {g} ({left} rows) are not read"
+                    )
+                    yield reject_record(f, row + 1, "unreadable", reason)
+                    row += left
                 continue
-            for value in part.to_pylist():
-                row += 1
-                yield RawRecord(SourceRef(f.path, row), domain, value)
+            left -= batch.num_rows
+            if repeated is not None:
+                why = f"duplicate field {repeated!r} in the Parquet schema (fix the file)"
+                for _ in range(batch.num_rows):
+                    row += 1
+                    yield reject_record(f, row, "duplicate_key", why)
+                continue
+            for part in _within(batch, limit):
+                if part is None:
+                    row += 1
+                    yield reject_record(f, row, *too_large_reason("row", limit))
+                    continue
+                for value in part.to_pylist():
+                    row += 1
+                    yield RawRecord(SourceRef(f.path, row), domain, value)
+
+
+def _group_batches(pfile: Any, group: int, batch_rows: int) -> Iterator[Any]:
+    """Yield the record batches of one row group, then the error (a str) if reading broke."""
+    import pyarrow as pa
+
+    try:
+        yield from pfile.iter_batches(batch_size=batch_rows, row_groups=[group])
+    except (OSError, pa.ArrowException) as exc:
+        yield str(exc)
 
 
 def _within(batch: Any, limit: int) -> Iterator[Any]:

@@ -42,10 +42,9 @@ from packshard.ingest.read.inputs import (
     open_regular,
     reject_record,
     split_ext,
-    too_large_record,
 )
-from packshard.ingest.read.jsonparse import a_json_kind, parse_record
-from packshard.ingest.read.parquet import read_parquet
+from packshard.ingest.read.jsonparse import a_json_kind, parse_record, too_large_reason
+from packshard.ingest.read.parquet import parquet_records
 from packshard.ingest.read.streams import StreamError, StreamLimitError, TextBuffer, iter_bytes
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.records import SourceRef
@@ -101,12 +100,12 @@ def read_jsonl(f: InputFile, chunks: Iterator[bytes], limit: int) -> Iterator[Ra
             for line in lines:
                 line_no += 1
                 if len(line) > limit:
-                    yield too_large_record(f, line_no, "line", limit)
+                    yield reject_record(f, line_no, *too_large_reason("line", limit))
                 elif line.strip():
                     yield _parse_line(f, line_no, domain, line)
             parts, pending = [tail], len(tail)
         if pending > limit:  # the open line: rejected now, its bytes skipped to its newline
-            yield too_large_record(f, line_no + 1, "line", limit)
+            yield reject_record(f, line_no + 1, *too_large_reason("line", limit))
             parts, pending, skipping = [], 0, True
     tail = b"".join(parts)
     if tail.strip() and not skipping:
@@ -176,10 +175,10 @@ def read_records(
     options = options or IngestOptions()
     limit = options.max_record_bytes
     _, kind, codec = split_ext(os.path.basename(f.path))
-    if kind == ".parquet":
-        yield from read_parquet(f, max(1, min(chunk_size, 1024)), limit)
-        return
     with open_regular(f.real, f.path) as fh:
+        if kind == ".parquet":
+            yield from parquet_records(f, fh, max(1, min(chunk_size, 1024)), limit)
+            return
         chunks = iter_bytes(
             fh, codec, chunk_size, options.max_decompressed_bytes, options.max_expansion
         )

@@ -51,11 +51,7 @@ class StreamLimitError(Exception):
 
 
 def iter_bytes(
-    fh: BinaryIO,
-    codec: str,
-    chunk_size: int,
-    max_bytes: int | None = None,
-    max_expansion: int | None = None,
+    fh: BinaryIO, codec: str, chunk_size: int, max_bytes: int, max_expansion: int
 ) -> Iterator[bytes]:
     """Yield the decompressed bytes, about ``chunk_size`` at a time.
 
@@ -126,15 +122,13 @@ def _decompress(fh: BinaryIO, codec: str, chunk_size: int, read: list[int]) -> I
         raise StreamError(f"the {codec} stream is truncated (it ends before its end marker)")
 
 
-def _check_expansion(
-    codec: str, read: int, made: int, max_bytes: int | None, max_expansion: int | None
-) -> None:
-    if max_bytes is not None and made > max_bytes:
+def _check_expansion(codec: str, read: int, made: int, max_bytes: int, max_expansion: int) -> None:
+    if made > max_bytes:
         raise StreamLimitError(
             f"decompresses to more than {max_bytes:,} bytes (use --max-decompressed-bytes "
             "to raise the limit for a file this large)"
         )
-    if max_expansion is not None and made > EXPANSION_FLOOR and made > max_expansion * read:
+    if made > EXPANSION_FLOOR and made > max_expansion * read:
         raise StreamLimitError(
             f"expands more than {max_expansion}x ({read:,} {codec} bytes to over {made:,}): a "
             "decompression bomb? (use --max-expansion to allow more)"
@@ -225,7 +219,7 @@ class TextBuffer:
                 cut = exc.msg.startswith("Unterminated") or exc.pos >= len(self.text) - _MARGIN
                 if cut and not self.done:
                     if limit is not None and len(self.text) - self.pos > limit:
-                        return self.skip("too_large", too_large_reason("element", limit))
+                        return self.skip(*too_large_reason("element", limit))
                     self.grow()
                     continue
                 if cut and self.failure:
@@ -240,7 +234,7 @@ class TextBuffer:
                 continue
             if limit is not None and end - self.pos > limit:
                 self.pos = end
-                return None, ("too_large", too_large_reason("element", limit)), False
+                return None, too_large_reason("element", limit), False
             self.pos = end
             return value, None, False
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from packshard.arrays import exclusive_cumsum
 from packshard.ingest.tokens.aligner import (
     ADDED,
     LSTRIP,
@@ -62,13 +61,6 @@ from packshard.ingest.tokens.aligner import (
     UNKNOWN,
     ByteAligner,
 )
-
-
-def utf8_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Return the texts' UTF-8 bytes, concatenated, and the byte offset of each (int64)."""
-    encoded = [t.encode("utf-8") for t in texts]
-    offsets = exclusive_cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
 
 
 def align(

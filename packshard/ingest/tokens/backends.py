@@ -133,10 +133,9 @@ def fast_encoder(bundle: TokenizerBundle) -> FastEncoder:
     """
     key = (FAST, id(bundle.tokenizer))
     with _BUILDING:
-        found = bundle.encoders.get(key)
-        if found is None:
-            found = bundle.encoders[key] = FastEncoder(bundle)
-        return found
+        if key not in bundle.encoders:
+            bundle.encoders[key] = FastEncoder(bundle)
+        return bundle.encoders[key]
 
 
 _BUILDING = threading.Lock()
@@ -255,10 +254,9 @@ def encoder_for(bundle: TokenizerBundle, backend: str) -> Encoder:
     # (the Encoder holds the bundle, so the tokenizer's id cannot be reused while it is cached)
     key = _key(bundle, backend)
     with _CHOOSING:
-        found = bundle.encoders.get(key)
-        if found is None:
-            found = bundle.encoders[key] = Encoder(bundle, backend)
-        return found
+        if key not in bundle.encoders:
+            bundle.encoders[key] = Encoder(bundle, backend)
+        return bundle.encoders[key]
 
 
 def _key(bundle: TokenizerBundle, backend: str) -> tuple[str, int, int]:
@@ -275,8 +273,7 @@ def check_forced(bundle: TokenizerBundle, backend: str) -> None:
         UsageError: fastokens is not installed, or labels need offsets.
 
     """
-    why = _unusable(bundle) if backend == "fast" else None
-    if why is not None:
+    if backend == "fast" and (why := _unusable(bundle)) is not None:
         raise UsageError(f"--backend fast: {why} (use --backend auto or reference)")
 
 

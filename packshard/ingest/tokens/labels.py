@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import tokenizers
 
-from packshard.arrays import count_trained, exclusive_cumsum
-from packshard.ingest.tokens.alignment import align, covered, span_tokens, utf8_batch
+from packshard.arrays import count_trained, exclusive_cumsum, utf8_batch
+from packshard.ingest.tokens.alignment import align, covered, span_tokens
 from packshard.ingest.tokens.backends import encoder_for
 from packshard.ingest.tokens.metaspace import FlatIds
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
@@ -164,10 +164,8 @@ class Labelled:
             counts = [
                 p.reasoning or (np.zeros(len(p.offsets) - 1, dtype=np.int64),) * 2 for p in parts
             ]
-            reasoning = (
-                np.concatenate([c[0] for c in counts]),
-                np.concatenate([c[1] for c in counts]),
-            )
+            tokens, loss = zip(*counts, strict=True)
+            reasoning = np.concatenate(tokens), np.concatenate(loss)
         return Labelled(
             np.concatenate([p.input_ids for p in parts]),
             np.concatenate([p.labels for p in parts]),
@@ -228,7 +226,7 @@ def label_batch(
         if offsets_needed(bundle, rendered):
             t0, t1 = _offset_spans(encs, encoded, table)
         else:
-            t0, t1 = _byte_spans(bundle, rendered, encs, raw_ids, encoded, table)
+            t0, t1 = _byte_spans(bundle, rendered, raw_ids, encoded, table)
         base = offsets[table[:, 0]] + lead[table[:, 0]]
         first, stop = base + t0, base + t1
         hit = t1 > t0
@@ -285,7 +283,6 @@ def _offset_spans(
 def _byte_spans(
     bundle: TokenizerBundle,
     rendered: Sequence[Rendered],
-    encs: Sequence[tokenizers.Encoding],
     raw_ids: np.ndarray,
     encoded: np.ndarray,
     table: np.ndarray,

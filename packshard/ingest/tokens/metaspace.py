@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from packshard.arrays import exclusive_cumsum
+
 SPACE = "▁"
 
 
@@ -77,12 +79,9 @@ def fast_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], MetaspaceRule | Non
     if any(" " in a["content"] or SPACE in a["content"] for a in added):
         return None
     replaced = {**spec, "normalizer": None, "pre_tokenizer": None}
-    by_side = [[a["content"] for a in added if a.get(side)] for side in ("rstrip", "lstrip")]
-    parts = []
-    if by_side[0]:
-        parts.append(f"{_either(by_side[0])}{_WHITESPACE}* ")
-    if by_side[1]:
-        parts.append(f" {_WHITESPACE}*{_either(by_side[1])}")
+    rstrip, lstrip = ([a["content"] for a in added if a.get(side)] for side in ("rstrip", "lstrip"))
+    parts = [f"{_either(rstrip)}{_WHITESPACE}* "] if rstrip else []
+    parts += [f" {_WHITESPACE}*{_either(lstrip)}"] if lstrip else []
     swallowed = re.compile("|".join(parts)) if parts else None
     contents = {int(a["id"]): a["content"] for a in added}
     return replaced, MetaspaceRule(pre["prepend_scheme"] == "first", contents, swallowed)
@@ -134,9 +133,6 @@ class MetaspaceEncoder:
         self._added_ids = np.array(sorted(rule.added), dtype=np.int64)
         self._starts = tuple(sorted(set(rule.added.values()), key=len, reverse=True))
 
-    def _prefixed(self, text: str) -> bool:
-        return bool(text) and text[0] not in (" ", SPACE) and not text.startswith(self._starts)
-
     def _encode(self, texts: list[str], prefix: np.ndarray) -> FlatIds:
         """Encode ``texts`` with their spaces replaced, ``prefix`` ones after a ``▁``."""
         replaced = [
@@ -166,15 +162,13 @@ class MetaspaceEncoder:
         """Encode ``texts`` with fastokens, the prefix rule applied."""
         if not self._rule.prefix:
             return self._encode(texts, np.zeros(len(texts), dtype=bool))
-        guess = np.fromiter(map(self._prefixed, texts), dtype=bool, count=len(texts))
-        flat = self._encode(texts, guess)
-        lengths = flat.lengths
+        n = len(texts)
+        plain = np.fromiter((bool(t) and t[0] not in (" ", SPACE) for t in texts), bool, count=n)
+        looks_added = np.fromiter((t.startswith(self._starts) for t in texts), bool, count=n)
+        flat = self._encode(texts, plain & ~looks_added)
         first = flat.ids[np.minimum(flat.offsets[:-1], len(flat.ids) - 1)] if len(flat.ids) else 0
-        starts_added = (lengths > 0) & np.isin(first, self._added_ids)
-        plain = np.fromiter(
-            (bool(t) and t[0] not in (" ", SPACE) for t in texts), dtype=bool, count=len(texts)
-        )
-        wrong = np.flatnonzero(plain & ~guess & ~starts_added)
+        starts_added = (flat.lengths > 0) & np.isin(first, self._added_ids)
+        wrong = np.flatnonzero(plain & looks_added & ~starts_added)
         if not wrong.size:
             return flat
         # an added token's text at the start that did not match as the token: prefix it
@@ -186,8 +180,7 @@ class MetaspaceEncoder:
 
 
 def _joined(pieces: list[np.ndarray]) -> FlatIds:
-    lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    offsets = exclusive_cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)))
     return FlatIds(np.concatenate([np.zeros(0, np.int32), *pieces]).astype(np.int32), offsets)
 
 

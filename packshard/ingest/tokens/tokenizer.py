@@ -234,11 +234,8 @@ def load_tokenizer(path: str) -> TokenizerBundle:
     if note := _prefix_once(tok, spec, config):
         adjustments.append(note)
 
-    named: dict[str, str] = {}
-    for key in NAMED_SPECIAL:
-        text = _token_text(config.get(key)) or _token_text(fallback.get(key))
-        if text is not None:
-            named[key] = text
+    found = {k: _token_text(config.get(k)) or _token_text(fallback.get(k)) for k in NAMED_SPECIAL}
+    named = {key: text for key, text in found.items() if text is not None}
     added = tok.get_added_tokens_decoder()
     added_text = {tok_.content for tok_ in added.values()}
     for key in ("bos_token", "eos_token"):
@@ -249,8 +246,7 @@ def load_tokenizer(path: str) -> TokenizerBundle:
             added = tok.get_added_tokens_decoder()
 
     def ident(key: str) -> int | None:
-        text = named.get(key)
-        return None if text is None else tok.token_to_id(text)
+        return tok.token_to_id(named[key]) if key in named else None
 
     bos_id = ident("bos_token")
     add_bos = config.get("add_bos_token")

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors
 
+from packshard.arrays import utf8_batch
 from packshard.ingest.label.spans import render_example
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.read.sources import expand_inputs, read_records
@@ -28,7 +29,7 @@ from packshard.ingest.tokens.aligner import (
     PREPEND_UNLESS_SPACE,
     build_aligner,
 )
-from packshard.ingest.tokens.alignment import align, span_tokens, utf8_batch
+from packshard.ingest.tokens.alignment import align, span_tokens
 from packshard.ingest.tokens.labels import encode_rendered
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import RawRecord, Rendered
