@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from packshard.ingest.pairs import pair_starts
-from packshard.pack.plan.planner import plan_packs
+from packshard.pack.plan.pairs import plan_pair_units
 from packshard.profile.lengths import measure_batches
 
 
@@ -48,7 +48,10 @@ def pair_profile(
     useful = int(chosen.sum() + rejected.sum())
     longer = np.maximum(chosen, rejected)
     shuffled = longer[np.random.default_rng(seed).permutation(len(longer))]
-    rows = plan_packs(chosen + rejected, max_seq_len, "bfd").num_rows if useful else 0
+    unit_lengths = np.empty(2 * len(starts), np.int64)
+    unit_lengths[0::2], unit_lengths[1::2] = chosen, rejected
+    pair_codes = np.tile(np.array([1, 2], np.int8), len(starts))
+    rows = plan_pair_units(unit_lengths, pair_codes, max_seq_len, "bfd").num_rows if useful else 0
     computed = {
         "pair_padded": int(2 * longer.sum()),
         "batch_padded": 2 * measure_batches(shuffled, batch_size),
