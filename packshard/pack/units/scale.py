@@ -158,15 +158,15 @@ def hash_inputs(
 ) -> list[str]:
     """SHA-256 of every input: the driver's own while its workers start, the rest theirs.
 
-    The driver hashes the inputs itself, in order, on a thread (hashing releases the GIL),
-    for as long as the engine's workers are starting (the fork server's first warm-up; an
-    engine that is up at once gets nearly all of them); once they are up the thread stops
-    after the file in hand and the rest go to the workers, in a few tasks per worker of
-    consecutive files (one task a file cost a round trip each: 0.62 s of wall time for 152
-    files of 0.5 MB).  ``meanwhile`` is called once if the workers are found starting (the
-    driver's own loads).  On 20.6M phi-3 tokens in 152 files the driver hashed every file
-    before the workers were up, and the first unit began mapping 0.05-0.10 s sooner than
-    with every file sent to the workers.
+    The driver hashes the inputs itself, in order, on a thread (hashing releases the GIL), for
+    as long as the engine's workers are starting (the fork server's first warm-up; an engine
+    that is up at once gets nearly all of them); once they are up the thread stops within a
+    chunk (1 MiB), leaving the file in hand, and the rest go to the workers, in a few tasks per
+    worker of consecutive files (one task a file cost a round trip each: 0.62 s of wall time for
+    152 files of 0.5 MB). ``meanwhile`` is called once if the workers are found starting (the
+    driver's own loads). On 20.6M phi-3 tokens in 152 files the driver hashed every file before
+    the workers were up, and the first unit began mapping 0.05-0.10 s sooner than with every
+    file sent to the workers.
     """
     digests: list[str] = []
     stop = threading.Event()
@@ -176,8 +176,8 @@ def hash_inputs(
             if stop.is_set():
                 return
             try:
-                digests.append(sha256_path(Path(f.real)))
-            except Exception:  # unreadable: left to a worker's task, which reports it
+                digests.append(sha256_path(Path(f.real), until=stop.is_set))
+            except Exception:  # unreadable, or stopped mid-file: left to a worker's task
                 return
 
     thread = threading.Thread(target=own, name="packshard-hash", daemon=True)

@@ -295,3 +295,45 @@ def test_the_driver_hashes_while_its_workers_start_and_hands_them_the_rest(tmp_p
     assert met == ([1] if polls else [])
     if polls == 1000:
         assert engine.runs == 0
+
+
+def test_the_driver_leaves_the_file_in_hand_to_the_workers_once_they_are_up(tmp_path):
+    """A large file: the driver stops within a chunk, not at the file's end; same digests."""
+    from packshard.digests import CHUNK, sha256_path
+    from packshard.ingest.read.sources import InputFile
+    from packshard.pack.units.scale import hash_inputs
+
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"x" * (64 * CHUNK))
+    small = tmp_path / "small.jsonl"
+    small.write_bytes(b"y" * 10)
+    files = [InputFile(str(big), big), InputFile(str(small), small)]
+    engine, met = _Starting(1), []
+    sent: list[list[str]] = []
+    real = engine.run
+
+    def run(fn, args, keys, **kwargs):
+        sent.extend(args)
+        return real(fn, args, keys, **kwargs)
+
+    engine.run = run  # type: ignore[method-assign]
+    digests = hash_inputs(engine, files, meanwhile=lambda: met.append(1))  # type: ignore[arg-type]
+    assert digests == [sha256_path(big), sha256_path(small)]
+    assert [p for run_ in sent for p in run_] == [str(big), str(small)]  # big left mid-file
+
+
+def test_a_hash_stops_after_the_chunk_where_it_is_told_to():
+    import pytest as _pytest
+
+    from packshard.digests import sha256_path
+
+    asked: list[int] = []
+
+    def until() -> bool:
+        asked.append(1)
+        return len(asked) == 3
+
+    with _pytest.raises(InterruptedError, match="hashing stopped"):
+        sha256_path(__file__, chunk=64, until=until)
+    assert len(asked) == 3
+    assert sha256_path(__file__, chunk=64, until=lambda: False) == sha256_path(__file__)
