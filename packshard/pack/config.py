@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from packshard.engine import EngineOptions
@@ -142,7 +142,12 @@ class PackConfig:
         if self.eval_fraction or self.eval_inputs:
             recorded["eval"] = {"fraction": self.eval_fraction, "inputs": list(self.eval_inputs)}
         if (mix := plan.mix_target()) is not None:
-            recorded["mix"] = {**asdict(mix), "shares": dict(mix.shares)}  # keys in field order
+            recorded["mix"] = {  # spelled out: these keys are part of the dataset id
+                "shares": dict(mix.shares),
+                "by": mix.by,
+                "max_repeat": mix.max_repeat,
+                "best_effort": mix.best_effort,
+            }
         return recorded
 
 
