@@ -227,6 +227,28 @@ def _limit_message(
     )
 
 
+def choose_records(
+    record_ids: np.ndarray,
+    domain: np.ndarray,
+    lengths: np.ndarray,
+    trained: np.ndarray,
+    names: Sequence[str],
+    target: MixTarget,
+    seed: int,
+) -> tuple[MixChoice, np.ndarray, np.ndarray]:
+    """Weigh each record by ``--mix-by`` and choose its copies (:func:`choose_copies`).
+
+    Per example: its record id, domain code, tokens and trained tokens.  Returns the choice
+    (per record, in record-id order), each record's first example and each example's record.
+    """
+    _, first, record = np.unique(record_ids, return_index=True, return_inverse=True)
+    record = record.reshape(-1)
+    measure = {"tokens": lengths, "trained_tokens": trained}.get(target.by)
+    weight = np.ones(len(record)) if measure is None else measure.astype(np.float64)
+    per_record = np.bincount(record, weights=weight, minlength=len(first))
+    return choose_copies(domain[first], per_record, names, target, seed), first, record
+
+
 def mixture_stats(
     target: MixTarget,
     choice: MixChoice,
@@ -285,15 +307,12 @@ def predict_mixture(
     """
     lengths, trained = columns["lengths"], columns["loss_tokens"]
     keep = lengths <= max_seq_len
-    record = (np.cumsum(columns["firsts"]) - 1)[keep]
-    _, first, record = np.unique(record, return_index=True, return_inverse=True)
-    record = record.reshape(-1)
     domain = columns["codes"][keep]
-    measure = {"tokens": lengths[keep], "trained_tokens": trained[keep]}.get(target.by)
-    weight = np.ones(len(domain)) if measure is None else measure.astype(np.float64)
-    record_weight = np.bincount(record, weights=weight, minlength=len(first))
+    records = (np.cumsum(columns["firsts"]) - 1)[keep]
+    choice, first, record = choose_records(
+        records, domain, lengths[keep], trained[keep], names, target, seed
+    )
     record_domain = domain[first]
-    choice = choose_copies(record_domain, record_weight, names, target, seed)
     copies = choice.copies[record]  # each kept example repeated, with which copy it is
     example = np.repeat(np.arange(len(copies), dtype=np.int64), copies)
     repeat = np.arange(len(example), dtype=np.int64) - exclusive_cumsum(copies)[example]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from packshard.pack.plan.mix import MixChoice, MixTarget, choose_copies, mixture_stats
+from packshard.pack.plan.mix import MixChoice, MixTarget, choose_records, mixture_stats
 from packshard.pack.plan.rows import RowPlan, invert
 from packshard.pack.spill import Spill
 from packshard.records import Reject
@@ -43,13 +43,15 @@ class Mixed:
 
 def mix_examples(spill: Spill, target: MixTarget, seed: int) -> Mixed:
     """Choose the copies of every record and return the examples to plan."""
-    _, first, record = np.unique(spill.record_ids, return_index=True, return_inverse=True)
-    record = record.reshape(-1)
-    measure = {"tokens": spill.lengths, "trained_tokens": spill.loss_tokens}.get(target.by)
-    weight = np.ones(len(spill)) if measure is None else measure.astype(np.float64)
-    per_record = np.bincount(record, weights=weight, minlength=len(first))
-    domain = spill.domain_codes[first]
-    choice = choose_copies(domain, per_record, spill.counts.domains, target, seed)
+    choice, first, record = choose_records(
+        spill.record_ids,
+        spill.domain_codes,
+        spill.lengths,
+        spill.loss_tokens,
+        spill.counts.domains,
+        target,
+        seed,
+    )
     index = np.repeat(np.arange(len(spill), dtype=np.int64), choice.copies[record])
     return Mixed(target, index, choice, first.astype(np.int64))
 
