@@ -198,7 +198,9 @@ def cu_problems(
 
     Returns, per row, whether it fails to start at 0 and end at its length with a segment or
     more, and the flat indices ``i`` where ``cu[i + 1] <= cu[i]`` within a row (vectorised).
+    The steps are taken in int64: an int32 step from 2**31 - 1 down to -2**31 would wrap.
     """
+    cu = cu.astype(np.int64, copy=False)
     has_cu = np.diff(cu_off) > 0
     padded = np.append(cu, -1)  # -1 for a row with an empty list (never a valid entry)
     first = np.where(has_cu, padded[np.minimum(cu_off[:-1], len(cu))], -1)
@@ -224,7 +226,7 @@ def rows_problem(table: pa.Table) -> str | None:
             row = int(np.flatnonzero(np.diff(list_values(table[name])[1]) != np.diff(tok_off))[0])
             return f"row {row}: input_ids and {name} differ in length"
     cu, cu_off = list_values(table["cu_seqlens"])
-    bad, broken = cu_problems(cu.astype(np.int64), cu_off, np.diff(tok_off))
+    bad, broken = cu_problems(cu, cu_off, np.diff(tok_off))
     bad[np.searchsorted(cu_off, broken, side="right") - 1] = True
     if "example_ids" in table.column_names:
         bad |= np.diff(list_values(table["example_ids"])[1]) != np.diff(cu_off) - 1

@@ -9,7 +9,9 @@ and returns it in its :class:`CheckResult`; the run merges them once, at the end
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from typing import Any
 
 MAX_PER_KIND = 20
@@ -72,11 +74,18 @@ class FindingList:
         else:
             self.overflow[key] += 1
 
-    def add_unlisted(self, check: str, kind: str, n: int) -> None:
-        """Count ``n`` more findings of a kind without building them (past the listing cap)."""
-        if n > 0:
-            self._seen[f"{check}:{kind}"] += n
-            self.overflow[f"{check}:{kind}"] += n
+    def add_capped(self, check: str, kind: str, total: int, first: Iterable[Finding]) -> None:
+        """Add ``total`` findings of a kind: the first ``MAX_PER_KIND`` of ``first`` listed.
+
+        Only those are built (``first`` is read no further); the rest are counted.
+        """
+        listed = 0
+        for finding in islice(first, MAX_PER_KIND):
+            self.add(finding, kind)
+            listed += 1
+        if total > listed:
+            self._seen[f"{check}:{kind}"] += total - listed
+            self.overflow[f"{check}:{kind}"] += total - listed
 
     def count(self, check: str | None = None) -> int:
         """Total findings (listed and overflowed), optionally of one check."""

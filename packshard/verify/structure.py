@@ -43,7 +43,7 @@ from packshard.format.examples import ExamplesIndex
 from packshard.format.mixture import REALISED_KEYS, realised_mixture
 from packshard.format.shards import cu_problems, list_values
 from packshard.records import IGNORE_INDEX
-from packshard.verify.findings import MAX_PER_KIND, Finding, FindingList
+from packshard.verify.findings import Finding, FindingList
 
 SEQ_LENGTHS_WRONG = "seq_lengths is not diff(cu_seqlens) (TRL would train across the seams)"
 
@@ -92,14 +92,16 @@ def audit_shard(
 
     def report(rows: np.ndarray, message: str, kind: str, segs: np.ndarray | None = None) -> None:
         np.add.at(counts, rows, 1)
-        for k, r in enumerate(rows[:MAX_PER_KIND]):
+
+        def finding(k: int, r: int) -> Finding:
             seg = None if segs is None else int(segs[k])
             eid = None
             if seg is not None and ex_off[r] + seg < ex_off[r + 1]:
                 eid = int(ex_ids[ex_off[r] + seg])
             where = index.where(eid) if eid is not None and index is not None else None
-            findings.add(Finding("structure", message, shard_name, int(r), seg, eid, where), kind)
-        findings.add_unlisted("structure", kind, len(rows) - MAX_PER_KIND)
+            return Finding("structure", message, shard_name, int(r), seg, eid, where)
+
+        findings.add_capped("structure", kind, len(rows), (finding(*kr) for kr in enumerate(rows)))
 
     row_len = np.diff(tok_off)
     same = (np.array_equal(tok_off, lab_off), np.array_equal(tok_off, pos_off))
@@ -338,6 +340,6 @@ def _add_examples(
     findings: FindingList, index: ExamplesIndex, ids: np.ndarray, kind: str, message: str
 ) -> None:
     """Add a finding per example id, each at its source line (counted past the cap)."""
-    for eid in ids[:MAX_PER_KIND].tolist():
-        findings.add(Finding("structure", message, example_id=eid, source=index.where(eid)), kind)
-    findings.add_unlisted("structure", kind, len(ids) - MAX_PER_KIND)  # after: they fill the cap
+    listed = (int(e) for e in ids)
+    first = (Finding("structure", message, example_id=e, source=index.where(e)) for e in listed)
+    findings.add_capped("structure", kind, len(ids), first)

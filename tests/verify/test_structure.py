@@ -180,6 +180,14 @@ def test_cu_seqlens_not_increasing_names_the_entry():
     assert ("cu_seqlens is not strictly increasing", 0, 1) in [(m, r, s) for m, r, s, *_ in found]
 
 
+def test_a_cu_seqlens_step_that_wraps_in_int32_is_a_finding_not_a_crash():
+    rows = good_rows()
+    rows[0]["cu_seqlens"] = [0, 2**31 - 1, -(2**31) + 10, 5]  # int32 diff would wrap positive
+    rows[0]["example_ids"] = [0, 1, 5]
+    _, found = audit(rows)
+    assert ("cu_seqlens is not strictly increasing", 0, 1) in [(m, r, s) for m, r, s, *_ in found]
+
+
 def test_empty_cu_seqlens_list_in_the_last_row_is_a_finding_not_a_crash():
     rows = good_rows()
     rows[1]["cu_seqlens"] = []
