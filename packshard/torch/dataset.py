@@ -51,7 +51,7 @@ from packshard.format.folder.paths import duplicate_paths, inside_folder, open_i
 from packshard.format.manifest import load_manifest, part_errors
 from packshard.format.shards import rows_problem
 from packshard.format.version import metadata_problem
-from packshard.torch.steps import STEP_KEY, check_steps, map_step_items
+from packshard.torch.steps import STEP_KEY, check_steps, map_step_items, positive_int
 
 LIST_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
 PAIR_COLUMNS = ("branch", "kto_label")
@@ -217,7 +217,7 @@ class PackedDataset(Dataset[Row]):
         split: str | None = "train",
     ) -> None:
         self.grad_accum, self.batch_size = check_steps(grad_accum, batch_size), batch_size
-        self.world_size = check_steps(world_size, 1)
+        self.world_size = None if world_size is None else positive_int("world_size", world_size)
         self.out = Path(out)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.manifest = load_manifest(self.out, validate=False)

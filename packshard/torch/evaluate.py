@@ -28,7 +28,7 @@ from packshard.format.folder.paths import inside_folder
 from packshard.torch.collate import collate_varlen, token_losses
 from packshard.torch.dataset import PackedDataset, split_shards
 from packshard.torch.seams import check_model, evaluating, packed_logits
-from packshard.torch.steps import check_steps
+from packshard.torch.steps import positive_int
 
 INDEX_COLUMNS = ("example_id", "source", "line")
 
@@ -56,7 +56,7 @@ def evaluate(
     an example without trained tokens), in example-id order.  The model runs in eval mode
     without gradients; its mode is restored.
     """
-    check_steps(None, batch_size)
+    positive_int("batch_size", batch_size)
     data = PackedDataset(out, split=None)  # every shard: split_shards picks them
     chosen = split_shards(data.manifest["shards"], split, f"{data.out} has", "evaluate")
     rows = np.concatenate([np.arange(data.starts[k], data.starts[k + 1]) for k in chosen])

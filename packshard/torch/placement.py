@@ -134,8 +134,7 @@ def resolve_placement(explicit: Placement | None, carried: Placement | None) -> 
     if group is not None:
         return group
     check_launch()  # accelerate counting one process of a launcher's several
-    world = os.environ.get("WORLD_SIZE", "")
-    if world.isdigit() and int(world) > 1:
+    if (world := launcher_world_size()) > 1:
         raise UsageError(
             f"WORLD_SIZE={world} but torch.distributed is not initialised where the rows are "
             "read, so this process cannot know its share (iterate after "
@@ -242,13 +241,18 @@ def accelerate_processes() -> int | None:
     return int(shared.get("num_processes", 1)) if shared else None
 
 
+def launcher_world_size() -> int:
+    """``WORLD_SIZE`` a launcher set (1 when unset or not a number)."""
+    value = os.environ.get("WORLD_SIZE", "")
+    return int(value) if value.isdigit() else 1
+
+
 def check_launch(wrapper_processes: int | None = None) -> None:
     """Refuse ranks of a launcher that accelerate runs as separate single processes.
 
     ``wrapper_processes``: the processes the accelerate wrapper on the stack splits for.
     """
-    value = os.environ.get("WORLD_SIZE", "")  # what a launcher set
-    world = int(value) if value.isdigit() else 1
+    world = launcher_world_size()
     if world <= 1:
         return
     processes = wrapper_processes if wrapper_processes is not None else accelerate_processes()

@@ -39,12 +39,17 @@ from packshard.torch.placement import Placement, group_placement
 STEP_KEY = "num_items_in_step"
 
 
+def positive_int(name: str, value: object) -> int:
+    """Return ``value`` if it is a positive ``int`` (not a bool); else a UsageError naming it."""
+    if type(value) is not int or value < 1:
+        raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def check_steps(grad_accum: int | None, batch_size: int) -> int | None:
     """Validate ``grad_accum`` (None: no step counts) and the loader's ``batch_size``."""
-    for name, value in (("grad_accum", grad_accum), ("batch_size", batch_size)):
-        if value is not None and (type(value) is not int or value < 1):
-            raise UsageError(f"{name} must be a positive integer, got {value!r}")
-    return grad_accum
+    positive_int("batch_size", batch_size)
+    return None if grad_accum is None else positive_int("grad_accum", grad_accum)
 
 
 def row_loss_tokens(data: Any) -> np.ndarray:
@@ -69,9 +74,11 @@ def step_totals(loss_tokens: np.ndarray, rows: np.ndarray, unit: int) -> np.ndar
     return padded.reshape(width, steps, unit).sum(axis=(0, 2))
 
 
-def stream_step_items(dataset: Any, epoch: int, where: Placement) -> np.ndarray:
-    """Return ``num_items_in_step`` for each row of this rank's list in ``epoch`` (int64)."""
-    rows = dataset.epoch_table(epoch, where)
+def stream_step_items(dataset: Any, rows: np.ndarray, where: Placement) -> np.ndarray:
+    """Return ``num_items_in_step`` for each row of a rank's list (int64).
+
+    ``rows`` is the epoch's table of every rank's rows (``dataset.epoch_table``).
+    """
     if dataset.grad_accum is None:
         return np.zeros(rows.shape[1], dtype=np.int64)
     unit = (where.block if where.block > 1 else dataset.batch_size) * dataset.grad_accum

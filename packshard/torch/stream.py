@@ -193,8 +193,9 @@ class PackedIterableDataset(IterableDataset[Row]):
             where = self.current_placement()
             epoch, consumed = self._passes.start_pass(info.id, info.num_workers)
         assert where is not None
-        todo = self.rank_rows(epoch, where)[consumed:]
-        items = stream_step_items(self, epoch, where)[consumed:]
+        table = self.epoch_table(epoch, where)  # every rank's rows: the steps span ranks
+        todo = table[where.rank][consumed:]
+        items = stream_step_items(self, table, where)[consumed:]
         if info is not None and info.num_workers > 1:
             unit = where.block if where.block > 1 else self.batch_size
             chunk = np.arange(len(todo)) // max(unit, 1)
@@ -229,7 +230,7 @@ class PackedIterableDataset(IterableDataset[Row]):
         next pass starts (the process group may not exist yet).
         """
         mine = self.state_dict()
-        known = self.explicit is not None or torch.distributed.is_initialized()
+        known = self.explicit is not None or group_placement() is not None
         for key in ("version", "dataset_id", "num_rows", "seed", "shuffle", "world_size"):
             if key == "world_size" and not known:
                 continue
@@ -267,7 +268,7 @@ class ResumableLoader:
         **kwargs: Any,
     ) -> None:
         dataset.batch_size = batch_size
-        self.dataset = dataset
+        self.dataset, self.num_workers = dataset, num_workers
         self.loader = DataLoader(
             dataset,
             batch_size=batch_size,
@@ -282,7 +283,7 @@ class ResumableLoader:
     def __iter__(self) -> Iterator[Any]:
         self.dataset.begin_pass()
         for count, batch in self.loader:
-            if self.loader.num_workers > 0:  # with workers=0 the dataset counted the rows itself
+            if self.num_workers > 0:  # with workers=0 the dataset counted the rows itself
                 self.dataset.consumed += count
             yield batch
 

@@ -19,6 +19,7 @@ from packshard.torch import (  # noqa: E402
     collate_hf,
     collate_padded,
     collate_varlen,
+    evaluate,
 )
 
 
@@ -66,6 +67,22 @@ def test_every_collator_carries_it_and_a_batch_across_two_steps_is_refused(marke
     assert str(err.value).startswith("a batch holds rows of different optimizer steps")
     with pytest.raises(UsageError, match="grad_accum must be a positive integer, got 0"):
         PackedIterableDataset(marked_pack, grad_accum=0)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda out: PackedIterableDataset(out, batch_size=None), "batch_size"),
+        (lambda out: PackedDataset(out, world_size=0), "world_size"),
+        (lambda out: evaluate(None, out, batch_size=None), "batch_size"),
+        (lambda out: PackedDataset(out, grad_accum=True), "grad_accum"),
+    ],
+)
+def test_each_count_the_reader_takes_is_named_when_it_is_not_a_positive_integer(
+    marked_pack, make, message
+):
+    with pytest.raises(UsageError, match=f"^{message} must be a positive integer, got "):
+        make(marked_pack)
 
 
 def test_map_style_rows_count_their_step_in_index_order(marked_pack):
