@@ -28,6 +28,7 @@ empty block, or drops a turn's reasoning, is seen as it renders.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -151,6 +152,10 @@ def _ambiguous(where: Any, i: int, why: str) -> RecordError:
     return RecordError("invalid_reasoning", f"message {i + 1} (assistant) {why}", source, line)
 
 
+_SPACE = re.compile(r"\s*")
+r"""Whitespace as ``str.isspace`` has it (``\s`` of a str pattern), matched without a copy."""
+
+
 def find_block(text: str, lo: int, hi: int, markers: Markers) -> tuple[int, int, bool] | None:
     """Find the reasoning block a turn body ``text[lo:hi]`` starts with.
 
@@ -159,11 +164,11 @@ def find_block(text: str, lo: int, hi: int, markers: Markers) -> tuple[int, int,
     the body does not start (after whitespace) with a complete block.
     """
     opening, closing = markers
-    start = hi - len(text[lo:hi].lstrip())
+    start = _SPACE.match(text, lo, hi).end()  # type: ignore[union-attr]
     if not text.startswith(opening, start):
         return None
     close = text.find(closing, start + len(opening), hi)
     if close < 0:
         return None
-    end = hi - len(text[close + len(closing) : hi].lstrip())
+    end = _SPACE.match(text, close + len(closing), hi).end()  # type: ignore[union-attr]
     return start, end, not text[start + len(opening) : close].strip()
