@@ -375,6 +375,13 @@ VERIFY = group(
         default="tiny",
         help="'tiny' (random Llama, CPU), a local model folder, or 'none'.",
     ),
+    click.option(
+        "--model-config",
+        type=click.Path(exists=True),
+        help="A model's config.json (any architecture transformers ships): the check runs "
+        "that architecture shrunk to a few random layers, fed as a trainer feeds it, and "
+        "names the layer that first leaks.",
+    ),
     click.option("--model-rows", type=int, default=8, help="Rows the model check samples."),
     click.option(
         "--sample",

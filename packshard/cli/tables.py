@@ -198,6 +198,15 @@ def _detail(name: str, info: dict[str, Any]) -> str:
             f"{info['rows']} rows; max |Δlogit| packed vs alone {info['max_logit_delta']:.2g} "
             f"(atol {info['atol']:.0e}); neighbour mutation {_fmt(info.get('max_mutation_delta'))}"
         )
+        kinds = info.get("layer_kinds")
+        if isinstance(kinds, dict) and kinds:
+            text += "; layers checked: " + ", ".join(f"{k} ×{n}" for k, n in kinds.items())
+        control = info.get("boundary_control")
+        if isinstance(control, dict):
+            text += (
+                f"; seams withheld from {', '.join(control['layers'])}: logits move by "
+                f"{control['max_logit_delta']:.2g} (first at {control['first']})"
+            )
         pairs = info.get("pairs")
         if isinstance(pairs, dict):
             text += (

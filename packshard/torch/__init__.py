@@ -27,6 +27,7 @@ from packshard.torch.collate import (
 from packshard.torch.dataset import PackedDataset, tokenizer_sha256
 from packshard.torch.evaluate import evaluate
 from packshard.torch.hf import check_trainer, collate_hf
+from packshard.torch.layers import SegmentedLayers, packed_segments, segment_layers
 from packshard.torch.masks import (
     block_causal_mask,
     document_mask_mod,
@@ -44,6 +45,7 @@ __all__ = [
     "PackedIterableDataset",
     "ResumableLoader",
     "SeamLeakError",
+    "SegmentedLayers",
     "block_causal_mask",
     "check_model",
     "check_trainer",
@@ -58,7 +60,9 @@ __all__ = [
     "flex_block_mask",
     "loss_normalizers",
     "packed_row",
+    "packed_segments",
     "padded_block_causal_mask",
+    "segment_layers",
     "segment_mean_loss",
     "seq_idx_block_causal_mask",
     "seq_idx_from_cu_seqlens",

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 
 from packshard.errors import UsageError
+from packshard.torch.layers.kinds import FIXES, FULL, SINKS, SLIDING
+from packshard.torch.layers.locate import first_leak
 
 BOOKKEEPING = (
     "labels",
@@ -108,7 +110,8 @@ def _cause(model: Any, inputs: Mapping[str, Any]) -> str:
         f"attention implementation: {type(model).__name__} (attn_implementation {impl!r}) "
         "does not separate segments where position_ids restart, although the batch carries "
         "no attention mask (the model or a wrapper builds its own mask, or the architecture "
-        "ignores position_ids: pass a 4-D block-causal mask or cu_seq_lens for flash attention)"
+        "ignores position_ids: packshard.torch.segment_layers(model) passes it block-causal "
+        "masks, or pass a 4-D block-causal mask or cu_seq_lens for flash attention)"
     )
 
 
@@ -160,6 +163,18 @@ def check_model(model: Any, batch: Mapping[str, Any]) -> float:
         raise SeamLeakError(
             f"the model mixes the segments of a packed row: logits differ from each segment "
             f"run alone by {worst:.3g} (tolerance {tolerance:.3g} for {packed.dtype}); "
-            f"{_cause(model, inputs)}"
+            f"{_where(model, inputs, segments, TOLERANCE.get(packed.dtype, 5e-2))}"
         )
     return worst
+
+
+def _where(
+    model: Any, inputs: Mapping[str, Any], segments: list[tuple[int, int]], tolerance: float
+) -> str:
+    """Name the first layer that lets a segment see its neighbour, and its fix."""
+    with evaluating(model):
+        site = first_leak(model, inputs, segments, tolerance)
+    if site is None or site.layer is None or site.layer.kind in (FULL, SLIDING, SINKS):
+        where = f"first at {site.describe()}: " if site is not None else ""
+        return where + _cause(model, inputs)
+    return f"first at {site.describe()}, output moved by {site.delta:.2g}: {FIXES[site.layer.kind]}"

@@ -57,6 +57,7 @@ class VerifyOptions:
     tokenizer: str | None = None
     template: str | None = None
     model: str = "tiny"  # "tiny", a local model folder, or "none"
+    model_config: str | None = None  # any architecture's config.json, built tiny and random
     model_rows: int = 8
     model_max_tokens: int = 2048  # longer rows are cut after a whole segment (see model)
     sample: int | None = None

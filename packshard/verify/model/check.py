@@ -19,8 +19,8 @@ import pyarrow as pa
 from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import read_row
 from packshard.verify.findings import CheckResult, EquivalenceReport, Finding, FindingList
-from packshard.verify.model.equivalence import check_rows
-from packshard.verify.model.forward import crop_row, load_model, pick_rows
+from packshard.verify.model.equivalence import CONTROL_FLOOR, check_rows
+from packshard.verify.model.forward import boundary_control, crop_row, load_model, pick_rows
 
 
 def _installed(module: str) -> bool:
@@ -67,7 +67,9 @@ def check_model(
     paths = [manifest["shards"][s]["path"] for s, _ in picks]
     recorded = int(manifest.get("tokenizer", {}).get("vocab_size", 0) or 0)
     largest = max((int(r.input_ids.max()) for r in rows if r.num_tokens), default=0)
-    model = load_model(options.model, max(recorded, largest + 1, 2), seed=options.seed)
+    model = load_model(
+        options.model, max(recorded, largest + 1, 2), seed=options.seed, config=options.model_config
+    )
     names = [f"{path} row {r}" for path, (_, r) in zip(paths, picks, strict=True)]
     report = check_rows(model, rows, names=names, seed=options.seed, branches=branches)
     findings = FindingList()
@@ -100,4 +102,36 @@ def check_model(
     }
     if report.pair_summary is not None:
         detail["pairs"] = report.pair_summary
+    detail.update(_layer_detail(model, rows, findings))
     return CheckResult("model", findings, detail), report, picks
+
+
+def _layer_detail(model: Any, rows: list[Any], findings: FindingList) -> dict[str, Any]:
+    """Return the layer kinds checked and, for a hybrid, the control that withholds the seams.
+
+    Every recurrent, state-space or convolutional layer of the model must be seen leaking
+    when its seams are withheld, on the first multi-segment row: else the check could not
+    tell a leak in those layers from none, and that is a finding.
+    """
+    from packshard.torch.layers.kinds import STATEFUL, kind_counts, model_layers
+
+    layers = model_layers(model)
+    detail: dict[str, Any] = {
+        "architecture": type(model).__name__,
+        "layer_kinds": kind_counts(layers),
+    }
+    stateful = sorted({layer.cls for layer in layers if layer.kind in STATEFUL})
+    multi = [row for row in rows if len(row.cu_seqlens) > 2]
+    if not stateful or not multi:
+        return detail
+    delta, where = boundary_control(model, multi[0])
+    detail["boundary_control"] = {"layers": stateful, "max_logit_delta": delta, "first": where}
+    if not delta > CONTROL_FLOOR:
+        findings.add(
+            Finding(
+                "model",
+                f"withholding the seams from {', '.join(stateful)} moved logits by only "
+                f"{delta:.1e} <= {CONTROL_FLOOR:.0e}: the check cannot see a leak in those layers",
+            )
+        )
+    return detail

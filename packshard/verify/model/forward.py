@@ -106,12 +106,24 @@ def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) ->
     return model.float().eval()
 
 
-def load_model(spec: str, vocab_size: int, seed: int = 0) -> Any:
+def load_model(spec: str, vocab_size: int, seed: int = 0, config: str | None = None) -> Any:
     """Return the model named by ``spec``: ``tiny``, or a local Hugging Face model folder.
 
     ``tiny`` keeps at most :data:`TINY_VOCAB` vocabulary entries (larger ids are folded).
-    A folder is loaded offline, without remote code, in float32.
+    A folder is loaded offline, without remote code, in float32.  With ``config`` (a
+    ``config.json`` of any architecture transformers ships) the model is that architecture
+    shrunk to a few random layers (:func:`packshard.torch.layers.tiny.tiny_model`), with
+    :func:`packshard.torch.segment_layers` applied: rows are then fed as a trainer feeds
+    them, restarting ``position_ids`` and no mask.
     """
+    if config is not None:
+        with quiet_libraries():
+            from packshard.torch.layers.segmented import segment_layers
+            from packshard.torch.layers.tiny import tiny_model
+
+            model = tiny_model(config, min(vocab_size, TINY_VOCAB), seed=seed)
+            segment_layers(model)
+        return model
     if spec == "tiny":
         return build_tiny_model(min(vocab_size, TINY_VOCAB), seed=seed)
     folder = Path(spec)
@@ -204,16 +216,52 @@ def run_forwards(
     """Run one row packed, each segment alone, mutated twice (``mutate``) and as the control."""
     import torch
 
+    from packshard.torch.layers.segmented import is_segmented
+
     vocab = int(model.config.vocab_size)
+    fed = is_segmented(model)  # fed as a trainer feeds it: positions restart, no mask
     with torch.inference_mode():
-        block = build_block_mask(cu)
+        block = None if fed else build_block_mask(cu)
         packed = forward_logits(model, ids, positions, block)
         alone = [forward_logits(model, ids[a:b], None, None) for a, b in pairwise(cu)]
         mutated, control = [], None
         if cu.size > 2:
-            control = forward_logits(model, ids, np.arange(ids.size), build_block_mask(cu, True))
+            naive = None if fed else build_block_mask(cu, True)
+            control = forward_logits(model, ids, np.arange(ids.size), naive)
             if mutate:
                 for keep in (0, 1):
                     mut = mutate_tokens(ids, cu, keep, vocab, rng)
                     mutated.append(forward_logits(model, mut, positions, block))
     return Forwards(packed, alone, mutated, control)
+
+
+def boundary_control(model: Any, row: PackedRow) -> tuple[float, str | None]:
+    """Run ``row`` with the seams withheld from the segmented mixers; return the leak and where.
+
+    The control of a hybrid model: its recurrent, state-space and convolutional layers see
+    the whole row as one sequence (attention still gets the seams).  Returns the max
+    |Δlogit| against each segment alone and the first layer that differs (None: no leak).
+    """
+    import torch
+
+    from packshard.torch.layers.locate import first_leak
+    from packshard.torch.layers.segmented import withheld
+
+    vocab = int(model.config.vocab_size)
+    cu = np.asarray(row.cu_seqlens, dtype=np.int64)
+    ids = np.asarray(row.input_ids, dtype=np.int64) % vocab
+    positions = np.asarray(row.position_ids, dtype=np.int64)
+    with torch.inference_mode(), withheld(model):
+        packed = forward_logits(model, ids, positions, None)
+        worst = max(
+            float((packed[a:b] - forward_logits(model, ids[a:b], None, None)).abs().max())
+            for a, b in pairwise(cu.tolist())
+        )
+        inputs = {
+            "input_ids": torch.from_numpy(ids)[None],
+            "position_ids": torch.from_numpy(positions)[None],
+            "use_cache": False,
+        }
+        segments = [(int(a), int(b)) for a, b in pairwise(cu.tolist())]
+        site = first_leak(model, inputs, segments, 1e-4)
+    return worst, site.describe() if site is not None else None
