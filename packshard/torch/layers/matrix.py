@@ -41,6 +41,13 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "qwen3_next": {},
     "qwen3_5_text": {},
     "qwen3_5_moe_text": {},
+    "qwen4_exp_text": {  # its default config has no indexer; a released one sets it
+        "indexer_n_heads": 2,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": 16,
+        "indexer_budget": 32,
+        "indexer_compress_ratio": 8,
+    },
     "bamba": {"attn_layer_indices": [1, 3]},
     "falcon_h1": {},
     "jamba": {},

@@ -71,6 +71,16 @@ _SIZES: dict[str, int] = {
     "num_heads": 8,
     "block_size": 32,
     "num_dense_layers": 1,
+    "first_k_dense_replace": 1,
+    "n_group": 1,
+    "num_expert_group": 1,
+    "topk_group": 1,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 16,
+    "indexer_n_heads": 2,
+    "indexer_head_dim": 16,
+    "indexer_budget": 32,
+    "indexer_compress_ratio": 8,
     "sliding_window": 64,
     "attention_chunk_size": 64,
 }
@@ -135,8 +145,12 @@ def shrink(config: dict[str, Any], vocab_size: int, max_positions: int) -> dict[
     heads, kv_heads = config.get("num_attention_heads"), config.get("num_key_value_heads")
     if isinstance(kv_heads, int):  # grouped queries stay grouped, full heads stay full
         out["num_key_value_heads"] = out["num_attention_heads"] if kv_heads == heads else 2
-    if "head_dim" in out and out.get("head_dim") is None:
-        out["head_dim"] = 16
+    for key in (
+        "head_dim",
+        "n_group",
+    ):  # None here means "derive it": derive it from the tiny sizes
+        if key in out and out[key] is None:
+            out[key] = _SIZES[key] if key in _SIZES else 1
     if isinstance(out.get("mlp_only_layers"), list):
         out["mlp_only_layers"] = []
     if isinstance(out.get("max_window_layers"), int):
@@ -197,9 +211,17 @@ def tiny_model(
     from transformers import AutoConfig, AutoModelForCausalLM
 
     data, name = read_config(spec)
-    small = shrink(data, min(vocab_size, TINY_VOCAB), max_positions)
-    model_type = small.pop("model_type")
-    try:
+    model_type = str(data["model_type"])
+    try:  # every field the architecture has, so that each size field is shrunk
+        defaults = AutoConfig.for_model(model_type).to_dict()
+        layers = defaults.get("num_hidden_layers")
+        if data.get("num_hidden_layers", layers) != layers:  # per-layer defaults no longer fit
+            defaults = {
+                k: v for k, v in defaults.items() if not (isinstance(v, list) and len(v) == layers)
+            }
+        full = {**defaults, **data}
+        small = shrink(full, min(vocab_size, TINY_VOCAB), max_positions)
+        small.pop("model_type", None)
         config = AutoConfig.for_model(model_type, **small)
     except Exception as exc:
         raise UsageError(

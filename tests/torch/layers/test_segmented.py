@@ -1,0 +1,115 @@
+"""segment_layers: a packed row through every layer kind equals its segments alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from packshard.errors import UsageError
+from packshard.torch import collate_hf, packed_segments, segment_layers
+from packshard.torch.layers.segmented import withheld
+from tests.torch.layers.conftest import positions, row, tiny
+
+torch = pytest.importorskip("torch")
+
+
+def _delta(model, ids, cu, **feed) -> float:
+    with torch.no_grad():
+        packed = model(input_ids=ids[None], use_cache=False, **feed).logits[0]
+        return max(
+            float((packed[a:b] - model(input_ids=ids[None, a:b], use_cache=False).logits[0])
+                  .abs().max())
+            for a, b in zip(cu, cu[1:])
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("family", "wrapped"),
+    [
+        ("qwen3_next", "Qwen3NextGatedDeltaNet"),
+        ("bamba", "BambaMixer"),
+        ("lfm2", "Lfm2ShortConv"),
+        ("nemotron_h", "NemotronHMamba2Mixer"),
+    ],
+)
+def test_a_hybrid_leaks_as_built_and_is_exact_segmented(family, wrapped, one_thread) -> None:
+    model = tiny(family)
+    ids, cu = row()
+    plain = _delta(model, ids, cu, position_ids=positions(cu))
+    done = segment_layers(model)
+    assert {layer.cls for layer in done.layers} == {wrapped}
+    assert plain > 5e-4  # the state crossed the seams
+    assert _delta(model, ids, cu, position_ids=positions(cu)) <= 1e-5
+    with withheld(model):  # the control: the same forward without the seams
+        assert _delta(model, ids, cu, position_ids=positions(cu)) == pytest.approx(plain)
+
+
+def test_attention_that_ignores_restarts_gets_block_masks_with_its_window(one_thread) -> None:
+    model = tiny("gpt_oss")  # builds its masks without position_ids; sliding window 64
+    ids, cu = row((70, 90, 12))  # segments longer than the window
+    assert _delta(model, ids, cu, position_ids=positions(cu)) > 1e-2
+    done = segment_layers(model)
+    assert done.masks and done.layers == () and done.probe is not None and done.probe < 1e-5
+    assert _delta(model, ids, cu, position_ids=positions(cu)) <= 1e-5
+
+
+def test_a_model_without_position_ids_takes_the_reader_batch(one_thread) -> None:
+    model = tiny("mamba2")
+    ids, cu = row()
+    segment_layers(model)
+    batch = collate_hf([{"input_ids": ids, "labels": ids, "cu_seqlens": torch.tensor(cu)}])
+    assert _delta(model, ids, cu, position_ids=batch["position_ids"]) <= 1e-5
+    with torch.no_grad():
+        alone = [model(input_ids=ids[None, a:b]).logits[0] for a, b in zip(cu, cu[1:])]
+        with packed_segments(model, cu):  # or the seams given directly
+            packed = model(input_ids=ids[None]).logits[0]
+            with pytest.raises(UsageError, match="row has 9 tokens but its seams end at 68"):
+                model(input_ids=ids[None, :9])  # seams that do not describe the forward
+        plain = model(input_ids=ids[None]).logits[0]  # outside the block: one sequence
+    assert float((packed - torch.cat(alone)).abs().max()) <= 1e-5
+    assert float((plain - torch.cat(alone)).abs().max()) > 1e-2
+
+
+def test_gradients_of_a_packed_row_equal_the_sum_over_its_segments(one_thread) -> None:
+    model = tiny("qwen3_next")
+    segment_layers(model)
+    model.train()
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    (enable or model.gradient_checkpointing_enable)()  # the recompute must see the seams again
+    ids, cu = row((12, 20, 9))
+    labels = ids.clone()
+    for a in cu[:-1]:
+        labels[a] = -100
+    loss = torch.nn.functional.cross_entropy(
+        model(input_ids=ids[None], position_ids=positions(cu), use_cache=False).logits[0, :-1],
+        labels[1:],
+        reduction="sum",
+    )
+    loss.backward()
+    packed = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    for a, b in zip(cu, cu[1:]):
+        logits = model(input_ids=ids[None, a:b], use_cache=False).logits[0, :-1]
+        torch.nn.functional.cross_entropy(logits, ids[a + 1 : b], reduction="sum").backward()
+    worst = max(float((packed[n] - p.grad).abs().max()) for n, p in model.named_parameters()
+                if n in packed)  # fmt: skip
+    assert worst <= 1e-4
+
+
+def test_a_cache_during_a_packed_forward_is_refused() -> None:
+    model = tiny("lfm2")
+    segment_layers(model)
+    ids, cu = row()
+    with pytest.raises(UsageError, match=r"Lfm2ShortConv.*cache.*use_cache=False"):
+        model(input_ids=ids[None], position_ids=positions(cu), use_cache=True)
+
+
+def test_segmenting_twice_changes_nothing() -> None:
+    model = tiny("bamba")
+    first = segment_layers(model)
+    again = segment_layers(model)
+    assert again.layers == first.layers and again.masks == first.masks
+
+
+def test_packed_segments_needs_segment_layers_first() -> None:
+    with pytest.raises(UsageError, match="segment_layers"), packed_segments(tiny("llama"), [0, 3]):
+        pass
