@@ -36,10 +36,12 @@ from packshard.torch.dataset import PackedDataset, Row
 from packshard.torch.placement import (
     PassCounter,
     Placement,
+    check_launch,
     check_rank,
     epoch_rows,
     find_wrapper,
     group_placement,
+    read_by_accelerate,
     resolve_placement,
 )
 from packshard.torch.steps import STEP_KEY, check_steps, stream_step_items
@@ -143,6 +145,8 @@ class PackedIterableDataset(IterableDataset[Row]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch``; a different epoch than the current one restarts at its first row."""
+        if read_by_accelerate():  # accelerate's loader calls it before its workers read
+            check_launch()
         if epoch != self.epoch:
             self.epoch, self.consumed = epoch, 0
         self._passes.reset(self.epoch, self.consumed)

@@ -44,6 +44,20 @@ def test_an_accelerate_state_of_one_process_under_a_launcher_is_refused(out_13, 
         next(iter(PackedIterableDataset(out_13)))  # the launcher check that was there
 
 
+class AccelerateLoader:
+    """Stands for accelerate's DataLoaderShard: reads the dataset from a method of its own."""
+
+    __module__ = "accelerate.data_loader"
+
+    def __init__(self, dataset, set_epoch=True):
+        self.dataset, self.set_epoch = dataset, set_epoch
+
+    def __iter__(self):
+        if self.set_epoch:  # as DataLoaderShard does, in the main process, before workers read
+            self.dataset.set_epoch(0)
+        yield from self.dataset
+
+
 def test_a_live_group_that_accelerate_counts_as_one_process_is_refused(out_13, monkeypatch):  # noqa: F811
     """The group gives each rank its half; without accelerate's DDP no gradient is synced."""
     from tests.torch.test_placement import FakeGroup
@@ -53,14 +67,16 @@ def test_a_live_group_that_accelerate_counts_as_one_process_is_refused(out_13, m
     monkeypatch.setitem(sys.modules, "accelerate.state", fake)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     FakeGroup(monkeypatch, 1, 2)
-    with pytest.raises(UsageError) as err:
-        next(iter(PackedIterableDataset(out_13)))
-    assert str(err.value) == (
-        "torch.distributed has 2 ranks but accelerate runs 1 process(es) and syncs no gradients: "
-        f"each rank would train its own copy of the model ({FIX})"
-    )
+    for set_epoch in (True, False):  # refused at set_epoch, and where a pass starts
+        with pytest.raises(UsageError) as err:
+            next(iter(AccelerateLoader(PackedIterableDataset(out_13), set_epoch)))
+        assert str(err.value) == (
+            "torch.distributed has 2 ranks but accelerate runs 1 process(es) and syncs no "
+            f"gradients: each rank would train its own copy of the model ({FIX})"
+        )
+    assert len(list(PackedIterableDataset(out_13))) == 6  # not accelerate's loop: a stale state
     fake.PartialState._shared_state = {"num_processes": 2}  # MULTI_CPU: one model, its half
-    assert len(list(PackedIterableDataset(out_13))) == 6
+    assert len(list(AccelerateLoader(PackedIterableDataset(out_13)))) == 6
 
 
 def test_matching_counts_pass(monkeypatch):
