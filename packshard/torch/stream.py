@@ -67,7 +67,8 @@ class PackedIterableDataset(IterableDataset[Row]):
         expected_tokenizer_sha256, tokenizer, cache_dir, split: as for :class:`PackedDataset`
             (``split`` defaults to ``train``: the eval shards are never streamed for training).
         grad_accum: every row carries ``num_items_in_step``, the trained tokens of its whole
-            optimizer step on all ranks (:mod:`packshard.torch.steps`; set ``batch_size``).
+            optimizer step on all ranks (:mod:`packshard.torch.steps`; set ``batch_size``: a
+            DataLoader batching another number of rows is refused when it fetches).
 
     Without ``set_epoch``, a pass that finished its epoch moves on to the next one; a pass
     read by DataLoader worker processes always starts the next epoch (they cannot report how
