@@ -1010,6 +1010,7 @@ def run_two_processes(fn: Any, *args: Any) -> None:
 
 def _ranked(rank: int, port: int, fn: Any, args: tuple[Any, ...]) -> None:
     import os
+    import sys
 
     import torch
 
@@ -1022,6 +1023,10 @@ def _ranked(rank: int, port: int, fn: Any, args: tuple[Any, ...]) -> None:
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
+    state = sys.modules.get("accelerate.state")
+    if state is not None:  # forked: an accelerate state of the parent would be stale here
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+        state.GradientState._reset_state()
     fn(rank, *args)
 
 

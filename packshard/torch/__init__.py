@@ -9,6 +9,7 @@ Typical loop::
     loader = ResumableLoader(ds, batch_size=8, collate_fn=collate_varlen, num_workers=2)
     for batch in loader:
         out = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                    use_cache=False,  # a KV cache turns packed-sequence detection off
                     **flash_attn_kwargs(batch))  # or a 4-D mask, see masks
         ...
         ckpt["data"] = loader.state_dict()  # the exact resume point

@@ -198,7 +198,8 @@ class PackedDataset(Dataset[Row]):
         grad_accum, batch_size, world_size: every row carries ``num_items_in_step``, the
             trained tokens of its whole optimizer step (``grad_accum`` micro-batches of
             ``batch_size`` rows on each of ``world_size`` ranks, default torch.distributed's),
-            read in index order (see :mod:`packshard.torch.steps`).
+            read in index order (see :mod:`packshard.torch.steps`; a DataLoader batching another
+            number of rows is refused when it fetches).
         split: read the shards of this split only (``train``, the default, or ``eval``: a
             pack with ``--eval-fraction`` or ``--eval`` holds both); None reads every shard.
 

@@ -104,7 +104,8 @@ def _cause(model: Any, inputs: Mapping[str, Any]) -> str:
             "positions: the batch has no position_ids, so the model numbers each row as one "
             "sequence (pass the batch's position_ids)"
         )
-    if inputs.get("use_cache", getattr(config, "use_cache", False)):
+    cache = inputs.get("use_cache")
+    if cache or (cache is None and getattr(config, "use_cache", False)):  # None: the config's
         return "positions: a KV cache is built, which turns off segment detection (use_cache=False)"
     return (
         f"attention implementation: {type(model).__name__} (attn_implementation {impl!r}) "
@@ -144,9 +145,18 @@ def check_model(model: Any, batch: Mapping[str, Any]) -> float:
     ``labels``, ``cu_seqlens`` or ``num_items_in_step`` is dropped).  The first row is run as
     given and each of its segments alone, in eval mode, without gradients; the model's mode
     is restored.  Returns the largest logit difference found (within the dtype's tolerance).
+
+    A batch that does not say ``use_cache`` is run with ``use_cache=False``: collators never
+    put it in a batch, and packshard's own forwards and every loop in its docs pass it beside
+    the batch.  The config's default would not do: a stock ``LlamaForCausalLM`` says True, and
+    transformers then builds a KV cache, in train mode as in eval mode (only gradient
+    checkpointing drops it), which turns packed-sequence detection off.  A loop that leaves
+    ``use_cache`` to such a config mixes segments: check the batch it feeds with
+    ``use_cache=True`` in it, and it is refused with that cause.
     """
     rows = int(torch.as_tensor(batch["input_ids"]).shape[0])
     inputs = {k: _first_row(v, rows) for k, v in batch.items() if k not in BOOKKEEPING}
+    inputs.setdefault("use_cache", False)  # as the loop passes it beside the batch
     segments = row_segments(batch)
     device = next(model.parameters()).device
     inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}

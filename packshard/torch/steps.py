@@ -20,13 +20,24 @@ fewer micro-batches; its count is theirs.  Map-style access
 ``DistributedSampler(shuffle=False)`` and accelerate's batch sharding do: step ``s`` is rows
 ``[s·W·B·K, (s+1)·W·B·K)`` (the pack already shuffled its rows).
 
+The unit is only right if ``batch_size`` is the DataLoader's: told 1 while the loader batches 2
+rows (``grad_accum`` 4, 2 ranks), a step's micro-batches would carry 63, 63, 59, 59 for a true
+122.  So the count checks the batch size where it reaches the rows: a DataLoader fetching
+with automatic batching has the batch's indices on the call stack (its fetcher's
+``possibly_batched_index``; an iterable dataset's is always the loader's ``batch_size`` long),
+and a batch size other than the dataset's is refused with the fix.  Map-style batches are
+refused when longer than told, or shorter anywhere but at the end of the rank's rows (a last
+batch may be short).  Under accelerate's wrappers the block decides, not ``batch_size``.
+
 Labels are unshifted and the first label of every segment is -100, so ``num_loss_tokens`` is
 also what transformers counts (``labels[..., 1:] != -100``) as ``num_items_in_batch``.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -37,6 +48,7 @@ from packshard.errors import UsageError
 from packshard.torch.placement import Placement, group_placement
 
 STEP_KEY = "num_items_in_step"
+FETCHERS = ("_IterableDatasetFetcher", "_MapDatasetFetcher")
 
 
 def positive_int(name: str, value: object) -> int:
@@ -50,6 +62,34 @@ def check_steps(grad_accum: int | None, batch_size: int) -> int | None:
     """Validate ``grad_accum`` (None: no step counts) and the loader's ``batch_size``."""
     positive_int("batch_size", batch_size)
     return None if grad_accum is None else positive_int("grad_accum", grad_accum)
+
+
+def loader_batch() -> list[Any] | None:
+    """Return the indices a torch DataLoader on the call stack is fetching, or None.
+
+    None outside a DataLoader, or in one without automatic batching (``batch_size=None``).
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        owner: Any = frame.f_locals.get("self")
+        kind = type(owner)
+        fetching = frame.f_code.co_name == "fetch"  # not a comprehension inside it
+        if fetching and kind.__name__ in FETCHERS and kind.__module__.startswith("torch.utils"):
+            if not owner.auto_collation:
+                return None
+            return list(frame.f_locals["possibly_batched_index"])
+        frame = frame.f_back
+    return None
+
+
+def batch_size_problem(fetched: int, told: int, name: str) -> UsageError:
+    """Return the refusal of a loader whose batch size is not the one ``name`` was told."""
+    also = ", or read it through ResumableLoader" if name == "PackedIterableDataset" else ""
+    return UsageError(
+        f"the DataLoader batches {fetched} rows but {name} was told batch_size={told}, so "
+        f"{STEP_KEY} would count steps of {told} × grad_accum rows a rank, not the loader's "
+        f"(pass batch_size={fetched} to {name} as well{also})"
+    )
 
 
 def row_loss_tokens(data: Any) -> np.ndarray:
@@ -81,6 +121,9 @@ def stream_step_items(dataset: Any, rows: np.ndarray, where: Placement) -> np.nd
     """
     if dataset.grad_accum is None:
         return np.zeros(rows.shape[1], dtype=np.int64)
+    fetched = loader_batch() if where.block == 1 else None
+    if fetched is not None and len(fetched) != dataset.batch_size:
+        raise batch_size_problem(len(fetched), dataset.batch_size, type(dataset).__name__)
     unit = (where.block if where.block > 1 else dataset.batch_size) * dataset.grad_accum
     totals = step_totals(row_loss_tokens(dataset.data), rows, unit)
     return totals[np.arange(rows.shape[1]) // unit]
@@ -100,6 +143,12 @@ def map_step_items(data: Any, index: int) -> torch.Tensor:
         kept = len(tokens) // world * world  # DistributedSampler(drop_last=True) keeps these
         cache[world, unit] = step_totals(tokens, np.arange(kept)[None], unit)
     totals = cache[world, unit]
+    fetched = loader_batch()
+    if fetched is not None and len(fetched) != data.batch_size:
+        kept = len(row_loss_tokens(data)) // world * world
+        last = min(int(i) for i in fetched) >= kept - world * data.batch_size
+        if len(fetched) > data.batch_size or not last:  # a short batch only at the end
+            raise batch_size_problem(len(fetched), data.batch_size, type(data).__name__)
     step = min(index // unit, len(totals) - 1)
     return torch.tensor(int(totals[step]) if len(totals) else 0, dtype=torch.int64)
 

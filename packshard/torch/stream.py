@@ -36,10 +36,12 @@ from packshard.torch.dataset import PackedDataset, Row
 from packshard.torch.placement import (
     PassCounter,
     Placement,
+    check_launch,
     check_rank,
     epoch_rows,
     find_wrapper,
     group_placement,
+    read_by_accelerate,
     resolve_placement,
 )
 from packshard.torch.steps import STEP_KEY, check_steps, stream_step_items
@@ -65,7 +67,8 @@ class PackedIterableDataset(IterableDataset[Row]):
         expected_tokenizer_sha256, tokenizer, cache_dir, split: as for :class:`PackedDataset`
             (``split`` defaults to ``train``: the eval shards are never streamed for training).
         grad_accum: every row carries ``num_items_in_step``, the trained tokens of its whole
-            optimizer step on all ranks (:mod:`packshard.torch.steps`; set ``batch_size``).
+            optimizer step on all ranks (:mod:`packshard.torch.steps`; set ``batch_size``: a
+            DataLoader batching another number of rows is refused when it fetches).
 
     Without ``set_epoch``, a pass that finished its epoch moves on to the next one; a pass
     read by DataLoader worker processes always starts the next epoch (they cannot report how
@@ -143,6 +146,8 @@ class PackedIterableDataset(IterableDataset[Row]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch``; a different epoch than the current one restarts at its first row."""
+        if read_by_accelerate():  # accelerate's loader calls it before its workers read
+            check_launch()
         if epoch != self.epoch:
             self.epoch, self.consumed = epoch, 0
         self._passes.reset(self.epoch, self.consumed)

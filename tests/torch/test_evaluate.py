@@ -60,6 +60,24 @@ def test_every_examples_packed_loss_is_its_loss_alone(marked_pack):
     assert worst <= 1e-5, worst
 
 
+def test_a_stock_llama_is_evaluated_with_its_default_settings(marked_pack):
+    """LlamaForCausalLM(config) as built: use_cache=True in its config, default attention."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
+    assert model.config.use_cache
+    records = evaluate(model, marked_pack, split="train", batch_size=4)
+    alone = _alone(model.eval(), marked_pack)
+    assert [r["example_id"] for r in records] == sorted(alone)
+    worst = max(abs(r["loss_sum"] - alone[r["example_id"]][0]) for r in records)
+    assert worst <= 1e-4, worst
+
+
 def test_split_selects_the_shards_that_name_it(marked_pack, tmp_path):
     from tests.helpers import tiny_llama
 

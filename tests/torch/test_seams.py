@@ -109,3 +109,29 @@ def test_check_trainer_catches_a_model_the_batch_check_cannot_see(marked_pack, t
     assert "attention implementation: SelfMaskingLlama (attn_implementation 'sdpa') does not " in (
         str(err.value)
     )
+
+
+def test_a_stock_llama_config_passes_and_an_explicit_cache_is_named(rows):
+    """A stock config says use_cache=True; the check runs as the loops do, use_cache=False."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    )  # fmt: skip
+    assert config.use_cache
+    model = transformers.LlamaForCausalLM(config)
+    batch = collate_hf(rows)
+    assert check_model(model, batch) < 1e-5
+    assert check_model(model, collate_varlen(rows)) < 1e-5
+    for cache in (True, None):  # None: the config's True
+        with pytest.raises(SeamLeakError) as err:
+            check_model(model, {**batch, "use_cache": cache})
+        assert str(err.value).endswith(
+            "positions: a KV cache is built, which turns off segment detection (use_cache=False)"
+        )
+    model.train()  # a cache is built in train mode too: the loop's forward leaks
+    with torch.no_grad():
+        packed = model(**batch).logits[0]
+        lo, hi = collate_varlen(rows)["cu_seqlens"][1:3].tolist()
+        alone = model(input_ids=batch["input_ids"][:, lo:hi], use_cache=False).logits[0]
+    assert float((packed[lo:hi] - alone).abs().max()) > 1e-2

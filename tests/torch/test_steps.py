@@ -69,6 +69,63 @@ def test_every_collator_carries_it_and_a_batch_across_two_steps_is_refused(marke
         PackedIterableDataset(marked_pack, grad_accum=0)
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_plain_loader_whose_batch_size_the_dataset_was_not_told_is_refused(
+    marked_pack, num_workers
+):
+    """2 explicit ranks, grad_accum=4, DataLoader(batch_size=2): counted with 1, a half step."""
+    from torch.utils.data import DataLoader
+
+    def loaded(rank, **told):
+        data = PackedIterableDataset(
+            marked_pack, rank=rank, world_size=2, seed=3, grad_accum=4, **told
+        )
+        loader = DataLoader(data, 2, collate_fn=collate_varlen, num_workers=num_workers)
+        return list(loader)
+
+    for rank in (0, 1):
+        with pytest.raises(UsageError) as err:
+            loaded(rank)
+        assert (
+            "the DataLoader batches 2 rows but PackedIterableDataset was told batch_size=1, so "
+            "num_items_in_step would count steps of 1 × grad_accum rows a rank, not the "
+            "loader's (pass batch_size=2 to PackedIterableDataset as well, or read it through "
+            "ResumableLoader)"
+        ) in str(err.value)
+    ranks = [loaded(rank, batch_size=2) for rank in (0, 1)]  # told: the whole step, every rank
+    same = [_batches(marked_pack, rank, 2, 4) for rank in (0, 1)]  # through ResumableLoader
+    for mine, theirs in zip(ranks, same, strict=True):
+        assert [b["example_ids"].tolist() for b in mine] == [
+            b["example_ids"].tolist() for b in theirs
+        ]
+    for step0, step1 in zip(*(_batched(r, 4) for r in ranks), strict=True):
+        trained = sum(b["num_loss_tokens"] for b in (*step0, *step1))
+        assert {b["num_items_in_step"] for b in (*step0, *step1)} == {trained}
+
+
+def test_a_map_style_loader_batch_size_is_checked_however_it_is_given(marked_pack):
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+    tokens = _loss_tokens(marked_pack)  # 16 rows, one rank, grad_accum 2: steps of 6 rows
+
+    def counts(told, **loader):
+        data = PackedDataset(marked_pack, grad_accum=2, batch_size=told, world_size=1)
+        return [
+            b["num_items_in_step"] for b in DataLoader(data, collate_fn=collate_varlen, **loader)
+        ]
+
+    sampler = BatchSampler(SequentialSampler(range(16)), 3, drop_last=False)
+    for loader in ({"batch_size": 3}, {"batch_sampler": sampler}):
+        with pytest.raises(
+            UsageError, match=r"^the DataLoader batches 3 rows but PackedDataset was"
+        ):
+            counts(1, **loader)  # longer than told
+        with pytest.raises(UsageError, match="told batch_size=4"):
+            counts(4, **loader)  # shorter than told, and not the last batch
+        expected = [int(tokens[s * 6 : s * 6 + 6].sum()) for s in range(3)]
+        assert counts(3, **loader) == [c for c in expected for _ in range(2)][:6]  # last: 1 row
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [

@@ -14,11 +14,15 @@ of every pair adjacent in one row)::
 ``transformers.Trainer.compute_loss``.  A batch without a pair contributes a zero loss that
 keeps the graph (every rank still joins the gradient all-reduce).
 
-:func:`check_pair_loss` is the recipe's own proof, run on the first batch before training: the
-batch's DPO loss from the packed forward against the same pairs run unpadded one by one (each
-branch alone, positions 0…n-1, no mask), with the same reference; a difference above
-``tolerance`` (1e-5, float32) raises :class:`~packshard.torch.seams.SeamLeakError`.  A model
-that lets one segment see another, or a loop that feeds it so, moves the loss by far more.
+:func:`check_pair_loss` is the recipe's own proof, run on the first batch before training: each
+pair branch's summed log-probability from the packed forward against the same branch run
+unpadded on its own (positions 0…n-1, no mask), for the policy and for a reference model; a
+difference above ``tolerance`` (1e-4 nats, float32) raises
+:class:`~packshard.torch.seams.SeamLeakError`.  It compares the sums, never the loss: at step
+0 of every DPO run the policy equals the reference, every margin is 0 and the loss is ln 2
+whatever the model sees, so a loss comparison cannot fail there.  On the tests' tiny Llama,
+positions regenerated over the row (a full causal leak) move branch sums by 0.004 to 0.57
+nats; a right setup agrees to about 1e-6.
 """
 
 from __future__ import annotations
@@ -97,46 +101,58 @@ def _one_by_one(model: Any, batch: Mapping[str, Any], pairs: PairLogps) -> PairL
     return dataclasses.replace(pairs, chosen=sums[0], rejected=sums[1])
 
 
-def check_pair_loss(
-    model: Any,
-    batch: Mapping[str, Any],
-    reference: Any = None,
-    *,
-    beta: float = 0.1,
-    loss_type: str = "sigmoid",
-    tolerance: float = 1e-5,
-) -> float:
-    """Raise :class:`SeamLeakError` unless the batch's packed DPO loss equals the unpadded one.
-
-    ``batch`` is a :func:`~packshard.torch.collate.collate_varlen` batch of preference rows
-    (it needs ``example_ids``).  Runs in eval mode without gradients (the mode is restored)
-    and returns ``|packed - one by one|``.
-    """
-    if "example_ids" not in batch or "branch" not in batch:
-        raise UsageError("check_pair_loss needs a collate_varlen batch of preference rows")
+def _worst_branch(model: Any, batch: Mapping[str, Any]) -> tuple[float, str]:
+    """Return the largest |packed - alone| branch sum of ``model`` on ``batch``, and its branch."""
     with evaluating(model):
         packed = pair_logps(packed_logits(model, batch), batch)
         if len(packed) == 0:
             raise UsageError("check_pair_loss got a batch without a pair: give it another")
         alone = _one_by_one(model, batch, packed)
-        ref_packed = ref_alone = reference_sums(reference, batch, packed)
-        if reference is not None and not isinstance(reference, ReferenceLogps):  # a model
-            ref_one = _one_by_one(reference, batch, packed)
-            ref_alone = (ref_one.chosen, ref_one.rejected)
-        if ref_packed is None and loss_type != "simpo":  # the policy's side alone
-            zeros = torch.zeros_like(packed.chosen)
-            ref_packed = ref_alone = (zeros, zeros)
-        a = dpo_loss(packed, ref_packed, beta=beta, loss_type=loss_type)
-        b = dpo_loss(alone, ref_alone, beta=beta, loss_type=loss_type)
-    delta = abs(float(a) - float(b))
-    if not delta <= tolerance:
-        raise SeamLeakError(
-            f"the packed DPO loss {float(a):.6f} differs from the same pairs run one by one "
-            f"({float(b):.6f}) by {delta:.2e} > {tolerance:.0e}: the model sees across the "
-            "seams of a packed row (feed it position_ids with use_cache=False and no 2-D "
-            "attention_mask, or a 4-D block-causal mask)"
-        )
-    return delta
+    moved = torch.stack(
+        [(packed.chosen - alone.chosen).abs(), (packed.rejected - alone.rejected).abs()]
+    )
+    worst = int(moved.argmax())
+    side, pair = divmod(worst, moved.shape[1])
+    owners = packed.rejected_example_ids if side else packed.chosen_example_ids
+    name = f"{'rejected' if side else 'chosen'} branch of example {int(owners[pair])}"
+    return float(moved.flatten()[worst]), name
+
+
+def check_pair_loss(
+    model: Any,
+    batch: Mapping[str, Any],
+    reference: Any = None,
+    *,
+    tolerance: float = 1e-4,
+) -> float:
+    """Raise :class:`SeamLeakError` unless every pair branch's packed log-probability is its own.
+
+    ``batch`` is a :func:`~packshard.torch.collate.collate_varlen` batch of preference rows
+    (it needs ``example_ids``).  Each branch's summed log-probability from the packed forward
+    is compared with the branch run alone, for ``model`` and for ``reference`` when it is a
+    model (a :class:`ReferenceLogps` sidecar was scored block-causal, as data).  The loss is
+    never compared: at step 0 the policy equals the reference and every DPO loss is ln 2,
+    leak or not.  Runs in eval mode without gradients (modes are restored) and returns the
+    largest ``|packed - alone|`` in nats.  ``tolerance`` suits float32; half precision
+    needs more.
+    """
+    if "example_ids" not in batch or "branch" not in batch:
+        raise UsageError("check_pair_loss needs a collate_varlen batch of preference rows")
+    models = [("policy", model)]
+    if reference is not None and not isinstance(reference, ReferenceLogps):
+        models.append(("reference", reference))
+    found = 0.0
+    for role, net in models:
+        delta, where = _worst_branch(net, batch)
+        if not delta <= tolerance:
+            raise SeamLeakError(
+                f"the {role} model's summed log-probability of the {where} differs packed "
+                f"from the branch run alone by {delta:.2e} > {tolerance:.0e}: it sees across "
+                "the seams of a packed row (feed it position_ids with use_cache=False and no "
+                "2-D attention_mask, or a 4-D block-causal mask)"
+            )
+        found = max(found, delta)
+    return found
 
 
 class PackedDPOTrainer(Trainer):
@@ -183,9 +199,7 @@ class PackedDPOTrainer(Trainer):
     ) -> Any:
         """Return the DPO loss of the batch's pairs (:func:`dpo_step_loss`)."""
         if self.check and self.pair_check_delta is None:
-            self.pair_check_delta = check_pair_loss(
-                model, inputs, self.reference, beta=self.beta, loss_type=self.loss_type
-            )
+            self.pair_check_delta = check_pair_loss(model, inputs, self.reference)
         loss = dpo_step_loss(
             model, inputs, self.reference, beta=self.beta, loss_type=self.loss_type
         )
