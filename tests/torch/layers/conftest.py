@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -37,7 +38,7 @@ def row(lengths: tuple[int, ...] = LENGTHS, seed: int = 0) -> tuple[Any, list[in
 
 def positions(cu: list[int]) -> Any:
     """``position_ids`` ``[1, T]`` restarting at every segment."""
-    return torch.cat([torch.arange(b - a) for a, b in zip(cu, cu[1:])])[None]
+    return torch.cat([torch.arange(b - a) for a, b in pairwise(cu)])[None]
 
 
 @pytest.fixture(scope="module")

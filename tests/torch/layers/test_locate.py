@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from packshard.torch import SeamLeakError, check_model, collate_hf, segment_layers
@@ -12,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 
 def _segments(cu):
-    return list(zip(cu, cu[1:]))
+    return list(pairwise(cu))
 
 
 def test_a_gated_delta_net_is_named_where_it_leaks() -> None:
@@ -29,9 +31,9 @@ def test_a_gated_delta_net_is_named_where_it_leaks() -> None:
 def test_an_attention_fed_a_2d_mask_is_named_as_attention() -> None:
     model = tiny("llama")
     ids, cu = row()
-    inputs = {"input_ids": ids[None], "position_ids": positions(cu),
-              "attention_mask": torch.ones(1, cu[-1], dtype=torch.long), "use_cache": False}  # fmt: skip
-    site = first_leak(model, inputs, _segments(cu), 1e-4)
+    mask = torch.ones(1, cu[-1], dtype=torch.long)  # switches the packed detection off
+    inputs = {"input_ids": ids[None], "position_ids": positions(cu), "attention_mask": mask}
+    site = first_leak(model, {**inputs, "use_cache": False}, _segments(cu), 1e-4)
     assert site is not None and (site.decoder, site.layer.kind) == (0, "full attention")
 
 

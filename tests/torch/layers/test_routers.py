@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from packshard.torch.layers.routers import balance_loss, segment_balance_loss
@@ -16,11 +18,11 @@ def test_the_aux_loss_pools_the_row_and_the_per_segment_form_equals_alone(one_th
     ids, cu = row()
     with torch.no_grad():
         packed = model(input_ids=ids[None], position_ids=positions(cu), use_cache=False)
-        alone = [model(input_ids=ids[None, a:b], use_cache=False) for a, b in zip(cu, cu[1:])]
-        longest = max(b - a for a, b in zip(cu, cu[1:]))
+        alone = [model(input_ids=ids[None, a:b], use_cache=False) for a, b in pairwise(cu)]
+        longest = max(b - a for a, b in pairwise(cu))
         padded_ids = torch.zeros(len(alone), longest, dtype=torch.long)
         mask = torch.zeros(len(alone), longest, dtype=torch.long)
-        for i, (a, b) in enumerate(zip(cu, cu[1:])):
+        for i, (a, b) in enumerate(pairwise(cu)):
             padded_ids[i, : b - a], mask[i, : b - a] = ids[a:b], 1
         padded = model(input_ids=padded_ids, attention_mask=mask, use_cache=False)
     # transformers' own figure: the packed row pools its examples as a padded batch does

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from packshard.errors import UsageError
@@ -18,7 +20,7 @@ def _delta(model, ids, cu, **feed) -> float:
         return max(
             float((packed[a:b] - model(input_ids=ids[None, a:b], use_cache=False).logits[0])
                   .abs().max())
-            for a, b in zip(cu, cu[1:])
+            for a, b in pairwise(cu)
         )  # fmt: skip
 
 
@@ -59,7 +61,7 @@ def test_a_model_without_position_ids_takes_the_reader_batch(one_thread) -> None
     batch = collate_hf([{"input_ids": ids, "labels": ids, "cu_seqlens": torch.tensor(cu)}])
     assert _delta(model, ids, cu, position_ids=batch["position_ids"]) <= 1e-5
     with torch.no_grad():
-        alone = [model(input_ids=ids[None, a:b]).logits[0] for a, b in zip(cu, cu[1:])]
+        alone = [model(input_ids=ids[None, a:b]).logits[0] for a, b in pairwise(cu)]
         with packed_segments(model, cu):  # or the seams given directly
             packed = model(input_ids=ids[None]).logits[0]
             with pytest.raises(UsageError, match="row has 9 tokens but its seams end at 68"):
@@ -87,7 +89,7 @@ def test_gradients_of_a_packed_row_equal_the_sum_over_its_segments(one_thread) -
     loss.backward()
     packed = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
-    for a, b in zip(cu, cu[1:]):
+    for a, b in pairwise(cu):
         logits = model(input_ids=ids[None, a:b], use_cache=False).logits[0, :-1]
         torch.nn.functional.cross_entropy(logits, ids[a + 1 : b], reduction="sum").backward()
     worst = max(float((packed[n] - p.grad).abs().max()) for n, p in model.named_parameters()
