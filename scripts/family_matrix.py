@@ -2,7 +2,7 @@
 
 Usage: python scripts/family_matrix.py [--data ../shared/data] [--families a,b] [--markdown]
 
-One packed row of real chat data (the shared chat files packed with the Qwen3 tokenizer at
+One packed row of real chat data (two shared chat files packed with the Qwen3 tokenizer at
 512 tokens, the first row with three or more segments) is run through a tiny random model of
 each family (see packshard.torch.layers.matrix).  Without the shared data a fixed random row
 of the same shape is used and the table says so.
@@ -21,7 +21,8 @@ import torch
 
 def _row(data: Path) -> tuple[torch.Tensor, list[int], str]:
     tok = data / "tokenizers" / "qwen3"
-    chat = sorted((data / "chat").glob("*.jsonl"))
+    names = ("llamafactory_alpaca_en_demo.json", "openai_cookbook_toy_chat_fine_tuning.jsonl")
+    chat = [data / "chat" / name for name in names if (data / "chat" / name).is_file()]
     if tok.is_dir() and chat:
         from click.testing import CliRunner
 
@@ -29,7 +30,7 @@ def _row(data: Path) -> tuple[torch.Tensor, list[int], str]:
         from packshard.torch import PackedDataset
 
         out = Path(tempfile.mkdtemp()) / "packed"
-        args = ["pack", *map(str, chat[:3]), "-t", str(tok), "--max-seq-len", "512", "-o", str(out)]
+        args = ["pack", *map(str, chat), "-t", str(tok), "--max-seq-len", "512", "-o", str(out)]
         result = CliRunner().invoke(main, args)
         if result.exit_code in (0, 1) and (out / "manifest.json").is_file():
             ds = PackedDataset(str(out))
@@ -38,7 +39,7 @@ def _row(data: Path) -> tuple[torch.Tensor, list[int], str]:
                 cu = row["cu_seqlens"].tolist()
                 if len(cu) >= 4:
                     ids = row["input_ids"].to(torch.int64) % 4096
-                    return ids, cu, f"row {i} of {out.name} ({', '.join(p.name for p in chat[:3])})"
+                    return ids, cu, f"row {i} of {out.name} ({', '.join(p.name for p in chat)})"
     gen = torch.Generator().manual_seed(0)
     lengths = [37, 90, 21, 130]
     cu = [0]
@@ -58,7 +59,7 @@ def main() -> int:
     args = parser.parse_args()
     import transformers
 
-    from packshard.torch.layers.matrix import FAMILIES, check_family
+    from packshard.torch.layers.matrix import FAMILIES, balance_figures, check_family
 
     ids, cu, where = _row(Path(args.data))
     families = args.families.split(",") if args.families else list(FAMILIES)
@@ -94,6 +95,14 @@ def main() -> int:
             flush=True,
         )
         print(f"  ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    moe = balance_figures("qwen3_moe", ids, cu)
+    print(
+        f"\nqwen3_moe load-balancing loss on this row: packed {moe.packed:.6f}, the same "
+        f"examples padded {moe.padded:.6f} (Δ {abs(moe.packed - moe.padded):.1e}), mean of each "
+        f"alone {moe.mean_alone:.6f} (Δ {abs(moe.packed - moe.mean_alone):.1e}); per segment "
+        f"from the packed row {moe.per_segment:.6f} (Δ vs alone "
+        f"{abs(moe.per_segment - moe.mean_alone):.1e})"
+    )
     return 1 if bad else 0
 
 

@@ -175,3 +175,48 @@ def check_family(
             site.describe() if site is not None else "no single layer"
         )
     return FamilyResult(family, kinds, names, done.masks, plain, packed, control, where, error)
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceFigures:
+    """A MoE family's load-balancing loss on one packed row, four ways."""
+
+    packed: float
+    """transformers' ``aux_loss`` of the packed row."""
+    padded: float
+    """The same examples as a padded batch, padding masked: the same pool of tokens."""
+    mean_alone: float
+    """The mean of each example's ``aux_loss`` run alone."""
+    per_segment: float
+    """:func:`~packshard.torch.layers.routers.segment_balance_loss` of the packed row."""
+
+
+def balance_figures(
+    family: str, ids: torch.Tensor, cu_seqlens: Sequence[int], seed: int = 0
+) -> BalanceFigures:
+    """Compare a MoE family's auxiliary loss packed, padded, alone and per segment."""
+    from transformers import AutoConfig
+
+    from packshard.torch.layers.routers import segment_balance_loss
+
+    config = {**AutoConfig.for_model(family).to_dict(), **FAMILIES.get(family, {})}
+    model = tiny_model({**config, "output_router_logits": True}, int(ids.max()) + 1, seed=seed)
+    segments = list(pairwise(int(c) for c in cu_seqlens))
+    positions = torch.cat([torch.arange(b - a) for a, b in segments])
+    longest = max(b - a for a, b in segments)
+    padded_ids = torch.zeros(len(segments), longest, dtype=torch.long)
+    mask = torch.zeros(len(segments), longest, dtype=torch.long)
+    for i, (a, b) in enumerate(segments):
+        padded_ids[i, : b - a], mask[i, : b - a] = ids[a:b], 1
+    with torch.no_grad():
+        packed = model(input_ids=ids[None], position_ids=positions[None], use_cache=False)
+        padded = model(input_ids=padded_ids, attention_mask=mask, use_cache=False)
+        alone = [float(model(input_ids=ids[None, a:b], use_cache=False).aux_loss)
+                 for a, b in segments]  # fmt: skip
+    experts = int(getattr(model.config, "num_experts", 0) or model.config.num_local_experts)
+    per = segment_balance_loss(
+        packed.router_logits, cu_seqlens, experts, int(model.config.num_experts_per_tok)
+    )
+    return BalanceFigures(
+        float(packed.aux_loss), float(padded.aux_loss), sum(alone) / len(alone), float(per)
+    )
