@@ -143,6 +143,6 @@ def test_a_second_export_on_the_same_out_is_refused(proj):
     try:
         result = export(proj, "src", "--to", "unpacked", "-o", "exp")
         assert result.exit_code == 2
-        assert "error: exp: another packshard export (another run) is writing" in result.stderr
+        assert "error: exp: another packshard run is writing" in result.stderr
     finally:
         os.close(fd)

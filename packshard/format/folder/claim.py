@@ -4,9 +4,9 @@ Every command that writes a folder claims it here, after :mod:`packshard.format.
 checks, on the place OUT was resolved to once::
 
     .NAME.lock        beside OUT held (flock) for the whole run; a second run on the same OUT
-                                 fails at once naming the first one's process.  Opened with
-                                 O_NOFOLLOW: a link planted there is refused, never written
-                                 through
+                                 fails at once naming the first one's process and
+                                 command.  Opened with O_NOFOLLOW: a link planted there is
+                                 refused, never written through
     .NAME.partial-PID beside OUT  the run writes here, renamed to OUT when complete (an
                                  empty OUT is kept and filled, the manifest last)
     .NAME.old-PID     beside OUT  the replaced OUT, during the swap only
@@ -154,7 +154,11 @@ def _remove(path: Path) -> str | None:
 
 @contextmanager
 def _locked(out: Path, path: Path, command: str) -> Iterator[None]:
-    """Hold the lock file ``path`` beside ``out`` for the block; remove it after."""
+    """Hold the lock file ``path`` beside ``out`` for the block; remove it after.
+
+    The lock file holds the holder's process id, host and command (``pack``, ``export``,
+    ``reference``), so a second run names the command that holds it, not its own.
+    """
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     while True:
         try:
@@ -183,10 +187,12 @@ def _locked(out: Path, path: Path, command: str) -> Iterator[None]:
             os.close(fd)
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            who = f"process {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another run"
+            who = f"another packshard {holder[2] if len(holder) >= 3 else 'run'}"  # the holder's
+            if len(holder) >= 2:
+                who += f" (process {holder[0]} on {holder[1]})"
             raise OutputError(
-                f"{out}: another packshard {command} ({who}) is writing this output folder "
-                f"(lock {path.name}); wait for it to finish or choose another -o"
+                f"{out}: {who} is writing this output folder (lock {path.name}); wait for it "
+                "to finish or choose another -o"
             ) from None
         try:
             current = os.lstat(path)
@@ -195,7 +201,7 @@ def _locked(out: Path, path: Path, command: str) -> Iterator[None]:
         mine = os.fstat(fd)
         if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {command}\n".encode(), 0)
             break
         os.close(fd)  # the previous holder removed the file as we opened it: lock afresh
     try:
