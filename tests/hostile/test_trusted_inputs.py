@@ -220,3 +220,29 @@ def test_a_zstd_bomb_exits_with_its_line_and_no_abort(tmp_path):
         assert "FATAL" not in done.stderr
         assert done.stderr.startswith("error: bomb.jsonl.zst: expands more than 200x")
         assert done.stderr.count("\n") == 1
+
+
+def test_a_link_where_the_work_folder_goes_is_refused_in_one_line(tmp_path, word_tokenizer):
+    (tmp_path / "a.jsonl").write_text(RECORD * 3)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / ".out.units").symlink_to("elsewhere")
+    result = pack(tmp_path, word_tokenizer, "a.jsonl", "-o", "out")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"error: {tmp_path / '.out.units'}: a link, where pack keeps its work units beside the "
+        "output folder (remove it, or choose another -o)\n",
+    )
+    assert (tmp_path / ".out.units").is_symlink() and not (tmp_path / "out").exists()
+
+
+def test_cr_only_line_endings_are_named_as_such(tmp_path, word_tokenizer):
+    (tmp_path / "mac.jsonl").write_bytes(
+        RECORD.strip().encode() * 1 + b"\r" + RECORD.strip().encode() + b"\r"
+    )
+    result = pack(tmp_path, word_tokenizer, "mac.jsonl", "-o", "out")
+    assert result.exit_code == 1
+    assert (
+        f"(likely cause: {tmp_path / 'mac.jsonl'} ends its lines with CR alone (classic Mac line "
+        "endings): JSON Lines needs LF (convert them, e.g. tr '\\r' '\\n'))"
+    ) in result.stderr
+    assert "JSON array" not in result.stderr
