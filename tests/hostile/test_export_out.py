@@ -146,3 +146,28 @@ def test_a_second_export_on_the_same_out_is_refused(proj):
         assert "error: exp: another packshard run is writing" in result.stderr
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_signal_during_export_removes_the_partial_and_the_lock(proj, monkeypatch, sig):
+    import signal
+
+    import packshard.export.run as run
+
+    real = run.write_unpacked
+
+    def stopped(*args: Any) -> Any:
+        real(*args)  # the partial folder holds files now
+        assert list(proj.glob(".exp.partial-*")) and (proj / ".exp.lock").exists()
+        os.kill(os.getpid(), getattr(signal, sig))
+        raise AssertionError("the signal did not stop the export")
+
+    monkeypatch.setattr(run, "write_unpacked", stopped)
+    before = tree_state(proj)
+    result = export(proj, "src", "--to", "unpacked", "-o", "exp")
+    assert (result.exit_code, result.stderr) == (
+        128 + getattr(signal, sig),
+        f"error: stopped by {sig} (the partial output was removed)\n",
+    )
+    assert changed(before, tree_state(proj)) == []  # no partial, no lock, no exp
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is given back
