@@ -246,3 +246,37 @@ def test_cr_only_line_endings_are_named_as_such(tmp_path, word_tokenizer):
         "endings): JSON Lines needs LF (convert them, e.g. tr '\\r' '\\n'))"
     ) in result.stderr
     assert "JSON array" not in result.stderr
+
+
+# --- a template that runs away on every record: the run stops early ------------------------------
+
+LOOP = "{% for m in messages %}{% for i in range(99999) %}{% for j in range(99999) %}"
+LOOP += "{% endfor %}{% endfor %}{{ m.content }}{% endfor %}"
+
+
+def test_a_template_that_runs_away_on_every_record_stops_the_run_early(tmp_path, demo_tokenizer):
+    from packshard.ingest.stream import RUNAWAY_RECORDS
+
+    (tmp_path / "loop.jinja").write_text(LOOP)
+    record = json.dumps(kto(None)) + "\n"  # a plain chat record (no label)
+    (tmp_path / "c.jsonl").write_text(record * 40)
+    result = pack(tmp_path, demo_tokenizer, "c.jsonl", "--template", "loop.jinja",
+                  "--template-timeout", "0.2", "--max-seq-len", "64", "-o", "out")  # fmt: skip
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "error: loop.jinja: the template ran out of its budget (0.2 s, or its loop steps) on "
+        f"each of the first {RUNAWAY_RECORDS} records and rendered none: it loops whatever the "
+        "record (fix it, or use --template-timeout to allow more)\n",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_template_that_finishes_once_is_never_stopped_early(tmp_path, demo_tokenizer):
+    short = '{% if messages[1].content == "w3" %}' + LOOP + "{% else %}{{ messages[1].content }}"
+    (tmp_path / "some.jinja").write_text(short + "{% endif %}")
+    records = [kto(None, "w4")] + [kto(None)] * 5  # the first renders, the rest run away
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = pack(tmp_path, demo_tokenizer, "c.jsonl", "--template", "some.jinja",
+                  "--template-timeout", "0.2", "--max-seq-len", "64", "-o", "out")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert [code for _, code, _ in rejects(tmp_path / "out")] == ["template_error"] * 5
