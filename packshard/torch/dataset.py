@@ -30,16 +30,17 @@ shard is opened for reading (its first row asked for, in each process) it is rea
 SHA-256 computed as it streams in and compared with the manifest's, and the bytes checked are
 the bytes decoded; then its dataset id, its rows' boundaries, its token ids (inside the
 manifest's ``vocab_size``) and its labels (-100 or their own token) are checked.  Cache files
-are named by the SHA-256 the reader computed itself and by their own.  Any failure is a
+are named by the SHA-256 the reader found and by their own.  Any failure is a
 :class:`~packshard.errors.FormatError` naming the file and the fix.
 
 Why a full hash for shards and a recorded fingerprint for cache entries (measured with
 ``scripts/bench_reader_check.py``, figures in ``docs/performance.md``): a shard is about 2.2
 bytes a token and must be decoded anyway, so hashing it as it is read adds a few percent to
 its first batch; a cache entry is about 12 bytes a token and is served by a memory map that
-costs almost nothing, so hashing it at every open would multiply the cached first batch's
-latency several times.  An entry is hashed in full once, and again whenever its file status
-changes (:func:`_mapped`).
+costs almost nothing, so hashing it, or the shard it was made from, at every open would
+multiply the cached first batch's latency several times.  With a cache, each file (the shard,
+its entry) is hashed in full once, its status recorded in the cache folder, and hashed again
+whenever that status changes (:func:`_stamp`).
 
 Streaming, shuffled and split over ranks and workers, is :mod:`packshard.torch.stream`.
 """
@@ -104,32 +105,41 @@ def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
     bytes are what is decoded: a shard replaced, rewritten in place or tampered with, before
     the dataset was opened or after, is refused by name, never served.
 
-    The cache entry is named by the shard's SHA-256 as computed here (never by a manifest
-    string) and by the SHA-256 of its own bytes as written, and checked against the latter
-    when it is mapped (:func:`_mapped`), so an entry written over is refused.
+    With ``cache_dir``, a shard found equal to the manifest's SHA-256 has its file status
+    recorded there (``SHA.shard.checked``, :func:`_stamp`); a later open whose shard has
+    that very status, and whose cache entry exists, maps the entry without reading the shard
+    (a shard written over since has another status, and is read and hashed again).  The
+    entry is named by the shard's SHA-256 and by the SHA-256 of its own bytes as written,
+    and checked against the latter when it is mapped (:func:`_mapped`).
     """
     path, cache_dir = data.out / data.shard_names[k], data.cache_dir
+    expected = data.shard_sha256[k]
+    stem = f"{expected}-{'derived' if data.derive_positions else 'stored'}-positions-"
     try:
         fd = open_inside(data.out, data.shard_names[k])
     except FormatError as exc:
         raise FormatError(str(path), f"{exc.problem} (run packshard verify)") from None
     with os.fdopen(fd, "rb") as fh:
+        stamp = _stamp(os.fstat(fh.fileno()))
+        seen = None if cache_dir is None else cache_dir / f"{expected}.shard.checked"
+        if seen is not None and cache_dir is not None and _recorded(seen) == stamp:
+            for entry in sorted(cache_dir.glob(f"{stem}*.arrow")):
+                return _mapped(entry, entry.name[len(stem) : -len(".arrow")])
         raw, digest = read_hashed(fh)
-    if digest != data.shard_sha256[k]:
+    if digest != expected:
         raise FormatError(
             str(path),
             "SHA-256 differs from the manifest: the shard was replaced or modified after it "
             f"was packed (run packshard verify {data.out}, and pack again)",
         )
-    if cache_dir is None:
+    if cache_dir is None or seen is None:
         return pq.read_table(pa.BufferReader(pa.py_buffer(raw)), columns=columns).combine_chunks()
-    kind = "derived" if data.derive_positions else "stored"
-    stem = f"{digest}-{kind}-positions-"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    _record(seen, stamp)
     for entry in sorted(cache_dir.glob(f"{stem}*.arrow")):
         return _mapped(entry, entry.name[len(stem) : -len(".arrow")])
     table = pq.read_table(pa.BufferReader(pa.py_buffer(raw)), columns=columns).combine_chunks()
     del raw
-    cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = cache_dir / f".{stem}{os.getpid()}.tmp"
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
@@ -139,14 +149,36 @@ def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
     return _mapped(cache, written)
 
 
+def _stamp(st: os.stat_result) -> str:
+    """Return a file's status as recorded after a full hash: device, inode, size, times.
+
+    Writing over a file, in place or by a rename, changes its change time (``st_ctime_ns``),
+    which no call can set back: an equal stamp is the file that was hashed, unchanged.
+    """
+    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}\n"
+
+
+def _recorded(record: Path) -> str:
+    """Return the stamp ``record`` holds ('' when there is none, or it is not one)."""
+    try:
+        return record.read_text(encoding="ascii") if record.stat().st_size < 256 else ""
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _record(record: Path, stamp: str) -> None:
+    """Write ``stamp`` into ``record`` atomically (concurrent workers write the same)."""
+    tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+    tmp.write_text(stamp, encoding="ascii")
+    os.replace(tmp, record)
+
+
 def _mapped(cache: Path, expected: str) -> pa.Table:
     """Memory-map a cache entry, check it is the one named ``expected``, read it from the map.
 
     The entry is hashed in full (through the mapping the table is then read from) unless its
-    file status (device, inode, size, modification and change times) is the one recorded in
-    ``ENTRY.checked`` when it was last hashed and found equal to its name.  Writing over an
-    entry, in place or by a rename, changes its change time (which no call can set back), so
-    a forged entry is always hashed, and refused.
+    status (:func:`_stamp`) is the one recorded in ``ENTRY.checked`` when it was last hashed
+    and found equal to its name: a forged entry is always hashed, and refused.
     """
     fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -154,22 +186,15 @@ def _mapped(cache: Path, expected: str) -> pa.Table:
         mapped = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ) if st.st_size else b""
     finally:
         os.close(fd)
-    stamp = f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}\n"
-    record = cache.with_name(f"{cache.name}.checked")
-    try:
-        recorded = record.read_text(encoding="ascii") if record.stat().st_size < 256 else ""
-    except (OSError, UnicodeDecodeError):
-        recorded = ""
-    if recorded != stamp:
+    stamp, record = _stamp(st), cache.with_name(f"{cache.name}.checked")
+    if _recorded(record) != stamp:
         if sha256_bytes(mapped) != expected:
             raise FormatError(
                 str(cache),
                 "SHA-256 differs from the one this cache entry was written with: it was "
                 "modified (delete it: it is rebuilt from the shard)",
             )
-        tmp = cache.with_name(f".{record.name}.{os.getpid()}.tmp")
-        tmp.write_text(stamp, encoding="ascii")
-        os.replace(tmp, record)
+        _record(record, stamp)
     return pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
 
 

@@ -173,3 +173,20 @@ def test_export_refuses_a_null_tokenizer_entry(packed_demo_copy, tmp_path):
     result = cli("export", packed_demo_copy, "--to", "unpacked", "-o", tmp_path / "x")
     assert result.exit_code == 2  # a manifest error, as any other
     assert result.stderr.startswith("error: manifest.json: tokenizer: None is not of type")
+
+
+def test_a_checked_shard_is_not_read_again_while_its_status_holds(packed_demo_copy, tmp_path):
+    cache = tmp_path / "cache"
+    first = PackedDataset(packed_demo_copy, cache_dir=cache)
+    want = first[0]["input_ids"]
+    (seen,) = cache.glob(f"{first.shard_sha256[0]}.shard.checked")
+    del first
+    shard = packed_demo_copy / "shard-00000.parquet"
+    blob = shard.read_bytes()
+    middle = len(blob) // 2
+    shard.write_bytes(blob[:middle] + bytes([blob[middle] ^ 1]) + blob[middle + 1 :])  # in place
+    with pytest.raises(FormatError, match="SHA-256 differs from the manifest"):
+        PackedDataset(packed_demo_copy, cache_dir=cache)[0]  # the stamp no longer holds
+    shard.write_bytes(blob)
+    assert torch.equal(PackedDataset(packed_demo_copy, cache_dir=cache)[0]["input_ids"], want)
+    assert seen.read_text().split()[1] == str(shard.stat().st_ino)

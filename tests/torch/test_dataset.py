@@ -74,7 +74,10 @@ def test_reset_positions_are_derived_and_cached_shards_read_the_same(tmp_path):
                 assert torch.equal(got[name], want[name]), name
     shas = [s["sha256"] for s in derived.manifest["shards"]]
     named = sorted(p.name for p in cache.glob("*.arrow"))
-    assert sorted(p.name for p in cache.glob("*.checked")) == [f"{n}.checked" for n in named]
+    assert sorted(p.name for p in cache.glob("*.arrow.checked")) == [f"{n}.checked" for n in named]
+    assert sorted(p.name for p in cache.glob("*.shard.checked")) == [
+        f"{s}.shard.checked" for s in sorted(shas)
+    ]
     assert [n[:64] for n in named] == sorted(shas)  # the shard's SHA-256, then the entry's own
     assert all(n == f"{n[:64]}-derived-positions-{sha256_path(cache / n)}.arrow" for n in named)
     reopened = PackedDataset(out, cache_dir=cache)  # served from the memory-mapped copy
