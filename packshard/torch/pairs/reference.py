@@ -48,8 +48,6 @@ from packshard.torch.dataset import PackedDataset
 from packshard.torch.masks import block_causal_mask
 from packshard.torch.pairs.logps import PairLogps, segment_logps
 
-SCHEMA = REFERENCE_SCHEMA
-
 
 def local_causal_lm(path: Path) -> Any:
     """Load the causal LM of a checked model folder: float32, offline, no remote code, eval."""
@@ -107,7 +105,7 @@ def reference_table(model: Any, data: PackedDataset) -> pa.Table:
         META_DATASET_ID: data.dataset_id.encode(),
     }
     arrays = [pa.array(np.concatenate(c)) for c in (ids, logps, counts)]
-    return pa.Table.from_arrays(arrays, schema=SCHEMA).replace_schema_metadata(meta)
+    return pa.Table.from_arrays(arrays, schema=REFERENCE_SCHEMA).replace_schema_metadata(meta)
 
 
 def write_reference_logps(out: str | os.PathLike[str], model: Any | str | os.PathLike[str]) -> Path:
