@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import mmap
 import os
 import stat
 from collections.abc import Callable
+from typing import BinaryIO
 
 CHUNK = 1 << 20
 
 
-def sha256_bytes(data: bytes) -> str:
-    """Return the lowercase hex SHA-256 of ``data``."""
+def sha256_bytes(data: bytes | bytearray | memoryview | mmap.mmap) -> str:
+    """Return the lowercase hex SHA-256 of ``data`` (a memory map is hashed without a copy)."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -37,3 +39,24 @@ def sha256_path(
             if until is not None and until():
                 raise InterruptedError(f"{os.fspath(path)}: hashing stopped")
     return digest.hexdigest()
+
+
+def read_hashed(fh: BinaryIO) -> tuple[bytearray, str]:
+    """Read an open file whole and return its bytes with their SHA-256, hashed as they come.
+
+    Each ``CHUNK`` is hashed while it is still in the processor's cache, and the bytes hashed
+    are the bytes returned: a reader that decodes them serves exactly what it checked, even
+    if the file is rewritten a moment later.
+    """
+    digest = hashlib.sha256()
+    data = bytearray(os.fstat(fh.fileno()).st_size)
+    view, filled = memoryview(data), 0
+    while filled < len(data):
+        got = fh.readinto(view[filled : filled + CHUNK])  # type: ignore[attr-defined]
+        if not got:
+            break
+        digest.update(view[filled : filled + got])
+        filled += got
+    if filled < len(data) or fh.read(1):
+        raise OSError(errno.EIO, "the file changed size while it was read", getattr(fh, "name", ""))
+    return data, digest.hexdigest()

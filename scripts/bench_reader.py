@@ -104,7 +104,14 @@ def build_corpus(folder: Path, tokens: int, max_seq_len: int, shard_rows: int) -
         "format_version": FORMAT_VERSION,
         "dataset_id": "bench",
         "config": {"max_seq_len": max_seq_len},
-        "tokenizer": {"sha256": "synthetic"},
+        "tokenizer": {
+            "path": "tokenizer.json",
+            "sha256": "0" * 64,
+            "vocab_size": VOCAB,
+            "bos_token_id": None,
+            "eos_token_id": None,
+            "pad_token_id": None,
+        },
         "shards": [e.to_dict() for e in entries],
         "stats": {"rows": len(rows) - 1, "tokens": total},
     }

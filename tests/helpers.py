@@ -1062,6 +1062,7 @@ def write_out(
     version: int = 1,
     position_policy: str | None = None,
     segment_columns: dict[str, list[list[int]]] | None = None,
+    vocab_size: int = 1 << 20,
 ) -> Path:
     """Write a contract-compliant OUT folder (shards + manifest) from hand-made rows.
 
@@ -1112,7 +1113,14 @@ def write_out(
         "dataset_id": "f0f0f0f0f0f0f0f0",
         "config": {"max_seq_len": max_seq_len}
         | ({"position_ids": position_policy} if position_policy else {}),
-        "tokenizer": {"path": "tokenizer.json", "sha256": TOKENIZER_SHA},
+        "tokenizer": {
+            "path": "tokenizer.json",
+            "sha256": TOKENIZER_SHA,
+            "vocab_size": vocab_size,
+            "bos_token_id": None,
+            "eos_token_id": None,
+            "pad_token_id": None,
+        },
         "shards": entries,
         "stats": {"rows": sum(e["rows"] for e in entries)},
     }
@@ -1719,4 +1727,16 @@ def add_branch_column(out: Path) -> None:
         pq.write_table(table, path)
         entry["bytes"] = path.stat().st_size
         entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2))
+
+
+def rehash(out: Path, name: str) -> None:
+    """Record ``out/name``'s new SHA-256 and size in the manifest, as a forger would."""
+    from packshard.digests import sha256_path
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    path = out / name
+    for entry in [*manifest["shards"], *manifest.get("files", {}).values()]:
+        if entry.get("path") == name:
+            entry.update(sha256=sha256_path(path), bytes=path.stat().st_size)
     (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2))

@@ -228,11 +228,13 @@ def export(out: str, target: str, dest: str, overwrite: bool) -> None:
     Example:
       packshard export packed/ --to megatron -o megatron/
     """
+    from packshard.engine import terminating
     from packshard.export import export_dataset
 
     _settled()
 
-    result = export_dataset(out, target, dest, overwrite, notify=warn)
+    with terminating():  # SIGTERM unwinds as Ctrl-C: the partial folder and the lock go
+        result = export_dataset(out, target, dest, overwrite, notify=warn)
     written = result.info["written"]
     counts = ", ".join(f"{k} {v:,}" for k, v in written.items() if isinstance(v, int))
     click.echo(f"exported {out} → {result.dest} ({target}): {counts}")

@@ -4,12 +4,14 @@
 :class:`~packshard.errors.PackshardError` with its own exit code (1 data, 2 usage), an
 ``OSError`` the environment raised (disk full, permission, read-only) with a hint, and running
 out of memory with the options that lower it.  Messages stay on one line (a newline inside a
-path or a record is escaped) so that they remain greppable.
+path or a record is escaped) so that they remain greppable, and hold no character a terminal
+acts on (:func:`printable`: a manifest or an input cannot forge a line on the screen).
 """
 
 from __future__ import annotations
 
 import errno
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,10 +23,27 @@ import click
 from packshard.engine.signals import Terminated
 from packshard.errors import EXIT_USAGE, PackshardError, UsageError
 
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""Characters a terminal acts on instead of showing: C0 but tab and newline (ESC starts a
+sequence that moves the cursor, recolours or retitles; CR and backspace overwrite), DEL, C1,
+and the Unicode line separators and bidirectional overrides (which reorder what is shown)."""
+
+
+def printable(text: str) -> str:
+    """Escape what a terminal would act on (:data:`CONTROL`), as ``\\x1b`` or ``\\u202e``.
+
+    Every string from a manifest or an input passes here before it reaches a terminal, so
+    a crafted value cannot move the cursor, rewrite a line already printed or hide text.
+    """
+    return CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
+
 
 def one_line(text: str) -> str:
-    """Keep a message on one line whatever a path or a record holds (newlines escaped)."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
+    """Keep a message on one line whatever a path or a record holds (newlines escaped).
+
+    No character a terminal acts on is left either (:func:`printable`).
+    """
+    return printable(text.replace("\r", "\\r").replace("\n", "\\n"))
 
 
 def fail(message: str, exit_code: int) -> NoReturn:

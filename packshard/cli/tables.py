@@ -20,13 +20,15 @@ colours; so when stdout is not a terminal the console is as wide as the longest 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from packshard.cli.errors import one_line, printable
 from packshard.options import CHECKS
 
 if TYPE_CHECKING:  # the profile tables import it when they render (it imports the planner)
@@ -97,7 +99,7 @@ def render_verify_summary(report: Any) -> Group:
     """Render one line per check, the control's leak size, and the first findings."""
     from packshard.verify.stages import format_seconds  # verify's package: not for pack
 
-    table = Table(title=f"verify {report.out}", title_justify="left")
+    table = Table(title=f"verify {one_line(str(report.out))}", title_justify="left")
     table.add_column("check", style="cyan")
     table.add_column("status")
     table.add_column("detail")
@@ -121,17 +123,17 @@ def render_verify_summary(report: Any) -> Group:
                 style="magenta",
             )
         )
-    parts += [Text(f"note: {note}", style="yellow") for note in model.get("notes", [])]
+    parts += [Text(f"note: {one_line(note)}", style="yellow") for note in model.get("notes", [])]
     parts += render_environment(report)
     findings = report.findings
-    parts += [Text(f"✗ {finding}", style="red") for finding in findings.items[:30]]
+    parts += [Text(f"✗ {one_line(str(finding))}", style="red") for finding in findings.items[:30]]
     hidden = len(findings) - min(len(findings.items), 30)
     if hidden > 0:
         parts.append(
             Text(f"… and {_count(hidden, 'more finding')} (use --json for all)", style="red")
         )
     for name, why in report.not_run.items():
-        parts.append(Text(f"not run: {name}: {why}", style="bold yellow"))
+        parts.append(Text(f"not run: {name}: {one_line(why)}", style="bold yellow"))
     if len(findings):
         verdict = f"FAILED: {_count(len(findings), 'finding')}"
     elif report.not_run:
@@ -155,7 +157,7 @@ def render_environment(report: Any) -> list[Text]:
     recorded = "environment" in report.manifest
     if recorded and not report.drift:
         line += " (as when packed)"
-    lines = [Text(line, style="dim")]
+    lines = [Text(one_line(line), style="dim")]
     if not recorded:
         lines.append(
             Text(
@@ -164,7 +166,7 @@ def render_environment(report: Any) -> list[Text]:
                 style="yellow",
             )
         )
-    lines += [Text(f"drift: {d}", style="yellow") for d in report.drift]
+    lines += [Text(f"drift: {one_line(str(d))}", style="yellow") for d in report.drift]
     source = report.checks.get("source", {}).get("status")
     if report.drift and source == "passed":
         lines.append(Text("drift: the source check re-made every example compared: none changed"))
@@ -383,12 +385,30 @@ def plain() -> bool:
     return not sys.stdout.isatty()
 
 
+class SafeConsole(Console):
+    """A console that escapes, in every piece of text it renders, what a terminal acts on.
+
+    Tables and lines hold strings from manifests and inputs (domains, sources, findings):
+    each rendered segment's text passes through :func:`~packshard.cli.errors.printable`, and
+    only the console's own control segments (its colours, its cursor) reach the terminal
+    as they are.
+    """
+
+    def render(self, renderable: Any, options: Any = None) -> Iterator[Segment]:
+        """Render as rich does, the text of every segment made printable."""
+        for segment in super().render(renderable, options):
+            if segment.control or segment.text.isprintable() or segment.text == "\n":
+                yield segment
+            else:
+                yield Segment(printable(segment.text), segment.style, segment.control)
+
+
 def console() -> Any:
     """Return the console the commands print to (see the module docstring)."""
     if not plain():
-        return Console(highlight=False, soft_wrap=False)
+        return SafeConsole(highlight=False, soft_wrap=False)
 
-    class PlainConsole(Console):
+    class PlainConsole(SafeConsole):
         def print(self, *objects: Any, **kwargs: Any) -> None:
             for item in objects:
                 unwrap(item)

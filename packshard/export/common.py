@@ -1,10 +1,11 @@
 """What every exporter shares: checked reading of the packed rows, atomic output folders.
 
 :func:`read_rows` yields the rows of an output folder one shard at a time as flat numpy arrays
-(:class:`Rows`), each shard checked first: its SHA-256 against the manifest, its packshard
-metadata against the manifest's dataset id, and the seam invariants every exported layout
-relies on (the first label of every segment is -100; every other label is -100 or its own
-token)::
+(:class:`Rows`), each shard checked first, as the torch reader checks it: read once, its
+SHA-256 computed as it is read and compared with the manifest's (those bytes are what is
+decoded), its packshard metadata against the manifest's dataset id, its token ids inside the
+manifest's ``vocab_size``, and the seam invariants every exported layout relies on (the first
+label of every segment is -100; every other label is -100 or its own token)::
 
     ids       t t t t t t t | t t t t t …    row r = ids[tok_off[r]:tok_off[r + 1]]
     seg_len   3 4 | 5 …                       row r's segments: seg_len[seg_off[r]:seg_off[r + 1]]
@@ -18,6 +19,7 @@ dataset, the target, every file's SHA-256) is written last.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +28,18 @@ from typing import Any
 import numpy as np
 
 from packshard.arrays import exclusive_cumsum
-from packshard.digests import sha256_path
+from packshard.digests import read_hashed, sha256_path
 from packshard.errors import FormatError, ManifestError
 from packshard.format.folder.outdir import EXPORT_INFO
-from packshard.format.folder.paths import duplicate_paths, inside_folder
+from packshard.format.folder.paths import duplicate_paths, open_inside
 from packshard.format.manifest import load_manifest, load_schema
-from packshard.format.shards import list_values, read_shard, rows_problem, seq_lengths_column
+from packshard.format.shards import (
+    list_values,
+    read_shard,
+    rows_problem,
+    seq_lengths_column,
+    tokens_problem,
+)
 from packshard.records import IGNORE_INDEX
 
 COLUMNS = ["input_ids", "labels", "cu_seqlens", "example_ids"]
@@ -66,7 +74,8 @@ def load_source(out: Path) -> dict[str, Any]:
     """Load ``out``'s manifest, checking every value an export uses against the schema.
 
     The dataset id, every shard entry (a contained relative path, counts, SHA-256),
-    ``config.max_seq_len`` and ``tokenizer.pad_token_id``; a violation is one line
+    ``config.max_seq_len`` and the whole ``tokenizer`` entry (``vocab_size`` bounds every
+    token id exported, ``pad_token_id`` pads); a violation is one line
     (:class:`~packshard.errors.ManifestError`).
     """
     import jsonschema
@@ -83,12 +92,12 @@ def load_source(out: Path) -> dict[str, Any]:
 
     schema = {
         "type": "object",
-        "required": ["dataset_id", "shards", "config"],
+        "required": ["dataset_id", "shards", "config", "tokenizer"],
         "properties": {
             "dataset_id": props["dataset_id"],
             "shards": props["shards"],
             "config": only("config", "max_seq_len") | {"required": ["max_seq_len"]},
-            "tokenizer": only("tokenizer", "pad_token_id"),
+            "tokenizer": props["tokenizer"],
         },
         "$defs": full["$defs"],
     }
@@ -136,17 +145,26 @@ def read_rows(out: Path) -> Iterator[Rows]:
     """
     manifest = load_source(out)
     dataset_id = str(manifest["dataset_id"])
+    vocab_size = int(manifest["tokenizer"]["vocab_size"])
     for entry in manifest["shards"]:
         if entry.get("split", "train") != "train":
             continue
+        path = out / str(entry["path"])
         try:
-            path = inside_folder(out, entry["path"])
+            fd = open_inside(out, entry["path"])
         except FormatError as exc:
-            raise FormatError(str(out / str(entry["path"])), exc.problem) from None
-        if sha256_path(path) != entry["sha256"]:
-            raise FormatError(str(path), "SHA-256 differs from the manifest (run packshard verify)")
-        table = read_shard(path, dataset_id)  # every column and its type checked
-        problem = rows_problem(table)
+            raise FormatError(str(path), exc.problem) from None
+        with os.fdopen(fd, "rb") as fh:
+            raw, digest = read_hashed(fh)  # the bytes hashed are the bytes decoded
+        if digest != entry["sha256"]:
+            raise FormatError(
+                str(path),
+                "SHA-256 differs from the manifest: the shard was replaced or modified after "
+                f"it was packed (run packshard verify {out}, and pack again)",
+            )
+        table = read_shard(path, dataset_id, data=raw)  # every column and its type checked
+        del raw
+        problem = rows_problem(table) or tokens_problem(table, vocab_size)
         if problem is not None:
             raise FormatError(str(path), f"{problem} (run packshard verify)")
         ids, tok_off = list_values(table["input_ids"])
@@ -166,11 +184,8 @@ def read_rows(out: Path) -> Iterator[Rows]:
 
 def _check_seams(rows: Rows, path: Path) -> None:
     starts = rows.seg_starts()
-    trained = rows.labels != IGNORE_INDEX
-    if len(starts) and trained[starts].any():
+    if len(starts) and (rows.labels[starts] != IGNORE_INDEX).any():
         raise FormatError(str(path), "a segment's first label is not -100 (run packshard verify)")
-    if (rows.labels[trained] != rows.ids[trained]).any():
-        raise FormatError(str(path), "a label is neither -100 nor its token (run packshard verify)")
 
 
 def write_export_info(folder: Path, info: dict[str, Any]) -> dict[str, Any]:

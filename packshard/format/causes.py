@@ -1,9 +1,10 @@
-"""The likely cause of many rejects of one code, and the JSON-array-saved-as-``.jsonl`` sniff.
+"""The likely cause of many rejects of one code, and the sniffs of a ``.jsonl`` file's head.
 
 When most records of a run are rejected, one code usually dominates and points at one
 mistake: ``missing_field`` under a forced ``--format`` (records of another format),
 ``not_an_object`` / ``invalid_json`` on every line of a ``.jsonl`` file that holds one JSON
-array (``[`` on its first line: rename it to ``.json``), ``unknown_format`` for a field name
+array (``[`` on its first line: rename it to ``.json``) or whose lines end with CR alone
+(classic Mac line endings: no LF in its first 64 KiB), ``unknown_format`` for a field name
 packshard does not know.  :func:`likely_cause` turns the dominant code into the fix to name,
 for the reject-rate line and for the error of a run that packs nothing.
 """
@@ -38,22 +39,30 @@ def likely_cause(code: str, forced_format: str = "auto", sources: Iterable[str] 
     """Return the likely cause of many rejects of ``code`` (``sources``: the input files)."""
     if forced_format != "auto" and code in ("missing_field", "unknown_format", "invalid_content"):
         return f"--format {forced_format} is forced on records of other formats (use --format auto)"
-    if code in _ARRAY_CODES and (arrays := json_arrays_as_jsonl(sources)):
-        return f"{arrays[0]} looks like a JSON array, not JSON Lines (rename it to .json)"
+    if code in _ARRAY_CODES:
+        heads = list(_jsonl_heads(sources))
+        cr_only = [path for path, head in heads if b"\r" in head and b"\n" not in head]
+        if cr_only:
+            return (
+                f"{cr_only[0]} ends its lines with CR alone (classic Mac line endings): JSON "
+                "Lines needs LF (convert them, e.g. tr '\\r' '\\n')"
+            )
+        arrays = [path for path, head in heads if head.lstrip(_SPACE).startswith(b"[")]
+        if arrays:
+            return f"{arrays[0]} looks like a JSON array, not JSON Lines (rename it to .json)"
     return _CAUSES.get(code, REJECT_CODES[code].meaning)
 
 
-def json_arrays_as_jsonl(paths: Iterable[str]) -> list[str]:
-    """Return the ``.jsonl`` files among ``paths`` whose text starts with ``[``."""
-    found = []
+_SPACE = b"\xef\xbb\xbf \t\r\n"
+
+
+def _jsonl_heads(paths: Iterable[str]) -> Iterable[tuple[str, bytes]]:
+    """Yield each readable ``.jsonl`` file among ``paths`` with its first 64 KiB."""
     for path in paths:
         if not str(path).endswith(".jsonl"):
             continue
         try:
             with open(path, "rb") as fh:
-                head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+                yield str(path), fh.read(64 << 10)
         except OSError:
             continue
-        if head.startswith(b"["):
-            found.append(str(path))
-    return found

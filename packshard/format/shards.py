@@ -23,7 +23,9 @@ ids), zstd by default; the key-value metadata carries the format version and dat
 time and encodes each on a thread while the caller assembles the next, so a shard of any size
 never sits in memory whole.  :func:`read_shard` opens a shard and refuses one whose schema or
 metadata is not this dataset's; :func:`read_row` and :func:`list_values` give its cells as numpy
-arrays.
+arrays.  :func:`rows_problem` and :func:`tokens_problem` are the checks every reader of a shard
+(the torch reader, ``export``) runs before it serves a row: boundaries that hold, token ids
+inside the vocabulary, labels that are -100 or their own token.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +44,7 @@ from packshard.arrays import arrow_array, exclusive_cumsum, numpy_view
 from packshard.digests import sha256_path
 from packshard.errors import FormatError
 from packshard.format.version import metadata_problem, parquet_metadata
-from packshard.records import PackedRow
+from packshard.records import IGNORE_INDEX, PackedRow
 
 SHARD_SCHEMA = pa.schema(
     [
@@ -235,6 +238,30 @@ def rows_problem(table: pa.Table) -> str | None:
     return None
 
 
+def tokens_problem(table: pa.Table, vocab_size: int) -> str | None:
+    """Say which row first holds a token a model cannot be trained on, or None (vectorised).
+
+    Every ``input_ids`` value must lie in ``[0, vocab_size)`` (the manifest's tokenizer: an
+    id outside it indexes past the embedding table, or wraps to another token), and every
+    label be -100 or the token at its place.  The row and the first bad value are named.
+    """
+    ids, tok_off = list_values(table["input_ids"])
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):  # two fast passes
+        at = int(np.flatnonzero((ids < 0) | (ids >= vocab_size))[0])
+        row = int(np.searchsorted(tok_off, at, side="right")) - 1
+        return f"row {row}: token id {int(ids[at])} outside the vocabulary [0, {vocab_size})"
+    labels, lab_off = list_values(table["labels"])
+    if not np.array_equal(lab_off, tok_off):
+        return "input_ids and labels differ in length"
+    # ids are >= 0 here, so "the token" and "-100" never coincide: counting both suffices,
+    # two compares and no index array (the positions are found only when a count is short)
+    if np.count_nonzero(labels == ids) + np.count_nonzero(labels == IGNORE_INDEX) < len(ids):
+        at = int(np.flatnonzero((labels != ids) & (labels != IGNORE_INDEX))[0])
+        row = int(np.searchsorted(tok_off, at, side="right")) - 1
+        return f"row {row}: label {int(labels[at])} is neither -100 nor its token"
+    return None
+
+
 def schema_problem(schema: pa.Schema) -> str | None:
     """Say what is wrong with a shard's columns, or None when they match the contract.
 
@@ -253,15 +280,24 @@ def schema_problem(schema: pa.Schema) -> str | None:
     return None
 
 
-def read_shard(path: Path, dataset_id: str, columns: list[str] | None = None) -> pa.Table:
+def read_shard(
+    path: Path,
+    dataset_id: str,
+    columns: list[str] | None = None,
+    data: bytes | bytearray | None = None,
+) -> pa.Table:
     """Read a shard (memory-mapped), checking its schema and its packshard metadata.
+
+    ``data``: the shard's bytes, already read (and hashed) by the caller, decoded instead of
+    the file, which ``path`` then only names.
 
     Raises:
         FormatError: not Parquet, columns not the contract's, or metadata of another dataset.
 
     """
+    source: Any = path if data is None else pa.BufferReader(pa.py_buffer(data))
     try:
-        table = pq.read_table(path, columns=columns, memory_map=True)
+        table = pq.read_table(source, columns=columns, memory_map=data is None)
     except Exception as exc:  # any decode failure: pyarrow raises many kinds
         raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
     problem = metadata_problem(table.schema.metadata, dataset_id)

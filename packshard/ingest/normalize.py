@@ -6,9 +6,9 @@ gives for a column a row does not use, counts as absent)::
     key present (not null)   format             other keys read
     chosen + rejected        preference         prompt, conversations, system, tools
     chosen_messages + …      preference         (see :mod:`packshard.ingest.pairs`)
-    messages + bool label    kto                system, tools
+    messages + label         kto                system, tools (a label not boolean is refused)
     prompt + completion +    kto                system, tools (TRL's unpaired layout)
-      bool label
+      label
     messages                 messages           system, tools
     conversations            sharegpt           system, tools
     instruction + output     alpaca             input, system, history

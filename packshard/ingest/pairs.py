@@ -20,8 +20,9 @@ be exactly one assistant message (``invalid_pair`` otherwise); two identical con
 are an ``identical_pair``.  Per-message ``train``/``weight`` flags are read as for chat;
 ``loss_weight`` (0 or 1) is read as ``weight``.
 
-An unpaired record (a boolean ``label`` with ``messages``, or with ``prompt`` and
-``completion`` as TRL's unpaired layout spells it) becomes ``Conversation(messages,
+An unpaired record (a ``label`` with ``messages``, or with ``prompt`` and
+``completion`` as TRL's unpaired layout spells it; a label that is not a boolean is
+refused, under ``--format auto`` as under ``--format kto``) becomes ``Conversation(messages,
 kto_label=label)``: one example, its label carried to the reader.  ``prompt`` and
 ``completion`` read as a pair's prompt and answer: strings are one user turn and one
 assistant turn, message lists are read as messages, and the completion must be one
@@ -39,6 +40,7 @@ rejected one in the same row (:func:`packshard.pack.overlong.police_pairs`,
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -51,7 +53,7 @@ from packshard.ingest.messages import (
     tools_of,
     with_system,
 )
-from packshard.ingest.read.jsonparse import json_kind
+from packshard.ingest.read.jsonparse import a_json_kind, json_kind
 from packshard.ingest.types import Conversation, Message
 
 PAIR_KEYS = (("chosen", "rejected"), ("chosen_messages", "rejected_messages"))
@@ -73,10 +75,13 @@ def is_preference(value: dict[str, Any]) -> bool:
 def is_kto(value: dict[str, Any]) -> bool:
     """Tell whether a record is an unpaired KTO one (see the module notes).
 
-    A boolean ``label`` with ``messages``, or with ``prompt`` and ``completion`` (TRL).
+    A ``label`` with ``messages``, or with ``prompt`` and ``completion`` (TRL).  Any label
+    that is not null counts, boolean or not: a ``"false"`` or a ``0`` is a KTO record with a
+    label :func:`from_kto` refuses, never a plain conversation whose "bad answer" would
+    become a training target.
     """
     get = value.get
-    if type(get("label")) is not bool:
+    if get("label") is None:
         return False
     return get("messages") is not None or (
         get("prompt") is not None and get("completion") is not None
@@ -166,12 +171,21 @@ def from_preference(value: dict[str, Any], ref: Any, domain: str) -> Conversatio
     return Conversation(ref, domain, "preference", msgs, tools_of(value), answers=answers)
 
 
+def _shown(value: Any) -> str:
+    """Spell a scalar label as JSON (cut at 40 characters), in parentheses; '' for others."""
+    if not isinstance(value, str | int | float):
+        return ""
+    return f"({json.dumps(value, ensure_ascii=True)[:40]})"
+
+
 def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
     """Return an unpaired KTO record: its conversation and its boolean ``label``."""
     label = value.get("label")
     if type(label) is not bool:
         raise RecordError(
-            "invalid_content", f"'label' must be true or false, got {json_kind(label)}"
+            "invalid_content",
+            f"'label' must be true or false, got {a_json_kind(label)} {_shown(label)} (write the "
+            "KTO label as a JSON boolean, or rename the field if it is not one)",
         )
     turns = value.get("messages")
     if turns is not None:

@@ -39,7 +39,9 @@ without)::
     tokenize thread       [0a][0b]..[0h][encode+label 1     ][encode+label 2     ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][check 0, yield][render 2][check 1]..
 
-Templates render within ``max_record_bytes`` characters and ``template_timeout`` seconds.
+Templates render within ``max_record_bytes`` characters and ``template_timeout`` seconds; a
+template that runs out of time or steps on each of the first :data:`RUNAWAY_RECORDS` records,
+none rendered, stops the run at once (it would on every record).
 
 An example is rejected as ``no_trainable_tokens`` when every label after its first token is
 ``IGNORE_INDEX``: once packed, the first label of a segment is masked at the seam, so such an
@@ -57,12 +59,13 @@ from typing import Any
 import numpy as np
 
 from packshard.arrays import count_trained, exclusive_cumsum
-from packshard.errors import RecordError
+from packshard.errors import RecordError, TemplateError
 from packshard.ingest.label.spans import expanded_reason, render_examples
 from packshard.ingest.normalize import is_encodable, normalize_record
 from packshard.ingest.pairs import is_preference
 from packshard.ingest.progress import IngestProgress
 from packshard.ingest.read.sources import read_records
+from packshard.ingest.template.budget import TemplateRunawayError
 from packshard.ingest.template.fast import with_renderer
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.tokens.labels import Labelled, encode_and_label
@@ -234,6 +237,7 @@ def _render_pieces(
     items: list[_Item] = []
     rejects: list[tuple[int, Reject]] = []
     seq = count = pairs = 0  # records read, records in the open chunk, preference records
+    runaways: int | None = 0  # records the template ran away on, while none has rendered
     piece = min(first_piece, options.batch_size)
     if template is not None:
         template = template.bounded(options.max_record_bytes, options.template_timeout)
@@ -253,8 +257,13 @@ def _render_pieces(
                     raise _Failed(err, items) from err
                 domain = _domain_of(raw, options.domain_field)
                 rejects.append((seq, Reject(raw.ref, domain, err.code, err.reason)))
+                if runaways is not None and isinstance(err.__cause__, TemplateRunawayError):
+                    runaways += 1
+                    if runaways >= RUNAWAY_RECORDS:
+                        raise _runaway(template, options) from None
             else:
                 items += [(seq, conv.ref, conv.domain, conv.format, r) for r in examples]
+                runaways = None  # a record rendered: the template does finish
             if count >= options.batch_size:
                 yield items, rejects, True, pairs
                 items, rejects, count, piece, pairs = [], [], 0, options.batch_size, 0
@@ -263,6 +272,21 @@ def _render_pieces(
                 items, rejects, pairs = [], [], 0
     if count:
         yield items, rejects, True, pairs
+
+
+RUNAWAY_RECORDS = 3
+"""Records in a row the template runs out of time or steps on, none rendered before them,
+after which the run stops: a template that loops on every record would otherwise spend
+``--template-timeout`` on each (57 s for 40 records at the default), then pack nothing."""
+
+
+def _runaway(template: ChatTemplate | None, options: IngestOptions) -> TemplateError:
+    source = template.source if template is not None else "the template"
+    return TemplateError(
+        f"{source}: the template ran out of its budget ({options.template_timeout:g} s, or "
+        f"its loop steps) on each of the first {RUNAWAY_RECORDS} records and rendered none: "
+        "it loops whatever the record (fix it, or use --template-timeout to allow more)"
+    )
 
 
 def ingest(

@@ -152,15 +152,15 @@ def pack_dataset(
             except TaskFailed:
                 raise  # the finished units are kept for --resume
             except NothingToPackError as exc:  # no folder, but the rejects say why
-                shutil.rmtree(work_folder(claim.out), ignore_errors=True)
+                shutil.rmtree(work_folder(claim.place), ignore_errors=True)
                 kept = claim.keep(REJECTS_NAME).name
                 shown = os.path.join(os.path.dirname(config.out), kept)
                 raise NothingToPackError(f"{exc}; its rejects are in {shown}") from None
             except (PackshardError, OSError):  # bad data or options, a machine limit:
-                shutil.rmtree(work_folder(claim.out), ignore_errors=True)  # not for --resume
+                shutil.rmtree(work_folder(claim.place), ignore_errors=True)  # not for --resume
                 raise
         claim.publish()
-    shutil.rmtree(work_folder(claim.out), ignore_errors=True)
+    shutil.rmtree(work_folder(claim.place), ignore_errors=True)
     warnings += claim.notes
     if note := backend_note(manifest["environment"]["backends"]):
         warnings.append(note)

@@ -22,11 +22,26 @@ read (about a third less work).  ``cache_dir`` keeps an uncompressed Arrow IPC c
 decoded shard and memory-maps it, so later processes, DataLoader workers and epochs skip the
 decode and share one copy through the page cache.
 
-A folder may come from anyone: the manifest is schema-checked, every shard path must be a
-regular file inside ``OUT`` (:mod:`packshard.format.folder.paths`), each shard's row count is read
-from its Parquet footer before any array is sized by it, a shard's dataset id must be the
-manifest's (a folder replaced while open is refused), its rows' boundaries are checked when
-it is opened, and cache files are named by the SHA-256 the reader computed itself.
+A folder may come from anyone, and what the reader serves is what trains the model, so it
+checks what it serves: the manifest's shards and tokenizer entries are schema-checked, every
+shard path must be a regular file inside ``OUT`` (:mod:`packshard.format.folder.paths`), each
+shard's row count is read from its Parquet footer before any array is sized by it.  When a
+shard is opened for reading (its first row asked for, in each process) it is read once, its
+SHA-256 computed as it streams in and compared with the manifest's, and the bytes checked are
+the bytes decoded; then its dataset id, its rows' boundaries, its token ids (inside the
+manifest's ``vocab_size``) and its labels (-100 or their own token) are checked.  Cache files
+are named by the SHA-256 the reader found and by their own.  Any failure is a
+:class:`~packshard.errors.FormatError` naming the file and the fix.
+
+Why a full hash for shards and a recorded fingerprint for cache entries (measured with
+``scripts/bench_reader_check.py``, figures in ``docs/performance.md``): a shard is about 2.2
+bytes a token and must be decoded anyway, so hashing it as it is read adds about 15% to its
+decode (the token check about as much: +25-36% on the first batch, +5-12% CPU on an epoch);
+a cache entry is about 12 bytes a token and is served by a memory map that
+costs almost nothing, so hashing it, or the shard it was made from, at every open would
+multiply the cached first batch's latency several times.  With a cache, each file (the shard,
+its entry) is hashed in full once, its status recorded in the cache folder, and hashed again
+whenever that status changes (:func:`_stamp`).
 
 Streaming, shuffled and split over ranks and workers, is :mod:`packshard.torch.stream`.
 """
@@ -45,11 +60,11 @@ import torch
 from torch.utils.data import Dataset
 
 from packshard.arrays import exclusive_cumsum
-from packshard.digests import sha256_bytes, sha256_path
+from packshard.digests import read_hashed, sha256_bytes, sha256_path
 from packshard.errors import FormatError, ManifestError, UsageError
 from packshard.format.folder.paths import duplicate_paths, inside_folder, open_inside
 from packshard.format.manifest import load_manifest, part_errors
-from packshard.format.shards import rows_problem
+from packshard.format.shards import rows_problem, tokens_problem
 from packshard.format.version import metadata_problem
 from packshard.torch.steps import STEP_KEY, check_steps, map_step_items, positive_int
 
@@ -84,40 +99,104 @@ def _column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
 def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
     """Decode shard ``k``'s columns, or map its uncompressed Arrow IPC copy from ``cache_dir``.
 
-    The copy is named by the SHA-256 of the shard's bytes as read here (and found equal to
-    the manifest's), never by a manifest string, and those same bytes are what is decoded:
-    a folder whose manifest lies about a shard cannot place its tokens under another
-    dataset's name.  The shard is opened once, checked at that moment to be the file inside
-    the folder its manifest names (:func:`~packshard.format.folder.paths.open_inside`), and read
-    through that descriptor: a shard swapped for a link after the dataset was opened is
-    refused, not served.
+    The shard is opened once, checked at that moment to be the file inside the folder its
+    manifest names (:func:`~packshard.format.folder.paths.open_inside`), and read whole
+    through that descriptor, its SHA-256 computed as it is read
+    (:func:`~packshard.digests.read_hashed`) and compared with the manifest's.  Those same
+    bytes are what is decoded: a shard replaced, rewritten in place or tampered with, before
+    the dataset was opened or after, is refused by name, never served.
+
+    With ``cache_dir``, a shard found equal to the manifest's SHA-256 has its file status
+    recorded there (``SHA.shard.checked``, :func:`_stamp`); a later open whose shard has
+    that very status, and whose cache entry exists, maps the entry without reading the shard
+    (a shard written over since has another status, and is read and hashed again).  The
+    entry is named by the shard's SHA-256 and by the SHA-256 of its own bytes as written,
+    and checked against the latter when it is mapped (:func:`_mapped`).
     """
     path, cache_dir = data.out / data.shard_names[k], data.cache_dir
+    expected = data.shard_sha256[k]
+    stem = f"{expected}-{'derived' if data.derive_positions else 'stored'}-positions-"
     try:
         fd = open_inside(data.out, data.shard_names[k])
     except FormatError as exc:
         raise FormatError(str(path), f"{exc.problem} (run packshard verify)") from None
     with os.fdopen(fd, "rb") as fh:
-        if cache_dir is None:
-            size = os.fstat(fh.fileno()).st_size
-            mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) if size else b""
-            source = pa.BufferReader(pa.py_buffer(mapped))
-            return pq.read_table(source, columns=columns).combine_chunks()
-        raw = fh.read()
-    digest = sha256_bytes(raw)
-    if digest != data.shard_sha256[k]:
-        raise FormatError(str(path), "SHA-256 differs from the manifest (run packshard verify)")
-    kind = "derived" if data.derive_positions else "stored"
-    cache = cache_dir / f"{digest}-{kind}-positions.arrow"
-    if cache.is_file():
-        return pa.ipc.open_file(pa.memory_map(str(cache))).read_all()
-    table = pq.read_table(pa.BufferReader(raw), columns=columns).combine_chunks()
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        stamp = _stamp(os.fstat(fh.fileno()))
+        seen = None if cache_dir is None else cache_dir / f"{expected}.shard.checked"
+        if seen is not None and cache_dir is not None and _recorded(seen) == stamp:
+            for entry in sorted(cache_dir.glob(f"{stem}*.arrow")):
+                return _mapped(entry, entry.name[len(stem) : -len(".arrow")])
+        raw, digest = read_hashed(fh)
+    if digest != expected:
+        raise FormatError(
+            str(path),
+            "SHA-256 differs from the manifest: the shard was replaced or modified after it "
+            f"was packed (run packshard verify {data.out}, and pack again)",
+        )
+    if cache_dir is None or seen is None:
+        return pq.read_table(pa.BufferReader(pa.py_buffer(raw)), columns=columns).combine_chunks()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    _record(seen, stamp)
+    for entry in sorted(cache_dir.glob(f"{stem}*.arrow")):
+        return _mapped(entry, entry.name[len(stem) : -len(".arrow")])
+    table = pq.read_table(pa.BufferReader(pa.py_buffer(raw)), columns=columns).combine_chunks()
+    del raw
+    tmp = cache_dir / f".{stem}{os.getpid()}.tmp"
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
+    written = sha256_path(tmp)
+    cache = cache_dir / f"{stem}{written}.arrow"
     os.replace(tmp, cache)  # atomic: concurrent workers may race, each writes a full file
-    return pa.ipc.open_file(pa.memory_map(str(cache))).read_all()
+    return _mapped(cache, written)
+
+
+def _stamp(st: os.stat_result) -> str:
+    """Return a file's status as recorded after a full hash: device, inode, size, times.
+
+    Writing over a file, in place or by a rename, changes its change time (``st_ctime_ns``),
+    which no call can set back: an equal stamp is the file that was hashed, unchanged.
+    """
+    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}\n"
+
+
+def _recorded(record: Path) -> str:
+    """Return the stamp ``record`` holds ('' when there is none, or it is not one)."""
+    try:
+        return record.read_text(encoding="ascii") if record.stat().st_size < 256 else ""
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _record(record: Path, stamp: str) -> None:
+    """Write ``stamp`` into ``record`` atomically (concurrent workers write the same)."""
+    tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+    tmp.write_text(stamp, encoding="ascii")
+    os.replace(tmp, record)
+
+
+def _mapped(cache: Path, expected: str) -> pa.Table:
+    """Memory-map a cache entry, check it is the one named ``expected``, read it from the map.
+
+    The entry is hashed in full (through the mapping the table is then read from) unless its
+    status (:func:`_stamp`) is the one recorded in ``ENTRY.checked`` when it was last hashed
+    and found equal to its name: a forged entry is always hashed, and refused.
+    """
+    fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        mapped = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ) if st.st_size else b""
+    finally:
+        os.close(fd)
+    stamp, record = _stamp(st), cache.with_name(f"{cache.name}.checked")
+    if _recorded(record) != stamp:
+        if sha256_bytes(mapped) != expected:
+            raise FormatError(
+                str(cache),
+                "SHA-256 differs from the one this cache entry was written with: it was "
+                "modified (delete it: it is rebuilt from the shard)",
+            )
+        _record(record, stamp)
+    return pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
 
 
 Columns = list[tuple[str, np.ndarray, np.ndarray]]
@@ -135,6 +214,8 @@ def _open_shard(data: PackedDataset, k: int) -> Columns:
     except (OSError, pa.ArrowException) as exc:
         raise FormatError(str(path), f"unreadable shard: {exc} (run packshard verify)") from None
     problem = metadata_problem(table.schema.metadata, data.dataset_id) or rows_problem(table)
+    if problem is None:
+        problem = tokens_problem(table, data.vocab_size)
     if problem is None:
         problem = segment_columns_problem(table, extra)
     if problem is not None:
@@ -193,8 +274,9 @@ class PackedDataset(Dataset[Row]):
         expected_tokenizer_sha256: refuse the folder unless it was packed with this tokenizer.
         tokenizer: a ``tokenizer.json`` or its folder; its SHA-256 is compared the same way.
         cache_dir: keep an uncompressed Arrow IPC copy of every shard here (about 12 bytes a
-            token, named by the shard's SHA-256) and memory-map it: decoded once, then shared
-            through the page cache by all workers, epochs and runs.
+            token, named by the shard's SHA-256 and its own) and memory-map it: decoded once,
+            then shared through the page cache by all workers, epochs and runs, and hashed
+            at each open (an entry modified since it was written is refused).
         grad_accum, batch_size, world_size: every row carries ``num_items_in_step``, the
             trained tokens of its whole optimizer step (``grad_accum`` micro-batches of
             ``batch_size`` rows on each of ``world_size`` ranks, default torch.distributed's),
@@ -226,7 +308,7 @@ class PackedDataset(Dataset[Row]):
         repeated = duplicate_paths(self.manifest)
         if repeated is not None:  # before the schema walks every entry
             raise ManifestError(f"{where}: {repeated} (run packshard verify)")
-        problems = part_errors(self.manifest, ("shards",))  # checked before any value is used
+        problems = part_errors(self.manifest, ("shards", "tokenizer"))  # before any value is used
         if not isinstance(self.manifest.get("dataset_id"), str):
             problems.append("manifest.json: dataset_id: not a string")
         config = self.manifest.get("config", {})
@@ -234,7 +316,8 @@ class PackedDataset(Dataset[Row]):
             problems.append("manifest.json: config/max_seq_len: not an integer")
         if problems:
             raise ManifestError(f"{where}: {'; '.join(problems[:3])} (run packshard verify)")
-        packed_sha = str(self.manifest.get("tokenizer", {}).get("sha256", ""))
+        packed_sha = str(self.manifest["tokenizer"]["sha256"])
+        self.vocab_size = int(self.manifest["tokenizer"]["vocab_size"])
         checks = []
         if expected_tokenizer_sha256 is not None:
             checks.append((expected_tokenizer_sha256.lower(), "expected_tokenizer_sha256"))

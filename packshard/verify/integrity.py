@@ -2,9 +2,11 @@
 
 The manifest validates against its schema and format version; every file it names exists with
 the recorded size and SHA-256; every Parquet file carries this dataset's id and format version
-in its metadata (a file from another pack is refused); the dataset card names the manifest's
-shards and index (what ``load_dataset(OUT)`` reads); per-shard and total counts agree; and
-the counting rule holds::
+in its metadata (a file from another pack is refused); a reference log-probability sidecar
+holds one finite value per scored example, no more, with its metadata
+(:mod:`packshard.format.sidecars.reference`, the check its trainer-side reader runs); the
+dataset card names the manifest's shards and index (what ``load_dataset(OUT)`` reads);
+per-shard and total counts agree; and the counting rule holds::
 
     records = records_packed + rejected + dropped        lines(rejects.jsonl) = rejected + dropped
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from packshard.digests import sha256_path
@@ -33,6 +36,7 @@ from packshard.format.folder.paths import MISSING, duplicate_paths, inside_folde
 from packshard.format.manifest import schema_errors
 from packshard.format.rejects import read_rejects
 from packshard.format.shards import read_shard
+from packshard.format.sidecars.reference import REFERENCE_KEY, read_reference, scored_example_ids
 from packshard.verify.findings import Finding, FindingList
 from packshard.verify.structure import ShardAudit
 
@@ -65,10 +69,12 @@ def check_files(folder: Path, manifest: dict[str, Any], findings: FindingList) -
     named = [(f"files/{k}", v) for k, v in sorted(manifest.get("files", {}).items())]
     named += [(f"shards/{i}", entry) for i, entry in enumerate(manifest.get("shards", []))]
     index = None
+    found: dict[str, Path] = {}
     for key, entry in named:
         path = _named_file(folder, key, entry, findings)
         if path is None:
             continue
+        found[key] = path
         try:
             if key.startswith("shards/"):
                 tables[int(key.split("/")[1])] = read_shard(path, dataset_id)
@@ -78,7 +84,26 @@ def check_files(folder: Path, manifest: dict[str, Any], findings: FindingList) -
             findings.add(Finding("integrity", f"{entry['path']}: {exc.problem}"), "unreadable")
         if key == "files/card" and (card := card_problem(folder, manifest)) is not None:
             findings.add(Finding("integrity", f"{entry['path']}: {card}"), "card")
+    sidecar = found.get(f"files/{REFERENCE_KEY}")
+    if sidecar is not None:
+        whole = len(tables) == len(manifest.get("shards", []))
+        expected = scored_example_ids(tables.values()) if whole else None
+        _check_reference(sidecar, expected, dataset_id, findings)
     return OpenedFiles(tables, index, not problems)
+
+
+def _check_reference(
+    path: Path, expected: np.ndarray | None, dataset_id: str, findings: FindingList
+) -> None:
+    """Check the reference log-probability sidecar as its trainer-side reader does."""
+    try:
+        read_reference(path, path.read_bytes(), dataset_id, expected)
+    except FormatError as exc:
+        findings.add(Finding("integrity", f"{path.name}: {exc.problem}"), "reference")
+    except OSError as exc:
+        findings.add(
+            Finding("integrity", f"{path.name}: cannot be read ({exc.strerror})"), "reference"
+        )
 
 
 def _named_file(

@@ -37,7 +37,10 @@ def test_a_damaged_folder_is_refused_and_nothing_is_written(packed_demo_copy, tm
     pq.write_table(table.set_column(1, "labels", pa.array(labels, pa.list_(pa.int32()))), shard)
     with pytest.raises(FormatError) as err:
         export_dataset(out, "megatron", tmp_path / "mb")
-    assert str(err.value) == f"{shard}: SHA-256 differs from the manifest (run packshard verify)"
+    assert str(err.value) == (
+        f"{shard}: SHA-256 differs from the manifest: the shard was replaced or modified after "
+        f"it was packed (run packshard verify {out}, and pack again)"
+    )
     manifest["shards"][1]["sha256"] = sha256_path(shard)
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(FormatError) as err:

@@ -143,6 +143,40 @@ def test_a_second_export_on_the_same_out_is_refused(proj):
     try:
         result = export(proj, "src", "--to", "unpacked", "-o", "exp")
         assert result.exit_code == 2
-        assert "error: exp: another packshard export (another run) is writing" in result.stderr
+        assert "error: exp: another packshard run is writing" in result.stderr
     finally:
         os.close(fd)
+
+
+STOPPED = """
+import os, signal, sys
+import packshard.export.run as run
+real = run.write_unpacked
+def stopped(*args):
+    real(*args)  # the partial folder holds files now
+    os.kill(os.getpid(), signal.{sig})
+    raise AssertionError("the signal did not stop the export")
+run.write_unpacked = stopped
+from packshard.cli import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_signal_during_export_removes_the_partial_and_the_lock(proj, sig):
+    import signal
+    import subprocess
+    import sys
+
+    before = tree_state(proj)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = ["export", "src", "--to", "unpacked", "-o", "exp"]
+    done = subprocess.run(  # a process of its own: the signal's default action is its to take
+        [sys.executable, "-c", STOPPED.format(sig=sig), *args],
+        cwd=proj, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (
+        128 + getattr(signal, sig),
+        f"error: stopped by {sig} (the partial output was removed)\n",
+    )
+    assert changed(before, tree_state(proj)) == []  # no partial, no lock, no exp

@@ -215,13 +215,18 @@ def test_a_hostile_folder_cannot_poison_a_shared_cache(packed_demo, packed_demo_
     with pytest.raises(FormatError) as info:
         PackedDataset(hostile, cache_dir=cache)[0]
     assert str(info.value) == (
-        f"{hostile}/shard-00000.parquet: SHA-256 differs from the manifest (run packshard verify)"
+        f"{hostile}/shard-00000.parquet: SHA-256 differs from the manifest: the shard was "
+        f"replaced or modified after it was packed (run packshard verify {hostile}, and pack again)"
     )
     assert not cache.exists() or not any(cache.iterdir())
     legit, plain = PackedDataset(packed_demo, cache_dir=cache), PackedDataset(packed_demo)
     assert torch.equal(legit[0]["input_ids"], plain[0]["input_ids"])
-    names = sorted(p.name for p in cache.iterdir())
-    assert names == [f"{sha256_path(packed_demo / 'shard-00000.parquet')}-derived-positions.arrow"]
+    sha = sha256_path(packed_demo / "shard-00000.parquet")
+    (entry,) = cache.glob("*.arrow")
+    assert entry.name == f"{sha}-derived-positions-{sha256_path(entry)}.arrow"
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [entry.name, f"{entry.name}.checked", f"{sha}.shard.checked"]
+    )
     edit_manifest(hostile, lambda m: m["shards"][0].update(sha256="../../escape"))
     with pytest.raises(ManifestError, match=r"shards/0/sha256: '\.\./\.\./escape' does not match"):
         PackedDataset(hostile, cache_dir=cache)
@@ -251,10 +256,11 @@ def test_a_reader_refuses_shards_replaced_under_it(tmp_path, word_tokenizer):
     new = pack(1)  # --overwrite replaces the folder under the reader
     with pytest.raises(FormatError) as info:
         ds[0]
+    assert new != old
     assert str(info.value) == (
-        f"{tmp_path}/out/shard-00000.parquet: packshard.dataset_id {new} differs from the "
-        f"manifest's {old} (the file belongs to another pack, or the folder was replaced while "
-        "it was open) (run packshard verify)"
+        f"{tmp_path}/out/shard-00000.parquet: SHA-256 differs from the manifest: the shard was "
+        f"replaced or modified after it was packed (run packshard verify {tmp_path / 'out'}, and "
+        "pack again)"
     )
 
 

@@ -165,12 +165,12 @@ def test_a_lock_file_that_cannot_be_made_is_a_usage_error(root, word_tokenizer, 
 def test_a_second_run_on_the_same_out_fails_at_once_naming_the_first(root, word_tokenizer):
     fd = os.open(root / ".out.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+    os.write(fd, f"{os.getpid()} {socket.gethostname()} export\n".encode())
     try:
         before = tree_state(root)
-        refused(
+        refused(  # the holder's command, not this one's
             pack(root, word_tokenizer, "data", "-o", "out"),
-            f"out: another packshard pack (process {os.getpid()} on {socket.gethostname()}) is "
+            f"out: another packshard export (process {os.getpid()} on {socket.gethostname()}) is "
             "writing this output folder (lock .out.lock); wait for it to finish or choose "
             "another -o",
         )

@@ -2,7 +2,9 @@
 
 Trained, ``<think>`` with no ``</think>`` would teach the model to open a block it never ends
 (under ``mask``, to open a second one); under every ``--reasoning`` policy the record is one
-reject, and ``verify``'s turn check finds such a turn trained in a pack.
+reject, and ``verify``'s turn check finds such a turn trained in a pack.  A closing marker
+with no opening one, under a template that does not split on it, is one too under ``mask``
+and ``drop``: the reasoning before it could be neither masked nor dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 from packshard.errors import RecordError
 from packshard.ingest.label.frame import template_frame
 from packshard.ingest.label.reasoning import template_messages
-from packshard.ingest.template.render import compile_template
+from packshard.ingest.template.render import CHATML, compile_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.ingest.types import IngestOptions, Message
 from packshard.records import IGNORE_INDEX, SourceRef
@@ -62,3 +64,19 @@ def test_verify_finds_a_trained_unclosed_block(qwen):
     assert TurnCheck(frame, opts, True).problems(pieces, labels)[2] == (
         "a reasoning block opened with '<think>' and never closed"
     )
+
+
+@pytest.mark.parametrize("policy", ["mask", "drop"])
+def test_a_stray_closer_is_invalid_reasoning_where_the_policy_needs_the_block(policy):
+    template = compile_template(CHATML, "chatml")  # it does not split content on the closer
+    messages = (Message("user", "q"), Message("assistant", "Add 2 and 2.\n</think>\n\nIt is 4."))
+    with pytest.raises(RecordError) as err:
+        template_messages(messages, template, policy, ("<think>", "</think>"), SourceRef("a", 5))
+    assert (err.value.code, err.value.line) == ("invalid_reasoning", 5)
+    assert err.value.reason == (
+        f"message 2 (assistant) holds '</think>' with no '<think>' before it: under --reasoning "
+        f"{policy} its reasoning cannot be told from its answer (open the block with '<think>', "
+        "or cut the marker)"
+    )
+    out, _ = template_messages(messages, template, "train", ("<think>", "</think>"), None)
+    assert out[1]["content"] == messages[1].content  # trained whole: nothing to tell apart

@@ -92,7 +92,10 @@ def test_loss_weight_reads_as_weight_in_pairs():
 
 def test_a_kto_record_carries_its_label():
     assert detect_format({"messages": [USER, GOOD], "label": True}) == "kto"
-    assert detect_format({"messages": [USER, GOOD], "label": "yes"}) == "messages"
+    for label in ("yes", "false", 0, "0"):  # never plain chat: the answer may be a bad one
+        assert detect_format({"messages": [USER, GOOD], "label": label}) == "kto"
+        assert code_of({"messages": [USER, GOOD], "label": label})[0] == "invalid_content"
+    assert detect_format({"messages": [USER, GOOD], "label": None}) == "messages"
     conv = normalized({"messages": [USER, GOOD], "label": False})
     assert (conv.format, conv.kto_label, conv.answers) == ("kto", False, None)
 
@@ -117,7 +120,7 @@ def test_trls_unpaired_layout_reads_as_one_kto_example(layout):
     ]
     assert normalized({**value, "label": False}).kto_label is False
     unlabelled = {k: v for k, v in value.items() if k != "label"}
-    assert detect_format(unlabelled) == "prompt_completion"  # no boolean label: SFT as before
+    assert detect_format(unlabelled) == "prompt_completion"  # no label: SFT as before
 
 
 def test_trls_unpaired_layout_renders_like_messages_and_label(chatml):

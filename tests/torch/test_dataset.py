@@ -13,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from packshard.digests import sha256_path  # noqa: E402
 from packshard.errors import FormatError, ManifestError, UsageError  # noqa: E402
 from packshard.records import IGNORE_INDEX, PackedRow  # noqa: E402
 from packshard.torch import (  # noqa: E402
@@ -26,6 +27,7 @@ from tests.helpers import (  # noqa: E402
     TOKENIZER_BYTES,
     TOKENIZER_SHA,
     fixture_rows,
+    rehash,
     write_out,
 )
 
@@ -71,9 +73,13 @@ def test_reset_positions_are_derived_and_cached_shards_read_the_same(tmp_path):
                 assert got[name].dtype == want[name].dtype
                 assert torch.equal(got[name], want[name]), name
     shas = [s["sha256"] for s in derived.manifest["shards"]]
-    assert sorted(p.name for p in cache.iterdir()) == sorted(
-        f"{sha}-derived-positions.arrow" for sha in shas
-    )
+    named = sorted(p.name for p in cache.glob("*.arrow"))
+    assert sorted(p.name for p in cache.glob("*.arrow.checked")) == [f"{n}.checked" for n in named]
+    assert sorted(p.name for p in cache.glob("*.shard.checked")) == [
+        f"{s}.shard.checked" for s in sorted(shas)
+    ]
+    assert [n[:64] for n in named] == sorted(shas)  # the shard's SHA-256, then the entry's own
+    assert all(n == f"{n[:64]}-derived-positions-{sha256_path(cache / n)}.arrow" for n in named)
     reopened = PackedDataset(out, cache_dir=cache)  # served from the memory-mapped copy
     assert torch.equal(reopened[8]["input_ids"], stored[8]["input_ids"])
     (out / "shard-00001.parquet").write_bytes(b"not parquet any more")  # the cache is no excuse
@@ -134,6 +140,7 @@ def test_shard_of_another_pack_is_refused(out_11, meta, problem):
     out, _ = out_11
     path = out / "shard-00001.parquet"
     pq.write_table(pq.read_table(path).replace_schema_metadata(meta), path)
+    rehash(out, path.name)  # the checksum holds: the metadata check is what refuses it
     ds = PackedDataset(out)
     ds[0]  # shard 0 is this pack's
     with pytest.raises(FormatError) as err:

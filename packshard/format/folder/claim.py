@@ -4,10 +4,11 @@ Every command that writes a folder claims it here, after :mod:`packshard.format.
 checks, on the place OUT was resolved to once::
 
     .NAME.lock        beside OUT held (flock) for the whole run; a second run on the same OUT
-                                 fails at once naming the first one's process.  Opened with
-                                 O_NOFOLLOW: a link planted there is refused, never written
-                                 through
-    .NAME.partial-PID beside OUT  the run writes here, renamed to OUT when complete
+                                 fails at once naming the first one's process and
+                                 command.  Opened with O_NOFOLLOW: a link planted there is
+                                 refused, never written through
+    .NAME.partial-PID beside OUT  the run writes here, renamed to OUT when complete (an
+                                 empty OUT is kept and filled, the manifest last)
     .NAME.old-PID     beside OUT  the replaced OUT, during the swap only
     .NAME.rejects.jsonl beside OUT  the rejects of a run that packed nothing (it publishes
                                  no folder); removed by the next run that publishes
@@ -16,7 +17,8 @@ checks, on the place OUT was resolved to once::
 (255 bytes), its start and a hash of the whole.  Leftover ``.partial`` / ``.old`` folders of a
 process that is gone are removed by the next run of any command on the same OUT, which says
 so; an ``.old`` folder left where OUT itself is missing (a crash in the middle of the swap) is
-put back first.
+put back first.  A leftover that cannot be removed, or an old OUT that cannot be removed
+after the swap, stops the run with one line naming it: never a note that says it was removed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from packshard.format.folder.outdir import (
     temp_stem,
     written_by_packshard,
 )
+from packshard.format.manifest import MANIFEST_NAME
 from packshard.format.rejects import REJECTS_NAME
 
 
@@ -81,6 +84,10 @@ class Claim:
             why = written_by_packshard(out)
             if why is not None:  # something appeared there during the run
                 raise OutputError(f"{self.out}: output folder {why}; it was left as it is")
+            if not any(os.scandir(out)):  # an empty OUT (perhaps the current folder): filled
+                _fill(self.tmp, out)
+                self._drop_kept()
+                return
             old = self.tmp.parent / f".{self.stem}.old-{os.getpid()}"
             os.replace(out, old)
             try:
@@ -88,9 +95,18 @@ class Claim:
             except BaseException:
                 os.replace(old, out)
                 raise
-            _remove(old)
+            problem = _remove(old)
+            if problem is not None:
+                raise OutputError(
+                    f"{self.out}: the new pack is in place, but the old one could not be "
+                    f"removed: {old.name} beside it ({problem}); make it writable and remove it"
+                )
         else:
             os.replace(self.tmp, out)
+        self._drop_kept()
+
+    def _drop_kept(self) -> None:
+        """Remove the rejects an earlier run that published nothing kept beside OUT."""
         kept = self.tmp.parent / f".{self.stem}.{REJECTS_NAME}"
         if kept.is_file() and not kept.is_symlink():  # an earlier run's, now out of date
             kept.unlink()
@@ -105,17 +121,44 @@ class Claim:
         return kept
 
 
-def _remove(path: Path) -> None:
-    """Remove a folder packshard made (a link is removed, never what it points to)."""
+def _fill(tmp: Path, out: Path) -> None:
+    """Move the finished files of ``tmp`` into the empty folder ``out``, the manifest last.
+
+    An empty OUT is kept, not swapped: it may be the current folder of the shell that runs
+    ``pack -o .``, which a rename would leave in a deleted folder.  Readers need the
+    manifest, and it comes last, so no reader sees a partial pack as a whole one.
+    """
+    names = sorted(os.listdir(tmp), key=lambda name: name == MANIFEST_NAME)
+    for name in names:
+        os.replace(tmp / name, out / name)
+
+
+def _remove(path: Path) -> str | None:
+    """Remove a folder packshard made (a link is removed, never what it points to).
+
+    Returns None once it is gone, else why it is not (the first error met).
+    """
     if path.is_symlink():
         path.unlink()
-    else:
-        shutil.rmtree(path, ignore_errors=True)
+        return None
+    errors: list[str] = []
+
+    def failed(*args: object) -> None:
+        exc = args[-1]
+        exc = exc[1] if isinstance(exc, tuple) else exc
+        errors.append(getattr(exc, "strerror", None) or str(exc))
+
+    shutil.rmtree(path, onerror=failed)
+    return errors[0] if errors and os.path.lexists(path) else None
 
 
 @contextmanager
 def _locked(out: Path, path: Path, command: str) -> Iterator[None]:
-    """Hold the lock file ``path`` beside ``out`` for the block; remove it after."""
+    """Hold the lock file ``path`` beside ``out`` for the block; remove it after.
+
+    The lock file holds the holder's process id, host and command (``pack``, ``export``,
+    ``reference``), so a second run names the command that holds it, not its own.
+    """
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     while True:
         try:
@@ -144,10 +187,12 @@ def _locked(out: Path, path: Path, command: str) -> Iterator[None]:
             os.close(fd)
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            who = f"process {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another run"
+            who = f"another packshard {holder[2] if len(holder) >= 3 else 'run'}"  # the holder's
+            if len(holder) >= 2:
+                who += f" (process {holder[0]} on {holder[1]})"
             raise OutputError(
-                f"{out}: another packshard {command} ({who}) is writing this output folder "
-                f"(lock {path.name}); wait for it to finish or choose another -o"
+                f"{out}: {who} is writing this output folder (lock {path.name}); wait for it "
+                "to finish or choose another -o"
             ) from None
         try:
             current = os.lstat(path)
@@ -156,7 +201,7 @@ def _locked(out: Path, path: Path, command: str) -> Iterator[None]:
         mine = os.fstat(fd)
         if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {command}\n".encode(), 0)
             break
         os.close(fd)  # the previous holder removed the file as we opened it: lock afresh
     try:
@@ -182,7 +227,12 @@ def _clean(claim: Claim) -> None:
                 os.replace(path, claim.place)
                 claim.note(f"put back {claim.out} from {name} (a replace was interrupted)")
             else:
-                _remove(path)
+                problem = _remove(path)
+                if problem is not None:
+                    raise OutputError(
+                        f"{claim.out}: cannot remove {name} beside it, left by an interrupted "
+                        f"run ({problem}); make it writable and remove it"
+                    )
                 claim.note(f"removed {name} left by an interrupted run (process {pid})")
 
 

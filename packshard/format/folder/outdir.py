@@ -6,7 +6,9 @@ inputs given as plain paths (for ``export`` the input is the packed folder)::
     OUT                          must not be, contain or lie inside an input file or folder,
                                  nor be matched by an input glob (a rerun would read it)
     OUT exists                   empty: used;  written by packshard: replaced with --overwrite;
-                                 anything else: refused, with or without --overwrite
+                                 anything else: refused, with or without --overwrite;
+                                 read-only (itself or a folder in it): refused, since
+                                 neither filling nor replacing it could finish
 
 "Written by packshard" is proven, not guessed from a few keys:
 
@@ -146,6 +148,12 @@ def check_out(out: str, overwrite: bool, place: Path | None = None) -> None:
             raise OutputError(f"{out}: not a folder{where}; choose another -o")
     if not path.exists():
         return
+    locked = _read_only(path)
+    if locked is not None:
+        raise OutputError(
+            f"{out}: {locked} is read-only, so the pack cannot be written or replaced "
+            "there (make it writable with chmod -R u+w, or choose another -o)"
+        )
     why = written_by_packshard(path)
     if why is not None:
         raise OutputError(
@@ -154,6 +162,19 @@ def check_out(out: str, overwrite: bool, place: Path | None = None) -> None:
         )
     if any(path.iterdir()) and not overwrite:
         raise OutputError(f"{out}: output folder exists and is not empty (use --overwrite)")
+
+
+def _read_only(path: Path) -> str | None:
+    """Name the first folder in ``path`` (itself, then those inside) this process cannot write.
+
+    None when every one is writable: replacing OUT removes every file in it, and filling an
+    empty OUT adds files to it.
+    """
+    for folder, subfolders, _ in os.walk(path):
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return "the output folder" if folder == os.fspath(path) else os.fspath(folder)
+        subfolders[:] = [d for d in subfolders if not os.path.islink(os.path.join(folder, d))]
+    return None
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -18,9 +18,12 @@ What the template is given (:func:`template_messages`), per ``--reasoning``:
   the markers, before the content; inline blocks stay where they are;
 * ``drop``: no reasoning field, and the inline block cut from the content.
 
-A reasoning field together with an inline block, reasoning that holds the closing marker, or
-an answer that starts with the opening marker and never closes it (trained, it would teach
-the model to open a block it never ends) is ambiguous and rejected (``invalid_reasoning``).
+A reasoning field together with an inline block, reasoning that holds the closing marker, an
+answer that starts with the opening marker and never closes it (trained, it would teach the
+model to open a block it never ends), or, under ``mask`` and ``drop``, a closing marker with
+no opening one that the template does not split on (the reasoning before it could be neither
+masked nor dropped: it would be trained as answer) is ambiguous and rejected
+(``invalid_reasoning``).
 Which tokens are reasoning is decided on the rendered text, not on the record: the block a
 rendered assistant turn starts with (:func:`find_block`), so a template that injects an
 empty block, or drops a turn's reasoning, is seen as it renders.
@@ -128,6 +131,14 @@ def template_messages(
             raise _ambiguous(where, i, f"reasoning holds the closing marker {markers[1]!r}")
         if inline is not None and markers[1] in inline[1]:
             raise _ambiguous(where, i, f"content holds {markers[1]!r} after its inline block")
+        if inline is None and policy != "train" and _stray(m, markers):
+            raise _ambiguous(
+                where,
+                i,
+                f"holds {closing!r} with no {opening!r} before it: under --reasoning {policy} "
+                f"its reasoning cannot be told from its answer (open the block with {opening!r}, "
+                "or cut the marker)",
+            )
         has.append(bool(reasoning and reasoning.strip()) and policy != "drop")
         if policy == "drop":
             if inline is not None:
@@ -139,6 +150,12 @@ def template_messages(
                 d["content"] = f"{markers[0]}\n{m.reasoning}\n{markers[1]}\n\n{m.content}"
         out.append(d)
     return out, has
+
+
+def _stray(m: Message, markers: Markers) -> bool:
+    """Whether an assistant turn holds the closing marker with no opening one before it."""
+    at = m.content.find(markers[1])
+    return m.role == "assistant" and at >= 0 and markers[0] not in m.content[:at]
 
 
 def _unclosed(content: str, markers: Markers) -> bool:

@@ -55,6 +55,10 @@ class TemplateBudgetError(TemplateError):
     """A template render went over its time, size or step budget."""
 
 
+class TemplateRunawayError(TemplateBudgetError):
+    """A template render went over its time or step budget: it loops, whatever the record."""
+
+
 @dataclass(frozen=True, slots=True)
 class RenderLimits:
     """The budget of one render: at most ``max_chars`` per value, ``seconds`` of time."""
@@ -81,12 +85,12 @@ class Budget:
         before, self.steps = self.steps, self.steps + n
         if (before ^ self.steps) > _CHECK_EVERY or not self.steps & _CHECK_EVERY:
             if self.steps > MAX_STEPS:
-                raise TemplateBudgetError(
+                raise TemplateRunawayError(
                     f"template made more than {MAX_STEPS:,} loop iterations and calls in one "
                     "render (a runaway loop?)"
                 )
             if time.monotonic() > self.deadline:
-                raise TemplateBudgetError(
+                raise TemplateRunawayError(
                     f"template render took more than {self.limits.seconds:g} s (a runaway loop "
                     "or recursion? use --template-timeout to allow more)"
                 )

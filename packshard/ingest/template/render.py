@@ -253,8 +253,8 @@ def render_reference(
         raise TemplateSecurityError(
             f"{template.source}: template tried to leave the sandbox: {exc}{_template_line(exc)}"
         ) from exc
-    except TemplateBudgetError as exc:
-        raise TemplateError(f"{exc}{_template_line(exc)}") from None
+    except TemplateBudgetError as exc:  # its kind kept: a runaway stops the run early
+        raise type(exc)(f"{exc}{_template_line(exc)}") from None
     except TemplateError as exc:
         raise TemplateError(f"template raised: {exc}{_template_line(exc)}") from exc
     except Exception as exc:  # a template may fail in many ways; all are the template's

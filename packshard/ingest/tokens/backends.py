@@ -292,6 +292,12 @@ def warm_encoder(bundle: TokenizerBundle, backend: str) -> None:
     The Rust loader releases the GIL, so the first records are read and rendered meanwhile;
     the first encode waits for the decision (:func:`encoder_for` holds its lock while it is
     made).  A failure is raised again by that first encode, where the run stops.
+
+    The thread is not a daemon: a run that stops early (a bad input, a decompression bomb)
+    waits for the load to finish before the interpreter exits.  A daemon thread would be
+    ended by the interpreter's shutdown in the middle of the native loader, whose C++ frames
+    catch the forced unwind and abort the process (``FATAL: exception not rethrown``, exit
+    134) after the error line was printed.
     """
 
     def decide() -> None:
@@ -299,7 +305,7 @@ def warm_encoder(bundle: TokenizerBundle, backend: str) -> None:
             encoder_for(bundle, backend)
 
     if _key(bundle, backend) not in bundle.encoders:
-        threading.Thread(target=decide, name="packshard-encoder", daemon=True).start()
+        threading.Thread(target=decide, name="packshard-encoder").start()
 
 
 def backends_entry(

@@ -30,6 +30,7 @@ from typing import Any
 
 from packshard import __version__
 from packshard.digests import sha256_bytes
+from packshard.errors import OutputError
 from packshard.format.environment import CONTENT_LIBRARIES, library_versions
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.read.splits import Split
@@ -72,9 +73,19 @@ def job_parts(
 def open_work(
     work: Path, parts: Mapping[str, str], resume: bool, note: Callable[[str], None]
 ) -> None:
-    """Make the work folder, or keep it when ``--resume`` may reuse its units."""
+    """Make the work folder, or keep it when ``--resume`` may reuse its units.
+
+    A link or a file where the folder goes is refused: packshard never writes through, nor
+    removes, what it did not make.
+    """
     fingerprint = _digest(dict(parts))
     job = work / JOB
+    if work.is_symlink() or (work.exists() and not work.is_dir()):  # never followed, nor removed
+        what = "a link" if work.is_symlink() else "not a folder"
+        raise OutputError(
+            f"{work}: {what}, where pack keeps its work units beside the output folder "
+            "(remove it, or choose another -o)"
+        )
     if resume and job.is_file():
         try:
             doc = json.loads(job.read_text(encoding="utf-8"))

@@ -30,19 +30,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from packshard.digests import sha256_path
+from packshard.digests import read_hashed, sha256_path
 from packshard.errors import FormatError, UsageError
 from packshard.format.folder.claim import amend_out, publish_file
-from packshard.format.folder.paths import inside_folder
+from packshard.format.folder.paths import open_inside
 from packshard.format.manifest import load_manifest, write_manifest
-from packshard.format.version import META_DATASET_ID, META_FORMAT_VERSION, metadata_problem
+from packshard.format.shards import read_shard
+from packshard.format.sidecars.reference import (
+    REFERENCE_KEY,
+    REFERENCE_NAME,
+    REFERENCE_SCHEMA,
+    read_reference,
+    scored_example_ids,
+)
+from packshard.format.version import META_DATASET_ID, META_FORMAT_VERSION
 from packshard.torch.dataset import PackedDataset
 from packshard.torch.masks import block_causal_mask
 from packshard.torch.pairs.logps import PairLogps, segment_logps
-
-REFERENCE_NAME = "reference_logps.parquet"
-REFERENCE_KEY = "reference_logps"
-SCHEMA = pa.schema([("example_id", pa.int64()), ("logp", pa.float64()), ("num_tokens", pa.int32())])
 
 
 def local_causal_lm(path: Path) -> Any:
@@ -101,7 +105,7 @@ def reference_table(model: Any, data: PackedDataset) -> pa.Table:
         META_DATASET_ID: data.dataset_id.encode(),
     }
     arrays = [pa.array(np.concatenate(c)) for c in (ids, logps, counts)]
-    return pa.Table.from_arrays(arrays, schema=SCHEMA).replace_schema_metadata(meta)
+    return pa.Table.from_arrays(arrays, schema=REFERENCE_SCHEMA).replace_schema_metadata(meta)
 
 
 def write_reference_logps(out: str | os.PathLike[str], model: Any | str | os.PathLike[str]) -> Path:
@@ -134,7 +138,9 @@ class ReferenceLogps:
     """The sidecar of OUT, read back: reference sums by example id.
 
     Refuses a sidecar the manifest does not list, whose SHA-256 differs from the manifest's,
-    or that belongs to another pack.
+    or whose contents break :func:`~packshard.format.sidecars.reference.reference_problem`
+    (another pack's, a NaN or infinite sum, a duplicated or missing example, metadata gone):
+    what it serves goes straight into the loss.
     """
 
     def __init__(self, out: str | os.PathLike[str]) -> None:
@@ -147,13 +153,21 @@ class ReferenceLogps:
                 "packshard.torch.pairs.reference.write_reference_logps, or run the reference "
                 "model on the fly)"
             )
-        path = inside_folder(folder, entry.get("path"))
-        if sha256_path(path) != entry.get("sha256"):
+        path = folder / str(entry.get("path"))
+        try:
+            fd = open_inside(folder, entry.get("path"))
+        except FormatError as exc:
+            raise FormatError(str(path), exc.problem) from None
+        with os.fdopen(fd, "rb") as fh:
+            raw, digest = read_hashed(fh)  # the bytes hashed are the bytes decoded
+        if digest != entry.get("sha256"):
             raise FormatError(str(path), "SHA-256 differs from the manifest (score it again)")
-        table = pq.read_table(path)
-        problem = metadata_problem(table.schema.metadata, str(manifest.get("dataset_id", "")))
-        if problem is not None:
-            raise FormatError(str(path), problem)
+        data = PackedDataset(folder, split=None)  # the shards it scores, as the writer read them
+        segments = [
+            read_shard(shard, data.dataset_id, ["example_ids", *extra])
+            for shard, extra in zip(data.shard_paths, data.shard_extra, strict=True)
+        ]
+        table = read_reference(path, raw, data.dataset_id, scored_example_ids(segments))
         ids = table["example_id"].to_numpy()
         order = np.argsort(ids, kind="stable")
         self.example_ids = ids[order]
