@@ -13,8 +13,13 @@ torch = pytest.importorskip("torch")
 def test_trainer_on_a_gated_delta_net_model(marked_pack, tmp_path, one_thread) -> None:
     from transformers import Trainer, TrainingArguments
 
-    from packshard.torch import PackedDataset, SeamLeakError, check_trainer, collate_hf
-    from packshard.torch import segment_layers
+    from packshard.torch import (
+        PackedDataset,
+        SeamLeakError,
+        check_trainer,
+        collate_hf,
+        segment_layers,
+    )
     from tests.helpers import LossProbe, marked_examples
 
     args = TrainingArguments(
