@@ -36,6 +36,12 @@ class InputError(PackshardError):
     exit_code = EXIT_USAGE
 
 
+class StreamLimitDataError(InputError):
+    """An input opened but its compressed stream breaks a limit (a bomb): the data, exit 1."""
+
+    exit_code = EXIT_DATA
+
+
 class TokenizerError(PackshardError):
     """A tokenizer cannot be loaded or lacks what the job needs."""
 

@@ -34,7 +34,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from packshard.errors import InputError
+from packshard.errors import InputError, StreamLimitDataError
 from packshard.ingest.read.inputs import (
     InputFile,
     expand_inputs,
@@ -185,4 +185,4 @@ def read_records(
         try:
             yield from (_read_json if kind == ".json" else read_jsonl)(f, chunks, limit)
         except StreamLimitError as exc:
-            raise InputError(f"{f.path}: {exc}") from None
+            raise StreamLimitDataError(f"{f.path}: {exc}") from None
