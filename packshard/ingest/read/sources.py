@@ -34,7 +34,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from packshard.errors import InputError, StreamLimitDataError
+from packshard.errors import StreamLimitDataError
 from packshard.ingest.read.inputs import (
     InputFile,
     expand_inputs,
