@@ -15,7 +15,7 @@ from packshard.torch.layers.kinds import (
     kind_counts,
     model_layers,
 )
-from tests.torch.layers.conftest import tiny
+from tests.torch.layers.builders import tiny
 
 
 @pytest.mark.parametrize(

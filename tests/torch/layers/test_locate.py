@@ -8,7 +8,7 @@ import pytest
 
 from packshard.torch import SeamLeakError, check_model, collate_hf, segment_layers
 from packshard.torch.layers.locate import first_leak
-from tests.torch.layers.conftest import positions, row, tiny
+from tests.torch.layers.builders import positions, row, tiny
 
 torch = pytest.importorskip("torch")
 

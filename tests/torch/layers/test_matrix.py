@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from packshard.torch.layers.matrix import FAMILIES, check_family
-from tests.torch.layers.conftest import row
+from tests.torch.layers.builders import row
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -39,7 +39,7 @@ def test_every_causal_lm_family_with_a_stateful_layer_is_in_the_matrix() -> None
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_each_family_passes_through_its_packed_path_or_is_refused(family, one_thread) -> None:
+def test_each_family_passes_through_its_packed_path_or_is_refused(family, torch_one_thread) -> None:
     ids, cu = row((9, 23, 6, 30))
     result = check_family(family, ids, cu)
     assert result.verdict == "passes", result

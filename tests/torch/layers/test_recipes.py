@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.torch.layers.conftest import tiny
+from tests.torch.layers.builders import tiny
 
 torch = pytest.importorskip("torch")
 
 
 @pytest.mark.trainers
-def test_trainer_on_a_gated_delta_net_model(marked_pack, tmp_path, one_thread) -> None:
+def test_trainer_on_a_gated_delta_net_model(marked_pack, tmp_path, torch_one_thread) -> None:
     from transformers import Trainer, TrainingArguments
 
     from packshard.torch import (

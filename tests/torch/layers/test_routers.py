@@ -7,12 +7,12 @@ from itertools import pairwise
 import pytest
 
 from packshard.torch.layers.routers import balance_loss, segment_balance_loss
-from tests.torch.layers.conftest import positions, row, tiny
+from tests.torch.layers.builders import positions, row, tiny
 
 torch = pytest.importorskip("torch")
 
 
-def test_the_aux_loss_pools_the_row_and_the_per_segment_form_equals_alone(one_thread) -> None:
+def test_the_aux_loss_pools_the_row_and_the_per_segment_form_equals_alone(torch_one_thread) -> None:
     model = tiny("qwen3_moe", output_router_logits=True)
     experts, top_k = model.config.num_experts, model.config.num_experts_per_tok
     ids, cu = row()

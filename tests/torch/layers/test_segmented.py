@@ -9,7 +9,7 @@ import pytest
 from packshard.errors import UsageError
 from packshard.torch import collate_hf, packed_segments, segment_layers
 from packshard.torch.layers.segmented import withheld
-from tests.torch.layers.conftest import positions, row, tiny
+from tests.torch.layers.builders import positions, row, tiny
 
 torch = pytest.importorskip("torch")
 
@@ -33,7 +33,7 @@ def _delta(model, ids, cu, **feed) -> float:
         ("nemotron_h", "NemotronHMamba2Mixer"),
     ],
 )
-def test_a_hybrid_leaks_as_built_and_is_exact_segmented(family, wrapped, one_thread) -> None:
+def test_a_hybrid_leaks_as_built_and_is_exact_segmented(family, wrapped, torch_one_thread) -> None:
     model = tiny(family)
     ids, cu = row()
     plain = _delta(model, ids, cu, position_ids=positions(cu))
@@ -45,7 +45,7 @@ def test_a_hybrid_leaks_as_built_and_is_exact_segmented(family, wrapped, one_thr
         assert _delta(model, ids, cu, position_ids=positions(cu)) == pytest.approx(plain)
 
 
-def test_attention_that_ignores_restarts_gets_block_masks_with_its_window(one_thread) -> None:
+def test_attention_that_ignores_restarts_gets_block_masks_with_its_window(torch_one_thread) -> None:
     model = tiny("gpt_oss")  # builds its masks without position_ids; sliding window 64
     ids, cu = row((70, 90, 12))  # segments longer than the window
     assert _delta(model, ids, cu, position_ids=positions(cu)) > 1e-2
@@ -54,7 +54,7 @@ def test_attention_that_ignores_restarts_gets_block_masks_with_its_window(one_th
     assert _delta(model, ids, cu, position_ids=positions(cu)) <= 1e-5
 
 
-def test_a_model_without_position_ids_takes_the_reader_batch(one_thread) -> None:
+def test_a_model_without_position_ids_takes_the_reader_batch(torch_one_thread) -> None:
     model = tiny("mamba2")
     ids, cu = row()
     segment_layers(model)
@@ -71,7 +71,7 @@ def test_a_model_without_position_ids_takes_the_reader_batch(one_thread) -> None
     assert float((plain - torch.cat(alone)).abs().max()) > 1e-2
 
 
-def test_gradients_of_a_packed_row_equal_the_sum_over_its_segments(one_thread) -> None:
+def test_gradients_of_a_packed_row_equal_the_sum_over_its_segments(torch_one_thread) -> None:
     model = tiny("qwen3_next")
     segment_layers(model)
     model.train()

@@ -1,4 +1,4 @@
-"""Tiny models of the families the layer tests use, built once per test module."""
+"""Tiny models of the families the layer tests use, and packed rows of random tokens."""
 
 from __future__ import annotations
 
@@ -39,12 +39,3 @@ def row(lengths: tuple[int, ...] = LENGTHS, seed: int = 0) -> tuple[Any, list[in
 def positions(cu: list[int]) -> Any:
     """``position_ids`` ``[1, T]`` restarting at every segment."""
     return torch.cat([torch.arange(b - a) for a, b in pairwise(cu)])[None]
-
-
-@pytest.fixture(scope="module")
-def one_thread() -> Any:
-    """One intra-op thread (two spinning threads on two shared cores ran much slower)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
