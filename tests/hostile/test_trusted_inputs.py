@@ -129,6 +129,26 @@ def test_a_read_only_out_is_refused_without_a_hidden_copy(tmp_path, word_tokeniz
     )
 
 
+def test_an_immutable_out_is_refused_without_a_hidden_copy_even_for_root(tmp_path, word_tokenizer):
+    """Root ignores mode 555 but not the immutable flag: the real refusal, as root runs it."""
+    import shutil
+    import subprocess
+
+    out = _packed(tmp_path, word_tokenizer)
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(out)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available on this file system")
+    try:
+        before = tree_state(tmp_path)
+        result = pack(tmp_path, word_tokenizer, "a.jsonl", "-o", "out", "--overwrite")
+        assert changed(before, tree_state(tmp_path)) == []
+    finally:
+        subprocess.run([chattr, "-i", str(out)], check=True)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: out: the output folder is read-only")
+    assert result.stderr.count("\n") == 1
+
+
 def test_an_out_this_process_cannot_write_is_refused(tmp_path, word_tokenizer, monkeypatch):
     out = _packed(tmp_path, word_tokenizer)
     real = os.access
