@@ -72,6 +72,16 @@ FAMILIES: dict[str, dict[str, Any]] = {
 """Model types and the config fields set beyond transformers' defaults (a hybrid pattern)."""
 
 
+def family_config(family: str) -> dict[str, Any]:
+    """Return the ``config.json`` mapping the matrix builds ``family`` from (defaults + pattern)."""
+    from transformers import AutoConfig
+
+    config = {**AutoConfig.for_model(family).to_dict(), **FAMILIES.get(family, {})}
+    if isinstance(FAMILIES.get(family, {}).get("layer_types"), list):
+        config["num_hidden_layers"] = len(config["layer_types"])
+    return config
+
+
 @dataclass(frozen=True, slots=True)
 class FamilyResult:
     """One row of the matrix."""
@@ -132,14 +142,10 @@ def check_family(
     family: str, ids: torch.Tensor, cu_seqlens: Sequence[int], seed: int = 0
 ) -> FamilyResult:
     """Build ``family`` tiny and run one packed row (``ids``, ``cu_seqlens``) three ways."""
-    from transformers import AutoConfig
-
     from packshard.errors import UsageError
     from packshard.torch.layers.locate import first_leak
 
-    config = {**AutoConfig.for_model(family).to_dict(), **FAMILIES.get(family, {})}
-    if isinstance(FAMILIES.get(family, {}).get("layer_types"), list):
-        config["num_hidden_layers"] = len(config["layer_types"])
+    config = family_config(family)
     vocab = int(ids.max()) + 1
     try:
         model = tiny_model(config, max(vocab, 256), seed=seed)
@@ -195,12 +201,11 @@ def balance_figures(
     family: str, ids: torch.Tensor, cu_seqlens: Sequence[int], seed: int = 0
 ) -> BalanceFigures:
     """Compare a MoE family's auxiliary loss packed, padded, alone and per segment."""
-    from transformers import AutoConfig
-
     from packshard.torch.layers.routers import segment_balance_loss
 
-    config = {**AutoConfig.for_model(family).to_dict(), **FAMILIES.get(family, {})}
-    model = tiny_model({**config, "output_router_logits": True}, int(ids.max()) + 1, seed=seed)
+    model = tiny_model(
+        {**family_config(family), "output_router_logits": True}, int(ids.max()) + 1, seed=seed
+    )
     segments = list(pairwise(int(c) for c in cu_seqlens))
     positions = torch.cat([torch.arange(b - a) for a, b in segments])
     longest = max(b - a for a, b in segments)

@@ -28,6 +28,9 @@ from typing import Any
 from packshard.errors import UsageError
 
 TINY_VOCAB = 4096
+INIT_RANGE = 0.1
+"""The weights' standard deviation, at least: at 0.02 a tiny Zamba's naive-mask leak was 2.5e-3,
+under the control's 1e-2 floor; at 0.1 every family's leak stands decades above its noise."""
 
 _SIZES: dict[str, int] = {
     "hidden_size": 64,
@@ -163,6 +166,8 @@ def shrink(config: dict[str, Any], vocab_size: int, max_positions: int) -> dict[
         if isinstance(out.get(key), int) and out[key] >= vocab_size:
             out[key] = None if key == "pad_token_id" else 0
     out["tie_word_embeddings"] = False
+    if isinstance(out.get("initializer_range"), float):  # a random model that shows its leaks
+        out["initializer_range"] = max(out["initializer_range"], INIT_RANGE)
     out["use_cache"] = False
     for key in ("quantization_config", "auto_map", "transformers_version", "architectures"):
         out.pop(key, None)

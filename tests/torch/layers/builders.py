@@ -16,14 +16,10 @@ LENGTHS = (9, 23, 6, 30)
 
 def tiny(family: str, **overrides: Any) -> Any:
     """The family's tiny random model (its transformers default config, shrunk)."""
-    from transformers import AutoConfig
-
-    from packshard.torch.layers.matrix import FAMILIES
+    from packshard.torch.layers.matrix import family_config
     from packshard.torch.layers.tiny import tiny_model
 
-    config = {**AutoConfig.for_model(family).to_dict(), **FAMILIES.get(family, {}), **overrides}
-    if isinstance(config.get("layer_types"), list):
-        config["num_hidden_layers"] = len(config["layer_types"])
+    config = {**family_config(family), **overrides}
     return tiny_model(config, 512, seed=0)
 
 
