@@ -225,7 +225,7 @@ MAX_REJECT_RATE = click.option(
     "--max-reject-rate",
     type=float,
     help="Exit 1 when more than this share (0–1) of the records is rejected as bad input "
-    "(default: only a warning above 0.1).",
+    "(default: 0.5, and a warning above 0.1; 1 never fails).",
 )
 
 
