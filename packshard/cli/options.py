@@ -156,7 +156,14 @@ INGEST = group(
     click.option(
         "--progress/--no-progress",
         default=None,
-        help="Progress bar (default: when stderr is a terminal).",
+        help="Progress on stderr: a bar on a terminal, else a plain line with counts, rate "
+        "and an estimate every 10 s (default: on).",
+    ),
+    click.option(
+        "--quiet",
+        "-q",
+        is_flag=True,
+        help="Print only warnings and errors: no progress, no summary.",
     ),
     click.option(
         "--max-record-bytes",

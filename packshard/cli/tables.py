@@ -374,10 +374,10 @@ def plain() -> bool:
     return not sys.stdout.isatty()
 
 
-def console() -> Any:
-    """Return the console the commands print to (see the module docstring)."""
+def console(quiet: bool = False) -> Any:
+    """Return the console the commands print to (see the module docstring); ``quiet``: none."""
     if not plain():
-        return Console(highlight=False, soft_wrap=False)
+        return Console(highlight=False, soft_wrap=False, quiet=quiet)
 
     class PlainConsole(Console):
         def print(self, *objects: Any, **kwargs: Any) -> None:
@@ -385,7 +385,9 @@ def console() -> Any:
                 unwrap(item)
             super().print(*objects, **kwargs)
 
-    return PlainConsole(highlight=False, soft_wrap=False, width=PIPE_WIDTH, color_system=None)
+    return PlainConsole(
+        highlight=False, soft_wrap=False, width=PIPE_WIDTH, color_system=None, quiet=quiet
+    )
 
 
 def unwrap(renderable: Any) -> None:

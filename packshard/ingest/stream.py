@@ -61,7 +61,7 @@ from packshard.errors import RecordError
 from packshard.ingest.label.spans import expanded_reason, render_examples
 from packshard.ingest.normalize import is_encodable, normalize_record
 from packshard.ingest.pairs import is_preference
-from packshard.ingest.progress import IngestProgress
+from packshard.ingest.progress import open_progress
 from packshard.ingest.read.sources import read_records
 from packshard.ingest.template.fast import with_renderer
 from packshard.ingest.template.render import ChatTemplate
@@ -291,7 +291,7 @@ def ingest(
 
     """
     options.check()
-    bar = IngestProgress() if progress else None
+    bar = open_progress(progress)
     pool: ThreadPoolExecutor | _InPlace = _InPlace()
     if threads > 1:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")

@@ -23,7 +23,7 @@ from typing import Any
 from packshard.engine import open_engine, worker_cores
 from packshard.errors import RecordError
 from packshard.ingest.loaded import Loaded, loaded, sharing
-from packshard.ingest.progress import IngestProgress
+from packshard.ingest.progress import open_progress
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import Split, SplitRead, input_bytes, plan_splits, read_split
 from packshard.ingest.stream import ingest, ingest_label_path
@@ -72,7 +72,7 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
 def profile_inputs(
     files: Sequence[InputFile],
     config: ProfileConfig,
-    progress: bool = False,
+    progress: bool | str | None = False,
     load: Loaded | None = None,
 ) -> ProfileReport:
     """Profile ``files`` (``config.inputs`` expanded) unit by unit on ``config.engine``.
@@ -93,8 +93,12 @@ def profile_inputs(
     label_path = ingest_label_path(load[1], config.ingest.loss)
     splits = plan_splits(files, config.split_bytes)
     tasks = [ProfileTask(tokenizer, template, config.ingest, s) for s in splits]
-    bar = IngestProgress() if progress else None
-    done = None if bar is None else lambda _, r: bar.add(r["records"], int(r["lengths"].sum()))
+    bar = open_progress(progress, sum(s.size for s in splits))
+
+    def done(i: int, r: dict[str, Any]) -> None:
+        if bar is not None:
+            bar.add(r["records"], int(r["lengths"].sum()), splits[i].size)
+
     try:
         engine = config.engine.sized(input_bytes(files))  # --workers auto
         with open_engine(engine) as running, sharing(tokenizer, template, lambda: load):

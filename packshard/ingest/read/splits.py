@@ -62,7 +62,9 @@ class Split:
     """One work unit: input ``index``, and ``[start, stop)`` in bytes or row groups.
 
     ``kind`` is ``bytes`` (a JSONL range), ``rows`` (Parquet row groups, the first of which
-    begins at 0-based row ``first_row``) or ``file`` (read whole).
+    begins at 0-based row ``first_row``) or ``file`` (read whole).  ``size`` is its share of
+    the input's bytes (what progress counts; a row group's share of a Parquet file is in
+    proportion to its data), so the splits of an input add up to the file's size.
     """
 
     index: int
@@ -72,6 +74,7 @@ class Split:
     start: int = 0
     stop: int = 0
     first_row: int = 0
+    size: int = 0
 
     def describe(self) -> str:
         """Name the unit for people: ``chat.jsonl bytes 0–4194304``."""
@@ -129,15 +132,16 @@ def plan_splits(files: Sequence[InputFile], target_bytes: int = 0) -> list[Split
             st = os.stat(f.real)
         except OSError as exc:
             raise InputError(f"{f.path}: cannot open ({exc.strerror or exc})") from None
-        whole = Split(index, f.path, str(f.real), "file")
-        if not stat.S_ISREG(st.st_mode) or codec or kind == ".json":
+        regular = stat.S_ISREG(st.st_mode)
+        whole = Split(index, f.path, str(f.real), "file", size=st.st_size if regular else 0)
+        if not regular or codec or kind == ".json":
             splits.append(whole)
         elif kind == ".parquet":
-            splits.extend(_row_group_splits(index, f, target_bytes) or [whole])
+            splits.extend(_row_group_splits(index, f, target_bytes, st.st_size) or [whole])
         else:
             cuts = _line_cuts(f.real, st.st_size, target_bytes)
             for lo, hi in pairwise(cuts):
-                splits.append(Split(index, f.path, str(f.real), "bytes", lo, hi))
+                splits.append(Split(index, f.path, str(f.real), "bytes", lo, hi, size=hi - lo))
     return splits
 
 
@@ -174,7 +178,7 @@ def _next_line_start(fh: BinaryIO, pos: int, size: int) -> int:
     return size
 
 
-def _row_group_splits(index: int, f: InputFile, target: int) -> list[Split]:
+def _row_group_splits(index: int, f: InputFile, target: int, file_size: int) -> list[Split]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -183,13 +187,16 @@ def _row_group_splits(index: int, f: InputFile, target: int) -> list[Split]:
     except (OSError, pa.ArrowException):
         return []  # read whole: the reader reports the problem
     splits: list[Split] = []
-    lo = row = first = size = 0
+    lo = row = first = size = data = shown = 0
+    total = max(1, sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)))
     for g in range(meta.num_row_groups):
         size += meta.row_group(g).total_byte_size
+        data += meta.row_group(g).total_byte_size
         row += meta.row_group(g).num_rows
         if size >= target or g == meta.num_row_groups - 1:
-            splits.append(Split(index, f.path, str(f.real), "rows", lo, g + 1, first))
-            lo, first, size = g + 1, row, 0
+            share = file_size * data // total - shown  # the last one ends at the file's size
+            splits.append(Split(index, f.path, str(f.real), "rows", lo, g + 1, first, share))
+            lo, first, size, shown = g + 1, row, 0, shown + share
     return splits
 
 
