@@ -319,7 +319,7 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
 def _counted(bar: IngestProgress | None) -> Callable[[UnitResult], None]:
     if bar is None:
         return lambda result: None
-    return lambda result: bar.add(result.records, result.tokens, result.split.size)
+    return lambda result: bar.add(result.records, result.tokens, result.unit.size)
 
 
 def _nothing_packed(
