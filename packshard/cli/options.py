@@ -266,8 +266,16 @@ MIX = group(
 )
 """``--mix`` and its options: pack makes the mixture, profile predicts it."""
 
+OVERLONG = click.option(
+    "--overlong",
+    default="drop",
+    type=click.Choice(OVERLONG_POLICIES),
+    help="What to do with examples longer than --max-seq-len (profile: what it says pack does).",
+)
+
 PROFILE = group(
     INGEST,
+    OVERLONG,
     MAX_REJECT_RATE,
     ENGINE,
     UNITS,
@@ -299,12 +307,7 @@ PACK = group(
         help="bfd/ffd: best/first-fit decreasing; sequential: next-fit in input order, rows not "
         "shuffled (curricula, ordered data); wrapped: a token stream cut into full rows.",
     ),
-    click.option(
-        "--overlong",
-        default="drop",
-        type=click.Choice(OVERLONG_POLICIES),
-        help="What to do with examples longer than --max-seq-len.",
-    ),
+    OVERLONG,
     _seed("Seed of the row shuffle (and of the --eval-fraction and --mix draws)."),
     click.option(
         "--eval-fraction",

@@ -296,6 +296,24 @@ def build_reasoning_table(report: ProfileReport) -> Table:
     return build_table(report, "Reasoning", caption, headers, cells)
 
 
+def build_fit_table(report: ProfileReport) -> Table:
+    """Return the per-domain table of what max_seq_len and --overlong do, and a length to keep."""
+    from packshard.profile.report import KEEP_SHARE, overlong_effect
+
+    def cells(d: DomainProfile) -> list[str]:
+        if not d.examples:
+            return ["-", "-", "-"]
+        effect = overlong_effect(d, report.overlong, report.max_seq_len)
+        return [f"{d.over_max:,} ({d.over_max_share:.1%})", effect, f"{d.keep_length:,}"]
+
+    headers = ("over max_seq_len", f"--overlong {report.overlong}", f"keeps {KEEP_SHARE:.0%} whole")
+    title = f"Fit to max_seq_len {report.max_seq_len} (what pack would do)"
+    caption = (
+        f"keeps {KEEP_SHARE:.0%} whole: the smallest max_seq_len that leaves that share intact"
+    )
+    return build_table(report, title, caption, headers, cells)
+
+
 def build_lengths_table(report: ProfileReport) -> Table:
     """Return the per-domain table of length percentiles and the share over max_seq_len."""
 
@@ -349,6 +367,7 @@ def render_mixture(mix: dict[str, Any], title: str) -> Table:
 def render_profile_table(report: ProfileReport) -> Group:
     """Return the tables (reasoning only when there is some) and the verdict as one renderable."""
     from packshard.profile.pairs import describe_pairs
+    from packshard.profile.report import describe_fit
     from packshard.profile.shape import describe_shape
 
     reasoning = [build_reasoning_table(report)] if report.total.reasoning_examples else []
@@ -358,8 +377,10 @@ def render_profile_table(report: ProfileReport) -> Group:
         build_counts_table(report),
         *reasoning,
         build_lengths_table(report),
+        build_fit_table(report),
         build_utilization_table(report),
         Text(report.verdict, style="bold"),
+        Text(describe_fit(report)),
         Text(describe_shape(dict(report.shape))),
         *([Text(describe_pairs(dict(report.pairs), report.batch_size))] if report.pairs else []),
     )

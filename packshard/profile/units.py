@@ -116,4 +116,6 @@ def profile_inputs(
             raise RecordError(code, reason, source, line + base)
         parts.add_unit(r, base)
     mix = config.mix_target()
-    return parts.report(config.max_seq_len, config.batch_size, config.seed, label_path, mix)
+    return parts.report(
+        config.max_seq_len, config.batch_size, config.seed, label_path, mix, config.overlong
+    )
