@@ -31,6 +31,7 @@ import shutil
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import ne
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +196,10 @@ def _map_into(
             rejects += chunk.rejects
             refs = chunk.batch.refs
             every = np.fromiter((r.line for r in refs), np.int64, count=len(refs))
-            lines.append(every[np.r_[True, every[1:] != every[:-1]]] if len(every) else every)
+            new = np.ones(len(refs), dtype=bool)  # a record's examples are adjacent; two
+            if len(refs) > 1:  # inputs gathered in one unit may both hold a line 1
+                new[1:] = np.fromiter(map(ne, refs[1:], refs[:-1]), bool, count=len(refs) - 1)
+            lines.append(every[new])
             reasoning_dropped += chunk.reasoning_dropped
             pairs_read += chunk.pairs_read
             rejects += writer.add(chunk.batch)

@@ -385,3 +385,16 @@ def test_a_gathered_unit_is_kept_for_resume_and_reused(tokenizer, tmp_path, monk
     assert resumed["engine"]["units_reused"] == len(done) >= 2
     assert output_digests(out) == output_digests(tmp_path / "whole")
     assert resumed["dataset_id"] == whole["dataset_id"]
+
+
+def test_gathered_inputs_number_their_records_as_units_apart_do(tokenizer, tmp_path):
+    """Records at line 1 of consecutive gathered files are two records: the ids of the units
+    after them, and so the seeded eval draw by record, are those of a unit per input."""
+    files = small_inputs(tmp_path / "in", 9)
+    big = tmp_path / "in" / "zbig.jsonl"
+    big.write_text("".join(f'{{"text": "big record {j}"}}\n' for j in range(120)), "utf-8")
+    inputs, options = [*files, big], {"eval_fraction": 0.3, "batch_size": 64}
+    gathered = pack(inputs, tokenizer, tmp_path / "gathered", split_bytes=2000, **options)
+    apart = pack(inputs, tokenizer, tmp_path / "apart", split_bytes=1, **options)
+    assert gathered["engine"]["units"] < apart["engine"]["units"]
+    assert output_digests(tmp_path / "gathered") == output_digests(tmp_path / "apart")
