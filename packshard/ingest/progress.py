@@ -30,18 +30,18 @@ LINE_SECONDS = 10.0
 
 
 def progress_mode(progress: bool | str | None, stream: TextIO | None = None) -> str:
-    """Return the mode of ``progress``: a mode name as is; True: the bar; False: off.
+    """Return the mode of ``progress``: a mode name as is; False: off.
 
-    ``None`` (no choice made) picks by ``stream`` (default stderr): a terminal gets the bar,
-    anything else the plain lines.
+    True or None (on, the default) picks by ``stream`` (default stderr): a terminal gets the
+    bar, anything else the plain lines (a bar in a log is a screen of escape codes).
     """
     if isinstance(progress, str):
         if progress not in PROGRESS_MODES:
             raise ValueError(f"progress mode {progress!r} is none of {PROGRESS_MODES}")
         return progress
-    if progress is None:
-        return "bar" if (stream or sys.stderr).isatty() else "lines"
-    return "bar" if progress else "off"
+    if progress is False:
+        return "off"
+    return "bar" if (stream or sys.stderr).isatty() else "lines"
 
 
 def open_progress(progress: bool | str | None, total_bytes: int = 0) -> IngestProgress | None:

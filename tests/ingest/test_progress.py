@@ -29,7 +29,8 @@ class _Stream(io.StringIO):
     [
         (None, True, "bar"),
         (None, False, "lines"),  # a pipe, a file, a CI log
-        (True, False, "bar"),
+        (True, False, "lines"),  # --progress in a log: lines too
+        (True, True, "bar"),
         (False, True, "off"),
         ("lines", True, "lines"),
     ],
@@ -109,3 +110,10 @@ def test_quiet_prints_neither_progress_nor_summary(tmp_path, packed_demo_tokeniz
     assert result.stdout == ""
     assert "ingest: " not in result.stderr
     assert (tmp_path / "o" / "manifest.json").is_file()
+
+
+def test_the_bar_takes_a_total_and_counts(capsys) -> None:
+    bar = IngestProgress("bar", total_bytes=100)
+    bar.add(3, 30, 40)
+    assert bar.line().startswith("ingest: 3 records, 30 tokens, 40% of 100B")
+    bar.close()
