@@ -58,12 +58,14 @@ def human_count(value: float) -> str:
     return f"{value:.0f}"
 
 
-def _seconds(value: float) -> str:
-    if value < 90:
-        return f"{value:.0f} s"
-    if value < 5400:
-        return f"{value / 60:.0f} min"
-    return f"{value / 3600:.1f} h"
+def human_seconds(value: float) -> str:
+    """Return ``42 s``, ``2 min 05 s`` or ``3 h 07 min``: a duration people read at a glance."""
+    whole = round(value)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
 class IngestProgress:
@@ -148,18 +150,18 @@ class IngestProgress:
         elapsed = max(time.perf_counter() - self._start, 1e-9)
         text = f"ingest: {records:,} records, {tokens:,} tokens"
         if done:
-            text += f", done in {_seconds(elapsed)}"
+            text += f", done in {human_seconds(elapsed)}"
         elif self._total:
             share = min(nbytes / self._total, 1.0)
-            text += f", {share:.0%} of {human_count(self._total)}B in {_seconds(elapsed)}"
+            text += f", {share:.0%} of {human_count(self._total)}B in {human_seconds(elapsed)}"
         else:
-            text += f" in {_seconds(elapsed)}"
+            text += f" in {human_seconds(elapsed)}"
         text += f" ({human_count(records / elapsed)} records/s, "
         text += f"{human_count(tokens / elapsed)} tokens/s)"
         if not done and self._total:
             if nbytes:
                 left = elapsed * max(self._total - nbytes, 0) / nbytes
-                text += f", about {_seconds(left)} left"
+                text += f", about {human_seconds(left)} left"
             else:
                 text += ", estimate after the first unit"
         return text

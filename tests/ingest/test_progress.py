@@ -117,3 +117,15 @@ def test_the_bar_takes_a_total_and_counts(capsys) -> None:
     bar.add(3, 30, 40)
     assert bar.line().startswith("ingest: 3 records, 30 tokens, 40% of 100B")
     bar.close()
+
+
+def test_times_read_as_people_say_them() -> None:
+    from packshard.ingest.progress import human_seconds
+
+    assert [human_seconds(v) for v in (4.4, 59.6, 125, 3599, 11_220)] == [
+        "4 s",
+        "1 min 00 s",
+        "2 min 05 s",
+        "59 min 59 s",
+        "3 h 07 min",
+    ]
