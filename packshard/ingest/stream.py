@@ -270,7 +270,7 @@ def ingest(
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
     options: IngestOptions,
-    progress: bool = False,
+    progress: bool | str | None = False,
     read: Callable[..., Iterable[RawRecord]] = read_records,
     threads: int = 2,
 ) -> Iterator[IngestChunk]:
