@@ -195,8 +195,8 @@ REJECT_CODES: dict[str, RejectCode] = {
         RejectCode(
             "invalid_flag",
             REJECTED,
-            "a message's 'train' is not true/false or its 'weight' not 0/1 (assistant only), "
-            "or --loss all cannot honour it",
+            "a message's 'train' is not true/false, its 'weight' or 'loss_weight' not 0 or 1 "
+            "(or the two disagree), or --loss all cannot honour it",
         ),
         RejectCode(
             "reasoning_dropped",

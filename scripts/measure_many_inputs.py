@@ -3,13 +3,14 @@
     python scripts/measure_many_inputs.py                 # 10,000 one-record files
     python scripts/measure_many_inputs.py --files 1000
 
-Each input is one ``{"text": ...}`` line, so a work unit is one file and the job's cost is
-per unit: what a unit writes beside its part, what travels back, what the driver keeps.
-Each run packs in its own subprocess; the figure is the peak of the summed PSS of its whole
-process tree (driver, fork server, workers), sampled from ``/proc`` every 0.2 s, beside the
-largest single process's peak (``getrusage(RUSAGE_CHILDREN).ru_maxrss``).  Reported: each
-peak, the ratio ``--workers 2`` over ``--workers 1`` of the summed peaks (acceptance: at most
-2x), and the largest size the units folder reached (it is removed when the pack ends).
+Each input is one ``{"text": ...}`` line and ``--split-bytes 1`` keeps small inputs from
+being gathered, so a work unit is one file and the job's cost is per unit: what a unit
+writes beside its part, what travels back, what the driver keeps.  Each run packs in its
+own subprocess; the figure is the peak of the summed PSS of its whole process tree (driver,
+fork server, workers), sampled from ``/proc`` every 0.2 s, beside the largest single
+process's peak (``getrusage(RUSAGE_CHILDREN).ru_maxrss``).  Reported: each peak, the ratio
+``--workers 2`` over ``--workers 1`` of the summed peaks (acceptance: at most 2x), and the
+largest size the units folder reached (it is removed when the pack ends).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def main() -> int:
             out = work / f"out-{workers}"
             cmd = [sys.executable, "-c", PACK, "pack", str(work / "inputs"), "-t", str(tokenizer)]
             cmd += ["--max-seq-len", "256", "-o", str(out), "--overwrite", "--no-progress"]
-            cmd += ["--workers", str(workers)]
+            cmd += ["--workers", str(workers), "--split-bytes", "1"]  # a unit per file
             units = work / f".out-{workers}.units"
             tree, kib, seconds, units_kib = run(cmd, units)
             peaks[workers] = tree

@@ -232,6 +232,7 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
     assert sorted(data) == [
         "batch_size",
         "domains",
+        "fit",
         "histogram_edges",
         "label_path",
         "max_seq_len",
@@ -248,9 +249,16 @@ def test_report_dict_has_stable_keys_and_rounded_fractions():
             "name", "records", "examples", "rejected", "tokens", "loss_tokens", "prompt_tokens",
             "loss_share", "over_max", "over_max_share", "lengths", "utilization",
             "lower_bound_rows", "histogram", "reasoning_examples", "reasoning_tokens",
-            "reasoning_loss_tokens", "reasoning_loss_share",
+            "reasoning_loss_tokens", "reasoning_loss_share", "fit",
         ]
     )  # fmt: skip
+    assert total["fit"] == {
+        "over_max_tokens": 0,
+        "over_max_parts": 0,
+        "keep_length": 5,
+        "effect": "none over: every example kept whole",
+    }
+    assert data["fit"]["overlong"] == "drop" and data["fit"]["keep_share"] == 0.99
     assert total["utilization"]["pad_to_max"] == {
         "rows": 3,
         "computed_tokens": 24,

@@ -44,6 +44,13 @@ def _show_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else progress
 
 
+def _progress_mode(progress: bool | None, quiet: bool) -> str:
+    """``pack`` and ``profile``: the bar on a terminal, plain lines in a log, none if quiet."""
+    from packshard.ingest.progress import progress_mode
+
+    return "off" if quiet else progress_mode(progress)
+
+
 @click.group(cls=CommandGroup, context_settings={"show_default": True})
 @click.version_option(package_name="packshard")
 def main() -> None:
@@ -68,6 +75,7 @@ def profile(
     html_path: str | None,
     max_reject_rate: float | None = None,
     allow_split_markers: bool = False,
+    quiet: bool = False,
     **options: Any,
 ) -> None:
     """Length quantiles per domain and the padding waste packing would remove.
@@ -97,22 +105,24 @@ def profile(
     bundle = load_tokenizer(config.tokenizer)
     loaded = bundle, load_template(config.template, bundle)
     check_markers(bundle, loaded[1], allow_split_markers)
-    report = profile_inputs(files, config, _show_progress(progress), loaded)
+    report = profile_inputs(files, config, _progress_mode(progress, quiet), loaded)
     rendered = render_entry(loaded[1], bundle.special_tokens_map, config.ingest.backend)
     if note := backend_note(backends_entry(bundle, config.ingest.backend, rendered)):
         warn(note)
-    screen = console()
+    screen = console(quiet)
     screen.print(render_profile_table(report))
     screen.print(render_rejects(report))
     if json_path:
         text = json.dumps(report_to_dict(report), indent=2, sort_keys=True, ensure_ascii=False)
         with naming(json_path):
             Path(json_path).write_text(text + "\n", encoding="utf-8")
-        click.echo(f"wrote {json_path}")
+        if not quiet:
+            click.echo(f"wrote {json_path}")
     if html_path:
         with naming(html_path):
             write_profile_html(report, html_path)
-        click.echo(f"wrote {html_path}")
+        if not quiet:
+            click.echo(f"wrote {html_path}")
     codes = dict(report.reject_codes)
     sources = [str(f.real) for f in files]
     enforce_reject_rate(report.total.records, codes, max_reject_rate, config.ingest.format, sources)
@@ -126,6 +136,7 @@ def pack(
     fmt: str,
     progress: bool | None,
     max_reject_rate: float | None,
+    quiet: bool = False,
     **options: Any,
 ) -> None:
     """Tokenize, pack and write Parquet shards with an examples index, rejects and a manifest.
@@ -147,10 +158,10 @@ def pack(
     _settled()
 
     with naming(config.out):
-        result = pack_dataset(config, progress=_show_progress(progress), notify=warn)
+        result = pack_dataset(config, progress=_progress_mode(progress, quiet), notify=warn)
     for warning in result.warnings:
         warn(warning)
-    screen = console()
+    screen = console(quiet)
     screen.print(render_pack_summary(result))
     stats = result.manifest["stats"]
     if "mix" in stats:

@@ -1,9 +1,11 @@
 """HTML pages: the profile (charts and tables) and an inspected row, each self-contained.
 
 Pages use inline CSS and SVG, no script, nothing fetched.  The profile page reads top to
-bottom: the verdict, a bar chart of the useful-token share under each strategy, the tables,
-then one length histogram per domain.  Histograms share the report's log-spaced bins (≈4 per
-doubling), so their x axes line up across domains::
+bottom: the verdict, the advice (a length that keeps most examples whole, rows per optimizer
+step, row fill and trained tokens per step: the lines the terminal prints), a bar chart of
+the useful-token share under each strategy, the tables (among them what max_seq_len and
+``--overlong`` do to each domain), then one length histogram per domain.  Histograms share
+the report's log-spaced bins (≈4 per doubling), so their x axes line up across domains::
 
     count ▲            ┊ max_seq_len 4096
           │    ▆█▅     ┊
@@ -27,6 +29,7 @@ from packshard.cli.inspect import RowView, segment_title
 from packshard.cli.tables import (
     STRATEGY_LABELS,
     build_counts_table,
+    build_fit_table,
     build_lengths_table,
     build_reasoning_table,
     build_utilization_table,
@@ -169,7 +172,8 @@ table{border-collapse:collapse;margin:.5em 0}td,th{padding:3px 9px;text-align:ri
  border-bottom:1px solid #ddd}td:first-child,th:first-child{text-align:left}
 tbody tr:last-child{font-weight:600;border-top:2px solid #999}
 svg text{font:12px system-ui,sans-serif}svg .tick{font-size:11px;fill:#555}
-.note{color:#666;font-size:.9em}
+.note{color:#666;font-size:.9em}.advice{background:#f6f3ea;padding:.4em .8em;border-left:4px
+ solid #c9a227}
 """
 
 
@@ -184,6 +188,14 @@ def write_profile_html(report: ProfileReport, path: str | Path) -> None:
         for d in histograms or [total]
     ]
     chart = draw_utilization(total) if total.utilization else "<p>no accepted examples</p>"
+    from packshard.profile.report import describe_fit
+    from packshard.profile.shape import describe_shape
+
+    advice = "".join(
+        f'<p class="advice">{escape(line)}</p>'
+        for line in (describe_fit(report), describe_shape(dict(report.shape)))
+        if line
+    )
     reasoning = ""
     if total.reasoning_examples:
         reasoning = "<h2>Reasoning per domain</h2>" + render_table_html(
@@ -198,6 +210,9 @@ def write_profile_html(report: ProfileReport, path: str | Path) -> None:
 seed {report.seed} · {total.records:,} records, {total.rejected:,} rejected ·
 percentiles {escape(report.percentile_method)} · loss tokens from {escape(report.label_path)}</p>
 <p class="verdict">{escape(report.verdict)}</p>
+{advice}
+<h2>What max_seq_len {report.max_seq_len:,} and --overlong {escape(report.overlong)} do</h2>
+{render_table_html(build_fit_table(report))}
 <h2>Useful tokens per strategy (all domains)</h2>
 {chart}
 <p class="note">useful = Σ min(length, max_seq_len); computed = rows × width of each padded

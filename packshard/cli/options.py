@@ -156,7 +156,14 @@ INGEST = group(
     click.option(
         "--progress/--no-progress",
         default=None,
-        help="Progress bar (default: when stderr is a terminal).",
+        help="Progress on stderr: a bar on a terminal, else a plain line with counts, rate "
+        "and an estimate every 10 s (default: on).",
+    ),
+    click.option(
+        "--quiet",
+        "-q",
+        is_flag=True,
+        help="Print only warnings and errors: no progress, no summary.",
     ),
     click.option(
         "--max-record-bytes",
@@ -225,7 +232,7 @@ MAX_REJECT_RATE = click.option(
     "--max-reject-rate",
     type=float,
     help="Exit 1 when more than this share (0–1) of the records is rejected as bad input "
-    "(default: only a warning above 0.1).",
+    "(default: 0.5, and a warning above 0.1; 1 never fails).",
 )
 
 
@@ -259,8 +266,16 @@ MIX = group(
 )
 """``--mix`` and its options: pack makes the mixture, profile predicts it."""
 
+OVERLONG = click.option(
+    "--overlong",
+    default="drop",
+    type=click.Choice(OVERLONG_POLICIES),
+    help="What to do with examples longer than --max-seq-len (profile: what it says pack does).",
+)
+
 PROFILE = group(
     INGEST,
+    OVERLONG,
     MAX_REJECT_RATE,
     ENGINE,
     UNITS,
@@ -292,12 +307,7 @@ PACK = group(
         help="bfd/ffd: best/first-fit decreasing; sequential: next-fit in input order, rows not "
         "shuffled (curricula, ordered data); wrapped: a token stream cut into full rows.",
     ),
-    click.option(
-        "--overlong",
-        default="drop",
-        type=click.Choice(OVERLONG_POLICIES),
-        help="What to do with examples longer than --max-seq-len.",
-    ),
+    OVERLONG,
     _seed("Seed of the row shuffle (and of the --eval-fraction and --mix draws)."),
     click.option(
         "--eval-fraction",

@@ -1,4 +1,4 @@
-"""The reject rate of a run: a loud warning by default, exit 1 over ``--max-reject-rate``.
+"""The reject rate of a run: exit 1 when most records were rejected, a warning above 10 %.
 
 A run that rejects most of its records is almost always a mistake (a forced ``--format`` on
 mixed data, a wrong field name, a JSON array saved as ``.jsonl``), yet it writes a valid
@@ -6,14 +6,18 @@ output.  After ``pack`` and ``profile`` the share of records *rejected* (bad inp
 policy dropped are not counted) is compared with a limit::
 
     rate = rejected / records read
-    --max-reject-rate F given:  rate > F          → error line, exit 1 (the output is kept
-                                                     for inspection)
-    not given:                  rate > 10 % (WARN) → a warning line, exit 0
+    --max-reject-rate F given:  rate > F             → error line, exit 1 (the output is kept
+                                                        for inspection)
+    not given:                  rate > 50 % (FAIL)   → error line, exit 1, likewise
+                                rate > 10 % (WARN)   → a warning line, exit 0
 
-Either line names the codes that dominate and the likely cause of the largest, e.g.::
+A pipeline reads exit codes, not warnings: a run that rejected most of its input stops it
+by default (``--max-reject-rate 1`` keeps any run going).  Either line is one line with the
+counts, the codes that dominate and the likely cause of the largest, e.g.::
 
-    85.0% of 65 records rejected (missing_field 61, invalid_json 1): --format alpaca is
-    forced on records of other formats (use --format auto)
+    error: 95.4% of 65 records rejected, over the default --max-reject-rate 0.5 (missing_field
+    61, invalid_json 1): likely cause: --format alpaca is forced on records of other formats
+    (use --format auto)
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from packshard.format.causes import likely_cause
 
 WARN_RATE = 0.10
 """Rejected share above which a run warns when no ``--max-reject-rate`` is given."""
+FAIL_RATE = 0.50
+"""Rejected share above which a run fails (exit 1) when no ``--max-reject-rate`` is given."""
 
 
 def check_max_reject_rate(value: float | None) -> None:
@@ -53,13 +59,15 @@ def reject_rate_line(
     if len(ranked) > 4:
         codes += ", …"
     cause = likely_cause(ranked[0][0], forced_format, sources)
-    over = (
-        f"over --max-reject-rate {max_rate:g}"
-        if max_rate is not None
-        else f"over {WARN_RATE:.0%} (set --max-reject-rate to fail the run)"
-    )
+    failed = max_rate is not None or rate > FAIL_RATE
+    if max_rate is not None:
+        over = f"over --max-reject-rate {max_rate:g}"
+    elif failed:
+        over = f"over the default --max-reject-rate {FAIL_RATE:g} (raise it to keep such a run)"
+    else:
+        over = f"over {WARN_RATE:.0%} (runs over {FAIL_RATE:.0%} fail; --max-reject-rate sets it)"
     line = f"{rate:.1%} of {records:,} records rejected, {over} ({codes}): likely cause: {cause}"
-    return line, max_rate is not None
+    return line, failed
 
 
 def enforce_reject_rate(
@@ -69,7 +77,7 @@ def enforce_reject_rate(
     forced_format: str,
     sources: Sequence[str] = (),
 ) -> None:
-    """Print the reject-rate line on stderr; exit 1 when it is over ``--max-reject-rate``."""
+    """Print the reject-rate line on stderr; exit 1 over ``--max-reject-rate`` (default 0.5)."""
     line, failed = reject_rate_line(records, by_code, max_rate, forced_format, sources)
     if line is None:
         return

@@ -48,6 +48,7 @@ PACK_SECTIONS: dict[str, tuple[str, ...]] = {
         "split_bytes",
         "resume",
         "progress",
+        "quiet",
     ),
     "Limits and safety": (
         "max_record_bytes",

@@ -307,6 +307,24 @@ def build_reasoning_table(report: ProfileReport) -> Table:
     return build_table(report, "Reasoning", caption, headers, cells)
 
 
+def build_fit_table(report: ProfileReport) -> Table:
+    """Return the per-domain table of what max_seq_len and --overlong do, and a length to keep."""
+    from packshard.profile.report import KEEP_SHARE, overlong_effect
+
+    def cells(d: DomainProfile) -> list[str]:
+        if not d.examples:
+            return ["-", "-", "-"]
+        effect = overlong_effect(d, report.overlong, report.max_seq_len)
+        return [f"{d.over_max:,} ({d.over_max_share:.1%})", effect, f"{d.keep_length:,}"]
+
+    headers = ("over max_seq_len", f"--overlong {report.overlong}", f"keeps {KEEP_SHARE:.0%} whole")
+    title = f"Fit to max_seq_len {report.max_seq_len} (what pack would do)"
+    caption = (
+        f"keeps {KEEP_SHARE:.0%} whole: the smallest max_seq_len that leaves that share intact"
+    )
+    return build_table(report, title, caption, headers, cells)
+
+
 def build_lengths_table(report: ProfileReport) -> Table:
     """Return the per-domain table of length percentiles and the share over max_seq_len."""
 
@@ -360,6 +378,7 @@ def render_mixture(mix: dict[str, Any], title: str) -> Table:
 def render_profile_table(report: ProfileReport) -> Group:
     """Return the tables (reasoning only when there is some) and the verdict as one renderable."""
     from packshard.profile.pairs import describe_pairs
+    from packshard.profile.report import describe_fit
     from packshard.profile.shape import describe_shape
 
     reasoning = [build_reasoning_table(report)] if report.total.reasoning_examples else []
@@ -369,8 +388,10 @@ def render_profile_table(report: ProfileReport) -> Group:
         build_counts_table(report),
         *reasoning,
         build_lengths_table(report),
+        build_fit_table(report),
         build_utilization_table(report),
         Text(report.verdict, style="bold"),
+        Text(describe_fit(report)),
         Text(describe_shape(dict(report.shape))),
         *([Text(describe_pairs(dict(report.pairs), report.batch_size))] if report.pairs else []),
     )
@@ -403,10 +424,10 @@ class SafeConsole(Console):
                 yield Segment(printable(segment.text), segment.style, segment.control)
 
 
-def console() -> Any:
-    """Return the console the commands print to (see the module docstring)."""
+def console(quiet: bool = False) -> Any:
+    """Return the console the commands print to (see the module docstring); ``quiet``: none."""
     if not plain():
-        return SafeConsole(highlight=False, soft_wrap=False)
+        return SafeConsole(highlight=False, soft_wrap=False, quiet=quiet)
 
     class PlainConsole(SafeConsole):
         def print(self, *objects: Any, **kwargs: Any) -> None:
@@ -414,7 +435,9 @@ def console() -> Any:
                 unwrap(item)
             super().print(*objects, **kwargs)
 
-    return PlainConsole(highlight=False, soft_wrap=False, width=PIPE_WIDTH, color_system=None)
+    return PlainConsole(
+        highlight=False, soft_wrap=False, width=PIPE_WIDTH, color_system=None, quiet=quiet
+    )
 
 
 def unwrap(renderable: Any) -> None:

@@ -29,7 +29,8 @@ _CAUSES = {
     "template_error": "the chat template fails on these records (check --template)",
     "no_assistant_turn": "--loss needs assistant turns (use --loss all for plain text)",
     "no_trainable_tokens": "no token is trained (check --loss and the messages' train flags)",
-    "invalid_content": "message contents are not strings (multimodal parts? flatten them)",
+    "invalid_content": "message contents are neither strings nor text parts (images or "
+    "audio? leave them out)",
     "invalid_message": "the message lists are not lists of objects",
 }
 _ARRAY_CODES = ("not_an_object", "invalid_json")

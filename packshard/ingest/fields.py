@@ -13,13 +13,19 @@ is not a string; an inline ``<think>…</think>`` block at the start of ``conten
 the content (:mod:`packshard.ingest.label.reasoning` reads it).  Only assistant messages carry
 reasoning: on other roles these fields travel to the template untouched.
 
-Training flags override the loss policy for one message (``Message.train``)::
+Training flags override the loss policy for one message (``Message.train``), in every
+per-message convention of the formats read::
 
-    "train": true | false   any role: train this message, or never train it
-    "weight": 0 | 1         assistant messages (OpenAI's fine-tuning format): 0 = context only,
-                            1 = the default (the loss policy decides)
+    "train": true | false      any role: train this message, or never train it
+    "weight": 0 | 1            OpenAI's fine-tuning format
+    "loss_weight": 0.0 | 1.0   LLaMA-Factory's v1 format (on every message), preference sets
 
-``train`` wins over ``weight``.  Any other value is a reject (``invalid_flag``).
+A weight reads the same under either name, on any role: 0 = context only (on a turn the
+policy does not train anyway, such as a user turn, it says what already holds); 1 on an
+assistant message = the default (the loss policy decides); 1 on another role trains that
+message, as ``"train": true`` does.  ``train`` wins over a weight; ``weight`` and
+``loss_weight`` that disagree are a reject (``invalid_flag``), and so is any other value:
+a token is trained or not, so a fractional weight (0.5) cannot be honoured.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from packshard.errors import RecordError
 from packshard.ingest.read.jsonparse import a_json_kind
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
-_READ = frozenset((*REASONING_FIELDS, "train", "weight"))
+WEIGHT_FIELDS = ("weight", "loss_weight")
+_READ = frozenset((*REASONING_FIELDS, "train", *WEIGHT_FIELDS))
 
 
 def _kind(value: Any) -> str:
@@ -85,7 +92,7 @@ def read_fields(
         return extra, reasoning, None
     rest = []
     train: bool | None = None
-    weight: Any = None
+    weights: dict[str, Any] = {}
     source = "thinking parts" if reasoning is not None else None
     for key, value in extra:
         if key in REASONING_FIELDS and role == "assistant":
@@ -105,21 +112,31 @@ def read_fields(
                     "invalid_flag", f"{where} 'train' must be true or false, got {_kind(value)}"
                 )
             train = value
-        elif key == "weight":
-            weight = value
+        elif key in WEIGHT_FIELDS:
+            weights[key] = value
         else:
             rest.append((key, value))
-    if weight is not None:
-        if role != "assistant":
+    if weights:
+        weighted = _weight_flag(role, weights, where)
+        train = weighted if train is None else train
+    return tuple(rest), reasoning, train
+
+
+def _weight_flag(role: str, weights: dict[str, Any], where: str) -> bool | None:
+    """Return the train flag a message's ``weight``/``loss_weight`` asks for (module docstring)."""
+    for key, value in weights.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value not in (0, 1):
             raise RecordError(
                 "invalid_flag",
-                f"{where} 'weight' applies to assistant messages only "
-                '(use "train": true|false on other roles)',
+                f"{where} '{key}' must be 0 or 1, got {_kind(value)} "
+                "(a token is trained or not: use 0 for context, 1 to train)",
             )
-        if isinstance(weight, bool) or weight not in (0, 1):
-            raise RecordError(
-                "invalid_flag", f"{where} 'weight' must be 0 or 1, got {_kind(weight)}"
-            )
-        if train is None and weight == 0:
-            train = False
-    return tuple(rest), reasoning, train
+    if len(set(weights.values())) > 1:
+        raise RecordError(
+            "invalid_flag",
+            f"{where} has 'weight' {weights['weight']:g} and 'loss_weight' "
+            f"{weights['loss_weight']:g} (keep one)",
+        )
+    if next(iter(weights.values())) == 0:
+        return False
+    return None if role == "assistant" else True

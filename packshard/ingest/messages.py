@@ -52,7 +52,11 @@ def string_field(field: Any, where: str) -> str:
 
 
 def content_text(content: Any, where: str) -> str:
-    """Return a message's content: a string, or text-only content parts joined."""
+    """Return a message's content: a string, or text-only content parts joined.
+
+    A part is ``{"type": "text", "text": …}`` (OpenAI) or ``{"type": "text", "value": …}``
+    (LLaMA-Factory's v1 format); the parts join with nothing between them.
+    """
     if type(content) is str:
         return content
     if type(content) is list:  # OpenAI content parts: text-only lists are joined
@@ -64,7 +68,8 @@ def content_text(content: Any, where: str) -> str:
                     "invalid_content",
                     f"{where} part {j} is {kind!r}; only text parts are supported",
                 )
-            texts.append(string_field(part.get("text"), f"{where} part {j} text"))
+            key = "value" if "text" not in part and "value" in part else "text"  # LLaMA-Factory v1
+            texts.append(string_field(part.get(key), f"{where} part {j} {key}"))
         return "".join(texts)
     return string_field(content, where)
 

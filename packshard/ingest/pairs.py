@@ -17,8 +17,8 @@ message, so that each branch renders as its own conversation ``prompt + [answer]
 A top-level ``system`` string and ``tools`` apply as for chat
 (:mod:`packshard.ingest.messages`).  What is left of each conversation after the prompt must
 be exactly one assistant message (``invalid_pair`` otherwise); two identical conversations
-are an ``identical_pair``.  Per-message ``train``/``weight`` flags are read as for chat;
-``loss_weight`` (0 or 1) is read as ``weight``.
+are an ``identical_pair``.  Per-message ``train``/``weight``/``loss_weight`` flags are read as for
+chat.
 
 An unpaired record (a ``label`` with ``messages``, or with ``prompt`` and
 ``completion`` as TRL's unpaired layout spells it; a label that is not a boolean is
@@ -92,24 +92,12 @@ def _invalid(reason: str) -> RecordError:
     return RecordError("invalid_pair", reason)
 
 
-def _weighted(turns: list[Any]) -> list[Any]:
-    """Read a turn's ``loss_weight`` (preference datasets' spelling) as its ``weight``."""
-    out = []
-    for t in turns:
-        if type(t) is dict and "loss_weight" in t:
-            weight = t["loss_weight"]
-            t = {k: v for k, v in t.items() if k != "loss_weight"}
-            t.setdefault("weight", weight)  # an explicit 'weight' wins
-        out.append(t)
-    return out
-
-
 def _answer(value: Any, name: str, form: tuple[dict[str, str], str, str, str]) -> list[Message]:
     """Read one answer: a string, one message object, or a list of messages."""
     if type(value) is str:
         return [Message("assistant", value)]
     if type(value) in (dict, list):
-        return read_messages(_weighted([value] if type(value) is dict else value), name, form)
+        return read_messages([value] if type(value) is dict else value, name, form)
     raise _invalid(
         f"'{name}' must be a string, a message or a message list, got {json_kind(value)}"
     )
@@ -118,7 +106,7 @@ def _answer(value: Any, name: str, form: tuple[dict[str, str], str, str, str]) -
 def _prompt(value: Any, form: tuple[dict[str, str], str, str, str]) -> list[Message]:
     if type(value) is str:
         return [Message("user", value)]
-    return read_messages(_weighted(value) if type(value) is list else value, "prompt", form)
+    return read_messages(value, "prompt", form)
 
 
 def _one_answer(rest: list[Message], name: str) -> Message:
@@ -189,7 +177,6 @@ def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
         )
     turns = value.get("messages")
     if turns is not None:
-        turns = _weighted(turns) if type(turns) is list else turns
         msgs = tuple(with_system(value, read_messages(turns, "messages", MESSAGE_FORM)))
     elif value.get("prompt") is not None and value.get("completion") is not None:
         completion = _answer(value["completion"], "completion", MESSAGE_FORM)  # TRL's layout

@@ -63,7 +63,7 @@ from packshard.errors import RecordError, TemplateError
 from packshard.ingest.label.spans import expanded_reason, render_examples
 from packshard.ingest.normalize import is_encodable, normalize_record
 from packshard.ingest.pairs import is_preference
-from packshard.ingest.progress import IngestProgress
+from packshard.ingest.progress import open_progress
 from packshard.ingest.read.sources import read_records
 from packshard.ingest.template.budget import TemplateRunawayError
 from packshard.ingest.template.fast import with_renderer
@@ -294,7 +294,7 @@ def ingest(
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
     options: IngestOptions,
-    progress: bool = False,
+    progress: bool | str | None = False,
     read: Callable[..., Iterable[RawRecord]] = read_records,
     threads: int = 2,
 ) -> Iterator[IngestChunk]:
@@ -315,7 +315,7 @@ def ingest(
 
     """
     options.check()
-    bar = IngestProgress() if progress else None
+    bar = open_progress(progress)
     pool: ThreadPoolExecutor | _InPlace = _InPlace()
     if threads > 1:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packshard-tokenize")

@@ -70,7 +70,7 @@ class Message:
     content: str
     extra: tuple[tuple[str, Any], ...] = ()
     reasoning: str | None = None  # from a reasoning field (inline blocks stay in content)
-    train: bool | None = None  # the turn's own flag ('train', or 'weight' 0), None: the policy
+    train: bool | None = None  # the turn's own flag ('train', or a weight), None: the policy
 
 
 @quick

@@ -183,6 +183,7 @@ def pack_stats(
     tokens_in = list(counts.tokens_in_per_domain) + [0] * (len(names) - len(counts.domains))
     tokens_out = plan.num_tokens
     domains: dict[str, dict[str, Any]] = {}
+    total_in = sum(tokens_in)
     for code, name in enumerate(names):
         rejects = tally.by_domain.get(name, {})
         entry: dict[str, Any] = {
@@ -191,7 +192,7 @@ def pack_stats(
             "dropped": rejects.get(DROPPED, 0),
             **{key: values[code] for key, values in packed.items()},
         }
-        entry["token_share_in"] = _share(tokens_in[code], sum(tokens_in))
+        entry["token_share_in"] = _share(tokens_in[code], total_in)
         entry["token_share_out"] = _share(entry["tokens"], tokens_out)
         domains[name] = entry
     return {

@@ -78,8 +78,9 @@ from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest.label.reasoning import reasoning_field
 from packshard.ingest.loaded import sharing
-from packshard.ingest.progress import IngestProgress
+from packshard.ingest.progress import IngestProgress, open_progress
 from packshard.ingest.read.sources import InputFile, expand_inputs
+from packshard.ingest.read.splits import file_bytes
 from packshard.ingest.template.fast import render_entry
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
@@ -123,9 +124,14 @@ class PackResult:
 
 
 def pack_dataset(
-    config: PackConfig, progress: bool = False, notify: Callable[[str], None] | None = None
+    config: PackConfig,
+    progress: bool | str | None = False,
+    notify: Callable[[str], None] | None = None,
 ) -> PackResult:
     """Run the whole ``pack`` job and return the written folder and manifest.
+
+    ``progress`` is a mode of :func:`~packshard.ingest.progress.progress_mode` (True: the
+    bar, None: the bar on a terminal, plain lines otherwise).
 
     ``notify`` hears at once what was done beside OUT (leftovers of interrupted runs
     removed); without it those notes come back among the result's warnings.
@@ -172,12 +178,12 @@ def _pack_into(
     config: PackConfig,
     files: Sequence[InputFile],
     loaded: DriverLoad,
-    progress: bool,
+    progress: bool | str | None,
     engine: Engine,
     note: Callable[[str], None],
     train_files: int,
 ) -> dict[str, Any]:
-    bar = IngestProgress() if progress else None
+    bar = open_progress(progress, sum(file_bytes(f) for f in files))
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
         try:
             # workers still starting: the driver hashes and loads now, while they do
@@ -313,7 +319,7 @@ def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
 def _counted(bar: IngestProgress | None) -> Callable[[UnitResult], None]:
     if bar is None:
         return lambda result: None
-    return lambda result: bar.add(result.records, result.tokens)
+    return lambda result: bar.add(result.records, result.tokens, result.unit.size)
 
 
 def _nothing_packed(

@@ -2,8 +2,9 @@
 
 ::
 
-    ProfileConfig ─ inputs, tokenizer, template, max_seq_len, batch_size, seed, split_bytes,
-      │             mix, mix_by, max_repeat, mix_best_effort (as pack's: the predicted mixture)
+    ProfileConfig ─ inputs, tokenizer, template, max_seq_len, overlong, batch_size, seed,
+      │             split_bytes, mix, mix_by, max_repeat, mix_best_effort (as pack's: the
+      │             predicted mixture; --overlong: what the advice says pack would do)
       ├─ ingest: IngestOptions   (format, loss, reasoning, turns, limits …)
       └─ engine: EngineOptions   (engine, workers, address)
 
@@ -30,6 +31,7 @@ class ProfileConfig:
     tokenizer: str
     max_seq_len: int
     template: str | None = None
+    overlong: str = "drop"  # the policy pack would apply: what the advice describes
     batch_size: int = 8
     seed: int = 0
     split_bytes: int = 0  # 0: packshard.ingest.read.splits.auto_split_bytes

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from packshard.profile.report import DomainProfile, ProfileReport
+from packshard.profile.report import (
+    KEEP_SHARE,
+    DomainProfile,
+    ProfileReport,
+    describe_fit,
+    overlong_effect,
+)
 
 
 def report_to_dict(report: ProfileReport) -> dict[str, Any]:
@@ -29,6 +35,12 @@ def report_to_dict(report: ProfileReport) -> dict[str, Any]:
             for u in d.utilization
         }
         data["lower_bound_rows"] = d.lower_bound_rows
+        data["fit"] = {  # what --overlong does at max_seq_len; the length that keeps most
+            "over_max_tokens": d.over_max_tokens,
+            "over_max_parts": d.over_max_parts,
+            "keep_length": d.keep_length,
+            "effect": overlong_effect(d, report.overlong, report.max_seq_len),
+        }
         data["histogram"] = list(d.histogram)
         return data
 
@@ -44,6 +56,11 @@ def report_to_dict(report: ProfileReport) -> dict[str, Any]:
         "domains": [domain_to_dict(d) for d in report.domains],
         "verdict": report.verdict,
         "packed_shape": dict(report.shape),  # row fill spread, trained tokens per step
+        "fit": {
+            "overlong": report.overlong,
+            "keep_share": KEEP_SHARE,
+            "advice": describe_fit(report),
+        },
         **({"mixture": dict(report.mixture)} if report.mixture else {}),  # --mix, predicted
     }
     if report.pairs:  # preference pairs: shares and the padded DPO loader's waste

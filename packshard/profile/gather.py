@@ -109,6 +109,7 @@ class ProfileParts:
         seed: int,
         label_path: str,
         mix: MixTarget | None = None,
+        overlong: str = "drop",
     ) -> ProfileReport:
         """Compute the report; ``label_path`` is named when no example said otherwise.
 
@@ -129,6 +130,7 @@ class ProfileParts:
             describe_label_paths(self.paths, label_path),
             (c["thoughts"], c["thought_losses"]),
             c["firsts"],
+            overlong,
         )
         codes = tuple(sorted(self.by_code.items()))
         pairs = pair_profile(

@@ -8,10 +8,18 @@ rejected still gets a row).  Loss tokens are labels ``!= IGNORE_INDEX`` excludin
 first token (its label is masked at every seam once packed); prompt tokens = tokens − loss
 tokens. Per-domain utilization treats each domain as if it were profiled alone, so per-domain
 rows do not add up to the total's rows; records, rejects and token counts do add up.
+
+The report also advises (:func:`overlong_effect`, :func:`describe_fit`): for each domain, what
+``max_seq_len`` L and the ``--overlong`` policy pack would use do to its overlong examples
+(drop them and their tokens, cut ``Σ (len − L)`` tokens, split each into ``⌈len / L⌉`` parts,
+or stop), the smallest length that keeps :data:`KEEP_SHARE` of its examples whole (the
+example at rank ``⌈share × n⌉`` of the sorted lengths), and how many rows and examples an
+optimizer step of ``batch_size`` packed rows takes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +39,8 @@ from packshard.profile.shape import packed_shape
 from packshard.records import Reject
 
 MAX_LISTED_REJECTS = 10
+KEEP_SHARE = 0.99
+"""Share of the examples the suggested length keeps whole (not truncated, split or dropped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +65,9 @@ class DomainProfile:
     reasoning_examples: int = 0  # examples with a non-empty rendered reasoning block
     reasoning_tokens: int = 0  # tokens inside those blocks (first token of each example out)
     reasoning_loss_tokens: int = 0  # the trained ones among them
+    over_max_tokens: int = 0  # tokens of the examples longer than max_seq_len
+    over_max_parts: int = 0  # parts those make when split: Σ ⌈len / max_seq_len⌉
+    keep_length: int = 0  # the smallest length that keeps KEEP_SHARE of the examples whole
 
     @property
     def reasoning_loss_share(self) -> float:
@@ -97,6 +110,7 @@ class ProfileReport:
     histogram_edges: tuple[int, ...]
     verdict: str
     percentile_method: str = PERCENTILE_METHOD
+    overlong: str = "drop"  # the --overlong policy pack would apply
     rejects: tuple[Reject, ...] = ()  # the first MAX_LISTED_REJECTS, with file:line
     reject_codes: tuple[tuple[str, int], ...] = ()  # every reject, counted per code
     shape: Mapping[str, Any] = field(default_factory=dict)  # profile.shape.packed_shape
@@ -116,13 +130,15 @@ def profile_lengths(
     label_path: str = "offsets",
     reasoning: tuple[np.ndarray, np.ndarray] | None = None,
     first: np.ndarray | None = None,
+    overlong: str = "drop",
 ) -> ProfileReport:
     """Profile examples given as arrays: ``domain_names[domain_codes[i]]`` is example i's domain.
 
     ``rejected`` counts rejected records per domain name; names missing from ``domain_names``
     become domains of their own.  ``reasoning`` holds per example its reasoning tokens and
     the trained ones; ``first`` marks the first example of each record (``--turns expand``
-    gives a record several; by default each example is a record).  Raises
+    gives a record several; by default each example is a record); ``overlong`` is the
+    ``--overlong`` policy the advice describes.  Raises
     :class:`UsageError` on a non-positive ``max_seq_len`` or ``batch_size`` and on arrays of
     different lengths.
     """
@@ -151,6 +167,8 @@ def profile_lengths(
         own = lengths[where]
         utilization, lower_bound = measure_utilization(own, max_seq_len, batch_size, seed)
         counts = np.bincount(bins[where], minlength=edges.shape[0] - 1)
+        ordered = np.sort(own)
+        over = ordered[ordered > max_seq_len]
         return DomainProfile(
             name=name,
             records=int(np.count_nonzero(starts[where])) + rejects,
@@ -158,14 +176,17 @@ def profile_lengths(
             rejected=rejects,
             tokens=int(own.sum()),
             loss_tokens=int(loss_tokens[where].sum()),
-            over_max=int(np.count_nonzero(own > max_seq_len)),
-            lengths=measure_lengths(np.sort(own)) if own.shape[0] else None,
+            over_max=int(over.shape[0]),
+            lengths=measure_lengths(ordered) if own.shape[0] else None,
             utilization=utilization,
             lower_bound_rows=lower_bound,
             histogram=tuple(int(c) for c in counts),
             reasoning_examples=int(np.count_nonzero(thought[where])),
             reasoning_tokens=int(thought[where].sum()),
             reasoning_loss_tokens=int(thought_loss[where].sum()),
+            over_max_tokens=int(over.sum()),
+            over_max_parts=int((-(-over // max_seq_len)).sum()),
+            keep_length=keep_length(ordered),
         )
 
     total = profile_one("total", np.ones(lengths.shape[0], dtype=bool), sum(rejected.values()))
@@ -184,7 +205,53 @@ def profile_lengths(
         histogram_edges=tuple(int(e) for e in edges),
         verdict=write_verdict(total, max_seq_len),
         shape=packed_shape(lengths, loss_tokens, max_seq_len, batch_size),
+        overlong=overlong,
     )
+
+
+def keep_length(ordered: np.ndarray, share: float = KEEP_SHARE) -> int:
+    """Return the smallest length that keeps ``share`` of ``ordered`` (sorted) whole; 0: none."""
+    if not ordered.shape[0]:
+        return 0
+    rank = max(1, math.ceil(share * ordered.shape[0] - 1e-9))
+    return int(ordered[rank - 1])
+
+
+def overlong_effect(d: DomainProfile, overlong: str, max_seq_len: int) -> str:
+    """Say what ``--overlong`` does to ``d``'s examples longer than ``max_seq_len``."""
+    if not d.over_max:
+        return "none over: every example kept whole"
+    some = f"{d.over_max:,} of {d.examples:,} examples ({d.over_max_share:.1%})"
+    share = d.over_max_tokens / d.tokens if d.tokens else 0.0
+    if overlong == "drop":
+        return f"drops {some}, {d.over_max_tokens:,} tokens ({share:.1%})"
+    if overlong == "truncate":
+        cut = d.over_max_tokens - d.over_max * max_seq_len
+        return f"truncates {some}, cutting {cut:,} tokens ({cut / d.tokens:.1%})"
+    if overlong == "split":
+        return f"splits {some} into {d.over_max_parts:,} parts"
+    return f"stops pack: {some} are longer (choose --overlong drop|truncate|split)"
+
+
+def describe_fit(report: ProfileReport) -> str:
+    """Return the advice line: the suggested length and the rows of an optimizer step."""
+    total = report.total
+    if not total.examples:
+        return ""
+    line = (
+        f"max_seq_len {total.keep_length:,} keeps {KEEP_SHARE:.0%} of examples whole "
+        f"(the smallest that does; {report.max_seq_len:,} keeps "
+        f"{1 - total.over_max_share:.1%})"
+    )
+    if total.utilization:
+        rows = total.strategy("packed").rows
+        steps = -(-rows // report.batch_size)
+        line += (
+            f"; packed: {rows:,} rows, {report.batch_size} rows per optimizer step "
+            f"(--batch-size): {steps:,} step{'s' if steps != 1 else ''} an epoch, about "
+            f"{total.examples / max(steps, 1):,.1f} examples a step"
+        )
+    return line
 
 
 def write_verdict(total: DomainProfile, max_seq_len: int) -> str:

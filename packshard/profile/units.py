@@ -1,10 +1,11 @@
 """``profile`` on an engine: every work unit profiled by a task, the arrays merged in order.
 
-``profile`` cuts the inputs into the same units as ``pack`` (:mod:`packshard.ingest.read.splits`)
-and runs one task per unit on the engine ``--workers`` / ``--engine`` name (``--workers 1``:
-in this process, on the driver's tokenizer and template)::
+``profile`` cuts the inputs into the same units as ``pack`` (:mod:`packshard.ingest.read.splits`:
+byte ranges, row groups, small whole inputs gathered) and runs one task per unit on the engine
+``--workers`` / ``--engine`` name (``--workers 1``: in this process, on the driver's tokenizer
+and template)::
 
-    driver: load tokenizer + template ─► plan_splits ─► engine.run(profile_unit, units)
+    driver: load tokenizer + template ─► plan_units ─► engine.run(profile_unit, units)
     task:   ingest over its unit ─► ProfileParts.to_unit (a few integers per example)
     driver: ProfileParts.add_unit in unit order (lines absolute, domain codes global) ─► report
 
@@ -23,9 +24,9 @@ from typing import Any
 from packshard.engine import open_engine, worker_cores
 from packshard.errors import RecordError
 from packshard.ingest.loaded import Loaded, loaded, sharing
-from packshard.ingest.progress import IngestProgress
+from packshard.ingest.progress import open_progress
 from packshard.ingest.read.sources import InputFile
-from packshard.ingest.read.splits import Split, SplitRead, input_bytes, plan_splits, read_split
+from packshard.ingest.read.splits import SplitRead, WorkUnit, input_bytes, plan_units, read_split
 from packshard.ingest.stream import ingest, ingest_label_path
 from packshard.ingest.template.render import load_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
@@ -42,7 +43,7 @@ class ProfileTask:
     tokenizer: str
     template: str | None
     options: IngestOptions
-    split: Split
+    unit: WorkUnit
 
 
 def profile_unit(task: ProfileTask) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
     records = 0
     try:
         chunks = ingest(
-            [task.split],
+            list(task.unit.splits),
             bundle,
             template,
             task.options,
@@ -72,7 +73,7 @@ def profile_unit(task: ProfileTask) -> dict[str, Any]:
 def profile_inputs(
     files: Sequence[InputFile],
     config: ProfileConfig,
-    progress: bool = False,
+    progress: bool | str | None = False,
     load: Loaded | None = None,
 ) -> ProfileReport:
     """Profile ``files`` (``config.inputs`` expanded) unit by unit on ``config.engine``.
@@ -91,25 +92,33 @@ def profile_inputs(
         bundle = load_tokenizer(tokenizer)
         load = bundle, load_template(template, bundle)
     label_path = ingest_label_path(load[1], config.ingest.loss)
-    splits = plan_splits(files, config.split_bytes)
-    tasks = [ProfileTask(tokenizer, template, config.ingest, s) for s in splits]
-    bar = IngestProgress() if progress else None
-    done = None if bar is None else lambda _, r: bar.add(r["records"], int(r["lengths"].sum()))
+    units = plan_units(files, config.split_bytes)
+    tasks = [ProfileTask(tokenizer, template, config.ingest, u) for u in units]
+    bar = open_progress(progress, sum(u.size for u in units))
+
+    def done(i: int, r: dict[str, Any]) -> None:
+        if bar is not None:
+            bar.add(r["records"], int(r["lengths"].sum()), units[i].size)
+
     try:
         engine = config.engine.sized(input_bytes(files))  # --workers auto
         with open_engine(engine) as running, sharing(tokenizer, template, lambda: load):
-            results = running.run(profile_unit, tasks, [s.describe() for s in splits], done)
+            results = running.run(profile_unit, tasks, [u.describe() for u in units], done)
     finally:
         if bar is not None:
             bar.close()
     parts = ProfileParts()  # the units' results in unit order, lines made absolute
     line_base = [0] * len(files)
-    for split, r in zip(splits, results, strict=True):
-        base = line_base[split.index] if split.kind == "bytes" else 0
-        line_base[split.index] += r["newlines"]
+    for unit, r in zip(units, results, strict=True):
+        first = unit.splits[0]  # the only one, or the first of whole inputs (base 0)
+        base = line_base[first.index] if first.kind == "bytes" else 0
+        if not unit.gathered:
+            line_base[first.index] += r["newlines"]
         if r["error"] is not None:
             code, reason, source, line = r["error"]
             raise RecordError(code, reason, source, line + base)
         parts.add_unit(r, base)
     mix = config.mix_target()
-    return parts.report(config.max_seq_len, config.batch_size, config.seed, label_path, mix)
+    return parts.report(
+        config.max_seq_len, config.batch_size, config.seed, label_path, mix, config.overlong
+    )

@@ -30,7 +30,7 @@ from packshard.engine import EngineOptions, open_engine, worker_cores
 from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import read_row
 from packshard.ingest.loaded import loaded
-from packshard.ingest.progress import IngestProgress
+from packshard.ingest.progress import open_progress
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import Split, count_newlines, plan_splits, read_split
 from packshard.ingest.stream import ingest
@@ -178,11 +178,12 @@ def reingest_on_engine(
                     branches=index.branches[pos] if index.branches is not None else None,
                 )
             )
-        bar = IngestProgress() if progress else None
+        bar = open_progress(progress, sum(s.size for s in splits))
 
-        def done(_: int, r: dict[str, Any]) -> None:
+        def done(i: int, r: dict[str, Any]) -> None:
             if bar is not None:
-                bar.add(len(r["accepted"]) + len(r["rejected"]), int(r["lengths"].sum()))
+                records = len(r["accepted"]) + len(r["rejected"])
+                bar.add(records, int(r["lengths"].sum()), splits[i].size)
 
         try:
             results = running.run(source_unit, tasks, [s.describe() for s in splits], done)

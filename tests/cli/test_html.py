@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import html.parser
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -45,7 +46,7 @@ def test_html_is_self_contained_with_one_histogram_per_domain(report, tmp_path):
         assert svg.count('class="max-seq-len"') == 1 and "max_seq_len 8" in svg
     assert "no accepted examples" in hists[0]
     assert sum('class="utilization"' in s for s in svgs) == 1
-    assert page.count("<table>") == 3
+    assert page.count("<table>") == 4
     assert f'<p class="verdict">{html.escape(report.verdict)}</p>' in page
 
 
@@ -125,3 +126,89 @@ def test_profile_page_says_what_bucketing_assumes(report, tmp_path):
     write_profile_html(report, page)
     text = page.read_text(encoding="utf-8")
     assert "bucketed is the best case of bucketing: it sorts the whole dataset by length" in text
+
+
+# --- the advice: what max_seq_len and --overlong do, a length to keep -------------------------
+
+
+def _advised(overlong: str) -> ProfileReport:
+    """chat: 8 short examples; code: 4 of 5 fit in 100 tokens, one is 300 (20% over)."""
+    lengths = np.array([10, 20, 30, 40, 50, 60, 70, 80, 50, 60, 70, 90, 300])
+    codes = np.array([0] * 8 + [1] * 5)
+    loss = lengths // 2
+    return profile_lengths(lengths, loss, codes, ["chat", "code"], {}, 100, overlong=overlong)
+
+
+class _Text(html.parser.HTMLParser):
+    """The page's visible text, one string per table row or paragraph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks: list[str] = []
+        self._open = False
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag in ("tr", "p", "h2"):
+            self.blocks.append("")
+            self._open = True
+        elif tag == "td" and self._open:
+            self.blocks[-1] += " | "
+
+    def handle_endtag(self, tag) -> None:
+        if tag in ("tr", "p", "h2"):
+            self._open = False
+
+    def handle_data(self, data) -> None:
+        if self._open:
+            self.blocks[-1] += data
+
+
+def _page_text(report: ProfileReport, path) -> list[str]:
+    write_profile_html(report, path)
+    parser = _Text()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return [" ".join(b.split()) for b in parser.blocks]
+
+
+@pytest.mark.parametrize(
+    ("overlong", "code_row"),
+    [
+        ("drop", "drops 1 of 5 examples (20.0%), 300 tokens (52.6%)"),
+        ("truncate", "truncates 1 of 5 examples (20.0%), cutting 200 tokens (35.1%)"),
+        ("split", "splits 1 of 5 examples (20.0%) into 3 parts"),
+        ("error", "stops pack: 1 of 5 examples (20.0%) are longer"),
+    ],
+)
+def test_the_page_states_per_domain_what_the_policy_does(tmp_path, overlong, code_row):
+    text = _page_text(_advised(overlong), tmp_path / "p.html")
+    start = text.index(f"What max_seq_len 100 and --overlong {overlong} do")
+    table = text[start + 1 : text.index("Useful tokens per strategy (all domains)")]
+    rows = {b[2:].split(" | ")[0]: b for b in table if b.startswith("| ")}
+    assert code_row in rows["code"] and rows["code"].endswith(" | 300")
+    assert "none over: every example kept whole | 80" in rows["chat"]
+    assert rows["total"].endswith(" | 300")  # 13 examples: the 13th keeps 99%
+
+
+def test_the_page_suggests_a_length_and_gives_the_terminal_lines(tmp_path):
+    report = _advised("drop")
+    text = _page_text(report, tmp_path / "p.html")
+    fit = next(b for b in text if b.startswith("max_seq_len 300 keeps 99%"))
+    assert "(the smallest that does; 100 keeps 92.3%)" in fit
+    assert "rows per optimizer step (--batch-size)" in fit
+    assert any(b.startswith("row fill min / p10 / median / p90 / max:") for b in text)
+
+
+def test_a_real_browser_shows_the_advice(tmp_path):
+    """Headless Chromium renders the page; its DOM text holds the advice."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no chromium on PATH (apt-get install chromium)")
+    path = tmp_path / "p.html"
+    write_profile_html(_advised("truncate"), path)
+    args = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()]
+    dom = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "truncates 1 of 5 examples (20.0%), cutting 200 tokens (35.1%)" in dom
+    assert "max_seq_len 300 keeps 99% of examples whole" in dom

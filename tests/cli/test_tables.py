@@ -38,7 +38,7 @@ def test_rich_tables_show_each_domain_and_the_total(report):
         for line in text.splitlines()
         if line.startswith("│")
     ]
-    counts, lengths, util = rows[:4], rows[4:8], rows[8:]
+    counts, lengths, fit, util = rows[:4], rows[4:8], rows[8:12], rows[12:]
     # domain | records rejected tokens prompt loss loss%
     assert counts == [
         ["<script>", "2", "2", "0", "0", "0", "0.0%"],
@@ -52,6 +52,13 @@ def test_rich_tables_show_each_domain_and_the_total(report):
         ["chat", "2", "5", "5", "5", "5", "3", "0.0%"],
         ["code", "3", "12", "12", "12", "12", "8", "50.0%"],
         ["total", "3", "12", "12", "12", "12", "5", "20.0%"],
+    ]
+    # domain | over max_seq_len, what --overlong drop does, the length that keeps 99% whole
+    assert fit == [
+        ["<script>", "-", "-", "-"],
+        ["chat", "0 (0.0%)", "none over: every example kept whole", "5"],
+        ["code", "1 (50.0%)", "drops 1 of 2 examples (50.0%), 12 tokens (80.0%)", "12"],
+        ["total", "1 (20.0%)", "drops 1 of 5 examples (20.0%), 12 tokens (52.2%)", "12"],
     ]
     # useful: chat 8, code 3 + 8 = 11, total 19.  chat: pad 8/24, one batch of 3 → 8/15,
     # 1 row.  code: pad 11/16, batch [12→8, 3] → 11/16, rows 2.  total: pad 19/40; 3 rows.

@@ -75,7 +75,8 @@ def test_elements_past_a_bad_one_are_read(tmp_path, word_tokenizer):
     ]
     (tmp_path / "arr.json").write_text("[\n" + ",\n".join(elements) + "\n]")
     before = tree_state(tmp_path)
-    result = pack(tmp_path, word_tokenizer, "arr.json", "--max-record-bytes", "300")
+    result = pack(tmp_path, word_tokenizer, "arr.json", "--max-record-bytes", "300",
+                  "--max-reject-rate", "1")  # fmt: skip
     assert result.exit_code == 0, result.output
     duplicate = "duplicate key 'text' in a JSON object (json would silently keep the last value"
     digits = "invalid JSON: a number with more than 4300 digits (Python does not convert it)"
@@ -117,7 +118,8 @@ def test_an_oversized_line_is_rejected_and_the_next_one_read(tmp_path, word_toke
 def test_duplicate_keys_are_rejected_with_their_own_code(tmp_path, word_tokenizer):
     nested = '{"text": "w2", "meta": {"a": 1, "a": 2}}'
     (tmp_path / "d.jsonl").write_text(f"{DUP_ROLE}\n{nested}\n{json.dumps(GOOD)}\n")
-    result = pack(tmp_path, word_tokenizer, "d.jsonl", "--template", "chatml")
+    result = pack(tmp_path, word_tokenizer, "d.jsonl", "--template", "chatml",
+                  "--max-reject-rate", "1")  # fmt: skip
     assert result.exit_code == 0, result.output
     why = "in a JSON object (json would silently keep the last value; fix the record)"
     assert rejects(tmp_path / "out") == [

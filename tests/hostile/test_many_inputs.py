@@ -34,6 +34,7 @@ def test_unit_markers_do_not_repeat_the_input_list(tmp_path, word_tokenizer, mon
         out=str(out),
         max_seq_len=16,
         workers=2,
+        split_bytes=1,  # a unit per file: small files are gathered otherwise (below)
     )
     whole = pack_dataset(replace(config, out=str(tmp_path / "one")))
     monkeypatch.setenv("PACKSHARD_FAULTS", "raise:shard-00000:9")  # keep the units
@@ -50,6 +51,22 @@ def test_unit_markers_do_not_repeat_the_input_list(tmp_path, word_tokenizer, mon
     assert resumed.manifest["engine"]["units_reused"] == 60
     records = [i["records"] for i in resumed.manifest["inputs"]]
     assert records == [i["records"] for i in whole.manifest["inputs"]] == [1] * 60
+
+
+def test_gathered_files_make_one_unit_that_lists_only_its_own_counts(
+    tmp_path, word_tokenizer, monkeypatch
+):
+    data = many_files(tmp_path / "data", 60)
+    out = tmp_path / "out"
+    config = PackConfig.build(
+        inputs=(str(data),), tokenizer=str(word_tokenizer), out=str(out), max_seq_len=16
+    )
+    monkeypatch.setenv("PACKSHARD_FAULTS", "raise:shard-00000:9")  # keep the units
+    with pytest.raises(TaskFailed):
+        pack_dataset(config)
+    (marker,) = work_folder(out).glob("*/unit.json")
+    assert marker.parent.name == "00000-inputs-00059"
+    assert json.loads(marker.read_text())["counts"]["records_per_source"] == [1] * 60
 
 
 def test_a_250_character_out_works_with_workers(tmp_path, word_tokenizer):

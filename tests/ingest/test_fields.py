@@ -86,12 +86,25 @@ def test_the_same_reasoning_twice_is_fine_and_other_fields_stay() -> None:
         (
             msg("assistant", "4", weight=0.5),
             "invalid_flag",
-            "messages[1] 'weight' must be 0 or 1, got the number 0.5",
+            "messages[1] 'weight' must be 0 or 1, got the number 0.5 "
+            "(a token is trained or not: use 0 for context, 1 to train)",
         ),
         (
             msg("assistant", "4", weight=True),
             "invalid_flag",
-            "messages[1] 'weight' must be 0 or 1, got a boolean",
+            "messages[1] 'weight' must be 0 or 1, got a boolean "
+            "(a token is trained or not: use 0 for context, 1 to train)",
+        ),
+        (
+            msg("assistant", "4", loss_weight="1"),
+            "invalid_flag",
+            "messages[1] 'loss_weight' must be 0 or 1, got a string "
+            "(a token is trained or not: use 0 for context, 1 to train)",
+        ),
+        (
+            msg("assistant", "4", weight=1, loss_weight=0.0),
+            "invalid_flag",
+            "messages[1] has 'weight' 1 and 'loss_weight' 0 (keep one)",
         ),
         (
             msg("assistant", "4", train="yes"),
@@ -107,13 +120,23 @@ def test_bad_reasoning_and_flags_are_placed_rejects(turn: Any, code: str, reason
     assert (err.value.source, err.value.line) == ("c.jsonl", 3)
 
 
-def test_weight_is_for_assistant_messages() -> None:
-    with pytest.raises(RecordError) as err:
-        _messages(msg("user", "q", weight=1), msg("assistant", "a"))
-    assert err.value.reason == (
-        "messages[0] 'weight' applies to assistant messages only "
-        '(use "train": true|false on other roles)'
-    )
+@pytest.mark.parametrize(
+    ("role", "fields", "train"),
+    [
+        ("user", {"weight": 0}, False),  # not trained anyway: says what holds
+        ("user", {"loss_weight": 0.0}, False),  # LLaMA-Factory v1 on every message
+        ("system", {"loss_weight": 0}, False),
+        ("user", {"weight": 1}, True),  # asks to train a turn the policy would not
+        ("user", {"loss_weight": 1.0, "train": False}, False),  # train wins
+        ("assistant", {"loss_weight": 1.0}, None),  # the default: the policy decides
+        ("assistant", {"loss_weight": 0.0}, False),
+        ("assistant", {"weight": 0, "loss_weight": 0.0}, False),  # agreeing spellings
+    ],
+)
+def test_weights_on_any_role(role: str, fields: dict[str, Any], train: bool | None) -> None:
+    turns = [msg("user", "q"), msg(role, "q", **fields), msg("assistant", "a")]
+    weighted = _messages(*turns)[1]
+    assert (weighted.train, weighted.extra) == (train, ())
 
 
 @pytest.mark.parametrize(
@@ -145,3 +168,23 @@ def test_thinking_parts_belong_to_assistant_messages() -> None:
         "invalid_content",
         "messages[0] content part 0 is 'thinking'; only text parts are supported",
     )
+
+
+def test_llamafactory_v1_text_parts_under_value_join() -> None:
+    parts = [{"type": "text", "value": "It is "}, {"type": "text", "value": "4."}]
+    user, reply = _messages(
+        msg("user", [{"type": "text", "value": "2+2?"}], loss_weight=0.0),
+        msg("assistant", parts, loss_weight=1.0),
+    )
+    assert (user.content, user.train, reply.content, reply.train) == (
+        "2+2?",
+        False,
+        "It is 4.",
+        None,
+    )
+
+
+def test_a_text_part_without_text_names_the_field() -> None:
+    with pytest.raises(RecordError) as err:
+        _messages(msg("user", [{"type": "text", "value": 3}]), msg("assistant", "a"))
+    assert err.value.reason == "messages[0] content part 0 value must be a string, got number"

@@ -131,7 +131,7 @@ def test_label_path_names(bundle) -> None:
 
 def test_progress_bar_runs(bundle, mixed: Path, capsys) -> None:
     chunks = list(ingest(expand_inputs([str(mixed)]), bundle, load_template("chatml", bundle),
-                         IngestOptions(), progress=True))  # fmt: skip
+                         IngestOptions(), progress="bar"))  # fmt: skip
     assert sum(c.records for c in chunks) == 7
     assert "records" in capsys.readouterr().err
 

@@ -47,9 +47,9 @@ def whole(inputs, demo_tokenizer, tmp_path_factory) -> Path:
 
 def units(inputs: Path) -> list:
     from packshard.ingest.read.sources import expand_inputs
-    from packshard.ingest.read.splits import plan_splits
+    from packshard.ingest.read.splits import plan_units
 
-    return plan_splits(expand_inputs([str(inputs)]), SPLIT)
+    return plan_units(expand_inputs([str(inputs)]), SPLIT)
 
 
 def test_two_workers_write_the_bytes_of_one_process(inputs, demo_tokenizer, whole, tmp_path):
@@ -75,7 +75,8 @@ def test_resume_after_a_failed_unit_writes_the_same_bytes(
     inputs, demo_tokenizer, whole, tmp_path, monkeypatch
 ):
     out = tmp_path / "out"
-    second = units(inputs)[1]
+    second = units(inputs)[1].splits[0]
+    assert second.kind == "bytes"
     monkeypatch.setenv("PACKSHARD_FAULTS", f"raise:bytes {second.start}–:9")
     with pytest.raises(TaskFailed):
         pack(inputs, demo_tokenizer, out, workers=2, split_bytes=SPLIT)

@@ -65,3 +65,19 @@ def test_reasoning_and_records_on_workers_are_the_one_process_report(tmp_path, t
     assert report_to_dict(one) == report_to_dict(two)
     assert one.total.reasoning_tokens > 0 and one.total.records == 30
     assert one.total.examples == (60 if turns == "expand" else 30)
+
+
+def test_small_inputs_gathered_give_the_report_of_a_unit_each(tmp_path, packed_demo_tokenizer):
+    from tests.helpers import write_jsonl
+
+    paths = [
+        write_jsonl(tmp_path / f"s{k}.jsonl", [{"text": f"file {k}"}, "oops"][: 1 + k % 2])
+        for k in range(8)
+    ]
+    files = expand_inputs([str(p) for p in paths])
+    tok = str(packed_demo_tokenizer)
+    gathered = profile_inputs(files, config(tok, "chatml", IngestOptions()))
+    apart = profile_inputs(files, config(tok, "chatml", IngestOptions(), split_bytes=1))
+    assert report_to_dict(gathered) == report_to_dict(apart)
+    assert gathered.rejects == apart.rejects and len(gathered.rejects) == 4
+    assert [r.ref.source for r in gathered.rejects] == [str(p) for p in paths[1::2]]

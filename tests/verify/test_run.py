@@ -548,9 +548,9 @@ def test_verify_passes_on_what_pack_makes_from_real_data(shared_data, tmp_path, 
     recorded = {None: "tokenizer_config.json", "chatml": "builtin:chatml"}.get(template, template)
     assert manifest["template"]["source"] == recorded
     stats = manifest["stats"]
-    assert stats["records"] == 5412
-    assert stats["records_packed"] + stats["rejected"] + stats["dropped"] == 5412
-    assert stats["records_packed"] >= 5400  # only the over-long records are dropped
+    assert stats["records"] == 5912
+    assert stats["records_packed"] + stats["rejected"] + stats["dropped"] == 5912
+    assert stats["records_packed"] >= 5900  # only the over-long records are dropped
     options = VerifyOptions(model_rows=4, model_max_tokens=1024)
     report = verify_dataset(tmp_path / "out", options)
     assert report.ok, [str(f) for f in report.findings.items]

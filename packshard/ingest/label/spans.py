@@ -191,7 +191,8 @@ def _render_examples(
             raise reject("no_assistant_turn", f"no assistant message to train with --loss {loss}")
         raise reject(
             "no_trainable_tokens",
-            f"every turn --loss {loss} trains is flagged untrained ('weight': 0 or 'train': false)",
+            f"every turn --loss {loss} trains is flagged untrained "
+            "(a weight of 0 or 'train': false)",
         )
     messages, has = template_messages(
         conv.messages, template, options.reasoning, options.reasoning_markers, conv.ref

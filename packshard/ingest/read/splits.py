@@ -18,12 +18,25 @@ range of the file held (:attr:`SplitRead.newlines`) and adds them, which makes e
 know their first row from the footer, so their rows are numbered absolutely from the start.
 A row group whose data cannot be decoded is the same one ``unreadable`` reject the whole file
 gives, and reading goes on with the next group, as the whole-file reader does.
+
+Small inputs are gathered (:func:`plan_units`): a work unit is one split, or a run of
+consecutive inputs that are each one split (read whole) and together no larger than the
+unit size::
+
+    a.jsonl (3 KB)  b.jsonl (5 KB)  c.jsonl (2 KB) │ big.jsonl [0 ── 16 MiB)[16 MiB ── 20 MiB)
+    └──────── one unit: 00000-inputs-00002 ───────┘ └─ one unit each ──┘└────────────────┘
+
+A unit pays a fixed cost (a task, a spill folder, a marker, a part the shards read), so
+10,000 one-record files in 10,000 units cost 25× what one file of the same records did
+(48.5 s against 1.9 s); gathered, they are one unit, as that file is.  The records and
+their order are the same however inputs are gathered, so the output is too.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -62,7 +75,9 @@ class Split:
     """One work unit: input ``index``, and ``[start, stop)`` in bytes or row groups.
 
     ``kind`` is ``bytes`` (a JSONL range), ``rows`` (Parquet row groups, the first of which
-    begins at 0-based row ``first_row``) or ``file`` (read whole).
+    begins at 0-based row ``first_row``) or ``file`` (read whole).  ``size`` is its share of
+    the input's bytes (what progress counts; a row group's share of a Parquet file is in
+    proportion to its data), so the splits of an input add up to the file's size.
     """
 
     index: int
@@ -72,6 +87,7 @@ class Split:
     start: int = 0
     stop: int = 0
     first_row: int = 0
+    size: int = 0
 
     def describe(self) -> str:
         """Name the unit for people: ``chat.jsonl bytes 0–4194304``."""
@@ -129,21 +145,24 @@ def plan_splits(files: Sequence[InputFile], target_bytes: int = 0) -> list[Split
             st = os.stat(f.real)
         except OSError as exc:
             raise InputError(f"{f.path}: cannot open ({exc.strerror or exc})") from None
-        whole = Split(index, f.path, str(f.real), "file")
-        if not stat.S_ISREG(st.st_mode) or codec or kind == ".json":
+        regular = stat.S_ISREG(st.st_mode)
+        whole = Split(index, f.path, str(f.real), "file", size=st.st_size if regular else 0)
+        if not regular or codec or kind == ".json":
             splits.append(whole)
         elif kind == ".parquet":
-            splits.extend(_row_group_splits(index, f, target_bytes) or [whole])
+            splits.extend(_row_group_splits(index, f, target_bytes, st.st_size) or [whole])
         else:
             cuts = _line_cuts(f.real, st.st_size, target_bytes)
             for lo, hi in pairwise(cuts):
-                splits.append(Split(index, f.path, str(f.real), "bytes", lo, hi))
+                splits.append(Split(index, f.path, str(f.real), "bytes", lo, hi, size=hi - lo))
     return splits
 
 
 def _line_cuts(path: Path, size: int, target: int) -> list[int]:
     """``[0, c1, …, size]``: each cut the first usable line start at or after a boundary."""
     cuts = [0]
+    if target >= size:  # one range: the file is not opened
+        return [0, size]
     with open(path, "rb") as fh:
         while cuts[-1] + target < size:
             at = _next_line_start(fh, cuts[-1] + target, size)
@@ -174,7 +193,7 @@ def _next_line_start(fh: BinaryIO, pos: int, size: int) -> int:
     return size
 
 
-def _row_group_splits(index: int, f: InputFile, target: int) -> list[Split]:
+def _row_group_splits(index: int, f: InputFile, target: int, file_size: int) -> list[Split]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -183,13 +202,16 @@ def _row_group_splits(index: int, f: InputFile, target: int) -> list[Split]:
     except (OSError, pa.ArrowException):
         return []  # read whole: the reader reports the problem
     splits: list[Split] = []
-    lo = row = first = size = 0
+    lo = row = first = size = data = shown = 0
+    total = max(1, sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)))
     for g in range(meta.num_row_groups):
         size += meta.row_group(g).total_byte_size
+        data += meta.row_group(g).total_byte_size
         row += meta.row_group(g).num_rows
         if size >= target or g == meta.num_row_groups - 1:
-            splits.append(Split(index, f.path, str(f.real), "rows", lo, g + 1, first))
-            lo, first, size = g + 1, row, 0
+            share = file_size * data // total - shown  # the last one ends at the file's size
+            splits.append(Split(index, f.path, str(f.real), "rows", lo, g + 1, first, share))
+            lo, first, size, shown = g + 1, row, 0, shown + share
     return splits
 
 
@@ -241,3 +263,65 @@ def _range_bytes(fh: BinaryIO, start: int, stop: int, state: SplitRead) -> Itera
         state.newlines += chunk.count(b"\n")
         left -= len(chunk)
         yield chunk
+
+
+@dataclass(frozen=True, slots=True)
+class WorkUnit:
+    """One task's input: one split, or several whole inputs in a row (:func:`plan_units`)."""
+
+    splits: tuple[Split, ...]
+
+    @property
+    def gathered(self) -> bool:
+        """Whether the unit holds several whole inputs (else one split)."""
+        return len(self.splits) > 1
+
+    @property
+    def name(self) -> str:
+        """A file-name-safe identity: the split's, or ``00003-inputs-00010`` (first, last)."""
+        first, last = self.splits[0], self.splits[-1]
+        return f"{first.index:05d}-inputs-{last.index:05d}" if self.gathered else first.name
+
+    @property
+    def size(self) -> int:
+        """The input bytes the unit reads (what progress counts)."""
+        return sum(s.size for s in self.splits)
+
+    def describe(self) -> str:
+        """Name the unit for people: the split's name, or its first and last inputs."""
+        first, last = self.splits[0], self.splits[-1]
+        if not self.gathered:
+            return first.describe()
+        return f"{first.path} … {last.path} ({len(self.splits)} whole inputs)"
+
+
+def plan_units(files: Sequence[InputFile], target_bytes: int = 0) -> list[WorkUnit]:
+    """Cut ``files`` into splits (:func:`plan_splits`), then gather the small whole inputs.
+
+    A split that is its input's only one and smaller than the unit size joins the run of
+    such splits before it while their bytes stay within the unit size (and no input path
+    repeats in it); any other split is a unit of its own (module docstring).  Like the
+    splits, the units depend on the inputs and the unit size alone.
+    """
+    if target_bytes <= 0:
+        target_bytes = auto_split_bytes(files)
+    splits = plan_splits(files, target_bytes)
+    per_input = Counter(s.index for s in splits)
+    units: list[WorkUnit] = []
+    run: list[Split] = []
+    paths: set[str] = set()
+    size = 0
+    for s in splits:
+        whole = per_input[s.index] == 1 and s.size < target_bytes
+        if run and (not whole or size + s.size > target_bytes or s.path in paths):
+            units.append(WorkUnit(tuple(run)))
+            run, paths, size = [], set(), 0
+        if whole:
+            run.append(s)
+            paths.add(s.path)
+            size += s.size
+        else:
+            units.append(WorkUnit((s,)))
+    if run:
+        units.append(WorkUnit(tuple(run)))
+    return units

@@ -1,6 +1,7 @@
 """The map stage: one work unit read, tokenized, labelled and spilled by a worker.
 
-``map_unit`` runs in a worker process (local or Ray) on one split::
+``map_unit`` runs in a worker process (local or Ray) on one work unit (one split, or several
+small whole inputs gathered, :func:`~packshard.ingest.read.splits.plan_units`)::
 
     read_split ─► ingest (normalize, render, tokenize, label) ─► SpillWriter (overlong policy)
         │                                                            │
@@ -9,10 +10,9 @@
 
 Only small things travel back: the per-example integers the driver plans with (about 70
 bytes an example), the rejects and counts.  Lines of a byte range are relative to its start,
-and codes of inputs, domains and formats local to the unit (its one input is code 0: what a
-unit writes and returns never lists the job's inputs, so 10,000 one-record files make 10,000
-small units, not 10,000 copies of the input list); the driver makes them global
-(:mod:`packshard.pack.units.merge`).
+and codes of inputs, domains and formats local to the unit (its inputs are codes 0, 1, … in
+unit order: what a unit writes and returns never lists the job's inputs); the driver makes
+them global (:mod:`packshard.pack.units.merge`).
 
 Idempotent and resumable: the part is written into an attempt folder and renamed to the
 unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json`` as its
@@ -31,6 +31,7 @@ import shutil
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import ne
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from packshard.errors import PackshardError, RecordError
 from packshard.ingest.label.spans import render_example
 from packshard.ingest.loaded import load_early, loaded
 from packshard.ingest.normalize import normalize_record
-from packshard.ingest.read.splits import Split, SplitRead, read_split
+from packshard.ingest.read.splits import SplitRead, WorkUnit, read_split
 from packshard.ingest.stream import ingest
 from packshard.ingest.template.fast import renderer_for
 from packshard.ingest.template.render import ChatTemplate
@@ -78,7 +79,7 @@ class MapTask:
     """One unit to map."""
 
     context: UnitContext
-    split: Split
+    unit: WorkUnit
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,11 @@ class UnitResult:
     """What a map task returns: the unit's per-example integers, rejects and counts.
 
     ``arrays`` holds ``lengths`` and the spill's per-example arrays (lines relative to the
-    split, domain and format codes into ``counts.domains`` and ``counts.formats``), plus
-    ``record_lines`` (the line of every record ingest accepted).
+    split, source codes into ``unit.splits``, domain and format codes into ``counts.domains``
+    and ``counts.formats``), plus ``record_lines`` (the line of every record ingest accepted).
     """
 
-    split: Split
+    unit: WorkUnit
     folder: str
     arrays: dict[str, np.ndarray]
     counts: SpillCounts
@@ -140,41 +141,42 @@ def warm_worker(specs: tuple[str, str | None, str]) -> None:
 
 def map_unit(task: MapTask) -> UnitResult:
     """Map one unit (see the module docstring); runs in a worker."""
-    ctx, split = task.context, task.split
+    ctx, unit = task.context, task.unit
     work = Path(ctx.work)
-    inject(split.describe(), ctx.faults, work / "_faults")
-    final = work / split.name
+    inject(unit.describe(), ctx.faults, work / "_faults")
+    final = work / unit.name
     if (final / MARKER).is_file():
         try:
-            return load_unit(final, split)
+            return load_unit(final, unit)
         except Exception:  # a marker left malformed: the unit is mapped again
             shutil.rmtree(final, ignore_errors=True)
     bundle, template = loaded(ctx.tokenizer, ctx.template)
     warm_encoder(bundle, ctx.options.backend)  # decided while the first records render
     pad_heap(BUSY_PAD)  # batches come and go: keep the heap's top (packshard.pack.heap)
-    attempt = work / f".{split.name}.attempt-{uuid.uuid4().hex[:12]}"
+    attempt = work / f".{unit.name}.attempt-{uuid.uuid4().hex[:12]}"
     attempt.mkdir(parents=True)
     try:
-        result, written = _map_into(attempt, ctx, split, bundle, template)
+        result, written = _map_into(attempt, ctx, unit, bundle, template)
         doc = save_unit(attempt, result, written)
         if final.exists():  # an attempt that died after its rename but before returning
             shutil.rmtree(final)
         os.replace(attempt, final)
     finally:
         shutil.rmtree(attempt, ignore_errors=True)
-    return unit_result(doc, result.arrays, final, split)  # what load_unit would read back
+    return unit_result(doc, result.arrays, final, unit)  # what load_unit would read back
 
 
 def _map_into(
     folder: Path,
     ctx: UnitContext,
-    split: Split,
+    unit: WorkUnit,
     bundle: TokenizerBundle,
     template: ChatTemplate | None,
 ) -> tuple[UnitResult, dict[str, str]]:
-    """Map ``split`` into ``folder``; return the result and the spill files' SHA-256."""
-    # the unit's own input only: its codes and counts never repeat the job's input list
-    writer = SpillWriter(folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, (split.path,))
+    """Map ``unit`` into ``folder``; return the result and the spill files' SHA-256."""
+    # the unit's own inputs only: its codes and counts never repeat the job's input list
+    sources = tuple(s.path for s in unit.splits)
+    writer = SpillWriter(folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, sources)
     state = SplitRead()
     rejects: list[Reject] = []
     lines: list[np.ndarray] = []
@@ -182,7 +184,7 @@ def _map_into(
     error = None
     try:
         chunks = ingest(
-            [split],
+            list(unit.splits),
             bundle,
             template,
             ctx.options,
@@ -194,7 +196,10 @@ def _map_into(
             rejects += chunk.rejects
             refs = chunk.batch.refs
             every = np.fromiter((r.line for r in refs), np.int64, count=len(refs))
-            lines.append(every[np.r_[True, every[1:] != every[:-1]]] if len(every) else every)
+            new = np.ones(len(refs), dtype=bool)  # a record's examples are adjacent; two
+            if len(refs) > 1:  # inputs gathered in one unit may both hold a line 1
+                new[1:] = np.fromiter(map(ne, refs[1:], refs[:-1]), bool, count=len(refs) - 1)
+            lines.append(every[new])
             reasoning_dropped += chunk.reasoning_dropped
             pairs_read += chunk.pairs_read
             rejects += writer.add(chunk.batch)
@@ -205,7 +210,7 @@ def _map_into(
     arrays["lengths"] = spill.lengths
     arrays["record_lines"] = np.concatenate([np.zeros(0, np.int64), *lines])
     result = UnitResult(
-        split=split,
+        unit=unit,
         folder=str(folder),
         arrays=arrays,
         counts=spill.counts,
@@ -236,8 +241,8 @@ def save_unit(
 ) -> dict[str, Any]:
     """Write a unit's result beside its part; ``unit.json`` last, as the completion marker.
 
-    The input list is not repeated (the job knows it): a unit reads one input, so its
-    records per input are one number, and its source codes index the job's input list.
+    The input list is not repeated (the job knows it): the records per input are those of
+    the unit's own inputs, in unit order, as its source codes are.
 
     The marker records every file's SHA-256, so that ``--resume`` reuses only the files the
     unit wrote (:mod:`packshard.pack.units.resume`): ``written`` gives those of the spill
@@ -252,7 +257,7 @@ def save_unit(
         fh.write(data)
     written = {**(written or {}), ARRAYS: sha256_bytes(data)}
     counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__ if k != "sources"}
-    counts["records_per_source"] = [sum(result.counts.records_per_source)]  # its own input
+    counts["records_per_source"] = list(result.counts.records_per_source)  # its own inputs
     doc: dict[str, Any] = {
         "counts": counts,
         "rejects": [[r.ref.source, r.ref.line, r.domain, r.code, r.reason] for r in result.rejects],
@@ -271,16 +276,16 @@ def save_unit(
     return json.loads(text)
 
 
-def load_unit(folder: Path, split: Split) -> UnitResult:
+def load_unit(folder: Path, unit: WorkUnit) -> UnitResult:
     """Read back a completed unit (its marker and arrays; never the tokens)."""
     doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     with np.load(folder / ARRAYS, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
-    return unit_result(doc, arrays, folder, split)
+    return unit_result(doc, arrays, folder, unit)
 
 
 def unit_result(
-    doc: dict[str, Any], arrays: dict[str, np.ndarray], folder: Path, split: Split
+    doc: dict[str, Any], arrays: dict[str, np.ndarray], folder: Path, unit: WorkUnit
 ) -> UnitResult:
     """Return the unit of marker content ``doc`` and ``arrays`` (those ``meta.npz`` holds)."""
     fields: dict[str, Any] = {
@@ -290,7 +295,7 @@ def unit_result(
     rejects = tuple(Reject(SourceRef(s, ln), d, c, why) for s, ln, d, c, why in doc["rejects"])
     error = None if doc["error"] is None else tuple(doc["error"])
     return UnitResult(
-        split=split,
+        unit=unit,
         folder=str(folder),
         arrays=arrays,
         counts=counts,

@@ -6,15 +6,16 @@ record ids from 0.  The merge makes them what one process reading every input wo
 made::
 
     unit        lines (relative)   + lines before it in its file   = lines (absolute)
-    unit        input              its split's input index (a unit reads one input)
+    unit        source codes       ─► its splits' input indices (one split, or whole inputs)
     unit        domain codes       ─► names ─► codes in order of first appearance overall
     unit        record ids         + records accepted by earlier units
     unit        tokens             laid after the earlier units' (PartFiles bases)
 
 Rejects are put in (input, line) order: units come in input order and byte order, so a
-stable sort of each unit's rejects by line (what ingest rejected and what the overlong
-policy dropped are interleaved by record; a record's own rejects keep their order) gives
-the order of the whole job, whatever the unit size or the chunk size.  With ``--on-error
+stable sort of each unit's rejects by (its input, line) (what ingest rejected and what the
+overlong policy dropped are interleaved by record; a record's own rejects keep their order)
+gives the order of the whole job, whatever the unit size or the chunk size.  Gathered whole
+inputs need no line base: each is read from its start.  With ``--on-error
 fail`` the first unit (in input order) holding an error raises it, at its absolute line.
 """
 
@@ -58,8 +59,11 @@ def merge_units(
     policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
     accepted = 0
     for unit, r in enumerate(results):
-        base = line_base[r.split.index] if r.split.kind == "bytes" else 0
-        line_base[r.split.index] += r.newlines
+        first = r.unit.splits[0]  # the only one, or the first of whole inputs (base 0)
+        base = line_base[first.index] if first.kind == "bytes" else 0
+        if not r.unit.gathered:
+            line_base[first.index] += r.newlines
+        inputs = np.fromiter((s.index for s in r.unit.splits), np.int64)
         if r.error is not None:
             code, reason, source, line = r.error
             raise RecordError(code, reason, source, line + base)
@@ -73,7 +77,7 @@ def merge_units(
         lengths[into] = a["lengths"]
         tokens[unit] = a["lengths"].sum()
         meta["lines"][into] += base
-        meta["source_index"][into] = r.split.index  # a unit reads one input
+        meta["source_index"][into] = inputs[a["source_index"]]
         if len(dom):
             meta["domain_codes"][into] = dom[a["domain_codes"]]
         if len(fmt):
@@ -81,13 +85,17 @@ def merge_units(
         meta["record_ids"][into] += accepted
         at += n_unit
         c = r.counts
-        per_source[r.split.index] += sum(c.records_per_source)  # a unit reads one input
+        np.add.at(per_source, inputs[: len(c.records_per_source)], c.records_per_source)
         n = len(domains.names)
         per_domain = add_counts(per_domain, _by_code(dom, c.records_per_domain, n))
         tokens_in = add_counts(tokens_in, _by_code(dom, c.tokens_in_per_domain, n))
         for k in policy:
             policy[k] += getattr(c, k)
-        rejects += sorted((_moved(x, base) for x in r.rejects), key=lambda x: x.ref.line)
+        place = {s.path: k for k, s in enumerate(r.unit.splits)}
+        rejects += sorted(
+            (_moved(x, base) for x in r.rejects),
+            key=lambda x: (place.get(x.ref.source, 0), x.ref.line),
+        )
         accepted += int(a["record_lines"].shape[0])
         a.clear()  # the unit's copy is merged: freed now, not after every unit is
     counts = SpillCounts(

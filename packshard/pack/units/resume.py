@@ -33,7 +33,7 @@ from packshard.digests import sha256_bytes
 from packshard.errors import OutputError
 from packshard.format.environment import CONTENT_LIBRARIES, library_versions
 from packshard.format.version import FORMAT_VERSION
-from packshard.ingest.read.splits import Split
+from packshard.ingest.read.splits import WorkUnit
 from packshard.ingest.template.sandbox import template_conventions
 from packshard.pack.units.map import MARKER, UnitResult, load_unit, unit_files
 
@@ -107,7 +107,7 @@ def open_work(
     job.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def reusable_unit(folder: Path, split: Split, note: Callable[[str], None]) -> UnitResult | None:
+def reusable_unit(folder: Path, unit: WorkUnit, note: Callable[[str], None]) -> UnitResult | None:
     """Return a finished unit when its marker reads and its files are the ones it recorded.
 
     Anything else: the unit's folder is removed (it is redone) and ``note`` says why.
@@ -117,7 +117,7 @@ def reusable_unit(folder: Path, split: Split, note: Callable[[str], None]) -> Un
     why = "its unit.json cannot be read"
     try:
         recorded = json.loads((folder / MARKER).read_text(encoding="utf-8"))["files"]
-        result = load_unit(folder, split)
+        result = load_unit(folder, unit)
         if recorded == unit_files(folder):
             return result
         why = "its files differ from those it recorded"

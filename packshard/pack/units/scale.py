@@ -6,7 +6,7 @@ shuffle, examples index, rejects, manifest) are the pipeline's own::
 
     driver                                    workers (this process, local processes, Ray)
     expand_inputs ─► hash every input ──────► sha256 per file
-    plan_splits (byte ranges, row groups)
+    plan_units (byte ranges, row groups; small whole inputs gathered)
     skip units already done (--resume) ─────► map_unit per unit: spill part + UnitResult
     merge_units (lines, codes, ids, rejects order)
     plan_packs over all lengths (or per group) ─ permute rows ─ shard_bounds
@@ -42,7 +42,7 @@ from packshard.format.folder.outdir import resolve_out, temp_stem
 from packshard.format.rejects import RejectsWriter
 from packshard.ingest.markers import check_markers
 from packshard.ingest.read.sources import InputFile
-from packshard.ingest.read.splits import file_bytes, plan_splits
+from packshard.ingest.read.splits import file_bytes, plan_units
 from packshard.ingest.template.fast import renderer_for
 from packshard.ingest.template.render import ChatTemplate, load_template
 from packshard.ingest.tokens.backends import check_forced, merged_entry
@@ -233,7 +233,7 @@ def map_inputs(
     unit's result as it finishes (reused ones first); ``note`` hears what ``--resume`` could
     not reuse, and why (:mod:`packshard.pack.units.resume`).
     """
-    splits = plan_splits(files, config.split_bytes)
+    units = plan_units(files, config.split_bytes)
     options = {
         **config.recorded(),
         "on_error": config.ingest.on_error,
@@ -252,12 +252,12 @@ def map_inputs(
         work=str(work),
         faults=parse_faults(os.environ.get(FAULTS_ENV)),
     )
-    results: list = [reusable_unit(work / split.name, split, note) for split in splits]
+    results: list = [reusable_unit(work / unit.name, unit, note) for unit in units]
     for reused in (r for r in results if r is not None):
         done(reused)
     todo = [i for i, r in enumerate(results) if r is None]
-    tasks = [MapTask(context, splits[i]) for i in todo]
-    keys = [t.split.describe() for t in tasks]
+    tasks = [MapTask(context, units[i]) for i in todo]
+    keys = [t.unit.describe() for t in tasks]
     mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
@@ -265,7 +265,7 @@ def map_inputs(
     trim_heap()
     spill, ordered = merge_units(results, tuple(f.path for f in files))
     rejects.write(ordered)
-    info: dict[str, Any] = {"units": len(splits), "units_reused": len(splits) - len(todo)}
+    info: dict[str, Any] = {"units": len(units), "units_reused": len(units) - len(todo)}
     info["reasoning_dropped"] = sum(r.reasoning_dropped for r in results)
     info["pairs_read"] = sum(r.pairs_read for r in results)
     info["encode"] = merged_entry([r.encode for r in results])

@@ -276,7 +276,7 @@ def test_records_left_with_no_trained_turn(think: Any, bundle: Any) -> None:
         _render(chat(user("q"), answer("a", weight=0)), think, bundle)
     assert (err.value.code, err.value.reason) == (
         "no_trainable_tokens",
-        "every turn --loss assistant trains is flagged untrained ('weight': 0 or 'train': false)",
+        "every turn --loss assistant trains is flagged untrained (a weight of 0 or 'train': false)",
     )
     with pytest.raises(RecordError) as err:
         _render(chat(user("q"), answer("a", train=False)), think, bundle, loss="all")

@@ -477,6 +477,7 @@ SHARED_COUNTS = {
     "fastchat_dummy_conversation.json": 500,
     "openai_cookbook_toy_chat_fine_tuning.jsonl": 5,
     "anthropic_cookbook_json_mode_dataset.jsonl": 500,
+    "v1_sft_demo.jsonl": 500,
 }
 
 

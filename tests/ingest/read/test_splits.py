@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packshard.ingest.read.sources import InputFile, read_records
-from packshard.ingest.read.splits import Split, SplitRead, plan_splits, read_split
+from packshard.ingest.read.splits import Split, SplitRead, plan_splits, plan_units, read_split
 
 BOM = b"\xef\xbb\xbf"
 
@@ -124,3 +124,22 @@ def test_the_unit_size_follows_the_inputs_not_the_workers(tmp_path, monkeypatch)
     splits = plan_splits(files)  # the default: chosen from the inputs
     assert len(splits) == -(-len(lines) // mib) > 4
     assert b"".join(data.read_bytes()[s.start : s.stop] for s in splits) == lines
+
+
+def test_small_whole_inputs_are_gathered_up_to_the_unit_size(tmp_path):
+    def write(name: str, size: int) -> InputFile:
+        path = tmp_path / name
+        path.write_bytes(b"".join(b'{"t": "x"}\n' for _ in range(size // 11)))
+        return InputFile(str(path), path)
+
+    files = [write("a.jsonl", 33), write("b.jsonl", 44), write("c.jsonl", 22)]
+    files += [write("big.jsonl", 220), write("d.jsonl", 11), write("e.json", 0)]
+    units = plan_units(files, 100)
+    names = [[s.path.rsplit("/", 1)[-1] for s in u.splits] for u in units]
+    assert names[0] == ["a.jsonl", "b.jsonl", "c.jsonl"]  # 33 + 44 + 22 = 99 bytes <= 100
+    assert all(n == ["big.jsonl"] for n in names[1:-1]) and len(names) > 3  # cut: alone
+    assert names[-1] == ["d.jsonl", "e.json"]  # a run starts again after it
+    assert units[0].name == "00000-inputs-00002" and units[1].name == units[1].splits[0].name
+    assert units[0].size == 99 and units[0].describe().endswith("(3 whole inputs)")
+    assert [s for u in units for s in u.splits] == plan_splits(files, 100)  # same splits, in order
+    assert len(plan_units(files, 50)[0].splits) == 1  # 33 + 44 > 50: a run of one

@@ -38,9 +38,9 @@ SPLIT = 8000  # bytes per unit: 6 byte ranges of chat.jsonl, 2 of rows.parquet, 
 
 def units(inputs) -> list:
     from packshard.ingest.read.sources import expand_inputs
-    from packshard.ingest.read.splits import plan_splits
+    from packshard.ingest.read.splits import plan_units
 
-    return plan_splits(expand_inputs([str(p) for p in inputs]), SPLIT)
+    return plan_units(expand_inputs([str(p) for p in inputs]), SPLIT)
 
 
 VARIANTS = {
@@ -58,7 +58,9 @@ def test_two_local_workers_write_the_same_bytes_as_one_process(
     options = VARIANTS[variant]
     one = pack(inputs, tokenizer, tmp_path / "one", **options)
     two = pack(inputs, tokenizer, tmp_path / "two", workers=2, split_bytes=SPLIT, **options)
-    assert one["engine"] == {"name": "local", "workers": 1, "units": 3, "units_reused": 0}
+    # one unit: the three small inputs gathered; nine: chat.jsonl's six ranges, two of
+    # rows.parquet, array.json whole
+    assert one["engine"] == {"name": "local", "workers": 1, "units": 1, "units_reused": 0}
     assert two["engine"] == {"name": "local", "workers": 2, "units": 9, "units_reused": 0}
     assert output_digests(tmp_path / "one") == output_digests(tmp_path / "two")
     assert {k: v for k, v in one.items() if k not in ("created_at", "engine")} == {
@@ -85,7 +87,7 @@ def test_a_unit_that_keeps_failing_fails_the_job_and_resume_finishes_it(
 ):
     whole = pack(inputs, tokenizer, tmp_path / "whole")
     out = tmp_path / "out"
-    second = units(inputs)[1]
+    second = units(inputs)[1].splits[0]  # a byte range of chat.jsonl: a unit of its own
     assert second.describe() == f"{inputs[0]} bytes {second.start}–{second.stop}"
     monkeypatch.setenv("PACKSHARD_FAULTS", f"raise:bytes {second.start}–:9")
     with pytest.raises(TaskFailed) as err:
@@ -337,3 +339,62 @@ def test_a_hash_stops_after_the_chunk_where_it_is_told_to():
         sha256_path(__file__, chunk=64, until=until)
     assert len(asked) == 3
     assert sha256_path(__file__, chunk=64, until=lambda: False) == sha256_path(__file__)
+
+
+def small_inputs(folder: Path, count: int) -> list[Path]:
+    """``count`` small JSONL files (each its own domain), some with a bad line."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(count):
+        lines = [f'{{"text": "file {k} record {j} " }}' for j in range(1 + k % 3)]
+        if k % 4 == 1:
+            lines.insert(1, "not json")
+        path = folder / f"small-{k:02d}.jsonl"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def test_small_inputs_gathered_in_one_unit_write_the_bytes_of_a_unit_each(tokenizer, tmp_path):
+    files = small_inputs(tmp_path / "in", 12)
+    gathered = pack(files, tokenizer, tmp_path / "gathered")
+    apart = pack(files, tokenizer, tmp_path / "apart", workers=2, split_bytes=1)
+    assert gathered["engine"]["units"] == 1 and apart["engine"]["units"] == 27  # a line each
+    assert output_digests(tmp_path / "gathered") == output_digests(tmp_path / "apart")
+    assert {k: v for k, v in gathered.items() if k not in ("created_at", "engine")} == {
+        k: v for k, v in apart.items() if k not in ("created_at", "engine")
+    }
+    assert gathered["stats"]["rejected"] == 3 and len(gathered["stats"]["domains"]) == 12
+    check_pack_output(tmp_path / "gathered")
+
+
+def test_a_gathered_unit_is_kept_for_resume_and_reused(tokenizer, tmp_path, monkeypatch):
+    files = small_inputs(tmp_path / "in", 6)
+    big = tmp_path / "in" / "zbig.jsonl"
+    big.write_text("".join(f'{{"text": "big record {j}"}}\n' for j in range(200)), "utf-8")
+    inputs = [*files, big]
+    whole = pack(inputs, tokenizer, tmp_path / "whole")
+    out = tmp_path / "out"
+    monkeypatch.setenv("PACKSHARD_FAULTS", "raise:zbig.jsonl bytes 0–:9")
+    with pytest.raises(TaskFailed):
+        pack(inputs, tokenizer, out, workers=2, split_bytes=2000)
+    done = {p.parent.name for p in work_folder(out).glob("*/unit.json")}
+    assert "00000-inputs-00005" in done  # the six small files, gathered
+    monkeypatch.delenv("PACKSHARD_FAULTS")
+    resumed = pack(inputs, tokenizer, out, workers=2, split_bytes=2000, resume=True)
+    assert resumed["engine"]["units_reused"] == len(done) >= 2
+    assert output_digests(out) == output_digests(tmp_path / "whole")
+    assert resumed["dataset_id"] == whole["dataset_id"]
+
+
+def test_gathered_inputs_number_their_records_as_units_apart_do(tokenizer, tmp_path):
+    """Records at line 1 of consecutive gathered files are two records: the ids of the units
+    after them, and so the seeded eval draw by record, are those of a unit per input."""
+    files = small_inputs(tmp_path / "in", 9)
+    big = tmp_path / "in" / "zbig.jsonl"
+    big.write_text("".join(f'{{"text": "big record {j}"}}\n' for j in range(120)), "utf-8")
+    inputs, options = [*files, big], {"eval_fraction": 0.3, "batch_size": 64}
+    gathered = pack(inputs, tokenizer, tmp_path / "gathered", split_bytes=2000, **options)
+    apart = pack(inputs, tokenizer, tmp_path / "apart", split_bytes=1, **options)
+    assert gathered["engine"]["units"] < apart["engine"]["units"]
+    assert output_digests(tmp_path / "gathered") == output_digests(tmp_path / "apart")
