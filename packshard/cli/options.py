@@ -403,9 +403,10 @@ EXPORT = group(
         "target",
         required=True,
         type=click.Choice(EXPORT_TARGETS),
-        help="Target format: released Megatron-Bridge's packed .npy (megatron), the Parquet form "
-        "of its main branch (megatron-parquet), torchtune packed samples, MosaicML MDS, or one "
-        "row per example (Axolotl, LitGPT).",
+        help="Target format: Megatron-Bridge's packed Parquet, read by releases 0.4.0 onward "
+        "(megatron; megatron-parquet is its earlier name), the .npy of releases up to 0.3.1 "
+        "(megatron-npy), torchtune packed samples, MosaicML MDS, or one row per example "
+        "(Axolotl, LitGPT).",
     ),
     click.option(
         "-o",
