@@ -126,18 +126,19 @@ def preference_refusal(manifest: dict[str, Any], target: str) -> str | None:
     )
 
 
-def read_rows(out: Path) -> Iterator[Rows]:
+def read_rows(out: Path, splits: tuple[str, ...] = ("train",)) -> Iterator[Rows]:
     """Yield the rows of ``out`` shard by shard, each shard checked (see module doc).
 
     The manifest is checked against its schema first, and every shard path it names must
     be a regular file inside ``out`` (:func:`~packshard.format.folder.paths.inside_folder`): nothing
-    from outside the folder is read.  Only the train shards are read: an eval split
-    (``pack --eval-fraction``) is held out of every training export.
+    from outside the folder is read.  Only the shards of ``splits`` are read: by default the
+    train shards, as an eval split (``pack --eval-fraction``) is held out of every training
+    export; ``repack`` reads both.
     """
     manifest = load_source(out)
     dataset_id = str(manifest["dataset_id"])
     for entry in manifest["shards"]:
-        if entry.get("split", "train") != "train":
+        if entry.get("split", "train") not in splits:
             continue
         try:
             path = inside_folder(out, entry["path"])

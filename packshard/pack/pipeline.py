@@ -194,9 +194,76 @@ def _pack_into(
                 bar.close()
         spill = spill.compacted("source_index", "domain_codes", "starts", "turns")  # int8 mostly
         bundle, template = loaded.result()
-        reasoning_dropped = info.pop("reasoning_dropped", 0)
-        pairs_read = info.pop("pairs_read", 0)
         encoded = info.pop("encode", None)
+        made = Provenance(
+            inputs=[
+                {"path": f.path, "resolved": str(f.real), "sha256": sha}
+                for f, sha in zip(files, hashes, strict=True)
+            ],
+            tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},
+            template=_template_entry(template, config.ingest.loss),
+            environment={
+                **pack_environment(template_conventions()),
+                "backends": backends_entry(
+                    bundle,
+                    config.ingest.backend,
+                    render_entry(template, bundle.special_tokens_map, config.ingest.backend),
+                    encoded,
+                ),
+            },
+            reasoning_dropped=info.pop("reasoning_dropped", 0),
+            pairs_read=info.pop("pairs_read", 0),
+            engine={"name": engine.name, "workers": engine.workers, **info},
+        )
+        return pack_spill(tmp, config, spill, rejects, made, train_files, engine, work, note)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What made a spill, for the manifest: inputs, tokenizer, template, environment, engine.
+
+    ``pack`` knows it from its ingest; ``repack`` from the parent's manifest, whose tokens the
+    spill holds (``parent`` names that folder).  ``inputs`` are the manifest's entries without
+    ``records`` (counted by :func:`pack_spill`).
+    """
+
+    inputs: list[dict[str, Any]]
+    tokenizer: dict[str, Any]
+    template: dict[str, Any]
+    environment: dict[str, Any]
+    engine: dict[str, Any]
+    reasoning_dropped: int = 0
+    pairs_read: int = 0
+    parent: dict[str, Any] | None = None
+
+    def fingerprints(self) -> dict[str, Any]:
+        """Return what the output depends on besides the recorded config (the id's inputs)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "inputs": [entry["sha256"] for entry in self.inputs],
+            "tokenizer": self.tokenizer["sha256"],
+            "template": self.template["sha256"],
+        }
+
+
+def pack_spill(
+    tmp: Path,
+    config: PackConfig,
+    spill: Spill,
+    rejects: RejectsWriter,
+    made: Provenance,
+    train_files: int,
+    engine: Engine,
+    work: Path,
+    note: Callable[[str], None],
+) -> dict[str, Any]:
+    """Plan a spill, write its shards, index, card and manifest into ``tmp``; return the manifest.
+
+    The one route from spilled examples to a folder, for ``pack`` and ``repack``.
+    ``rejects`` holds every reject so far, in (input, line) order; the policies here add theirs
+    and close it.
+    """
+    with rejects:
         is_eval = eval_examples(spill, config, train_files)
         target = config.plan.mix_target()
         mixing = target is not None and len(spill) > 0  # nothing spilled: nothing to pack
@@ -214,18 +281,12 @@ def _pack_into(
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
     if plan.num_rows == 0:
-        raise NothingToPackError(_nothing_packed(spill, tally, config, files))
+        raise NothingToPackError(_nothing_packed(spill, tally, config, made))
     ordering = ordering_stats(plan)
     split_at = train_rows(spill, plan, is_eval)
     plan = plan.permute_rows(row_order(plan, config, split_at)).narrowed()
     repeats = example_repeats(plan) if mixed is not None else None
-    fingerprints = {
-        "format_version": FORMAT_VERSION,
-        "inputs": hashes,
-        "tokenizer": bundle.sha256,
-        "template": template.sha256 if template is not None else None,
-    }
-    dataset_id = compute_dataset_id(config.recorded(), fingerprints)
+    dataset_id = compute_dataset_id(config.recorded(), made.fingerprints())
     bounds, names = split_bounds(
         plan, split_at, config.shards.shard_rows, config.shards.shard_bytes
     )
@@ -234,8 +295,8 @@ def _pack_into(
     stats = {
         **pack_stats(spill, plan, tally, ordering),
         **_beside_bfd(spill, plan, config, mixed.index if mixed is not None else None),
-        "reasoning_dropped": reasoning_dropped,
-        **pair_stats(spill, plan, pairs_read),
+        "reasoning_dropped": made.reasoning_dropped,
+        **pair_stats(spill, plan, made.pairs_read),
         **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
     }
     if mixed is not None and repeats is not None:
@@ -267,12 +328,9 @@ def _pack_into(
     manifest = build_manifest(
         dataset_id=dataset_id,
         config=config.recorded(),
-        tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},
-        template=_template_entry(template, config.ingest.loss),
-        inputs=[
-            {"path": f.path, "resolved": str(f.real), "sha256": sha, "records": n}
-            for f, sha, n in zip(files, hashes, per_input, strict=True)
-        ],
+        tokenizer=made.tokenizer,
+        template=made.template,
+        inputs=[{**entry, "records": n} for entry, n in zip(made.inputs, per_input, strict=True)],
         stats=stats,
         files={
             "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
@@ -280,17 +338,11 @@ def _pack_into(
         },
         shards=shard_entries(shards, split),
         loss={"option": config.ingest.loss, "by_format": resolved, "examples_by_policy": by_policy},
-        engine={"name": engine.name, "workers": engine.workers, **info},
-        environment={
-            **pack_environment(template_conventions()),
-            "backends": backends_entry(
-                bundle,
-                config.ingest.backend,
-                render_entry(template, bundle.special_tokens_map, config.ingest.backend),
-                encoded,
-            ),
-        },
+        engine=made.engine,
+        environment=made.environment,
     )
+    if made.parent is not None:
+        manifest["parent"] = made.parent
     manifest["files"]["card"] = write_card(tmp, manifest)  # README.md: load_dataset(OUT) reads it
     write_manifest(tmp, manifest)
     return manifest
@@ -316,15 +368,13 @@ def _counted(bar: IngestProgress | None) -> Callable[[UnitResult], None]:
     return lambda result: bar.add(result.records, result.tokens)
 
 
-def _nothing_packed(
-    spill: Spill, tally: RejectTally, config: PackConfig, files: Sequence[InputFile]
-) -> str:
+def _nothing_packed(spill: Spill, tally: RejectTally, config: PackConfig, made: Provenance) -> str:
     records = sum(spill.counts.records_per_source) + tally.total(REJECTED)
     codes = ", ".join(f"{code} {n}" for code, n in tally.by_code.items()) or "no records"
     fix = "fix the inputs or the options, e.g. --max-seq-len, --overlong"
     top, most = max(tally.by_code.items(), key=lambda kv: kv[1], default=("", 0))
     if most * 2 > sum(tally.by_code.values()) and reject_kind(top) == REJECTED:  # dominates
-        cause = likely_cause(top, config.ingest.format, [str(f.real) for f in files])
+        cause = likely_cause(top, config.ingest.format, [e["resolved"] for e in made.inputs])
         fix = f"likely cause: {cause}"
     return (
         f"nothing to pack: none of the {records} records read was packed ({codes}); no "
