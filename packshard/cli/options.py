@@ -350,6 +350,50 @@ PACK = group(
     ),
 )
 
+REPACK = group(
+    click.option(
+        "-o",
+        "--out",
+        required=True,
+        help="Output folder (written atomically; never the parent).",
+    ),
+    click.option("--max-seq-len", type=int, help="Row capacity in tokens."),
+    click.option(
+        "--strategy",
+        type=click.Choice(STRATEGIES),
+        help="bfd/ffd: best/first-fit decreasing; sequential: next-fit in input order; "
+        "wrapped: a token stream cut into full rows.",
+    ),
+    click.option(
+        "--overlong",
+        type=click.Choice(OVERLONG_POLICIES),
+        help="What to do with examples longer than the new --max-seq-len.",
+    ),
+    click.option("--seed", type=int, help="Seed of the row shuffle and the --eval-fraction draw."),
+    click.option(
+        "--eval-fraction",
+        type=float,
+        help="Share of the records drawn (seeded, by record) into the eval split.",
+    ),
+    click.option(
+        "--group-by-domain/--no-group-by-domain",
+        default=None,
+        help="Rows hold examples of one domain each.",
+    ),
+    click.option("--plan-scope", help="Plan all examples at once (global), or group:N."),
+    click.option("--shard-rows", type=int, help="Most rows per shard."),
+    click.option("--shard-bytes", type=int, help="Approximate most bytes per shard."),
+    click.option(
+        "--compression", type=click.Choice(COMPRESSIONS), help="Parquet compression of the shards."
+    ),
+    click.option(
+        "--overwrite",
+        is_flag=True,
+        help="Replace a non-empty output folder (only once the new one is complete).",
+    ),
+)
+"""``repack``'s options: each left out keeps the parent's setting (its manifest's config)."""
+
 VERIFY = group(
     ENGINE,
     click.option(

@@ -224,7 +224,9 @@ class Provenance:
 
     ``pack`` knows it from its ingest; ``repack`` from the parent's manifest, whose tokens the
     spill holds (``parent`` names that folder).  ``inputs`` are the manifest's entries without
-    ``records`` (counted by :func:`pack_spill`).
+    ``records`` (counted by :func:`pack_spill`).  ``examples_by_policy``, when given, is the
+    packed examples' count per loss policy, for a spill whose examples do not know their record
+    format (a repack of a pack of several formats that keeps every example whole).
     """
 
     inputs: list[dict[str, Any]]
@@ -235,6 +237,7 @@ class Provenance:
     reasoning_dropped: int = 0
     pairs_read: int = 0
     parent: dict[str, Any] | None = None
+    examples_by_policy: dict[str, int] | None = None  # known without per-example formats
 
     def fingerprints(self) -> dict[str, Any]:
         """Return what the output depends on besides the recorded config (the id's inputs)."""
@@ -291,6 +294,7 @@ def pack_spill(
         plan, split_at, config.shards.shard_rows, config.shards.shard_bytes
     )
     resolved, by_policy = loss_policies(spill, plan, config.ingest.loss)
+    by_policy = by_policy if made.examples_by_policy is None else made.examples_by_policy
     per_input = records_per_input(spill, tally)
     stats = {
         **pack_stats(spill, plan, tally, ordering),

@@ -110,11 +110,4 @@ def parent_problem(manifest: dict[str, Any]) -> str | None:
             "the tokens past a cut are not in it and a part's first label is masked there, so "
             f"the whole examples cannot be re-made ({fix})"
         )
-    policies = set(manifest["loss"]["by_format"].values())
-    if len(policies) > 1:
-        return (
-            "its record formats train under different loss policies "
-            f"({', '.join(sorted(policies))}) and the examples index does not say which "
-            f"example had which ({fix})"
-        )
     return None

@@ -55,10 +55,16 @@ _TOO_LONG = re.compile(r"is (\d+) tokens > max_seq_len (\d+) \(dropped")
 
 @dataclass(frozen=True)
 class Respilled:
-    """The spill and every reject so far, in (input, line) order."""
+    """The spill and every reject so far, in (input, line) order.
+
+    ``examples_by_policy`` is the parent's count of examples per loss policy when its formats
+    train under several (the index does not say which example had which, so every example
+    must stay whole: :func:`whole_examples_problem`); None when one policy covers them all.
+    """
 
     spill: Spill
     rejects: list[Reject]
+    examples_by_policy: dict[str, int] | None = None
 
 
 def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Path) -> Respilled:
@@ -81,7 +87,11 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
     lines = index["line"].to_numpy()
     del index
     stored = parent_tokens(parent, work / "parent", len(ids))
-    formats = tuple(manifest["loss"]["by_format"])  # one policy for all: parent_problem
+    by_format: dict[str, str] = manifest["loss"]["by_format"]
+    mixed = len(set(by_format.values())) > 1
+    if mixed and (problem := whole_examples_problem(stored.length, config)) is not None:
+        raise UsageError(f"{parent}: cannot repack: {problem}")
+    formats = tuple(by_format)  # each example under formats[0]: its policy is all that counts
     (work / "spill").mkdir()
     writer = SpillWriter(
         work / "spill",
@@ -134,7 +144,31 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
     )
     order = {name: i for i, name in enumerate(sources)}
     merged = sorted(carried + rejects, key=lambda r: (order[r.ref.source], r.ref.line))
-    return Respilled(spill, merged)
+    by_policy = manifest["loss"]["examples_by_policy"] if mixed else None
+    return Respilled(spill, merged, by_policy)
+
+
+def whole_examples_problem(lengths: np.ndarray, config: PackConfig) -> str | None:
+    """Return why the new options would not keep every example whole as one segment, or None.
+
+    Needed where the parent's record formats train under several loss policies: the manifest
+    counts its examples per policy, and those counts stay true only if none is dropped or cut.
+    """
+    plan = config.plan
+    over = int(np.count_nonzero(lengths > plan.max_seq_len))
+    if plan.strategy != "wrapped" and not over:
+        return None
+    why = (
+        "--strategy wrapped cuts examples at row ends"
+        if plan.strategy == "wrapped"
+        else f"{over} examples are longer than --max-seq-len {plan.max_seq_len} "
+        f"(--overlong {plan.overlong})"
+    )
+    return (
+        f"its record formats train under different loss policies and the examples index does "
+        f"not say which example had which, so every example must stay whole; {why} (keep "
+        "--max-seq-len at least the longest example, or pack from the inputs)"
+    )
 
 
 @dataclass(frozen=True)

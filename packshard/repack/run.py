@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,9 @@ def repack_dataset(config: RepackConfig, notify: Callable[[str], None] | None = 
             done = respill(parent, manifest, pack_config, work)
             with RejectsWriter(claim.tmp / REJECTS_NAME) as rejects:
                 rejects.write(done.rejects)
-                made = _provenance(parent, manifest)
+                made = replace(
+                    _provenance(parent, manifest), examples_by_policy=done.examples_by_policy
+                )
                 train_files = len(manifest["inputs"])  # --eval inputs are refused
                 written = pack_spill(
                     claim.tmp,

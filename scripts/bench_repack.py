@@ -1,0 +1,96 @@
+"""Benchmark ``repack`` against the fresh ``pack`` it replaces: whole processes, same run.
+
+    python scripts/bench_repack.py -t ../shared/data/tokenizers/phi-3-mini            # 1M records
+    python scripts/bench_repack.py -t TOKENIZER --records 100000 --work /tmp/bench    # quicker
+
+Steps, each a ``packshard`` process of its own, timed from start to exit:
+
+1. ``pack DATA --max-seq-len 4096 -o parent``  (the pack a user already has; not compared)
+2. ``pack DATA --max-seq-len 8192 --seed 1 -o fresh``  (what re-tokenizing costs)
+3. ``repack parent --max-seq-len 8192 --seed 1 -o repacked``
+
+then checks that ``fresh`` and ``repacked`` hold the same shards and examples index, byte for
+byte, and prints the two times and their ratio.  DATA is ``--records`` short chat records
+(seeded: a user turn of 2-12 words, an answer of 2-20), written once into ``--work``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = (
+    "the a of to and in is it you that he was for on are with as I his they be at one have "
+    "this from"
+).split()
+CLI = "import sys; from packshard.cli import main; sys.argv[0] = 'packshard'; main()"
+
+
+def write_records(path: Path, n: int, seed: int = 0) -> None:
+    """Write ``n`` short two-turn chats to ``path`` (JSONL)."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as fh:
+        for _ in range(n):
+            user = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 12)))
+            answer = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 20)))
+            messages = [
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": answer},
+            ]
+            fh.write(json.dumps({"messages": messages}) + "\n")
+
+
+def timed(*args: str) -> float:
+    """Run ``packshard ARGS`` as a process of its own; return its wall time in seconds."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", CLI, *args], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """SHA-256 of the shards and the examples index of a pack."""
+    names = [s["path"] for s in json.loads((folder / "manifest.json").read_text())["shards"]]
+    return {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        for name in [*names, "examples.parquet"]
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-t", "--tokenizer", required=True)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--work", type=Path, help="Folder for the data and packs (default: temp).")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-repack-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "chat.jsonl"
+    if not data.is_file():
+        write_records(data, args.records)
+    common = ("-t", args.tokenizer, "--no-progress", "--overwrite")
+    parent = timed("pack", str(data), "--max-seq-len", "4096", "-o", str(work / "parent"), *common)
+    new = ("--max-seq-len", "8192", "--seed", "1")
+    fresh = timed("pack", str(data), *new, "-o", str(work / "fresh"), *common)
+    repack = timed(
+        "repack", str(work / "parent"), *new, "-o", str(work / "repacked"), "--overwrite"
+    )
+    same = digests(work / "fresh") == digests(work / "repacked")
+    stats = json.loads((work / "repacked" / "manifest.json").read_text())["stats"]
+    print(f"records {args.records:,}, examples {stats['examples']:,}, tokens {stats['tokens']:,}")
+    print(f"pack (parent, 4096)               {parent:8.2f} s")
+    print(f"pack (fresh, 8192, seed 1)        {fresh:8.2f} s")
+    print(f"repack (parent → 8192, seed 1)    {repack:8.2f} s   {fresh / repack:.1f}× faster")
+    print(f"shards and examples index byte-identical: {same}")
+    if not same:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
