@@ -126,14 +126,17 @@ def preference_refusal(manifest: dict[str, Any], target: str) -> str | None:
     )
 
 
-def read_rows(out: Path, splits: tuple[str, ...] = ("train",)) -> Iterator[Rows]:
+def read_rows(
+    out: Path, splits: tuple[str, ...] = ("train",), columns: list[str] | None = None
+) -> Iterator[Rows]:
     """Yield the rows of ``out`` shard by shard, each shard checked (see module doc).
 
     The manifest is checked against its schema first, and every shard path it names must
     be a regular file inside ``out`` (:func:`~packshard.format.folder.paths.inside_folder`): nothing
     from outside the folder is read.  Only the shards of ``splits`` are read: by default the
     train shards, as an eval split (``pack --eval-fraction``) is held out of every training
-    export; ``repack`` reads both.
+    export; ``repack`` reads both.  ``columns`` (at least :data:`COLUMNS`) reads only those,
+    their types unchecked beyond the SHA-256 (``repack`` leaves out ``position_ids``).
     """
     manifest = load_source(out)
     dataset_id = str(manifest["dataset_id"])
@@ -146,7 +149,7 @@ def read_rows(out: Path, splits: tuple[str, ...] = ("train",)) -> Iterator[Rows]
             raise FormatError(str(out / str(entry["path"])), exc.problem) from None
         if sha256_path(path) != entry["sha256"]:
             raise FormatError(str(path), "SHA-256 differs from the manifest (run packshard verify)")
-        table = read_shard(path, dataset_id)  # every column and its type checked
+        table = read_shard(path, dataset_id, columns)  # without columns: all, types checked
         problem = rows_problem(table)
         if problem is not None:
             raise FormatError(str(path), f"{problem} (run packshard verify)")

@@ -35,17 +35,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
+from packshard.arrays import add_counts, exclusive_cumsum
 from packshard.errors import FormatError, UsageError
-from packshard.export.common import read_rows
+from packshard.export.common import COLUMNS, read_rows
 from packshard.format.examples import EXAMPLES_NAME, read_examples
 from packshard.format.rejects import REJECTS_NAME, read_rejects
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.config import PackConfig
 from packshard.pack.spill import Spill, SpillWriter
 from packshard.pack.units.parts import FILES, gather_ranges
-from packshard.records import Reject, SourceRef
+from packshard.records import Reject, SourceRefs
 
 CHUNK = 1 << 16
 """Examples per batch handed to the spill writer (pass 2)."""
@@ -79,13 +81,15 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
     ids = index["example_id"].to_numpy()
     if not np.array_equal(ids, np.arange(len(ids))):
         raise FormatError(str(parent / EXAMPLES_NAME), "example ids are not 0 … n-1 in order")
-    domains = NameCodes()  # codes in order of first appearance, as ingest gives them
-    domain = domains.encode(index["domain"].to_pylist())
-    source_codes = NameCodes(sources).encode(index["source"].to_pylist())
-    if source_codes.size and int(source_codes.max()) >= len(sources):
+    found = pc.index_in(index["source"], value_set=pa.array(sources, pa.string()))
+    if found.null_count:
         raise FormatError(str(parent / EXAMPLES_NAME), "a source is not among the inputs")
+    source_codes = found.to_numpy()
+    encoded = index["domain"].combine_chunks().dictionary_encode()
+    domain_names = encoded.dictionary.to_pylist()  # in order of first appearance
+    domain = encoded.indices.to_numpy(zero_copy_only=False)
     lines = index["line"].to_numpy()
-    del index
+    del index, encoded
     stored = parent_tokens(parent, work / "parent", len(ids))
     by_format: dict[str, str] = manifest["loss"]["by_format"]
     mixed = len(set(by_format.values())) > 1
@@ -101,10 +105,8 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
         sources,
     )
     rejects: list[Reject] = []
-    names = _names(sources, source_codes)
-    refs = [SourceRef(s, ln) for s, ln in zip(names, lines.tolist(), strict=True)]
-    domain_names = list(domains.names)
     fmt = formats[:1] or ("messages",)
+    codes = source_codes.astype(np.int32)
     for lo in range(0, len(ids), CHUNK):
         hi = min(lo + CHUNK, len(ids))
         tokens, labels, offsets = stored.read(lo, hi)
@@ -112,7 +114,7 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
             tokens,
             labels,
             offsets,
-            tuple(refs[lo:hi]),
+            SourceRefs(sources, codes[lo:hi], lines[lo:hi]),
             tuple(domain_names[c] for c in domain[lo:hi].tolist()),
             fmt * (hi - lo),
         )
@@ -207,7 +209,7 @@ def parent_tokens(parent: Path, folder: Path, examples: int) -> StoredTokens:
     at = 0
     handles = [open(folder / name, "wb") for name in FILES]
     try:
-        for rows in read_rows(parent, ("train", "eval")):
+        for rows in read_rows(parent, ("train", "eval"), COLUMNS):
             for fh, values in zip(handles, (rows.ids, rows.labels), strict=True):
                 fh.write(np.ascontiguousarray(values, np.int32).data)
             ids = rows.example_ids
@@ -223,10 +225,6 @@ def parent_tokens(parent: Path, folder: Path, examples: int) -> StoredTokens:
         missing = int(np.flatnonzero(start < 0)[0])
         raise FormatError(str(parent), f"example {missing} of the index is in no shard")
     return StoredTokens(folder, start, length)
-
-
-def _names(names: tuple[str, ...], codes: np.ndarray) -> list[str]:
-    return [names[c] for c in codes.tolist()]
 
 
 def _carried_rejects(
