@@ -79,7 +79,7 @@ def read_part_ranges(
                 path = os.path.join(parts.folders[p], name)
                 _gather_whole(path, size, local, lengths[sel], out_start[sel], out)
         return ids, labels
-    if lengths[wanted].mean() <= SHORT_RANGE:  # a read call each costs more than its bytes
+    if total <= SHORT_RANGE * len(wanted):  # short ranges: a read call costs more than its bytes
         for lo, hi in pairwise(bounds):
             p, sel = int(part[lo]), wanted[lo:hi]
             size = int(parts.bases[p + 1] - parts.bases[p])
