@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -47,11 +49,20 @@ def write_records(path: Path, n: int, seed: int = 0) -> None:
             fh.write(json.dumps({"messages": messages}) + "\n")
 
 
-def timed(*args: str) -> float:
-    """Run ``packshard ARGS`` as a process of its own; return its wall time in seconds."""
+def timed(*args: str) -> tuple[float, float]:
+    """Run ``packshard ARGS`` as a process of its own; return its wall and CPU seconds.
+
+    CPU is user + system of every process waited for (the command and the workers it reaped);
+    on a machine shared with other work it says more than the wall time, which depends on how
+    many processes compete for the cores (``pack`` runs several, ``repack`` one).
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", CLI, *args], check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -74,6 +85,7 @@ def main() -> None:
     data = work / "chat.jsonl"
     if not data.is_file():
         write_records(data, args.records)
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())  # other work on the machine
     common = ("-t", args.tokenizer, "--no-progress", "--overwrite")
     parent = timed("pack", str(data), "--max-seq-len", "4096", "-o", str(work / "parent"), *common)
     new = ("--max-seq-len", "8192", "--seed", "1")
@@ -84,9 +96,13 @@ def main() -> None:
     same = digests(work / "fresh") == digests(work / "repacked")
     stats = json.loads((work / "repacked" / "manifest.json").read_text())["stats"]
     print(f"records {args.records:,}, examples {stats['examples']:,}, tokens {stats['tokens']:,}")
-    print(f"pack (parent, 4096)               {parent:8.2f} s")
-    print(f"pack (fresh, 8192, seed 1)        {fresh:8.2f} s")
-    print(f"repack (parent → 8192, seed 1)    {repack:8.2f} s   {fresh / repack:.1f}× faster")
+    print(f"load average before: {load}")
+    print("                                      wall s    CPU s")
+    print(f"pack (parent, 4096)               {parent[0]:9.2f} {parent[1]:9.2f}")
+    print(f"pack (fresh, 8192, seed 1)        {fresh[0]:9.2f} {fresh[1]:9.2f}")
+    print(f"repack (parent → 8192, seed 1)    {repack[0]:9.2f} {repack[1]:9.2f}")
+    wall, cpu = fresh[0] / repack[0], fresh[1] / repack[1]
+    print(f"repack is {wall:.1f}× faster (wall), {cpu:.1f}× less CPU")
     print(f"shards and examples index byte-identical: {same}")
     if not same:
         sys.exit(1)

@@ -45,7 +45,7 @@ from packshard.format.examples import EXAMPLES_NAME, read_examples
 from packshard.format.rejects import REJECTS_NAME, read_rejects
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.config import PackConfig
-from packshard.pack.spill import Spill, SpillWriter
+from packshard.pack.spill import Spill, SpillCounts, SpillWriter
 from packshard.pack.units.parts import FILES, gather_ranges
 from packshard.records import Reject, SourceRefs
 
@@ -120,30 +120,8 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
         )
         rejects += writer.add(batch)
     spill = writer.finish()
-    counts = spill.counts
-    per_source, per_domain = _dropped_counts(dropped, counts.sources, counts.domains)
-    names = list(counts.domains) + [d for d in per_domain if d not in counts.domains]
-    spill = replace(
-        spill,
-        counts=replace(
-            counts,
-            domains=tuple(names),
-            formats=tuple(sorted(formats)) if formats else counts.formats,
-            records_per_source=tuple((np.asarray(counts.records_per_source) + per_source).tolist()),
-            records_per_domain=tuple(
-                add_counts(
-                    np.asarray(counts.records_per_domain, np.int64),
-                    np.array([per_domain.get(d, (0, 0))[0] for d in names], np.int64),
-                ).tolist()
-            ),
-            tokens_in_per_domain=tuple(
-                add_counts(
-                    np.asarray(counts.tokens_in_per_domain, np.int64),
-                    np.array([per_domain.get(d, (0, 0))[1] for d in names], np.int64),
-                ).tolist()
-            ),
-        ),
-    )
+    counts = _with_drops(spill.counts, dropped)
+    spill = replace(spill, counts=replace(counts, formats=formats or counts.formats))
     order = {name: i for i, name in enumerate(sources)}
     merged = sorted(carried + rejects, key=lambda r: (order[r.ref.source], r.ref.line))
     by_policy = manifest["loss"]["examples_by_policy"] if mixed else None
@@ -265,15 +243,26 @@ def _carried_rejects(
     return carried, dropped
 
 
-def _dropped_counts(
-    dropped: list[tuple[Reject, int]], sources: tuple[str, ...], domains: tuple[str, ...]
-) -> tuple[np.ndarray, dict[str, tuple[int, int]]]:
-    """Count the carried drops as records read: per source, and per domain (records, tokens)."""
-    per_source = np.zeros(len(sources), np.int64)
-    code = {name: i for i, name in enumerate(sources)}
-    per_domain: dict[str, tuple[int, int]] = {d: (0, 0) for d in domains}
+def _with_drops(counts: SpillCounts, dropped: list[tuple[Reject, int]]) -> SpillCounts:
+    """Count the carried drops as records read, per source and domain, with their tokens."""
+    per_source = np.zeros(len(counts.sources), np.int64)
+    code = {name: i for i, name in enumerate(counts.sources)}
+    domains = list(counts.domains)
+    for reject, _ in dropped:
+        if reject.domain not in domains:
+            domains.append(reject.domain)
+    per_domain = np.zeros((2, len(domains)), np.int64)  # records, tokens
     for reject, length in dropped:
         per_source[code[reject.ref.source]] += 1
-        records, tokens = per_domain.get(reject.domain, (0, 0))
-        per_domain[reject.domain] = (records + 1, tokens + length)
-    return per_source, per_domain
+        per_domain[:, domains.index(reject.domain)] += (1, length)
+    return replace(
+        counts,
+        domains=tuple(domains),
+        records_per_source=tuple((np.asarray(counts.records_per_source) + per_source).tolist()),
+        records_per_domain=tuple(
+            add_counts(np.asarray(counts.records_per_domain), per_domain[0]).tolist()
+        ),
+        tokens_in_per_domain=tuple(
+            add_counts(np.asarray(counts.tokens_in_per_domain), per_domain[1]).tolist()
+        ),
+    )
