@@ -7,7 +7,7 @@ Layers, lowest first (a module may import its own layer and the layers below)::
     format                                the output folder's contract
     ingest | torch | export               read → … → label | the trainer-side reader | other formats
     profile | pack | verify               the commands' libraries
-    repack                                pack's stages fed from a pack (its shards read as export does)
+    repack                                pack's stages fed from a pack (read as export reads it)
     cli                                   the command line
 
 ``ingest`` never imports ``format`` (nor anything above it); ``torch`` never imports

@@ -184,6 +184,9 @@ def test_the_command(parent, tmp_path):
     assert again.stderr == (
         f"error: {tmp_path / 're'}: output folder exists and is not empty (use --overwrite)\n"
     )
+    itself = runner.invoke(main, ["repack", str(parent), "-o", str(parent), "--overwrite"])
+    assert itself.exit_code == 2
+    assert itself.stderr.startswith(f"error: {parent}: output folder lies inside the input folder")
     missing = runner.invoke(main, ["repack", str(tmp_path / "no"), "-o", str(tmp_path / "x")])
     assert missing.exit_code == 2
     assert missing.stderr.startswith(f"error: {tmp_path / 'no'}: not a folder")
