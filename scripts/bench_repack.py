@@ -5,13 +5,16 @@
 
 Steps, each a ``packshard`` process of its own, timed from start to exit:
 
-1. ``pack DATA --max-seq-len 4096 -o parent``  (the pack a user already has; not compared)
-2. ``pack DATA --max-seq-len 8192 --seed 1 -o fresh``  (what re-tokenizing costs)
+1. ``pack DATA --max-seq-len 4096 --workers 1 -o parent``  (the pack a user already has)
+2. ``pack DATA --max-seq-len 8192 --seed 1 --workers 1 -o fresh``  (what re-tokenizing costs)
 3. ``repack parent --max-seq-len 8192 --seed 1 -o repacked``
 
 then checks that ``fresh`` and ``repacked`` hold the same shards and examples index, byte for
-byte, and prints the two times and their ratio.  DATA is ``--records`` short chat records
-(seeded: a user turn of 2-12 words, an answer of 2-20), written once into ``--work``.
+byte, and prints wall and CPU seconds and their ratios.  Each is one process (``pack
+--workers 1`` runs its tasks in its own process; the bytes never depend on it), so CPU is
+counted whole: a fork server's workers are not reaped by the command.  DATA is ``--records``
+short chat records (seeded: a user turn of 2-12 words, an answer of 2-20), written once into
+``--work``.
 """
 
 from __future__ import annotations
@@ -52,9 +55,8 @@ def write_records(path: Path, n: int, seed: int = 0) -> None:
 def timed(*args: str) -> tuple[float, float]:
     """Run ``packshard ARGS`` as a process of its own; return its wall and CPU seconds.
 
-    CPU is user + system of every process waited for (the command and the workers it reaped);
-    on a machine shared with other work it says more than the wall time, which depends on how
-    many processes compete for the cores (``pack`` runs several, ``repack`` one).
+    CPU is user + system of the process and those it reaped; on a machine shared with other
+    work it says more than the wall time.
     """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
@@ -86,7 +88,10 @@ def main() -> None:
     if not data.is_file():
         write_records(data, args.records)
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())  # other work on the machine
-    common = ("-t", args.tokenizer, "--no-progress", "--overwrite")
+    # one process each (--workers 1: pack's tasks run in its own process), so that CPU time is
+    # counted whole (workers of a fork server are not reaped by the command) and both compete
+    # alike for a shared machine
+    common = ("-t", args.tokenizer, "--no-progress", "--overwrite", "--workers", "1")
     parent = timed("pack", str(data), "--max-seq-len", "4096", "-o", str(work / "parent"), *common)
     new = ("--max-seq-len", "8192", "--seed", "1")
     fresh = timed("pack", str(data), *new, "-o", str(work / "fresh"), *common)

@@ -11,8 +11,10 @@ inputs would have made, without a tokenizer::
             ─► SpillWriter.add: the overlong policy of the *new* max_seq_len, the counts
             ─► work/spill/tokens.bin, labels.bin                        (pack's own spill)
 
-Measured on 1,000,000 chat examples (23.4M phi-3 tokens, ``scripts/bench_repack.py``): the
-passes together take about a second; pack's ingest of the same records took minutes.
+Measured on 1,000,000 chat examples (23.0M phi-3 tokens, ``scripts/bench_repack.py``, one
+process on a loaded 2-core machine): pass 1 2.4 CPU-s (reading and checking the shards), pass 2
+2.4 (the examples index, the gathers, the spill writer); pack's ingest of the same records
+takes minutes.
 
 Each example's first label is -100 in the shards (packing masks it) and may have been a target
 in the parent's spill; a plan never trains it and the counts skip it (``num_loss_tokens``), so

@@ -16,8 +16,9 @@ from packshard.format.folder.claim import claim_out
 from packshard.format.manifest import MANIFEST_NAME, load_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.pack.config import check_config
+from packshard.pack.finish import Provenance, pack_spill
 from packshard.pack.heap import return_freed_memory
-from packshard.pack.pipeline import PackResult, Provenance, pack_spill
+from packshard.pack.pipeline import PackResult
 from packshard.pack.units.scale import work_folder
 from packshard.repack.config import RepackConfig, parent_problem
 from packshard.repack.respill import respill
