@@ -226,6 +226,11 @@ def _carried_rejects(
         if found is None:
             raise FormatError(str(parent / REJECTS_NAME), f"{reject.ref}: no length in its reason")
         length = int(found.group(1))
+        if plan.overlong == "error" and plan.strategy != "wrapped":
+            raise UsageError(
+                f"{reject.ref}: the parent dropped this {length}-token record as too long; "
+                "under --overlong error a fresh pack would stop there (use --overlong drop)"
+            )
         kept = plan.strategy == "wrapped" or plan.overlong != "drop"
         if kept or length <= plan.max_seq_len:
             how = f"--overlong {plan.overlong}" if plan.overlong != "drop" else "it fits"

@@ -137,6 +137,11 @@ def test_a_record_the_parent_dropped_and_a_fresh_pack_would_keep_is_refused(
         "inputs, or keep --overlong drop with a --max-seq-len below its length)"
     )
     assert not (tmp_path / "longer").exists()
+    with pytest.raises(UsageError) as err:
+        repack(small, tmp_path / "strict", max_seq_len=64, overlong="error")
+    assert str(err.value).endswith(
+        "as too long; under --overlong error a fresh pack would stop there (use --overlong drop)"
+    )
 
 
 def test_several_loss_policies_need_every_example_whole(parent, tmp_path):
