@@ -44,7 +44,9 @@ def repack_dataset(config: RepackConfig, notify: Callable[[str], None] | None = 
     pack_config = config.pack_config(manifest)
     warnings = check_config(pack_config)
     with claim_out(pack_config.out, config.overwrite, [str(parent)], [], notify, "repack") as claim:
-        work = work_folder(claim.out)
+        # its own folder among pack's work units: an interrupted pack's units stay for --resume
+        units = work_folder(claim.out)
+        work = units / "repack"
         shutil.rmtree(work, ignore_errors=True)
         try:
             work.mkdir(parents=True)
@@ -68,6 +70,8 @@ def repack_dataset(config: RepackConfig, notify: Callable[[str], None] | None = 
                 )
         finally:
             shutil.rmtree(work, ignore_errors=True)
+            if units.is_dir() and not any(units.iterdir()):
+                units.rmdir()
         claim.publish()
     warnings += claim.notes
     return PackResult(claim.out, written, time.perf_counter() - started, tuple(warnings))

@@ -104,6 +104,15 @@ def test_a_repack_is_the_fresh_pack_byte_for_byte(request, tmp_path, which, opti
     }
 
 
+def test_a_repack_leaves_an_interrupted_packs_units_alone(parent, tmp_path):
+    units = tmp_path / ".re.units"  # what pack --resume would reuse for the folder re
+    (units / "unit-00000").mkdir(parents=True)
+    repack(parent, tmp_path / "re", max_seq_len=256)
+    assert [p.name for p in units.iterdir()] == ["unit-00000"]
+    repack(parent, tmp_path / "again", max_seq_len=256)
+    assert not (tmp_path / ".again.units").exists()  # its own work is gone
+
+
 def test_a_repack_verifies(parent, tmp_path):
     out = repack(parent, tmp_path / "re", max_seq_len=200, seed=9)
     report = verify_dataset(out, VerifyOptions(model_rows=2))
