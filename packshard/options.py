@@ -56,7 +56,14 @@ MIX_BY = ("tokens", "trained_tokens", "examples")
 """What ``--mix`` shares are counted in (:mod:`packshard.format.mixture`)."""
 OVERLONG_POLICIES = ("drop", "truncate", "split", "error")
 COMPRESSIONS = ("zstd", "snappy", "none")
-EXPORT_TARGETS = ("megatron", "megatron-parquet", "torchtune", "mds", "unpacked")
+EXPORT_TARGETS = (
+    "megatron",
+    "megatron-npy",
+    "megatron-parquet",
+    "torchtune",
+    "mds",
+    "unpacked",
+)
 """``packshard export --to``: each a module of :mod:`packshard.export`."""
 CHECKS = ("integrity", "structure", "source", "model")
 """The checks ``verify`` runs, in order (:mod:`packshard.verify.run`)."""

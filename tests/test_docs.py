@@ -15,8 +15,8 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 COMMANDS = sorted(main.commands)
 
 
-def test_the_commands_are_the_documented_five():
-    assert COMMANDS == ["export", "inspect", "pack", "profile", "verify"]
+def test_the_commands_are_the_documented_six():
+    assert COMMANDS == ["export", "inspect", "pack", "profile", "repack", "verify"]
 
 
 @pytest.mark.parametrize("name", COMMANDS)

@@ -7,6 +7,7 @@ Layers, lowest first (a module may import its own layer and the layers below)::
     format                                the output folder's contract
     ingest | torch | export               read → … → label | the trainer-side reader | other formats
     profile | pack | verify               the commands' libraries
+    repack                                pack's stages fed from a pack (read as export reads it)
     cli                                   the command line
 
 ``ingest`` never imports ``format`` (nor anything above it); ``torch`` never imports
@@ -40,9 +41,22 @@ ALLOWED = {
     "pack": BASE | {"engine", "format", "ingest", "pack"},
     "verify": BASE | {"engine", "format", "ingest", "torch", "verify"},
     "profile": BASE | {"engine", "ingest", "profile", "pack.plan"},
+    "repack": BASE | {"engine", "format", "ingest", "pack", "export", "repack"},
     "demo": set(),
     "cli": BASE
-    | {"engine", "format", "ingest", "torch", "profile", "pack", "verify", "export", "cli", "demo"},
+    | {
+        "engine",
+        "format",
+        "ingest",
+        "torch",
+        "profile",
+        "pack",
+        "repack",
+        "verify",
+        "export",
+        "cli",
+        "demo",
+    },
     "__init__": BASE,
 }
 LONG_MODULES = {

@@ -28,7 +28,7 @@ from typing import Any
 import click
 
 from packshard.cli.errors import CommandGroup, naming, not_over, warn
-from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, VERIFY
+from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, REPACK, VERIFY
 from packshard.cli.sections import SectionedCommand
 from packshard.errors import EXIT_DATA, EXIT_USAGE
 
@@ -60,6 +60,7 @@ def main() -> None:
     Example:
       packshard profile data/*.jsonl -t tok/ --max-seq-len 4096
       packshard pack data/*.jsonl -t tok/ --max-seq-len 4096 -o packed/
+      packshard repack packed/ --max-seq-len 8192 -o packed-8k/
       packshard verify packed/
       packshard export packed/ --to megatron -o megatron/
     """
@@ -168,6 +169,33 @@ def pack(
         screen.print(render_mixture(stats["mix"], "Mixture before (input) and after (packed)"))
     sources = [i["resolved"] for i in result.manifest["inputs"]]
     enforce_reject_rate(stats["records"], stats["rejects_by_code"], max_reject_rate, fmt, sources)
+
+
+@main.command()
+@click.argument("parent", type=click.Path())
+@REPACK
+def repack(parent: str, out: str, overwrite: bool, **changes: Any) -> None:
+    """Re-plan a packed folder for another length, seed or strategy, without re-tokenizing.
+
+    Reads only PARENT's shards and index (no tokenizer, template or input file) and writes
+    the folder a fresh pack with the same options would: the same shards and examples index,
+    byte for byte; its manifest names PARENT.  Options left out keep PARENT's.
+
+    \b
+    Example:
+      packshard repack packed/ --max-seq-len 8192 --seed 1 -o packed-8k/
+    """
+    from packshard.cli.tables import console, render_pack_summary
+    from packshard.repack import RepackConfig, repack_dataset
+
+    _settled()
+
+    config = RepackConfig.build(parent, out, overwrite, **changes)
+    with naming(out):
+        result = repack_dataset(config, notify=warn)
+    for warning in result.warnings:
+        warn(warning)
+    console().print(render_pack_summary(result))
 
 
 @main.command()

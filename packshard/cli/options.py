@@ -360,6 +360,50 @@ PACK = group(
     ),
 )
 
+REPACK = group(
+    click.option(
+        "-o",
+        "--out",
+        required=True,
+        help="Output folder (written atomically; never the parent).",
+    ),
+    click.option("--max-seq-len", type=int, help="Row capacity in tokens."),
+    click.option(
+        "--strategy",
+        type=click.Choice(STRATEGIES),
+        help="bfd/ffd: best/first-fit decreasing; sequential: next-fit in input order; "
+        "wrapped: a token stream cut into full rows.",
+    ),
+    click.option(
+        "--overlong",
+        type=click.Choice(OVERLONG_POLICIES),
+        help="What to do with examples longer than the new --max-seq-len.",
+    ),
+    click.option("--seed", type=int, help="Seed of the row shuffle and the --eval-fraction draw."),
+    click.option(
+        "--eval-fraction",
+        type=float,
+        help="Share of the records drawn (seeded, by record) into the eval split.",
+    ),
+    click.option(
+        "--group-by-domain/--no-group-by-domain",
+        default=None,
+        help="Rows hold examples of one domain each.",
+    ),
+    click.option("--plan-scope", help="Plan all examples at once (global), or group:N."),
+    click.option("--shard-rows", type=int, help="Most rows per shard."),
+    click.option("--shard-bytes", type=int, help="Approximate most bytes per shard."),
+    click.option(
+        "--compression", type=click.Choice(COMPRESSIONS), help="Parquet compression of the shards."
+    ),
+    click.option(
+        "--overwrite",
+        is_flag=True,
+        help="Replace a non-empty output folder (only once the new one is complete).",
+    ),
+)
+"""``repack``'s options: each left out keeps the parent's setting (its manifest's config)."""
+
 VERIFY = group(
     ENGINE,
     click.option(
@@ -420,9 +464,10 @@ EXPORT = group(
         "target",
         required=True,
         type=click.Choice(EXPORT_TARGETS),
-        help="Target format: released Megatron-Bridge's packed .npy (megatron), the Parquet form "
-        "of its main branch (megatron-parquet), torchtune packed samples, MosaicML MDS, or one "
-        "row per example (Axolotl, LitGPT).",
+        help="Target format: Megatron-Bridge's packed Parquet, read by releases 0.4.0 onward "
+        "(megatron; megatron-parquet is its earlier name), the .npy of releases up to 0.3.1 "
+        "(megatron-npy), torchtune packed samples, MosaicML MDS, or one row per example "
+        "(Axolotl, LitGPT).",
     ),
     click.option(
         "-o",

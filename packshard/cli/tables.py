@@ -57,6 +57,8 @@ def render_pack_summary(result: Any) -> Group:
         ("lower bound rows", stats["lower_bound_rows"]),
         ("fill rate", f"{100 * stats['fill_rate']:.2f}%"),
     ]
+    if parent := result.manifest.get("parent"):
+        rows.insert(0, ("repacked from", str(parent["path"])))
     if "bfd_fill_rate" in stats:
         rows.append(("fill rate with bfd", f"{100 * stats['bfd_fill_rate']:.2f}% (order not kept)"))
     rows.append(("shards", len(result.manifest["shards"])))

@@ -135,19 +135,23 @@ def preference_refusal(manifest: dict[str, Any], target: str) -> str | None:
     )
 
 
-def read_rows(out: Path) -> Iterator[Rows]:
+def read_rows(
+    out: Path, splits: tuple[str, ...] = ("train",), columns: list[str] | None = None
+) -> Iterator[Rows]:
     """Yield the rows of ``out`` shard by shard, each shard checked (see module doc).
 
     The manifest is checked against its schema first, and every shard path it names must
     be a regular file inside ``out`` (:func:`~packshard.format.folder.paths.inside_folder`): nothing
-    from outside the folder is read.  Only the train shards are read: an eval split
-    (``pack --eval-fraction``) is held out of every training export.
+    from outside the folder is read.  Only the shards of ``splits`` are read: by default the
+    train shards, as an eval split (``pack --eval-fraction``) is held out of every training
+    export; ``repack`` reads both.  ``columns`` (at least :data:`COLUMNS`) reads only those,
+    their types unchecked beyond the SHA-256 (``repack`` leaves out ``position_ids``).
     """
     manifest = load_source(out)
     dataset_id = str(manifest["dataset_id"])
     vocab_size = int(manifest["tokenizer"]["vocab_size"])
     for entry in manifest["shards"]:
-        if entry.get("split", "train") != "train":
+        if entry.get("split", "train") not in splits:
             continue
         path = out / str(entry["path"])
         try:
@@ -162,7 +166,7 @@ def read_rows(out: Path) -> Iterator[Rows]:
                 "SHA-256 differs from the manifest: the shard was replaced or modified after "
                 f"it was packed (run packshard verify {out}, and pack again)",
             )
-        table = read_shard(path, dataset_id, data=raw)  # every column and its type checked
+        table = read_shard(path, dataset_id, columns, data=raw)  # without columns: all, checked
         del raw
         problem = rows_problem(table) or tokens_problem(table, vocab_size)
         if problem is not None:

@@ -1,14 +1,16 @@
-"""Megatron-Bridge / NeMo packed-sequence Parquet: ``input_ids``, ``seq_start_id``, ``loss_mask``.
+"""Megatron-Bridge packed-sequence Parquet: ``input_ids``, ``seq_start_id``, ``loss_mask``.
 
-This is ``--to megatron-parquet``: the Parquet reader exists only on Megatron-Bridge's main
-branch (with an unreleased megatron-core); released Megatron-Bridge (0.3.1) reads the same
-three fields from a ``.npy`` file, ``--to megatron`` (:mod:`packshard.export.megatron_npy`).
+This is ``--to megatron``, the form released Megatron-Bridge reads: ``GPTSFTPackedParquetDataset``
+in ``megatron.bridge.data.packing.parquet`` (0.6.0 onward; 0.4.0 to 0.5.x have the same class in
+``megatron.bridge.data.datasets.packed_parquet``).  Those releases deprecate the ``.npy`` form;
+releases up to 0.3.1 read only that, ``--to megatron-npy`` (:mod:`packshard.export.megatron_npy`).
 
-Megatron-Bridge's ``GPTSFTPackedParquetDataset`` reads these three columns of every row
-(other columns are ignored) and slices each segment ``[s, e)`` itself: inputs
-``input_ids[s:e-1]``, targets ``input_ids[s+1:e]``, loss ``loss_mask[s:e-1]``.  It stores no
-labels, so its ``loss_mask`` is *shifted*: ``loss_mask[p]`` says whether the target at ``p + 1``
-trains.  For a packshard row (``-`` = -100)::
+The reader takes files ending ``.idx.parquet`` (or a folder or glob of ``.parquet``), requires
+these three columns (others are ignored), reads one row group at a time and slices each segment
+``[s, e)`` of ``seq_start_id + [len(input_ids)]`` itself: inputs ``input_ids[s:e-1]``, targets
+``input_ids[s+1:e]``, loss ``loss_mask[s:e-1]``.  It stores no labels, so its ``loss_mask`` is
+*shifted*: ``loss_mask[p]`` says whether the target at ``p + 1`` trains.  For a packshard row
+(``-`` = -100)::
 
     input_ids      a b c | d e f g         cu_seqlens [0, 3, 7]
     labels         - b c | - - f g
@@ -18,12 +20,15 @@ trains.  For a packshard row (``-`` = -100)::
 so the trained (context → target) pairs are packshard's exactly.  Because the first label of
 every segment is -100, the whole-row shift ``loss_mask = (labels[1:] != -100) + [0]`` already
 gives 0 at every segment's end.  A segment of one token has no target and would become an
-empty sequence at run time: its token is dropped (counted in ``export.json``).
+empty sequence at run time: its token is dropped (counted in ``export.json``).  The collator
+also zeroes the loss where the *input* token is the tokenizer's EOS id (it pads with EOS); a
+trained target after an EOS inside a sequence would lose its loss there, so those are counted
+(``targets_after_eos``, 0 for templates whose turns end with EOS: the next token is context).
 
 Files, as Megatron-Bridge's builder names them: ``training_{N}.idx.parquet`` (row groups of
-500 rows) and ``{N}_metadata.jsonl`` (one JSON array with one object per split, lengths at run
-time: a segment of ``n`` tokens is ``n - 1`` there), ``N`` = packshard's ``max_seq_len`` =
-``packed_sequence_size``.
+500 rows, its writer's default) and ``{N}_metadata.jsonl`` (one JSON array with one object per
+split, lengths at run time: a segment of ``n`` tokens is ``n - 1`` there), ``N`` = packshard's
+``max_seq_len`` = ``packed_sequence_size``.
 """
 
 from __future__ import annotations
@@ -50,8 +55,11 @@ SCHEMA = pa.schema(
 )
 
 
-def megatron_table(rows: Rows) -> tuple[pa.Table, dict[str, Any]]:
-    """Convert one shard's rows; return the table and its run-time length statistics."""
+def megatron_table(rows: Rows, eos_id: int | None) -> tuple[pa.Table, dict[str, Any]]:
+    """Convert one shard's rows; return the table and its run-time length statistics.
+
+    ``eos_id`` is the tokenizer's EOS id (None: none), whose trained targets the collator drops.
+    """
     trained = rows.labels != IGNORE_INDEX
     loss_mask = np.zeros(len(trained), dtype=np.int8)
     loss_mask[:-1] = trained[1:]
@@ -78,6 +86,7 @@ def megatron_table(rows: Rows) -> tuple[pa.Table, dict[str, Any]]:
         ],
         schema=SCHEMA,
     )
+    after_eos = 0 if eos_id is None else int(np.count_nonzero(loss_mask & (rows.ids == eos_id)))
     runtime = np.bincount(row_of_kept, weights=kept_len - 1, minlength=rows.num_rows)[live]
     stats = {
         "rows": int(live.sum()),
@@ -87,17 +96,18 @@ def megatron_table(rows: Rows) -> tuple[pa.Table, dict[str, Any]]:
         "max_segments": int(segs.max()) if len(segs) else 0,
         "runtime_tokens": int(runtime.sum()),
         "min_runtime_row": int(runtime.min()) if len(runtime) else 0,
+        "targets_after_eos": after_eos,
     }
     return table, stats
 
 
-def write_megatron(out: Path, folder: Path, max_seq_len: int) -> dict[str, Any]:
+def write_megatron(out: Path, folder: Path, max_seq_len: int, eos_id: int | None) -> dict[str, Any]:
     """Write the Megatron-Bridge files of ``out`` into ``folder``; return what was written."""
     name = f"training_{max_seq_len}.idx.parquet"
     totals: dict[str, Any] = {}
     with pq.ParquetWriter(folder / name, SCHEMA) as writer:
         for rows in read_rows(out):
-            table, stats = megatron_table(rows)
+            table, stats = megatron_table(rows, eos_id)
             if table.num_rows:
                 writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
             merge_stats(totals, stats)

@@ -1,9 +1,11 @@
-"""Megatron-Bridge's released packed-sequence file: ``training_{N}.npy`` and its metadata.
+"""Megatron-Bridge's older packed-sequence file: ``training_{N}.npy`` and its metadata.
 
-Released Megatron-Bridge (0.3.1 on the package index) trains packed SFT data only from a
-``.npy`` file (``PackedSequenceSpecs`` asserts the suffix; ``GPTSFTPackedDataset`` loads it
-with ``np.load(path, allow_pickle=True)``): a one-dimensional NumPy *object* array, one
-``dict`` per packed row, as its own ``fill_packing_strategy`` writes it::
+This is ``--to megatron-npy``, for Megatron-Bridge releases up to 0.3.1, which train packed SFT
+data only from a ``.npy`` file (``PackedSequenceSpecs`` asserts the suffix;
+``GPTSFTPackedDataset`` loads it with ``np.load(path, allow_pickle=True)``).  From 0.4.0 the
+releases read Parquet (``--to megatron``, :mod:`packshard.export.megatron`) and 0.6.0 warns that
+the ``.npy`` form is deprecated.  The file is a one-dimensional NumPy *object* array, one
+``dict`` per packed row, as that release's own ``fill_packing_strategy`` writes it::
 
     {"input_ids": [a, b, c, d, e, f, g],     Python lists of ints
      "loss_mask": [1, 1, 0, 0, 1, 1, 0],     shifted: loss_mask[p] trains the target at p + 1
@@ -21,10 +23,8 @@ An object array is stored by NumPy with pickle: that is the released reader's fo
 packshard writes it from lists and ints only, and never loads one (the tests read it back with
 an unpickler that admits NumPy's array reconstruction alone).
 
-The collator also zeroes the loss where the *input* token is the tokenizer's EOS id (it pads
-with EOS).  A trained target that follows an EOS inside a sequence would lose its loss there;
-their count is recorded (``targets_after_eos``) and is 0 for templates that end a turn with
-EOS (the next token, a newline or the next header, is context).
+The collator is the Parquet form's: it zeroes the loss where the *input* token is EOS, and the
+trained targets lost that way are counted alike (``targets_after_eos``).
 """
 
 from __future__ import annotations
@@ -44,21 +44,17 @@ def write_megatron_npy(
     """Write ``training_{N}.npy`` and ``{N}_metadata.jsonl`` into ``folder``; return the counts."""
     samples: list[dict[str, list[int]]] = []
     totals: dict[str, Any] = {}
-    after_eos = 0
     for rows in read_rows(out):
-        table, stats = megatron_table(rows)
+        table, stats = megatron_table(rows, eos_id)
         merge_stats(totals, stats)
         columns = table.to_pydict()
         for ids, mask, starts in zip(
             columns["input_ids"], columns["loss_mask"], columns["seq_start_id"], strict=True
         ):
             samples.append({"input_ids": ids, "loss_mask": mask, "seq_start_id": starts})
-            if eos_id is not None:  # trained positions whose input is EOS lose their loss there
-                after_eos += int(np.count_nonzero(np.array(mask, bool) & (np.array(ids) == eos_id)))
     array = np.empty(len(samples), dtype=object)
     array[:] = samples
     name = f"training_{max_seq_len}.npy"
     with open(folder / name, "wb") as fh:
         np.save(fh, array, allow_pickle=True)
-    totals["targets_after_eos"] = after_eos
     return write_metadata(folder, name, totals, max_seq_len)

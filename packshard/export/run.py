@@ -2,8 +2,10 @@
 
 Targets (:data:`packshard.options.EXPORT_TARGETS`), each a module of this package:
 
-    megatron    Megatron-Bridge 0.3.1 (released) packed .npy: one dict per row, and its metadata
-    megatron-parquet  the same rows as Parquet, for Megatron-Bridge's main branch
+    megatron    Megatron-Bridge packed Parquet (``training_{N}.idx.parquet``), read by releases
+                0.4.0 onward (``megatron.bridge.data.packing.parquet`` from 0.6.0)
+    megatron-npy      the same rows as the ``.npy`` of releases up to 0.3.1 (deprecated in 0.6)
+    megatron-parquet  the earlier name of ``megatron``, kept so that scripts keep working
     torchtune   torchtune packed samples (tokens, labels, input_pos, seq_lens) and their loader
     mds         MosaicML streaming MDS, one sample per packed row
     unpacked    one row per example (input_ids, attention_mask, labels): Axolotl, LitGPT
@@ -73,11 +75,11 @@ def export_dataset(
     pad = manifest.get("tokenizer", {}).get("pad_token_id")
     with claim_out(os.fspath(dest), overwrite, [os.fspath(out)], [], notify, "export") as claim:
         tmp = claim.tmp
-        if target == "megatron":
-            eos = manifest.get("tokenizer", {}).get("eos_token_id")
+        eos = manifest.get("tokenizer", {}).get("eos_token_id")
+        if target in ("megatron", "megatron-parquet"):
+            written = write_megatron(source, tmp, max_seq_len, eos)
+        elif target == "megatron-npy":
             written = write_megatron_npy(source, tmp, max_seq_len, eos)
-        elif target == "megatron-parquet":
-            written = write_megatron(source, tmp, max_seq_len)
         elif target == "torchtune":
             written = write_torchtune(source, tmp, max_seq_len, 0 if pad is None else int(pad))
         elif target == "mds":

@@ -10,6 +10,7 @@ values.  :class:`IngestOptions` says how records are read, labelled and batched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +150,7 @@ class TokenizedBatch:
     input_ids: np.ndarray  # int32, flat
     labels: np.ndarray  # int32, flat
     offsets: np.ndarray  # int64, len == n + 1
-    refs: tuple[SourceRef, ...]
+    refs: Sequence[SourceRef]  # a tuple, or SourceRefs (columns) for many examples
     domains: tuple[str, ...]
     formats: tuple[str, ...]
     turns: np.ndarray | None = None  # int32 per example (--turns expand), None: all 0

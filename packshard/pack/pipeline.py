@@ -8,6 +8,9 @@ Stages, each its own module, in this order::
       ─► shuffle rows (seed) ─► stats ─► examples index ─► assemble_ranges + write_shard
       ─► rejects ─► dataset card ─► manifest (last)
 
+Everything after the spill is :func:`~packshard.pack.finish.pack_spill`, the route ``repack``
+takes too.
+
 Memory holds the per-example integers, one chunk of the examples index (131,072 rows) and
 two row groups of a shard; tokens wait on disk in the spill.  Source, domain, start and
 turn codes are kept in their smallest integer type (:meth:`~packshard.pack.spill.Spill.compacted`),
@@ -23,7 +26,7 @@ peak RSS packing 2M one-token records minus that at 200k, over 1.8M, ``--workers
 was 736.9 MiB before), the planner's, the statistics' and the index's per-example
 temporaries, peaking close together (``docs/scale.md``).  Each stage
 returns a typed value (the spill with what it accepted, the rejects file's tally, the
-plan, the shards' entries) and :func:`pack_stats` combines them once.
+plan, the shards' entries) and :func:`~packshard.pack.counts.pack_stats` combines them once.
 
 Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
@@ -51,31 +54,17 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from packshard.arrays import fill_rate
-from packshard.digests import sha256_path
 from packshard.engine import Engine, TaskFailed
-from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.errors import (
-    REJECTED,
     NothingToPackError,
     PackshardError,
-    UsageError,
-    reject_kind,
 )
-from packshard.format.card import write_card
-from packshard.format.causes import likely_cause
 from packshard.format.environment import pack_environment
-from packshard.format.examples import EXAMPLES_NAME, write_examples
 from packshard.format.folder.claim import claim_out
-from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
-from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
-from packshard.format.version import FORMAT_VERSION
+from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.ingest.label.reasoning import reasoning_field
 from packshard.ingest.loaded import sharing
 from packshard.ingest.progress import IngestProgress, open_progress
@@ -86,31 +75,14 @@ from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
 from packshard.ingest.tokens.backends import backend_note, backends_entry
 from packshard.pack.config import PackConfig, check_config
-from packshard.pack.counts import (
-    examples_tables,
-    loss_policies,
-    pack_stats,
-    pair_stats,
-    records_per_input,
-    wrapped_drops,
-)
-from packshard.pack.heap import return_freed_memory, trim_heap
+from packshard.pack.finish import Provenance, pack_spill
+from packshard.pack.heap import return_freed_memory
 from packshard.pack.plan.evalsplit import (
-    eval_examples,
     eval_files,
-    plan_examples,
-    row_order,
-    split_stats,
-    train_rows,
 )
-from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
-from packshard.pack.plan.pairs import plan_pair_units
-from packshard.pack.plan.rows import RowPlan, ordering_stats
-from packshard.pack.spill import Spill
 from packshard.pack.units.early import sized_engine
 from packshard.pack.units.map import UnitResult
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
-from packshard.pack.write.shards import shard_entries, split_bounds, write_shards_on
 
 
 @dataclass(frozen=True)
@@ -200,106 +172,28 @@ def _pack_into(
                 bar.close()
         spill = spill.compacted("source_index", "domain_codes", "starts", "turns")  # int8 mostly
         bundle, template = loaded.result()
-        reasoning_dropped = info.pop("reasoning_dropped", 0)
-        pairs_read = info.pop("pairs_read", 0)
         encoded = info.pop("encode", None)
-        is_eval = eval_examples(spill, config, train_files)
-        target = config.plan.mix_target()
-        mixing = target is not None and len(spill) > 0  # nothing spilled: nothing to pack
-        if mixing and spill.pair_codes is not None and spill.pair_codes.any():
-            raise UsageError(
-                "--mix does not take preference or KTO records yet (a repeated pair would need "
-                "its own pair_id): pack the pairs without --mix, or mix the chat data alone"
-            )
-        mixed = mix_examples(spill, target, config.plan.seed) if mixing and target else None
-        if mixed is not None and mixed.choice.note is not None:
-            note(f"--mix-best-effort: {mixed.choice.note}")
-        plan = plan_examples(spill, config, is_eval, mixed.index if mixed is not None else None)
-        if mixed is not None:
-            rejects.write(mix_drops(spill, mixed))
-        rejects.write(wrapped_drops(spill, plan))
-        tally = rejects.close()
-    if plan.num_rows == 0:
-        raise NothingToPackError(_nothing_packed(spill, tally, config, files))
-    ordering = ordering_stats(plan)
-    split_at = train_rows(spill, plan, is_eval)
-    plan = plan.permute_rows(row_order(plan, config, split_at)).narrowed()
-    repeats = example_repeats(plan) if mixed is not None else None
-    fingerprints = {
-        "format_version": FORMAT_VERSION,
-        "inputs": hashes,
-        "tokenizer": bundle.sha256,
-        "template": template.sha256 if template is not None else None,
-    }
-    dataset_id = compute_dataset_id(config.recorded(), fingerprints)
-    bounds, names = split_bounds(
-        plan, split_at, config.shards.shard_rows, config.shards.shard_bytes
-    )
-    resolved, by_policy = loss_policies(spill, plan, config.ingest.loss)
-    per_input = records_per_input(spill, tally)
-    stats = {
-        **pack_stats(spill, plan, tally, ordering),
-        **_beside_bfd(spill, plan, config, mixed.index if mixed is not None else None),
-        "reasoning_dropped": reasoning_dropped,
-        **pair_stats(spill, plan, pairs_read),
-        **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
-    }
-    if mixed is not None and repeats is not None:
-        stats["mix"] = mix_stats(spill, plan, repeats, mixed)
-    # each stage frees what no later one reads; the shards read only the token offsets (their
-    # rows are known from the bounds), the index the rest
-    spill = spill.without("loss_tokens", "parts", "record_ids", "format_codes")
-    plan = plan.compacted("seg_part", "seg_start")
-    trim_heap()  # the statistics' temporaries, before the index's chunk
-    shard_rows = [hi - lo for lo, hi in bounds]
-    tables = examples_tables(spill, plan, shard_rows, is_eval, repeats)
-    faults = parse_faults(os.environ.get(FAULTS_ENV))
-    shards = write_shards_on(
-        engine,
-        tmp,
-        spill.without("source_index", "lines", "starts", "domain_codes", "truncated", "turns"),
-        plan.without("seg_part", "seg_targets"),
-        bounds,
-        dataset_id,
-        config.shards.compression,
-        work,
-        faults,
-        names,
-        # the index is written while the workers write the shards (after them, in process)
-        meanwhile=partial(write_examples, tmp / EXAMPLES_NAME, tables, dataset_id),
-    )
-    split = is_eval is not None
-    del spill, plan, is_eval, tables, repeats  # what is left holds no per-example state
-    manifest = build_manifest(
-        dataset_id=dataset_id,
-        config=config.recorded(),
-        tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},
-        template=_template_entry(template, config.ingest.loss),
-        inputs=[
-            {"path": f.path, "resolved": str(f.real), "sha256": sha, "records": n}
-            for f, sha, n in zip(files, hashes, per_input, strict=True)
-        ],
-        stats=stats,
-        files={
-            "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
-            "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
-        },
-        shards=shard_entries(shards, split),
-        loss={"option": config.ingest.loss, "by_format": resolved, "examples_by_policy": by_policy},
-        engine={"name": engine.name, "workers": engine.workers, **info},
-        environment={
-            **pack_environment(template_conventions()),
-            "backends": backends_entry(
-                bundle,
-                config.ingest.backend,
-                render_entry(template, bundle.special_tokens_map, config.ingest.backend),
-                encoded,
-            ),
-        },
-    )
-    manifest["files"]["card"] = write_card(tmp, manifest)  # README.md: load_dataset(OUT) reads it
-    write_manifest(tmp, manifest)
-    return manifest
+        made = Provenance(
+            inputs=[
+                {"path": f.path, "resolved": str(f.real), "sha256": sha}
+                for f, sha in zip(files, hashes, strict=True)
+            ],
+            tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},
+            template=_template_entry(template, config.ingest.loss),
+            environment={
+                **pack_environment(template_conventions()),
+                "backends": backends_entry(
+                    bundle,
+                    config.ingest.backend,
+                    render_entry(template, bundle.special_tokens_map, config.ingest.backend),
+                    encoded,
+                ),
+            },
+            reasoning_dropped=info.pop("reasoning_dropped", 0),
+            pairs_read=info.pop("pairs_read", 0),
+            engine={"name": engine.name, "workers": engine.workers, **info},
+        )
+        return pack_spill(tmp, config, spill, rejects, made, train_files, engine, work, note)
 
 
 def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
@@ -320,35 +214,3 @@ def _counted(bar: IngestProgress | None) -> Callable[[UnitResult], None]:
     if bar is None:
         return lambda result: None
     return lambda result: bar.add(result.records, result.tokens, result.unit.size)
-
-
-def _nothing_packed(
-    spill: Spill, tally: RejectTally, config: PackConfig, files: Sequence[InputFile]
-) -> str:
-    records = sum(spill.counts.records_per_source) + tally.total(REJECTED)
-    codes = ", ".join(f"{code} {n}" for code, n in tally.by_code.items()) or "no records"
-    fix = "fix the inputs or the options, e.g. --max-seq-len, --overlong"
-    top, most = max(tally.by_code.items(), key=lambda kv: kv[1], default=("", 0))
-    if most * 2 > sum(tally.by_code.values()) and reject_kind(top) == REJECTED:  # dominates
-        cause = likely_cause(top, config.ingest.format, [str(f.real) for f in files])
-        fix = f"likely cause: {cause}"
-    return (
-        f"nothing to pack: none of the {records} records read was packed ({codes}); no "
-        f"output was written ({fix})"
-    )
-
-
-def _beside_bfd(
-    spill: Spill, plan: RowPlan, config: PackConfig, mixed: np.ndarray | None = None
-) -> dict[str, Any]:
-    """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples.
-
-    ``mixed`` (``--mix``) lists the examples planned, an example once per copy.
-    """
-    if config.plan.strategy != "sequential":
-        return {}
-    lengths = spill.lengths if mixed is None else spill.lengths[mixed]
-    codes = spill.pair_codes if mixed is None else None  # --mix refuses pairs: no pair units
-    rows = plan_pair_units(lengths, codes, config.plan.max_seq_len, "bfd").num_rows
-    bfd = fill_rate(plan.num_tokens, rows, plan.max_seq_len)
-    return {"bfd_rows": rows, "bfd_fill_rate": round(bfd, 6)}

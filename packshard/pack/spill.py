@@ -35,7 +35,7 @@ from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cum
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong, police_pairs
 from packshard.pack.units.parts import FILES, PartFiles, read_part_ranges
-from packshard.records import Reject, SourceRef
+from packshard.records import Reject, SourceRef, SourceRefs
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +224,11 @@ class SpillWriter:
         for key in self._policy:
             self._policy[key] += getattr(policed, key)
         at = policed.index
-        lines = np.fromiter((r.line for r in batch.refs), dtype=np.int64, count=n)
+        refs = batch.refs
+        if isinstance(refs, SourceRefs):  # columns already: no value per example is made
+            lines = refs.lines.astype(np.int64, copy=False)
+        else:
+            lines = np.fromiter((r.line for r in refs), dtype=np.int64, count=n)
         self._write(policed.ids, policed.labels, policed.offsets)
         meta = {
             "loss_tokens": count_trained(policed.labels, policed.offsets),
@@ -248,7 +252,11 @@ class SpillWriter:
     def _codes(self, batch: TokenizedBatch) -> tuple[np.ndarray, ...]:
         """Return each example's source, domain and format code, and whether it starts a record."""
         n = len(batch)
-        source = self._sources.encode(tuple(r.source for r in batch.refs))
+        refs = batch.refs
+        if isinstance(refs, SourceRefs):
+            source = self._sources.encode(refs.names)[refs.codes]
+        else:
+            source = self._sources.encode(tuple(r.source for r in refs))
         domain = self._domains.encode(batch.domains)
         fmt = self._formats.encode(batch.formats)
         first = np.ones(n, dtype=bool)  # the first example of each record (expand, pairs: several)

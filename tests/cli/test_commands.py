@@ -446,7 +446,7 @@ def test_export_writes_the_target_and_names_every_file(packed_demo, tmp_path):
     assert lines[0].startswith(f"exported {packed_demo} → {tmp_path / 'mb'} (megatron): rows 15, ")
     assert [line.split()[0] for line in lines[1:]] == [
         "256_metadata.jsonl",
-        "training_256.npy",
+        "training_256.idx.parquet",
         "export.json",
     ]
     again = run("export", packed_demo, "--to", "megatron", "-o", tmp_path / "mb")
@@ -456,7 +456,7 @@ def test_export_writes_the_target_and_names_every_file(packed_demo, tmp_path):
     )
     wrong = run("export", packed_demo, "--to", "nemo", "-o", tmp_path / "x")
     assert wrong.exit_code == 2
-    assert "Invalid value for '--to': 'nemo' is not one of 'megatron', 'megatron-parquet', " in (
+    assert "Invalid value for '--to': 'nemo' is not one of 'megatron', 'megatron-npy', " in (
         wrong.stderr
     )
     missing = run("export", tmp_path / "nothing", "--to", "mds", "-o", tmp_path / "y")

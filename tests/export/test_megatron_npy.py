@@ -1,4 +1,4 @@
-"""The released Megatron-Bridge (0.3.1) packed .npy, read back by that release's rules.
+"""``--to megatron-npy``: the packed .npy of Megatron-Bridge up to 0.3.1, read by its rules.
 
 Megatron-Bridge does not install on a CPU-only machine, so its reading is reimplemented from
 0.3.1's ``megatron/bridge/data``: ``PackedSequenceSpecs`` asserts a ``.npy`` suffix;
@@ -86,7 +86,7 @@ def bridge_pairs(samples: np.ndarray, eos_id: int | None) -> Counter:
 
 
 def test_released_reader_trains_packshards_pairs_exactly(packed_demo, tmp_path):
-    result = export_dataset(packed_demo, "megatron", tmp_path / "mb")
+    result = export_dataset(packed_demo, "megatron-npy", tmp_path / "mb")
     manifest = json.loads((packed_demo / "manifest.json").read_text())
     folder = tmp_path / "mb"
     assert {p.name for p in folder.iterdir()} == {
@@ -130,7 +130,7 @@ def test_released_reader_trains_packshards_pairs_exactly(packed_demo, tmp_path):
 def test_one_token_segments_are_dropped_as_in_the_parquet_form(tmp_path):
     rows = fixture_rows(20, seed=3)
     out = write_out(tmp_path / "out", [rows[:9], rows[9:]])
-    result = export_dataset(out, "megatron", tmp_path / "mb")
+    result = export_dataset(out, "megatron-npy", tmp_path / "mb")
     samples = load_packed_npy(tmp_path / "mb" / "training_64.npy")
     for item in samples:
         assert np.diff([*item["seq_start_id"], len(item["input_ids"])]).min() >= 2

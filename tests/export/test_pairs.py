@@ -3,7 +3,7 @@
 ``unpacked`` keeps every example's ``example_id``/``pair_id``/``branch``/``kto_label`` (as in
 ``examples.parquet``), a pair's rows adjacent, chosen first; ``mds`` keeps rows whole and adds
 the shards' per-segment ``branch`` and ``kto_label``; the SFT layouts (megatron,
-megatron-parquet, torchtune) refuse with exit 2 rather than train every branch as SFT.
+megatron-npy, megatron-parquet, torchtune) refuse with exit 2 rather than train every branch as SFT.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_mds_of_a_pack_without_pairs_has_no_pair_columns(packed_demo, tmp_path):
     assert "branch" not in index["shards"][0]["column_names"]
 
 
-@pytest.mark.parametrize("target", ["megatron", "megatron-parquet", "torchtune"])
+@pytest.mark.parametrize("target", ["megatron", "megatron-npy", "megatron-parquet", "torchtune"])
 def test_sft_layouts_refuse_a_pair_pack_in_one_line(pair_pack, tmp_path, target):
     result = CliRunner().invoke(
         main,

@@ -21,7 +21,11 @@ shared chat data (5,412 examples, 8 units) reading whole costs 7-8 ms, a read pe
 costs 0.47-0.49 s (0.65-0.67 when each read was a Python call of its own, in plan order),
 reading whole 0.74-0.79, and that grows with the spill times its row groups; a memory map
 of each part, gathered by the jitted loop, was no cheaper than the reads (about 30 µs a map
-and a page fault a range).  The folders must be on storage every worker reaches (beside
+and a page fault a range).  Short ranges turn that around: 1,000,000 chat examples of 23
+tokens on average (23.0M tokens, one part, ``scripts/bench_repack.py``) took 2,000,000
+read calls and 7.9 s (profiled) to write their shards; ranges of at most ``SHORT_RANGE``
+tokens on average are therefore gathered from a memory map of each part by the jitted loop.
+The folders must be on storage every worker reaches (beside
 the output).
 """
 
@@ -39,6 +43,8 @@ from packshard.arrays import exclusive_cumsum
 FILES = ("tokens.bin", "labels.bin")
 WHOLE_BYTES = 64 * 1024 * 1024
 """Parts whose tokens and labels total at most this are read whole (see the docstring)."""
+SHORT_RANGE = 128
+"""Ranges of at most this many tokens on average are gathered from a memory map instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,15 @@ def read_part_ranges(
                 path = os.path.join(parts.folders[p], name)
                 _gather_whole(path, size, local, lengths[sel], out_start[sel], out)
         return ids, labels
+    if total <= SHORT_RANGE * len(wanted):  # short ranges: a read call costs more than its bytes
+        for lo, hi in pairwise(bounds):
+            p, sel = int(part[lo]), wanted[lo:hi]
+            size = int(parts.bases[p + 1] - parts.bases[p])
+            local = starts[sel] - parts.bases[p]
+            for name, out in zip(FILES, (ids, labels), strict=True):
+                path = os.path.join(parts.folders[p], name)
+                _gather_mapped(path, size, local, lengths[sel], out_start[sel], out)
+        return ids, labels
     # byte offsets in the part, byte counts, byte offsets in the output: plain ints, made once
     spans = [
         (4 * values).tolist()
@@ -93,6 +108,18 @@ def _gather_whole(
     if source.size < size:
         raise EOFError(f"{path}: spill part ends early at byte {4 * source.size}")
     gather_ranges(source, starts, lengths, at, out)
+
+
+def _gather_mapped(
+    path: str, size: int, starts: np.ndarray, lengths: np.ndarray, at: np.ndarray, out: np.ndarray
+) -> None:
+    """Gather ranges of the ``size`` int32 of ``path`` into ``out`` through a memory map."""
+    if os.path.getsize(path) < 4 * size:
+        raise EOFError(f"{path}: spill part ends early at byte {os.path.getsize(path)}")
+    if size:
+        mapped = np.memmap(path, dtype=np.int32, mode="r", shape=(size,))
+        gather_ranges(mapped, starts, lengths, at, out)
+        del mapped  # unmapped here: the resident set keeps only the ranges' pages meanwhile
 
 
 def _read_ranges(

@@ -1,0 +1,220 @@
+"""``pack_spill``: from spilled examples to a complete folder, for ``pack`` and ``repack``.
+
+The one route after the spill, whoever made it (``pack`` from its inputs, ``repack`` from a
+parent pack's shards)::
+
+    spill ─► eval split ─► [--mix copies] ─► plan_packs ─► mix / wrapped drops ─► rejects closed
+      ─► shuffle rows (seed) ─► stats ─► examples index ║ shards (engine tasks) ─► card ─► manifest
+
+A :class:`Provenance` says what made the spill (inputs, tokenizer, template, environment,
+engine), for the manifest and the dataset id.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packshard.arrays import fill_rate
+from packshard.digests import sha256_path
+from packshard.engine import Engine
+from packshard.engine.faults import FAULTS_ENV, parse_faults
+from packshard.errors import REJECTED, NothingToPackError, UsageError, reject_kind
+from packshard.format.card import write_card
+from packshard.format.causes import likely_cause
+from packshard.format.examples import EXAMPLES_NAME, write_examples
+from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
+from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
+from packshard.format.version import FORMAT_VERSION
+from packshard.pack.config import PackConfig
+from packshard.pack.counts import (
+    examples_tables,
+    loss_policies,
+    pack_stats,
+    pair_stats,
+    records_per_input,
+    wrapped_drops,
+)
+from packshard.pack.heap import trim_heap
+from packshard.pack.plan.evalsplit import (
+    eval_examples,
+    plan_examples,
+    row_order,
+    split_stats,
+    train_rows,
+)
+from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
+from packshard.pack.plan.pairs import plan_pair_units
+from packshard.pack.plan.rows import RowPlan, ordering_stats
+from packshard.pack.spill import Spill
+from packshard.pack.write.shards import shard_entries, split_bounds, write_shards_on
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What made a spill, for the manifest: inputs, tokenizer, template, environment, engine.
+
+    ``pack`` knows it from its ingest; ``repack`` from the parent's manifest, whose tokens the
+    spill holds (``parent`` names that folder).  ``inputs`` are the manifest's entries without
+    ``records`` (counted by :func:`pack_spill`).  ``examples_by_policy``, when given, is the
+    packed examples' count per loss policy, for a spill whose examples do not know their record
+    format (a repack of a pack of several formats that keeps every example whole).
+    """
+
+    inputs: list[dict[str, Any]]
+    tokenizer: dict[str, Any]
+    template: dict[str, Any]
+    environment: dict[str, Any]
+    engine: dict[str, Any]
+    reasoning_dropped: int = 0
+    pairs_read: int = 0
+    parent: dict[str, Any] | None = None
+    examples_by_policy: dict[str, int] | None = None  # known without per-example formats
+
+    def fingerprints(self) -> dict[str, Any]:
+        """Return what the output depends on besides the recorded config (the id's inputs)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "inputs": [entry["sha256"] for entry in self.inputs],
+            "tokenizer": self.tokenizer["sha256"],
+            "template": self.template["sha256"],
+        }
+
+
+def pack_spill(
+    tmp: Path,
+    config: PackConfig,
+    spill: Spill,
+    rejects: RejectsWriter,
+    made: Provenance,
+    train_files: int,
+    engine: Engine,
+    work: Path,
+    note: Callable[[str], None],
+) -> dict[str, Any]:
+    """Plan a spill, write its shards, index, card and manifest into ``tmp``; return the manifest.
+
+    The one route from spilled examples to a folder, for ``pack`` and ``repack``.
+    ``rejects`` holds every reject so far, in (input, line) order; the policies here add theirs
+    and close it.
+    """
+    with rejects:
+        is_eval = eval_examples(spill, config, train_files)
+        target = config.plan.mix_target()
+        mixing = target is not None and len(spill) > 0  # nothing spilled: nothing to pack
+        if mixing and spill.pair_codes is not None and spill.pair_codes.any():
+            raise UsageError(
+                "--mix does not take preference or KTO records yet (a repeated pair would need "
+                "its own pair_id): pack the pairs without --mix, or mix the chat data alone"
+            )
+        mixed = mix_examples(spill, target, config.plan.seed) if mixing and target else None
+        if mixed is not None and mixed.choice.note is not None:
+            note(f"--mix-best-effort: {mixed.choice.note}")
+        plan = plan_examples(spill, config, is_eval, mixed.index if mixed is not None else None)
+        if mixed is not None:
+            rejects.write(mix_drops(spill, mixed))
+        rejects.write(wrapped_drops(spill, plan))
+        tally = rejects.close()
+    if plan.num_rows == 0:
+        raise NothingToPackError(_nothing_packed(spill, tally, config, made))
+    ordering = ordering_stats(plan)
+    split_at = train_rows(spill, plan, is_eval)
+    plan = plan.permute_rows(row_order(plan, config, split_at)).narrowed()
+    repeats = example_repeats(plan) if mixed is not None else None
+    dataset_id = compute_dataset_id(config.recorded(), made.fingerprints())
+    bounds, names = split_bounds(
+        plan, split_at, config.shards.shard_rows, config.shards.shard_bytes
+    )
+    resolved, by_policy = loss_policies(spill, plan, config.ingest.loss)
+    by_policy = by_policy if made.examples_by_policy is None else made.examples_by_policy
+    per_input = records_per_input(spill, tally)
+    stats = {
+        **pack_stats(spill, plan, tally, ordering),
+        **_beside_bfd(spill, plan, config, mixed.index if mixed is not None else None),
+        "reasoning_dropped": made.reasoning_dropped,
+        **pair_stats(spill, plan, made.pairs_read),
+        **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
+    }
+    if mixed is not None and repeats is not None:
+        stats["mix"] = mix_stats(spill, plan, repeats, mixed)
+    # each stage frees what no later one reads; the shards read only the token offsets (their
+    # rows are known from the bounds), the index the rest
+    spill = spill.without("loss_tokens", "parts", "record_ids", "format_codes")
+    plan = plan.compacted("seg_part", "seg_start")
+    trim_heap()  # the statistics' temporaries, before the index's chunk
+    shard_rows = [hi - lo for lo, hi in bounds]
+    tables = examples_tables(spill, plan, shard_rows, is_eval, repeats)
+    faults = parse_faults(os.environ.get(FAULTS_ENV))
+    shards = write_shards_on(
+        engine,
+        tmp,
+        spill.without("source_index", "lines", "starts", "domain_codes", "truncated", "turns"),
+        plan.without("seg_part", "seg_targets"),
+        bounds,
+        dataset_id,
+        config.shards.compression,
+        work,
+        faults,
+        names,
+        # the index is written while the workers write the shards (after them, in process)
+        meanwhile=partial(write_examples, tmp / EXAMPLES_NAME, tables, dataset_id),
+    )
+    split = is_eval is not None
+    del spill, plan, is_eval, tables, repeats  # what is left holds no per-example state
+    manifest = build_manifest(
+        dataset_id=dataset_id,
+        config=config.recorded(),
+        tokenizer=made.tokenizer,
+        template=made.template,
+        inputs=[{**entry, "records": n} for entry, n in zip(made.inputs, per_input, strict=True)],
+        stats=stats,
+        files={
+            "examples": {"path": EXAMPLES_NAME, "sha256": sha256_path(tmp / EXAMPLES_NAME)},
+            "rejects": {"path": REJECTS_NAME, "sha256": sha256_path(tmp / REJECTS_NAME)},
+        },
+        shards=shard_entries(shards, split),
+        loss={"option": config.ingest.loss, "by_format": resolved, "examples_by_policy": by_policy},
+        engine=made.engine,
+        environment=made.environment,
+    )
+    if made.parent is not None:
+        manifest["parent"] = made.parent
+    manifest["files"]["card"] = write_card(tmp, manifest)  # README.md: load_dataset(OUT) reads it
+    write_manifest(tmp, manifest)
+    return manifest
+
+
+def _nothing_packed(spill: Spill, tally: RejectTally, config: PackConfig, made: Provenance) -> str:
+    records = sum(spill.counts.records_per_source) + tally.total(REJECTED)
+    codes = ", ".join(f"{code} {n}" for code, n in tally.by_code.items()) or "no records"
+    fix = "fix the inputs or the options, e.g. --max-seq-len, --overlong"
+    top, most = max(tally.by_code.items(), key=lambda kv: kv[1], default=("", 0))
+    if most * 2 > sum(tally.by_code.values()) and reject_kind(top) == REJECTED:  # dominates
+        cause = likely_cause(top, config.ingest.format, [e["resolved"] for e in made.inputs])
+        fix = f"likely cause: {cause}"
+    return (
+        f"nothing to pack: none of the {records} records read was packed ({codes}); no "
+        f"output was written ({fix})"
+    )
+
+
+def _beside_bfd(
+    spill: Spill, plan: RowPlan, config: PackConfig, mixed: np.ndarray | None = None
+) -> dict[str, Any]:
+    """With ``--strategy sequential``: the rows and fill rate BFD gives the same examples.
+
+    ``mixed`` (``--mix``) lists the examples planned, an example once per copy.
+    """
+    if config.plan.strategy != "sequential":
+        return {}
+    lengths = spill.lengths if mixed is None else spill.lengths[mixed]
+    codes = spill.pair_codes if mixed is None else None  # --mix refuses pairs: no pair units
+    rows = plan_pair_units(lengths, codes, config.plan.max_seq_len, "bfd").num_rows
+    bfd = fill_rate(plan.num_tokens, rows, plan.max_seq_len)
+    return {"bfd_rows": rows, "bfd_fill_rate": round(bfd, 6)}
