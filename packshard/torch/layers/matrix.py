@@ -216,8 +216,9 @@ def balance_figures(
     with torch.no_grad():
         packed = model(input_ids=ids[None], position_ids=positions[None], use_cache=False)
         padded = model(input_ids=padded_ids, attention_mask=mask, use_cache=False)
-        alone = [float(model(input_ids=ids[None, a:b], use_cache=False).aux_loss)
-                 for a, b in segments]  # fmt: skip
+        alone = [
+            float(model(input_ids=ids[None, a:b], use_cache=False).aux_loss) for a, b in segments
+        ]
     experts = int(getattr(model.config, "num_experts", 0) or model.config.num_local_experts)
     per = segment_balance_loss(
         packed.router_logits, cu_seqlens, experts, int(model.config.num_experts_per_tok)
