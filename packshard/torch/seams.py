@@ -187,4 +187,5 @@ def _where(
     if site is None or site.layer is None or site.layer.kind in (FULL, SLIDING, SINKS):
         where = f"first at {site.describe()}: " if site is not None else ""
         return where + _cause(model, inputs)
-    return f"first at {site.describe()}, output moved by {site.delta:.2g}: {FIXES[site.layer.kind]}"
+    moved = f"its output moved by {site.delta:.2g} of its largest value"
+    return f"first at {site.describe()}, {moved}: {FIXES[site.layer.kind]}"

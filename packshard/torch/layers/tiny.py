@@ -3,7 +3,7 @@
 A seam check needs the user's *architecture* (which layer kinds, in which order, with which
 options), not the user's weights: a leak is a property of how a layer mixes tokens, and a
 random model shows it as plainly as a trained one (a leaking gated delta net moves logits by
-~0.1, a Mamba-2 layer by ~0.5, on the two-to-six-layer models built here).  So
+about 5, a Mamba-2 layer by about 4, on the two-to-eight-layer models built here).  So
 :func:`tiny_model` takes a ``config.json`` (or a model type), keeps everything that decides
 how tokens are mixed, and shrinks what only decides the size::
 
