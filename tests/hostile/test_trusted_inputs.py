@@ -60,7 +60,7 @@ def test_kto_labels_that_are_not_booleans_are_refused_with_their_line(
     records = [kto("false"), kto("False"), kto(0), kto("0"), kto(True), kto(False)]
     (tmp_path / "k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     result = pack(tmp_path, demo_tokenizer, "k.jsonl", "--template", "chatml", "--format", fmt,
-                  "--max-seq-len", "64", "-o", "out")  # fmt: skip
+                  "--max-seq-len", "64", "--max-reject-rate", "1", "-o", "out")  # fmt: skip
     assert result.exit_code == 0, result.stderr
     fix = "(write the KTO label as a JSON boolean, or rename the field if it is not one)"
     shown = ['a string ("false")', 'a string ("False")', "a number (0)", 'a string ("0")']
@@ -297,6 +297,7 @@ def test_a_template_that_finishes_once_is_never_stopped_early(tmp_path, demo_tok
     records = [kto(None, "w4")] + [kto(None)] * 5  # the first renders, the rest run away
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     result = pack(tmp_path, demo_tokenizer, "c.jsonl", "--template", "some.jinja",
-                  "--template-timeout", "0.2", "--max-seq-len", "64", "-o", "out")  # fmt: skip
+                  "--template-timeout", "0.2", "--max-seq-len", "64", "--max-reject-rate", "1",
+                  "-o", "out")  # fmt: skip
     assert result.exit_code == 0, result.stderr
     assert [code for _, code, _ in rejects(tmp_path / "out")] == ["template_error"] * 5
