@@ -34,6 +34,7 @@ segments would be appended to one cache.
 from __future__ import annotations
 
 import inspect
+import types
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -135,10 +136,19 @@ def _join(parts: Sequence[Any], dim: int) -> Any:
     return first  # None or a value that does not follow the sequence
 
 
-def _wrap(module: Any, seams: _Seams, layer: Layer) -> None:
-    original = module.forward
+_PRIOR = "segment_layers_prior_forward"
+"""Where a module's own instance-level ``forward`` (an accelerate hook's) is kept, if it had one."""
 
-    def forward(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+
+def _wrap(module: Any, seams: _Seams, layer: Layer) -> None:
+    """Replace ``module.forward`` by one bound to the module, so that a deep copy (a DPO
+    reference model made from the policy) runs the copy's own weights, not the policy's.
+    """
+    if "forward" in module.__dict__:
+        module.__dict__[_PRIOR] = module.__dict__["forward"]
+
+    def forward(self: Any, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        original = self.__dict__.get(_PRIOR) or type(self).forward.__get__(self)
         cuts = seams.current()
         rows, length = int(hidden_states.shape[0]), int(hidden_states.shape[1])
         if cuts is None or len(cuts) != rows or all(len(c) <= 2 for c in cuts):
@@ -168,7 +178,7 @@ def _wrap(module: Any, seams: _Seams, layer: Layer) -> None:
             out_rows.append(_join(parts, dim=1))
         return _join(out_rows, dim=0)
 
-    module.forward = forward
+    module.forward = types.MethodType(forward, module)
 
 
 def _accepts(fn: Any, name: str) -> bool:

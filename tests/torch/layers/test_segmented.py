@@ -121,3 +121,19 @@ def test_segmenting_twice_changes_nothing() -> None:
 def test_packed_segments_needs_segment_layers_first() -> None:
     with pytest.raises(UsageError, match="segment_layers"), packed_segments(tiny("llama"), [0, 3]):
         pass
+
+
+def test_a_deep_copy_runs_its_own_weights(torch_one_thread) -> None:
+    import copy
+
+    model = tiny("bamba")
+    segment_layers(model)
+    reference = copy.deepcopy(model)  # as DPO trainers make their reference model
+    ids, cu = row()
+    with torch.no_grad():
+        before = reference(input_ids=ids[None], position_ids=positions(cu)).logits
+        for p in model.parameters():  # the policy trains on
+            p.add_(0.5)
+        after = reference(input_ids=ids[None], position_ids=positions(cu)).logits
+    assert torch.equal(before, after)  # the copy's mixers run the copy's weights
+    assert _delta(reference, ids, cu, position_ids=positions(cu)) <= 1e-5  # and keep the seams
