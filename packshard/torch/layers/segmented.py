@@ -141,8 +141,10 @@ _PRIOR = "segment_layers_prior_forward"
 
 
 def _wrap(module: Any, seams: _Seams, layer: Layer) -> None:
-    """Replace ``module.forward`` by one bound to the module, so that a deep copy (a DPO
-    reference model made from the policy) runs the copy's own weights, not the policy's.
+    """Replace ``module.forward`` by a per-segment forward bound to the module.
+
+    Bound, not a closure over the original: a deep copy (a DPO reference model made from the
+    policy) then runs the copy's own weights, not the policy's.
     """
     if "forward" in module.__dict__:
         module.__dict__[_PRIOR] = module.__dict__["forward"]
