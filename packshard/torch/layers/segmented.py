@@ -61,6 +61,9 @@ class _Seams:
     layers: list[Layer] = field(default_factory=list)
     masks: bool = False
     withheld: bool = False
+    read_from: Any = None
+    """The ``position_ids`` tensor ``layer`` was read from (one host copy a forward, not one a
+    layer: on a GPU each read waits for the device)."""
 
     def current(self) -> list[list[int]] | None:
         if self.withheld:
@@ -279,7 +282,7 @@ def segment_layers(model: Any) -> SegmentedLayers:
             kwargs = {**kwargs, "input_ids": args[0]}
             args = args[1:]
         seams.model = _cuts_from_kwargs(kwargs)
-        seams.layer = None
+        seams.layer, seams.read_from = None, None
         cuts = seams.explicit or seams.model
         if seams.masks and kwargs.get("attention_mask") is None and cuts is not None:
             if any(len(c) > 2 for c in cuts):
@@ -292,7 +295,9 @@ def segment_layers(model: Any) -> SegmentedLayers:
     def layer_hook(_module: Any, _args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         positions = kwargs.get("position_ids")
         if isinstance(positions, torch.Tensor) and positions.dim() in (2, 3):
-            seams.layer = cuts_from_positions(_text_positions(positions))
+            if positions is not seams.read_from:  # every layer gets the one tensor: read once
+                seams.layer = cuts_from_positions(_text_positions(positions))
+                seams.read_from = positions
 
     model.register_forward_pre_hook(model_hook, with_kwargs=True)
     hosts = {layer.index for layer in stateful}
