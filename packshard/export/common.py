@@ -36,6 +36,7 @@ from packshard.format.manifest import load_manifest, load_schema
 from packshard.format.shards import (
     list_values,
     read_shard,
+    replaced_shard,
     rows_problem,
     seq_lengths_column,
     tokens_problem,
@@ -161,11 +162,7 @@ def read_rows(
         with os.fdopen(fd, "rb") as fh:
             raw, digest = read_hashed(fh)  # the bytes hashed are the bytes decoded
         if digest != entry["sha256"]:
-            raise FormatError(
-                str(path),
-                "SHA-256 differs from the manifest: the shard was replaced or modified after "
-                f"it was packed (run packshard verify {out}, and pack again)",
-            )
+            raise FormatError(str(path), replaced_shard(out))
         table = read_shard(path, dataset_id, columns, data=raw)  # without columns: all, checked
         del raw
         problem = rows_problem(table) or tokens_problem(table, vocab_size)

@@ -238,6 +238,14 @@ def rows_problem(table: pa.Table) -> str | None:
     return None
 
 
+def replaced_shard(out: Path) -> str:
+    """Return the problem of a shard whose bytes are not the manifest's (every reader's)."""
+    return (
+        "SHA-256 differs from the manifest: the shard was replaced or modified after it was "
+        f"packed (run packshard verify {out}, and pack again)"
+    )
+
+
 def tokens_problem(table: pa.Table, vocab_size: int) -> str | None:
     """Say which row first holds a token a model cannot be trained on, or None (vectorised).
 

@@ -64,7 +64,7 @@ from packshard.digests import read_hashed, sha256_bytes, sha256_path
 from packshard.errors import FormatError, ManifestError, UsageError
 from packshard.format.folder.paths import duplicate_paths, inside_folder, open_inside
 from packshard.format.manifest import load_manifest, part_errors
-from packshard.format.shards import rows_problem, tokens_problem
+from packshard.format.shards import replaced_shard, rows_problem, tokens_problem
 from packshard.format.version import metadata_problem
 from packshard.torch.steps import STEP_KEY, check_steps, map_step_items, positive_int
 
@@ -123,22 +123,17 @@ def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
     with os.fdopen(fd, "rb") as fh:
         stamp = _stamp(os.fstat(fh.fileno()))
         seen = None if cache_dir is None else cache_dir / f"{expected}.shard.checked"
-        if seen is not None and cache_dir is not None and _recorded(seen) == stamp:
-            for entry in sorted(cache_dir.glob(f"{stem}*.arrow")):
-                return _mapped(entry, entry.name[len(stem) : -len(".arrow")])
+        if seen is not None and _recorded(seen) == stamp and (found := _entry(seen.parent, stem)):
+            return found
         raw, digest = read_hashed(fh)
     if digest != expected:
-        raise FormatError(
-            str(path),
-            "SHA-256 differs from the manifest: the shard was replaced or modified after it "
-            f"was packed (run packshard verify {data.out}, and pack again)",
-        )
+        raise FormatError(str(path), replaced_shard(data.out))
     if cache_dir is None or seen is None:
         return pq.read_table(pa.BufferReader(pa.py_buffer(raw)), columns=columns).combine_chunks()
     cache_dir.mkdir(parents=True, exist_ok=True)
     _record(seen, stamp)
-    for entry in sorted(cache_dir.glob(f"{stem}*.arrow")):
-        return _mapped(entry, entry.name[len(stem) : -len(".arrow")])
+    if found := _entry(cache_dir, stem):
+        return found
     table = pq.read_table(pa.BufferReader(pa.py_buffer(raw)), columns=columns).combine_chunks()
     del raw
     tmp = cache_dir / f".{stem}{os.getpid()}.tmp"
@@ -148,6 +143,13 @@ def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
     cache = cache_dir / f"{stem}{written}.arrow"
     os.replace(tmp, cache)  # atomic: concurrent workers may race, each writes a full file
     return _mapped(cache, written)
+
+
+def _entry(cache_dir: Path, stem: str) -> pa.Table | None:
+    """Map the cache entry named ``STEM<its own SHA-256>.arrow``, checked, or None if none."""
+    for entry in sorted(cache_dir.glob(f"{stem}*.arrow")):
+        return _mapped(entry, entry.name[len(stem) : -len(".arrow")])
+    return None
 
 
 def _stamp(st: os.stat_result) -> str:

@@ -70,23 +70,19 @@ def read_part_ranges(
     order = np.lexsort((starts[wanted], part))  # each part's ranges together, in file order
     wanted, part = wanted[order], part[order]
     bounds = np.flatnonzero(np.diff(part, prepend=-1, append=-1)).tolist()
+    gather = None
     if int(parts.bases[-1]) * 8 <= WHOLE_BYTES:  # tokens and labels of every part
+        gather = _gather_whole
+    elif total <= SHORT_RANGE * len(wanted):  # short ranges: a read call costs more than its bytes
+        gather = _gather_mapped
+    if gather is not None:
         for lo, hi in pairwise(bounds):
             p, sel = int(part[lo]), wanted[lo:hi]
             size = int(parts.bases[p + 1] - parts.bases[p])
             local = starts[sel] - parts.bases[p]
             for name, out in zip(FILES, (ids, labels), strict=True):
                 path = os.path.join(parts.folders[p], name)
-                _gather_whole(path, size, local, lengths[sel], out_start[sel], out)
-        return ids, labels
-    if total <= SHORT_RANGE * len(wanted):  # short ranges: a read call costs more than its bytes
-        for lo, hi in pairwise(bounds):
-            p, sel = int(part[lo]), wanted[lo:hi]
-            size = int(parts.bases[p + 1] - parts.bases[p])
-            local = starts[sel] - parts.bases[p]
-            for name, out in zip(FILES, (ids, labels), strict=True):
-                path = os.path.join(parts.folders[p], name)
-                _gather_mapped(path, size, local, lengths[sel], out_start[sel], out)
+                gather(path, size, local, lengths[sel], out_start[sel], out)
         return ids, labels
     # byte offsets in the part, byte counts, byte offsets in the output: plain ints, made once
     spans = [
