@@ -53,6 +53,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -93,10 +94,17 @@ def check_rank(rank: int | None, world_size: int | None) -> Placement | None:
     return Placement(rank, world_size, 1, "rank= and world_size=")
 
 
+def callers() -> Iterator[FrameType]:
+    """Yield the frames of the call stack above the caller's, innermost first."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
 def find_wrapper() -> Placement | None:
     """Return the split of an accelerate wrapper on the call stack, or None."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
+    for frame in callers():
         owner: Any = frame.f_locals.get("self")
         kind = type(owner)
         if kind.__name__ in WRAPPERS and kind.__module__.startswith("accelerate"):
@@ -107,7 +115,6 @@ def find_wrapper() -> Placement | None:
             block = size if owner.split_batches else size * processes
             check_launch(processes)
             return Placement(0, 1, max(block, 1), f"accelerate's {kind.__name__}")
-        frame = frame.f_back
     return None
 
 
@@ -262,12 +269,9 @@ def read_by_accelerate() -> bool:
     accelerate reads the rows: Lightning or a plain DDP loop forked from a process that once
     made an accelerate state inherits that state, stale, and syncs its gradients itself.
     """
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if type(frame.f_locals.get("self")).__module__.startswith("accelerate."):
-            return True
-        frame = frame.f_back
-    return False
+    return any(
+        type(frame.f_locals.get("self")).__module__.startswith("accelerate.") for frame in callers()
+    )
 
 
 def launch_world() -> tuple[int, str]:

@@ -35,9 +35,7 @@ also what transformers counts (``labels[..., 1:] != -100``) as ``num_items_in_ba
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -45,7 +43,7 @@ import pyarrow.parquet as pq
 import torch
 
 from packshard.errors import UsageError
-from packshard.torch.placement import Placement, group_placement
+from packshard.torch.placement import Placement, callers, group_placement
 
 STEP_KEY = "num_items_in_step"
 FETCHERS = ("_IterableDatasetFetcher", "_MapDatasetFetcher")
@@ -69,8 +67,7 @@ def loader_batch() -> list[Any] | None:
 
     None outside a DataLoader, or in one without automatic batching (``batch_size=None``).
     """
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
+    for frame in callers():
         owner: Any = frame.f_locals.get("self")
         kind = type(owner)
         fetching = frame.f_code.co_name == "fetch"  # not a comprehension inside it
@@ -78,7 +75,6 @@ def loader_batch() -> list[Any] | None:
             if not owner.auto_collation:
                 return None
             return list(frame.f_locals["possibly_batched_index"])
-        frame = frame.f_back
     return None
 
 
