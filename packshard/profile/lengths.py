@@ -77,11 +77,19 @@ def compute_histogram_edges(longest: int, max_seq_len: int) -> np.ndarray:
     return np.unique(np.append(edges, max_seq_len + 1)).astype(np.int64)
 
 
+def nearest_rank(sorted_lengths: np.ndarray, percent: int) -> int:
+    """Return the ``percent`` nearest-rank percentile of an ascending, non-empty array.
+
+    The value at rank ``ceil(percent · n / 100)``, computed in integers: the smallest length
+    that ``percent``% of the examples do not exceed.
+    """
+    n = sorted_lengths.shape[0]
+    return int(sorted_lengths[max((percent * n + 99) // 100, 1) - 1])
+
+
 def measure_lengths(sorted_lengths: np.ndarray) -> LengthStats:
     """Return nearest-rank percentiles of an ascending, non-empty length array."""
-    n = sorted_lengths.shape[0]
-    ranks = [max((p * n + 99) // 100, 1) - 1 for p in PERCENTILES]  # ceil(p·n/100) − 1, exact
-    p50, p90, p95, p99 = (int(v) for v in sorted_lengths[ranks])
+    p50, p90, p95, p99 = (nearest_rank(sorted_lengths, p) for p in PERCENTILES)
     return LengthStats(p50, p90, p95, p99, int(sorted_lengths[-1]), float(sorted_lengths.mean()))
 
 

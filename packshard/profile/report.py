@@ -19,7 +19,6 @@ optimizer step of ``batch_size`` packed rows takes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,12 +33,14 @@ from packshard.profile.lengths import (
     compute_histogram_edges,
     measure_lengths,
     measure_utilization,
+    nearest_rank,
 )
 from packshard.profile.shape import packed_shape
 from packshard.records import Reject
 
 MAX_LISTED_REJECTS = 10
-KEEP_SHARE = 0.99
+KEEP_PERCENT = 99
+KEEP_SHARE = KEEP_PERCENT / 100
 """Share of the examples the suggested length keeps whole (not truncated, split or dropped)."""
 
 
@@ -209,12 +210,9 @@ def profile_lengths(
     )
 
 
-def keep_length(ordered: np.ndarray, share: float = KEEP_SHARE) -> int:
-    """Return the smallest length that keeps ``share`` of ``ordered`` (sorted) whole; 0: none."""
-    if not ordered.shape[0]:
-        return 0
-    rank = max(1, math.ceil(share * ordered.shape[0] - 1e-9))
-    return int(ordered[rank - 1])
+def keep_length(ordered: np.ndarray) -> int:
+    """Return the smallest length that keeps KEEP_SHARE of ``ordered`` (sorted) whole; 0: none."""
+    return nearest_rank(ordered, KEEP_PERCENT) if ordered.shape[0] else 0
 
 
 def overlong_effect(d: DomainProfile, overlong: str, max_seq_len: int) -> str:

@@ -23,26 +23,14 @@ from typing import Any
 from packshard.errors import UsageError
 from packshard.pack.config import PackConfig
 
-CHANGES = (
-    "max_seq_len",
-    "strategy",
-    "overlong",
-    "seed",
-    "group_by_domain",
-    "plan_scope",
-    "eval_fraction",
-    "shard_rows",
-    "shard_bytes",
-    "compression",
-)
-"""The :meth:`PackConfig.build` keywords a repack may change: planning and shards, no ingest."""
-
 LOST_TOKENS = ("truncated_no_targets", "split_no_targets")
 """Reject codes of records whose tokens the parent cut away: they cannot be re-planned."""
 
 _INGEST = ("format", "domain_field", "loss", "reasoning", "empty_reasoning", "turns")
 _PLAN = ("max_seq_len", "strategy", "overlong", "seed", "group_by_domain", "plan_scope")
-_SHARDS = ("compression", "shard_rows", "shard_bytes")
+_SHARDS = ("shard_rows", "shard_bytes", "compression")
+CHANGES = (*_PLAN, "eval_fraction", *_SHARDS)
+"""The :meth:`PackConfig.build` keywords a repack may change: planning and shards, no ingest."""
 
 
 @dataclass(frozen=True, slots=True)
