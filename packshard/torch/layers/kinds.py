@@ -131,10 +131,18 @@ def model_prefix(model: Any) -> str:
 
 
 def decoder_layers(model: Any) -> list[Any]:
-    """Return the model's list of decoder layers (the longest ``ModuleList`` it holds)."""
+    """Return the model's list of decoder layers.
+
+    The first ``ModuleList`` as long as the config's ``num_hidden_layers``, else the longest
+    (a MoE block's list of experts may be longer than a tiny model's list of layers).
+    """
     import torch
 
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
+    layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    for found in lists:
+        if len(found) == layers:
+            return found  # type: ignore[return-value]
     return max(lists, key=len, default=[])  # type: ignore[arg-type]
 
 

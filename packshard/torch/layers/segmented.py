@@ -74,14 +74,18 @@ class _Seams:
 _INSTALLED: weakref.WeakKeyDictionary[Any, _Seams] = weakref.WeakKeyDictionary()
 
 
+def _cuts(values: torch.Tensor, step: int) -> list[list[int]]:
+    """Each row's bounds ``[0, s1, …, T]``: a segment starts where ``v[t] != v[t-1] + step``."""
+    rows = values.detach().to("cpu", torch.int64).reshape(-1, values.shape[-1])
+    starts = torch.ones_like(rows, dtype=torch.bool)
+    starts[:, 1:] = rows[:, 1:] != rows[:, :-1] + step
+    length = int(rows.shape[1])
+    return [[*row.nonzero().flatten().tolist(), length] for row in starts]
+
+
 def cuts_from_positions(positions: torch.Tensor) -> list[list[int]]:
     """Return each row's segment bounds ``[0, s1, …, T]`` from restarting ``positions``."""
-    pos = positions if positions.dim() == 2 else positions.reshape(-1, positions.shape[-1])
-    pos = pos.detach().to("cpu", torch.int64)
-    starts = torch.ones_like(pos, dtype=torch.bool)
-    starts[:, 1:] = pos[:, 1:] != pos[:, :-1] + 1
-    length = int(pos.shape[1])
-    return [[*row.nonzero().flatten().tolist(), length] for row in starts]
+    return _cuts(positions, 1)
 
 
 def cuts_from_cu(cu_seqlens: Any, length: int) -> list[list[int]]:
@@ -89,14 +93,6 @@ def cuts_from_cu(cu_seqlens: Any, length: int) -> list[list[int]]:
     cu = [int(v) for v in torch.as_tensor(cu_seqlens).reshape(-1).tolist()]
     bounds = sorted({b for b in cu if 0 <= b <= length} | {0, length})
     return [bounds]
-
-
-def _cuts_from_seq_idx(seq_idx: torch.Tensor) -> list[list[int]]:
-    idx = seq_idx.detach().to("cpu", torch.int64).reshape(-1, seq_idx.shape[-1])
-    starts = torch.ones_like(idx, dtype=torch.bool)
-    starts[:, 1:] = idx[:, 1:] != idx[:, :-1]
-    length = int(idx.shape[1])
-    return [[*row.nonzero().flatten().tolist(), length] for row in starts]
 
 
 def _text_positions(positions: torch.Tensor) -> torch.Tensor:
@@ -112,7 +108,7 @@ def _cuts_from_kwargs(kwargs: dict[str, Any]) -> list[list[int]] | None:
         return cuts_from_cu(cu, length)
     seq_idx = kwargs.get("seq_idx")
     if isinstance(seq_idx, torch.Tensor):
-        return _cuts_from_seq_idx(seq_idx)
+        return _cuts(seq_idx, 0)  # one index a segment
     positions = kwargs.get("position_ids")
     if isinstance(positions, torch.Tensor):
         return cuts_from_positions(_text_positions(positions))
