@@ -1740,3 +1740,28 @@ def rehash(out: Path, name: str) -> None:
         if entry.get("path") == name:
             entry.update(sha256=sha256_path(path), bytes=path.stat().st_size)
     (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2))
+
+
+def pack_from(root: Path, tokenizer: Path, *args: Any) -> Any:
+    """Run ``packshard pack`` in-process from ``root`` (paths in ``args`` relative to it).
+
+    Reference backends, so that stderr holds only what the run itself says.
+    """
+    from click.testing import CliRunner
+
+    from packshard.cli.commands import main
+
+    argv = ["pack", "-t", str(tokenizer), "--max-seq-len", "16", "--no-progress", *map(str, args)]
+    argv += ["--backend", "reference"]
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        return CliRunner().invoke(main, argv, prog_name="packshard", catch_exceptions=False)
+    finally:
+        os.chdir(cwd)
+
+
+def reject_lines(out: Path) -> list[tuple[int, str, str]]:
+    """Return ``(line, code, reason)`` of every line of ``out/rejects.jsonl``."""
+    lines = (out / "rejects.jsonl").read_text(encoding="utf-8").splitlines()
+    return [(r["line"], r["code"], r["reason"]) for r in map(json.loads, lines)]

@@ -20,7 +20,7 @@ import zstandard
 from click.testing import CliRunner
 
 from packshard.cli.commands import main
-from tests.helpers import changed, run_capped, tree_state
+from tests.helpers import changed, reject_lines, run_capped, tree_state
 
 GOOD = {"text": "w2 w3 w4"}
 DUP_ROLE = (
@@ -44,9 +44,7 @@ def pack(root: Path, tokenizer: Path, *args: Any, out: str = "out") -> Any:
         os.chdir(cwd)
 
 
-def rejects(out: Path) -> list[tuple[int, str, str]]:
-    lines = (out / "rejects.jsonl").read_text(encoding="utf-8").splitlines()
-    return [(r["line"], r["code"], r["reason"]) for r in map(json.loads, lines)]
+rejects = reject_lines
 
 
 def counts(out: Path) -> tuple[int, int, int]:

@@ -18,28 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from packshard.cli.commands import main
 from packshard.format.folder.claim import claim_out
 from packshard.format.folder.outdir import NAME_MAX, temp_stem
-from tests.helpers import changed, tree_state
+from tests.helpers import changed, pack_from, tree_state
 
 RECORD = json.dumps({"text": "w2 w3 w4"}) + "\n"
 NOT_OURS = "; --overwrite only replaces a folder packshard wrote (choose another -o, or empty it)"
 OUTSIDE = "(a later run would read its own output; choose an -o outside the inputs)"
 
 
-def pack(root: Path, tokenizer: Path, *args: Any) -> Any:
-    """Run ``packshard pack`` in-process from ``root`` (paths in ``args`` relative to it)."""
-    argv = ["pack", "-t", str(tokenizer), "--max-seq-len", "16", "--no-progress", *map(str, args)]
-    argv += ["--backend", "reference"]  # stderr holds only what the output folder says
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        return CliRunner().invoke(main, argv, prog_name="packshard", catch_exceptions=False)
-    finally:
-        os.chdir(cwd)
+pack = pack_from
 
 
 @pytest.fixture

@@ -18,31 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from packshard.cli.commands import main
 from packshard.errors import OutputError
 from packshard.format.folder.claim import claim_out
-from tests.helpers import SHARED_DATA, changed, tree_state
+from tests.helpers import SHARED_DATA, changed, pack_from, reject_lines, tree_state
 
 RECORD = json.dumps({"text": "w2 w3 w4"}) + "\n"
 
 
-def pack(root: Path, tokenizer: Path, *args: Any) -> Any:
-    """Run ``packshard pack`` in-process from ``root`` (paths in ``args`` relative to it)."""
-    argv = ["pack", "-t", str(tokenizer), "--max-seq-len", "16", "--no-progress", *map(str, args)]
-    argv += ["--backend", "reference"]
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        return CliRunner().invoke(main, argv, prog_name="packshard", catch_exceptions=False)
-    finally:
-        os.chdir(cwd)
-
-
-def rejects(out: Path) -> list[tuple[int, str, str]]:
-    lines = (out / "rejects.jsonl").read_text().splitlines()
-    return [(r["line"], r["code"], r["reason"]) for r in map(json.loads, lines)]
+pack, rejects = pack_from, reject_lines
 
 
 # --- KTO labels: one reading under auto and under --format kto ---------------------------------
