@@ -32,7 +32,7 @@ import torch
 
 from packshard.errors import UsageError
 from packshard.torch.layers.kinds import FIXES, FULL, SINKS, SLIDING
-from packshard.torch.layers.locate import first_leak
+from packshard.torch.layers.locate import SeamLeakError, first_leak
 
 BOOKKEEPING = (
     "labels",
@@ -51,10 +51,6 @@ BOOKKEEPING = (
 """Batch keys the collators add for the loop, never model inputs; dropped before the forward."""
 
 TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
-
-
-class SeamLeakError(UsageError):
-    """The model mixes a packed row's segments: its logits differ from each segment's alone."""
 
 
 def row_segments(batch: Mapping[str, Any]) -> list[tuple[int, int]]:

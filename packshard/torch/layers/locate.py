@@ -23,7 +23,12 @@ from typing import Any
 
 import torch
 
+from packshard.errors import UsageError
 from packshard.torch.layers.kinds import Layer, decoder_layers, model_layers
+
+
+class SeamLeakError(UsageError):
+    """The model mixes a packed row's segments: its logits differ from each segment's alone."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ import torch
 
 from packshard.errors import UsageError
 from packshard.torch.layers.kinds import STATEFUL, Layer, decoder_layers, model_layers
+from packshard.torch.layers.locate import SeamLeakError, first_leak
 
 _CACHE_KEYS = ("cache", "cache_params", "past_key_values", "past_key_value")
 _BOUNDARY_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
@@ -229,8 +230,8 @@ def _block_masks(model: Any, cuts: list[list[int]], dtype: torch.dtype) -> dict[
     return masks
 
 
-def _probe(model: Any) -> float | None:
-    """Max |Δlogit| of a ``[6 | 6]`` row fed with restarting positions vs each half alone."""
+def _probe_row(model: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Return the probe's 12 ids and restarting positions (two segments of 6), or None."""
     try:
         device = next(model.parameters()).device
         vocab = int(model.config.vocab_size)
@@ -239,7 +240,15 @@ def _probe(model: Any) -> float | None:
     if device.type == "meta":
         return None
     ids = (torch.arange(12, device=device) * 7 + 3) % max(vocab, 2)
-    positions = torch.arange(12, device=device) % 6
+    return ids, torch.arange(12, device=device) % 6
+
+
+def _probe(model: Any) -> float | None:
+    """Max |Δlogit| of a ``[6 | 6]`` row fed with restarting positions vs each half alone."""
+    probe = _probe_row(model)
+    if probe is None:
+        return None
+    ids, positions = probe
     training = model.training
     model.eval()
     try:
@@ -307,7 +316,36 @@ def segment_layers(model: Any) -> SegmentedLayers:
     if probe is not None and probe > tolerance and impl in ("eager", "sdpa", None):
         seams.masks = True
         probe = _probe(model)
+    if probe is not None and probe > tolerance:
+        raise _still_leaks(model, probe, tolerance, impl)
     return SegmentedLayers(tuple(stateful), seams.masks, probe)
+
+
+def _still_leaks(model: Any, probe: float, tolerance: float, impl: Any) -> SeamLeakError:
+    """Build the error for a model whose probe row still mixes its segments, naming the layer."""
+    row = _probe_row(model)
+    site = None
+    if row is not None:
+        ids, positions = row
+        training = model.training
+        model.eval()
+        try:
+            inputs = {"input_ids": ids[None], "position_ids": positions[None], "use_cache": False}
+            site = first_leak(model, inputs, [(0, 6), (6, 12)], tolerance)
+        finally:
+            model.train(training)
+    where = f", first at {site.describe()}" if site is not None else ""
+    fix = (
+        "load the model with attn_implementation='sdpa' or 'eager' and call segment_layers again"
+        if impl not in ("eager", "sdpa", None)
+        else "this architecture is not one segment_layers covers: train it on one example a row "
+        "(packshard export OUT --to unpacked)"
+    )
+    return SeamLeakError(
+        f"segment_layers could not keep a packed row's segments apart: a two-segment probe row "
+        f"differs from its halves alone by max |Δlogit| {probe:.3g} (tolerance {tolerance:g})"
+        f"{where} (attention implementation {impl!r}); {fix}"
+    )
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from itertools import pairwise
 import pytest
 
 from packshard.errors import UsageError
-from packshard.torch import collate_hf, packed_segments, segment_layers
+from packshard.torch import SeamLeakError, collate_hf, packed_segments, segment_layers
 from packshard.torch.layers.segmented import withheld
 from tests.torch.layers.builders import positions, row, tiny
 
@@ -137,3 +137,18 @@ def test_a_deep_copy_runs_its_own_weights(torch_one_thread) -> None:
         after = reference(input_ids=ids[None], position_ids=positions(cu)).logits
     assert torch.equal(before, after)  # the copy's mixers run the copy's weights
     assert _delta(reference, ids, cu, position_ids=positions(cu)) <= 1e-5  # and keep the seams
+
+
+def test_a_leak_the_masks_do_not_close_is_refused_naming_the_layer(
+    monkeypatch, torch_one_thread
+) -> None:
+    """The guard's control: gpt-oss with the block masks taken away still leaks, and says so."""
+    from packshard.torch.layers import segmented
+
+    def no_masks(model, cuts, dtype):
+        return {"full_attention": None, "sliding_attention": None}
+
+    monkeypatch.setattr(segmented, "_block_masks", no_masks)
+    model = tiny("gpt_oss")
+    with pytest.raises(SeamLeakError, match=r"could not keep .* first at layer 0 \(GptOss"):
+        segment_layers(model)
