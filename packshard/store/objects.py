@@ -1,0 +1,181 @@
+"""Objects in a store through pyarrow's filesystems: list, read ranges, fetch, put, delete.
+
+One filesystem per scheme and bucket and process, made on first use from the environment
+(:mod:`packshard.store.urls`), so a forked worker or a Ray task on another node builds its own
+and never inherits a client's sockets::
+
+    s3://bucket/…  pyarrow.fs.S3FileSystem   (region found from the bucket, AWS_ENDPOINT_URL honoured)
+    gs://bucket/…  pyarrow.fs.GcsFileSystem  (default credentials)
+    az://box/…     pyarrow.fs.AzureFileSystem(account_name=$AZURE_STORAGE_ACCOUNT_NAME)
+
+Reads are ranged: :func:`open_object` gives a random-access file whose ``read_at`` and
+``seek``/``read`` are HTTP range requests, so a Parquet footer or one row group costs one
+request of its own size; :func:`read_range` is the byte range a work unit reads on the node
+that maps it.  Writes go through :func:`put_file`, a multipart upload that the store makes
+visible only when it completes: an object is whole or absent, never half written.  Every
+failure of the store (no such bucket, permissions, network) is one line naming the URL.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from packshard.errors import InputError, PackshardError
+from packshard.store.urls import StoreUrl, parse_url
+
+CHUNK = 8 << 20
+"""Bytes per read or write request when whole objects are copied (8 MiB)."""
+
+_FILESYSTEMS: dict[tuple[int, str, str], Any] = {}
+
+
+def filesystem(url: StoreUrl) -> Any:
+    """Return this process's pyarrow filesystem for ``url``'s scheme and bucket."""
+    import pyarrow.fs as pafs
+
+    key = (os.getpid(), url.scheme, url.bucket)
+    if key not in _FILESYSTEMS:
+        try:
+            if url.scheme == "az":
+                account = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
+                if not account:
+                    raise InputError(
+                        f"{url}: set AZURE_STORAGE_ACCOUNT_NAME (the storage account of az:// URLs)"
+                    )
+                fs = pafs.AzureFileSystem(account_name=account)
+            else:
+                fs = pafs.FileSystem.from_uri(url.root)[0]
+        except PackshardError:
+            raise
+        except (OSError, ValueError, ImportError) as exc:
+            raise InputError(f"{url.root}: cannot open the store ({_reason(exc)})") from None
+        _FILESYSTEMS[key] = fs
+    return _FILESYSTEMS[key]
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of a store error, without the SDK's request details."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@contextmanager
+def store_errors(url: StoreUrl | str, doing: str, kind: type[PackshardError] = InputError) -> Iterator[None]:
+    """Turn a store's OSError inside the block into one ``kind`` line naming ``url``."""
+    try:
+        yield
+    except OSError as exc:
+        raise kind(f"{url}: cannot {doing} ({_reason(exc)})") from None
+
+
+def object_size(url: StoreUrl) -> int | None:
+    """The object's size in bytes, or None when there is no object at ``url``."""
+    import pyarrow.fs as pafs
+
+    with store_errors(url, "look up the object"):
+        info = filesystem(url).get_file_info(url.path)
+    return int(info.size) if info.type == pafs.FileType.File else None
+
+
+def list_objects(url: StoreUrl) -> list[tuple[StoreUrl, int]]:
+    """Every object below ``url`` (recursive) and its size, sorted by key."""
+    import pyarrow.fs as pafs
+
+    selector = pafs.FileSelector(url.path, recursive=True, allow_not_found=True)
+    with store_errors(url, "list the objects"):
+        infos = filesystem(url).get_file_info(selector)
+    found = [
+        (StoreUrl(url.scheme, url.bucket, i.path.split("/", 1)[1]), int(i.size))
+        for i in infos
+        if i.type == pafs.FileType.File
+    ]
+    return sorted(found, key=lambda item: item[0].key)
+
+
+def glob_objects(pattern: StoreUrl) -> list[StoreUrl]:
+    """The objects whose keys match ``pattern`` (``*``, ``?``, ``[…]`` in one level, ``**`` any).
+
+    Hidden names (a level starting with ``.``) match only a pattern level that starts with
+    ``.``, as the shell's globs do.  Listed once, from the longest prefix without a wildcard.
+    """
+    parts = pattern.key.split("/")
+    fixed = 0
+    while fixed < len(parts) and not set("*?[") & set(parts[fixed]):
+        fixed += 1
+    base = StoreUrl(pattern.scheme, pattern.bucket, "/".join(parts[:fixed]))
+    wanted = parts[fixed:]
+    return [u for u, _ in list_objects(base) if _match(u.key.split("/")[fixed:], wanted)]
+
+
+def _match(names: list[str], parts: list[str]) -> bool:
+    if not parts:
+        return not names
+    if parts[0] == "**":
+        return any(_match(names[k:], parts[1:]) for k in range(len(names) + 1))
+    if not names:
+        return False
+    hidden = names[0].startswith(".") and not parts[0].startswith(".")
+    if hidden or not fnmatch.fnmatchcase(names[0], parts[0]):
+        return False
+    return _match(names[1:], parts[1:])
+
+
+def open_object(url: StoreUrl) -> Any:
+    """Open ``url`` for ranged reads (a pyarrow ``RandomAccessFile``: ``read_at``, ``size``)."""
+    with store_errors(url, "open the object"):
+        return filesystem(url).open_input_file(url.path)
+
+
+def read_range(url: str | StoreUrl, start: int, stop: int) -> bytes:
+    """Bytes ``[start, stop)`` of the object at ``url``: one ranged request, on any node."""
+    where = parse_url(url) if isinstance(url, str) else url
+    with open_object(where) as handle:
+        with store_errors(where, f"read bytes {start}-{stop}"):
+            data = handle.read_at(stop - start, start)
+    if len(data) != stop - start:
+        raise InputError(f"{where}: {len(data)} bytes at {start}, expected {stop - start} (changed while read?)")
+    return bytes(data)
+
+
+def read_object(url: StoreUrl) -> bytes:
+    """The whole object at ``url``."""
+    with open_object(url) as handle, store_errors(url, "read the object"):
+        return bytes(handle.read())
+
+
+def fetch_object(url: StoreUrl, dest: Path) -> int:
+    """Copy the object at ``url`` to the local file ``dest`` (written beside it, then renamed)."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+    with store_errors(url, "read the object"), filesystem(url).open_input_stream(url.path) as src:
+        with open(tmp, "wb") as sink:
+            shutil.copyfileobj(src, sink, CHUNK)
+    os.replace(tmp, dest)
+    return dest.stat().st_size
+
+
+def put_file(source: Path, url: StoreUrl) -> int:
+    """Upload the local file ``source`` to ``url``; the object appears whole when this returns."""
+    from packshard.errors import OutputError
+
+    with store_errors(url, "write the object", OutputError):
+        with open(source, "rb") as src, filesystem(url).open_output_stream(url.path) as sink:
+            while chunk := src.read(CHUNK):
+                sink.write(chunk)
+    return source.stat().st_size
+
+
+def delete_object(url: StoreUrl) -> None:
+    """Delete the object at ``url`` (nothing when there is none)."""
+    from packshard.errors import OutputError
+
+    with store_errors(url, "delete the object", OutputError):
+        try:
+            filesystem(url).delete_file(url.path)
+        except FileNotFoundError:
+            pass
