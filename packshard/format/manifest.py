@@ -189,16 +189,24 @@ def load_manifest(out: str | os.PathLike[str], validate: bool = True) -> dict[st
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise ManifestError(f"{path}: unreadable manifest: {exc}") from None
+    return parse_manifest(raw, str(path), validate)
+
+
+def parse_manifest(raw: bytes, path: str, validate: bool = True) -> dict[str, Any]:
+    """Parse a manifest's bytes read from ``path`` (a file or a store URL), checked as on load."""
+    try:
         if len(raw) > MAX_MANIFEST_BYTES:
             raise ValueError(f"larger than {MAX_MANIFEST_BYTES:,} bytes")
         manifest = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except RecursionError:
         raise ManifestError(f"{path}: unreadable manifest: nested too deeply") from None
-    except (OSError, ValueError) as exc:  # JSON and UTF-8 errors are ValueErrors
+    except ValueError as exc:  # JSON and UTF-8 errors are ValueErrors
         raise ManifestError(f"{path}: unreadable manifest: {exc}") from None
     if not isinstance(manifest, dict):
         raise ManifestError(f"{path}: manifest is not a JSON object")
-    check_format_version(manifest.get("format_version"), str(path))
+    check_format_version(manifest.get("format_version"), path)
     if validate:
         problems = schema_errors(manifest)
         if problems:

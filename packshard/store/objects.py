@@ -19,6 +19,7 @@ failure of the store (no such bucket, permissions, network) is one line naming t
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -110,20 +111,21 @@ def glob_objects(pattern: StoreUrl) -> list[StoreUrl]:
         fixed += 1
     base = StoreUrl(pattern.scheme, pattern.bucket, "/".join(parts[:fixed]))
     wanted = parts[fixed:]
-    return [u for u, _ in list_objects(base) if _match(u.key.split("/")[fixed:], wanted)]
+    return [u for u, _ in list_objects(base) if key_matches(u.key.split("/")[fixed:], wanted)]
 
 
-def _match(names: list[str], parts: list[str]) -> bool:
+def key_matches(names: list[str], parts: list[str]) -> bool:
+    """Whether a key's levels ``names`` match a glob's levels ``parts`` (``**``: any levels)."""
     if not parts:
         return not names
     if parts[0] == "**":
-        return any(_match(names[k:], parts[1:]) for k in range(len(names) + 1))
+        return any(key_matches(names[k:], parts[1:]) for k in range(len(names) + 1))
     if not names:
         return False
     hidden = names[0].startswith(".") and not parts[0].startswith(".")
     if hidden or not fnmatch.fnmatchcase(names[0], parts[0]):
         return False
-    return _match(names[1:], parts[1:])
+    return key_matches(names[1:], parts[1:])
 
 
 def open_object(url: StoreUrl) -> Any:
@@ -179,3 +181,45 @@ def delete_object(url: StoreUrl) -> None:
             filesystem(url).delete_file(url.path)
         except FileNotFoundError:
             pass
+
+
+def read_hashed_object(url: StoreUrl) -> tuple[bytearray, str]:
+    """The whole object at ``url`` in ranged reads of ``CHUNK``, with its SHA-256 as it came.
+
+    The bytes hashed are the bytes returned (as :func:`packshard.digests.read_hashed` does
+    for a local file): a reader serves exactly what it checked.
+    """
+    digest = hashlib.sha256()
+    with open_object(url) as handle, store_errors(url, "read the object"):
+        data = bytearray(handle.size())
+        view, filled = memoryview(data), 0
+        while filled < len(data):
+            got = handle.read_at(min(CHUNK, len(data) - filled), filled)
+            if not got:
+                break
+            view[filled : filled + len(got)] = got
+            digest.update(got)
+            filled += len(got)
+    if filled < len(data):
+        raise InputError(f"{url}: {filled} of {len(data)} bytes read (changed while read?)")
+    return data, digest.hexdigest()
+
+
+def child_object(folder: StoreUrl, rel: object) -> StoreUrl:
+    """The object ``rel`` names below ``folder``, where ``rel`` is a plain relative key.
+
+    A manifest may come from anyone: a name that is absolute, climbs (``..``), has empty or
+    ``.`` levels or backslashes is refused, as :mod:`packshard.format.folder.paths` refuses
+    it in a local folder.
+
+    Raises:
+        FormatError: ``rel`` is not a plain relative key.
+
+    """
+    from packshard.errors import FormatError
+
+    if not isinstance(rel, str) or not rel or "\\" in rel or rel.startswith("/"):
+        raise FormatError(f"{folder}/{rel!r}", "not a relative path inside OUT (not read)")
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        raise FormatError(f"{folder}/{rel}", "not a relative path inside OUT (not read)")
+    return folder.child(rel)
