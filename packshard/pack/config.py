@@ -8,7 +8,6 @@ from typing import Any
 from packshard.engine import EngineOptions
 from packshard.errors import UsageError
 from packshard.format.folder.outdir import check_out
-from packshard.store import is_url, parse_url
 from packshard.ingest.types import IngestOptions
 from packshard.options import (
     COMPRESSIONS,
@@ -21,6 +20,7 @@ from packshard.options import (
     check_range,
 )
 from packshard.pack.plan.mix import MixTarget, mix_target
+from packshard.store import is_url, parse_url
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,7 +205,11 @@ def _pack_into(
         encoded = info.pop("encode", None)
         made = Provenance(
             inputs=[
-                {"path": f.path, "resolved": f.path if is_url(f.path) else str(f.real), "sha256": sha}
+                {
+                    "path": f.path,
+                    "resolved": f.path if is_url(f.path) else str(f.real),
+                    "sha256": sha,
+                }
                 for f, sha in zip(files, hashes, strict=True)
             ],
             tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},

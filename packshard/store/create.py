@@ -69,7 +69,9 @@ def create_object(url: StoreUrl, body: bytes) -> bool:
             return False
         if status == 501 or error.get("Code") == "NotImplemented":
             raise _unsupported(url) from None
-        raise OutputError(f"{url}: cannot write ({error.get('Code')}: {error.get('Message')})") from None
+        raise OutputError(
+            f"{url}: cannot write ({error.get('Code')}: {error.get('Message')})"
+        ) from None
     except BotoCoreError as exc:
         raise OutputError(f"{url}: cannot write ({exc})") from None
     return True

@@ -4,7 +4,7 @@ One filesystem per scheme and bucket and process, made on first use from the env
 (:mod:`packshard.store.urls`), so a forked worker or a Ray task on another node builds its own
 and never inherits a client's sockets::
 
-    s3://bucket/…  pyarrow.fs.S3FileSystem   (region found from the bucket, AWS_ENDPOINT_URL honoured)
+    s3://bucket/…  pyarrow.fs.S3FileSystem   (region from the bucket, AWS_ENDPOINT_URL honoured)
     gs://bucket/…  pyarrow.fs.GcsFileSystem  (default credentials)
     az://box/…     pyarrow.fs.AzureFileSystem(account_name=$AZURE_STORAGE_ACCOUNT_NAME)
 
@@ -61,13 +61,15 @@ def filesystem(url: StoreUrl) -> Any:
 
 
 def _reason(exc: BaseException) -> str:
-    """The first line of a store error, without the SDK's request details."""
+    """Return the first line of a store error, without the SDK's request details."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
 
 @contextmanager
-def store_errors(url: StoreUrl | str, doing: str, kind: type[PackshardError] = InputError) -> Iterator[None]:
+def store_errors(
+    url: StoreUrl | str, doing: str, kind: type[PackshardError] = InputError
+) -> Iterator[None]:
     """Turn a store's OSError inside the block into one ``kind`` line naming ``url``."""
     try:
         yield
@@ -76,7 +78,7 @@ def store_errors(url: StoreUrl | str, doing: str, kind: type[PackshardError] = I
 
 
 def object_size(url: StoreUrl) -> int | None:
-    """The object's size in bytes, or None when there is no object at ``url``."""
+    """Return the object's size in bytes, or None when there is no object at ``url``."""
     import pyarrow.fs as pafs
 
     with store_errors(url, "look up the object"):
@@ -100,7 +102,7 @@ def list_objects(url: StoreUrl) -> list[tuple[StoreUrl, int]]:
 
 
 def glob_objects(pattern: StoreUrl) -> list[StoreUrl]:
-    """The objects whose keys match ``pattern`` (``*``, ``?``, ``[…]`` in one level, ``**`` any).
+    """Return the objects whose keys match ``pattern`` (``*``, ``?``, ``[…]``; ``**`` any levels).
 
     Hidden names (a level starting with ``.``) match only a pattern level that starts with
     ``.``, as the shell's globs do.  Listed once, from the longest prefix without a wildcard.
@@ -141,12 +143,14 @@ def read_range(url: str | StoreUrl, start: int, stop: int) -> bytes:
         with store_errors(where, f"read bytes {start}-{stop}"):
             data = handle.read_at(stop - start, start)
     if len(data) != stop - start:
-        raise InputError(f"{where}: {len(data)} bytes at {start}, expected {stop - start} (changed while read?)")
+        raise InputError(
+            f"{where}: {len(data)} bytes at {start}, expected {stop - start} (changed while read?)"
+        )
     return bytes(data)
 
 
 def read_object(url: StoreUrl) -> bytes:
-    """The whole object at ``url``."""
+    """Return the whole object at ``url``."""
     with open_object(url) as handle, store_errors(url, "read the object"):
         return bytes(handle.read())
 
@@ -184,7 +188,7 @@ def delete_object(url: StoreUrl) -> None:
 
 
 def read_hashed_object(url: StoreUrl) -> tuple[bytearray, str]:
-    """The whole object at ``url`` in ranged reads of ``CHUNK``, with its SHA-256 as it came.
+    """Read the object at ``url`` in ranges of ``CHUNK``; return it and its SHA-256.
 
     The bytes hashed are the bytes returned (as :func:`packshard.digests.read_hashed` does
     for a local file): a reader serves exactly what it checked.
@@ -206,7 +210,7 @@ def read_hashed_object(url: StoreUrl) -> tuple[bytearray, str]:
 
 
 def child_object(folder: StoreUrl, rel: object) -> StoreUrl:
-    """The object ``rel`` names below ``folder``, where ``rel`` is a plain relative key.
+    """Return the object ``rel`` names below ``folder``, where ``rel`` is a plain relative key.
 
     A manifest may come from anyone: a name that is absolute, climbs (``..``), has empty or
     ``.`` levels or backslashes is refused, as :mod:`packshard.format.folder.paths` refuses

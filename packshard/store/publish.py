@@ -67,7 +67,7 @@ def _holder(lock: StoreUrl) -> str:
 
 
 def _replaced(url: StoreUrl, overwrite: bool) -> list[StoreUrl]:
-    """The objects a new pack at ``url`` replaces; refuse an OUT it may not write into."""
+    """Return the objects a new pack at ``url`` replaces; refuse an OUT it may not write."""
     found = [u for u, _ in list_objects(url) if not u.key.endswith("/" + LOCK_NAME)]
     if not found:
         return []
@@ -89,7 +89,9 @@ def _replaced(url: StoreUrl, overwrite: bool) -> list[StoreUrl]:
             "yourself, or choose another OUT)"
         ) from None
     names = {str(n) for n in named if isinstance(n, str)}
-    return [manifest] + [u for u in found if u != manifest and u.key[len(url.key) :].lstrip("/") in names]
+    return [manifest] + [
+        u for u in found if u != manifest and u.key[len(url.key) :].lstrip("/") in names
+    ]
 
 
 @contextmanager

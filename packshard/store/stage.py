@@ -6,7 +6,7 @@ process into a staging folder (``$TMPDIR/packshard-inputs-*``, removed when the 
 ends) and read from there; the recorded ``source`` stays the URL.  ``verify`` and ``export``
 of an OUT on a store fetch the pack whole (they read every byte anyway: checksums, every row)::
 
-    s3://bucket/in/a.jsonl ──fetch──► $TMPDIR/packshard-inputs-XXXX/3f2a…/a.jsonl   (source: the URL)
+    s3://bucket/in/a.jsonl ──fetch──► $TMPDIR/packshard-inputs-XXXX/3f2a…/a.jsonl  (source: URL)
     s3://bucket/out/       ──fetch──► $TMPDIR/packshard-out-XXXX/out/…              (manifest first)
 
 The local disk must hold the inputs (or the pack) once.  A Ray worker on another node needs

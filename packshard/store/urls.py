@@ -2,7 +2,7 @@
 
 A store URL is ``SCHEME://BUCKET/KEY``::
 
-    s3://bucket/in/chat.jsonl      Amazon S3 or any S3-compatible store (endpoint from the environment)
+    s3://bucket/in/chat.jsonl      Amazon S3 or any S3-compatible store (endpoint: environment)
     gs://bucket/in/chat.jsonl      Google Cloud Storage
     az://container/in/chat.jsonl   Azure Blob Storage (account from AZURE_STORAGE_ACCOUNT_NAME)
 
@@ -51,7 +51,7 @@ class StoreUrl:
         return f"{self.bucket}/{self.key}" if self.key else self.bucket
 
     def child(self, name: str) -> StoreUrl:
-        """The URL of ``name`` (a relative ``/``-separated path) below this one."""
+        """Return the URL of ``name`` (a relative ``/``-separated path) below this one."""
         key = "/".join(p for p in (self.key, name.strip("/")) if p)
         return StoreUrl(self.scheme, self.bucket, key)
 

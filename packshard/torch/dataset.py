@@ -71,10 +71,10 @@ from packshard.arrays import exclusive_cumsum
 from packshard.digests import read_hashed, sha256_bytes, sha256_path
 from packshard.errors import FormatError, ManifestError, UsageError
 from packshard.format.folder.paths import duplicate_paths, inside_folder, open_inside
-from packshard.format.manifest import load_manifest, parse_manifest, part_errors
+from packshard.format.manifest import load_manifest, part_errors
 from packshard.format.shards import replaced_shard, rows_problem, tokens_problem
 from packshard.format.version import metadata_problem
-from packshard.store import StoreUrl, is_url, object_size, open_object, parse_url, read_object
+from packshard.store import StoreUrl, is_url, open_object, parse_url
 from packshard.store.objects import child_object, read_hashed_object
 from packshard.torch.steps import STEP_KEY, check_steps, map_step_items, positive_int
 
@@ -137,7 +137,11 @@ def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
             raise FormatError(path, f"{exc.problem} (run packshard verify)") from None
         with os.fdopen(fd, "rb") as fh:
             stamp = _stamp(os.fstat(fh.fileno()))
-            if seen is not None and _recorded(seen) == stamp and (found := _entry(seen.parent, stem)):
+            if (
+                seen is not None
+                and _recorded(seen) == stamp
+                and (found := _entry(seen.parent, stem))
+            ):
                 return found
             raw, digest = read_hashed(fh)
     if digest != expected:
@@ -321,17 +325,8 @@ class PackedDataset(Dataset[Row]):
         self.url = parse_url(os.fspath(out)) if is_url(os.fspath(out)) else None
         self.out = Path(out)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        if self.url is not None:  # a store: the manifest or no pack (it is written last)
-            where = str(self.url.child("manifest.json"))
-            if object_size(self.url.child("manifest.json")) is None:
-                raise ManifestError(
-                    f"{where}: no manifest (is {self.url} a packshard output? a pack still "
-                    "being published or interrupted has none: wait for it, or pack again)"
-                )
-            self.manifest = parse_manifest(read_object(self.url.child("manifest.json")), where, False)
-        else:
-            self.manifest = load_manifest(self.out, validate=False)
-            where = str(self.out / "manifest.json")
+        self.manifest = load_manifest(os.fspath(out), validate=False)  # a folder's or a store's
+        where = str(self.url.child("manifest.json") if self.url else self.out / "manifest.json")
         repeated = duplicate_paths(self.manifest)
         if repeated is not None:  # before the schema walks every entry
             raise ManifestError(f"{where}: {repeated} (run packshard verify)")
@@ -393,7 +388,9 @@ class PackedDataset(Dataset[Row]):
 
     def where(self, k: int) -> str:
         """Shard ``k``'s path or URL, as messages name it."""
-        return str(self.url.child(self.shard_names[k]) if self.url else self.out / self.shard_names[k])
+        return str(
+            self.url.child(self.shard_names[k]) if self.url else self.out / self.shard_names[k]
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

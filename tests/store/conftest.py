@@ -88,7 +88,9 @@ def keys(bucket: str, prefix: str = "") -> list[str]:
     import boto3
 
     found: list[str] = []
-    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    pages = (
+        boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    )
     for page in pages:
         found += [o["Key"] for o in page.get("Contents", [])]
     return sorted(found)

@@ -9,10 +9,10 @@ import pytest
 
 from packshard.errors import FormatError, InputError
 from packshard.store.objects import (
-    key_matches,
     child_object,
     fetch_object,
     glob_objects,
+    key_matches,
     list_objects,
     object_size,
     put_file,
@@ -82,4 +82,7 @@ def test_a_missing_object_or_bucket_is_one_line_naming_it(s3_server: dict[str, s
 def test_a_manifest_name_outside_out_is_refused(rel: object) -> None:
     with pytest.raises(FormatError, match="not a relative path inside OUT"):
         child_object(parse_url("s3://b/out"), rel)
-    assert str(child_object(parse_url("s3://b/out"), "d/shard.parquet")) == "s3://b/out/d/shard.parquet"
+    assert (
+        str(child_object(parse_url("s3://b/out"), "d/shard.parquet"))
+        == "s3://b/out/d/shard.parquet"
+    )

@@ -71,24 +71,34 @@ def test_a_pack_on_the_store_is_the_local_pack(
     from packshard.verify.run import VerifyOptions, verify_dataset
 
     local_in = _inputs(bucket, tmp_path)
-    local = _pack((str(local_in / "a.jsonl"), str(local_in / "b.jsonl")), demo_tokenizer, str(tmp_path / "out"))
+    local = _pack(
+        (str(local_in / "a.jsonl"), str(local_in / "b.jsonl")),
+        demo_tokenizer,
+        str(tmp_path / "out"),
+    )
     remote = _pack((f"s3://{bucket}/in/*.jsonl",), demo_tokenizer, f"s3://{bucket}/out")
     assert remote.published == f"s3://{bucket}/out" and remote.shown == remote.published
 
     manifest = json.loads(read_object(parse_url(f"s3://{bucket}/out/manifest.json")))
     assert manifest["dataset_id"] == local.manifest["dataset_id"]
-    assert [s["sha256"] for s in manifest["shards"]] == [s["sha256"] for s in local.manifest["shards"]]
+    assert [s["sha256"] for s in manifest["shards"]] == [
+        s["sha256"] for s in local.manifest["shards"]
+    ]
     assert len(manifest["shards"]) > 1
-    assert [i["path"] for i in manifest["inputs"]] == [f"s3://{bucket}/in/a.jsonl", f"s3://{bucket}/in/b.jsonl"]
+    assert [i["path"] for i in manifest["inputs"]] == [
+        f"s3://{bucket}/in/a.jsonl",
+        f"s3://{bucket}/in/b.jsonl",
+    ]
     assert [i["resolved"] for i in manifest["inputs"]] == [i["path"] for i in manifest["inputs"]]
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in json.dumps(manifest)
     assert os.environ["AWS_ENDPOINT_URL"] not in json.dumps(manifest)
     stored = keys(bucket, "out/")
     assert f"out/{LOCK_NAME}" not in stored  # released
     for entry in manifest["shards"]:  # byte for byte
-        assert read_object(parse_url(f"s3://{bucket}/out/{entry['path']}")) == (
-            tmp_path / "out" / entry["path"]
-        ).read_bytes()
+        assert (
+            read_object(parse_url(f"s3://{bucket}/out/{entry['path']}"))
+            == (tmp_path / "out" / entry["path"]).read_bytes()
+        )
     (tmp_path / "remote-index.parquet").write_bytes(
         read_object(parse_url(f"s3://{bucket}/out/examples.parquet"))
     )
@@ -99,7 +109,9 @@ def test_a_pack_on_the_store_is_the_local_pack(
         if name != "source":
             assert mine.column(name).equals(theirs.column(name)), name
     renamed = {str(local_in / n): f"s3://{bucket}/in/{n}" for n in ("a.jsonl", "b.jsonl")}
-    assert mine.column("source").to_pylist() == [renamed[s] for s in theirs.column("source").to_pylist()]
+    assert mine.column("source").to_pylist() == [
+        renamed[s] for s in theirs.column("source").to_pylist()
+    ]
 
     report = verify_dataset(f"s3://{bucket}/out", VerifyOptions(model="none"))
     assert report.out == f"s3://{bucket}/out"
@@ -120,7 +132,9 @@ def test_a_pack_on_the_store_is_the_local_pack(
     assert [r["example_ids"].tolist() for r in resumed] == seen[1:]
 
 
-def test_the_store_reader_refuses_a_changed_shard(bucket: str, tmp_path: Path, demo_tokenizer: Path) -> None:
+def test_the_store_reader_refuses_a_changed_shard(
+    bucket: str, tmp_path: Path, demo_tokenizer: Path
+) -> None:
     from packshard.errors import FormatError
     from packshard.store.objects import read_object
     from packshard.torch import PackedDataset
@@ -175,7 +189,9 @@ def test_a_killed_pack_leaves_no_manifest_and_its_lock_refuses_the_next(
     stuck = _cli(*args, env={"PACKSHARD_FAULTS": "hang:shard-00001:1"})  # mid-run: shards
     deadline = time.monotonic() + 120
     while f"out/{LOCK_NAME}" not in keys(bucket, "out/"):
-        assert stuck.poll() is None and time.monotonic() < deadline, stuck.stderr.read() if stuck.poll() is not None else "no lock"
+        assert stuck.poll() is None and time.monotonic() < deadline, (
+            stuck.stderr.read() if stuck.poll() is not None else "no lock"
+        )
         time.sleep(0.1)
     refused = _cli(*args)
     assert refused.wait(120) == 2
@@ -218,13 +234,19 @@ def test_an_upload_cut_short_publishes_no_manifest(
         with claim_store(f"s3://{bucket}/out", False, "pack") as out:
             publish_store(out, folder)
     assert "manifest.json" not in calls
-    assert "out/manifest.json" not in keys(bucket, "out/") and keys(bucket, "out/")  # a part, no pack
-    with pytest.raises(OutputError, match="no manifest.json \\(not a pack, or one whose publishing"):
+    assert "out/manifest.json" not in keys(bucket, "out/") and keys(
+        bucket, "out/"
+    )  # a part, no pack
+    with pytest.raises(
+        OutputError, match=r"no manifest.json \(not a pack, or one whose publishing"
+    ):
         with claim_store(f"s3://{bucket}/out", True, "pack"):
             pass
 
 
-def test_overwrite_replaces_a_pack_manifest_first(bucket: str, tmp_path: Path, demo_tokenizer: Path) -> None:
+def test_overwrite_replaces_a_pack_manifest_first(
+    bucket: str, tmp_path: Path, demo_tokenizer: Path
+) -> None:
     _inputs(bucket, tmp_path)
     out = f"s3://{bucket}/out"
     _pack((f"s3://{bucket}/in/a.jsonl",), demo_tokenizer, out)
@@ -232,7 +254,10 @@ def test_overwrite_replaces_a_pack_manifest_first(bucket: str, tmp_path: Path, d
         _pack((f"s3://{bucket}/in/b.jsonl",), demo_tokenizer, out)
     with claim_store(out, True, "pack") as claim:
         assert claim.replaced[0] == parse_url(f"{out}/manifest.json")  # deleted first
-        assert {str(u) for u in claim.replaced[1:]} >= {f"{out}/shard-00000.parquet", f"{out}/examples.parquet"}
+        assert {str(u) for u in claim.replaced[1:]} >= {
+            f"{out}/shard-00000.parquet",
+            f"{out}/examples.parquet",
+        }
     again = _pack((f"s3://{bucket}/in/b.jsonl",), demo_tokenizer, out, overwrite=True)
     assert [i["path"] for i in again.manifest["inputs"]] == [f"s3://{bucket}/in/b.jsonl"]
 

@@ -13,7 +13,10 @@ def test_a_url_splits_into_scheme_bucket_and_key() -> None:
     assert url == StoreUrl("s3", "bucket", "in/chat.jsonl")
     assert str(url) == "s3://bucket/in/chat.jsonl"
     assert url.path == "bucket/in/chat.jsonl"
-    assert str(parse_url("gs://b/out/").child("shard-00000.parquet")) == "gs://b/out/shard-00000.parquet"
+    assert (
+        str(parse_url("gs://b/out/").child("shard-00000.parquet"))
+        == "gs://b/out/shard-00000.parquet"
+    )
     assert str(parse_url("az://box")) == "az://box"
 
 

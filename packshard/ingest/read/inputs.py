@@ -226,7 +226,7 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
 
 
 def _store_inputs(spec: str) -> list[tuple[str, Path]]:
-    """The objects a URL spec names (an object, a "folder" prefix or a glob), fetched locally.
+    """Return the objects a URL spec names (an object, a prefix or a glob), fetched locally.
 
     The same rules as local specs: a glob's matches must be supported inputs, a prefix gives
     every supported object below it (hidden names skipped), nothing found is an error.  Each
