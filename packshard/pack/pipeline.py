@@ -57,7 +57,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packshard.engine import Engine, TaskFailed
+from packshard.engine import Engine, TaskFailed, terminating
 from packshard.errors import (
     NothingToPackError,
     PackshardError,
@@ -168,7 +168,7 @@ def _pack_to_store(
             f"{config.out}: --resume needs the work folder beside a local OUT; a store OUT is "
             "staged locally per run (pack to a local folder to resume)"
         )
-    with claim_store(config.out, config.overwrite, "pack") as out:
+    with terminating(), claim_store(config.out, config.overwrite, "pack") as out:  # SIGTERM: unlock
         local = replace(config, out=str(out.stage), overwrite=False)
         result = pack_dataset(local, progress, notify)
         publish_store(out, result.out)

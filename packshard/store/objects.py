@@ -1,4 +1,4 @@
-"""Objects in a store through pyarrow's filesystems: list, read ranges, fetch, put, delete.
+"""Objects in a store through pyarrow's filesystems: list, glob, read ranges, fetch.
 
 One filesystem per scheme and bucket and process, made on first use from the environment
 (:mod:`packshard.store.urls`), so a forked worker or a Ray task on another node builds its own
@@ -11,9 +11,9 @@ and never inherits a client's sockets::
 Reads are ranged: :func:`open_object` gives a random-access file whose ``read_at`` and
 ``seek``/``read`` are HTTP range requests, so a Parquet footer or one row group costs one
 request of its own size; :func:`read_range` is the byte range a work unit reads on the node
-that maps it.  Writes go through :func:`put_file`, a multipart upload that the store makes
-visible only when it completes: an object is whole or absent, never half written.  Every
-failure of the store (no such bucket, permissions, network) is one line naming the URL.
+that maps it.  Writes are :mod:`packshard.store.writes`' (boto3: conditional creates and
+faster uploads).  Every failure of the store (no such bucket, permissions, network) is one
+line naming the URL.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -152,39 +151,22 @@ def read_range(url: str | StoreUrl, start: int, stop: int) -> bytes:
 def read_object(url: StoreUrl) -> bytes:
     """Return the whole object at ``url``."""
     with open_object(url) as handle, store_errors(url, "read the object"):
-        return bytes(handle.read())
+        return bytes(handle.read_at(handle.size(), 0))  # one request of the known size
 
 
 def fetch_object(url: StoreUrl, dest: Path) -> int:
     """Copy the object at ``url`` to the local file ``dest`` (written beside it, then renamed)."""
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
-    with store_errors(url, "read the object"), filesystem(url).open_input_stream(url.path) as src:
-        with open(tmp, "wb") as sink:
-            shutil.copyfileobj(src, sink, CHUNK)
+    with open_object(url) as src, store_errors(url, "read the object"), open(tmp, "wb") as sink:
+        size, done = src.size(), 0
+        while done < size:  # known ranges: a stream's read() asks in 64 KiB requests
+            chunk = src.read_at(min(CHUNK, size - done), done)
+            if not chunk:
+                raise InputError(f"{url}: {done} of {size} bytes read (changed while read?)")
+            sink.write(chunk)
+            done += len(chunk)
     os.replace(tmp, dest)
     return dest.stat().st_size
-
-
-def put_file(source: Path, url: StoreUrl) -> int:
-    """Upload the local file ``source`` to ``url``; the object appears whole when this returns."""
-    from packshard.errors import OutputError
-
-    with store_errors(url, "write the object", OutputError):
-        with open(source, "rb") as src, filesystem(url).open_output_stream(url.path) as sink:
-            while chunk := src.read(CHUNK):
-                sink.write(chunk)
-    return source.stat().st_size
-
-
-def delete_object(url: StoreUrl) -> None:
-    """Delete the object at ``url`` (nothing when there is none)."""
-    from packshard.errors import OutputError
-
-    with store_errors(url, "delete the object", OutputError):
-        try:
-            filesystem(url).delete_file(url.path)
-        except FileNotFoundError:
-            pass
 
 
 def read_hashed_object(url: StoreUrl) -> tuple[bytearray, str]:

@@ -5,7 +5,7 @@ so OUT is written where it lives, in an order that keeps a reader's one rule ("a
 manifest is a pack") true at every moment::
 
     1 create OUT/.packshard-lock  If-None-Match: *     a second writer is refused here
-      create it again: must be refused                 the control (packshard.store.create)
+      create it again: must be refused                 the control (packshard.store.writes)
     2 the command writes OUT into a local staging folder (the same code, the same bytes)
     3 replacing a pack (--overwrite): its manifest.json deleted first, then its files
     4 every file but the manifest uploaded; each object's size checked against its file
@@ -35,16 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packshard.errors import OutputError, PackshardError
-from packshard.store.create import check_conditional, create_object
-from packshard.store.objects import (
-    delete_object,
-    list_objects,
-    object_size,
-    put_file,
-    read_object,
-)
+from packshard.store.objects import list_objects, object_size, read_object
 from packshard.store.stage import LOCK_NAME, MANIFEST_NAME
 from packshard.store.urls import StoreUrl, parse_url
+from packshard.store.writes import check_conditional, create_object, delete_created, upload_file
 
 
 @dataclass
@@ -131,7 +125,7 @@ def claim_store(spec: str, overwrite: bool, command: str) -> Iterator[StoreOut]:
     finally:
         try:
             if read_object(lock) == body:  # still ours: a lock deleted by hand stays deleted
-                delete_object(lock)
+                delete_created(lock)
         except PackshardError:  # the lock is gone already: nothing to release
             pass
 
@@ -150,12 +144,12 @@ def publish_store(out: StoreOut, folder: Path) -> list[str]:
     if MANIFEST_NAME not in names:
         raise OutputError(f"{folder}: no manifest.json to publish (the local pack is incomplete)")
     for old in out.replaced:  # the manifest first: the old pack stops being one at once
-        delete_object(old)
+        delete_created(old)
     for name in names:
         if name == MANIFEST_NAME:
             continue
         target = out.url.child(name)
-        size = put_file(folder / name, target)
+        size = upload_file(folder / name, target)
         if object_size(target) != size:
             raise OutputError(f"{target}: {object_size(target)} bytes stored, {size} written")
     if not create_object(out.url.child(MANIFEST_NAME), (folder / MANIFEST_NAME).read_bytes()):

@@ -15,11 +15,11 @@ from packshard.store.objects import (
     key_matches,
     list_objects,
     object_size,
-    put_file,
     read_hashed_object,
     read_range,
 )
 from packshard.store.urls import parse_url
+from packshard.store.writes import upload_file
 from tests.store.conftest import upload
 
 
@@ -70,7 +70,7 @@ def test_listing_globbing_and_ranged_reads(bucket: str, tmp_path: Path) -> None:
     assert (tmp_path / "a.jsonl").read_bytes() == data
     (tmp_path / "big").write_bytes(data * 400)  # 10 MiB: more than one upload part
     target = parse_url(f"s3://{bucket}/up/big")
-    assert put_file(tmp_path / "big", target) == object_size(target) == len(data) * 400
+    assert upload_file(tmp_path / "big", target) == object_size(target) == len(data) * 400
 
 
 def test_a_missing_object_or_bucket_is_one_line_naming_it(s3_server: dict[str, str]) -> None:

@@ -212,6 +212,23 @@ def test_a_killed_pack_leaves_no_manifest_and_its_lock_refuses_the_next(
     assert len(PackedDataset(out)) > 0
 
 
+def test_a_terminated_pack_releases_its_lock_and_publishes_nothing(
+    bucket: str, tmp_path: Path, demo_tokenizer: Path
+) -> None:
+    _inputs(bucket, tmp_path)
+    out = f"s3://{bucket}/out"
+    args = ("pack", f"s3://{bucket}/in/*.jsonl", "-t", str(demo_tokenizer), "--template", "chatml",
+            "--max-seq-len", "256", "--shard-rows", "3", "-o", out, "--quiet")  # fmt: skip
+    stuck = _cli(*args, env={"PACKSHARD_FAULTS": "hang:shard-00001:1"})
+    deadline = time.monotonic() + 120
+    while f"out/{LOCK_NAME}" not in keys(bucket, "out/"):
+        assert stuck.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    stuck.send_signal(signal.SIGTERM)  # as a scheduler ending the job would
+    assert stuck.wait(60) != 0
+    assert keys(bucket, "out/") == []  # the lock released, nothing published
+
+
 def test_an_upload_cut_short_publishes_no_manifest(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -221,7 +238,7 @@ def test_an_upload_cut_short_publishes_no_manifest(
     folder.mkdir()
     for name in ("shard-00000.parquet", "shard-00001.parquet", "examples.parquet", "manifest.json"):
         (folder / name).write_text(name)
-    calls, real_put = [], publish.put_file
+    calls, real_put = [], publish.upload_file
 
     def failing(source: Path, url: Any) -> int:  # the connection drops at the second file
         calls.append(source.name)
@@ -229,7 +246,7 @@ def test_an_upload_cut_short_publishes_no_manifest(
             raise OutputError(f"{url}: cannot write the object (connection reset)")
         return real_put(source, url)
 
-    monkeypatch.setattr(publish, "put_file", failing)
+    monkeypatch.setattr(publish, "upload_file", failing)
     with pytest.raises(OutputError, match="connection reset"):
         with claim_store(f"s3://{bucket}/out", False, "pack") as out:
             publish_store(out, folder)
@@ -272,7 +289,7 @@ class _IgnoresConditions:
 def test_a_store_that_ignores_conditional_writes_is_refused(
     bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import packshard.store.create as create
+    import packshard.store.writes as create
 
     with claim_store(f"s3://{bucket}/ok", False, "pack") as claim:  # control: the real store passes
         assert isinstance(claim, StoreOut)

@@ -1,4 +1,4 @@
-"""Create an object only where none is: the one write a store must make conditional.
+"""Writes to a store, through boto3: a create only where none is, uploads, deletes.
 
 A store has no rename, so OUT cannot be filled under a temporary name and swapped in.  Two
 things still need an atomic decision, and both are a conditional create, ``PUT`` with
@@ -8,18 +8,21 @@ exists, 409 while another conditional write of it is in flight)::
     the lock  OUT/.packshard-lock   one writer per OUT: the second create is refused
     the pack  OUT/manifest.json     published once: never written over another's
 
-pyarrow's filesystems have no conditional write, so this one request goes through boto3 (the
-``s3`` extra), with the same credentials and endpoint from the environment.  A store that
-ignores the header would let two writers both "win"; :func:`check_conditional` therefore
-creates the lock's key a second time right after the first create and requires that second
-create to be refused (the control), and stops when it is not.  ``gs://`` and ``az://`` have
-their own conditions (``ifGenerationMatch=0``, Azure's ``If-None-Match``) that no client here
-sends yet: publishing there is refused, reading is not.
+pyarrow's filesystems have no conditional write, so publishing goes through boto3 (the ``s3``
+extra), with the same credentials and endpoint from the environment; its uploads are also
+the faster ones measured (multipart, parts in parallel: ``docs/object-stores.md``), and an
+object appears only once its upload completes.  A store that ignores the header would let
+two writers both "win"; :func:`check_conditional` therefore creates the lock's key a second
+time right after the first create and requires that second create to be refused (the
+control), and stops when it is not.  ``gs://`` and ``az://`` have their own conditions
+(``ifGenerationMatch=0``, Azure's ``If-None-Match``) that no client here sends yet:
+publishing there is refused, reading is not.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from packshard.errors import OutputError
@@ -94,3 +97,37 @@ def check_conditional(url: StoreUrl, body: bytes) -> None:
     """
     if create_object(url, body):
         raise _unsupported(url)
+
+
+def delete_created(url: StoreUrl) -> None:
+    """Delete the object at ``url`` (the lock, a replaced pack's file) with the same client.
+
+    Deleted by key alone: pyarrow's ``delete_file`` would leave an empty ``OUT/`` marker
+    object behind to keep the "folder" (a listing would then show OUT as not empty).
+
+    Raises:
+        OutputError: the store refused the delete.
+
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        _client().delete_object(Bucket=url.bucket, Key=url.key)
+    except (ClientError, BotoCoreError) as exc:
+        raise OutputError(f"{url}: cannot delete ({exc})") from None
+
+
+def upload_file(source: Path, url: StoreUrl) -> int:
+    """Upload the local file ``source`` to ``url``; the object appears whole when this returns.
+
+    Raises:
+        OutputError: the upload failed.
+
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        _client().upload_file(str(source), url.bucket, url.key)
+    except (ClientError, BotoCoreError, OSError) as exc:
+        raise OutputError(f"{url}: cannot write the object ({exc})") from None
+    return source.stat().st_size
