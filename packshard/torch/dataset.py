@@ -363,7 +363,11 @@ class PackedDataset(Dataset[Row]):
         self.shard_extra: list[tuple[str, ...]] = []
         for path, entry in zip(self.shard_paths, shards, strict=True):
             try:  # a store: the footer in ranged reads, not the shard
-                footer = pq.read_metadata(open_object(path) if isinstance(path, StoreUrl) else path)
+                if isinstance(path, StoreUrl):
+                    with open_object(path) as handle:
+                        footer = pq.read_metadata(handle)
+                else:
+                    footer = pq.read_metadata(path)
                 rows = footer.num_rows  # the footer, not the manifest's word
                 names = footer.schema.to_arrow_schema().names
             except (OSError, pa.ArrowException) as exc:

@@ -303,3 +303,39 @@ def test_publishing_where_no_conditional_write_exists_is_refused() -> None:
     with pytest.raises(OutputError, match="publishing to gs:// is refused"):
         with claim_store("gs://bucket/out", False, "pack"):
             pass
+
+
+def test_dataloader_workers_read_the_store_and_resume_exactly(
+    bucket: str, tmp_path: Path, demo_tokenizer: Path
+) -> None:
+    from packshard.torch import PackedDataset, PackedIterableDataset, collate_varlen
+    from packshard.torch.stream import ResumableLoader
+
+    local_in = _inputs(bucket, tmp_path)
+    out = f"s3://{bucket}/out"
+    _pack((f"s3://{bucket}/in/*.jsonl",), demo_tokenizer, out, shard_rows=2)
+    files = (str(local_in / "a.jsonl"), str(local_in / "b.jsonl"))
+    _pack(files, demo_tokenizer, str(tmp_path / "out"), shard_rows=2)
+    PackedDataset(out)[0]  # this process opened the store first: the workers fork after it
+
+    def batches(where: str, state: dict[str, Any] | None = None) -> tuple[list[Any], Any]:
+        loader = ResumableLoader(
+            PackedIterableDataset(where, seed=5),
+            batch_size=2,
+            collate_fn=collate_varlen,
+            num_workers=2,
+            multiprocessing_context="fork",
+        )
+        if state is not None:
+            loader.load_state_dict(state)
+        seen, saved = [], None
+        for k, batch in enumerate(loader):
+            seen.append(batch["input_ids"].tolist())
+            if k == 1:
+                saved = loader.state_dict()
+        return seen, saved
+
+    whole, state = batches(out)
+    assert len(whole) >= 3
+    assert whole == batches(str(tmp_path / "out"))[0]  # the local pack's batches, in order
+    assert batches(out, state)[0] == whole[2:]  # resumed at exactly the next batch
