@@ -4,6 +4,7 @@ Layers, lowest first (a module may import its own layer and the layers below)::
 
     errors, options, records, arrays, digests   the values and idioms every stage shares
     engine                                runs work units: in process, local processes, Ray
+    store                                 object stores: URLs, ranged reads, publishing (pyarrow)
     format                                the output folder's contract
     ingest | torch | export               read → … → label | the trainer-side reader | other formats
     profile | pack | verify               the commands' libraries
@@ -34,12 +35,13 @@ ALLOWED = {
     "options": {"errors"},
     "records": {"errors"},
     "arrays": {"records"},
-    "format": BASE | {"format"},
-    "ingest": BASE | {"ingest"},
-    "torch": BASE | {"format", "torch"},
-    "export": BASE | {"format", "export"},
-    "pack": BASE | {"engine", "format", "ingest", "pack"},
-    "verify": BASE | {"engine", "format", "ingest", "torch", "verify"},
+    "store": BASE | {"store"},
+    "format": BASE | {"format", "store"},
+    "ingest": BASE | {"ingest", "store"},
+    "torch": BASE | {"format", "store", "torch"},
+    "export": BASE | {"format", "store", "export"},
+    "pack": BASE | {"engine", "format", "ingest", "store", "pack"},
+    "verify": BASE | {"engine", "format", "ingest", "store", "torch", "verify"},
     "profile": BASE | {"engine", "ingest", "profile", "pack.plan"},
     "repack": BASE | {"engine", "format", "ingest", "pack", "export", "repack"},
     "demo": set(),
@@ -54,6 +56,7 @@ ALLOWED = {
         "repack",
         "verify",
         "export",
+        "store",
         "cli",
         "demo",
     },
@@ -63,6 +66,7 @@ LONG_MODULES = {
     "pack/plan/planner.py": "the numba planners (bfd, ffd, wrapped) beside their pure-Python twins",
     "cli/options.py": "every command-line option with its default, choices and help, by command",
     "cli/tables.py": "every command's terminal tables and the one console that prints them safely",
+    "torch/dataset.py": "PackedDataset: a pack's shards, from a folder or a store, checked once",
 }
 """Modules over ``LONG_LINES`` lines, each with its one idea: files are sized by idea."""
 LONG_LINES = 400

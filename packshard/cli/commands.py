@@ -95,6 +95,7 @@ def profile(
     from packshard.ingest.tokens.backends import backend_note, backends_entry
     from packshard.ingest.tokens.tokenizer import load_tokenizer
     from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
+    from packshard.store import is_url
 
     _settled()
 
@@ -125,7 +126,7 @@ def profile(
         if not quiet:
             click.echo(f"wrote {html_path}")
     codes = dict(report.reject_codes)
-    sources = [str(f.real) for f in files]
+    sources = [f.path if is_url(f.path) else str(f.real) for f in files]  # a URL as given
     enforce_reject_rate(report.total.records, codes, max_reject_rate, config.ingest.format, sources)
 
 

@@ -297,7 +297,8 @@ PACK = group(
         "-o",
         "--out",
         required=True,
-        help="Output folder (written atomically).",
+        help="Output folder (written atomically), or s3://BUCKET/PREFIX (the manifest "
+        "published last, one writer at a time; docs/object-stores.md).",
     ),
     MAX_REJECT_RATE,
     click.option(

@@ -41,7 +41,7 @@ _PAIR_KEYS = ("seen", "packed", "rejected")
 def render_pack_summary(result: Any) -> Group:
     """Render the counts, rows, fill rate and reject codes of a finished ``pack``."""
     stats = result.manifest["stats"]
-    table = Table(title=f"packed → {result.out}", show_header=False, title_justify="left")
+    table = Table(title=f"packed → {result.shown}", show_header=False, title_justify="left")
     table.add_column("what", style="cyan")
     table.add_column("value", justify="right")
     rows = [
@@ -76,7 +76,7 @@ def render_pack_summary(result: Any) -> Group:
         listed = ", ".join(
             f"{code} {n}" for code, n in sorted(codes.items(), key=lambda kv: -kv[1])
         )
-        parts.append(Text(f"rejects by code: {listed} (see {result.out}/rejects.jsonl)"))
+        parts.append(Text(f"rejects by code: {listed} (see {result.shown}/rejects.jsonl)"))
     if stats.get("reasoning_dropped"):
         parts.append(
             Text(

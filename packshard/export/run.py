@@ -42,6 +42,7 @@ from packshard.export.torchtune import write_torchtune
 from packshard.export.unpacked import write_unpacked
 from packshard.format.folder.claim import claim_out
 from packshard.options import EXPORT_TARGETS, check_choice
+from packshard.store import fetched_out, is_url
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,23 @@ def export_dataset(
     dest: str | os.PathLike[str],
     overwrite: bool = False,
     notify: Callable[[str], None] | None = None,
+    shown: str | None = None,
 ) -> ExportResult:
     """Export the packed folder ``out`` as ``target`` into the folder ``dest``.
 
-    ``notify`` hears what was cleaned up beside ``dest`` (leftovers of interrupted runs).
+    ``out`` may be a store URL (fetched whole first; ``dest`` is a local folder).  ``notify``
+    hears what was cleaned up beside ``dest`` (leftovers of interrupted runs); ``shown`` is
+    the source recorded in ``export.json`` when ``out`` is a local copy of it.
     """
     check_choice("--to", target, EXPORT_TARGETS)
+    if is_url(dest):
+        raise UsageError(
+            f"{dest}: export writes a local folder (copy it to the store afterwards); "
+            "its input OUT may be on a store"
+        )
+    if is_url(out):  # every row is read: the pack is fetched whole, manifest first
+        with fetched_out(os.fspath(out)) as local:
+            return export_dataset(local, target, dest, overwrite, notify, shown=os.fspath(out))
     source, folder = Path(out), Path(dest)
     if not source.is_dir():
         raise ManifestError(f"{source}: not a folder (give the OUT folder that pack wrote)")
@@ -91,7 +103,7 @@ def export_dataset(
             {
                 "target": target,
                 "packshard_version": __version__,
-                "source": {"path": str(source), "dataset_id": manifest.get("dataset_id")},
+                "source": {"path": shown or str(source), "dataset_id": manifest.get("dataset_id")},
                 "max_seq_len": max_seq_len,
                 "written": written,
             },

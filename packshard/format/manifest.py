@@ -29,6 +29,7 @@ from packshard.digests import sha256_bytes
 from packshard.errors import FormatError, ManifestError
 from packshard.format.folder.paths import MISSING, inside_folder
 from packshard.format.version import FORMAT_VERSION, check_format_version
+from packshard.store import is_url, object_size, parse_url, read_object
 
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 256 << 20
@@ -174,8 +175,18 @@ def load_manifest(out: str | os.PathLike[str], validate: bool = True) -> dict[st
     """Read ``OUT/manifest.json``, refusing missing files and unsupported format versions.
 
     With ``validate`` the manifest is also checked against the JSON Schema and the first
-    violations are reported together.
+    violations are reported together.  ``out`` may be a store URL (``s3://bucket/out``): its
+    manifest is one GET, and no manifest means no pack (a pack being published has none yet,
+    :mod:`packshard.store.publish`).
     """
+    if is_url(out):
+        url = parse_url(str(out)).child(MANIFEST_NAME)
+        if object_size(url) is None:
+            raise ManifestError(
+                f"{url}: no manifest (is {out} a packshard output? a pack still being "
+                "published or interrupted has none: wait for it, or pack again)"
+            )
+        return parse_manifest(read_object(url), str(url), validate)
     path = Path(out) / MANIFEST_NAME
     try:
         inside_folder(out, MANIFEST_NAME)
@@ -189,16 +200,24 @@ def load_manifest(out: str | os.PathLike[str], validate: bool = True) -> dict[st
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise ManifestError(f"{path}: unreadable manifest: {exc}") from None
+    return parse_manifest(raw, str(path), validate)
+
+
+def parse_manifest(raw: bytes, path: str, validate: bool = True) -> dict[str, Any]:
+    """Parse a manifest's bytes read from ``path`` (a file or a store URL), checked as on load."""
+    try:
         if len(raw) > MAX_MANIFEST_BYTES:
             raise ValueError(f"larger than {MAX_MANIFEST_BYTES:,} bytes")
         manifest = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except RecursionError:
         raise ManifestError(f"{path}: unreadable manifest: nested too deeply") from None
-    except (OSError, ValueError) as exc:  # JSON and UTF-8 errors are ValueErrors
+    except ValueError as exc:  # JSON and UTF-8 errors are ValueErrors
         raise ManifestError(f"{path}: unreadable manifest: {exc}") from None
     if not isinstance(manifest, dict):
         raise ManifestError(f"{path}: manifest is not a JSON object")
-    check_format_version(manifest.get("format_version"), str(path))
+    check_format_version(manifest.get("format_version"), path)
     if validate:
         problems = schema_errors(manifest)
         if problems:

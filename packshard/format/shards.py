@@ -238,7 +238,7 @@ def rows_problem(table: pa.Table) -> str | None:
     return None
 
 
-def replaced_shard(out: Path) -> str:
+def replaced_shard(out: object) -> str:
     """Return the problem of a shard whose bytes are not the manifest's (every reader's)."""
     return (
         "SHA-256 differs from the manifest: the shard was replaced or modified after it was "

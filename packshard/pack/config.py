@@ -20,6 +20,7 @@ from packshard.options import (
     check_range,
 )
 from packshard.pack.plan.mix import MixTarget, mix_target
+from packshard.store import is_url, parse_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +173,10 @@ def check_config(config: PackConfig) -> list[str]:
         raise UsageError(f"--eval-fraction must be in [0, 1), got {fraction!r}")
     if config.num_workers is not None:
         check_range("--num-workers", config.num_workers, 1, 4096)
-    check_out(config.out, config.overwrite)
+    if not is_url(config.out):  # a store's OUT is checked when it is claimed
+        check_out(config.out, config.overwrite)
+    else:
+        parse_url(config.out)
     warnings: list[str] = []
     if plan.strategy == "wrapped" and config.ingest.turns == "expand":
         raise UsageError(

@@ -57,10 +57,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packshard.engine import Engine, TaskFailed
+from packshard.engine import Engine, TaskFailed, terminating
 from packshard.errors import (
     NothingToPackError,
     PackshardError,
+    UsageError,
 )
 from packshard.format.environment import pack_environment
 from packshard.format.folder.claim import claim_out
@@ -83,6 +84,7 @@ from packshard.pack.plan.evalsplit import (
 from packshard.pack.units.early import sized_engine
 from packshard.pack.units.map import UnitResult
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
+from packshard.store import claim_store, is_url, publish_store
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,13 @@ class PackResult:
     manifest: dict[str, Any]
     seconds: float
     warnings: tuple[str, ...] = field(default=())
+    published: str | None = None
+    """The store URL the pack was published to (``out`` was its staging folder, now gone)."""
+
+    @property
+    def shown(self) -> str:
+        """Where the pack is, as a user names it: the URL, or the local folder."""
+        return self.published or str(self.out)
 
 
 def pack_dataset(
@@ -108,6 +117,8 @@ def pack_dataset(
     ``notify`` hears at once what was done beside OUT (leftovers of interrupted runs
     removed); without it those notes come back among the result's warnings.
     """
+    if is_url(config.out):
+        return _pack_to_store(config, progress, notify)
     started = time.perf_counter()
     return_freed_memory()  # peak RSS is the live set (packshard.pack.heap)
     warnings = check_config(config)
@@ -145,6 +156,25 @@ def pack_dataset(
     return PackResult(claim.out, manifest, time.perf_counter() - started, tuple(warnings))
 
 
+def _pack_to_store(
+    config: PackConfig, progress: bool | str | None, notify: Callable[[str], None] | None
+) -> PackResult:
+    """Pack into a local staging folder under OUT's lock, then publish it, manifest last.
+
+    The same stages write the same bytes as a local pack (:mod:`packshard.store.publish`).
+    """
+    if config.resume:
+        raise UsageError(
+            f"{config.out}: --resume needs the work folder beside a local OUT; a store OUT is "
+            "staged locally per run (pack to a local folder to resume)"
+        )
+    with terminating(), claim_store(config.out, config.overwrite, "pack") as out:  # SIGTERM: unlock
+        local = replace(config, out=str(out.stage), overwrite=False)
+        result = pack_dataset(local, progress, notify)
+        publish_store(out, result.out)
+    return replace(result, published=str(out.url))
+
+
 def _pack_into(
     tmp: Path,
     config: PackConfig,
@@ -175,7 +205,11 @@ def _pack_into(
         encoded = info.pop("encode", None)
         made = Provenance(
             inputs=[
-                {"path": f.path, "resolved": str(f.real), "sha256": sha}
+                {
+                    "path": f.path,
+                    "resolved": f.path if is_url(f.path) else str(f.real),
+                    "sha256": sha,
+                }
                 for f, sha in zip(files, hashes, strict=True)
             ],
             tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},

@@ -43,6 +43,14 @@ multiply the cached first batch's latency several times.  With a cache, each fil
 its entry) is hashed in full once, its status recorded in the cache folder, and hashed again
 whenever that status changes (:func:`_stamp`).
 
+``out`` may be a store URL (``s3://bucket/out``, :mod:`packshard.store`): the manifest is one
+GET (no manifest, no pack: a pack being published has none yet), each shard's footer a ranged
+read of its own size at open, and a shard, when its first row is asked for, is read in ranged
+requests of 8 MiB, hashed as they arrive and checked like a local one; rows, placement over
+ranks and workers, and resume are the same.  With ``cache_dir`` the decoded copy is kept as for
+a local shard, but the shard is read and hashed again at each open (a store object has no
+file status to trust).
+
 Streaming, shuffled and split over ranks and workers, is :mod:`packshard.torch.stream`.
 """
 
@@ -66,6 +74,8 @@ from packshard.format.folder.paths import duplicate_paths, inside_folder, open_i
 from packshard.format.manifest import load_manifest, part_errors
 from packshard.format.shards import replaced_shard, rows_problem, tokens_problem
 from packshard.format.version import metadata_problem
+from packshard.store import StoreUrl, is_url, open_object, parse_url
+from packshard.store.objects import child_object, read_hashed_object
 from packshard.torch.steps import STEP_KEY, check_steps, map_step_items, positive_int
 
 LIST_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
@@ -113,25 +123,34 @@ def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
     entry is named by the shard's SHA-256 and by the SHA-256 of its own bytes as written,
     and checked against the latter when it is mapped (:func:`_mapped`).
     """
-    path, cache_dir = data.out / data.shard_names[k], data.cache_dir
+    path, cache_dir = data.where(k), data.cache_dir
     expected = data.shard_sha256[k]
     stem = f"{expected}-{'derived' if data.derive_positions else 'stored'}-positions-"
-    try:
-        fd = open_inside(data.out, data.shard_names[k])
-    except FormatError as exc:
-        raise FormatError(str(path), f"{exc.problem} (run packshard verify)") from None
-    with os.fdopen(fd, "rb") as fh:
-        stamp = _stamp(os.fstat(fh.fileno()))
-        seen = None if cache_dir is None else cache_dir / f"{expected}.shard.checked"
-        if seen is not None and _recorded(seen) == stamp and (found := _entry(seen.parent, stem)):
-            return found
-        raw, digest = read_hashed(fh)
+    seen = None if cache_dir is None else cache_dir / f"{expected}.shard.checked"
+    stamp = None
+    if data.url is not None:  # a store: read in ranges and hashed every time it is opened
+        raw, digest = read_hashed_object(child_object(data.url, data.shard_names[k]))
+    else:
+        try:
+            fd = open_inside(data.out, data.shard_names[k])
+        except FormatError as exc:
+            raise FormatError(path, f"{exc.problem} (run packshard verify)") from None
+        with os.fdopen(fd, "rb") as fh:
+            stamp = _stamp(os.fstat(fh.fileno()))
+            if (
+                seen is not None
+                and _recorded(seen) == stamp
+                and (found := _entry(seen.parent, stem))
+            ):
+                return found
+            raw, digest = read_hashed(fh)
     if digest != expected:
-        raise FormatError(str(path), replaced_shard(data.out))
+        raise FormatError(path, replaced_shard(data.url or data.out))
     if cache_dir is None or seen is None:
         return pq.read_table(pa.BufferReader(pa.py_buffer(raw)), columns=columns).combine_chunks()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    _record(seen, stamp)
+    if stamp is not None:
+        _record(seen, stamp)
     if found := _entry(cache_dir, stem):
         return found
     table = pq.read_table(pa.BufferReader(pa.py_buffer(raw)), columns=columns).combine_chunks()
@@ -210,18 +229,18 @@ def _open_shard(data: PackedDataset, k: int) -> Columns:
     extra = data.shard_extra[k]
     names = [c for c in LIST_COLUMNS if not (data.derive_positions and c == "position_ids")]
     names += extra
-    path = data.out / data.shard_names[k]
+    path = data.where(k)
     try:
         table = _read_table(data, k, names)
     except (OSError, pa.ArrowException) as exc:
-        raise FormatError(str(path), f"unreadable shard: {exc} (run packshard verify)") from None
+        raise FormatError(path, f"unreadable shard: {exc} (run packshard verify)") from None
     problem = metadata_problem(table.schema.metadata, data.dataset_id) or rows_problem(table)
     if problem is None:
         problem = tokens_problem(table, data.vocab_size)
     if problem is None:
         problem = segment_columns_problem(table, extra)
     if problem is not None:
-        raise FormatError(str(path), f"{problem} (run packshard verify)")
+        raise FormatError(path, f"{problem} (run packshard verify)")
     if table.num_rows != data.shard_rows[k]:
         raise ManifestError(
             f"{path}: {table.num_rows} rows, but the manifest says {data.shard_rows[k]} "
@@ -303,10 +322,11 @@ class PackedDataset(Dataset[Row]):
     ) -> None:
         self.grad_accum, self.batch_size = check_steps(grad_accum, batch_size), batch_size
         self.world_size = None if world_size is None else positive_int("world_size", world_size)
+        self.url = parse_url(os.fspath(out)) if is_url(os.fspath(out)) else None
         self.out = Path(out)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.manifest = load_manifest(self.out, validate=False)
-        where = str(self.out / "manifest.json")
+        self.manifest = load_manifest(os.fspath(out), validate=False)  # a folder's or a store's
+        where = str(self.url.child("manifest.json") if self.url else self.out / "manifest.json")
         repeated = duplicate_paths(self.manifest)
         if repeated is not None:  # before the schema walks every entry
             raise ManifestError(f"{where}: {repeated} (run packshard verify)")
@@ -336,11 +356,18 @@ class PackedDataset(Dataset[Row]):
         if split is not None:
             chosen = split_shards(shards, split, f"{where}:", "read", empty_ok=split == "train")
             shards = [shards[k] for k in chosen]
-        self.shard_paths = [inside_folder(self.out, s["path"]) for s in shards]
+        self.shard_paths: list[Path | StoreUrl] = [
+            child_object(self.url, s["path"]) if self.url else inside_folder(self.out, s["path"])
+            for s in shards
+        ]
         self.shard_extra: list[tuple[str, ...]] = []
         for path, entry in zip(self.shard_paths, shards, strict=True):
-            try:
-                footer = pq.read_metadata(path)
+            try:  # a store: the footer in ranged reads, not the shard
+                if isinstance(path, StoreUrl):
+                    with open_object(path) as handle:
+                        footer = pq.read_metadata(handle)
+                else:
+                    footer = pq.read_metadata(path)
                 rows = footer.num_rows  # the footer, not the manifest's word
                 names = footer.schema.to_arrow_schema().names
             except (OSError, pa.ArrowException) as exc:
@@ -362,6 +389,12 @@ class PackedDataset(Dataset[Row]):
 
     def __len__(self) -> int:
         return int(self.starts[-1])
+
+    def where(self, k: int) -> str:
+        """Shard ``k``'s path or URL, as messages name it."""
+        return str(
+            self.url.child(self.shard_names[k]) if self.url else self.out / self.shard_names[k]
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -114,8 +114,9 @@ class PackedIterableDataset(IterableDataset[Row]):
 
     def _check_rows(self, placement: Placement) -> None:
         if self.drop_remainder and len(self.data) < placement.world_size:
+            where = self.data.url or self.data.out
             raise UsageError(
-                f"{self.data.out}: {len(self.data)} rows for {placement.world_size} ranks leaves "
+                f"{where}: {len(self.data)} rows for {placement.world_size} ranks leaves "
                 "every rank empty (use drop_remainder=False to repeat rows)"
             )
 

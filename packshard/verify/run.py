@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from packshard.format.environment import Drift, environment_drift, running_envir
 from packshard.format.manifest import load_manifest
 from packshard.ingest.template.sandbox import template_conventions
 from packshard.options import MAX_SEED, check_range
+from packshard.store import fetched_out, is_url
 from packshard.verify.findings import NOT_RUN, CheckResult, EquivalenceReport, FindingList
 from packshard.verify.integrity import check_counts, check_files
 from packshard.verify.model.equivalence import CONTROL_FLOOR, DEFAULT_ATOL
@@ -121,6 +122,9 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
     """Run every check on a packed folder and return the report (never raises on findings)."""
     options = options or VerifyOptions()
     options.check()
+    if is_url(out):  # every byte is checked: the pack is fetched whole, manifest first
+        with fetched_out(str(out)) as local:
+            return replace(verify_dataset(local, options), out=str(out))
     folder = Path(out)
     if not folder.is_dir():
         raise ManifestError(f"{folder}: not a folder (give the OUT folder that pack wrote)")

@@ -41,6 +41,7 @@ from packshard.format.rejects import read_rejects
 from packshard.ingest.loaded import sharing
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import input_bytes
+from packshard.store import fetch_input, is_url, parse_url
 from packshard.verify.findings import CheckResult, Finding, FindingList
 from packshard.verify.recorded import Mismatch, locate, resolve_template, resolve_tokenizer
 from packshard.verify.reingest import compare_units, reingest_on_engine, template_spec
@@ -74,6 +75,12 @@ def check_sources(
         path, same = locate(
             entry["path"], options.source_root, entry.get("resolved"), sha256=entry["sha256"]
         )
+        if path is None and is_url(entry["path"]):  # an input on a store: fetched here
+            try:
+                staged = fetch_input(parse_url(entry["path"]))
+            except PackshardError as exc:
+                return unavailable(f"input {entry['path']}: {exc}")
+            path, same = locate(str(staged), None, sha256=entry["sha256"])
         if path is None:
             if any(os.path.exists(p) for p in (entry["path"], entry.get("resolved") or "")):
                 return failed(f"input {entry['path']} is not a regular file (not read)")

@@ -25,6 +25,14 @@ from typing import BinaryIO
 from packshard.errors import InputError, RecordError
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
+from packshard.store import (
+    fetch_input,
+    glob_objects,
+    is_url,
+    list_objects,
+    object_size,
+    parse_url,
+)
 
 EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"
 _CODECS = (".gz", ".zst")
@@ -180,6 +188,12 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
     seen: set[str] = set()  # resolved paths, which are canonical as strings
     folders: dict[str, Path] = {}
     for spec in specs:
+        if is_url(spec):
+            for url, local in _store_inputs(spec):
+                if url not in seen:
+                    seen.add(url)
+                    files.append(InputFile(url, local))
+            continue
         mode = _mode(spec)
         if mode is not None and stat.S_ISDIR(mode):
             paths = _walk(spec)
@@ -209,6 +223,38 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
                 seen.add(str(real))
                 files.append(InputFile(path, real))
     return files
+
+
+def _store_inputs(spec: str) -> list[tuple[str, Path]]:
+    """Return the objects a URL spec names (an object, a prefix or a glob), fetched locally.
+
+    The same rules as local specs: a glob's matches must be supported inputs, a prefix gives
+    every supported object below it (hidden names skipped), nothing found is an error.  Each
+    object is fetched once per process (:func:`packshard.store.fetch_input`); its recorded
+    ``source`` is its URL.
+    """
+    url = parse_url(spec)
+    if _MAGIC & set(url.key):
+        found = glob_objects(url)
+        for match in found:
+            _check_type(str(match))
+        if not found:
+            raise InputError(f"{spec}: pattern matches no input files (check the glob)")
+    elif object_size(url) is not None:
+        _check_type(spec)
+        found = [url]
+    else:
+        below = [u for u, _ in list_objects(url) if u.key.startswith(url.key + "/") or not url.key]
+        found = [
+            u
+            for u in below
+            if _unsupported(u.key) is None
+            and not any(p.startswith(".") for p in u.key[len(url.key) :].split("/"))
+        ]
+        if not found:
+            what = "no input files" if below else "no objects"
+            raise InputError(f"{spec}: no such object, and the prefix holds {what} ({EXPECTED})")
+    return [(str(u), fetch_input(u)) for u in found]
 
 
 def _resolved(path: str, folders: dict[str, Path]) -> Path:

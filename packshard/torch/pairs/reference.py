@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -164,8 +164,8 @@ class ReferenceLogps:
             raise FormatError(str(path), "SHA-256 differs from the manifest (score it again)")
         data = PackedDataset(folder, split=None)  # the shards it scores, as the writer read them
         segments = [
-            read_shard(shard, data.dataset_id, ["example_ids", *extra])
-            for shard, extra in zip(data.shard_paths, data.shard_extra, strict=True)
+            read_shard(cast(Path, shard), data.dataset_id, ["example_ids", *extra])
+            for shard, extra in zip(data.shard_paths, data.shard_extra, strict=True)  # local
         ]
         table = read_reference(path, raw, data.dataset_id, scored_example_ids(segments))
         ids = table["example_id"].to_numpy()
