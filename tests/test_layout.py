@@ -63,6 +63,7 @@ LONG_MODULES = {
     "pack/plan/planner.py": "the numba planners (bfd, ffd, wrapped) beside their pure-Python twins",
     "cli/options.py": "every command-line option with its default, choices and help, by command",
     "cli/tables.py": "every command's terminal tables and the one console that prints them safely",
+    "torch/dataset.py": "PackedDataset: a packed row served checked, as the pack's manifest says",
 }
 """Modules over ``LONG_LINES`` lines, each with its one idea: files are sized by idea."""
 LONG_LINES = 400
