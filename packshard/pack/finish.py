@@ -32,6 +32,7 @@ from packshard.format.causes import likely_cause
 from packshard.format.examples import EXAMPLES_NAME, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
+from packshard.format.topology import padded_lengths
 from packshard.format.version import FORMAT_VERSION
 from packshard.pack.config import PackConfig
 from packshard.pack.counts import (
@@ -152,6 +153,13 @@ def pack_spill(
     }
     if balance is not None:
         stats["balance"] = balance
+    if (multiple := config.plan.alignment()) > 1:  # --cp / --pad-multiple: what the pads cost
+        padded = int(padded_lengths(plan.seg_length, multiple).sum())
+        stats["alignment"] = {
+            "multiple": multiple,
+            "pad_tokens": padded - plan.num_tokens,
+            "padded_fill_rate": round(fill_rate(padded, plan.num_rows, plan.max_seq_len), 6),
+        }
     if mixed is not None and repeats is not None:
         stats["mix"] = mix_stats(spill, plan, repeats, mixed)
     # each stage frees what no later one reads; the shards read only the token offsets (their

@@ -51,6 +51,15 @@ def test_an_aligned_pack_pads_every_segment_and_verifies(
             real, width = np.diff(cu), np.diff(padded)
             assert (width % multiple == 0).all() and (width >= real).all()
             assert (width - real < multiple).all() and padded[-1] <= 256
+    pads = 0
+    for entry in made["shards"]:
+        table = pq.read_table(out / entry["path"])
+        for cu, padded in zip(
+            table["cu_seqlens"].to_pylist(), table["cu_seqlens_padded"].to_pylist(), strict=True
+        ):
+            pads += padded[-1] - cu[-1]
+    assert made["stats"]["alignment"]["pad_tokens"] == pads > 0
+    assert made["stats"]["alignment"]["padded_fill_rate"] > made["stats"]["fill_rate"]
     assert trained_pairs(out) == trained_pairs(plain)  # the same examples, the same targets
     report = verify_dataset(out, VerifyOptions(model_rows=2))
     assert report.ok, [f.to_dict() for f in report.findings.items]
