@@ -66,7 +66,7 @@ LONG_MODULES = {
     "pack/plan/planner.py": "the numba planners (bfd, ffd, wrapped) beside their pure-Python twins",
     "cli/options.py": "every command-line option with its default, choices and help, by command",
     "cli/tables.py": "every command's terminal tables and the one console that prints them safely",
-    "torch/dataset.py": "PackedDataset: a pack's shards, from a folder or a store, checked once",
+    "torch/dataset.py": "PackedDataset: a pack's rows, local or stored, served as recorded",
 }
 """Modules over ``LONG_LINES`` lines, each with its one idea: files are sized by idea."""
 LONG_LINES = 400

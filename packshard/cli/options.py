@@ -20,6 +20,7 @@ import click
 from packshard.cli.sections import human_bytes
 from packshard.engine import AUTO_BYTES, ENGINES, WORKER_MEMORY
 from packshard.errors import UsageError
+from packshard.format.topology import ATTENTION_C, BALANCE_COSTS
 from packshard.options import (
     BACKENDS,
     COMPRESSIONS,
@@ -291,6 +292,71 @@ PROFILE = group(
     _output("--html", "html_path", "Write an HTML page with histograms and charts."),
 )
 
+
+def _topology(keep_parent: bool) -> Callable[[Any], Any]:
+    """Return the alignment and balanced-step options; ``keep_parent``: no defaults (repack)."""
+
+    def default(value: Any) -> Any:
+        return None if keep_parent else value
+
+    return group(
+        click.option(
+            "--cp",
+            type=int,
+            default=default(1),
+            help="Context-parallel size: pad every segment to a multiple of 2*CP "
+            "(cu_seqlens_padded beside cu_seqlens; pads never trained).",
+        ),
+        click.option(
+            "--tp",
+            type=int,
+            default=default(1),
+            help="Tensor-parallel size, with sequence parallelism on: the multiple becomes "
+            "lcm(2*CP, CP*TP), Megatron-Bridge's rule.",
+        ),
+        click.option(
+            "--pad-multiple",
+            type=int,
+            default=default(1),
+            help="Pad every segment to a multiple of N (combined with --cp/--tp by lcm).",
+        ),
+        click.option(
+            "--dp",
+            type=int,
+            default=default(0),
+            help="Data-parallel size: order the train rows into global steps whose slowest "
+            "rank costs close to the mean (0: the seed's order).",
+        ),
+        click.option(
+            "--micro-batch",
+            type=int,
+            default=default(1),
+            help="Rows per rank per forward, for --dp steps.",
+        ),
+        click.option(
+            "--grad-accum",
+            type=int,
+            default=default(1),
+            help="Micro-batches per optimizer step, for --dp steps.",
+        ),
+        click.option(
+            "--balance-cost",
+            type=click.Choice(BALANCE_COSTS),
+            default=default("attention"),
+            help="A row's cost for --dp: its tokens, or attention: sum n + c * sum n^2 over "
+            "its segments' lengths n.",
+        ),
+        click.option(
+            "--attention-c",
+            type=float,
+            default=default(ATTENTION_C),
+            show_default=False,
+            help="c of the attention cost: 1/(12*hidden_size) of your model.  "
+            "[default: 1/(12*4096)]",
+        ),
+    )
+
+
 PACK = group(
     INGEST,
     click.option(
@@ -359,6 +425,7 @@ PACK = group(
     click.option(
         "--resume", is_flag=True, help="Keep the finished work units of an interrupted run."
     ),
+    _topology(keep_parent=False),
 )
 
 REPACK = group(
@@ -402,6 +469,7 @@ REPACK = group(
         is_flag=True,
         help="Replace a non-empty output folder (only once the new one is complete).",
     ),
+    _topology(keep_parent=True),
 )
 """``repack``'s options: each left out keeps the parent's setting (its manifest's config)."""
 

@@ -39,6 +39,16 @@ PACK_SECTIONS: dict[str, tuple[str, ...]] = {
     "Packing": ("strategy", "overlong", "seed", "group_by_domain", "plan_scope"),
     "Mixture": ("mix", "mix_by", "max_repeat", "mix_best_effort"),
     "Eval split": ("eval_fraction", "eval_inputs"),
+    "Topology (context parallel, balanced steps)": (
+        "cp",
+        "tp",
+        "pad_multiple",
+        "dp",
+        "micro_batch",
+        "grad_accum",
+        "balance_cost",
+        "attention_c",
+    ),
     "Output": ("out", "shard_rows", "shard_bytes", "compression", "overwrite"),
     "Scale (processes, threads, work units)": (
         "engine",

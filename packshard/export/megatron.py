@@ -25,6 +25,16 @@ also zeroes the loss where the *input* token is the tokenizer's EOS id (it pads 
 trained target after an EOS inside a sequence would lose its loss there, so those are counted
 (``targets_after_eos``, 0 for templates whose turns end with EOS: the next token is context).
 
+An aligned pack (``pack --cp N``, ``--pad-multiple``) is written in the form Megatron-Bridge's
+context-parallel path reads, as its packer writes it for ``pad_seq_to_mult = m``: every
+sequence's run-time length ``n − 1`` padded with EOS to a multiple of ``m`` (loss 0 on the
+pads).  Its collator then takes ``cu_seqlens_padded`` from ``seq_start_id`` and each logical
+length up to the last non-EOS input, so the pads neither train nor hold a real token.  For
+``m = 4`` and a segment ``a b c d e f`` (run-time 5)::
+
+    input_ids   a b c d e f E E E      stored 9 = 8 + 1, run-time 8 = 2·4
+    loss_mask   … shifted …   0 0 0 0  E = EOS
+
 Files, as Megatron-Bridge's builder names them: ``training_{N}.idx.parquet`` (row groups of
 500 rows, its writer's default) and ``{N}_metadata.jsonl`` (one JSON array with one object per
 split, lengths at run time: a segment of ``n`` tokens is ``n - 1`` there), ``N`` = packshard's
@@ -42,7 +52,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packshard.arrays import exclusive_cumsum
+from packshard.errors import UsageError
 from packshard.export.common import Rows, read_rows
+from packshard.format.topology import pad_segments, padded_lengths
 from packshard.records import IGNORE_INDEX
 
 ROW_GROUP_ROWS = 500
@@ -55,10 +67,14 @@ SCHEMA = pa.schema(
 )
 
 
-def megatron_table(rows: Rows, eos_id: int | None) -> tuple[pa.Table, dict[str, Any]]:
+def megatron_table(
+    rows: Rows, eos_id: int | None, multiple: int = 1
+) -> tuple[pa.Table, dict[str, Any]]:
     """Convert one shard's rows; return the table and its run-time length statistics.
 
     ``eos_id`` is the tokenizer's EOS id (None: none), whose trained targets the collator drops.
+    ``multiple`` > 1 (an aligned pack) pads every sequence's run-time length to it with EOS
+    (:func:`aligned_lengths`).
     """
     trained = rows.labels != IGNORE_INDEX
     loss_mask = np.zeros(len(trained), dtype=np.int8)
@@ -66,52 +82,80 @@ def megatron_table(rows: Rows, eos_id: int | None) -> tuple[pa.Table, dict[str, 
     kept_seg = rows.seg_len > 1
     keep = np.repeat(kept_seg, rows.seg_len)
     kept_len = rows.seg_len[kept_seg]
+    ids, mask = rows.ids[keep].astype(np.int32), loss_mask[keep]
+    stored = kept_len
+    if multiple > 1:
+        if eos_id is None:
+            raise UsageError(
+                "an aligned pack's Megatron export pads with the EOS id, and the tokenizer "
+                "has none (pack without --cp/--pad-multiple, or with a tokenizer that has EOS)"
+            )
+        stored = aligned_lengths(kept_len, multiple)
+        ids = pad_segments(ids, kept_len, stored, int(eos_id))
+        mask = pad_segments(mask, kept_len, stored, 0)
     row_of_kept = np.repeat(np.arange(rows.num_rows), np.diff(rows.seg_off))[kept_seg]
     segs = np.bincount(row_of_kept, minlength=rows.num_rows)
     live = segs > 0  # a row left with no segment is not written
     seg_off = exclusive_cumsum(segs[live])
     tok_off = exclusive_cumsum(
-        np.bincount(row_of_kept, weights=kept_len, minlength=rows.num_rows)[live]
+        np.bincount(row_of_kept, weights=stored, minlength=rows.num_rows)[live]
     )
-    starts = exclusive_cumsum(kept_len)[:-1] - np.repeat(tok_off[:-1], segs[live])
+    starts = exclusive_cumsum(stored)[:-1] - np.repeat(tok_off[:-1], segs[live])
 
     def lists(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:
         return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
 
     table = pa.Table.from_arrays(
-        [
-            lists(tok_off, rows.ids[keep].astype(np.int32)),
-            lists(seg_off, starts.astype(np.int32)),
-            lists(tok_off, loss_mask[keep]),
-        ],
+        [lists(tok_off, ids), lists(seg_off, starts.astype(np.int32)), lists(tok_off, mask)],
         schema=SCHEMA,
     )
     after_eos = 0 if eos_id is None else int(np.count_nonzero(loss_mask & (rows.ids == eos_id)))
-    runtime = np.bincount(row_of_kept, weights=kept_len - 1, minlength=rows.num_rows)[live]
+    runtime = np.bincount(row_of_kept, weights=stored - 1, minlength=rows.num_rows)[live]
     stats = {
         "rows": int(live.sum()),
         "sequences": len(kept_len),
         "dropped_one_token_segments": int((~kept_seg).sum()),
-        "max_seqlen": int(kept_len.max() - 1) if len(kept_len) else 0,
+        "max_seqlen": int(stored.max() - 1) if len(stored) else 0,
         "max_segments": int(segs.max()) if len(segs) else 0,
         "runtime_tokens": int(runtime.sum()),
         "min_runtime_row": int(runtime.min()) if len(runtime) else 0,
         "targets_after_eos": after_eos,
     }
+    if multiple > 1:
+        stats["alignment_pads"] = int((stored - kept_len).sum())
     return table, stats
 
 
-def write_megatron(out: Path, folder: Path, max_seq_len: int, eos_id: int | None) -> dict[str, Any]:
-    """Write the Megatron-Bridge files of ``out`` into ``folder``; return what was written."""
+def aligned_lengths(lengths: np.ndarray, multiple: int) -> np.ndarray:
+    """Return each sequence's stored length once its run-time length is a multiple.
+
+    Megatron-Bridge trains ``n − 1`` tokens of a stored sequence of ``n`` (inputs and targets
+    are shifted), so a sequence is padded to ``⌈(n − 1)/m⌉·m + 1`` stored tokens, as its own
+    packer does for ``pad_seq_to_mult``.  Each is at most the pack's padded length ``⌈n/m⌉·m``
+    plus one, and the run-time row (Σ of ``⌈(n − 1)/m⌉·m``) at most the padded row: within
+    ``max_seq_len``.
+    """
+    return padded_lengths(np.asarray(lengths, dtype=np.int64) - 1, multiple) + 1
+
+
+def write_megatron(
+    out: Path, folder: Path, max_seq_len: int, eos_id: int | None, multiple: int = 1
+) -> dict[str, Any]:
+    """Write the Megatron-Bridge files of ``out`` into ``folder``; return what was written.
+
+    ``multiple`` > 1: an aligned pack, written in the context-parallel form (its
+    ``pad_seq_to_mult``, recorded in what is returned).
+    """
     name = f"training_{max_seq_len}.idx.parquet"
     totals: dict[str, Any] = {}
     with pq.ParquetWriter(folder / name, SCHEMA) as writer:
         for rows in read_rows(out):
-            table, stats = megatron_table(rows, eos_id)
+            table, stats = megatron_table(rows, eos_id, multiple)
             if table.num_rows:
                 writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
             merge_stats(totals, stats)
-    return write_metadata(folder, name, totals, max_seq_len)
+    written = write_metadata(folder, name, totals, max_seq_len)
+    return {**written, "pad_seq_to_mult": multiple} if multiple > 1 else written
 
 
 def merge_stats(totals: dict[str, Any], stats: dict[str, Any]) -> None:

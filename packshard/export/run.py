@@ -83,13 +83,20 @@ def export_dataset(
     refusal = preference_refusal(manifest, target)
     if refusal is not None:
         raise UsageError(f"{source}: {refusal}")
+    multiple = int((manifest["config"].get("alignment") or {}).get("multiple", 1))
+    if multiple > 1 and target not in ("megatron", "megatron-parquet"):
+        raise UsageError(
+            f"{source}: an aligned pack (segments padded to {multiple}) exports only as "
+            "--to megatron, the form Megatron-Bridge's context-parallel path reads "
+            "(repack with --pad-multiple 1 --cp 1 for the others)"
+        )
     max_seq_len = manifest["config"]["max_seq_len"]
     pad = manifest.get("tokenizer", {}).get("pad_token_id")
     with claim_out(os.fspath(dest), overwrite, [os.fspath(out)], [], notify, "export") as claim:
         tmp = claim.tmp
         eos = manifest.get("tokenizer", {}).get("eos_token_id")
         if target in ("megatron", "megatron-parquet"):
-            written = write_megatron(source, tmp, max_seq_len, eos)
+            written = write_megatron(source, tmp, max_seq_len, eos, multiple)
         elif target == "megatron-npy":
             written = write_megatron_npy(source, tmp, max_seq_len, eos)
         elif target == "torchtune":

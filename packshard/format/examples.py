@@ -172,7 +172,7 @@ def read_examples(path: Path, dataset_id: str, columns: list[str] | None = None)
 
     """
     try:
-        table = pq.read_table(path, columns=columns)
+        table = pq.ParquetFile(path).read(columns=columns)  # no pyarrow.dataset: no pandas
     except Exception as exc:  # any decode failure: pyarrow raises many kinds
         raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
     problem = metadata_problem(table.schema.metadata, dataset_id)

@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 from packshard.arrays import arrow_array, exclusive_cumsum, numpy_view
 from packshard.digests import sha256_path
 from packshard.errors import FormatError
+from packshard.format.topology import PADDED_COLUMN, padded_cu_seqlens
 from packshard.format.version import metadata_problem, parquet_metadata
 from packshard.records import IGNORE_INDEX, PackedRow
 
@@ -71,6 +72,19 @@ only: ``branch`` 0 not a pair branch, 1 chosen, 2 rejected (a 1 is always follow
 same row, by the 2 of the same pair); ``kto_label`` −1 none, 0 undesirable, 1 desirable."""
 PAIR_SCHEMA = pa.schema([*WRITTEN_SCHEMA, *PAIR_FIELDS])
 """The columns a preference pack's shards hold: :data:`WRITTEN_SCHEMA`, then the pair columns."""
+PADDED_FIELD = pa.field(PADDED_COLUMN, pa.list_(pa.int32()))
+"""An aligned pack's padded boundaries (:mod:`packshard.format.topology.aligned`), after
+``seq_lengths``; written only with ``--cp``/``--pad-multiple``."""
+KNOWN_FIELDS = pa.schema([*PAIR_SCHEMA, PADDED_FIELD])
+"""Every column a version 1 shard may hold, with its type."""
+
+
+def written_schema(pairs: bool, padded: bool) -> pa.Schema:
+    """Return the columns :func:`write_shard` writes, in order."""
+    extra = [*([PADDED_FIELD] if padded else []), *(PAIR_FIELDS if pairs else [])]
+    return pa.schema([*WRITTEN_SCHEMA, *extra])
+
+
 ROW_GROUP_ROWS = 256
 SHARD_PATTERN = "shard-{index:05d}.parquet"
 EVAL_SHARD_PATTERN = "eval-shard-{index:05d}.parquet"  # the eval split's shards, when packed
@@ -104,15 +118,22 @@ def seq_lengths_column(cu_seqlens: pa.ChunkedArray | pa.Array) -> pa.ListArray:
     )
 
 
-def with_seq_lengths(table: pa.Table) -> pa.Table:
+def with_seq_lengths(table: pa.Table, multiple: int = 1) -> pa.Table:
     """Return ``table`` in :data:`WRITTEN_SCHEMA` order, ``seq_lengths`` derived from it.
 
-    A table with the pair columns keeps them, last (:data:`PAIR_SCHEMA`).
+    A table with the pair columns keeps them, last (:data:`PAIR_SCHEMA`).  ``multiple`` > 1
+    adds ``cu_seqlens_padded`` (each segment rounded up to it), derived from ``cu_seqlens`` too.
     """
-    if "seq_lengths" in table.column_names:
-        table = table.drop_columns(["seq_lengths"])
+    derived = [c for c in ("seq_lengths", PADDED_COLUMN) if c in table.column_names]
+    table = table.drop_columns(derived)
     table = table.append_column(OPTIONAL_FIELDS[0], seq_lengths_column(table["cu_seqlens"]))
-    schema = PAIR_SCHEMA if "branch" in table.column_names else WRITTEN_SCHEMA
+    if multiple > 1:
+        values, offsets = list_values(table["cu_seqlens"])
+        padded = padded_cu_seqlens(values, offsets, multiple)
+        lists = arrow_array(offsets.astype(np.int32))
+        column = pa.ListArray.from_arrays(lists, arrow_array(padded))
+        table = table.append_column(PADDED_FIELD, column)
+    schema = written_schema("branch" in table.column_names, multiple > 1)
     return table.select(schema.names).cast(schema)
 
 
@@ -123,14 +144,15 @@ def write_shard(
     dataset_id: str,
     compression: str,
     pairs: bool = False,
+    multiple: int = 1,
 ) -> ShardInfo:
     """Write one shard file from a table, or from row-group tables made one at a time.
 
     Given an iterable, each table is written as soon as it is made, so a shard of many rows
     never sits in memory whole; blocks of ``ROW_GROUP_ROWS`` rows give the same file as one
     table.  ``seq_lengths`` is derived from each table's ``cu_seqlens`` (any given is
-    replaced).  ``pairs``: the tables carry the pair columns (:data:`PAIR_SCHEMA`).  Returns
-    the shard's manifest entry.
+    replaced).  ``pairs``: the tables carry the pair columns (:data:`PAIR_SCHEMA`).  ``multiple``
+    > 1 adds ``cu_seqlens_padded`` (:data:`PADDED_FIELD`).  Returns the shard's manifest entry.
     """
     meta = parquet_metadata(dataset_id)
     path = folder / name
@@ -138,7 +160,7 @@ def write_shard(
     with (
         pq.ParquetWriter(
             path,
-            (PAIR_SCHEMA if pairs else WRITTEN_SCHEMA).with_metadata(meta),
+            written_schema(pairs, multiple > 1).with_metadata(meta),
             compression=None if compression == "none" else compression,
             use_dictionary=False,
             write_statistics=["num_tokens", "num_loss_tokens", "max_seqlen"],
@@ -151,7 +173,7 @@ def write_shard(
         for table in [tables] if isinstance(tables, pa.Table) else tables:
             if writing is not None:
                 writing.result()
-            group = with_seq_lengths(table).replace_schema_metadata(meta)
+            group = with_seq_lengths(table, multiple).replace_schema_metadata(meta)
             writing = pool.submit(writer.write_table, group, row_group_size=ROW_GROUP_ROWS)
             rows += table.num_rows
             for chunk in table["num_tokens"].chunks:
@@ -279,10 +301,10 @@ def schema_problem(schema: pa.Schema) -> str | None:
     missing = [c for c in SHARD_SCHEMA.names if c not in schema.names]
     if missing:
         return f"missing columns {', '.join(missing)} (not a format version 1 shard)"
-    for name in PAIR_SCHEMA.names:
+    for name in KNOWN_FIELDS.names:
         if name not in schema.names:
             continue
-        want, got = PAIR_SCHEMA.field(name).type, schema.field(name).type
+        want, got = KNOWN_FIELDS.field(name).type, schema.field(name).type
         if got != want:
             return f"column {name} is {got}, the contract says {want}"
     return None
@@ -305,7 +327,9 @@ def read_shard(
     """
     source: Any = path if data is None else pa.BufferReader(pa.py_buffer(data))
     try:
-        table = pq.read_table(source, columns=columns, memory_map=data is None)
+        # ParquetFile, not read_table: read_table imports pyarrow.dataset, and with it pandas
+        # (0.4 CPU-s at every start of a command that reads a pack)
+        table = pq.ParquetFile(source, memory_map=data is None).read(columns=columns)
     except Exception as exc:  # any decode failure: pyarrow raises many kinds
         raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
     problem = metadata_problem(table.schema.metadata, dataset_id)

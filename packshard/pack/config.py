@@ -8,6 +8,7 @@ from typing import Any
 from packshard.engine import EngineOptions
 from packshard.errors import UsageError
 from packshard.format.folder.outdir import check_out
+from packshard.format.topology import ATTENTION_C, Topology, alignment_multiple
 from packshard.ingest.types import IngestOptions
 from packshard.options import (
     COMPRESSIONS,
@@ -37,6 +38,25 @@ class PlanOptions:
     mix_by: str = "trained_tokens"
     max_repeat: int = 1
     mix_best_effort: bool = False
+    pad_multiple: int = 1  # --pad-multiple, --cp, --tp: packshard.format.topology.aligned
+    cp: int = 1
+    tp: int = 1
+    dp: int = 0  # --dp …: rank-balanced steps (packshard.pack.plan.balance); 0 leaves the order
+    micro_batch: int = 1
+    grad_accum: int = 1
+    balance_cost: str = "attention"
+    attention_c: float = ATTENTION_C
+
+    def alignment(self) -> int:
+        """Return the multiple every segment is padded to (1: none), checked."""
+        return alignment_multiple(self.pad_multiple, self.cp, self.tp)
+
+    def topology(self) -> Topology | None:
+        """Return the steps the rows are balanced for, checked; None without ``--dp``."""
+        if not self.dp:
+            return None
+        cost, c = self.balance_cost, self.attention_c
+        return Topology(self.dp, self.micro_batch, self.grad_accum, cost, c)
 
     def group(self) -> int | None:
         """Examples per planning group of ``--plan-scope group:N``; None for ``global``."""
@@ -140,6 +160,15 @@ class PackConfig:
             "reasoning_markers": list(ingest.reasoning_markers),
             **({"limits": limits} if (limits := ingest.limits()) else {}),
         }
+        if (multiple := plan.alignment()) > 1:
+            recorded["alignment"] = {
+                "multiple": multiple,
+                "pad_multiple": plan.pad_multiple,
+                "cp": plan.cp,
+                "tp": plan.tp,
+            }
+        if (topology := plan.topology()) is not None:
+            recorded["topology"] = topology.recorded()
         if self.eval_fraction or self.eval_inputs:
             recorded["eval"] = {"fraction": self.eval_fraction, "inputs": list(self.eval_inputs)}
         if (mix := plan.mix_target()) is not None:
@@ -150,6 +179,30 @@ class PackConfig:
                 "best_effort": mix.best_effort,
             }
         return recorded
+
+
+def _check_topology(config: PackConfig) -> None:
+    """Refuse an alignment the rows cannot hold, and balanced steps without rows to order."""
+    plan = config.plan
+    multiple = plan.alignment()
+    if multiple > 1 and plan.max_seq_len % multiple:
+        raise UsageError(
+            f"--max-seq-len {plan.max_seq_len} is not a multiple of the segment alignment "
+            f"{multiple} (a padded row must fit: use --max-seq-len "
+            f"{plan.max_seq_len // multiple * multiple or multiple})"
+        )
+    if multiple > 1 and plan.strategy == "wrapped":
+        raise UsageError(
+            "--strategy wrapped cuts rows full to the token; padded segments would overflow "
+            "them (use --strategy bfd, ffd or sequential with --cp/--pad-multiple)"
+        )
+    if plan.dp < 0 or type(plan.dp) is not int:
+        raise UsageError(f"--dp must be a positive integer (0: no balancing), got {plan.dp!r}")
+    if plan.topology() is not None and plan.strategy == "sequential":
+        raise UsageError(
+            "--strategy sequential keeps the input order; --dp would reorder the rows into "
+            "balanced steps (drop one of them)"
+        )
 
 
 def check_config(config: PackConfig) -> list[str]:
@@ -168,6 +221,7 @@ def check_config(config: PackConfig) -> list[str]:
         raise UsageError("--shard-rows and --shard-bytes must be positive")
     _check_scale(config)
     _check_mix(config)
+    _check_topology(config)
     fraction = config.eval_fraction
     if type(fraction) not in (int, float) or not 0 <= fraction < 1:
         raise UsageError(f"--eval-fraction must be in [0, 1), got {fraction!r}")

@@ -4,7 +4,8 @@ The one route after the spill, whoever made it (``pack`` from its inputs, ``repa
 parent pack's shards)::
 
     spill ─► eval split ─► [--mix copies] ─► plan_packs ─► mix / wrapped drops ─► rejects closed
-      ─► shuffle rows (seed) ─► stats ─► examples index ║ shards (engine tasks) ─► card ─► manifest
+      ─► shuffle rows (seed) ─► [--dp balanced steps] ─► stats
+      ─► examples index ║ shards (engine tasks) ─► card ─► manifest
 
 A :class:`Provenance` says what made the spill (inputs, tokenizer, template, environment,
 engine), for the manifest and the dataset id.
@@ -31,6 +32,7 @@ from packshard.format.causes import likely_cause
 from packshard.format.examples import EXAMPLES_NAME, write_examples
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
+from packshard.format.topology import padded_lengths
 from packshard.format.version import FORMAT_VERSION
 from packshard.pack.config import PackConfig
 from packshard.pack.counts import (
@@ -42,6 +44,7 @@ from packshard.pack.counts import (
     wrapped_drops,
 )
 from packshard.pack.heap import trim_heap
+from packshard.pack.plan.balance import balance_stats, balanced_order, plan_costs
 from packshard.pack.plan.evalsplit import (
     eval_examples,
     plan_examples,
@@ -126,6 +129,13 @@ def pack_spill(
     ordering = ordering_stats(plan)
     split_at = train_rows(spill, plan, is_eval)
     plan = plan.permute_rows(row_order(plan, config, split_at)).narrowed()
+    balance: dict[str, Any] | None = None
+    if (topology := config.plan.topology()) is not None:  # --dp: the train rows into steps
+        costs = plan_costs(plan.rows(0, split_at), topology)
+        order = balanced_order(costs, topology, config.plan.seed)
+        balance = balance_stats(costs, order, topology)
+        rest = np.arange(split_at, plan.num_rows, dtype=np.int64)
+        plan = plan.permute_rows(np.concatenate([order, rest])).narrowed()
     repeats = example_repeats(plan) if mixed is not None else None
     dataset_id = compute_dataset_id(config.recorded(), made.fingerprints())
     bounds, names = split_bounds(
@@ -141,6 +151,15 @@ def pack_spill(
         **pair_stats(spill, plan, made.pairs_read),
         **({"splits": split_stats(spill, plan, split_at)} if is_eval is not None else {}),
     }
+    if balance is not None:
+        stats["balance"] = balance
+    if (multiple := config.plan.alignment()) > 1:  # --cp / --pad-multiple: what the pads cost
+        padded = int(padded_lengths(plan.seg_length, multiple).sum())
+        stats["alignment"] = {
+            "multiple": multiple,
+            "pad_tokens": padded - plan.num_tokens,
+            "padded_fill_rate": round(fill_rate(padded, plan.num_rows, plan.max_seq_len), 6),
+        }
     if mixed is not None and repeats is not None:
         stats["mix"] = mix_stats(spill, plan, repeats, mixed)
     # each stage frees what no later one reads; the shards read only the token offsets (their
@@ -164,6 +183,7 @@ def pack_spill(
         names,
         # the index is written while the workers write the shards (after them, in process)
         meanwhile=partial(write_examples, tmp / EXAMPLES_NAME, tables, dataset_id),
+        multiple=config.plan.alignment(),
     )
     split = is_eval is not None
     del spill, plan, is_eval, tables, repeats  # what is left holds no per-example state

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from packshard.errors import UsageError
+from packshard.format.topology import ATTENTION_C
 from packshard.pack.config import PackConfig
 
 LOST_TOKENS = ("truncated_no_targets", "split_no_targets")
@@ -29,7 +30,9 @@ LOST_TOKENS = ("truncated_no_targets", "split_no_targets")
 _INGEST = ("format", "domain_field", "loss", "reasoning", "empty_reasoning", "turns")
 _PLAN = ("max_seq_len", "strategy", "overlong", "seed", "group_by_domain", "plan_scope")
 _SHARDS = ("shard_rows", "shard_bytes", "compression")
-CHANGES = (*_PLAN, "eval_fraction", *_SHARDS)
+_ALIGNMENT = ("pad_multiple", "cp", "tp")
+_TOPOLOGY = ("dp", "micro_batch", "grad_accum", "balance_cost", "attention_c")
+CHANGES = (*_PLAN, "eval_fraction", *_SHARDS, *_ALIGNMENT, *_TOPOLOGY)
 """The :meth:`PackConfig.build` keywords a repack may change: planning and shards, no ingest."""
 
 
@@ -61,6 +64,11 @@ class RepackConfig:
         flat["reasoning_markers"] = tuple(recorded["reasoning_markers"])
         flat.update(recorded.get("limits", {}))
         flat["eval_fraction"] = recorded.get("eval", {}).get("fraction", 0.0)
+        flat.update({k: recorded["alignment"][k] for k in _ALIGNMENT if "alignment" in recorded})
+        if topology := recorded.get("topology"):
+            flat.update(dp=topology["dp"], micro_batch=topology["micro_batch"])
+            flat.update(grad_accum=topology["grad_accum"], balance_cost=topology["cost"])
+            flat["attention_c"] = topology["c"] if topology["cost"] == "attention" else ATTENTION_C
         flat.update(self.changes)
         template = manifest["template"]["source"]
         return PackConfig.build(

@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from packshard.arrays import add_counts, exclusive_cumsum
+from packshard.arrays import add_counts, exclusive_cumsum, numpy_view
 from packshard.errors import FormatError, UsageError
 from packshard.export.common import COLUMNS, read_rows
 from packshard.format.examples import EXAMPLES_NAME, read_examples
@@ -71,6 +71,12 @@ class Respilled:
     examples_by_policy: dict[str, int] | None = None
 
 
+def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Return a numeric column as numpy without pandas (:func:`~packshard.arrays.numpy_view`)."""
+    whole = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return numpy_view(whole)
+
+
 def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Path) -> Respilled:
     """Spill ``parent``'s examples under ``config``'s overlong policy into ``work``."""
     sources = tuple(entry["path"] for entry in manifest["inputs"])
@@ -80,17 +86,17 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
         manifest["dataset_id"],
         ["example_id", "source", "line", "domain"],
     )
-    ids = index["example_id"].to_numpy()
+    ids = _numbers(index["example_id"])  # numpy_view: to_numpy would import pandas
     if not np.array_equal(ids, np.arange(len(ids))):
         raise FormatError(str(parent / EXAMPLES_NAME), "example ids are not 0 … n-1 in order")
     found = pc.index_in(index["source"], value_set=pa.array(sources, pa.string()))
     if found.null_count:
         raise FormatError(str(parent / EXAMPLES_NAME), "a source is not among the inputs")
-    source_codes = found.to_numpy()
+    source_codes = _numbers(found)
     encoded = index["domain"].combine_chunks().dictionary_encode()
     domain_names = encoded.dictionary.to_pylist()  # in order of first appearance
-    domain = encoded.indices.to_numpy(zero_copy_only=False)
-    lines = index["line"].to_numpy()
+    domain = numpy_view(encoded.indices)
+    lines = _numbers(index["line"])
     del index, encoded
     stored = parent_tokens(parent, work / "parent", len(ids))
     by_format: dict[str, str] = manifest["loss"]["by_format"]

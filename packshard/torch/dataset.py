@@ -73,16 +73,26 @@ from packshard.errors import FormatError, ManifestError, UsageError
 from packshard.format.folder.paths import duplicate_paths, inside_folder, open_inside
 from packshard.format.manifest import load_manifest, part_errors
 from packshard.format.shards import replaced_shard, rows_problem, tokens_problem
+from packshard.format.topology import PADDED_COLUMN, padded_row, padded_rows_wrong
 from packshard.format.version import metadata_problem
+from packshard.records import PackedRow
 from packshard.store import StoreUrl, is_url, open_object, parse_url
 from packshard.store.objects import child_object, read_hashed_object
 from packshard.torch.steps import STEP_KEY, check_steps, map_step_items, positive_int
 
 LIST_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "example_ids")
+UNPADDED_KEY = "cu_seqlens_unpadded"
+"""An aligned row's real boundaries, beside its padded ``cu_seqlens`` (TE's ``cu_seqlens``)."""
 PAIR_COLUMNS = ("branch", "kto_label")
 """Per-segment int8 columns of preference packs (``branch`` 0/1 chosen/2 rejected, ``kto_label``
 -1/0/1), read and passed on only where a shard has them."""
-WIDTHS = {"cu_seqlens": np.int32, "branch": np.int8, "kto_label": np.int8}
+WIDTHS = {
+    "cu_seqlens": np.int32,
+    "branch": np.int8,
+    "kto_label": np.int8,
+    PADDED_COLUMN: np.int32,
+    UNPADDED_KEY: np.int32,
+}
 """The dtype of each column in a row; the token columns and ``example_ids`` are int64."""
 
 
@@ -238,7 +248,9 @@ def _open_shard(data: PackedDataset, k: int) -> Columns:
     if problem is None:
         problem = tokens_problem(table, data.vocab_size)
     if problem is None:
-        problem = segment_columns_problem(table, extra)
+        problem = segment_columns_problem(table, tuple(c for c in extra if c in PAIR_COLUMNS))
+    if problem is None and PADDED_COLUMN in extra:
+        problem = _padded_problem(data, table)
     if problem is not None:
         raise FormatError(path, f"{problem} (run packshard verify)")
     if table.num_rows != data.shard_rows[k]:
@@ -247,6 +259,17 @@ def _open_shard(data: PackedDataset, k: int) -> Columns:
             "(the folder is incomplete or was modified: run packshard verify)"
         )
     return [(name, *_column(table, name)) for name in names]
+
+
+def _padded_problem(data: PackedDataset, table: pa.Table) -> str | None:
+    """Say which row's ``cu_seqlens_padded`` is not its segments rounded up, or None."""
+    cu_off, cu = _column(table, "cu_seqlens")
+    padded_off, padded = _column(table, PADDED_COLUMN)
+    wrong = padded_rows_wrong(cu, cu_off, padded, padded_off, data.alignment, data.max_seq_len)
+    if wrong.size:
+        padded_to = f"each segment padded to {data.alignment}"
+        return f"row {int(wrong[0])}: {PADDED_COLUMN} is not {padded_to}"
+    return None
 
 
 def segment_columns_problem(table: pa.Table, names: tuple[str, ...]) -> str | None:
@@ -305,6 +328,12 @@ class PackedDataset(Dataset[Row]):
             number of rows is refused when it fetches).
         split: read the shards of this split only (``train``, the default, or ``eval``: a
             pack with ``--eval-fraction`` or ``--eval`` holds both); None reads every shard.
+        padded: serve each segment padded to the pack's alignment (``pack --cp``/
+            ``--pad-multiple``, :mod:`packshard.format.topology.aligned`): pads of the EOS id
+            after each segment's tokens, label -100, positions running on; ``cu_seqlens`` the
+            padded boundaries and ``cu_seqlens_unpadded`` the real ones.  Default: padded when
+            the pack records an alignment; ``False`` serves the real tokens with
+            ``cu_seqlens_padded`` beside them.
 
     """
 
@@ -319,6 +348,7 @@ class PackedDataset(Dataset[Row]):
         batch_size: int = 1,
         world_size: int | None = None,
         split: str | None = "train",
+        padded: bool | None = None,
     ) -> None:
         self.grad_accum, self.batch_size = check_steps(grad_accum, batch_size), batch_size
         self.world_size = None if world_size is None else positive_int("world_size", world_size)
@@ -352,6 +382,16 @@ class PackedDataset(Dataset[Row]):
                     f"{source} has sha256 {expected} (train with the tokenizer the data was "
                     "packed with, or pack again with this one)"
                 )
+        alignment = config.get("alignment") or {}
+        self.alignment = int(alignment.get("multiple", 1)) if isinstance(alignment, dict) else 1
+        if padded and self.alignment == 1:
+            raise UsageError(
+                f"{where}: padded=True, but the pack records no alignment (pack or repack "
+                "with --cp N or --pad-multiple N)"
+            )
+        self.padded = self.alignment > 1 if padded is None else bool(padded)
+        tokenizer_entry = self.manifest["tokenizer"]
+        self.pad_id = int(tokenizer_entry.get("eos_token_id") or 0)
         shards = self.manifest["shards"]
         if split is not None:
             chosen = split_shards(shards, split, f"{where}:", "read", empty_ok=split == "train")
@@ -372,7 +412,14 @@ class PackedDataset(Dataset[Row]):
                 names = footer.schema.to_arrow_schema().names
             except (OSError, pa.ArrowException) as exc:
                 raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
-            self.shard_extra.append(tuple(c for c in PAIR_COLUMNS if c in names))
+            aligned = (PADDED_COLUMN,) if self.alignment > 1 else ()
+            if aligned and PADDED_COLUMN not in names:
+                raise FormatError(
+                    str(path),
+                    f"the manifest records an alignment of {self.alignment} but the shard has "
+                    f"no {PADDED_COLUMN} (run packshard verify)",
+                )
+            self.shard_extra.append(tuple(c for c in PAIR_COLUMNS if c in names) + aligned)
             if rows != entry["rows"]:
                 raise ManifestError(
                     f"{path}: {rows} rows, but the manifest says {entry['rows']} (the folder "
@@ -427,6 +474,25 @@ class PackedDataset(Dataset[Row]):
             cu = row["cu_seqlens"].numpy()
             starts = np.repeat(cu[:-1].astype(np.int64), np.diff(cu))
             row["position_ids"] = torch.from_numpy(np.arange(len(starts)) - starts)
+        if self.padded:
+            row = self._padded(row)
         if self.grad_accum is not None:
             row[STEP_KEY] = map_step_items(self, int(self.starts[k]) + i)
+        return row
+
+    def _padded(self, row: Row) -> Row:
+        """Return ``row`` with its pads in (:func:`~packshard.format.topology.padded_row`)."""
+        packed = PackedRow(
+            input_ids=row["input_ids"].numpy(),
+            labels=row["labels"].numpy(),
+            position_ids=row["position_ids"].numpy(),
+            cu_seqlens=row["cu_seqlens"].numpy(),
+            example_ids=row["example_ids"].numpy(),
+        )
+        served, real = padded_row(packed, row.pop(PADDED_COLUMN).numpy(), self.pad_id)
+        row["input_ids"] = torch.from_numpy(served.input_ids)
+        row["labels"] = torch.from_numpy(served.labels)
+        row["position_ids"] = torch.from_numpy(served.position_ids)
+        row["cu_seqlens"] = torch.from_numpy(served.cu_seqlens)
+        row[UNPADDED_KEY] = torch.from_numpy(real)
         return row

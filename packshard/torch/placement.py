@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from packshard.errors import UsageError
+from packshard.format.topology import step_permutation
 
 WRAPPERS = ("IterableDatasetShard", "DataLoaderDispatcher")
 
@@ -167,16 +168,21 @@ def epoch_rows(
     world_size: int,
     drop_remainder: bool,
     block: int = 1,
+    step_rows: int = 0,
 ) -> np.ndarray:
     """Return the ``[world_size, rows_per_rank]`` row indices of one epoch.
 
     See :mod:`packshard.torch.stream` for the order; ranks take every ``world_size``-th row.
+    ``step_rows`` > 0 (a pack balanced for this world size) shuffles whole steps of that many
+    rows, never a row (:func:`~packshard.format.topology.step_permutation`).
 
     With ``block`` > 1 (a wrapper splits the stream in blocks) ``drop_remainder`` cuts the
     epoch to whole blocks of ``world_size × block`` rows.
     """
     if shuffle:
-        perm = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(num_rows)
+        rng = np.random.Generator(np.random.PCG64([seed, epoch]))
+        steps = step_rows > 0
+        perm = step_permutation(num_rows, step_rows, rng) if steps else rng.permutation(num_rows)
     else:
         perm = np.arange(num_rows, dtype=np.int64)
     unit = world_size * (block if drop_remainder else 1)

@@ -18,11 +18,18 @@ at exactly the next row.  With ``num_workers=0`` the dataset counts rows itself;
 processes their copies cannot report back, so use :class:`ResumableLoader` (it counts batches
 as they arrive) or pass ``consumed=`` to :meth:`PackedIterableDataset.state_dict`.  The dropped
 rows under ``drop_remainder`` differ from epoch to epoch because the permutation does.
+
+A pack balanced for ``dp`` ranks (``pack --dp``, :mod:`packshard.format.topology.steps`) read
+by ``world_size == dp`` ranks keeps its steps: the epoch's permutation moves whole steps of
+``dp × micro_batch × grad_accum`` rows, so each step's rows reach the ranks the balance chose
+(row ``j·dp + r`` of a step to rank ``r``).  Read by another world size it warns once and
+shuffles rows as above.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -32,6 +39,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from packshard.errors import UsageError
+from packshard.format.topology import Topology
 from packshard.torch.dataset import PackedDataset, Row
 from packshard.torch.placement import (
     PassCounter,
@@ -109,6 +117,9 @@ class PackedIterableDataset(IterableDataset[Row]):
         self._carried: Placement | None = None  # what the main process saw, for spawned workers
         self._resume_world: int | None = None
         self._passes = PassCounter()
+        config = self.data.manifest.get("config", {})
+        self.topology = Topology.from_config(config) if split == "train" else None
+        self._warned_topology = False
         if self.explicit is not None:
             self._check_rows(self.explicit)
 
@@ -169,7 +180,29 @@ class PackedIterableDataset(IterableDataset[Row]):
             world_size=where.world_size,
             drop_remainder=self.drop_remainder,
             block=where.block,
+            step_rows=self.balanced_step_rows(where.world_size),
         )
+
+    def balanced_step_rows(self, world_size: int) -> int:
+        """Rows of one balanced step when the pack was balanced for ``world_size``, else 0.
+
+        Read with another world size, a balanced pack's steps do not match the ranks: that
+        is said once (a ``UserWarning``) and its rows are shuffled one by one.
+        """
+        topology = self.topology
+        if topology is None:
+            return 0
+        if topology.dp == world_size:
+            return topology.step_rows
+        if not self._warned_topology:
+            self._warned_topology = True
+            warnings.warn(
+                f"{self.data.out}: its steps were balanced for {topology.dp} data-parallel "
+                f"ranks (manifest config.topology) but it is read by {world_size}: rows are "
+                f"shuffled one by one and the balance is lost (repack with --dp {world_size})",
+                stacklevel=3,
+            )
+        return 0
 
     def begin_pass(self) -> None:
         """Start a pass in this process: read the split, move on if the epoch was consumed."""

@@ -42,6 +42,7 @@ from packshard.arrays import count_trained
 from packshard.format.examples import ExamplesIndex
 from packshard.format.mixture import REALISED_KEYS, realised_mixture
 from packshard.format.shards import cu_problems, list_values
+from packshard.format.topology import PADDED_COLUMN, padded_rows_wrong
 from packshard.records import IGNORE_INDEX
 from packshard.verify.findings import Finding, FindingList
 
@@ -73,10 +74,12 @@ def audit_shard(
     index: ExamplesIndex | None,
     findings: FindingList,
     vocab_size: int | None = None,
+    multiple: int = 1,
 ) -> ShardAudit:
     """Check every row of a shard; add findings; return the per-row summary.
 
-    With ``vocab_size`` every token id must also lie in ``[0, vocab_size)``.  Without an
+    With ``vocab_size`` every token id must also lie in ``[0, vocab_size)``; with ``multiple``
+    > 1 (a recorded alignment) ``cu_seqlens_padded`` must be exact.  Without an
     ``index`` (the examples index could not be read) the index agreement is not checked.
     """
     ids, tok_off = list_values(table["input_ids"])
@@ -168,6 +171,8 @@ def audit_shard(
     )
     if "seq_lengths" in table.column_names:  # optional column: checked when present
         report(_seq_lengths_differ(table, ex_off, seg_len), SEQ_LENGTHS_WRONG, "seq_lengths")
+    for rows, message in _padded_problems(table, cu, cu_off, multiple, max_seq_len):
+        report(rows, message, "cu_padded")
 
     if index is not None:  # None: examples.parquet missing or unreadable, an integrity finding
         at = index.lookup(ex_ids)  # -1: not in the index
@@ -229,6 +234,28 @@ def _pair_problems(
     return out
 
 
+def _padded_problems(
+    table: pa.Table, cu: np.ndarray, cu_off: np.ndarray, multiple: int, max_seq_len: int
+) -> list[tuple[np.ndarray, str]]:
+    """Return the rows whose ``cu_seqlens_padded`` disagrees with the recorded alignment."""
+    present = PADDED_COLUMN in table.column_names
+    if multiple == 1 and not present:
+        return []
+    if not present:
+        why = f"the manifest records an alignment of {multiple}; the shard has no {PADDED_COLUMN}"
+        return [(np.arange(table.num_rows), why)]
+    if multiple == 1:
+        why = f"{PADDED_COLUMN} in a pack that records no alignment (config.alignment)"
+        return [(np.arange(table.num_rows), why)]
+    padded, padded_off = list_values(table[PADDED_COLUMN])
+    rows = padded_rows_wrong(cu, cu_off, padded, padded_off, multiple, max_seq_len)
+    why = (
+        f"{PADDED_COLUMN} is not each segment rounded up to a multiple of {multiple} "
+        f"within max_seq_len {max_seq_len}"
+    )
+    return [(rows, why)]
+
+
 def _seq_lengths_differ(table: pa.Table, seg_off: np.ndarray, seg_len: np.ndarray) -> np.ndarray:
     """Return the rows whose ``seq_lengths`` is not their segments' lengths."""
     column = table["seq_lengths"]
@@ -251,10 +278,11 @@ def check_structure(
     # Without a recorded max_seq_len (an invalid manifest, already a finding) skip capacity.
     max_seq_len = int(manifest.get("config", {}).get("max_seq_len") or np.iinfo(np.int32).max)
     vocab_size = int(manifest.get("tokenizer", {}).get("vocab_size") or 0) or None
+    multiple = int((manifest.get("config", {}).get("alignment") or {}).get("multiple") or 1)
     audits = {}
     for i, table in sorted(tables.items()):
         name = manifest["shards"][i]["path"]
-        audits[i] = audit_shard(table, name, i, max_seq_len, index, findings, vocab_size)
+        audits[i] = audit_shard(table, name, i, max_seq_len, index, findings, vocab_size, multiple)
     if len(audits) == len(manifest.get("shards", [])) and index is not None:
         _check_each_example_once(audits, index, findings)
     if index is not None and index.is_eval is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from packshard.export import export_dataset
 from packshard.records import IGNORE_INDEX
@@ -140,3 +141,67 @@ def test_megatron_parquet_is_the_same_export_under_its_earlier_name(packed_demo,
     export_dataset(packed_demo, "megatron-parquet", tmp_path / "b")
     for name in ("training_256.idx.parquet", "256_metadata.jsonl"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def megatron_cp_pairs(items: list[dict], eos_id: int, multiple: int, max_length: int) -> Counter:
+    """The pairs the released collator trains with ``pad_seq_to_mult = multiple`` (THD, CP).
+
+    Its CP branch: ``cu_seqlens_padded`` from the run-time lengths ``e - s - 1`` (each a
+    multiple, the row within ``max_length``), each logical length up to the last non-EOS input
+    (the alignment pads excluded), attention within ``[padded start, logical end)``.
+    """
+    pairs: Counter = Counter()
+    for item in items:
+        ids, mask, bounds = item["input_ids"], item["loss_mask"], item["seq_boundaries"]
+        padded, tokens, targets, loss = [0], [], [], []
+        logical: list[int] = []
+        for s, e in itertools.pairwise(bounds):
+            assert (e - s - 1) % multiple == 0  # what context parallelism needs
+            padded.append(padded[-1] + e - s - 1)
+            current = ids[s : e - 1]
+            real = [q for q, token in enumerate(current) if token != eos_id]
+            logical.append(real[-1] + 1 if real else 0)
+            tokens += current
+            targets += ids[s + 1 : e]
+            loss += mask[s : e - 1]
+        assert padded[-1] <= max_length
+        for q, token in enumerate(tokens):
+            if token == eos_id:
+                loss[q] = 0
+        for (a, _), n in zip(itertools.pairwise(padded), logical, strict=True):
+            for q in range(a, a + n):
+                if loss[q]:
+                    pairs[(tuple(tokens[a : q + 1]), targets[q])] += 1
+            assert not any(loss[a + n : _])  # no pad trains
+    return pairs
+
+
+@pytest.mark.parametrize(("cp", "multiple"), [(2, 4), (4, 8)])
+def test_an_aligned_pack_exports_what_the_context_parallel_path_reads(
+    tmp_path, packed_demo_tokenizer, cp, multiple
+):
+    from tests.helpers import pack_demo_into
+
+    out = pack_demo_into(tmp_path, packed_demo_tokenizer, cp=cp)
+    result = export_dataset(out, "megatron", tmp_path / "mb")
+    written = result.info["written"]
+    assert written["pad_seq_to_mult"] == multiple and written["alignment_pads"] > 0
+    eos = json.loads((out / "manifest.json").read_text())["tokenizer"]["eos_token_id"]
+    items = bridge_items(tmp_path / "mb" / "training_256.idx.parquet")
+    assert megatron_cp_pairs(items, eos, multiple, 256) == trained_pairs(out)
+    with pytest.raises(AssertionError):  # the control: the unaligned export is refused by it
+        plain = pack_demo_into(tmp_path / "plain", packed_demo_tokenizer)
+        export_dataset(plain, "megatron", tmp_path / "mb-plain")
+        megatron_cp_pairs(
+            bridge_items(tmp_path / "mb-plain" / "training_256.idx.parquet"), eos, multiple, 256
+        )
+
+
+def test_an_aligned_pack_exports_only_as_megatron(tmp_path, packed_demo_tokenizer):
+    from packshard.errors import UsageError
+    from tests.helpers import pack_demo_into
+
+    out = pack_demo_into(tmp_path, packed_demo_tokenizer, cp=2)
+    with pytest.raises(UsageError, match="exports only as --to megatron"):
+        export_dataset(out, "torchtune", tmp_path / "tt")
+    assert not (tmp_path / "tt").exists()

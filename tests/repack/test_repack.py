@@ -74,6 +74,9 @@ def repack(parent: Path, out: Path, **options: object) -> Path:
         ("parent_all", {"max_seq_len": 96, "overlong": "split", "seed": 2}),
         ("parent_all", {"max_seq_len": 96, "overlong": "truncate", "compression": "snappy"}),
         ("parent_all", {"max_seq_len": 200, "strategy": "wrapped"}),
+        ("parent", {"max_seq_len": 512, "cp": 4}),
+        ("parent", {"max_seq_len": 256, "cp": 2, "tp": 2, "dp": 2, "grad_accum": 2}),
+        ("parent", {"max_seq_len": 512, "dp": 4, "balance_cost": "tokens", "seed": 1}),
     ],
     ids=[
         "256",
@@ -84,6 +87,9 @@ def repack(parent: Path, out: Path, **options: object) -> Path:
         "96-split",
         "96-truncate",
         "200-wrapped",
+        "512-cp4",
+        "256-cp2-tp2-dp2",
+        "512-dp4-tokens",
     ],
 )
 def test_a_repack_is_the_fresh_pack_byte_for_byte(request, tmp_path, which, options):
@@ -179,6 +185,15 @@ def test_a_parent_whose_examples_were_cut_is_refused(tmp_path, packed_demo_token
         "there, so the whole examples cannot be re-made (pack from the inputs with the new "
         "options)"
     )
+
+
+def test_a_repack_of_an_aligned_balanced_pack_undoes_both(parent, tmp_path):
+    aligned = repack(parent, tmp_path / "a", max_seq_len=512, cp=4, dp=2)
+    assert manifest(aligned)["config"]["alignment"]["multiple"] == 8
+    again = repack(aligned, tmp_path / "b", cp=1, dp=0)  # left out, both would be kept
+    assert manifest(again)["dataset_id"] == manifest(parent)["dataset_id"]
+    for entry in manifest(parent)["shards"]:
+        assert sha256_path(again / entry["path"]) == entry["sha256"]
 
 
 def test_only_planning_and_shard_options_change():

@@ -55,3 +55,26 @@ def test_repack_of_the_chat_data_is_the_fresh_pack(
     report = verify_dataset(got, VerifyOptions(model=model, model_rows=2))
     assert report.ok, [f.to_dict() for f in report.findings.items]
     assert report.checks["source"]["status"] == "passed"
+
+
+@pytest.mark.parametrize(("cp", "multiple"), [(2, 4), (4, 8)])
+def test_the_chat_data_aligned_for_context_parallelism(chat_8k, tmp_path, cp, multiple):
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from packshard.export import export_dataset
+    from tests.export.test_megatron import bridge_items, megatron_cp_pairs
+    from tests.helpers import trained_pairs
+
+    config = RepackConfig.build(str(chat_8k), str(tmp_path / "re"), max_seq_len=4096, cp=cp)
+    got = repack_dataset(config).out
+    made = json.loads((got / "manifest.json").read_text())
+    for entry in made["shards"]:
+        for padded in pq.read_table(got / entry["path"])["cu_seqlens_padded"].to_pylist():
+            assert (np.diff(padded) % multiple == 0).all() and padded[-1] <= 4096
+    report = verify_dataset(got, VerifyOptions(model="tiny", model_rows=1, model_max_tokens=512))
+    assert report.ok, [f.to_dict() for f in report.findings.items]
+    export_dataset(got, "megatron", tmp_path / "mb")
+    items = bridge_items(tmp_path / "mb" / "training_4096.idx.parquet")
+    eos = made["tokenizer"]["eos_token_id"]
+    assert megatron_cp_pairs(items, eos, multiple, 4096) == trained_pairs(got)

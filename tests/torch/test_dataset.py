@@ -348,3 +348,27 @@ def test_reads_a_real_pack_output_back_consistently(real_pack):
         streamed += [int(r["example_ids"][0]) for r in it]
     first_ids = {int(ds[i]["example_ids"][0]) for i in range(len(ds))}
     assert set(streamed) == first_ids
+
+
+def test_an_aligned_pack_is_served_padded(tmp_path, packed_demo_tokenizer):
+    import numpy as np
+
+    from packshard.torch import PackedDataset
+    from tests.helpers import pack_demo_into
+
+    out = pack_demo_into(tmp_path, packed_demo_tokenizer, cp=2)
+    padded, plain = PackedDataset(out), PackedDataset(out, padded=False)
+    for i in range(len(padded)):
+        row, real = padded[i], plain[i]
+        cu, unpadded = row["cu_seqlens"].numpy(), row["cu_seqlens_unpadded"].numpy()
+        assert (np.diff(cu) % 4 == 0).all() and cu.tolist() == real["cu_seqlens_padded"].tolist()
+        assert unpadded.tolist() == real["cu_seqlens"].tolist()
+        for j in range(len(cu) - 1):
+            n = int(unpadded[j + 1] - unpadded[j])
+            s, e, r = int(cu[j]), int(cu[j + 1]), int(unpadded[j])
+            assert row["input_ids"][s : s + n].tolist() == real["input_ids"][r : r + n].tolist()
+            assert row["labels"][s : s + n].tolist() == real["labels"][r : r + n].tolist()
+            assert (row["labels"][s + n : e] == -100).all()  # pads never trained
+            assert row["position_ids"][s:e].tolist() == list(range(e - s))
+    with pytest.raises(UsageError, match="padded=True, but the pack records no alignment"):
+        PackedDataset(pack_demo_into(tmp_path / "plain", packed_demo_tokenizer), padded=True)

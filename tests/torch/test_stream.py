@@ -147,3 +147,48 @@ def test_lightning_ddp_trains_every_row_once_per_epoch(marked_pack, tmp_path):
     fed = ranks[0] + ranks[1]
     assert max(abs(r["fed"] - r["alone"]) for r in fed) < TOLERANCE
     assert max(abs(r["naive"] - r["alone"]) for r in fed) > LEAK
+
+
+@pytest.fixture(scope="module")
+def balanced(tmp_path_factory, packed_demo_tokenizer):
+    from tests.helpers import pack_demo_into
+
+    root = tmp_path_factory.mktemp("balanced")
+    return pack_demo_into(root, packed_demo_tokenizer, max_seq_len=128, dp=2, grad_accum=2)
+
+
+def test_a_balanced_pack_keeps_its_steps_for_its_world_size(balanced):
+    import numpy as np
+
+    n = len(PackedIterableDataset(balanced, rank=0, world_size=2).data)
+    assert n >= 16
+    steps = [  # each step's rows, rank by rank, as the pack wrote them
+        [frozenset(range(s, s + 4, 2)), frozenset(range(s + 1, s + 4, 2))]
+        for s in range(0, n - n % 4, 4)
+    ]
+    for epoch in (0, 1):
+        ranks = []
+        for rank in (0, 1):
+            data = PackedIterableDataset(balanced, rank=rank, world_size=2, seed=5)
+            data.set_epoch(epoch)
+            ranks.append(data.rank_rows())
+        pairs = np.stack(ranks)[:, : 2 * (ranks[0].size // 2)].reshape(2, -1, 2)
+        got = [[frozenset(pairs[r, k].tolist()) for r in (0, 1)] for k in range(pairs.shape[1])]
+        assert all(step in steps for step in got)  # whole steps moved, each rank its own rows
+    unbalanced = PackedIterableDataset(balanced, rank=0, world_size=2, shuffle=True, seed=5)
+    unbalanced.topology = None  # the control: a row shuffle breaks the steps
+    rows = unbalanced.rank_rows()
+    got = {frozenset(rows[k : k + 2].tolist()) for k in range(0, len(rows) - 1, 2)}
+    assert not got <= {s[0] for s in steps}
+
+
+def test_a_balanced_pack_read_by_another_world_size_says_so(balanced):
+    data = PackedIterableDataset(balanced, rank=0, world_size=3)
+    with pytest.warns(UserWarning, match=r"balanced for 2 data-parallel ranks .* read by 3"):
+        data.rank_rows()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = data.rank_rows()  # said once
+    assert len(rows) == len(data.data) // 3

@@ -130,6 +130,35 @@ def test_seq_lengths_are_checked_when_present():
     assert audit_written([[3, 2], None]) == [(wrong, 1)]
 
 
+def test_padded_boundaries_are_checked_against_the_recorded_alignment():
+    from packshard.format.shards import written_schema
+
+    def audit_padded(padded: list[Any] | None, multiple: int, max_seq_len: int = 8) -> list:
+        rows = good_rows()
+        if padded is not None:
+            rows = [r | {"cu_seqlens_padded": p} for r, p in zip(rows, padded, strict=True)]
+        schema = written_schema(pairs=False, padded=padded is not None)
+        table = pa.Table.from_pylist([r | {"seq_lengths": None} for r in rows], schema=schema)
+        table = table.drop_columns(["seq_lengths"])
+        findings = FindingList()
+        audit_shard(table, "s.parquet", 0, max_seq_len, index(), findings, multiple=multiple)
+        return [(f.message, f.row) for f in findings.items]
+
+    wrong = (
+        "cu_seqlens_padded is not each segment rounded up to a multiple of 2 within max_seq_len 8"
+    )
+    assert audit_padded([[0, 4, 6], [0, 4]], 2) == []  # 3 → 4, 2 → 2, 4 → 4
+    assert audit_padded([[0, 3, 5], [0, 4]], 2) == [(wrong, 0)]  # the control: not padded
+    assert audit_padded([[0, 4, 6], [0, 6]], 2) == [(wrong, 1)]  # padded past the multiple
+    assert audit_padded([[0, 4, 6], [0, 4]], 2, max_seq_len=5) == [
+        (wrong.replace("max_seq_len 8", "max_seq_len 5"), 0)
+    ]
+    missing = "the manifest records an alignment of 2; the shard has no cu_seqlens_padded"
+    assert audit_padded(None, 2) == [(missing, 0), (missing, 1)]
+    stray = "cu_seqlens_padded in a pack that records no alignment (config.alignment)"
+    assert audit_padded([[0, 4, 6], [0, 4]], 1) == [(stray, 0), (stray, 1)]
+
+
 def test_position_not_reset():
     rows = good_rows()
     rows[0]["position_ids"] = [0, 1, 2, 3, 4]

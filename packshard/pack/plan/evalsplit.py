@@ -23,17 +23,19 @@ Without either option there is one plan over every example, exactly as before.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from packshard.errors import UsageError
+from packshard.format.topology import padded_lengths
 from packshard.ingest.read.sources import InputFile, expand_inputs
 from packshard.pack.config import PackConfig
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, finalize_plan
-from packshard.pack.spill import Spill
+from packshard.pack.spill import Spill, narrow
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -123,8 +125,13 @@ def train_rows(spill: Spill, plan: RowPlan, is_eval: np.ndarray | None) -> int:
 def _plan(
     spill: Spill, config: PackConfig, keep: np.ndarray | None, mixed: np.ndarray | None = None
 ) -> RowPlan:
-    """Plan the kept examples, each domain alone (``--group-by-domain``) or each group alone."""
-    lengths = spill.lengths
+    """Plan the kept examples, each domain alone (``--group-by-domain``) or each group alone.
+
+    With an alignment (``--cp``/``--pad-multiple``) the planner sees every length rounded up
+    to the multiple, so the padded rows fit; the plan's segments keep their real lengths.
+    """
+    multiple = config.plan.alignment()
+    lengths = spill.lengths if multiple == 1 else narrow(padded_lengths(spill.lengths, multiple))
     codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
     every = keep is None and mixed is None  # every example once: no copy of the lengths
     small = np.int32 if len(lengths) < 2**31 else np.int64
@@ -140,7 +147,7 @@ def _plan(
             big,
             strategy,
         )
-        return finalize_plan(spill, raw, chosen)
+        return _real_lengths(spill, finalize_plan(spill, raw, chosen), multiple)
     if group is not None:  # --plan-scope group:N: N consecutive examples at a time
         cuts = np.arange(0, len(chosen), group)
         if codes is not None:  # a group never ends between a pair's branches
@@ -156,7 +163,14 @@ def _plan(
             lengths[index], None if codes is None else codes[index], big, strategy
         )
         plans.append(finalize_plan(spill, raw, index))
-    return RowPlan.concatenate(plans)
+    return _real_lengths(spill, RowPlan.concatenate(plans), multiple)
+
+
+def _real_lengths(spill: Spill, plan: RowPlan, multiple: int) -> RowPlan:
+    """Return a plan made over padded lengths with its segments' real lengths (whole examples)."""
+    if multiple == 1:
+        return plan
+    return replace(plan, seg_length=narrow(spill.lengths[plan.seg_example]))
 
 
 def row_order(plan: RowPlan, config: PackConfig, split_at: int) -> np.ndarray:

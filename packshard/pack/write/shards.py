@@ -106,6 +106,7 @@ class WriteTask:
     work: str
     faults: tuple[tuple[str, str, int], ...]
     codes: np.ndarray | None  # int8 [segments]: pair codes (a preference pack only)
+    multiple: int = 1  # --cp / --pad-multiple: cu_seqlens_padded's segment multiple
 
 
 def write_task(task: WriteTask) -> ShardInfo:
@@ -138,7 +139,9 @@ def write_task(task: WriteTask) -> ShardInfo:
     attempt = f".{task.name}.attempt-{uuid.uuid4().hex[:12]}"
     try:
         pairs = task.codes is not None
-        info = write_shard(tables(), folder, attempt, task.dataset_id, task.compression, pairs)
+        info = write_shard(
+            tables(), folder, attempt, task.dataset_id, task.compression, pairs, task.multiple
+        )
         os.replace(folder / attempt, folder / task.name)
     finally:
         (folder / attempt).unlink(missing_ok=True)
@@ -157,11 +160,12 @@ def write_shards_on(
     faults: tuple[tuple[str, str, int], ...],
     names: list[str],
     meanwhile: Callable[[], None],
+    multiple: int = 1,
 ) -> list[ShardInfo]:
     """Write every shard with ``engine``'s tasks; entries come back in shard order.
 
     ``names`` are the shards' file names; ``meanwhile`` runs here once the tasks are handed
-    out (the engine's ``on_started``).
+    out (the engine's ``on_started``); ``multiple`` > 1 adds ``cu_seqlens_padded``.
     """
     assert spill.part_files is not None, "tasks read the work units' spill parts"
     codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
@@ -183,6 +187,7 @@ def write_shards_on(
                 work=str(work),
                 faults=faults,
                 codes=codes[sub.seg_example] if codes is not None else None,
+                multiple=multiple,
             )
         )
     return engine.run(write_task, tasks, names, on_started=meanwhile)

@@ -1,6 +1,7 @@
 """The model stage of ``verify``: sampled rows through the tiny model, findings pinned to them.
 
-Picks sound rows (:func:`~packshard.verify.model.forward.pick_rows`), crops them, loads the
+Picks sound rows (:func:`~packshard.verify.model.forward.pick_rows`), pads them where the pack
+is aligned (:func:`served_row`), crops them, loads the
 model, runs :func:`~packshard.verify.model.equivalence.check_rows` and turns its issues into
 findings at ``shard/row/segment`` and the example's ``file:line``.  On a preference pack (shards
 with ``branch``) the same forwards also prove each pair's log-probabilities and DPO loss
@@ -18,6 +19,8 @@ import pyarrow as pa
 
 from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import read_row
+from packshard.format.topology import PADDED_COLUMN, padded_row
+from packshard.records import PackedRow
 from packshard.verify.findings import CheckResult, EquivalenceReport, Finding, FindingList
 from packshard.verify.model.equivalence import CONTROL_FLOOR, check_rows
 from packshard.verify.model.forward import boundary_control, crop_row, load_model, pick_rows
@@ -35,6 +38,21 @@ def pair_branches(table: pa.Table, row: int) -> np.ndarray | None:
     if "branch" not in table.column_names:
         return None
     return np.asarray(table["branch"][row].values.to_numpy(zero_copy_only=False), np.int64)
+
+
+def served_row(manifest: dict[str, Any], table: pa.Table, row: int) -> PackedRow:
+    """Return row ``row`` as the reader serves it: with its pads in an aligned pack.
+
+    An aligned pack's segments are run padded (:func:`~packshard.format.topology.padded_row`,
+    pads of the EOS id after each segment's tokens), so the proof covers what a
+    context-parallel trainer computes: pads change no real token's logits.
+    """
+    packed = read_row(table, row)
+    if PADDED_COLUMN not in table.column_names:
+        return packed
+    padded = np.asarray(table[PADDED_COLUMN][row].values.to_numpy(zero_copy_only=False))
+    pad_id = int(manifest.get("tokenizer", {}).get("eos_token_id") or 0)
+    return padded_row(packed, padded, pad_id)[0]
 
 
 def check_model(
@@ -61,7 +79,7 @@ def check_model(
         return CheckResult("model", not_run="no sound rows to check"), None, []
     branches = [pair_branches(tables[s], r) for s, r in picks]
     rows = [
-        crop_row(read_row(tables[s], r), options.model_max_tokens, b)
+        crop_row(served_row(manifest, tables[s], r), options.model_max_tokens, b)
         for (s, r), b in zip(picks, branches, strict=True)
     ]
     paths = [manifest["shards"][s]["path"] for s, _ in picks]
