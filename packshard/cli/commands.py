@@ -153,14 +153,15 @@ def pack(
 
     check_max_reject_rate(max_reject_rate)
     config = PackConfig.build(inputs=data, format=fmt, **options)
-    start_early(config)  # the workers' imports and warm-up beside this process's own
+    listed = start_early(config)  # the workers' imports and warm-up beside this process's own
     from packshard.cli.tables import console, render_mixture, render_pack_summary
     from packshard.pack import pack_dataset
 
     _settled()
 
     with naming(config.out):
-        result = pack_dataset(config, progress=_progress_mode(progress, quiet), notify=warn)
+        mode = _progress_mode(progress, quiet)
+        result = pack_dataset(config, progress=mode, notify=warn, inputs=listed)
     for warning in result.warnings:
         warn(warning)
     screen = console(quiet)

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
+from json.encoder import encode_basestring  # the C function where it is built
 from pathlib import Path
 from typing import Any
 
@@ -157,13 +159,113 @@ def _violations(validator: Any, manifest: Mapping[str, Any]) -> list[str]:
     ]
 
 
+class _Unusual(Exception):
+    """A value :func:`manifest_text` leaves to :func:`json.dumps` (its bytes, or its error)."""
+
+
+def manifest_text(manifest: Mapping[str, Any]) -> str:
+    """Return ``json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False)``, faster.
+
+    With ``indent`` the standard library leaves its C encoder for a pure-Python one that
+    yields every token through nested generators: 0.20 CPU-seconds for the 5.5 MB manifest
+    of 10,000 one-record inputs (10,000 inputs and, each file its own domain, 10,000
+    domains), against 0.10 this way (best of 9 each, the same manifest).  This writes the
+    same text from one recursive function that appends to a list, a dict or list of leaves
+    in one join: strings through the standard library's own C quoting
+    (``json.encoder.encode_basestring``), numbers through ``int.__repr__`` and
+    ``float.__repr__`` as it does, keys sorted as it sorts them::
+
+        {                       "{" newline, then each item at the next indent,
+          "inputs": [           items joined by "," newline, "key": value,
+            {                   the closing bracket back at the parent's indent;
+              "path": "a.jsonl" an empty dict or list is "{}" or "[]"
+            }
+          ]
+        }
+
+    Anything else (a key that is no string, a subclass, NaN or infinity, a cycle) is left to
+    :func:`json.dumps` on the whole manifest, so its text or its error is the library's.
+    ``tests/format/test_manifest.py`` compares the two on real manifests and random trees.
+    """
+    out: list[str] = []
+    try:
+        _encode(manifest, "\n", out)
+    except (_Unusual, RecursionError, TypeError):
+        return json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False)
+    return "".join(out)
+
+
+def _finite(value: float) -> str:
+    if not math.isfinite(value):
+        raise _Unusual  # NaN, Infinity: the library's own spelling, or its error
+    return float.__repr__(value)
+
+
+_LEAVES: dict[type, Callable[[Any], str]] = {
+    str: encode_basestring,
+    int: int.__repr__,
+    float: _finite,
+}
+"""The common leaves' texts (exact types only: a subclass is the library's to encode)."""
+
+
+def _encode(value: Any, newline: str, out: list[str]) -> None:
+    """Append ``value`` to ``out``, its nested lines starting with ``newline`` + two spaces.
+
+    A dict or list of leaves only (an input's entry, a domain's counts) is joined in one
+    expression: most of the manifest, and half the time of item by item.
+    """
+    kind = type(value)
+    if kind is dict:
+        if not value:
+            out.append("{}")
+            return
+        keys, inner = sorted(value), newline + "  "  # a key no string: TypeError here or below
+        try:
+            texts = [encode_basestring(k) + ": " + _LEAVES[type(value[k])](value[k]) for k in keys]
+        except KeyError:  # a nested value, or true, false, null: item by item
+            out.append("{" + inner)
+            for n, key in enumerate(keys):
+                out.append(("," + inner if n else "") + encode_basestring(key) + ": ")
+                _encode(value[key], inner, out)
+            out.append(newline + "}")
+        else:
+            out.append("{" + inner + ("," + inner).join(texts) + newline + "}")
+    elif kind is list or kind is tuple:
+        if not value:
+            out.append("[]")
+            return
+        inner = newline + "  "
+        try:
+            texts = [_LEAVES[type(item)](item) for item in value]
+        except KeyError:
+            out.append("[" + inner)
+            for n, item in enumerate(value):
+                if n:
+                    out.append("," + inner)
+                _encode(item, inner, out)
+            out.append(newline + "]")
+        else:
+            out.append("[" + inner + ("," + inner).join(texts) + newline + "]")
+    elif kind in _LEAVES:
+        out.append(_LEAVES[kind](value))
+    elif value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    else:
+        raise _Unusual
+
+
 def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
     """Write ``folder/manifest.json``: sorted, indented, via a temporary file and a rename."""
     path = folder / MANIFEST_NAME
     tmp = path.with_name(f".{path.name}.tmp")
     # encoded whole, then written once: json.dump writes every token (700,000 calls for the
     # manifest of 10,000 inputs)
-    text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False)
+    text = manifest_text(manifest)
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text + "\n")
         fh.flush()

@@ -51,7 +51,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -69,8 +69,6 @@ from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.ingest.label.reasoning import reasoning_field
 from packshard.ingest.loaded import sharing
 from packshard.ingest.progress import IngestProgress, open_progress
-from packshard.ingest.read.sources import InputFile, expand_inputs
-from packshard.ingest.read.splits import file_bytes
 from packshard.ingest.template.fast import render_entry
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
@@ -78,10 +76,8 @@ from packshard.ingest.tokens.backends import backend_note, backends_entry
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.finish import Provenance, pack_spill
 from packshard.pack.heap import return_freed_memory
-from packshard.pack.plan.evalsplit import (
-    eval_files,
-)
-from packshard.pack.units.early import sized_engine
+from packshard.pack.plan.evalsplit import check_eval_files
+from packshard.pack.units.early import ListedInputs, list_inputs, sized_engine
 from packshard.pack.units.map import UnitResult
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
 from packshard.store import claim_store, is_url, publish_store
@@ -108,6 +104,7 @@ def pack_dataset(
     config: PackConfig,
     progress: bool | str | None = False,
     notify: Callable[[str], None] | None = None,
+    inputs: ListedInputs | None = None,
 ) -> PackResult:
     """Run the whole ``pack`` job and return the written folder and manifest.
 
@@ -116,6 +113,9 @@ def pack_dataset(
 
     ``notify`` hears at once what was done beside OUT (leftovers of interrupted runs
     removed); without it those notes come back among the result's warnings.
+
+    ``inputs`` is ``config``'s inputs as :func:`~packshard.pack.units.early.start_early`
+    listed them (listed here when None).
     """
     if is_url(config.out):
         return _pack_to_store(config, progress, notify)
@@ -124,10 +124,10 @@ def pack_dataset(
     warnings = check_config(config)
     if config.num_workers:
         os.environ["RAYON_NUM_THREADS"] = str(config.num_workers)
-    files = expand_inputs(config.inputs)
-    train_files = len(files)
-    files += eval_files(files, config.eval_inputs)
-    config = replace(config, engine=sized_engine(config, files))  # --workers auto
+    listed = inputs if inputs is not None else list_inputs(config)
+    check_eval_files(listed.train, listed.evals)
+    files = listed.files
+    config = replace(config, engine=sized_engine(config, listed))  # --workers auto
     specs = config.inputs + config.eval_inputs
     reals = [(f.path, str(f.real)) for f in files]
     with claim_out(config.out, config.overwrite, specs, reals, notify) as claim:
@@ -136,7 +136,7 @@ def pack_dataset(
             try:
                 with sharing(config.tokenizer, config.template, loaded.result):
                     manifest = _pack_into(
-                        claim.tmp, config, files, loaded, progress, engine, claim.note, train_files
+                        claim.tmp, config, listed, loaded, progress, engine, claim.note
                     )
             except TaskFailed:
                 raise  # the finished units are kept for --resume
@@ -178,20 +178,20 @@ def _pack_to_store(
 def _pack_into(
     tmp: Path,
     config: PackConfig,
-    files: Sequence[InputFile],
+    listed: ListedInputs,
     loaded: DriverLoad,
     progress: bool | str | None,
     engine: Engine,
     note: Callable[[str], None],
-    train_files: int,
 ) -> dict[str, Any]:
-    bar = open_progress(progress, sum(file_bytes(f) for f in files))
+    files, train_files = listed.files, len(listed.train)
+    bar = open_progress(progress, listed.size)
     with RejectsWriter(tmp / REJECTS_NAME) as rejects:
         try:
             # workers still starting: the driver hashes and loads now, while they do
-            hashes = hash_inputs(engine, list(files), meanwhile=loaded.start)
+            hashes = hash_inputs(engine, files, meanwhile=loaded.start)
             spill, work, info = map_inputs(
-                engine, config, list(files), hashes, rejects, loaded.start, _counted(bar), note
+                engine, config, files, hashes, rejects, loaded.start, _counted(bar), note
             )
         except PackshardError:
             if loaded.failed():  # the driver's own error comes first

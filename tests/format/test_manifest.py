@@ -9,6 +9,8 @@ import platform
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packshard.digests import sha256_bytes, sha256_path
 from packshard.errors import ManifestError
@@ -19,6 +21,7 @@ from packshard.format.manifest import (
     inline_refs,
     load_manifest,
     load_schema,
+    manifest_text,
     manifest_validator,
     schema_errors,
     write_manifest,
@@ -237,6 +240,67 @@ def test_write_manifest_atomic_and_hashes(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]  # no temporary left
     assert sha256_path(path, chunk=3) == hashlib.sha256(path.read_bytes()).hexdigest()
     assert sha256_bytes(path.read_bytes()) == sha256_path(path)
+
+
+def stdlib_text(value) -> str:
+    return json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False)
+
+
+LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(codec="utf-8"), max_size=8)
+)
+TREES = st.recursive(
+    LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(alphabet=st.characters(codec="utf-8"), max_size=6), inner, max_size=4
+        )
+    ),
+    max_leaves=24,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), TREES, max_size=5))
+def test_manifest_text_is_the_standard_librarys_text(tree):
+    assert manifest_text(tree) == stdlib_text(tree)
+
+
+def test_manifest_text_of_a_real_pack_and_its_unusual_values(demo_pack):
+    text = (demo_pack.out / MANIFEST_NAME).read_text(encoding="utf-8")
+    assert manifest_text(demo_pack.manifest) + "\n" == text
+    # what it leaves to the library: the library's text, or the library's error
+    odd = {"nan": float("nan"), "inf": [float("-inf")], "t": (1, "\u2028", "\x00"), 3: "k"}
+    with pytest.raises(TypeError):
+        stdlib_text(odd)  # int and str keys do not sort together
+    with pytest.raises(TypeError):
+        manifest_text(odd)
+    del odd[3]
+    odd[True] = {2: 1.5}  # a bool key, nested int keys
+    with pytest.raises(TypeError):
+        manifest_text(odd)
+    del odd[True]
+    odd["n"] = {2: 1.5, 1: None}
+    assert manifest_text(odd) == stdlib_text(odd)
+    assert "NaN" in manifest_text(odd) and "-Infinity" in manifest_text(odd)
+
+    class Count(int):
+        pass
+
+    assert manifest_text({"c": Count(3), "e": {}, "l": []}) == stdlib_text(
+        {"c": 3, "e": {}, "l": []}
+    )
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        manifest_text({"a": {1, 2}})
+    loop: dict = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError, match="Circular reference"):
+        manifest_text(loop)
 
 
 def test_build_manifest_holds_the_blocks_and_the_version(demo_pack):

@@ -23,6 +23,7 @@ Without either option there is one plan over every example, exactly as before.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import replace
 from itertools import pairwise
 from typing import Any
@@ -31,7 +32,7 @@ import numpy as np
 
 from packshard.errors import UsageError
 from packshard.format.topology import padded_lengths
-from packshard.ingest.read.sources import InputFile, expand_inputs
+from packshard.ingest.read.sources import InputFile
 from packshard.pack.config import PackConfig
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, finalize_plan
@@ -64,18 +65,16 @@ def drawn_eval(
     return uniform < fraction
 
 
-def eval_files(train: list[InputFile], specs: tuple[str, ...]) -> list[InputFile]:
-    """Expand the ``--eval`` inputs, refusing a file that is a training input too."""
-    if not specs:
-        return []
-    files = expand_inputs(specs)
-    both = {f.real for f in train} & {f.real for f in files}
+def check_eval_files(train: Sequence[InputFile], evals: Sequence[InputFile]) -> None:
+    """Refuse an ``--eval`` input that is a training input too."""
+    if not evals:
+        return
+    both = {f.real for f in train} & {f.real for f in evals}
     if both:
         raise UsageError(
             f"{sorted(map(str, both))[0]} is both a training input and an --eval input: "
             "name it once (use --eval-fraction to draw eval records from the inputs)"
         )
-    return files
 
 
 def eval_examples(spill: Spill, config: PackConfig, train_files: int) -> np.ndarray | None:

@@ -153,7 +153,7 @@ HASH_TASKS = 4
 
 
 def _hash(paths: list[str]) -> list[str]:
-    return [sha256_path(Path(path)) for path in paths]
+    return [sha256_path(path) for path in paths]
 
 
 def hash_inputs(
@@ -179,7 +179,7 @@ def hash_inputs(
             if stop.is_set():
                 return
             try:
-                digests.append(sha256_path(Path(f.real), until=stop.is_set))
+                digests.append(sha256_path(f.real, until=stop.is_set))
             except Exception:  # unreadable, or stopped mid-file: left to a worker's task
                 return
 

@@ -80,3 +80,22 @@ def test_open_regular_refuses_fifos_and_folders_without_blocking(tree):
         )
     with open_regular(tree / "a.jsonl", "a.jsonl") as fh:
         assert fh.read() == b"{}\n"
+
+
+@pytest.mark.parametrize("spelling", [".", "./", "x", "x/", "x//", "./x/./", "ABS", "ABS//x/"])
+def test_walked_paths_are_spelled_as_pathlib_spells_them(tree, spelling):
+    spec = spelling.replace("ABS", str(tree))
+    os.symlink(tree / "a.jsonl", tree / "x" / "link.jsonl")  # a link: resolved to its target
+    walked = sorted(
+        os.path.join(root, name)
+        for root, _, names in os.walk(spec)
+        if not any(d.startswith(".") and d.strip(".") for d in root.split(os.sep))
+        for name in names
+        if not name.startswith(".") and name.endswith((".jsonl", ".json", ".parquet", ".gz"))
+    )
+    want: dict[Path, str] = {}
+    for path in walked:  # pathlib's spelling, a file reached twice kept at its first place
+        want.setdefault(Path(path).resolve(), str(Path(path)))
+    files = expand_inputs([spec])
+    assert [(f.path, f.real) for f in files] == [(p, r) for r, p in want.items()]
+    assert (tree / "a.jsonl") in {f.real for f in files}  # through the link, or itself
