@@ -92,10 +92,8 @@ class RayNodes:
             cmd += ["--head", "--port", str(self.port), "--include-dashboard", "false"]
         else:
             cmd += ["--address", self.address]
-        log = open(temp / "ray-start.log", "wb")  # noqa: SIM115 (kept open by the node)
-        self.nodes.append(
-            subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        )
+        log = open(temp / "ray-start.log", "wb")  # the node's log
+        self.nodes.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT))
         log.close()
         deadline = time.monotonic() + START_SECONDS
         while b"Ray runtime started" not in (temp / "ray-start.log").read_bytes():
@@ -134,7 +132,7 @@ class RayNodes:
             return []
 
     def busy(self, index: int) -> bool:
-        """Whether a worker of node ``index`` is running a task now (Ray titles it ``ray::call``)."""
+        """Whether a worker of node ``index`` runs a task now (Ray titles it ``ray::call``)."""
         import psutil
 
         for proc in self.processes(index):
