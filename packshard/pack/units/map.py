@@ -240,10 +240,11 @@ def unit_files(folder: Path, written: Mapping[str, str] | None = None) -> dict[s
 class _HashedStream:
     """A write-only stream that hashes what it passes on to ``fh``.
 
-    It can neither tell nor seek, so the zip writer writes each member
-    once, front to back (sizes in data descriptors), and the bytes hashed are the file's:
-    no copy of the arrays is made in memory (a ``BytesIO`` held two, ≈ 120 bytes an example
-    of the unit at its peak, measured in the driver of ``--workers 1``).
+    It can neither tell nor seek, so the zip writer writes each member once, front to back
+    (sizes in data descriptors), and the bytes hashed are the file's.  No copy of the arrays
+    is made in memory: a ``BytesIO`` and its ``getvalue()`` held two, about 2 × 63 bytes an
+    example of the unit, in the driver itself with ``--workers 1`` (where the peak of the
+    map stage was, sampled by ``scripts/measure_driver_memory.py --stages``).
     """
 
     def __init__(self, fh: BinaryIO) -> None:
