@@ -12,7 +12,8 @@ A write task gets its rows' segments (the flat start of each in the spill parts,
 length, its example id), assembles them one row group at a time
 (:func:`~packshard.pack.write.assemble.assemble_ranges`) and writes the shard under a name of its
 attempt, renamed to the shard's name when complete; it returns the shard's size and
-checksum.  Its memory holds its plan slice and two row groups.
+checksum.  Its memory holds its plan slice and two row groups; the driver makes each task
+when the engine takes it (:class:`Made`), so it never holds every shard's slice at once.
 """
 
 from __future__ import annotations
