@@ -4,14 +4,16 @@ Each node is its own ``ray start --block`` process with its own temp folder (soc
 session) and its own object store; the first is the head (``--head --port``), the others
 join it with ``--address``::
 
-    node 0: ray start --head --port P --num-cpus 1 --temp-dir /tmp/psr-…  (GCS, raylet, store)
-    node 1: ray start --address 127.0.0.1:P --num-cpus 1 --temp-dir /tmp/psr-…  (raylet, store)
+    node 0: ray start --head --port P --num-cpus 1 --temp-dir /tmp/psr-…/n…  (GCS, raylet, store)
+    node 1: ray start --address 127.0.0.1:P --num-cpus 1 --temp-dir /tmp/psr-…/n…  (raylet, store)
 
 Nothing is shared between the nodes but the GCS address and this machine's files.  Every
 process of a node is a descendant of its ``ray start --block`` process, so the cluster is
 torn down by those process ids alone (``ray stop`` would stop every Ray process of the
-machine, other people's clusters included).  :meth:`RayNodes.kill_raylet` ends one node's
-raylet as a vanished machine would end it; ``--block`` then ends the rest of that node.
+machine, other people's clusters included); a watchdog process ends them too if the process
+that started them dies first (a test run killed midway), finding them by their temp folder.
+:meth:`RayNodes.kill_raylet` ends one node's raylet as a vanished machine would end it;
+``--block`` then ends the rest of that node.
 The workers import packshard from this checkout (``PYTHONPATH``), as a deployed cluster
 imports it from its installed environment.  Used by ``tests/engine/test_ray_nodes.py`` and
 ``scripts/bench_cluster.py``.
@@ -70,6 +72,12 @@ class RayNodes:
         self.env = {**os.environ, **QUIET, "PYTHONPATH": str(ROOT)}
         self.nodes: list[subprocess.Popen[bytes]] = []
         self.temp: list[Path] = []
+        self.root = Path(tempfile.mkdtemp(prefix="psr-", dir="/tmp"))  # sockets: ≤ 107 bytes
+        # if this process dies before close() (a killed test run), the watchdog ends the nodes
+        self.watchdog = subprocess.Popen(
+            [sys.executable, __file__, "--watch", str(os.getpid()), str(self.root)],
+            env=self.env,
+        )
         self.orphans: list[psutil.Process] = []  # a killed raylet's workers, reparented
 
     def start(self, nodes: int = 2) -> RayNodes:
@@ -84,7 +92,7 @@ class RayNodes:
         return self
 
     def _start_node(self, index: int) -> None:
-        temp = Path(tempfile.mkdtemp(prefix="psr-", dir="/tmp"))  # sockets: 107 bytes at most
+        temp = Path(tempfile.mkdtemp(prefix="n", dir=self.root))
         self.temp.append(temp)
         cmd = [self.cli, "start", "--num-cpus", str(self.cpus), "--temp-dir", str(temp)]
         cmd += ["--object-store-memory", str(STORE_BYTES), "--disable-usage-stats", "--block"]
@@ -189,8 +197,9 @@ class RayNodes:
                 proc.kill()
             except psutil.Error:
                 continue
-        for temp in self.temp:
-            shutil.rmtree(temp, ignore_errors=True)
+        self.watchdog.kill()
+        self.watchdog.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
         self.nodes, self.temp, self.orphans = [], [], []
 
     def __enter__(self) -> RayNodes:
@@ -200,6 +209,39 @@ class RayNodes:
         self.close()
 
 
-if __name__ == "__main__":  # a quick look: start two nodes, print the address, tear down
-    with RayNodes().start(2) as cluster:
-        print(cluster.address, [len(cluster.processes(i)) for i in range(2)])
+def watch(owner: int, root: str) -> None:
+    """Wait for process ``owner`` to end; then kill the processes of the nodes under ``root``.
+
+    A node's processes name its temp folder, under ``root``, on their command lines (``ray
+    start --temp-dir``, the raylet's and stores' sockets and logs) or descend from one that
+    does (the agents and workers retitle themselves ``ray::…``): both are noted every second
+    while the owner lives, with their start times, so that a reused pid is never killed.
+    """
+    import psutil
+
+    seen: dict[int, float] = {}
+    while psutil.pid_exists(owner) and psutil.Process(owner).status() != "zombie":
+        for proc in psutil.process_iter(["cmdline", "create_time"]):
+            if proc.pid != os.getpid() and any(root in a for a in proc.info["cmdline"] or ()):
+                try:
+                    family = [proc, *proc.children(recursive=True)]
+                    seen.update({p.pid: p.create_time() for p in family})
+                except psutil.Error:
+                    continue
+        time.sleep(1.0)
+    for pid, started in seen.items():
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() == started:
+                proc.kill()
+        except psutil.Error:
+            continue
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--watch"]:  # started by RayNodes
+        watch(int(sys.argv[2]), sys.argv[3])
+    else:  # a quick look: start two nodes, print the address, tear down
+        with RayNodes().start(2) as cluster:
+            print(cluster.address, [len(cluster.processes(i)) for i in range(2)])
