@@ -5,6 +5,21 @@ Without ``--ray-address`` a private local cluster of ``--workers`` CPUs is start
 (``address="local"``: a cluster left running by ``ray start`` is never picked up by accident)
 and stopped at the end; with it, the job joins that cluster and leaves it running.
 
+Across nodes nothing passes through the driver but plans and per-example integers: a task
+gets the name of its work (an input's byte range, a shard's rows) and reads and writes it
+itself, on whichever node runs it, where the caller's paths point (storage every node
+reaches)::
+
+    driver (plan only) ── MapTask(unit) ──► node A: read unit, tokenize, spill part ─┐
+                       ◄─ lengths, codes ──                                          │ storage
+                       ── WriteTask(rows) ─► node B: read parts, write shard ────────┘ all reach
+
+A node that dies mid-job takes its running tasks and the results it held with it: Ray reruns
+them on the nodes left (``max_retries``, the same bytes, since every task is idempotent and
+its output is named by the plan), or, out of retries, the job stops with one line naming the
+task and the node, and nothing is published (``tests/engine/test_ray_nodes.py`` kills a
+raylet of a real two-node cluster to check both).
+
 What keeps the usual Ray pitfalls away:
 
 * only tasks, one CPU each, no actors: nothing holds a CPU that a task waits for, so the
@@ -25,6 +40,7 @@ What keeps the usual Ray pitfalls away:
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,6 +61,26 @@ def import_ray() -> Any:
             "--engine ray needs Ray, which is not installed (pip install 'packshard[ray]')"
         ) from None
     return ray
+
+
+NODE_ID = re.compile(r"node ID: ([0-9a-f]{8})")
+NODE_IP = re.compile(r"Node IP: ([^,\s]+)")
+
+
+def lost(ray: Any, exc: BaseException) -> str:
+    """Say in a few words why a task came back with no result: its node, worker or object.
+
+    Ray's own texts run to several lines of advice; the first line of the job's error names
+    the task, the attempts and this.
+    """
+    text = str(exc)
+    if isinstance(exc, ray.exceptions.NodeDiedError):
+        ip, node = NODE_IP.search(text), NODE_ID.search(text)
+        where = " ".join(m.group(1) for m in (ip, node) if m is not None)
+        return f"its node {where} died" if where else "its node died"
+    if isinstance(exc, ray.exceptions.ObjectLostError):
+        return "its result was lost with the node that held it"
+    return "its worker died" if "died" in text else describe(exc)
 
 
 class RayEngine:
@@ -114,9 +150,8 @@ class RayEngine:
                         cause = exc.cause if exc.cause is not None else exc
                         failed[i] = TaskFailed(keys[i], self.max_retries + 1, describe(cause))
                         continue
-                    except ray.exceptions.RayError as exc:  # the worker died every time
-                        why = "its worker died" if "died" in str(exc) else describe(exc)
-                        failed[i] = TaskFailed(keys[i], self.max_retries + 1, why)
+                    except ray.exceptions.RayError as exc:  # its worker or node died each time
+                        failed[i] = TaskFailed(keys[i], self.max_retries + 1, lost(ray, exc))
                         continue
                     if kind == "error":
                         raise_error(value)

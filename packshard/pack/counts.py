@@ -60,18 +60,17 @@ def examples_tables(
     ``repeats`` (per segment of ``plan``, ``--mix`` only) adds the ``repeat`` column.
 
     One chunk is in memory at a time, and of it one numpy column at a time (each is made
-    when the table reads it, its index arrays with it), so beyond an int32 order and row
-    per segment the index costs a fixed amount whatever the number of examples: the
-    chunk's Arrow table (about 97 bytes a row, half of it the ``source`` and ``domain``
-    strings) and the Parquet writer's buffers, about 180 bytes a row in all (measured), so
-    about 23 MiB for a chunk of 131,072 rows.
+    when the table reads it, its index arrays with it; a segment's row is looked up in the
+    plan's row offsets), so beyond an int32 order per segment the index costs a fixed
+    amount whatever the number of examples: the chunk's Arrow table (about 97 bytes a row,
+    half of it the ``source`` and ``domain`` strings) and the Parquet writer's buffers,
+    about 180 bytes a row in all (measured), so about 23 MiB for a chunk of 131,072 rows.
     """
     order = invert(plan.example_id)  # the segments in example id order
-    seg_rows = plan.segment_rows()
     sources, domains = list(spill.counts.sources), list(spill.counts.domains)
     for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
         chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
-        columns = _columns(spill, plan, shard_rows, chunk, seg_rows, is_eval, repeats)
+        columns = _columns(spill, plan, shard_rows, chunk, is_eval, repeats)
         yield build_examples_table(columns, sources, domains)
 
 
@@ -96,7 +95,6 @@ def _columns(
     plan: RowPlan,
     shard_rows: Sequence[int],
     order: np.ndarray,
-    seg_rows: np.ndarray,
     is_eval: np.ndarray | None = None,
     repeats: np.ndarray | None = None,
 ) -> _Columns:
@@ -107,12 +105,15 @@ def _columns(
     def ex() -> np.ndarray:  # remade per column: no chunk-long index array is kept
         return plan.seg_example[order]
 
+    def rows() -> np.ndarray:  # each segment's row, found in the row offsets: no array of
+        return np.searchsorted(plan.row_offsets, order, side="right") - 1  # every segment's
+
     def shard() -> np.ndarray:
-        return np.searchsorted(shard_starts, seg_rows[order], side="right") - 1
+        return np.searchsorted(shard_starts, rows(), side="right") - 1
 
     def row() -> np.ndarray:
-        rows = seg_rows[order]
-        return rows - shard_starts[np.searchsorted(shard_starts, rows, side="right") - 1]
+        at = rows()
+        return at - shard_starts[np.searchsorted(shard_starts, at, side="right") - 1]
 
     makers: dict[str, Callable[[], np.ndarray]] = {
         "example_id": lambda: plan.example_id[order],

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ from packshard.pack.plan.evalsplit import (
 from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, ordering_stats
-from packshard.pack.spill import Spill
+from packshard.pack.spill import Spill, narrow
 from packshard.pack.write.shards import shard_entries, split_bounds, write_shards_on
 
 
@@ -168,12 +168,16 @@ def pack_spill(
     plan = plan.compacted("seg_part", "seg_start")
     trim_heap()  # the statistics' temporaries, before the index's chunk
     shard_rows = [hi - lo for lo, hi in bounds]
+    # the shards read only the token offsets (int32 while the tokens fit), the index all but them
+    to_shards = spill.without("source_index", "lines", "starts", "domain_codes", "truncated")
+    to_shards = replace(to_shards.without("turns"), offsets=narrow(spill.offsets))
+    spill = replace(spill, offsets=spill.offsets[:0])
     tables = examples_tables(spill, plan, shard_rows, is_eval, repeats)
     faults = parse_faults(os.environ.get(FAULTS_ENV))
     shards = write_shards_on(
         engine,
         tmp,
-        spill.without("source_index", "lines", "starts", "domain_codes", "truncated", "turns"),
+        to_shards,
         plan.without("seg_part", "seg_targets"),
         bounds,
         dataset_id,
@@ -186,7 +190,7 @@ def pack_spill(
         multiple=config.plan.alignment(),
     )
     split = is_eval is not None
-    del spill, plan, is_eval, tables, repeats  # what is left holds no per-example state
+    del spill, to_shards, plan, is_eval, tables, repeats  # what is left holds no per-example state
     manifest = build_manifest(
         dataset_id=dataset_id,
         config=config.recorded(),

@@ -24,7 +24,8 @@ peak RSS packing 2M one-token records minus that at 200k, over 1.8M, ``--workers
 1,048,576 rows and the codes were compacted, 204 before the plan was int32 from the start,
 318 before the arrays were compact); from 2M to 4M, 88.0 (447.0 → 614.9 MiB; the 4M peak
 was 736.9 MiB before), the planner's, the statistics' and the index's per-example
-temporaries, peaking close together (``docs/scale.md``).  Each stage
+temporaries, peaking close together (``docs/scale.md``, which also has the later runs, the
+peak of each stage, and the plan by blocks that bounds the driver for 1B examples).  Each stage
 returns a typed value (the spill with what it accepted, the rejects file's tally, the
 plan, the shards' entries) and :func:`~packshard.pack.counts.pack_stats` combines them once.
 

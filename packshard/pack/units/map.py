@@ -24,20 +24,21 @@ driver's load (:func:`packshard.ingest.loaded.sharing`), so that nothing is load
 
 from __future__ import annotations
 
-import io
+import hashlib
 import json
 import os
 import shutil
 import uuid
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import ne
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from packshard.digests import sha256_bytes, sha256_path
+from packshard.digests import sha256_path
 from packshard.engine import worker_cores
 from packshard.engine.faults import inject
 from packshard.errors import PackshardError, RecordError
@@ -236,6 +237,33 @@ def unit_files(folder: Path, written: Mapping[str, str] | None = None) -> dict[s
     return {p.name: known.get(p.name) or sha256_path(p) for p in found if p.name[0] != "."}
 
 
+class _HashedStream:
+    """A write-only stream that hashes what it passes on to ``fh``.
+
+    It can neither tell nor seek, so the zip writer writes each member once, front to back
+    (sizes in data descriptors), and the bytes hashed are the file's.  No copy of the arrays
+    is made in memory: a ``BytesIO`` and its ``getvalue()`` held two, about 2 × 63 bytes an
+    example of the unit, in the driver itself with ``--workers 1`` (where the peak of the
+    map stage was, sampled by ``scripts/measure_driver_memory.py --stages``).
+    """
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh, self._hash = fh, hashlib.sha256()
+
+    def write(self, data: bytes, /) -> int:
+        self._hash.update(data)
+        return self._fh.write(data)
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+    def close(self) -> None:
+        """Leave ``fh`` open: its owner closes it."""
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
 def save_unit(
     folder: Path, result: UnitResult, written: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -246,16 +274,18 @@ def save_unit(
 
     The marker records every file's SHA-256, so that ``--resume`` reuses only the files the
     unit wrote (:mod:`packshard.pack.units.resume`): ``written`` gives those of the spill
-    files, hashed as the spill writer wrote them, and the arrays are hashed from the bytes
-    written, so no file is read back.  Returns the marker's content, as read back.
+    files, hashed as the spill writer wrote them, and the arrays are hashed as they are
+    written (:class:`_HashedStream`), so no file is read back.  Returns the marker's
+    content, as read back.
     """
     arrays: dict[str, Any] = result.arrays
-    packed = io.BytesIO()
-    np.savez(packed, **arrays)
-    data = packed.getvalue()
     with open(folder / ARRAYS, "wb") as fh:
-        fh.write(data)
-    written = {**(written or {}), ARRAYS: sha256_bytes(data)}
+        stream = _HashedStream(fh)
+        with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED, allowZip64=True) as npz:
+            for name, values in arrays.items():  # what numpy.savez writes, streamed
+                with npz.open(f"{name}.npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asanyarray(values), allow_pickle=False)
+    written = {**(written or {}), ARRAYS: stream.hexdigest()}
     counts = {k: getattr(result.counts, k) for k in SpillCounts.__slots__ if k != "sources"}
     counts["records_per_source"] = list(result.counts.records_per_source)  # its own inputs
     doc: dict[str, Any] = {

@@ -12,17 +12,19 @@ A write task gets its rows' segments (the flat start of each in the spill parts,
 length, its example id), assembles them one row group at a time
 (:func:`~packshard.pack.write.assemble.assemble_ranges`) and writes the shard under a name of its
 attempt, renamed to the shard's name when complete; it returns the shard's size and
-checksum.  Its memory holds its plan slice and two row groups.
+checksum.  Its memory holds its plan slice and two row groups; the driver makes each task
+when the engine takes it (:class:`Made`), so it never holds every shard's slice at once.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -169,25 +171,52 @@ def write_shards_on(
     """
     assert spill.part_files is not None, "tasks read the work units' spill parts"
     codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
-    tasks = []
-    for name, (lo, hi) in zip(names, bounds, strict=True):
+    parts, offsets = spill.part_files, spill.offsets
+
+    def task(k: int) -> WriteTask:
+        lo, hi = bounds[k]
         sub = plan.rows(lo, hi)
-        tasks.append(
-            WriteTask(
-                parts=spill.part_files,
-                folder=str(folder),
-                name=name,
-                dataset_id=dataset_id,
-                compression=compression,
-                row_offsets=sub.row_offsets,
-                starts=narrow(spill.offsets[sub.seg_example] + sub.seg_start),
-                seg_length=sub.seg_length,
-                example_id=sub.example_id,
-                max_seq_len=plan.max_seq_len,
-                work=str(work),
-                faults=faults,
-                codes=codes[sub.seg_example] if codes is not None else None,
-                multiple=multiple,
-            )
+        return WriteTask(
+            parts=parts,
+            folder=str(folder),
+            name=names[k],
+            dataset_id=dataset_id,
+            compression=compression,
+            row_offsets=sub.row_offsets,
+            starts=narrow(offsets[sub.seg_example] + sub.seg_start),
+            seg_length=sub.seg_length,
+            example_id=sub.example_id,
+            max_seq_len=plan.max_seq_len,
+            work=str(work),
+            faults=faults,
+            codes=codes[sub.seg_example] if codes is not None else None,
+            multiple=multiple,
         )
-    return engine.run(write_task, tasks, names, on_started=meanwhile)
+
+    return engine.run(write_task, Made(task, len(bounds)), names, on_started=meanwhile)
+
+
+class Made(Sequence[WriteTask]):
+    """The write tasks, each made when the engine takes it and not kept.
+
+    Every engine takes its tasks one index at a time (a retry takes it again): so only the
+    tasks in flight hold their segments' flat starts (4 or 8 bytes a segment), never every
+    shard's at once.
+    """
+
+    def __init__(self, make: Callable[[int], WriteTask], count: int) -> None:
+        self._make, self._count = make, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> WriteTask: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[WriteTask]: ...
+    def __getitem__(self, index: int | slice) -> WriteTask | Sequence[WriteTask]:
+        if isinstance(index, slice):
+            return [self._make(k) for k in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(index)
+        return self._make(index % self._count)
