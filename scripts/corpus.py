@@ -132,7 +132,7 @@ def pick(rng: random.Random, table: tuple[tuple, ...]):
 
 
 def records(seed: int) -> Iterator[tuple[dict, str, int]]:
-    """(record, format, turns), each from pieces never used before, forever or until the text ends."""
+    """(record, format, turns), each from pieces never used before, until the text ends."""
     rng = random.Random(seed)
     stream = pieces(random.Random(seed + 1))
     for _ in iter(int, 1):
