@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from packshard.errors import UsageError
@@ -28,7 +29,7 @@ from packshard.ingest.tokens.backends import (
     first_difference,
     libraries,
 )
-from packshard.ingest.tokens.giga import GigaEncoder, pieces
+from packshard.ingest.tokens.giga import GigaEncoder
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.pack import PackConfig, pack_dataset
 from tests.helpers import BY_NAME, FAMILIES
@@ -229,29 +230,34 @@ def test_the_fastest_library_of_the_family_is_tried_first(demo_tokenizer, monkey
     assert auto.entry()["version"] == backends.installed_version("gigatoken")
 
 
-def test_gigatoken_batches_are_cut_to_bound_their_matrix(demo_tokenizer, monkeypatch):
-    from packshard.ingest.tokens import giga
+def test_gigatoken_encodes_a_batch_into_flat_ids_without_awkward(demo_tokenizer):
+    import subprocess
+    import sys
 
-    assert pieces([]) == []
-    assert pieces([10, 20, 30]) == [(0, 3)]
-    monkeypatch.setattr(giga, "MATRIX_CHARS", 100)
-    assert pieces([10, 20, 30, 40, 200, 5]) == [(0, 3), (3, 4), (4, 5), (5, 6)]
-    assert all((b - a) * max([10, 20, 30, 40, 200, 5][a:b]) <= 100 or b - a == 1
-               for a, b in pieces([10, 20, 30, 40, 200, 5]))  # fmt: skip
     bundle = load_tokenizer(str(demo_tokenizer))
     texts = ["Hello world", "", "x" * 150, "<|im_start|>user\nHi<|im_end|>", "a b c " * 30]
-    got = GigaEncoder(bundle).encode_batch(texts)  # cut into four matrices and one text alone
+    got = GigaEncoder(bundle).encode_batch(texts)
     want = bundle.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
     assert [list(g.ids) for g in got] == [list(w.ids) for w in want]
-    assert got.lengths.tolist() == [len(w.ids) for w in want]
-
-
-def test_the_canary_holds_every_added_token(demo_tokenizer):
-    bundle = load_tokenizer(str(demo_tokenizer))
-    texts = canary_texts(bundle)
-    for token in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
-        assert token in texts and f"a{token}b" in texts
-    assert any("\x00" in t for t in texts) and any("😀" in t for t in texts)
+    assert got.lengths.tolist() == [len(w.ids) for w in want] and got.ids.dtype == np.int32
+    empty = GigaEncoder(bundle).encode_batch([])
+    assert len(empty) == 0 and len(empty.ids) == 0
+    # the batch calls would import awkward (about a second of start-up); encode_batch must not
+    code = (
+        "import sys\n"
+        "from packshard.ingest.tokens.tokenizer import load_tokenizer\n"
+        "from packshard.ingest.tokens.giga import GigaEncoder\n"
+        f"GigaEncoder(load_tokenizer({str(demo_tokenizer)!r})).encode_batch(['Hi there'])\n"
+        "import gigatoken\n"
+        "assert 'awkward' not in sys.modules, 'awkward imported'\n"
+        "gigatoken.Tokenizer.from_json(open(sys.argv[1]).read()).encode_batch_list(['a'])\n"
+        "print('awkward' in sys.modules)\n"  # the control: the batch call imports it
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(demo_tokenizer / "tokenizer.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "True"
 
 
 TEXTS = [
