@@ -13,8 +13,8 @@ times:
 (b) with ``--reference``, the same with ``--backend reference``;
 (c) bare ``tokenizers``: a tokenizer loaded fresh (untimed), ``Tokenizer.encode_batch`` over
     the same rendered texts (rendered in this process beforehand, untimed), batches of 1,024,
-    ids read out: the baseline the issue names; (d) ``encode_batch_fast`` (no offsets) beside
-    it.  ``tokenizers`` keeps no cache between calls, and every text is encoded once a round.
+    ids read out: the baseline; (d) with ``--encode-batch-fast``, ``encode_batch_fast`` (no
+    offsets) beside it.  ``tokenizers`` keeps no cache between calls, and every text is encoded once a round.
 
 Ratios are taken pair by pair (round k's ``pack`` against round k's ``encode_batch``): tokens
 per second (wall) and tokens per CPU-second; the median and the spread over the rounds are
@@ -31,12 +31,16 @@ and template), then ``trl.pack_dataset(strategy="bfd")``, CPU seconds in this pr
 (tokenizer load not counted); the ratio is (e)'s CPU seconds over (a)'s per token.
 
     python scripts/bench_backends.py [--min-tokens 2000000[,20000000,…]] [--rounds 3]
-        [--families qwen3,phi3] [--reference] [--copies] [--trl] [--floor]
+        [--families qwen3,phi3] [--reference] [--encode-batch-fast] [--copies] [--trl]
+        [--floor]
+
+The package is compiled to byte code first, as an installed one is.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import resource
@@ -331,7 +335,8 @@ def measure(family: str, min_tokens: int, args: argparse.Namespace) -> tuple[int
         else:
             files = corpus(Path(tmp), tokenizer, template, min_tokens)
         texts = rendered_texts(tokenizer, template, files)
-        names = ["fast", *(["reference"] * args.reference), "encode_batch", "encode_batch_fast"]
+        names = ["fast", *(["reference"] * args.reference), "encode_batch"]
+        names += ["encode_batch_fast"] * args.encode_batch_fast
         runs: dict[str, list[tuple[float, int, float]]] = {name: [] for name in names}
         used = {}
         for _ in range(args.rounds):
@@ -400,6 +405,9 @@ def main() -> None:
         "--reference", action="store_true", help="also pack --backend reference (slow)"
     )
     parser.add_argument(
+        "--encode-batch-fast", action="store_true", help="also encode_batch_fast (no offsets)"
+    )
+    parser.add_argument(
         "--copies", action="store_true", help="the shared chat files copied (cached text)"
     )
     parser.add_argument("--trl", action="store_true", help="also TRL's preparation (slow)")
@@ -408,6 +416,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = [int(size) for size in args.min_tokens.split(",")]
+    # byte code for the package, as an installed one has it (PYTHONDONTWRITEBYTECODE would
+    # otherwise make every pack process compile packshard's sources again)
+    compileall.compile_dir(str(REPO / "packshard"), quiet=1)
     if not adopt_orphans():
         print("note: the CPU seconds of pack's worker processes are not counted here (not Linux)")
     if not (SHARED / "chat").is_dir():
