@@ -14,7 +14,8 @@ times:
 (c) bare ``tokenizers``: a tokenizer loaded fresh (untimed), ``Tokenizer.encode_batch`` over
     the same rendered texts (rendered in this process beforehand, untimed), batches of 1,024,
     ids read out: the baseline; (d) with ``--encode-batch-fast``, ``encode_batch_fast`` (no
-    offsets) beside it.  ``tokenizers`` keeps no cache between calls, and every text is encoded once a round.
+    offsets) beside it.  ``tokenizers`` keeps no cache between calls, and every text is
+    encoded once a round.
 
 Ratios are taken pair by pair (round k's ``pack`` against round k's ``encode_batch``): tokens
 per second (wall) and tokens per CPU-second; the median and the spread over the rounds are
