@@ -1,23 +1,27 @@
-"""Benchmark: end-to-end ``pack`` tokens/s, fast and reference backends, against bare encoding.
+"""Benchmark: whole ``pack`` processes against a fresh bare ``encode_batch``, on text seen once.
 
 For each family (qwen3 with its training template, phi-3-mini with its config template; phi-2
-with ChatML on request) the shared chat datasets are copied until they hold ``--min-tokens``
-tokens, then, interleaved, best of ``--rounds``:
+with ChatML on request) and each size of ``--min-tokens``, the corpus of ``scripts/corpus.py``
+is built to that size (the shared chat files once, then chat records cut from the text of the
+installed packages, no record twice; its checksum printed), then, alternating, ``--rounds``
+times:
 
-(a) ``packshard pack --backend fast``: a whole process (startup, imports, tokenizer load, canary
-    included), wall time; tokens from the manifest (``stats.tokens_in``);
-(b) the same with ``--backend reference``;
-(c) bare ``tokenizers``: ``Tokenizer.encode_batch`` over the same rendered texts (rendered in
-    this process beforehand, not timed), batches of 1,024, ids read out: the baseline the
-    issue names; (d) ``encode_batch_fast`` (no offsets) beside it.
+(a) ``packshard pack --backend fast``: a whole process (startup, imports, tokenizer loads,
+    canary, its worker processes) timed from outside; wall seconds, and CPU seconds of the
+    whole process tree (the benchmark is the subreaper of the workers, so their CPU counts);
+    tokens from the manifest (``stats.tokens_in``);
+(b) with ``--reference``, the same with ``--backend reference``;
+(c) bare ``tokenizers``: a tokenizer loaded fresh (untimed), ``Tokenizer.encode_batch`` over
+    the same rendered texts (rendered in this process beforehand, untimed), batches of 1,024,
+    ids read out: the baseline; (d) with ``--encode-batch-fast``, ``encode_batch_fast`` (no
+    offsets) beside it.  ``tokenizers`` keeps no cache between calls, and every text is
+    encoded once a round.
 
-Ratios: tokens/s of (a) and (b) over (c); (a) over (b), in wall time and in CPU seconds (the
-child's user + system time; ``encode_batch`` runs on every core, so on a busy machine the CPU
-ratio is the steadier one).  Run it at 2M tokens here; the final figure wants
-``--min-tokens 20000000`` (startup then weighs what it weighs in a real job).  Sizes given
-comma-separated (``--min-tokens 20000000,50000000``) run one after the other, and a last table
-gives the ratios by size: ``pack``'s fixed costs (startup, the last shard's write) weigh less
-as the job grows.
+Ratios are taken pair by pair (round k's ``pack`` against round k's ``encode_batch``): tokens
+per second (wall) and tokens per CPU-second; the median and the spread over the rounds are
+printed, with the load average before and after each size.  ``--copies`` instead copies the
+shared chat files to size, as earlier versions of this benchmark did: every copy after the first
+is text the fast encoders have cached, so its ratios are not a measure of ``pack``.
 
 With ``--floor``, the CPU seconds of the bare library calls alone (parse, render, encode,
 write, imports: :func:`floor`) and the ratio to ``encode_batch`` they would allow.
@@ -27,17 +31,22 @@ With ``--trl``, (e) TRL's own preparation of the same chat records: ``datasets.m
 and template), then ``trl.pack_dataset(strategy="bfd")``, CPU seconds in this process
 (tokenizer load not counted); the ratio is (e)'s CPU seconds over (a)'s per token.
 
-    python scripts/bench_backends.py [--min-tokens 2000000[,20000000,…]] [--rounds 1]
-        [--families qwen3,phi3] [--trl] [--floor]
+    python scripts/bench_backends.py [--min-tokens 2000000[,20000000,…]] [--rounds 3]
+        [--families qwen3,phi3] [--reference] [--encode-batch-fast] [--copies] [--trl]
+        [--floor]
+
+The package is compiled to byte code first, as an installed one is.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +55,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 
 SHARED = REPO.parent / "shared" / "data"
 FAMILIES = {
@@ -260,8 +270,8 @@ def pack(tokenizer: Path, template: str | None, files: list[Path], out: Path, ba
     return seconds, int(manifest["stats"]["tokens_in"]), cpu, manifest["environment"]["backends"]
 
 
-def inputs(folder: Path, tokens_per_copy: int, min_tokens: int) -> list[Path]:
-    """Copies of the shared chat files until they hold ``min_tokens`` tokens."""
+def copies(folder: Path, tokens_per_copy: int, min_tokens: int) -> list[Path]:
+    """Copies of the shared chat files until they hold ``min_tokens`` tokens (``--copies``)."""
     copies = max(1, -(-min_tokens // max(tokens_per_copy, 1)))
     out = []
     for k in range(copies):
@@ -272,49 +282,96 @@ def inputs(folder: Path, tokens_per_copy: int, min_tokens: int) -> list[Path]:
     return out
 
 
-def measure(family: str, min_tokens: int, args: argparse.Namespace) -> tuple[int, float, float]:
+def corpus_files(folder: Path) -> list[Path]:
+    """The record files of a corpus built by ``scripts/corpus.py``, in order."""
+    return [folder / name for name in json.loads((folder / "corpus.json").read_text())["files"]]
+
+
+def corpus(folder: Path, tokenizer: Path, template: str | None, min_tokens: int) -> list[Path]:
+    """The corpus built to hold about ``min_tokens`` tokens of this family; its files.
+
+    The shared files' tokens are counted, and the source records' tokens a character from a
+    sample of 4M characters; the corpus is then built once to the characters that gives.
+    """
+    from corpus import build
+
+    sample = folder / "sample"
+    build(sample, 4_000_000, shared=False)
+    per_char = bare(tokenizer, rendered_texts(tokenizer, template, corpus_files(sample)), True)[1]
+    per_char /= json.loads((sample / "corpus.json").read_text())["chars"]
+    shared = sorted((SHARED / "chat").glob("*.json*"))
+    shared_tokens = bare(tokenizer, rendered_texts(tokenizer, template, shared), True)[1]
+    shutil.rmtree(sample)
+    chars = max(0, int((min_tokens - shared_tokens) / per_char))
+    info = build(folder / "corpus", chars)
+    print(f"  corpus: {sum(info['records'].values()):,} source records + the shared chat files, "
+          f"{info['chars']:,} source characters, sha256 {info['checksum'][:16]}…")  # fmt: skip
+    return corpus_files(folder / "corpus")
+
+
+def load() -> str:
+    """The load averages over 1, 5 and 15 minutes, as ``uptime`` prints them."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def spread(values: list[float]) -> str:
+    """The median of ``values`` and their range."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return f"{median:5.2f}x ({ordered[0]:.2f}-{ordered[-1]:.2f}x)"
+
+
+def measure(family: str, min_tokens: int, args: argparse.Namespace) -> tuple[int, str, str]:
     """Run one family at one size, print its block; return tokens and fast's wall, CPU ratios."""
     tok_name, template = FAMILIES[family]
     tokenizer = SHARED / "tokenizers" / tok_name
+    print(f"\n{family}: {tok_name}, template {template or 'tokenizer config'}, "
+          f"at least {min_tokens:,} tokens; load {load()}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        once = rendered_texts(tokenizer, template, sorted((SHARED / "chat").glob("*.json*")))
-        per_copy = bare(tokenizer, once, True)[1]
-        files = inputs(Path(tmp), per_copy, min_tokens)
-        texts = once * (len(files) // len(list((SHARED / "chat").glob("*.json*"))))
-        best: dict[str, tuple[float, int, float]] = {}
+        if args.copies:
+            shared = sorted((SHARED / "chat").glob("*.json*"))
+            per_copy = bare(tokenizer, rendered_texts(tokenizer, template, shared), True)[1]
+            files = copies(Path(tmp), per_copy, min_tokens)
+        else:
+            files = corpus(Path(tmp), tokenizer, template, min_tokens)
+        texts = rendered_texts(tokenizer, template, files)
+        names = ["fast", *(["reference"] * args.reference), "encode_batch"]
+        names += ["encode_batch_fast"] * args.encode_batch_fast
+        runs: dict[str, list[tuple[float, int, float]]] = {name: [] for name in names}
         used = {}
         for _ in range(args.rounds):
-            for name in ("fast", "reference", "encode_batch", "encode_batch_fast"):
+            for name in names:
                 if name.startswith("encode"):
                     took = bare(tokenizer, texts, name.endswith("fast"))
                 else:
                     s, n, c, used[name] = pack(tokenizer, template, files, Path(tmp) / "o", name)
                     took = (s, n, c)
-                if name not in best or took[0] < best[name][0]:
-                    best[name] = took
+                runs[name].append(took)
         trl_took = trl(tokenizer, template, chats(files)) if args.trl else None
         floor_took = floor(tokenizer, template, files) if args.floor else None
-    rate = {k: n / s for k, (s, n, _) in best.items()}
-    cpu_rate = {k: n / c for k, (_, n, c) in best.items()}
-    print(f"\n{family}: {tok_name}, template {template or 'tokenizer config'}, "
-          f"{best['reference'][1]:,} tokens packed, best of {args.rounds}")  # fmt: skip
-    for name, (s, _, c) in best.items():
-        print(
-            f"  {name:18s} {s:8.2f} s  {rate[name] / 1e6:6.2f} M tokens/s   "
-            f"{c:8.2f} CPU-s  {cpu_rate[name] / 1e6:6.2f} M tokens/CPU-s"
-        )
-    base, cpu_base = rate["encode_batch"], cpu_rate["encode_batch"]
-    for name in ("fast", "reference"):
-        print(
-            f"  pack --backend {name:9s} / encode_batch: {rate[name] / base:5.2f}x wall, "
-            f"{cpu_rate[name] / cpu_base:5.2f}x CPU"
-        )
-    print(f"  pack fast / pack reference:              {rate['fast'] / rate['reference']:5.2f}x")
+    print(f"  {runs['fast'][0][1]:,} tokens packed, {len(texts):,} texts, {args.rounds} rounds; "
+          f"load {load()}")  # fmt: skip
+    for name, took in runs.items():
+        for k, (s, n, c) in enumerate(took):
+            print(
+                f"  {name:18s} round {k + 1}: {s:8.2f} s  {n / s / 1e6:6.2f} M tokens/s   "
+                f"{c:8.2f} CPU-s  {n / c / 1e6:6.2f} M tokens/CPU-s"
+            )
+
+    def ratios(name: str, cpu: bool) -> list[float]:
+        pairs = zip(runs[name], runs["encode_batch"], strict=True)
+        return [(n / (c if cpu else s)) / (m / (d if cpu else t)) for (s, n, c), (t, m, d) in pairs]
+
+    wall, cpu = spread(ratios("fast", False)), spread(ratios("fast", True))
+    for name in names[: 1 + args.reference]:
+        print(f"  pack --backend {name:9s} / encode_batch: {spread(ratios(name, False))} wall, "
+              f"{spread(ratios(name, True))} CPU  (median, range of the pairs)")  # fmt: skip
     if trl_took is not None:
-        trl_rate = trl_took[1] / trl_took[0]
+        fast_rate = statistics.median(n / c for _, n, c in runs["fast"])
         print(
             f"  TRL map + pack_dataset(bfd): {trl_took[0]:.2f} CPU-s for {trl_took[1]:,} "
-            f"tokens; pack --backend fast uses {trl_rate and cpu_rate['fast'] / trl_rate:.2f}x "
+            f"tokens; pack --backend fast uses {fast_rate / (trl_took[1] / trl_took[0]):.2f}x "
             "fewer CPU-seconds per token"
         )
     if floor_took is not None:
@@ -323,16 +380,17 @@ def measure(family: str, min_tokens: int, args: argparse.Namespace) -> tuple[int
         cores = usable_cores()
         total = sum(floor_took.values())
         print(f"  floor: the bare library calls alone, {total:.2f} CPU-s:")
-        for step, cpu in floor_took.items():
-            print(f"    {step:28s} {cpu:6.2f} CPU-s")
+        for step, took_cpu in floor_took.items():
+            print(f"    {step:28s} {took_cpu:6.2f} CPU-s")
+        best = min(s for s, _, _ in runs["encode_batch"])
         print(
-            f"  at most {best['encode_batch'][0] / (total / cores):.2f}x encode_batch's wall "
+            f"  at most {best / (total / cores):.2f}x encode_batch's wall "
             f"time on {cores} cores, were they split perfectly and nothing else done"
         )
     for step in ("render", "encode"):
         entry = used["fast"][step]
         print(f"  {step} by --backend fast: {entry['name']} {entry.get('version') or ''}")
-    return best["fast"][1], rate["fast"] / base, cpu_rate["fast"] / cpu_base
+    return runs["fast"][0][1], wall, cpu
 
 
 def main() -> None:
@@ -342,14 +400,26 @@ def main() -> None:
         default="2000000",
         help="tokens to pack at least; several sizes, comma-separated, run one after the other",
     )
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--families", default="qwen3,phi3")
+    parser.add_argument(
+        "--reference", action="store_true", help="also pack --backend reference (slow)"
+    )
+    parser.add_argument(
+        "--encode-batch-fast", action="store_true", help="also encode_batch_fast (no offsets)"
+    )
+    parser.add_argument(
+        "--copies", action="store_true", help="the shared chat files copied (cached text)"
+    )
     parser.add_argument("--trl", action="store_true", help="also TRL's preparation (slow)")
     parser.add_argument(
         "--floor", action="store_true", help="also the bare library calls' CPU (a bound)"
     )
     args = parser.parse_args()
     sizes = [int(size) for size in args.min_tokens.split(",")]
+    # byte code for the package, as an installed one has it (PYTHONDONTWRITEBYTECODE would
+    # otherwise make every pack process compile packshard's sources again)
+    compileall.compile_dir(str(REPO / "packshard"), quiet=1)
     if not adopt_orphans():
         print("note: the CPU seconds of pack's worker processes are not counted here (not Linux)")
     if not (SHARED / "chat").is_dir():
@@ -362,7 +432,7 @@ def main() -> None:
     if len(summary) > 1:
         print("\npack --backend fast / encode_batch, by size:")
         for family, tokens, wall, cpu in summary:
-            print(f"  {family:6s} {tokens:>12,} tokens  {wall:5.2f}x wall  {cpu:5.2f}x CPU")
+            print(f"  {family:6s} {tokens:>12,} tokens  {wall} wall  {cpu} CPU")
 
 
 if __name__ == "__main__":

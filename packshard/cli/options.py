@@ -150,7 +150,8 @@ INGEST = group(
         "--backend",
         default="auto",
         type=click.Choice(BACKENDS),
-        help="Renderer and encoder: fast (minijinja, fastokens; pip install 'packshard[fast]'), "
+        help="Renderer and encoder: fast (minijinja; gigatoken or fastokens, the family's faster; "
+        "pip install 'packshard[fast]'), "
         "reference (Jinja's sandbox, tokenizers), or auto (fast where a canary and the first "
         "records render and encode the same both ways).",
     ),

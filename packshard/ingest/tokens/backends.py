@@ -3,27 +3,30 @@ r"""Which library encodes rendered text: the reference (``tokenizers``) or a fas
 ``--backend`` (``pack``, ``profile``) picks the encoder, in this one place:
 
 * ``reference``: Hugging Face ``tokenizers``, as the tokenizer was loaded.
-* ``fast``: ``fastokens`` (``pip install 'packshard[fast]'``) built from the same tokenizer
-  (the JSON of the loaded tokenizer, packshard's adjustments included).  Forced: no canary; a
-  tokenizer it cannot load, or labels that need offsets, stop the run with one line.
+* ``fast``: a fast library (``pip install 'packshard[fast]'``) built from the same tokenizer
+  (the JSON of the loaded tokenizer, packshard's adjustments included): gigatoken first for
+  a SentencePiece vocabulary, fastokens first for byte-level BPE (:func:`libraries`, chosen
+  by measurement, :mod:`packshard.ingest.tokens.giga`).  Forced: no canary; a tokenizer no
+  library can load, or labels that need offsets, stop the run with one line.
 * ``auto`` (the command line's default): ``fast`` only where it proves itself, otherwise
   ``reference`` and one line saying why::
 
-      load ──► fastokens installed? ── no ──► reference ("not installed")
+      load ──► a fast library installed? ── no ──► reference ("not installed")
                  │ yes
                  ▼
       labels need offsets? (no ByteAligner) ── yes ──► reference
                  │ no
                  ▼
-      fastokens loads the tokenizer's JSON? ── no ──► reference (its error)
+      for each library, the family's fastest first:
+        it loads the tokenizer's JSON? ── no ──► the next library (its error kept)
                  │ yes
                  ▼
-      canary: every special and added token (alone, between text, between spaces), byte
-      fallback, CJK, emoji, code, whitespace runs, tool-call JSON — ids equal both ways?
-                 │ yes                                  └─ no ──► reference (first differing)
-                 ▼
+        canary: every special and added token (alone, between text, between spaces), byte
+        fallback, CJK, emoji, code, whitespace runs, tool-call JSON — ids equal both ways?
+                 │ yes                          └─ no ──► the next library (first differing)
+                 ▼                                        none left ──► reference (every reason)
       first batch of the input (up to 256 rendered texts) — ids equal both ways?
-                 │ yes: fastokens encodes the run        └─ no ──► reference for the run
+                 │ yes: that library encodes the run     └─ no ──► reference for the run
 
 The decision is taken before any fast id is used, once per tokenizer and backend in each
 process that encodes (cached on the :class:`~packshard.ingest.tokens.tokenizer.TokenizerBundle`);
@@ -47,6 +50,7 @@ from importlib import metadata
 from typing import Any
 
 from packshard.errors import UsageError
+from packshard.ingest.tokens.giga import LIBRARY, GigaEncoder
 from packshard.ingest.tokens.metaspace import (
     MetaspaceEncoder,
     dump_json,
@@ -59,6 +63,8 @@ from packshard.ingest.tokens.tokenizer import TokenizerBundle
 FIRST_TEXTS = 256
 """Rendered texts of the first batch encoded both ways before ``auto`` trusts the fast encoder."""
 FAST = "fastokens"
+GIGA = LIBRARY
+REFERENCE = "tokenizers"
 INSTALL = "pip install 'packshard[fast]'"
 
 CANARY = (
@@ -105,6 +111,8 @@ def installed_version(name: str) -> str | None:
 class FastEncoder:
     """``fastokens`` over the tokenizer as loaded: ids only, never offsets."""
 
+    library = FAST
+
     def __init__(self, bundle: TokenizerBundle) -> None:
         import fastokens
 
@@ -126,15 +134,36 @@ class FastEncoder:
         return encode_flat(self._tok, texts)
 
 
-def fast_encoder(bundle: TokenizerBundle) -> FastEncoder:
-    """Return the fast encoder of ``bundle``, built once (a process forked later shares it).
+def libraries(bundle: TokenizerBundle) -> tuple[str, ...]:
+    """Return the fast libraries to try for ``bundle``, the fastest on its family first.
 
-    Raises what :class:`FastEncoder` raises.
+    By measurement (:mod:`packshard.ingest.tokens.giga`): gigatoken for a SentencePiece
+    vocabulary (a ``Metaspace`` pre-tokenizer or a BPE with byte fallback: phi-3, Llama 2,
+    Mistral, Gemma), fastokens for byte-level BPE.  Only installed ones are tried.
     """
-    key = (FAST, id(bundle.tokenizer))
+    tok = bundle.tokenizer
+    sentencepiece = type(tok.pre_tokenizer).__name__ == "Metaspace" or bool(
+        getattr(tok.model, "byte_fallback", False)
+    )
+    order = (GIGA, FAST) if sentencepiece else (FAST, GIGA)
+    return tuple(name for name in order if installed_version(name) is not None)
+
+
+def fast_encoder(bundle: TokenizerBundle, library: str | None = None) -> FastEncoder | GigaEncoder:
+    """Return ``library``'s encoder of ``bundle`` (default: the first of :func:`libraries`).
+
+    Built once (a process forked later shares it).  Raises what the encoder's constructor
+    raises, and ``ValueError`` when no fast library is installed.
+    """
+    if library is None:
+        found = libraries(bundle)
+        if not found:
+            raise ValueError(f"no fast encoder is installed ({INSTALL})")
+        library = found[0]
+    key = (library, id(bundle.tokenizer))
     with _BUILDING:
         if key not in bundle.encoders:
-            bundle.encoders[key] = FastEncoder(bundle)
+            bundle.encoders[key] = (GigaEncoder if library == GIGA else FastEncoder)(bundle)
         return bundle.encoders[key]
 
 
@@ -151,7 +180,7 @@ def canary_texts(bundle: TokenizerBundle) -> list[str]:
 
 
 def first_difference(
-    bundle: TokenizerBundle, fast: FastEncoder, texts: Sequence[str]
+    bundle: TokenizerBundle, fast: FastEncoder | GigaEncoder, texts: Sequence[str]
 ) -> str | None:
     """Return where ``fast`` and the reference first differ on ``texts``; None when equal."""
     texts = list(texts)
@@ -168,7 +197,7 @@ class Encoder:
 
     def __init__(self, bundle: TokenizerBundle, requested: str) -> None:
         self.bundle, self.requested = bundle, requested
-        self.fast: FastEncoder | None = None
+        self.fast: FastEncoder | GigaEncoder | None = None
         self.reason = f"{requested} requested" if requested != "auto" else ""
         self._proven = requested != "auto"  # fast forced: no check on the first records
         self._lock = threading.Lock()
@@ -181,23 +210,37 @@ class Encoder:
         self.fast, self.reason = None, why
 
     def _try_fast(self) -> None:
+        """Use the first library of :func:`libraries` that loads (and passes the canary, auto).
+
+        Each refusal is kept; the run's reason is the last library's, with the others'
+        before it, so that a fallback says why the faster one was not used.
+        """
         if (why := _unusable(self.bundle)) is not None:
             return self._refuse(why)
-        try:
-            self.fast = fast_encoder(self.bundle)
-        except Exception as exc:  # the Rust loader raises ValueError and bare exceptions
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            return self._refuse(f"{FAST} cannot load this tokenizer: {first}")
-        if self.requested == "auto":
-            where = first_difference(self.bundle, self.fast, canary_texts(self.bundle))
-            if where is not None:
-                return self._refuse(f"{FAST} disagrees with tokenizers on the canary: {where}")
-            self.reason = "canary equal"
+        refused: list[str] = []
+        for library in libraries(self.bundle):
+            try:
+                fast = fast_encoder(self.bundle, library)
+            except Exception as exc:  # the Rust loaders raise ValueError and bare exceptions
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                refused.append(f"{library} cannot load this tokenizer: {first}")
+                continue
+            if self.requested == "auto":
+                where = first_difference(self.bundle, fast, canary_texts(self.bundle))
+                if where is not None:
+                    refused.append(f"{library} disagrees with tokenizers on the canary: {where}")
+                    continue
+            self.fast = fast
+            self.reason = (
+                "; ".join([*refused, "canary equal"]) if self.requested == "auto" else self.reason
+            )
+            return None
+        return self._refuse("; ".join(refused))
 
     @property
     def name(self) -> str:
-        """The library that encodes (``fastokens`` or ``tokenizers``)."""
-        return FAST if self.fast is not None else "tokenizers"
+        """The library that encodes (``gigatoken``, ``fastokens`` or ``tokenizers``)."""
+        return self.fast.library if self.fast is not None else "tokenizers"
 
     def encode_batch(self, texts: list[str]) -> Sequence[Any]:
         """Encode ``texts`` (no special tokens added) with the chosen library."""
@@ -207,7 +250,8 @@ class Encoder:
                     where = first_difference(self.bundle, self.fast, texts[:FIRST_TEXTS])
                     if where is not None:  # the reason stays "canary equal" otherwise, as
                         # on workers, where the driver never sees the first records
-                        self._refuse(f"{FAST} disagrees with tokenizers on the input: {where}")
+                        library = self.fast.library
+                        self._refuse(f"{library} disagrees with tokenizers on the input: {where}")
                     self._proven = True
         if self.fast is not None:
             return self.fast.encode_batch(texts)
@@ -242,8 +286,8 @@ def merged_entry(entries: Sequence[dict[str, Any] | None]) -> dict[str, Any] | N
     if len(kinds) <= 1:
         return known[0] if known else None
     counts = Counter(e["name"] for e in known)
-    fast = next((e for e in known if e["name"] == FAST), known[0])
-    fallback = next((e for e in known if e["name"] != FAST), known[0])
+    fast = next((e for e in known if e["name"] != REFERENCE), known[0])
+    fallback = next((e for e in known if e["name"] == REFERENCE), known[0])
     split = ", ".join(f"{name} in {n} of {len(known)} units" for name, n in sorted(counts.items()))
     return {**fast, "reason": f"{split} ({fallback['name']}: {fallback['reason']})"}
 
@@ -278,8 +322,8 @@ def check_forced(bundle: TokenizerBundle, backend: str) -> None:
 
 
 def _unusable(bundle: TokenizerBundle) -> str | None:
-    """Why the fast encoder cannot encode for ``bundle``, found without loading it."""
-    if installed_version(FAST) is None:
+    """Why no fast encoder can encode for ``bundle``, found without loading one."""
+    if not libraries(bundle):
         return f"{FAST} is not installed ({INSTALL})"
     if bundle.aligner is None:
         return f"{FAST} gives no offsets, and this tokenizer family's labels need them"
@@ -333,6 +377,6 @@ def backend_note(entry: dict[str, Any]) -> str | None:
     if render.get("requested") == "auto" and render.get("name") != "minijinja":
         lines.append(f"rendering with jinja2: {render.get('reason')}")
     encode = entry.get("encode") or {}
-    if encode.get("requested") == "auto" and encode.get("name") != FAST:
+    if encode.get("requested") == "auto" and encode.get("name") == REFERENCE:
         lines.append(f"encoding with tokenizers: {encode.get('reason')}")
     return f"--backend auto: {'; '.join(lines)}" if lines else None

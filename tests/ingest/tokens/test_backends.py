@@ -2,8 +2,9 @@
 
 * shards and ``examples.parquet`` are byte-identical between ``--backend fast`` and
   ``--backend reference`` on every shared tokenizer and template, and on the demo;
-* ``auto`` without fastokens is the reference path and says so once; a tokenizer the fast
-  encoder cannot model falls back with its reason (forced ``fast`` stops with one line);
+* ``auto`` without a fast library is the reference path and says so once; a tokenizer the
+  fast encoders cannot model falls back with their reasons (forced ``fast`` stops with one
+  line); gigatoken is tried first on SentencePiece vocabularies, fastokens on byte-level ones;
 * the SentencePiece prefix rule (:mod:`packshard.ingest.tokens.metaspace`) gives the reference's ids
   on the family imitations and on texts that start with and without added tokens.
 """
@@ -15,16 +16,26 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from packshard.errors import UsageError
 from packshard.ingest.tokens import backends
-from packshard.ingest.tokens.backends import Encoder, FastEncoder, canary_texts, first_difference
+from packshard.ingest.tokens.backends import (
+    Encoder,
+    FastEncoder,
+    canary_texts,
+    fast_encoder,
+    first_difference,
+    libraries,
+)
+from packshard.ingest.tokens.giga import GigaEncoder
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.pack import PackConfig, pack_dataset
 from tests.helpers import BY_NAME, FAMILIES
 
 pytest.importorskip("fastokens")
+pytest.importorskip("gigatoken")
 
 CHAT = (
     "llamafactory_glaive_toolcall_en_demo.json",
@@ -73,7 +84,8 @@ def test_fast_and_reference_write_the_same_bytes(shared_data, tmp_path, case):
     for backend in ("reference", "fast"):
         result = pack_dataset(_pack(shared_data, tmp_path, case, backend))
         encode = result.manifest["environment"]["backends"]["encode"]
-        assert encode["name"] == ("fastokens" if backend == "fast" else "tokenizers")
+        fast = "gigatoken" if case.startswith("phi3") else "fastokens"  # SentencePiece: giga
+        assert encode["name"] == (fast if backend == "fast" else "tokenizers")
         assert encode["requested"] == backend and encode["version"]
         render = result.manifest["environment"]["backends"]["render"]
         assert render["name"] == ("minijinja" if backend == "fast" else "jinja2"), render
@@ -154,10 +166,7 @@ def test_units_that_disagree_on_the_encoder_are_all_named() -> None:
 def test_auto_without_fastokens_is_the_reference_and_says_so_once(
     tmp_path, demo_tokenizer, monkeypatch
 ):
-    real = backends.installed_version
-    monkeypatch.setattr(
-        backends, "installed_version", lambda name: None if name == "fastokens" else real(name)
-    )
+    _uninstall(monkeypatch, "fastokens", "gigatoken")
     from packshard.demo import demo_data_path
 
     config = PackConfig.build(
@@ -178,21 +187,77 @@ def test_auto_without_fastokens_is_the_reference_and_says_so_once(
         Encoder(load_tokenizer(str(demo_tokenizer)), "fast")
 
 
-def test_a_tokenizer_the_fast_encoder_cannot_model_falls_back(demo_tokenizer, monkeypatch):
+def _uninstall(monkeypatch, *names: str) -> None:
+    real = backends.installed_version
+    monkeypatch.setattr(
+        backends, "installed_version", lambda name: None if name in names else real(name)
+    )
+
+
+def test_a_tokenizer_the_fast_encoders_cannot_model_falls_back(demo_tokenizer, monkeypatch):
     monkeypatch.setattr(backends, "fast_spec", lambda spec: None)
-    auto = Encoder(load_tokenizer(str(demo_tokenizer)), "auto")
+    bundle = load_tokenizer(str(demo_tokenizer))
+    assert libraries(bundle) == ("fastokens", "gigatoken")  # byte-level BPE: fastokens first
+    auto = Encoder(bundle, "auto")  # fastokens refused, gigatoken next
+    assert auto.name == "gigatoken"
+    assert auto.reason == (
+        "fastokens cannot load this tokenizer: its SentencePiece prefix rule is not one "
+        "packshard models; canary equal"
+    )
+
+    def broken(self, bundle):
+        raise ValueError("unsupported model\nmore lines")
+
+    monkeypatch.setattr(GigaEncoder, "__init__", broken)
+    bundle = load_tokenizer(str(demo_tokenizer))
+    auto = Encoder(bundle, "auto")
     assert auto.name == "tokenizers"
-    assert auto.reason.startswith("fastokens cannot load this tokenizer: its SentencePiece")
+    assert auto.reason == (
+        "fastokens cannot load this tokenizer: its SentencePiece prefix rule is not one "
+        "packshard models; gigatoken cannot load this tokenizer: unsupported model"
+    )
     with pytest.raises(UsageError, match="use --backend auto or reference"):
         Encoder(load_tokenizer(str(demo_tokenizer)), "fast")
 
 
-def test_the_canary_holds_every_added_token(demo_tokenizer):
+def test_the_fastest_library_of_the_family_is_tried_first(demo_tokenizer, monkeypatch):
     bundle = load_tokenizer(str(demo_tokenizer))
-    texts = canary_texts(bundle)
-    for token in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
-        assert token in texts and f"a{token}b" in texts
-    assert any("\x00" in t for t in texts) and any("😀" in t for t in texts)
+    assert libraries(bundle) == ("fastokens", "gigatoken")
+    _uninstall(monkeypatch, "fastokens")
+    assert libraries(bundle) == ("gigatoken",)
+    auto = Encoder(bundle, "auto")
+    assert (auto.name, auto.reason) == ("gigatoken", "canary equal")
+    assert auto.entry()["version"] == backends.installed_version("gigatoken")
+
+
+def test_gigatoken_encodes_a_batch_into_flat_ids_without_awkward(demo_tokenizer):
+    import subprocess
+    import sys
+
+    bundle = load_tokenizer(str(demo_tokenizer))
+    texts = ["Hello world", "", "x" * 150, "<|im_start|>user\nHi<|im_end|>", "a b c " * 30]
+    got = GigaEncoder(bundle).encode_batch(texts)
+    want = bundle.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+    assert [list(g.ids) for g in got] == [list(w.ids) for w in want]
+    assert got.lengths.tolist() == [len(w.ids) for w in want] and got.ids.dtype == np.int32
+    empty = GigaEncoder(bundle).encode_batch([])
+    assert len(empty) == 0 and len(empty.ids) == 0
+    # the batch calls would import awkward (about a second of start-up); encode_batch must not
+    code = (
+        "import sys\n"
+        "from packshard.ingest.tokens.tokenizer import load_tokenizer\n"
+        "from packshard.ingest.tokens.giga import GigaEncoder\n"
+        f"GigaEncoder(load_tokenizer({str(demo_tokenizer)!r})).encode_batch(['Hi there'])\n"
+        "import gigatoken\n"
+        "assert 'awkward' not in sys.modules, 'awkward imported'\n"
+        "gigatoken.Tokenizer.from_json(open(sys.argv[1]).read()).encode_batch_list(['a'])\n"
+        "print('awkward' in sys.modules)\n"  # the control: the batch call imports it
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(demo_tokenizer / "tokenizer.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "True"
 
 
 TEXTS = [
@@ -218,27 +283,43 @@ TEXTS = [
 
 
 # fastokens 0.3.5 spells the literal text "<0x0A>" as the byte token where the imitations'
-# vocabulary lacks "<": the canary holds that text, so auto keeps these on the reference
+# vocabulary lacks "<": the canary holds that text, so auto keeps these off fastokens
 CANARY_CATCHES = {"mistral", "llama2-metaspace", "gemma", "gemma-strict"}
+SENTENCEPIECE = {"mistral-legacy", *CANARY_CATCHES}
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_family_imitations_encode_as_the_reference_or_fall_back(tmp_path, family):
     bundle = load_tokenizer(str(family.build(tmp_path)))
     auto = Encoder(bundle, "auto")
+    texts = TEXTS + canary_texts(bundle)
+    # gigatoken models every imitation, Metaspace's prepend_scheme=always included
+    assert first_difference(bundle, GigaEncoder(bundle), texts) is None
+    if family.name in SENTENCEPIECE:
+        assert libraries(bundle)[0] == "gigatoken"
+        assert (auto.name, auto.reason) == ("gigatoken", "canary equal")
+    else:
+        assert libraries(bundle)[0] == "fastokens"
+        assert (auto.name, auto.reason) == ("fastokens", "canary equal")
     if family.name == "mistral-legacy":  # Metaspace prepend_scheme=always: not modelled
-        assert (
-            auto.name == "tokenizers" and "prefix rule is not one packshard models" in auto.reason
-        )
+        with pytest.raises(ValueError, match="prefix rule is not one packshard models"):
+            FastEncoder(bundle)
         return
-    where = first_difference(bundle, FastEncoder(bundle), TEXTS + canary_texts(bundle))
+    where = first_difference(bundle, FastEncoder(bundle), texts)
     if family.name in CANARY_CATCHES:
         assert where is not None and "lower one eighth block" in where
-        assert auto.name == "tokenizers"
-        assert auto.reason.startswith("fastokens disagrees with tokenizers on the canary: text")
-        return
-    assert where is None
-    assert auto.name == "fastokens"
+    else:
+        assert where is None
+
+
+@pytest.mark.parametrize("family", sorted(CANARY_CATCHES))
+def test_without_gigatoken_a_family_fastokens_fails_is_the_reference(tmp_path, family, monkeypatch):
+    imitation = next(f for f in FAMILIES if f.name == family)
+    bundle = load_tokenizer(str(imitation.build(tmp_path)))
+    _uninstall(monkeypatch, "gigatoken")
+    auto = Encoder(bundle, "auto")
+    assert auto.name == "tokenizers"
+    assert auto.reason.startswith("fastokens disagrees with tokenizers on the canary: text")
 
 
 @pytest.mark.shared_data
@@ -248,9 +329,11 @@ def test_shared_tokenizers_encode_as_the_reference(shared_data, name):
     texts = list(TEXTS)
     for record in json.loads((shared_data / "chat" / "codealpaca_code_alpaca_2k.json").read_text()):
         texts += [record["output"], " " + record["instruction"], "<s>" + record["output"]]
-    auto = Encoder(bundle, "auto")  # its FastEncoder(bundle) is the one compared (1.6 s a build)
-    assert auto.name == "fastokens" and isinstance(auto.fast, FastEncoder)
-    assert first_difference(bundle, auto.fast, texts) is None
+    auto = Encoder(bundle, "auto")  # its encoder is the one compared (1.6 s a fastokens build)
+    first = "gigatoken" if name == "phi-3-mini" else "fastokens"
+    assert libraries(bundle)[0] == first and auto.name == first
+    for library in libraries(bundle):
+        assert first_difference(bundle, fast_encoder(bundle, library), texts) is None
 
 
 def test_profile_says_once_that_auto_is_the_reference(demo_tokenizer, monkeypatch):
@@ -259,10 +342,7 @@ def test_profile_says_once_that_auto_is_the_reference(demo_tokenizer, monkeypatc
     from packshard.cli import main
     from packshard.demo import demo_data_path
 
-    real = backends.installed_version
-    monkeypatch.setattr(
-        backends, "installed_version", lambda name: None if name == "fastokens" else real(name)
-    )
+    _uninstall(monkeypatch, "fastokens", "gigatoken")
     args = ["profile", str(demo_data_path()), "-t", str(demo_tokenizer), "--max-seq-len", "256"]
     result = CliRunner().invoke(main, [*args, "--template", "chatml"])
     assert result.exit_code == 0, result.output
