@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from packshard.arrays import add_counts, exclusive_cumsum, numpy_view
+from packshard.arrays import add_counts, arrow_strings, exclusive_cumsum, numpy_view
 from packshard.errors import FormatError, UsageError
 from packshard.export.common import COLUMNS, read_rows
 from packshard.format.examples import EXAMPLES_NAME, read_examples
@@ -89,7 +89,7 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
     ids = _numbers(index["example_id"])  # numpy_view: to_numpy would import pandas
     if not np.array_equal(ids, np.arange(len(ids))):
         raise FormatError(str(parent / EXAMPLES_NAME), "example ids are not 0 … n-1 in order")
-    found = pc.index_in(index["source"], value_set=pa.array(sources, pa.string()))
+    found = pc.index_in(index["source"], value_set=arrow_strings(sources))
     if found.null_count:
         raise FormatError(str(parent / EXAMPLES_NAME), "a source is not among the inputs")
     source_codes = _numbers(found)
