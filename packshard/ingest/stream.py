@@ -250,7 +250,9 @@ def _render_pieces(
                 options.format == "auto" and type(raw.value) is dict and is_preference(raw.value)
             )
             try:
-                conv = normalize_record(raw, options.format, options.domain_field)
+                conv = normalize_record(
+                    raw, options.format, options.domain_field, options.media_root
+                )
                 examples = render_examples(conv, template, bundle, options)
             except RecordError as err:
                 if options.on_error == "fail":

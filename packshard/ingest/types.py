@@ -11,12 +11,14 @@ values.  :class:`IngestOptions` says how records are read, labelled and batched.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from packshard.errors import UsageError
+from packshard.ingest.media.files import MediaFile
+from packshard.ingest.media.grid import VisionRule
 from packshard.options import (
     BACKENDS,
     EMPTY_REASONING,
@@ -72,6 +74,7 @@ class Message:
     extra: tuple[tuple[str, Any], ...] = ()
     reasoning: str | None = None  # from a reasoning field (inline blocks stay in content)
     train: bool | None = None  # the turn's own flag ('train', or a weight), None: the policy
+    parts: tuple[tuple[str, str], ...] | None = None  # ("text", s) / ("image", path): a VLM turn
 
 
 @quick
@@ -102,6 +105,7 @@ class Conversation:
     text: str | None = None
     answers: tuple[Message, Message] | None = None  # a preference pair: (chosen, rejected)
     kto_label: bool | None = None  # an unpaired (KTO) record's label
+    media: tuple[MediaFile, ...] = ()  # the record's images, in the order the template meets them
 
     @property
     def is_chat(self) -> bool:
@@ -192,6 +196,9 @@ class IngestOptions:
     template_timeout: float = TEMPLATE_SECONDS
     max_expanded_tokens: int = MAX_EXPANDED_TOKENS
     backend: str = "reference"  # the library API's default; the command line's is auto
+    media_root: str | None = None  # where relative image paths start (None: the record's folder)
+    max_pixels: int | None = None  # the vision rule's pixel bounds (None: the family's default)
+    min_pixels: int | None = None
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
@@ -212,8 +219,18 @@ class IngestOptions:
         if not opening.strip() or not closing.strip() or opening == closing:
             why = f"two different non-blank markers, got {opening!r} and {closing!r}"
             raise UsageError(f"--reasoning-markers needs {why} (e.g. '<think>,</think>')")
+        self.vision_rule().check()
         if self.turns == "expand" and self.loss == "all":
             raise UsageError("--turns expand trains one turn per example (use --loss assistant)")
+
+    def vision_rule(self) -> VisionRule:
+        """Return the rule that sizes images: Qwen2-VL's, with the bounds the options set."""
+        rule = VisionRule()
+        if self.max_pixels is not None:
+            rule = replace(rule, max_pixels=self.max_pixels)
+        if self.min_pixels is not None:
+            rule = replace(rule, min_pixels=self.min_pixels)
+        return rule
 
     def limits(self) -> dict[str, Any]:
         """Return the limits that differ from their defaults (what a manifest records)."""
