@@ -23,6 +23,9 @@ Columns, in order (one row per segment of every shard, sorted by ``example_id``)
                               or KTO records, null for an example that is no pair branch
     branch           string   ``chosen`` / ``rejected`` (null: no pair branch); same packs
     kto_label        bool     an unpaired KTO record's label (null otherwise); same packs
+    media            list<struct>  the example's images in order: ``root``, ``path`` (relative
+                              to root), ``bytes``, ``sha256``, ``width``, ``height``, ``grid_t``,
+                              ``grid_h``, ``grid_w``; only in a pack with images (last column)
 
 Like the shards, the file carries the format version and dataset id in its key-value metadata
 and readers refuse a file of another dataset.  :class:`ExamplesIndex` holds the columns verify
@@ -80,6 +83,25 @@ KTO record's label.  Given to :func:`build_examples_table` as one int8 column ``
 (0 plain, 1 chosen, 2 rejected, 3 KTO undesirable, 4 KTO desirable).
 """
 BRANCHES = ("chosen", "rejected")
+MEDIA_FIELD = pa.field(
+    "media",
+    pa.list_(
+        pa.struct(
+            [
+                ("root", pa.string()),
+                ("path", pa.string()),
+                ("bytes", pa.int64()),
+                ("sha256", pa.string()),
+                ("width", pa.int32()),
+                ("height", pa.int32()),
+                ("grid_t", pa.int32()),
+                ("grid_h", pa.int32()),
+                ("grid_w", pa.int32()),
+            ]
+        )
+    ),
+)
+"""The last column of the index of a pack with images: each example's images by reference."""
 
 
 def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
@@ -128,6 +150,9 @@ def build_examples_table(
         arrays.append(pa.DictionaryArray.from_arrays(which, names).cast(pa.string()))
         arrays.append(pa.array(code == 4, pa.bool_(), mask=~kto))
         schema = pa.schema([*schema, *PAIR_FIELDS])
+    if "media" in columns:
+        arrays.append(pa.array(columns["media"], MEDIA_FIELD.type))
+        schema = schema.append(MEDIA_FIELD)
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

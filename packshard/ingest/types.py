@@ -134,6 +134,7 @@ class Rendered:
     turn: int = 0  # --turns expand: the 1-based message the example trains (0: all)
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
     pair: int = 0  # PAIR_CODES: 0 plain, 1 chosen, 2 rejected, 3/4 KTO undesirable/desirable
+    images: int = 0  # images in the example (their placeholders expanded in ``text``)
 
 
 PAIR_CODES = ("plain", "chosen", "rejected", "kto_undesirable", "kto_desirable")
@@ -159,6 +160,7 @@ class TokenizedBatch:
     formats: tuple[str, ...]
     turns: np.ndarray | None = None  # int32 per example (--turns expand), None: all 0
     pairs: np.ndarray | None = None  # int8 per example (PAIR_CODES), None: all 0
+    images: np.ndarray | None = None  # int32 per example: its images, None: all 0
 
     def __post_init__(self) -> None:
         n = len(self.refs)

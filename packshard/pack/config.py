@@ -139,6 +139,11 @@ class PackConfig:
             "reasoning_markers": list(ingest.reasoning_markers),
             **({"limits": limits} if (limits := ingest.limits()) else {}),
         }
+        if ingest.media_root is not None or ingest.max_pixels or ingest.min_pixels:
+            recorded["media"] = {  # images: where their paths start, how they are sized
+                "media_root": ingest.media_root,
+                "vision_rule": ingest.vision_rule().as_dict(),
+            }
         if self.eval_fraction or self.eval_inputs:
             recorded["eval"] = {"fraction": self.eval_fraction, "inputs": list(self.eval_inputs)}
         if (mix := plan.mix_target()) is not None:

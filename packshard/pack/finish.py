@@ -29,6 +29,7 @@ from packshard.errors import REJECTED, NothingToPackError, UsageError, reject_ki
 from packshard.format.card import write_card
 from packshard.format.causes import likely_cause
 from packshard.format.examples import EXAMPLES_NAME, write_examples
+from packshard.pack.media import media_lists
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
 from packshard.format.version import FORMAT_VERSION
@@ -149,7 +150,8 @@ def pack_spill(
     plan = plan.compacted("seg_part", "seg_start")
     trim_heap()  # the statistics' temporaries, before the index's chunk
     shard_rows = [hi - lo for lo, hi in bounds]
-    tables = examples_tables(spill, plan, shard_rows, is_eval, repeats)
+    media = media_lists(spill, config.ingest)  # None without images: the index as before
+    tables = examples_tables(spill, plan, shard_rows, is_eval, repeats, media)
     faults = parse_faults(os.environ.get(FAULTS_ENV))
     shards = write_shards_on(
         engine,

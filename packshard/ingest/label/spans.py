@@ -240,7 +240,7 @@ def _render_examples(
                 text, spans = expand_images(last.text, last.spans, shown)
             except RecordError as err:
                 raise reject(err.code, err.reason) from None
-            out[-1] = replace(last, text=text, spans=spans)
+            out[-1] = replace(last, text=text, spans=spans, images=len(shown))
     return tuple(out)
 
 
