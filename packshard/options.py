@@ -65,8 +65,8 @@ EXPORT_TARGETS = (
     "unpacked",
 )
 """``packshard export --to``: each a module of :mod:`packshard.export`."""
-CHECKS = ("integrity", "structure", "source", "model")
-"""The checks ``verify`` runs, in order (:mod:`packshard.verify.run`)."""
+CHECKS = ("integrity", "structure", "source", "model", "vision")
+"""The checks ``verify`` runs, in order (:mod:`packshard.verify.run`); ``vision`` only on a pack with images."""
 LABEL_PATHS = ("generation_tags", "offsets", "none")
 """How a record's trained characters are found (see :mod:`packshard.ingest.template.render`)."""
 REASONING_POLICIES = ("train", "mask", "drop")
