@@ -66,7 +66,8 @@ EXPORT_TARGETS = (
 )
 """``packshard export --to``: each a module of :mod:`packshard.export`."""
 CHECKS = ("integrity", "structure", "source", "model", "vision")
-"""The checks ``verify`` runs, in order (:mod:`packshard.verify.run`); ``vision`` only on a pack with images."""
+"""The checks ``verify`` runs, in order (:mod:`packshard.verify.run`); ``vision`` on packs
+with images only."""
 LABEL_PATHS = ("generation_tags", "offsets", "none")
 """How a record's trained characters are found (see :mod:`packshard.ingest.template.render`)."""
 REASONING_POLICIES = ("train", "mask", "drop")

@@ -111,6 +111,14 @@ def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
     )
 
 
+def has_media(folder: Path) -> bool:
+    """Tell whether a pack's examples index records images (a ``media`` column)."""
+    try:
+        return MEDIA_FIELD.name in pq.read_schema(folder / EXAMPLES_NAME).names
+    except Exception:  # an unreadable index is integrity's finding, not the caller's
+        return False
+
+
 def build_examples_table(
     columns: Mapping[str, np.ndarray], source_names: list[str], domain_names: list[str]
 ) -> pa.Table:
@@ -151,7 +159,7 @@ def build_examples_table(
         arrays.append(pa.array(code == 4, pa.bool_(), mask=~kto))
         schema = pa.schema([*schema, *PAIR_FIELDS])
     if "media" in columns:
-        arrays.append(pa.array(columns["media"], MEDIA_FIELD.type))
+        arrays.append(pa.array(list(columns["media"]), MEDIA_FIELD.type))
         schema = schema.append(MEDIA_FIELD)
     return pa.Table.from_arrays(arrays, schema=schema)
 

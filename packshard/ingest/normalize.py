@@ -22,8 +22,8 @@ system) and ``function``/``ipython`` (as tool); ShareGPT maps ``human``/``user``
 turns.  Content is a string; OpenAI content-part lists made only of ``{"type": "text"}`` parts are
 joined with no separator; a chat record's images (an ``images`` list with ``<image>``
 placeholders, image content parts, LLaVA's ``image``) become image parts and sized files
-(:mod:`packshard.ingest.media.parts`); empty strings are kept (templates handle them).  A turn's other fields
-(``tool_calls``, ``tool_call_id``, ``name`` …, ``null`` ones dropped) travel in
+(:mod:`packshard.ingest.media.parts`); empty strings are kept (templates handle them).  A
+turn's other fields (``tool_calls``, ``tool_call_id``, ``name`` …, ``null`` ones dropped) travel in
 ``Message.extra`` to the template, as ``transformers`` passes them, except the reasoning
 fields and training flags :mod:`packshard.ingest.fields` reads; a turn with ``tool_calls``
 may have ``content: null`` (OpenAI style), read as ``""``.  A top-level ``system``

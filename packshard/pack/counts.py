@@ -139,8 +139,16 @@ def _columns(
     if codes is not None and codes.any():  # preference or KTO records: pair_id, branch …
         makers["pair_code"] = lambda: codes[ex()]
     if media is not None:  # a pack with images: each example's, by reference
-        makers["media"] = lambda: [media[e] for e in ex().tolist()]  # type: ignore[misc]
+        makers["media"] = lambda: _objects([media[e] for e in ex().tolist()])
     return _Columns(makers)
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    """Return ``values`` as a one-dimensional object array (lists stay lists)."""
+    out = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):  # one by one: equal-length lists would broadcast
+        out[i] = value
+    return out
 
 
 def loss_policies(spill: Spill, plan: RowPlan, loss: str) -> tuple[dict[str, str], dict[str, int]]:

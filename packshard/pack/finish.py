@@ -29,7 +29,6 @@ from packshard.errors import REJECTED, NothingToPackError, UsageError, reject_ki
 from packshard.format.card import write_card
 from packshard.format.causes import likely_cause
 from packshard.format.examples import EXAMPLES_NAME, write_examples
-from packshard.pack.media import media_lists
 from packshard.format.manifest import build_manifest, compute_dataset_id, write_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter, RejectTally
 from packshard.format.version import FORMAT_VERSION
@@ -43,6 +42,7 @@ from packshard.pack.counts import (
     wrapped_drops,
 )
 from packshard.pack.heap import trim_heap
+from packshard.pack.media import media_lists
 from packshard.pack.plan.evalsplit import (
     eval_examples,
     plan_examples,

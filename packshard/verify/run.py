@@ -41,13 +41,14 @@ import numpy as np
 
 from packshard.errors import ManifestError
 from packshard.format.environment import Drift, environment_drift, running_environment
+from packshard.format.examples import has_media
 from packshard.format.manifest import load_manifest
 from packshard.ingest.template.sandbox import template_conventions
 from packshard.options import MAX_SEED, check_range
 from packshard.verify.findings import NOT_RUN, CheckResult, EquivalenceReport, FindingList
 from packshard.verify.integrity import check_counts, check_files
 from packshard.verify.model.equivalence import CONTROL_FLOOR, DEFAULT_ATOL
-from packshard.verify.model.vision import check_vision, has_media
+from packshard.verify.model.vision import check_vision
 from packshard.verify.stages import StageClock
 from packshard.verify.structure import ShardAudit, check_structure
 

@@ -237,19 +237,17 @@ def _render_examples(
             last = out[-1]
             try:
                 shown = counts[: last.text.count(PAD)] if turn else counts  # expand: a prefix
-                text, spans = expand_images(last.text, last.spans, shown)
+                text, moved = expand_images(last.text, last.spans, shown)
             except RecordError as err:
                 raise reject(err.code, err.reason) from None
-            out[-1] = replace(last, text=text, spans=spans, images=len(shown))
+            out[-1] = replace(last, text=text, spans=moved, images=len(shown))
     return tuple(out)
 
 
 PAD = QWEN_VL.image_pad
 
 
-def image_counts(
-    conv: Conversation, template: ChatTemplate, options: IngestOptions
-) -> list[int]:
+def image_counts(conv: Conversation, template: ChatTemplate, options: IngestOptions) -> list[int]:
     """Return each image's placeholder tokens, by the rule of the template's family.
 
     Raises:

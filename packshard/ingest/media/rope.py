@@ -74,7 +74,8 @@ def packed_positions(
     """
     n = len(ids)
     out = np.empty((4, n), np.int64)
-    for k, (lo, hi) in enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())):
+    bounds = zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True)
+    for k, (lo, hi) in enumerate(bounds):
         out[0, lo:hi] = np.arange(hi - lo)
         out[1:, lo:hi] = mrope_positions(ids[lo:hi], grids[k], image_pad_id, merge_size)
     return out

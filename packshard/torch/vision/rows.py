@@ -98,7 +98,9 @@ class PackedVisionDataset(torch.utils.data.Dataset[dict[str, Any]]):
         self.rule = vision_rule(load_manifest(out))
         index = pq.read_table(self.out / EXAMPLES_NAME, columns=["example_id", "source", "line"])
         if "media" not in pq.read_schema(self.out / EXAMPLES_NAME).names:
-            raise FormatError(str(self.out / EXAMPLES_NAME), "no media column: not a pack with images")
+            raise FormatError(
+                str(self.out / EXAMPLES_NAME), "no media column: not a pack with images"
+            )
         self._ids = index["example_id"].to_numpy()
         self._places = [
             f"example {e} ({s}:{n})"
@@ -117,7 +119,7 @@ class PackedVisionDataset(torch.utils.data.Dataset[dict[str, Any]]):
 
     @cached_property
     def processor(self) -> Any:
-        """transformers' Qwen2-VL image processor (PIL), with the pack's pixel bounds."""
+        """Transformers' Qwen2-VL image processor (PIL), with the pack's pixel bounds."""
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
             Qwen2VLImageProcessorPil,
         )

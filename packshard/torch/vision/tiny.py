@@ -97,8 +97,11 @@ def compare_row(model: Any, row: dict[str, Any], image_pad_id: int = 151655) -> 
         runs = int(np.count_nonzero(np.diff(np.concatenate(([0], pad[lo:hi].view(np.int8)))) == 1))
         mine = grid_list[image_at : image_at + runs]
         patches = int(counts[image_at : image_at + runs].sum())
-        seg_pixels = pixels[patch_at : patch_at + patches] if runs else None
-        seg_grids = grids[image_at : image_at + runs] if runs else None
+        seg_pixels = seg_grids = None
+        if runs:
+            assert pixels is not None and grids is not None, "image tokens without images"
+            seg_pixels = pixels[patch_at : patch_at + patches]
+            seg_grids = grids[image_at : image_at + runs]
         positions = torch.from_numpy(mrope_positions(seg.numpy(), mine, image_pad_id))[:, None]
         alone.append(_logits(model, seg, seg_pixels, seg_grids, positions))
         image_at, patch_at = image_at + runs, patch_at + patches

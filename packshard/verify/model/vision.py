@@ -38,14 +38,6 @@ CONTROL_SHARE = 0.95
 """The least share of multi-segment rows each wrong position form must move."""
 
 
-def has_media(folder: Path) -> bool:
-    """Tell whether a pack's examples index records images."""
-    try:
-        return "media" in pq.read_schema(folder / EXAMPLES_NAME).names
-    except Exception:  # an unreadable index is integrity's finding, not this stage's
-        return False
-
-
 def _rehash(folder: Path, findings: FindingList) -> int:
     """Read every recorded image again; return how many distinct files were checked."""
     from packshard.torch.vision.rows import read_media

@@ -50,7 +50,9 @@ def test_every_shared_image_matches_the_processor(shared_data: Path, bounds: dic
 
     folder = multimodal(shared_data)
     proc = qwen_processor(
-        shared_data / "tokenizers" / "qwen3", folder / "qwen2_5_vl" / "chat_template.jinja", **bounds
+        shared_data / "tokenizers" / "qwen3",
+        folder / "qwen2_5_vl" / "chat_template.jinja",
+        **bounds,
     )
     rule = VisionRule(**bounds)
     images = shared_images(folder)

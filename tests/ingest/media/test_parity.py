@@ -104,7 +104,9 @@ def test_ids_equal_the_processor(
         assert np.array_equal(ids, want)
         assert not np.isin(ids[labels != IGNORE_INDEX], VISION_IDS).any()
         trained = proc.tokenizer.decode(ids[labels != IGNORE_INDEX])
-        answers = [m["content"][0]["text"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
+        answers = [
+            m["content"][0]["text"] + "<|im_end|>" for m in messages if m["role"] == "assistant"
+        ]
         assert trained == "".join(answers)
 
 

@@ -54,7 +54,10 @@ def test_llava_single_image(folder: Path) -> None:
     conv = _norm(
         {
             "image": "b.png",
-            "conversations": [{"from": "human", "value": "Chart?\n<image>"}, {"from": "gpt", "value": "Yes"}],
+            "conversations": [
+                {"from": "human", "value": "Chart?\n<image>"},
+                {"from": "gpt", "value": "Yes"},
+            ],
         },
         folder,
     )
@@ -101,7 +104,10 @@ def test_pathless_parts_take_the_list(folder: Path) -> None:
 
 def test_media_root(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     elsewhere = tmp_path_factory.mktemp("records")
-    value = {"messages": [{"role": "user", "content": "<image>"}, {"role": "assistant", "content": "x"}], "images": ["a.png"]}
+    value = {
+        "messages": [{"role": "user", "content": "<image>"}, {"role": "assistant", "content": "x"}],
+        "images": ["a.png"],
+    }
     with pytest.raises(RecordError) as err:
         _norm(value, elsewhere)
     assert err.value.code == "missing_media"
