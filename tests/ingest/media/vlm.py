@@ -49,3 +49,34 @@ def qwen_processor(tokenizer_dir: Path, template: Path, **bounds: Any) -> Any:
     proc.image_token_id = tok.convert_tokens_to_ids("<|image_pad|>")
     proc.video_token_id = tok.convert_tokens_to_ids("<|video_pad|>")
     return proc
+
+
+def pack_images(shared: Path, root: Path, **options: Any) -> Path:
+    """Copy LLaMA-Factory's image demo (records and images) under ``root`` and pack it.
+
+    The copy is the test's own (it may change or delete an image); the pack holds the six
+    image records and the three video records (rejected), Qwen2.5-VL's template, 1,024 tokens.
+    """
+    import shutil
+
+    from packshard.pack import PackConfig, pack_dataset
+
+    folder = multimodal(shared)
+    data = root / "data"
+    data.mkdir(parents=True)
+    for name in ("mllm_demo.json", "mllm_video_demo.json"):
+        shutil.copyfile(folder / name, data / name)
+    shutil.copytree(folder / "mllm_demo_data", data / "mllm_demo_data")
+    settings: dict[str, Any] = {
+        "max_seq_len": 1024,
+        "template": str(folder / "qwen2_5_vl" / "chat_template.jinja"),
+        **options,
+    }
+    config = PackConfig.build(
+        inputs=(str(data / "mllm_demo.json"), str(data / "mllm_video_demo.json")),
+        tokenizer=str(shared / "tokenizers" / "qwen3"),
+        out=str(root / "out"),
+        **settings,
+    )
+    pack_dataset(config)
+    return root / "out"
