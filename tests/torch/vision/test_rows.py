@@ -33,7 +33,7 @@ def test_rows_carry_pixels_grids_and_positions(packed: Path) -> None:
         ids, cu, pos = row["input_ids"].numpy(), row["cu_seqlens"].numpy(), row["position_ids"]
         assert pos.shape == (4, len(ids))
         at = 0
-        for lo, hi in zip(cu[:-1], cu[1:], strict=True):
+        for lo, hi in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
             assert pos[0, lo:hi].tolist() == list(range(hi - lo))
             n = int(np.count_nonzero(np.diff(np.r_[0, (ids[lo:hi] == 151655).view(np.int8)]) == 1))
             want = mrope_positions(ids[lo:hi], grids[at : at + n], 151655)
