@@ -18,7 +18,6 @@ import numpy as np
 
 from packshard.errors import UsageError
 from packshard.ingest.media.files import MediaFile
-from packshard.ingest.media.grid import VisionRule
 from packshard.options import (
     BACKENDS,
     EMPTY_REASONING,
@@ -34,6 +33,7 @@ from packshard.options import (
     REASONING_POLICIES,
     TEMPLATE_SECONDS,
     TURN_POLICIES,
+    VisionRule,
     check_choice,
     check_range,
 )

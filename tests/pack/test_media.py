@@ -11,7 +11,8 @@ import pytest
 from packshard.errors import UsageError
 from packshard.format.examples import has_media
 from packshard.ingest.media.files import header_size
-from packshard.ingest.media.grid import VisionRule, image_grid
+from packshard.ingest.media.grid import image_grid
+from packshard.options import VisionRule
 from packshard.repack import RepackConfig, repack_dataset
 from tests.ingest.media.vlm import pack_images
 

@@ -32,9 +32,9 @@ import torch
 from packshard.errors import FormatError
 from packshard.format.examples import EXAMPLES_NAME
 from packshard.format.manifest import load_manifest
-from packshard.ingest.media.grid import VisionRule
-from packshard.ingest.media.rope import packed_positions
+from packshard.options import VisionRule
 from packshard.torch.dataset import PackedDataset
+from packshard.torch.vision.rope import packed_positions
 
 IMAGE_PAD_ID = 151655
 """``<|image_pad|>`` of the Qwen2/2.5/3-VL tokenizers: the token each merged patch takes."""

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from packshard.ingest.media.rope import mrope_positions, packed_positions
+from packshard.torch.vision.rope import mrope_positions, packed_positions
 
 TINY_SEED = 0
 

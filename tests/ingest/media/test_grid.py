@@ -8,7 +8,8 @@ import pytest
 
 from packshard.errors import RecordError, UsageError
 from packshard.ingest.media.files import header_size
-from packshard.ingest.media.grid import VisionRule, image_grid, smart_resize, vision_tokens
+from packshard.ingest.media.grid import image_grid, smart_resize, vision_tokens
+from packshard.options import VisionRule
 from tests.ingest.media.vlm import multimodal, qwen_processor, shared_images
 
 RULE = VisionRule()

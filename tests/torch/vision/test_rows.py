@@ -20,8 +20,8 @@ def packed(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_rows_carry_pixels_grids_and_positions(packed: Path) -> None:
-    from packshard.ingest.media.rope import mrope_positions
     from packshard.torch.vision import PackedVisionDataset, collate_vision
+    from packshard.torch.vision.rope import mrope_positions
 
     rows = PackedVisionDataset(packed)
     seen_images = 0

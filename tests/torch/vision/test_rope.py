@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from packshard.ingest.media.rope import mrope_positions, packed_positions
+from packshard.torch.vision.rope import mrope_positions, packed_positions
 
 PAD = 9
 
