@@ -10,8 +10,9 @@ file again::
         path  imgs/cat.png      (relative to root, as written)
         file  chat/imgs/cat.png  512 x 384, 48,213 bytes  ─► grid by the family's rule
 
-Only the header is read (Pillow's ``Image.open`` parses it lazily; ``.load()`` is never
-called), so sizing an image costs a ``stat`` and a few hundred bytes read, whatever its size.
+Only the header is read (:mod:`packshard.ingest.media.headers`, or Pillow's lazy
+``Image.open`` for other formats; ``.load()`` is never called), so sizing an image costs a
+``stat`` and a few hundred bytes read, whatever its size.
 A URL (``http://``, ``https://``, ``data:`` …) is refused: nothing is downloaded.  The
 SHA-256 of the bytes is taken when the examples index is written and checked by ``verify``
 and the reader, never at planning time.
@@ -23,8 +24,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 
 from packshard.errors import RecordError
+from packshard.ingest.media.headers import quick_size
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(//|[^\\/])")
 """A scheme (``http://``, ``s3://``, ``data:``): a URL, not a path (``C:\\`` is a path)."""
@@ -57,13 +60,23 @@ def record_root(source: str, media_root: str | None) -> str:
     return os.path.dirname(source) or "."
 
 
-def header_size(file: Path) -> tuple[int, int]:
+def header_size(file: Path | str) -> tuple[int, int]:
     """Return ``(width, height)`` from an image file's header, its pixels never decoded.
 
+    The common formats are read where they store their size
+    (:mod:`packshard.ingest.media.headers`); any other goes to Pillow's lazy ``Image.open``.
+
     Raises:
-        RecordError: ``bad_media`` when Pillow cannot identify the file as an image.
+        RecordError: ``bad_media`` when neither can identify the file as an image.
 
     """
+    try:
+        with open(file, "rb") as fh:
+            found = quick_size(fh)
+    except OSError as exc:
+        raise RecordError("bad_media", f"{file}: cannot be read ({exc.strerror})") from None
+    if found is not None and found[0] > 0 and found[1] > 0:
+        return int(found[0]), int(found[1])
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -91,16 +104,16 @@ def find_media(path: object, root: str, where: str) -> MediaFile:
             "media_url",
             f"{where} is a URL ({path[:80]}); nothing is downloaded (fetch it and name the file)",
         )
-    file = Path(root) / path
+    file = os.path.join(root, path)
     try:
-        stat = file.stat()
+        mode = os.stat(file)
     except OSError:
-        stat = None
-    if stat is None or not file.is_file():
+        mode = None
+    if mode is None or not S_ISREG(mode.st_mode):
         raise RecordError(
             "missing_media",
             f"{where} {path!r} is not a file under {root!r} (use --media-root to name the "
             "folder its paths start from)",
         )
     width, height = header_size(file)
-    return MediaFile(root, path, width, height, int(stat.st_size))
+    return MediaFile(root, path, width, height, int(mode.st_size))
