@@ -9,8 +9,8 @@ naming one of ``--files`` distinct image files (copies of the shared images, ren
 file's header is read twice in a pass).  The header side is the whole counting step of
 ``pack`` for a record: JSON parse, normalize (find, stat and size each image), grid, count.
 ``count`` times the counting step alone (find, stat, header, grid), ``normalize`` the whole
-per-record work.  Both sides are timed in alternation, ``--repeat`` times, the file pages warm for both; each
-prints records per second and the ratio, with CPU seconds.
+per-record work.  Both sides are timed in alternation, ``--repeat`` times, the file pages
+warm for both; each prints records per second and the ratio, with CPU seconds.
 
 Usage: python scripts/bench_media.py [--records 20000] [--files 2000] [--baseline 400]
 """
@@ -29,12 +29,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from packshard.ingest.media.files import find_media  # noqa: E402
-from packshard.ingest.media.grid import image_grid, vision_tokens  # noqa: E402
-from packshard.ingest.normalize import normalize_record  # noqa: E402
-from packshard.ingest.types import RawRecord  # noqa: E402
-from packshard.options import VisionRule  # noqa: E402
-from packshard.records import SourceRef  # noqa: E402
+from packshard.ingest.media.files import find_media
+from packshard.ingest.media.grid import image_grid, vision_tokens
+from packshard.ingest.normalize import normalize_record
+from packshard.ingest.types import RawRecord
+from packshard.options import VisionRule
+from packshard.records import SourceRef
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "multimodal"
 

@@ -73,11 +73,11 @@ def quick_size(fh: BinaryIO) -> tuple[int, int] | None:
     """Return ``(width, height)`` read from the header of an open file, or None (ask Pillow)."""
     head = fh.read(HEAD)
     if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
-        return struct.unpack(">II", head[16:24])  # type: ignore[return-value]
+        return struct.unpack(">II", head[16:24])
     if head[:2] == b"\xff\xd8":
         return _jpeg(fh, head)
     if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
-        return struct.unpack("<HH", head[6:10])  # type: ignore[return-value]
+        return struct.unpack("<HH", head[6:10])
     if head[:2] == b"BM" and len(head) >= 26:
         w, h = struct.unpack("<ii", head[18:26])
         return w, abs(h)
