@@ -64,6 +64,12 @@ def render_pack_summary(result: Any) -> Group:
     rows.append(("shards", len(result.manifest["shards"])))
     if p := stats.get("pairs"):
         rows.append(("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS)))
+    if v := stats.get("vision"):
+        rows.append(("images / vision tokens", f"{v['images']:,} / {v['vision_tokens']:,}"))
+        per_row = v["per_row_vision_tokens"]
+        rows.append(
+            ("vision tokens a row, max / mean", f"{per_row['max']:,} / {per_row['mean']:,.1f}")
+        )
     if "splits" in stats:
         split = " / ".join(f"{stats['splits'][k]['records_packed']:,}" for k in ("train", "eval"))
         rows.append(("train / eval records", split))

@@ -42,7 +42,7 @@ from packshard.pack.counts import (
     wrapped_drops,
 )
 from packshard.pack.heap import trim_heap
-from packshard.pack.media import media_lists
+from packshard.pack.media import media_lists, vision_stats
 from packshard.pack.plan.evalsplit import (
     eval_examples,
     plan_examples,
@@ -151,6 +151,8 @@ def pack_spill(
     trim_heap()  # the statistics' temporaries, before the index's chunk
     shard_rows = [hi - lo for lo, hi in bounds]
     media = media_lists(spill, config.ingest)  # None without images: the index as before
+    if media is not None:
+        stats["vision"] = vision_stats(media, plan, config.ingest.vision_rule())
     tables = examples_tables(spill, plan, shard_rows, is_eval, repeats, media)
     faults = parse_faults(os.environ.get(FAULTS_ENV))
     shards = write_shards_on(

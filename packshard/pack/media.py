@@ -27,6 +27,8 @@ from packshard.ingest.normalize import normalize_record
 from packshard.ingest.read.inputs import expand_inputs
 from packshard.ingest.read.sources import read_records
 from packshard.ingest.types import IngestOptions
+from packshard.options import VisionRule
+from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
 
 
@@ -77,3 +79,43 @@ def media_lists(spill: Spill, options: IngestOptions) -> list[list[dict[str, Any
             for e in examples:
                 out[e] = entries[: int(images[e])]
     return out
+
+
+def vision_stats(
+    media: list[list[dict[str, Any]]], plan: RowPlan, rule: VisionRule
+) -> dict[str, Any]:
+    """Return the manifest's ``stats.vision``: images and vision tokens, in all and per row.
+
+    A row's vision tokens are what its images cost the vision encoder (``t*h*w`` patches,
+    ``merge_size²`` of them a placeholder token); their spread over the rows (max vs mean)
+    says how unevenly the encoder's work falls on them.
+    """
+    merge = rule.merge_size * rule.merge_size
+    images = np.fromiter((len(m) for m in media), np.int64, count=len(media))
+    tokens = np.fromiter(
+        (sum(e["grid_t"] * e["grid_h"] * e["grid_w"] for e in m) // merge for m in media),
+        np.int64,
+        count=len(media),
+    )
+    seg_rows = plan.segment_rows()
+    per_row_tokens = np.bincount(
+        seg_rows, weights=tokens[plan.seg_example], minlength=plan.num_rows
+    )
+    per_row_images = np.bincount(
+        seg_rows, weights=images[plan.seg_example], minlength=plan.num_rows
+    )
+    rows = max(plan.num_rows, 1)
+    return {
+        "images": int(images[plan.seg_example].sum()),
+        "vision_tokens": int(tokens[plan.seg_example].sum()),
+        "rows_with_images": int(np.count_nonzero(per_row_images)),
+        "per_row_images": {
+            "max": int(per_row_images.max(initial=0)),
+            "mean": round(float(per_row_images.sum()) / rows, 3),
+        },
+        "per_row_vision_tokens": {
+            "max": int(per_row_tokens.max(initial=0)),
+            "mean": round(float(per_row_tokens.sum()) / rows, 3),
+        },
+        "rule": rule.as_dict(),
+    }

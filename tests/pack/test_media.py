@@ -51,6 +51,19 @@ def test_counts_add_up(packed: Path) -> None:
     assert [r["code"] for r in rejects] == ["video_unsupported"] * 3
     assert [r["line"] for r in rejects] == [1, 2, 3]
     assert sum(i["records"] for i in manifest["inputs"]) == 9
+    vision = manifest["stats"]["vision"]
+    index = pq.read_table(packed / "examples.parquet").to_pylist()
+    per_example = [sum(e["grid_h"] * e["grid_w"] // 4 for e in x["media"]) for x in index]
+    assert vision["images"] == 8 and vision["vision_tokens"] == sum(per_example)
+    per_row: dict[int, int] = {}
+    for x, n in zip(index, per_example, strict=True):
+        per_row[x["row"]] = per_row.get(x["row"], 0) + n
+    rows = manifest["stats"]["rows"]
+    assert vision["per_row_vision_tokens"] == {
+        "max": max(per_row.values()),
+        "mean": round(sum(per_row.values()) / rows, 3),
+    }
+    assert vision["rule"]["max_pixels"] == 28 * 28 * 1280
 
 
 def test_an_example_with_images_is_never_cut(shared_data: Path, tmp_path: Path) -> None:
