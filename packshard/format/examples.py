@@ -34,6 +34,7 @@ needs as arrays, with sources dictionary-encoded, so no per-example Python runs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ import pyarrow.parquet as pq
 
 from packshard.arrays import arrow_array, arrow_strings
 from packshard.errors import FormatError
+from packshard.format.folder.paths import open_inside
 from packshard.format.version import metadata_problem, parquet_metadata
 
 EXAMPLES_NAME = "examples.parquet"
@@ -112,11 +114,20 @@ def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
 
 
 def has_media(folder: Path) -> bool:
-    """Tell whether a pack's examples index records images (a ``media`` column)."""
+    """Tell whether a pack's examples index records images (a ``media`` column).
+
+    The index is opened only inside ``folder`` (:func:`open_inside`): a link leaving it, or
+    anything but a regular file, reads as no images here and is integrity's finding.
+    """
     try:
-        return MEDIA_FIELD.name in pq.read_schema(folder / EXAMPLES_NAME).names
-    except Exception:  # an unreadable index is integrity's finding, not the caller's
+        fd = open_inside(folder, EXAMPLES_NAME)
+    except FormatError:
         return False
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return MEDIA_FIELD.name in pq.read_schema(fh).names
+        except Exception:  # an unreadable index is integrity's finding, not the caller's
+            return False
 
 
 def build_examples_table(
