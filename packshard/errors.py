@@ -213,6 +213,33 @@ REJECT_CODES: dict[str, RejectCode] = {
         RejectCode(
             "identical_pair", REJECTED, "the chosen and rejected branches render the same tokens"
         ),
+        RejectCode(
+            "missing_media",
+            REJECTED,
+            "an image the record names is not a file under the record's folder or --media-root",
+        ),
+        RejectCode(
+            "bad_media",
+            REJECTED,
+            "an image file's header cannot be read as an image, or its size is one the "
+            "vision processor refuses",
+        ),
+        RejectCode(
+            "media_url",
+            REJECTED,
+            "an image is named by a URL (nothing is downloaded: fetch it and name the file)",
+        ),
+        RejectCode(
+            "media_mismatch",
+            REJECTED,
+            "the record's image placeholders and its images disagree in number, or the "
+            "template writes no vision placeholder for them",
+        ),
+        RejectCode(
+            "video_unsupported",
+            REJECTED,
+            "the record holds a video, which packshard does not pack yet",
+        ),
         RejectCode("too_long", DROPPED, "longer than --max-seq-len under --overlong drop"),
         RejectCode(
             "truncated_no_targets", DROPPED, "no trained token left after --overlong truncate"

@@ -26,6 +26,7 @@ so a wrong value is one line and exit 2, never a traceback after a long ingest.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from packshard.errors import UsageError
@@ -65,8 +66,9 @@ EXPORT_TARGETS = (
     "unpacked",
 )
 """``packshard export --to``: each a module of :mod:`packshard.export`."""
-CHECKS = ("integrity", "structure", "source", "model")
-"""The checks ``verify`` runs, in order (:mod:`packshard.verify.run`)."""
+CHECKS = ("integrity", "structure", "source", "model", "vision")
+"""The checks ``verify`` runs, in order (:mod:`packshard.verify.run`); ``vision`` on packs
+with images only."""
 LABEL_PATHS = ("generation_tags", "offsets", "none")
 """How a record's trained characters are found (see :mod:`packshard.ingest.template.render`)."""
 REASONING_POLICIES = ("train", "mask", "drop")
@@ -139,3 +141,43 @@ def check_max_seq_len(value: Any) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and value < 2:
         raise UsageError(f"--max-seq-len {value} is too small (need at least 2)")
     check_range("--max-seq-len", value, 2, MAX_SEQ_LEN)
+
+
+@dataclass(frozen=True, slots=True)
+class VisionRule:
+    """How a model family sizes an image: patch and merge sizes, pixel bounds.
+
+    The defaults are Qwen2-VL's image processor's (``Qwen2VLImageProcessor()``), which
+    Qwen2.5-VL shares; ``name`` is what a manifest records.
+    """
+
+    name: str = "qwen2_vl"
+    patch_size: int = 14
+    merge_size: int = 2
+    temporal_patch_size: int = 2
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 1280
+
+    def check(self) -> None:
+        """Raise :class:`UsageError` for bounds no image could meet."""
+        factor = self.patch_size * self.merge_size
+        if self.min_pixels < 1 or self.max_pixels < factor * factor:
+            raise UsageError(
+                f"--max-pixels must be at least {factor * factor} (one {factor}x{factor} "
+                f"block) and --min-pixels at least 1, got {self.max_pixels} and {self.min_pixels}"
+            )
+        if self.min_pixels > self.max_pixels:
+            raise UsageError(
+                f"--min-pixels {self.min_pixels} is over --max-pixels {self.max_pixels}"
+            )
+
+    def as_dict(self) -> dict[str, int | str]:
+        """Return the rule as a manifest records it."""
+        return {
+            "name": self.name,
+            "patch_size": self.patch_size,
+            "merge_size": self.merge_size,
+            "temporal_patch_size": self.temporal_patch_size,
+            "min_pixels": self.min_pixels,
+            "max_pixels": self.max_pixels,
+        }

@@ -30,14 +30,15 @@ NORMALIZE = {
     "invalid_flag",
     "invalid_pair",
 }
+MEDIA = {"missing_media", "bad_media", "media_url", "media_mismatch", "video_unsupported"}
 RENDER = {"no_assistant_turn", "template_error", "reasoning_dropped"}
 INGEST = {"no_trainable_tokens", "identical_pair"}
 POLICY = {"too_long", "truncated_no_targets", "split_no_targets", "mix_subsampled"}
 
 
 def test_every_emitted_code_is_registered_once_with_its_kind() -> None:
-    assert set(REJECT_CODES) == READ | NORMALIZE | RENDER | INGEST | POLICY
-    assert len(REJECT_CODES) == 25
+    assert set(REJECT_CODES) == READ | NORMALIZE | MEDIA | RENDER | INGEST | POLICY
+    assert len(REJECT_CODES) == 30
     for name, code in REJECT_CODES.items():
         assert isinstance(code, RejectCode) and code.name == name
         assert code.meaning and code.meaning == code.meaning.strip()
@@ -45,7 +46,7 @@ def test_every_emitted_code_is_registered_once_with_its_kind() -> None:
     assert {n for n, c in REJECT_CODES.items() if c.kind == DROPPED} == POLICY
     assert {
         n for n, c in REJECT_CODES.items() if c.kind == REJECTED
-    } == READ | NORMALIZE | RENDER | INGEST
+    } == READ | NORMALIZE | MEDIA | RENDER | INGEST
 
 
 def test_record_errors_are_placed_and_keep_their_code() -> None:

@@ -147,6 +147,27 @@ INGEST = group(
         help="Opening and closing marker of inline reasoning, comma-separated.",
     ),
     click.option(
+        "--media-root",
+        default=None,
+        show_default=False,
+        help="Folder that relative image paths start from (default: each record's folder).",
+    ),
+    click.option(
+        "--max-pixels",
+        type=int,
+        default=None,
+        show_default=False,
+        help="Largest image area after resizing, in pixels (default: the vision rule's, "
+        "Qwen2-VL 28*28*1280).",
+    ),
+    click.option(
+        "--min-pixels",
+        type=int,
+        default=None,
+        show_default=False,
+        help="Smallest image area after resizing, in pixels (default: the rule's, 56*56).",
+    ),
+    click.option(
         "--backend",
         default="auto",
         type=click.Choice(BACKENDS),

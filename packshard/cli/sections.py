@@ -35,6 +35,7 @@ PACK_SECTIONS: dict[str, tuple[str, ...]] = {
         "turns",
         "reasoning_markers",
     ),
+    "Images": ("media_root", "max_pixels", "min_pixels"),
     "Bad records": ("on_error", "max_reject_rate"),
     "Packing": ("strategy", "overlong", "seed", "group_by_domain", "plan_scope"),
     "Mixture": ("mix", "mix_by", "max_repeat", "mix_best_effort"),

@@ -64,6 +64,12 @@ def render_pack_summary(result: Any) -> Group:
     rows.append(("shards", len(result.manifest["shards"])))
     if p := stats.get("pairs"):
         rows.append(("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS)))
+    if v := stats.get("vision"):
+        rows.append(("images / vision tokens", f"{v['images']:,} / {v['vision_tokens']:,}"))
+        per_row = v["per_row_vision_tokens"]
+        rows.append(
+            ("vision tokens a row, max / mean", f"{per_row['max']:,} / {per_row['mean']:,.1f}")
+        )
     if "splits" in stats:
         split = " / ".join(f"{stats['splits'][k]['records_packed']:,}" for k in ("train", "eval"))
         rows.append(("train / eval records", split))
@@ -107,6 +113,8 @@ def render_verify_summary(report: Any) -> Group:
     table.add_column("detail")
     table.add_column("time", justify="right")
     for name in CHECKS:
+        if name == "vision" and name not in report.checks:
+            continue  # a pack without images has no vision stage
         info = report.checks.get(name, {"status": "skipped"})
         status = info.get("status", "?")
         style = {"passed": "green", "failed": "bold red"}.get(status, "yellow")
@@ -220,6 +228,18 @@ def _detail(name: str, info: dict[str, Any]) -> str:
                 f"{pairs['control_pairs_moved']} of {pairs['pairs']} by >= 1e-2"
             )
         return text
+    if name == "vision" and "rows" in info:
+        moved = info["controls_moved"]
+        return (
+            f"{_count(info['images_checked'], 'image')} re-hashed; {info['rows']} rows with "
+            f"several segments, {info['images']} images: max |Δlogit| packed vs alone "
+            f"{info['max_logit_delta']:.2g} (atol {info['atol']:.0e}); controls moved by >= 1e-2: "
+            + ", ".join(f"{k.replace('_', ' ')} {v}/{info['rows']}" for k, v in moved.items())
+        )
+    if name == "vision" and "images_checked" in info:
+        return f"{_count(info['images_checked'], 'image')} re-hashed; " + _count(
+            int(info.get("findings", 0)), "finding"
+        )
     return _count(int(info.get("findings", 0)), "finding")
 
 

@@ -23,6 +23,9 @@ Columns, in order (one row per segment of every shard, sorted by ``example_id``)
                               or KTO records, null for an example that is no pair branch
     branch           string   ``chosen`` / ``rejected`` (null: no pair branch); same packs
     kto_label        bool     an unpaired KTO record's label (null otherwise); same packs
+    media            list<struct>  the example's images in order: ``root``, ``path`` (relative
+                              to root), ``bytes``, ``sha256``, ``width``, ``height``, ``grid_t``,
+                              ``grid_h``, ``grid_w``; only in a pack with images (last column)
 
 Like the shards, the file carries the format version and dataset id in its key-value metadata
 and readers refuse a file of another dataset.  :class:`ExamplesIndex` holds the columns verify
@@ -31,6 +34,7 @@ needs as arrays, with sources dictionary-encoded, so no per-example Python runs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +45,7 @@ import pyarrow.parquet as pq
 
 from packshard.arrays import arrow_array, arrow_strings
 from packshard.errors import FormatError
+from packshard.format.folder.paths import open_inside
 from packshard.format.version import metadata_problem, parquet_metadata
 
 EXAMPLES_NAME = "examples.parquet"
@@ -80,6 +85,25 @@ KTO record's label.  Given to :func:`build_examples_table` as one int8 column ``
 (0 plain, 1 chosen, 2 rejected, 3 KTO undesirable, 4 KTO desirable).
 """
 BRANCHES = ("chosen", "rejected")
+MEDIA_FIELD = pa.field(
+    "media",
+    pa.list_(
+        pa.struct(
+            [
+                ("root", pa.string()),
+                ("path", pa.string()),
+                ("bytes", pa.int64()),
+                ("sha256", pa.string()),
+                ("width", pa.int32()),
+                ("height", pa.int32()),
+                ("grid_t", pa.int32()),
+                ("grid_h", pa.int32()),
+                ("grid_w", pa.int32()),
+            ]
+        )
+    ),
+)
+"""The last column of the index of a pack with images: each example's images by reference."""
 
 
 def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
@@ -87,6 +111,23 @@ def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
     return pa.DictionaryArray.from_arrays(arrow_array(codes), arrow_strings(names)).cast(
         pa.string()
     )
+
+
+def has_media(folder: Path) -> bool:
+    """Tell whether a pack's examples index records images (a ``media`` column).
+
+    The index is opened only inside ``folder`` (:func:`open_inside`): a link leaving it, or
+    anything but a regular file, reads as no images here and is integrity's finding.
+    """
+    try:
+        fd = open_inside(folder, EXAMPLES_NAME)
+    except FormatError:
+        return False
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return MEDIA_FIELD.name in pq.read_schema(fh).names
+        except Exception:  # an unreadable index is integrity's finding, not the caller's
+            return False
 
 
 def build_examples_table(
@@ -128,6 +169,9 @@ def build_examples_table(
         arrays.append(pa.DictionaryArray.from_arrays(which, names).cast(pa.string()))
         arrays.append(pa.array(code == 4, pa.bool_(), mask=~kto))
         schema = pa.schema([*schema, *PAIR_FIELDS])
+    if "media" in columns:
+        arrays.append(pa.array(list(columns["media"]), MEDIA_FIELD.type))
+        schema = schema.append(MEDIA_FIELD)
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

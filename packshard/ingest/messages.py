@@ -16,6 +16,7 @@ from typing import Any
 
 from packshard.errors import RecordError
 from packshard.ingest.fields import read_fields, thinking_parts
+from packshard.ingest.media.parts import content_parts
 from packshard.ingest.read.jsonparse import a_json_kind, json_kind
 from packshard.ingest.types import Message
 
@@ -108,6 +109,11 @@ def read_messages(turns: Any, name: str, form: tuple[dict[str, str], str, str, s
                 )
             if calls:  # an OpenAI tool-calling turn: "content": null
                 text = ""
+        parts = content_parts(text, f"{name}[{i}] content") if type(text) is list else None
+        if parts is not None:  # a turn with images: its text parts, and the parts in order
+            joined = "".join(t for kind, t in parts if kind == "text")
+            out.append(Message(role, joined, extra, thought, train, parts))
+            continue
         out.append(Message(role, content_text(text, f"{name}[{i}] content"), extra, thought, train))
     return out
 

@@ -20,8 +20,10 @@ system) and ``function``/``ipython`` (as tool); ShareGPT maps ``human``/``user``
 ``gpt``/``assistant``/``chatgpt``/``bard``/``model`` -> assistant, ``function_call`` -> assistant,
 ``observation``/``tool``/``function``/``ipython`` -> tool, and also reads ``role``/``content``
 turns.  Content is a string; OpenAI content-part lists made only of ``{"type": "text"}`` parts are
-joined with no separator; empty strings are kept (templates handle them).  A turn's other fields
-(``tool_calls``, ``tool_call_id``, ``name`` …, ``null`` ones dropped) travel in
+joined with no separator; a chat record's images (an ``images`` list with ``<image>``
+placeholders, image content parts, LLaVA's ``image``) become image parts and sized files
+(:mod:`packshard.ingest.media.parts`); empty strings are kept (templates handle them).  A
+turn's other fields (``tool_calls``, ``tool_call_id``, ``name`` …, ``null`` ones dropped) travel in
 ``Message.extra`` to the template, as ``transformers`` passes them, except the reasoning
 fields and training flags :mod:`packshard.ingest.fields` reads; a turn with ``tool_calls``
 may have ``content: null`` (OpenAI style), read as ``""``.  A top-level ``system``
@@ -43,6 +45,8 @@ from functools import partial
 from typing import Any
 
 from packshard.errors import RecordError
+from packshard.ingest.media.files import record_root
+from packshard.ingest.media.parts import attach_media, has_media
 from packshard.ingest.messages import (
     MESSAGE_FORM,
     SHAREGPT_FORM,
@@ -96,9 +100,18 @@ def detect_format(value: dict[str, Any]) -> str:
 
 
 def _from_chat(
-    key: str, form: Any, fmt: str, value: dict[str, Any], ref: Any, domain: str
+    key: str,
+    form: Any,
+    fmt: str,
+    value: dict[str, Any],
+    ref: Any,
+    domain: str,
+    media_root: str | None = None,
 ) -> Conversation:
     msgs = with_system(value, read_messages(require(value, key, fmt), key, form))
+    if has_media(value) or any(m.parts for m in msgs):  # images: parts in order, files sized
+        msgs, media = attach_media(value, msgs, record_root(ref.source, media_root))
+        return Conversation(ref, domain, fmt, tuple(msgs), tools_of(value), media=media)
     return Conversation(ref, domain, fmt, tuple(msgs), tools_of(value))
 
 
@@ -159,11 +172,16 @@ _BUILDERS: dict[str, Callable[..., Conversation]] = {
 
 
 def normalize_record(
-    raw: RawRecord, fmt: str = "auto", domain_field: str = "domain"
+    raw: RawRecord,
+    fmt: str = "auto",
+    domain_field: str = "domain",
+    media_root: str | None = None,
 ) -> Conversation:
     """Return the record as a :class:`Conversation`; raise :class:`RecordError` at its place.
 
     ``fmt`` is ``"auto"`` (detect per record) or one of :data:`~packshard.options.FORMATS`.
+    A chat record's images resolve against ``media_root``, else the record's folder
+    (:mod:`packshard.ingest.media.parts`).
     The domain is ``value[domain_field]`` when that is a non-empty string, else the file's.
     A record read with an error re-raises that error.
     """
@@ -186,8 +204,13 @@ def normalize_record(
                 f"({domain!a}), which no output file can store",
             )
         if fmt == "auto":
-            return _BUILDERS[detect_format(value)](value, ref, domain)
-        check_choice("--format", fmt, FORMAT_CHOICES)
+            fmt = detect_format(value)
+        else:
+            check_choice("--format", fmt, FORMAT_CHOICES)
+        if fmt in ("messages", "sharegpt"):
+            return _BUILDERS[fmt](value, ref, domain, media_root)
+        if has_media(value):
+            raise RecordError("invalid_content", f"images in a {fmt} record are not supported")
         return _BUILDERS[fmt](value, ref, domain)
     except RecordError as err:
         raise err.at(ref.source, ref.line) from None

@@ -134,6 +134,7 @@ def _label_batch(
         items = [item for item, k in zip(items, keep.tolist(), strict=True) if k]
     turns = [item[4].turn for item in items]
     pairs = [item[4].pair for item in items]
+    images = [item[4].images for item in items]
     batch = TokenizedBatch(
         input_ids=ids,
         labels=labels,
@@ -143,6 +144,7 @@ def _label_batch(
         formats=tuple(item[3] for item in items),
         turns=np.asarray(turns, dtype=np.int32) if any(turns) else None,
         pairs=np.asarray(pairs, dtype=np.int8) if any(pairs) else None,
+        images=np.asarray(images, dtype=np.int32) if any(images) else None,
     )
     paths = dict(Counter(item[4].label_path for item in items))
     tokens, trained = reasoning if reasoning is not None else (None, None)
@@ -250,7 +252,9 @@ def _render_pieces(
                 options.format == "auto" and type(raw.value) is dict and is_preference(raw.value)
             )
             try:
-                conv = normalize_record(raw, options.format, options.domain_field)
+                conv = normalize_record(
+                    raw, options.format, options.domain_field, options.media_root
+                )
                 examples = render_examples(conv, template, bundle, options)
             except RecordError as err:
                 if options.on_error == "fail":

@@ -11,12 +11,13 @@ values.  :class:`IngestOptions` says how records are read, labelled and batched.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from packshard.errors import UsageError
+from packshard.ingest.media.files import MediaFile
 from packshard.options import (
     BACKENDS,
     EMPTY_REASONING,
@@ -32,6 +33,7 @@ from packshard.options import (
     REASONING_POLICIES,
     TEMPLATE_SECONDS,
     TURN_POLICIES,
+    VisionRule,
     check_choice,
     check_range,
 )
@@ -72,6 +74,7 @@ class Message:
     extra: tuple[tuple[str, Any], ...] = ()
     reasoning: str | None = None  # from a reasoning field (inline blocks stay in content)
     train: bool | None = None  # the turn's own flag ('train', or a weight), None: the policy
+    parts: tuple[tuple[str, str], ...] | None = None  # ("text", s) / ("image", path): a VLM turn
 
 
 @quick
@@ -102,6 +105,7 @@ class Conversation:
     text: str | None = None
     answers: tuple[Message, Message] | None = None  # a preference pair: (chosen, rejected)
     kto_label: bool | None = None  # an unpaired (KTO) record's label
+    media: tuple[MediaFile, ...] = ()  # the record's images, in the order the template meets them
 
     @property
     def is_chat(self) -> bool:
@@ -130,6 +134,7 @@ class Rendered:
     turn: int = 0  # --turns expand: the 1-based message the example trains (0: all)
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
     pair: int = 0  # PAIR_CODES: 0 plain, 1 chosen, 2 rejected, 3/4 KTO undesirable/desirable
+    images: int = 0  # images in the example (their placeholders expanded in ``text``)
 
 
 PAIR_CODES = ("plain", "chosen", "rejected", "kto_undesirable", "kto_desirable")
@@ -155,6 +160,7 @@ class TokenizedBatch:
     formats: tuple[str, ...]
     turns: np.ndarray | None = None  # int32 per example (--turns expand), None: all 0
     pairs: np.ndarray | None = None  # int8 per example (PAIR_CODES), None: all 0
+    images: np.ndarray | None = None  # int32 per example: its images, None: all 0
 
     def __post_init__(self) -> None:
         n = len(self.refs)
@@ -192,6 +198,9 @@ class IngestOptions:
     template_timeout: float = TEMPLATE_SECONDS
     max_expanded_tokens: int = MAX_EXPANDED_TOKENS
     backend: str = "reference"  # the library API's default; the command line's is auto
+    media_root: str | None = None  # where relative image paths start (None: the record's folder)
+    max_pixels: int | None = None  # the vision rule's pixel bounds (None: the family's default)
+    min_pixels: int | None = None
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
@@ -212,8 +221,18 @@ class IngestOptions:
         if not opening.strip() or not closing.strip() or opening == closing:
             why = f"two different non-blank markers, got {opening!r} and {closing!r}"
             raise UsageError(f"--reasoning-markers needs {why} (e.g. '<think>,</think>')")
+        self.vision_rule().check()
         if self.turns == "expand" and self.loss == "all":
             raise UsageError("--turns expand trains one turn per example (use --loss assistant)")
+
+    def vision_rule(self) -> VisionRule:
+        """Return the rule that sizes images: Qwen2-VL's, with the bounds the options set."""
+        rule = VisionRule()
+        if self.max_pixels is not None:
+            rule = replace(rule, max_pixels=self.max_pixels)
+        if self.min_pixels is not None:
+            rule = replace(rule, min_pixels=self.min_pixels)
+        return rule
 
     def limits(self) -> dict[str, Any]:
         """Return the limits that differ from their defaults (what a manifest records)."""

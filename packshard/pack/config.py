@@ -169,6 +169,11 @@ class PackConfig:
             }
         if (topology := plan.topology()) is not None:
             recorded["topology"] = topology.recorded()
+        if ingest.media_root is not None or ingest.max_pixels or ingest.min_pixels:
+            recorded["media"] = {  # images: where their paths start, how they are sized
+                "media_root": ingest.media_root,
+                "vision_rule": ingest.vision_rule().as_dict(),
+            }
         if self.eval_fraction or self.eval_inputs:
             recorded["eval"] = {"fraction": self.eval_fraction, "inputs": list(self.eval_inputs)}
         if (mix := plan.mix_target()) is not None:

@@ -54,10 +54,12 @@ def examples_tables(
     shard_rows: Sequence[int],
     is_eval: np.ndarray | None = None,
     repeats: np.ndarray | None = None,
+    media: list[list[dict[str, Any]]] | None = None,
 ) -> Iterator[pa.Table]:
     """Yield the examples index in chunks of ``EXAMPLE_GROUP_ROWS`` rows, by example id.
 
-    ``repeats`` (per segment of ``plan``, ``--mix`` only) adds the ``repeat`` column.
+    ``repeats`` (per segment of ``plan``, ``--mix`` only) adds the ``repeat`` column,
+    ``media`` (per spilled example, a pack with images) the ``media`` column.
 
     One chunk is in memory at a time, and of it one numpy column at a time (each is made
     when the table reads it, its index arrays with it; a segment's row is looked up in the
@@ -70,7 +72,7 @@ def examples_tables(
     sources, domains = list(spill.counts.sources), list(spill.counts.domains)
     for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
         chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
-        columns = _columns(spill, plan, shard_rows, chunk, is_eval, repeats)
+        columns = _columns(spill, plan, shard_rows, chunk, is_eval, repeats, media)
         yield build_examples_table(columns, sources, domains)
 
 
@@ -97,6 +99,7 @@ def _columns(
     order: np.ndarray,
     is_eval: np.ndarray | None = None,
     repeats: np.ndarray | None = None,
+    media: list[list[dict[str, Any]]] | None = None,
 ) -> _Columns:
     """Return the index columns of the segments ``order`` picks, made when read."""
     shard_starts = exclusive_cumsum(np.asarray(shard_rows, dtype=np.int64))
@@ -136,7 +139,17 @@ def _columns(
     codes = spill.pair_codes
     if codes is not None and codes.any():  # preference or KTO records: pair_id, branch …
         makers["pair_code"] = lambda: codes[ex()]
+    if media is not None:  # a pack with images: each example's, by reference
+        makers["media"] = lambda: _objects([media[e] for e in ex().tolist()])
     return _Columns(makers)
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    """Return ``values`` as a one-dimensional object array (lists stay lists)."""
+    out = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):  # one by one: equal-length lists would broadcast
+        out[i] = value
+    return out
 
 
 def loss_policies(spill: Spill, plan: RowPlan, loss: str) -> tuple[dict[str, str], dict[str, int]]:

@@ -44,6 +44,7 @@ from packshard.pack.counts import (
     wrapped_drops,
 )
 from packshard.pack.heap import trim_heap
+from packshard.pack.media import media_lists, vision_stats
 from packshard.pack.plan.balance import balance_stats, balanced_order, plan_costs
 from packshard.pack.plan.evalsplit import (
     eval_examples,
@@ -168,11 +169,14 @@ def pack_spill(
     plan = plan.compacted("seg_part", "seg_start")
     trim_heap()  # the statistics' temporaries, before the index's chunk
     shard_rows = [hi - lo for lo, hi in bounds]
+    media = media_lists(spill, config.ingest)  # None without images: the index as before
+    if media is not None:
+        stats["vision"] = vision_stats(media, plan, config.ingest.vision_rule())
     # the shards read only the token offsets (int32 while the tokens fit), the index all but them
     to_shards = spill.without("source_index", "lines", "starts", "domain_codes", "truncated")
     to_shards = replace(to_shards.without("turns"), offsets=narrow(spill.offsets))
     spill = replace(spill, offsets=spill.offsets[:0])
-    tables = examples_tables(spill, plan, shard_rows, is_eval, repeats)
+    tables = examples_tables(spill, plan, shard_rows, is_eval, repeats, media)
     faults = parse_faults(os.environ.get(FAULTS_ENV))
     shards = write_shards_on(
         engine,

@@ -289,5 +289,6 @@ def police_pairs(
         formats=tuple(batch.formats[j] for j in picked),
         turns=batch.turns[keep] if batch.turns is not None else None,
         pairs=batch.pairs[keep],
+        images=batch.images[keep] if batch.images is not None else None,
     )
     return out, truncated[keep], tuple(rejects), cut

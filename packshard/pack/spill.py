@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from packshard.arrays import NameCodes, add_counts, count_trained, exclusive_cumsum
+from packshard.errors import UsageError
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.overlong import apply_overlong, police_pairs
 from packshard.pack.units.parts import FILES, PartFiles, read_part_ranges
@@ -76,6 +77,7 @@ class Spill:
     counts: SpillCounts = field(default_factory=SpillCounts)
     turns: np.ndarray | None = None  # int32 [n], the message a --turns expand example trains
     pair_codes: np.ndarray | None = None  # int8 [n], PAIR_CODES (0 plain, 1/2 chosen/rejected …)
+    images: np.ndarray | None = None  # int32 [n], the example's images (None or 0: none)
     part_files: PartFiles | None = None  # the work units' spill parts (tokens/labels then empty)
 
     @property
@@ -148,6 +150,7 @@ PER_EXAMPLE = {
     "format_codes": np.int8,
     "turns": np.int32,
     "pair_codes": np.int8,
+    "images": np.int32,
 }
 
 
@@ -173,6 +176,33 @@ def smallest(values: np.ndarray) -> np.ndarray:
         if np.iinfo(kind).min <= low and high <= np.iinfo(kind).max:
             return values.astype(kind, copy=False)
     return values
+
+
+def whole_images(batch: TokenizedBatch, max_seq_len: int, overlong: str, wrapped: bool) -> None:
+    """Refuse to cut an example with images: its image tokens would lose their pixels.
+
+    Raises:
+        UsageError: ``--strategy wrapped`` (it cuts examples at row ends), or an example with
+            images over ``max_seq_len`` under ``--overlong truncate|split``, naming it.
+
+    """
+    assert batch.images is not None
+    has = np.flatnonzero(batch.images)
+    if wrapped and has.size:
+        ref = batch.refs[int(has[0])]
+        raise UsageError(
+            f"{ref.source}:{ref.line}: --strategy wrapped cuts examples at row ends, and an "
+            "example with images is never cut (use --strategy bfd)"
+        )
+    lengths = np.diff(batch.offsets)[has]
+    if overlong in ("truncate", "split") and (lengths > max_seq_len).any():
+        i = int(has[np.argmax(lengths > max_seq_len)])
+        ref = batch.refs[i]
+        raise UsageError(
+            f"{ref.source}:{ref.line}: an example with images is {int(np.diff(batch.offsets)[i])} "
+            f"tokens > max_seq_len {max_seq_len}, and it is never cut (use --overlong drop, or "
+            "a larger --max-seq-len)"
+        )
 
 
 class SpillWriter:
@@ -218,6 +248,8 @@ class SpillWriter:
         record = np.cumsum(first) - 1
         record_ids = self._records + record
         self._records += int(first.sum())
+        if batch.images is not None:
+            whole_images(batch, self.max_seq_len, self.overlong, self.split_at_rows)
         policed = apply_overlong(
             batch, self.max_seq_len, self.overlong, not self.split_at_rows, record
         )
@@ -244,6 +276,7 @@ class SpillWriter:
             "pair_codes": batch.pairs[at]
             if batch.pairs is not None
             else np.zeros(len(at), np.int8),
+            "images": batch.images[at] if batch.images is not None else np.zeros(len(at), np.int32),
         }
         for key, arr in meta.items():
             self._meta[key].append(arr.astype(PER_EXAMPLE[key], copy=False))

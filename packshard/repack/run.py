@@ -12,6 +12,7 @@ from typing import Any
 from packshard.digests import sha256_path
 from packshard.engine.base import SerialEngine
 from packshard.errors import UsageError
+from packshard.format.examples import has_media
 from packshard.format.folder.claim import claim_out
 from packshard.format.manifest import MANIFEST_NAME, load_manifest
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
@@ -39,6 +40,8 @@ def repack_dataset(config: RepackConfig, notify: Callable[[str], None] | None = 
         raise UsageError(f"{parent}: not a folder (give the OUT folder that pack wrote)")
     manifest = load_manifest(parent)
     problem = parent_problem(manifest)
+    if problem is None and has_media(parent):  # the spill carries no image references
+        problem = "it holds images, which repack does not carry yet (pack the inputs again)"
     if problem is not None:
         raise UsageError(f"{parent}: cannot repack: {problem}")
     pack_config = config.pack_config(manifest)

@@ -13,7 +13,10 @@ pinned to shard, row, segment and source line):
 4. **model** (:mod:`~packshard.verify.model.forward`, :mod:`~packshard.verify.model.equivalence`) —
    a small causal model gives the same logits for each example packed as alone, mutating
    neighbours changes nothing, and a naive causal mask over the same rows is caught leaking.
-   If the control is not caught, verify itself is broken.
+   If the control is not caught, verify itself is broken;
+5. **vision** (:mod:`~packshard.verify.model.vision`, packs with images only) — every image
+   re-hashed, and a tiny Qwen2.5-VL gives the same logits packed (four-row positions) as
+   alone, while three wrong position forms are caught.
 
 Before the checks, the versions verify runs with are compared with the ones the manifest
 recorded (:mod:`~packshard.format.environment`): each difference is one drift line, no finding
@@ -38,6 +41,7 @@ import numpy as np
 
 from packshard.errors import ManifestError
 from packshard.format.environment import Drift, environment_drift, running_environment
+from packshard.format.examples import has_media
 from packshard.format.manifest import load_manifest
 from packshard.ingest.template.sandbox import template_conventions
 from packshard.options import MAX_SEED, check_range
@@ -45,6 +49,7 @@ from packshard.store import fetched_out, is_url
 from packshard.verify.findings import NOT_RUN, CheckResult, EquivalenceReport, FindingList
 from packshard.verify.integrity import check_counts, check_files
 from packshard.verify.model.equivalence import CONTROL_FLOOR, DEFAULT_ATOL
+from packshard.verify.model.vision import check_vision
 from packshard.verify.stages import StageClock
 from packshard.verify.structure import ShardAudit, check_structure
 
@@ -167,6 +172,9 @@ def verify_dataset(out: str | Path, options: VerifyOptions | None = None) -> Ver
         with clock.stage("model"):
             model, equivalence, picks = check_model(manifest, sound, opened.index, options, bad)
         results.append(model)
+    if invalid is None and has_media(folder):  # a pack with images: files and the VLM proof
+        with clock.stage("vision"):
+            results.append(check_vision(folder, options))
     findings = FindingList()
     for result in results:
         findings.extend(result.findings)

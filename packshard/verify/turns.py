@@ -38,11 +38,17 @@ from packshard.verify.findings import Finding, FindingList
 def recorded_options(config: dict[str, Any]) -> IngestOptions:
     """Return the ingest options a manifest's ``config`` records (defaults for older packs).
 
-    The ingest limits are recorded only when moved from their defaults (``limits``).
+    The ingest limits are recorded only when moved from their defaults (``limits``); so are
+    the images' root and pixel bounds (``media``).
     """
     markers = config.get("reasoning_markers") or REASONING_MARKERS
     limits = config.get("limits") or {}
+    media = config.get("media") or {}  # a pack with images: where their paths start, bounds
+    rule = media.get("vision_rule") or {}
     return IngestOptions(
+        media_root=media.get("media_root"),
+        max_pixels=rule.get("max_pixels"),
+        min_pixels=rule.get("min_pixels"),
         format=config["format"],
         domain_field=config["domain_field"],
         loss=config["loss"],

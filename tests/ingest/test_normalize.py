@@ -252,8 +252,9 @@ REJECTS = [
     ),
     (
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-        "invalid_content",
-        "messages[0] content part 0 is 'image_url'; only text parts are supported",
+        "media_mismatch",  # an image part naming no file takes the next of "images": none
+        "1 image placeholder(s) for 0 image(s) listed (each <image> or image part takes the "
+        "next image)",
     ),
     (
         {"conversations": [{"from": "gpt", "value": None}]},

@@ -93,6 +93,20 @@ def split_inline(content: str, markers: Markers, closing_only: bool) -> tuple[st
     return None
 
 
+def template_content(m: Message) -> Any:
+    """Return what the template sees as a message's content: its text, or its parts in order.
+
+    An image part is ``{"type": "image", "image": path}``, a text part ``{"type": "text",
+    "text": …}``: the form transformers' processors give a chat template.
+    """
+    if m.parts is None:
+        return m.content
+    return [
+        {"type": "image", "image": value} if kind == "image" else {"type": "text", "text": value}
+        for kind, value in m.parts
+    ]
+
+
 def template_messages(
     messages: tuple[Message, ...],
     template: ChatTemplate,
@@ -111,9 +125,9 @@ def template_messages(
             raise _ambiguous(where, i, f"{why} (close it, or cut it)")
     if all(m.reasoning is None and closing not in m.content for m in messages):
         plain = [
-            {"role": m.role, "content": m.content, **dict(m.extra)}
+            {"role": m.role, "content": template_content(m), **dict(m.extra)}
             if m.extra
-            else {"role": m.role, "content": m.content}
+            else {"role": m.role, "content": template_content(m)}
             for m in messages
         ]
         return plain, [False] * len(messages)
@@ -122,7 +136,7 @@ def template_messages(
     out: list[dict[str, Any]] = []
     has: list[bool] = []
     for i, m in enumerate(messages):
-        d = {"role": m.role, "content": m.content, **dict(m.extra)}
+        d = {"role": m.role, "content": template_content(m), **dict(m.extra)}
         inline = split_inline(m.content, markers, closing_only) if m.role == "assistant" else None
         reasoning = m.reasoning if inline is None else inline[0]
         if m.reasoning is not None and inline is not None:

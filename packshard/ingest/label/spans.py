@@ -32,6 +32,8 @@ from packshard.ingest.label.chat import label_chat, with_final_eos
 from packshard.ingest.label.frame import Chat, template_frame
 from packshard.ingest.label.reasoning import template_messages
 from packshard.ingest.label.turns import plain_turns
+from packshard.ingest.media.expand import QWEN_VL, expand_images
+from packshard.ingest.media.grid import image_grid, vision_tokens
 from packshard.ingest.normalize import is_encodable
 from packshard.ingest.template.render import ChatTemplate, render_chat
 from packshard.ingest.template.sandbox import TemplateSecurityError
@@ -209,6 +211,7 @@ def _render_examples(
         groups = [(messages[: i + 1], [i], i + 1) for i in trained]
     else:
         groups = [(messages, trained, 0)]
+    counts = image_counts(conv, template, options)
     out = []
     budget, spent = options.max_expanded_tokens * EXPANDED_CHARS_PER_TOKEN, 0
     for msgs, chosen, turn in groups:
@@ -224,10 +227,46 @@ def _render_examples(
         if frame is not None and (found := plain_turns(text, frame, msgs, chosen)) is not None:
             spans = with_final_eos(text, frame, bundle.eos_token, found)
             out.append(Rendered(text, tuple(spans), "offsets", turn=turn))
-            continue
-        chat = Chat(
-            conv.ref, template, bundle, text, blocks, msgs, tools, options, has, loss == "all"
-        )
-        labelled = label_chat(chat, chosen)
-        out.append(replace(labelled, turn=turn) if turn else labelled)
+        else:
+            chat = Chat(
+                conv.ref, template, bundle, text, blocks, msgs, tools, options, has, loss == "all"
+            )
+            labelled = label_chat(chat, chosen)
+            out.append(replace(labelled, turn=turn) if turn else labelled)
+        if conv.media:  # one placeholder per merged patch; vision tokens never trained
+            last = out[-1]
+            try:
+                shown = counts[: last.text.count(PAD)] if turn else counts  # expand: a prefix
+                text, moved = expand_images(last.text, last.spans, shown)
+            except RecordError as err:
+                raise reject(err.code, err.reason) from None
+            out[-1] = replace(last, text=text, spans=moved, images=len(shown))
     return tuple(out)
+
+
+PAD = QWEN_VL.image_pad
+
+
+def image_counts(conv: Conversation, template: ChatTemplate, options: IngestOptions) -> list[int]:
+    """Return each image's placeholder tokens, by the rule of the template's family.
+
+    Raises:
+        RecordError: ``media_mismatch`` when the template writes no vision placeholder,
+            ``bad_media`` for a size the processor refuses.
+
+    """
+    if not conv.media:
+        return []
+    if not QWEN_VL.writes(template.text):
+        raise RecordError(
+            "media_mismatch",
+            f"the record has {len(conv.media)} image(s) but the template {template.source} writes "
+            f"no {PAD} placeholder (use a vision-language template, e.g. Qwen2.5-VL's)",
+            conv.ref.source,
+            conv.ref.line,
+        )
+    rule = options.vision_rule()
+    try:
+        return [vision_tokens(image_grid(m.width, m.height, rule), rule) for m in conv.media]
+    except RecordError as err:
+        raise err.at(conv.ref.source, conv.ref.line) from None
