@@ -17,6 +17,7 @@ the same run, and the ratios of this tree's times to the baseline's are printed 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import resource
@@ -88,6 +89,8 @@ def main() -> int:
         codes = {"this": here, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
         runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for code in codes.values():  # untimed: each checkout's bytecode and numba cache made
+            # (compiled here too: with PYTHONDONTWRITEBYTECODE set a run would write none)
+            compileall.compile_dir(str(code / "packshard"), quiet=1)
             time_pack(one, tokenizer, work / "out-one", extra, code)
         for _ in range(args.repeat):
             for name, code in codes.items():
