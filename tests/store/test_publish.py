@@ -53,6 +53,12 @@ def _pack(inputs: tuple[str, ...], tokenizer: Path, out: str, **options: Any) ->
     return pack_dataset(config)
 
 
+def _store_pack(bucket: str, tokenizer: Path, out: str) -> tuple[str, ...]:
+    """The ``pack`` arguments of the store's inputs into ``out``, three rows a shard."""
+    return ("pack", f"s3://{bucket}/in/*.jsonl", "-t", str(tokenizer), "--template", "chatml",
+            "--max-seq-len", "256", "--shard-rows", "3", "-o", out, "--quiet")  # fmt: skip
+
+
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-c", CLI, *args],
@@ -157,8 +163,7 @@ def test_a_second_writer_is_refused_and_readers_never_see_a_half_pack(
 
     _inputs(bucket, tmp_path)
     out = f"s3://{bucket}/out"
-    args = ("pack", f"s3://{bucket}/in/*.jsonl", "-t", str(demo_tokenizer), "--template", "chatml",
-            "--max-seq-len", "256", "--shard-rows", "3", "-o", out, "--quiet")  # fmt: skip
+    args = _store_pack(bucket, demo_tokenizer, out)
     first, second = _cli(*args), _cli(*args)
     views = []
     while first.poll() is None or second.poll() is None:  # a reader polling all along
@@ -184,8 +189,7 @@ def test_a_killed_pack_leaves_no_manifest_and_its_lock_refuses_the_next(
 
     _inputs(bucket, tmp_path)
     out = f"s3://{bucket}/out"
-    args = ("pack", f"s3://{bucket}/in/*.jsonl", "-t", str(demo_tokenizer), "--template", "chatml",
-            "--max-seq-len", "256", "--shard-rows", "3", "-o", out, "--quiet")  # fmt: skip
+    args = _store_pack(bucket, demo_tokenizer, out)
     stuck = _cli(*args, env={"PACKSHARD_FAULTS": "hang:shard-00001:1"})  # mid-run: shards
     deadline = time.monotonic() + 120
     while f"out/{LOCK_NAME}" not in keys(bucket, "out/"):
@@ -217,8 +221,7 @@ def test_a_terminated_pack_releases_its_lock_and_publishes_nothing(
 ) -> None:
     _inputs(bucket, tmp_path)
     out = f"s3://{bucket}/out"
-    args = ("pack", f"s3://{bucket}/in/*.jsonl", "-t", str(demo_tokenizer), "--template", "chatml",
-            "--max-seq-len", "256", "--shard-rows", "3", "-o", out, "--quiet")  # fmt: skip
+    args = _store_pack(bucket, demo_tokenizer, out)
     stuck = _cli(*args, env={"PACKSHARD_FAULTS": "hang:shard-00001:1"})
     deadline = time.monotonic() + 120
     while f"out/{LOCK_NAME}" not in keys(bucket, "out/"):
