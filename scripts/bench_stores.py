@@ -208,16 +208,7 @@ def part_store(args: argparse.Namespace, work: Path, tok: Path) -> None:
         client.create_bucket(Bucket="bench")
         client.upload_file(str(data), "bench", "in/chat.jsonl")
         env = {**os.environ, **senv, "PYTHONPATH": str(ROOT)}
-        common = [
-            "-t",
-            str(tok),
-            "--template",
-            "chatml",
-            "--max-seq-len",
-            "1024",
-            "--quiet",
-            "--overwrite",
-        ]
+        common = pack_options(tok)
         pack_t: dict[str, list[float]] = {"local": [], "s3": []}
         read_t: dict[str, list[float]] = {"local": [], "s3": []}
         for _ in range(args.rounds):
@@ -237,21 +228,18 @@ def part_store(args: argparse.Namespace, work: Path, tok: Path) -> None:
         proc.terminate()
 
 
+def pack_options(tok: Path) -> list[str]:
+    """Return the options every timed ``pack`` of this script takes after its input."""
+    options = ["-t", str(tok), "--template", "chatml", "--max-seq-len", "1024"]
+    return [*options, "--quiet", "--overwrite"]
+
+
 def part_local(args: argparse.Namespace, work: Path, tok: Path) -> None:
     if not args.baseline:
         raise SystemExit("--part local needs --baseline (another checkout of packshard)")
     data = write_records(work / "in", args.records)
     trees = {"this": str(ROOT), "baseline": str(Path(args.baseline).resolve())}
-    common = [
-        "-t",
-        str(tok),
-        "--template",
-        "chatml",
-        "--max-seq-len",
-        "1024",
-        "--quiet",
-        "--overwrite",
-    ]
+    common = pack_options(tok)
     times: dict[str, dict[str, list[float]]] = {
         k: {"pack wall": [], "pack CPU": [], "read wall": [], "read CPU": []} for k in trees
     }
