@@ -18,7 +18,6 @@ resolve as ``root / path`` from the index, or ``media_root / path`` when the fol
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 from functools import cached_property
@@ -29,6 +28,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
+from packshard.digests import sha256_bytes
 from packshard.errors import FormatError
 from packshard.format.examples import EXAMPLES_NAME
 from packshard.format.manifest import load_manifest
@@ -66,7 +66,7 @@ def read_media(
             f"image of {where} cannot be read ({exc.strerror or exc}); restore it, or pass "
             "media_root= the folder its paths start from",
         ) from None
-    if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+    if len(data) != entry["bytes"] or sha256_bytes(data) != entry["sha256"]:
         raise FormatError(
             str(file),
             f"image of {where} changed since it was packed ({len(data):,} bytes, recorded "
