@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from packshard.arrays import exclusive_cumsum
 from packshard.digests import read_hashed, sha256_path
@@ -36,6 +37,7 @@ from packshard.format.manifest import load_manifest, load_schema
 from packshard.format.shards import (
     list_values,
     read_shard,
+    read_shard_groups,
     replaced_shard,
     rows_problem,
     seq_lengths_column,
@@ -137,7 +139,10 @@ def preference_refusal(manifest: dict[str, Any], target: str) -> str | None:
 
 
 def read_rows(
-    out: Path, splits: tuple[str, ...] = ("train",), columns: list[str] | None = None
+    out: Path,
+    splits: tuple[str, ...] = ("train",),
+    columns: list[str] | None = None,
+    by_group: bool = False,
 ) -> Iterator[Rows]:
     """Yield the rows of ``out`` shard by shard, each shard checked (see module doc).
 
@@ -147,6 +152,8 @@ def read_rows(
     train shards, as an eval split (``pack --eval-fraction``) is held out of every training
     export; ``repack`` reads both.  ``columns`` (at least :data:`COLUMNS`) reads only those,
     their types unchecked beyond the SHA-256 (``repack`` leaves out ``position_ids``).
+    ``by_group`` yields each shard's row groups one at a time (with ``columns``), checked alike:
+    less memory and fewer fresh pages for a reader that does not need a shard's rows together.
     """
     manifest = load_source(out)
     dataset_id = str(manifest["dataset_id"])
@@ -163,24 +170,31 @@ def read_rows(
             raw, digest = read_hashed(fh)  # the bytes hashed are the bytes decoded
         if digest != entry["sha256"]:
             raise FormatError(str(path), replaced_shard(out))
-        table = read_shard(path, dataset_id, columns, data=raw)  # without columns: all, checked
+        if by_group and columns is not None:
+            for group, table in enumerate(read_shard_groups(path, dataset_id, columns, raw)):
+                yield _checked_rows(table, vocab_size, path, f"row group {group}: ")
+        else:
+            table = read_shard(path, dataset_id, columns, data=raw)  # without columns: all
+            yield _checked_rows(table, vocab_size, path)
         del raw
-        problem = rows_problem(table) or tokens_problem(table, vocab_size)
-        if problem is not None:
-            raise FormatError(str(path), f"{problem} (run packshard verify)")
-        ids, tok_off = list_values(table["input_ids"])
-        labels, _ = list_values(table["labels"])
-        example_ids, seg_off = list_values(table["example_ids"])
-        seg_len, _ = list_values(seq_lengths_column(table["cu_seqlens"]))
-        branch = kto = None
-        if "branch" in table.column_names and "kto_label" in table.column_names:
-            branch = list_values(table["branch"])[0].astype(np.int8)
-            kto = list_values(table["kto_label"])[0].astype(np.int8)
-        rows = Rows(
-            ids, labels, tok_off, seg_len.astype(np.int64), seg_off, example_ids, branch, kto
-        )
-        _check_seams(rows, path)
-        yield rows
+
+
+def _checked_rows(table: pa.Table, vocab_size: int, path: Path, where: str = "") -> Rows:
+    """Return a shard's (or row group's) rows, their boundaries, tokens and seams checked."""
+    problem = rows_problem(table) or tokens_problem(table, vocab_size)
+    if problem is not None:
+        raise FormatError(str(path), f"{where}{problem} (run packshard verify)")
+    ids, tok_off = list_values(table["input_ids"])
+    labels, _ = list_values(table["labels"])
+    example_ids, seg_off = list_values(table["example_ids"])
+    seg_len, _ = list_values(seq_lengths_column(table["cu_seqlens"]))
+    branch = kto = None
+    if "branch" in table.column_names and "kto_label" in table.column_names:
+        branch = list_values(table["branch"])[0].astype(np.int8)
+        kto = list_values(table["kto_label"])[0].astype(np.int8)
+    rows = Rows(ids, labels, tok_off, seg_len.astype(np.int64), seg_off, example_ids, branch, kto)
+    _check_seams(rows, path)
+    return rows
 
 
 def _check_seams(rows: Rows, path: Path) -> None:

@@ -30,7 +30,7 @@ inside the vocabulary, labels that are -100 or their own token.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -190,6 +190,30 @@ def write_shard(
         bytes=path.stat().st_size,
         sha256=sha256_path(path),
     )
+
+
+def read_shard_groups(
+    path: Path, dataset_id: str, columns: list[str], data: bytes | bytearray
+) -> Iterator[pa.Table]:
+    """Yield a shard's row groups one at a time, its metadata checked first (:func:`read_shard`).
+
+    For a reader that takes every row once: a row group's decode is about a twentieth of the
+    shard's (the shards' row groups hold ``ROW_GROUP_ROWS`` rows), so its buffers are reused
+    from one group to the next instead of being made for the whole shard at once.
+    """
+    try:
+        file = pq.ParquetFile(pa.BufferReader(pa.py_buffer(data)))
+        problem = metadata_problem(file.schema_arrow.metadata, dataset_id)
+    except Exception as exc:  # any decode failure: pyarrow raises many kinds
+        raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
+    if problem is not None:
+        raise FormatError(str(path), problem)
+    for group in range(file.num_row_groups):
+        try:
+            table = file.read_row_group(group, columns=columns)
+        except Exception as exc:
+            raise FormatError(str(path), f"unreadable Parquet (row group {group}): {exc}") from None
+        yield table
 
 
 def list_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:

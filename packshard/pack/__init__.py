@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from packshard.pack.config import PackConfig
-    from packshard.pack.pipeline import PackResult, pack_dataset
+    from packshard.pack.finish import PackResult
+    from packshard.pack.pipeline import pack_dataset
 
 __all__ = ["PackConfig", "PackResult", "pack_dataset"]
 
@@ -21,8 +22,12 @@ def __getattr__(name: str) -> Any:
         from packshard.pack.config import PackConfig
 
         return PackConfig
-    if name in ("PackResult", "pack_dataset"):
-        from packshard.pack import pipeline
+    if name == "PackResult":
+        from packshard.pack.finish import PackResult
 
-        return getattr(pipeline, name)
+        return PackResult
+    if name == "pack_dataset":
+        from packshard.pack.pipeline import pack_dataset
+
+        return pack_dataset
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -85,6 +85,9 @@ class _Columns(Mapping[str, np.ndarray]):
     def __getitem__(self, name: str) -> np.ndarray:
         return self._makers[name]()
 
+    def __contains__(self, name: object) -> bool:  # Mapping's own would make the column
+        return name in self._makers
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._makers)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,23 @@ class Provenance:
             "tokenizer": self.tokenizer["sha256"],
             "template": self.template["sha256"],
         }
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What ``pack`` produced: the folder and its manifest."""
+
+    out: Path
+    manifest: dict[str, Any]
+    seconds: float
+    warnings: tuple[str, ...] = field(default=())
+    published: str | None = None
+    """The store URL the pack was published to (``out`` was its staging folder, now gone)."""
+
+    @property
+    def shown(self) -> str:
+        """Where the pack is, as a user names it: the URL, or the local folder."""
+        return self.published or str(self.out)
 
 
 def pack_spill(

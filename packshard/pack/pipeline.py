@@ -54,7 +54,7 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ from packshard.errors import (
 )
 from packshard.format.environment import pack_environment
 from packshard.format.folder.claim import claim_out
+from packshard.format.folder.outdir import work_folder
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.ingest.label.reasoning import reasoning_field
 from packshard.ingest.loaded import sharing
@@ -75,30 +76,13 @@ from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import template_conventions
 from packshard.ingest.tokens.backends import backend_note, backends_entry
 from packshard.pack.config import PackConfig, check_config
-from packshard.pack.finish import Provenance, pack_spill
+from packshard.pack.finish import PackResult, Provenance, pack_spill
 from packshard.pack.heap import return_freed_memory
 from packshard.pack.plan.evalsplit import check_eval_files
 from packshard.pack.units.early import ListedInputs, list_inputs, sized_engine
 from packshard.pack.units.map import UnitResult
-from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs, work_folder
+from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs
 from packshard.store import claim_store, is_url, publish_store
-
-
-@dataclass(frozen=True)
-class PackResult:
-    """What ``pack`` produced: the folder and its manifest."""
-
-    out: Path
-    manifest: dict[str, Any]
-    seconds: float
-    warnings: tuple[str, ...] = field(default=())
-    published: str | None = None
-    """The store URL the pack was published to (``out`` was its staging folder, now gone)."""
-
-    @property
-    def shown(self) -> str:
-        """Where the pack is, as a user names it: the URL, or the local folder."""
-        return self.published or str(self.out)
 
 
 def pack_dataset(

@@ -1,20 +1,24 @@
 """A parent pack's examples back into a spill, in example-id order, through the overlong policy.
 
 ``pack`` spills examples in input order and numbers them by that order; a parent's shards hold
-the same examples shuffled into rows.  Two passes give the spill a fresh ``pack`` of the same
-inputs would have made, without a tokenizer::
+the same examples shuffled into rows.  The index gives every example's length, so each one's
+place in the spill is known before a shard is read, and one pass puts it there::
 
-    pass 1  shards, in file order ─► work/parent/tokens.bin, labels.bin    (as stored)
-            per segment: example_id, flat start, length                (int64, in memory)
-    pass 2  example ids 0, 1, 2 … in chunks of 65,536:
-            gather their ranges from pass 1 (a memory map, a jitted copy) ─► TokenizedBatch
-            ─► SpillWriter.add: the overlong policy of the *new* max_seq_len, the counts
-            ─► work/spill/tokens.bin, labels.bin                        (pack's own spill)
+    index    num_tokens by example id ─► offsets (exclusive cumsum)        (int64, in memory)
+    pass 1   shards, a row group at a time (checked: SHA-256, columns, seams, lengths)
+             each segment copied to offsets[example_id] (a jitted scatter)
+             ─► work/parent/tokens.bin, labels.bin: the examples in id order
+    then     every example fits the new max_seq_len (or --strategy wrapped):
+                 those files *are* the spill (:func:`whole_spill`)
+             else pass 2, in chunks of 65,536 examples, each one slice of those files
+                 ─► SpillWriter.add: the overlong policy, the counts ─► work/spill/…
 
 Measured on 1,000,000 chat examples (23.0M phi-3 tokens, ``scripts/bench_repack.py``, one
-process on a loaded 2-core machine): pass 1 2.4 CPU-s (reading and checking the shards), pass 2
-2.4 (the examples index, the gathers, the spill writer); pack's ingest of the same records
-takes minutes.
+process, a loaded 2-core machine): pass 1 takes 1.5-1.8 CPU-s, about half of it Parquet's
+decode, where reading each whole shard and then gathering by id (two passes) took 4.3; the
+spill writer's pass 2, when the policy has work, about 2 more.  The scatter writes into the
+files mapped for writing (arrays in memory written out once were no cheaper: 2.0-3.4 CPU-s,
+their pages faulted in as small pages on a loaded machine, then copied).
 
 Each example's first label is -100 in the shards (packing masks it) and may have been a target
 in the parent's spill; a plan never trains it and the counts skip it (``num_loss_tokens``), so
@@ -38,9 +42,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from packshard.arrays import add_counts, arrow_strings, exclusive_cumsum, numpy_view
+from packshard.arrays import add_counts, count_trained, exclusive_cumsum, numpy_view
 from packshard.errors import FormatError, UsageError
 from packshard.export.common import COLUMNS, read_rows
 from packshard.format.examples import EXAMPLES_NAME, read_examples
@@ -48,11 +51,12 @@ from packshard.format.rejects import REJECTS_NAME, read_rejects
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.config import PackConfig
 from packshard.pack.spill import Spill, SpillCounts, SpillWriter
-from packshard.pack.units.parts import FILES, gather_ranges
+from packshard.pack.units.parts import FILES, PartFiles, gather_ranges
 from packshard.records import Reject, SourceRefs
 
 CHUNK = 1 << 16
 """Examples per batch handed to the spill writer (pass 2)."""
+
 
 _TOO_LONG = re.compile(r"is (\d+) tokens > max_seq_len (\d+) \(dropped")
 
@@ -81,59 +85,146 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
     """Spill ``parent``'s examples under ``config``'s overlong policy into ``work``."""
     sources = tuple(entry["path"] for entry in manifest["inputs"])
     carried, dropped = _carried_rejects(parent, manifest, config)
-    index = read_examples(
-        parent / EXAMPLES_NAME,
-        manifest["dataset_id"],
-        ["example_id", "source", "line", "domain"],
-    )
-    ids = _numbers(index["example_id"])  # numpy_view: to_numpy would import pandas
-    if not np.array_equal(ids, np.arange(len(ids))):
-        raise FormatError(str(parent / EXAMPLES_NAME), "example ids are not 0 … n-1 in order")
-    found = pc.index_in(index["source"], value_set=arrow_strings(sources))
-    if found.null_count:
-        raise FormatError(str(parent / EXAMPLES_NAME), "a source is not among the inputs")
-    source_codes = _numbers(found)
-    encoded = index["domain"].combine_chunks().dictionary_encode()
-    domain_names = encoded.dictionary.to_pylist()  # in order of first appearance
-    domain = numpy_view(encoded.indices)
-    lines = _numbers(index["line"])
-    del index, encoded
-    stored = parent_tokens(parent, work / "parent", len(ids))
+    examples, lengths = parent_examples(parent, manifest)
+    stored = parent_tokens(parent, work / "parent", lengths)
     by_format: dict[str, str] = manifest["loss"]["by_format"]
     mixed = len(set(by_format.values())) > 1
-    if mixed and (problem := whole_examples_problem(stored.length, config)) is not None:
+    if mixed and (problem := whole_examples_problem(lengths, config)) is not None:
         raise UsageError(f"{parent}: cannot repack: {problem}")
     formats = tuple(by_format)  # each example under formats[0]: its policy is all that counts
-    (work / "spill").mkdir()
-    writer = SpillWriter(
-        work / "spill",
-        config.plan.max_seq_len,
-        config.plan.overlong,
-        config.plan.strategy == "wrapped",
-        sources,
-    )
+    plan = config.plan
+    wrapped = plan.strategy == "wrapped"
     rejects: list[Reject] = []
-    fmt = formats[:1] or ("messages",)
-    codes = source_codes.astype(np.int32)
-    for lo in range(0, len(ids), CHUNK):
-        hi = min(lo + CHUNK, len(ids))
-        tokens, labels, offsets = stored.read(lo, hi)
-        batch = TokenizedBatch(
-            tokens,
-            labels,
-            offsets,
-            SourceRefs(sources, codes[lo:hi], lines[lo:hi]),
-            tuple(domain_names[c] for c in domain[lo:hi].tolist()),
-            fmt * (hi - lo),
-        )
-        rejects += writer.add(batch)
-    spill = writer.finish()
+    if wrapped or not lengths.size or int(lengths.max()) <= plan.max_seq_len:
+        spill = whole_spill(stored, examples, formats[:1] or ("messages",))
+    else:  # the overlong policy has work: pack's own spill writer does it
+        spill, rejects = policed_spill(stored, examples, config, work / "spill", formats)
     counts = _with_drops(spill.counts, dropped)
     spill = replace(spill, counts=replace(counts, formats=formats or counts.formats))
     order = {name: i for i, name in enumerate(sources)}
     merged = sorted(carried + rejects, key=lambda r: (order[r.ref.source], r.ref.line))
     by_policy = manifest["loss"]["examples_by_policy"] if mixed else None
     return Respilled(spill, merged, by_policy)
+
+
+def parent_examples(parent: Path, manifest: dict[str, Any]) -> tuple[Examples, np.ndarray]:
+    """Return what the parent's index says of each example, and each one's length (int64)."""
+    sources = tuple(entry["path"] for entry in manifest["inputs"])
+    index = read_examples(
+        parent / EXAMPLES_NAME,
+        manifest["dataset_id"],
+        ["example_id", "source", "line", "domain", "num_tokens"],
+    )
+    ids = _numbers(index["example_id"])  # numpy_view: to_numpy would import pandas
+    if not np.array_equal(ids, np.arange(len(ids))):
+        raise FormatError(str(parent / EXAMPLES_NAME), "example ids are not 0 … n-1 in order")
+    if index["source"].null_count or index["domain"].null_count:
+        raise FormatError(str(parent / EXAMPLES_NAME), "an example has no source or domain")
+    names, codes = _domains(index["source"])  # each name once, then a code per example
+    position = {name: i for i, name in enumerate(sources)}
+    if not set(names) <= position.keys():
+        raise FormatError(str(parent / EXAMPLES_NAME), "a source is not among the inputs")
+    to_input = np.array([position[name] for name in names], np.int32)
+    examples = Examples(
+        sources,
+        to_input[codes],
+        _numbers(index["line"]).astype(np.int64, copy=False),
+        *_domains(index["domain"]),
+    )
+    return examples, _numbers(index["num_tokens"]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Examples:
+    """What the parent's index says of each example, by example id (all but its tokens)."""
+
+    sources: tuple[str, ...]
+    source_codes: np.ndarray  # int32, into ``sources``
+    lines: np.ndarray  # int64
+    domain_names: tuple[str, ...]  # in order of first appearance by example id
+    domain_codes: np.ndarray  # int32, into ``domain_names``
+
+
+def _domains(column: pa.ChunkedArray) -> tuple[tuple[str, ...], np.ndarray]:
+    """Return a string column's values in order of first appearance and each example's code."""
+    encoded = column.combine_chunks().dictionary_encode()
+    return tuple(encoded.dictionary.to_pylist()), numpy_view(encoded.indices).astype(np.int32)
+
+
+def whole_spill(stored: StoredTokens, examples: Examples, fmt: tuple[str, ...]) -> Spill:
+    """Return the spill the spill writer makes of ``stored`` when no example is cut or dropped.
+
+    The parent's tokens are already in example-id order (pass 1), so they *are* the spill's
+    files; the per-example arrays are the writer's for whole examples, each its own record
+    (:class:`~packshard.pack.spill.SpillWriter`, checked equal to it by the tests).
+    """
+    n = len(stored.length)
+    domain, names = examples.domain_codes, examples.domain_names
+    tokens_in = np.bincount(domain, weights=stored.length, minlength=len(names))
+    counts = SpillCounts(
+        sources=examples.sources,
+        domains=names,
+        formats=fmt,
+        records_per_source=tuple(
+            np.bincount(examples.source_codes, minlength=len(examples.sources)).tolist()
+        ),
+        records_per_domain=tuple(np.bincount(domain, minlength=len(names)).tolist()),
+        tokens_in_per_domain=tuple(tokens_in.astype(np.int64).tolist()),
+    )
+    empty = np.zeros(0, np.int32)
+    return Spill(
+        tokens=empty,
+        labels=empty,
+        offsets=stored.offsets,
+        loss_tokens=stored.loss_tokens,
+        source_index=examples.source_codes,
+        lines=examples.lines,
+        parts=np.zeros(n, np.int32),
+        starts=np.zeros(n, np.int64),
+        domain_codes=domain,
+        truncated=np.zeros(n, np.bool_),
+        record_ids=np.arange(n, dtype=np.int64),
+        format_codes=np.zeros(n, np.int8),
+        counts=counts,
+        turns=np.zeros(n, np.int32),
+        pair_codes=np.zeros(n, np.int8),
+        images=np.zeros(n, np.int32),
+        part_files=PartFiles((str(stored.folder),), stored.offsets[[0, -1]]),
+    )
+
+
+def policed_spill(
+    stored: StoredTokens,
+    examples: Examples,
+    config: PackConfig,
+    folder: Path,
+    formats: tuple[str, ...],
+) -> tuple[Spill, list[Reject]]:
+    """Pass 2: ``stored`` through pack's spill writer (the overlong policy), in chunks."""
+    folder.mkdir()
+    writer = SpillWriter(
+        folder,
+        config.plan.max_seq_len,
+        config.plan.overlong,
+        config.plan.strategy == "wrapped",
+        examples.sources,
+    )
+    rejects: list[Reject] = []
+    fmt = formats[:1] or ("messages",)
+    names = examples.domain_names
+    for lo in range(0, len(stored.length), CHUNK):
+        hi = min(lo + CHUNK, len(stored.length))
+        tokens, labels, offsets = stored.read(lo, hi)
+        batch = TokenizedBatch(
+            tokens,
+            labels,
+            offsets,
+            SourceRefs(examples.sources, examples.source_codes[lo:hi], examples.lines[lo:hi]),
+            tuple(names[c] for c in examples.domain_codes[lo:hi].tolist()),
+            fmt * (hi - lo),
+        )
+        rejects += writer.add(batch)
+    return writer.finish(), rejects
 
 
 def whole_examples_problem(lengths: np.ndarray, config: PackConfig) -> str | None:
@@ -161,56 +252,71 @@ def whole_examples_problem(lengths: np.ndarray, config: PackConfig) -> str | Non
 
 @dataclass(frozen=True)
 class StoredTokens:
-    """The parent's tokens as stored (pass 1), read back by example id."""
+    """The parent's tokens and labels in example-id order (pass 1), with their counts."""
 
-    folder: Path
-    start: np.ndarray  # int64 per example id: flat start in the stored files
-    length: np.ndarray  # int64 per example id
+    folder: Path  # tokens.bin, labels.bin: flat int32, example 0's tokens first
+    offsets: np.ndarray  # int64 [n + 1]
+    loss_tokens: np.ndarray  # int32 [n]: targets, each example's first label excluded
+
+    @property
+    def length(self) -> np.ndarray:
+        """Each example's token count (int64)."""
+        return np.diff(self.offsets)
 
     def read(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Return the tokens, labels and offsets of examples ``lo … hi - 1``, in id order."""
-        length = self.length[lo:hi]
-        offsets = exclusive_cumsum(length)
+        """Return the tokens, labels and offsets of examples ``lo … hi - 1``: one slice each."""
+        start, stop = int(self.offsets[lo]), int(self.offsets[hi])
         out = []
         for name in FILES:
-            path = self.folder / name
-            values = np.empty(int(offsets[-1]), np.int32)
-            if values.size:
-                stored = np.memmap(path, dtype=np.int32, mode="r")
-                gather_ranges(stored, self.start[lo:hi], length, offsets[:-1], values)
-                del stored
+            values = np.fromfile(self.folder / name, np.int32, count=stop - start, offset=4 * start)
+            if values.size < stop - start:
+                raise EOFError(f"{self.folder / name}: ends early")
             out.append(values)
-        return out[0], out[1], offsets
+        return out[0], out[1], self.offsets[lo : hi + 1] - start
 
 
-def parent_tokens(parent: Path, folder: Path, examples: int) -> StoredTokens:
-    """Pass 1: write every shard's tokens and labels into ``folder``; index them by example id.
+def parent_tokens(parent: Path, folder: Path, lengths: np.ndarray) -> StoredTokens:
+    """Pass 1: every shard's segments copied to their example's place in ``folder``'s files.
 
-    Every shard is checked as it is read (its SHA-256, dataset id, columns and seams:
-    :func:`packshard.export.common.read_rows`), and every example id must appear once.
+    ``lengths`` (the index's ``num_tokens``, by example id) place each example before any
+    shard is read; every shard is checked as it is read (its SHA-256, dataset id, columns and
+    seams: :func:`packshard.export.common.read_rows`), every segment must be as long as the
+    index says, and every example id must appear once.
     """
     folder.mkdir(parents=True)
-    start = np.full(examples, -1, np.int64)
-    length = np.zeros(examples, np.int64)
-    at = 0
-    handles = [open(folder / name, "wb") for name in FILES]
-    try:
-        for rows in read_rows(parent, ("train", "eval"), COLUMNS):
-            for fh, values in zip(handles, (rows.ids, rows.labels), strict=True):
-                fh.write(np.ascontiguousarray(values, np.int32).data)
-            ids = rows.example_ids
-            if ids.size and (ids.min() < 0 or ids.max() >= examples or (start[ids] >= 0).any()):
-                raise FormatError(str(parent), "an example id is repeated or not in the index")
-            start[ids] = at + rows.seg_starts()
-            length[ids] = rows.seg_len
-            at += len(rows.ids)
-    finally:
-        for fh in handles:
-            fh.close()
-    if (start < 0).any():
-        missing = int(np.flatnonzero(start < 0)[0])
+    offsets = exclusive_cumsum(lengths)
+    total = int(offsets[-1])
+    examples = len(lengths)
+    seen = np.zeros(examples, np.bool_)
+    loss = np.zeros(examples, np.int32)
+    files = [_mapped(folder / name, total) for name in FILES]
+    for rows in read_rows(parent, ("train", "eval"), COLUMNS, by_group=True):
+        ids = rows.example_ids
+        if ids.size and (ids.min() < 0 or ids.max() >= examples or seen[ids].any()):
+            raise FormatError(str(parent), "an example id is repeated or not in the index")
+        if not np.array_equal(rows.seg_len, lengths[ids]):
+            raise FormatError(
+                str(parent), "a shard's segment and the examples index disagree on its length"
+            )
+        seen[ids] = True
+        starts, at = rows.seg_starts(), offsets[ids]
+        for out, values in zip(files, (rows.ids, rows.labels), strict=True):
+            if out is not None:
+                gather_ranges(values, starts, rows.seg_len, at, out)  # a scatter: to at[i]
+        loss[ids] = count_trained(rows.labels, exclusive_cumsum(rows.seg_len))
+    del files  # unmapped, unsynced: the pages stay in the page cache for the shard writer
+    if not seen.all():
+        missing = int(np.flatnonzero(~seen)[0])
         raise FormatError(str(parent), f"example {missing} of the index is in no shard")
-    return StoredTokens(folder, start, length)
+    return StoredTokens(folder, offsets, loss)
+
+
+def _mapped(path: Path, size: int) -> np.memmap | None:
+    """Create ``path`` as ``size`` int32 and map it for writing (None: an empty file)."""
+    if not size:
+        path.touch()
+        return None
+    return np.memmap(path, dtype=np.int32, mode="w+", shape=(size,))
 
 
 def _carried_rejects(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -87,3 +88,28 @@ def test_an_existing_folder_is_replaced_only_when_asked_and_complete(packed_demo
         == json.loads((packed_demo / "manifest.json").read_text())["dataset_id"]
     )
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_rows_by_row_group_are_the_shards_rows_in_pieces(packed_demo_copy):
+    from packshard.export.common import COLUMNS
+
+    out = packed_demo_copy
+    whole = list(read_rows(out, ("train",), COLUMNS))
+    pieces = list(read_rows(out, ("train",), COLUMNS, by_group=True))
+    groups = sum(pq.ParquetFile(out / p).num_row_groups for p in sorted(out.glob("shard-*")))
+    assert len(pieces) == groups
+    for name in ("ids", "labels", "seg_len", "example_ids"):
+        joined = np.concatenate([getattr(r, name) for r in pieces])
+        assert np.array_equal(joined, np.concatenate([getattr(r, name) for r in whole])), name
+    # the same checks, named with the row group: a target across a seam is refused
+    manifest = json.loads((out / "manifest.json").read_text())
+    shard = out / manifest["shards"][0]["path"]
+    table = pq.read_table(shard)
+    labels = table["labels"].to_pylist()
+    labels[0][0] = table["input_ids"].to_pylist()[0][0]
+    changed = table.set_column(1, "labels", pa.array(labels, pa.list_(pa.int32())))
+    pq.write_table(changed, shard, row_group_size=2)
+    manifest["shards"][0]["sha256"] = sha256_path(shard)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FormatError, match="first label is not -100"):
+        list(read_rows(out, ("train",), COLUMNS, by_group=True))

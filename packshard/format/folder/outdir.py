@@ -230,3 +230,14 @@ def check_overlap(
                         f"{out}: the input pattern {spec} reaches the output folder (a later "
                         "run would read its own output; choose an -o outside it)"
                     )
+
+
+def work_folder(out: Path) -> Path:
+    """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it.
+
+    OUT is resolved first (:func:`~packshard.format.folder.outdir.resolve_out`), so the name is
+    the real folder's: ``-o .`` gives ``../.NAME.units``, never ``./..units`` inside OUT.  A
+    name too long for that takes its start and a hash, as the ``.partial`` folder does.
+    """
+    place = resolve_out(out)
+    return place.parent / f".{temp_stem(place.name)}.units"

@@ -38,7 +38,7 @@ from typing import Any
 from packshard.digests import sha256_path
 from packshard.engine import Engine, open_engine, worker_share
 from packshard.engine.faults import FAULTS_ENV, parse_faults
-from packshard.format.folder.outdir import resolve_out, temp_stem
+from packshard.format.folder.outdir import work_folder
 from packshard.format.rejects import RejectsWriter
 from packshard.ingest.markers import check_markers
 from packshard.ingest.read.sources import InputFile
@@ -107,17 +107,6 @@ class DriverLoad:
         self.start()
         assert self._future is not None
         return self._future.exception() is not None
-
-
-def work_folder(out: Path) -> Path:
-    """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it.
-
-    OUT is resolved first (:func:`~packshard.format.folder.outdir.resolve_out`), so the name is
-    the real folder's: ``-o .`` gives ``../.NAME.units``, never ``./..units`` inside OUT.  A
-    name too long for that takes its start and a hash, as the ``.partial`` folder does.
-    """
-    place = resolve_out(out)
-    return place.parent / f".{temp_stem(place.name)}.units"
 
 
 def worker_env(config: PackConfig) -> dict[str, str]:
