@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from packshard.arrays import (
     NameCodes,
     arrow_array,
+    arrow_coded_strings,
     arrow_strings,
     count_trained,
     exclusive_cumsum,
@@ -104,6 +105,9 @@ def test_capacity_figures() -> None:
         (np.array([1, 2], dtype=np.int8), pa.int8()),
         (np.array([True, False, True] * 5), pa.bool_()),
         (np.zeros(0, dtype=np.int32), pa.int32()),
+        (np.array([0, 127, -128], dtype=np.int8), pa.int32()),
+        (np.array([7, 0], dtype=np.int16), pa.int64()),
+        (np.array([250, 3], dtype=np.uint8), pa.int16()),
     ],
 )
 def test_arrow_array_equals_pa_array(values: np.ndarray, kind: pa.DataType | None) -> None:
@@ -115,6 +119,23 @@ def test_arrow_array_equals_pa_array(values: np.ndarray, kind: pa.DataType | Non
 def test_arrow_array_casts_safely_like_pa_array() -> None:
     with pytest.raises(pa.ArrowInvalid):
         arrow_array(np.array([2**40], dtype=np.int64), pa.int32())
+    with pytest.raises(pa.ArrowInvalid):
+        arrow_array(np.array([-1], dtype=np.int32), pa.uint8())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.text(max_size=6), min_size=1, max_size=5),
+    st.lists(st.integers(0, 4), max_size=40),
+)
+def test_arrow_coded_strings_equal_the_dictionary_cast(names: list[str], picks: list[int]) -> None:
+    codes = np.array([p % len(names) for p in picks], dtype=np.int8)
+    want = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string()))
+    got = arrow_coded_strings(codes, names)
+    got.validate(full=True)
+    assert got.equals(want.cast(pa.string()))
+    with pytest.raises(ValueError, match="outside the names"):
+        arrow_coded_strings(np.array([len(names)]), names)
 
 
 def test_arrow_strings_and_numpy_view() -> None:
@@ -127,7 +148,8 @@ def test_arrow_strings_and_numpy_view() -> None:
 
 
 def test_pack_never_imports_pandas(tmp_path: Path) -> None:
-    # pa.array and Array.to_numpy import pandas (≈0.2 CPU-s a process); pack avoids both.
+    # pa.array and Array.to_numpy import pandas (≈0.2 CPU-s a process); pack avoids both, and
+    # Arrow's casts (pyarrow.compute)
     from packshard.demo import build_demo_tokenizer, demo_data_path
 
     tokenizer = build_demo_tokenizer(tmp_path / "tok")
@@ -136,8 +158,10 @@ def test_pack_never_imports_pandas(tmp_path: Path) -> None:
     prelude = (
         "import sys\nfrom packshard.cli import main\n"
         "try:\n    main()\nfinally:\n    print('PANDAS', 'pandas' in sys.modules)\n"
+        "    print('COMPUTE', 'pyarrow.compute' in sys.modules)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", prelude, "pack", *args], capture_output=True, text=True, timeout=300
     )
     assert "PANDAS False" in result.stdout, result.stdout + result.stderr
+    assert "COMPUTE False" in result.stdout  # its import: 0.1-0.2 CPU-s (readers may use it)

@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packshard.arrays import arrow_array, arrow_strings
+from packshard.arrays import arrow_array, arrow_coded_strings
 from packshard.errors import FormatError
 from packshard.format.folder.paths import open_inside
 from packshard.format.version import metadata_problem, parquet_metadata
@@ -108,9 +108,7 @@ MEDIA_FIELD = pa.field(
 
 def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
     """Strings from small integer codes and their names (one Python string per name only)."""
-    return pa.DictionaryArray.from_arrays(arrow_array(codes), arrow_strings(names)).cast(
-        pa.string()
-    )
+    return arrow_coded_strings(codes, names)
 
 
 def has_media(folder: Path) -> bool:
@@ -208,15 +206,23 @@ def write_examples(path: Path, tables: pa.Table | Iterable[pa.Table], dataset_id
             writer.close()
 
 
-def read_examples(path: Path, dataset_id: str, columns: list[str] | None = None) -> pa.Table:
+def read_examples(
+    path: Path,
+    dataset_id: str,
+    columns: list[str] | None = None,
+    dictionary: list[str] | None = None,
+) -> pa.Table:
     """Read the index, refusing one whose metadata or columns are not this dataset's.
+
+    ``dictionary`` names string columns read dictionary-encoded (a name once per row group,
+    a code per example), as Parquet stores them.
 
     Raises:
         FormatError: unreadable, of another dataset, or missing a column.
 
     """
-    try:
-        table = pq.ParquetFile(path).read(columns=columns)  # no pyarrow.dataset: no pandas
+    try:  # no pyarrow.dataset: no pandas
+        table = pq.ParquetFile(path, read_dictionary=dictionary).read(columns=columns)
     except Exception as exc:  # any decode failure: pyarrow raises many kinds
         raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
     problem = metadata_problem(table.schema.metadata, dataset_id)

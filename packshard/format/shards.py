@@ -134,7 +134,10 @@ def with_seq_lengths(table: pa.Table, multiple: int = 1) -> pa.Table:
         column = pa.ListArray.from_arrays(lists, arrow_array(padded))
         table = table.append_column(PADDED_FIELD, column)
     schema = written_schema("branch" in table.column_names, multiple > 1)
-    return table.select(schema.names).cast(schema)
+    table = table.select(schema.names)
+    if table.schema.types == schema.types:  # the schema as it is (no cast: pyarrow.compute)
+        return pa.Table.from_arrays(table.columns, schema=schema)
+    return table.cast(schema)
 
 
 def write_shard(

@@ -114,6 +114,7 @@ def parent_examples(parent: Path, manifest: dict[str, Any]) -> tuple[Examples, n
         parent / EXAMPLES_NAME,
         manifest["dataset_id"],
         ["example_id", "source", "line", "domain", "num_tokens"],
+        dictionary=["source", "domain"],
     )
     ids = _numbers(index["example_id"])  # numpy_view: to_numpy would import pandas
     if not np.array_equal(ids, np.arange(len(ids))):
@@ -146,9 +147,25 @@ class Examples:
 
 
 def _domains(column: pa.ChunkedArray) -> tuple[tuple[str, ...], np.ndarray]:
-    """Return a string column's values in order of first appearance and each example's code."""
-    encoded = column.combine_chunks().dictionary_encode()
-    return tuple(encoded.dictionary.to_pylist()), numpy_view(encoded.indices).astype(np.int32)
+    """Return a dictionary column's values in order of first appearance and each row's code.
+
+    Each chunk (a row group) has a dictionary of its own; the codes are made one across them,
+    in the order the spill writer gives its names (first appearance by example id).
+    """
+    names: list[str] = []
+    code: dict[str, int] = {}
+    out = []
+    for chunk in column.chunks:
+        local = chunk.dictionary.to_pylist()
+        indices = numpy_view(chunk.indices)
+        present, first = np.unique(indices, return_index=True)
+        for name in (local[i] for i in present[np.argsort(first)].tolist()):
+            if name not in code:
+                code[name] = len(names)
+                names.append(name)
+        to_code = np.array([code.get(name, -1) for name in local], np.int32)
+        out.append(to_code[indices])
+    return tuple(names), np.concatenate(out) if out else np.zeros(0, np.int32)
 
 
 def whole_spill(stored: StoredTokens, examples: Examples, fmt: tuple[str, ...]) -> Spill:
