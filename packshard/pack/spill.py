@@ -326,11 +326,14 @@ class SpillWriter:
         for fh in self._files:
             fh.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        self._lengths.clear()
         offsets = exclusive_cumsum(lengths)
-        meta: dict[str, Any] = {
-            k: (np.concatenate(v) if v else np.zeros(0, PER_EXAMPLE[k]))
-            for k, v in self._meta.items()
-        }
+        del lengths
+        meta: dict[str, Any] = {}
+        for k, chunks in self._meta.items():  # a column at a time, its chunks freed once joined
+            joined = np.concatenate(chunks) if chunks else np.zeros(0, PER_EXAMPLE[k])
+            chunks.clear()
+            meta[k] = narrow(joined) if k in WIDE else joined
         counts = SpillCounts(
             sources=tuple(self._sources.names),
             domains=tuple(self._domains.names),

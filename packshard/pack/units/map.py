@@ -54,7 +54,7 @@ from packshard.ingest.tokens.labels import encode_texts, label_encodings
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.pack.heap import BUSY_PAD, pad_heap
-from packshard.pack.spill import PER_EXAMPLE, SpillCounts, SpillWriter
+from packshard.pack.spill import PER_EXAMPLE, SpillCounts, SpillWriter, smallest
 from packshard.records import Reject, SourceRef
 
 MARKER = "unit.json"
@@ -207,14 +207,17 @@ def _map_into(
     except RecordError as exc:  # --on-error fail or --overlong error: the driver decides
         error = (exc.code, exc.reason, exc.source, exc.line)
     spill = writer.finish()
-    arrays = {name: getattr(spill, name) for name in PER_EXAMPLE}
-    arrays["lengths"] = spill.lengths
-    arrays["record_lines"] = np.concatenate([np.zeros(0, np.int64), *lines])
+    # each in its smallest integer type (the merge widens): what the driver holds of a unit
+    arrays = {name: smallest(getattr(spill, name)) for name in PER_EXAMPLE}
+    arrays["lengths"] = smallest(spill.lengths)
+    arrays["record_lines"] = smallest(np.concatenate([np.zeros(0, np.int64), *lines]))
+    counts = spill.counts
+    del spill, lines
     result = UnitResult(
         unit=unit,
         folder=str(folder),
         arrays=arrays,
-        counts=spill.counts,
+        counts=counts,
         rejects=tuple(rejects),
         records=records,
         newlines=state.newlines,
@@ -312,6 +315,32 @@ def load_unit(folder: Path, unit: WorkUnit) -> UnitResult:
     with np.load(folder / ARRAYS, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
     return unit_result(doc, arrays, folder, unit)
+
+
+def unit_arrays(result: UnitResult) -> dict[str, np.ndarray]:
+    """Return a unit's per-example arrays: those it came back with, else read from its folder.
+
+    The driver lets go of each unit's arrays once it has counted it (:func:`drop_arrays`),
+    so that only the unit being merged is in memory, never every unit's at once.
+    """
+    if result.arrays:
+        return result.arrays
+    with np.load(Path(result.folder) / ARRAYS, allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def unit_examples(result: UnitResult) -> int:
+    """Return how many examples a unit spilled (its ``lengths`` read back if dropped)."""
+    if result.arrays:
+        return int(result.arrays["lengths"].shape[0])
+    with np.load(Path(result.folder) / ARRAYS, allow_pickle=False) as npz:
+        return int(npz["lengths"].shape[0])
+
+
+def drop_arrays(result: UnitResult) -> UnitResult:
+    """Let go of a unit's per-example arrays (they are in its folder's ``meta.npz``)."""
+    result.arrays.clear()
+    return result
 
 
 def unit_result(

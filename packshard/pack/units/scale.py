@@ -52,7 +52,7 @@ from packshard.pack.heap import pad_heap, trim_heap
 from packshard.pack.plan.planner import warm_planner
 from packshard.pack.spill import Spill
 from packshard.pack.units.early import warm_up
-from packshard.pack.units.map import MapTask, UnitContext, UnitResult, map_unit
+from packshard.pack.units.map import MapTask, UnitContext, UnitResult, drop_arrays, map_unit
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
 
@@ -255,10 +255,13 @@ def map_inputs(
     results: list = [reusable_unit(work / unit.name, unit, note) for unit in units]
     for reused in (r for r in results if r is not None):
         done(reused)
+        drop_arrays(reused)  # read back one at a time by the merge, from the unit's folder
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, units[i]) for i in todo]
     keys = [t.unit.describe() for t in tasks]
-    mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
+    mapped = engine.run(
+        map_unit, tasks, keys, on_result=lambda _, r: drop_arrays(_done(done, r)), on_started=started
+    )
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
     pad_heap(0)  # the driver's peak is ahead, from the merge on: no pad there
@@ -270,3 +273,8 @@ def map_inputs(
     info["pairs_read"] = sum(r.pairs_read for r in results)
     info["encode"] = merged_entry([r.encode for r in results])
     return spill, work, info
+
+
+def _done(done: Callable[[UnitResult], None], result: UnitResult) -> UnitResult:
+    done(result)
+    return result
