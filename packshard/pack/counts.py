@@ -30,6 +30,7 @@ from packshard.options import resolve_loss
 from packshard.pack.plan.rows import RowPlan, invert
 from packshard.pack.plan.shape import pack_shape
 from packshard.pack.spill import Spill
+from packshard.pack.units.columns import release_columns
 from packshard.records import Reject
 
 
@@ -74,6 +75,7 @@ def examples_tables(
         chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
         columns = _columns(spill, plan, shard_rows, chunk, is_eval, repeats, media)
         yield build_examples_table(columns, sources, domains)
+        release_columns(spill)  # the chunk's pages of the mapped columns
 
 
 class _Columns(Mapping[str, np.ndarray]):

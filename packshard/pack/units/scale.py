@@ -51,6 +51,7 @@ from packshard.pack.config import PackConfig
 from packshard.pack.heap import pad_heap, trim_heap
 from packshard.pack.plan.planner import warm_planner
 from packshard.pack.spill import Spill
+from packshard.pack.units.columns import COLUMNS, map_columns
 from packshard.pack.units.early import warm_up
 from packshard.pack.units.map import MapTask, UnitContext, UnitResult, drop_arrays, map_unit
 from packshard.pack.units.merge import merge_units
@@ -267,6 +268,7 @@ def map_inputs(
     pad_heap(0)  # the driver's peak is ahead, from the merge on: no pad there
     trim_heap()
     spill, ordered = merge_units(results, tuple(f.path for f in files))
+    spill = map_columns(spill, work / COLUMNS)  # resident only while a stage reads them
     rejects.write(ordered)
     info: dict[str, Any] = {"units": len(units), "units_reused": len(units) - len(todo)}
     info["reasoning_dropped"] = sum(r.reasoning_dropped for r in results)
