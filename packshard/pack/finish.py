@@ -176,6 +176,9 @@ def pack_spill(
     media = media_lists(spill, config.ingest)  # None without images: the index as before
     if media is not None:
         stats["vision"] = vision_stats(media, plan, config.ingest.vision_rule())
+    release_columns(spill)
+    # from here lengths and targets are only copied out (the index, a task's row groups)
+    plan = plan.compacted("seg_length", "seg_targets")
     # the shards read only the token offsets (int32 while the tokens fit), the index all but them
     to_shards = spill.without("source_index", "lines", "starts", "domain_codes", "truncated")
     to_shards = replace(to_shards.without("turns"), offsets=narrow(spill.offsets))

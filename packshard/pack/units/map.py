@@ -8,8 +8,10 @@ small whole inputs gathered, :func:`~packshard.ingest.read.splits.plan_units`)::
         │                                   tokens.bin, labels.bin ◄─┘  (the unit's spill part)
         └─► UnitResult: per-example integers, rejects, counts  ──► back to the driver
 
-Only small things travel back: the per-example integers the driver plans with (about 70
-bytes an example), the rejects and counts.  Lines of a byte range are relative to its start,
+Only small things travel back: the per-example integers the driver plans with, each in its
+smallest type (about 20 bytes an example of one-input, one-domain records; 67 in the
+spill's own types), the rejects and counts.  The driver lets go of them once it has counted
+the unit and reads them back from ``meta.npz`` when it merges that unit.  Lines of a byte range are relative to its start,
 and codes of inputs, domains and formats local to the unit (its inputs are codes 0, 1, … in
 unit order: what a unit writes and returns never lists the job's inputs); the driver makes
 them global (:mod:`packshard.pack.units.merge`).
@@ -177,7 +179,9 @@ def _map_into(
     """Map ``unit`` into ``folder``; return the result and the spill files' SHA-256."""
     # the unit's own inputs only: its codes and counts never repeat the job's input list
     sources = tuple(s.path for s in unit.splits)
-    writer = SpillWriter(folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, sources)
+    writer = SpillWriter(
+        folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, sources, compact=True
+    )
     state = SplitRead()
     rejects: list[Reject] = []
     lines: list[np.ndarray] = []

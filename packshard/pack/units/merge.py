@@ -11,6 +11,12 @@ made::
     unit        record ids         + records accepted by earlier units
     unit        tokens             laid after the earlier units' (PartFiles bases)
 
+The driver holds one unit's arrays at a time (read back from its folder,
+:func:`~packshard.pack.units.map.unit_arrays`) and fills merged columns in their smallest
+types, widened only when a unit's values outgrow them (:data:`START`); the token offsets
+are int32 while the tokens fit.  Merged, the columns go to files
+(:mod:`packshard.pack.units.columns`).
+
 Rejects are put in (input, line) order: units come in input order and byte order, so a
 stable sort of each unit's rejects by (its input, line) (what ingest rejected and what the
 overlong policy dropped are interleaved by record; a record's own rejects keep their order)
