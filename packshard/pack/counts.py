@@ -262,8 +262,10 @@ def _records_packed(spill: Spill, ex: np.ndarray, n: int) -> np.ndarray:
         hi = min(lo + STATS_BLOCK, total)
         if hi < total:  # end the block where a record starts
             cut = lo + int(np.searchsorted(record_ids[lo:hi], record_ids[hi], side="left"))
-            hi = cut if cut > lo else lo + int(
-                np.searchsorted(record_ids[lo:], record_ids[lo], side="right")
+            hi = (
+                cut
+                if cut > lo
+                else lo + int(np.searchsorted(record_ids[lo:], record_ids[lo], side="right"))
             )
         ids = record_ids[lo:hi]
         first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])

@@ -186,11 +186,13 @@ class RowPlan:
 
 def _shared(
     plan: RowPlan, change: Callable[[np.ndarray], np.ndarray], names: Sequence[str]
-) -> dict[str, np.ndarray]:
-    """Return ``change`` of each segment array ``names``, changing an array shared by two
-    fields once (a plan whose example ids are its examples holds one array for both)."""
+) -> dict[str, Any]:
+    """Return ``change`` of each segment array ``names``, an array shared by two fields once.
+
+    A plan whose example ids are its examples holds one array for both, and keeps it so.
+    """
     done: dict[int, np.ndarray] = {}
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, Any] = {}
     for name in names:
         values = getattr(plan, name)
         if id(values) not in done:
@@ -285,9 +287,11 @@ def _increasing(index: np.ndarray) -> bool:
 
 
 def _identity(index: np.ndarray, n: int) -> bool:
-    """Whether a strictly increasing ``index`` is ``0 … n-1``: the plan's example ids are its
-    examples (one array serves as both, :meth:`RowPlan.narrowed` and the row moves keep it
-    shared)."""
+    """Whether a strictly increasing ``index`` is ``0 … n-1``.
+
+    Then the plan's example ids are its examples: one array serves as both, and
+    :meth:`RowPlan.narrowed` and the row moves keep it shared.
+    """
     return len(index) == n and (n == 0 or (int(index[0]) == 0 and int(index[-1]) == n - 1))
 
 

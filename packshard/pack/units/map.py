@@ -11,10 +11,10 @@ small whole inputs gathered, :func:`~packshard.ingest.read.splits.plan_units`)::
 Only small things travel back: the per-example integers the driver plans with, each in its
 smallest type (about 20 bytes an example of one-input, one-domain records; 67 in the
 spill's own types), the rejects and counts.  The driver lets go of them once it has counted
-the unit and reads them back from ``meta.npz`` when it merges that unit.  Lines of a byte range are relative to its start,
-and codes of inputs, domains and formats local to the unit (its inputs are codes 0, 1, … in
-unit order: what a unit writes and returns never lists the job's inputs); the driver makes
-them global (:mod:`packshard.pack.units.merge`).
+the unit and reads them back from ``meta.npz`` when it merges that unit.  Lines of a byte
+range are relative to its start, and codes of inputs, domains and formats local to the unit
+(its inputs are codes 0, 1, … in unit order: what a unit writes and returns never lists the
+job's inputs); the driver makes them global (:mod:`packshard.pack.units.merge`).
 
 Idempotent and resumable: the part is written into an attempt folder and renamed to the
 unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json`` as its

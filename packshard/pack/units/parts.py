@@ -71,7 +71,9 @@ def read_part_ranges(
         size = int(parts.bases[1] - parts.bases[0])
         local = starts - parts.bases[0] if int(parts.bases[0]) else starts
         for name, out in zip(FILES, (ids, labels), strict=True):
-            _gather_whole(os.path.join(parts.folders[0], name), size, local, lengths, out_start, out)
+            _gather_whole(
+                os.path.join(parts.folders[0], name), size, local, lengths, out_start, out
+            )
         return ids, labels
     wanted = np.flatnonzero(lengths > 0)
     part = np.searchsorted(parts.bases, starts[wanted], side="right") - 1

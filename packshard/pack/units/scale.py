@@ -261,7 +261,11 @@ def map_inputs(
     tasks = [MapTask(context, units[i]) for i in todo]
     keys = [t.unit.describe() for t in tasks]
     mapped = engine.run(
-        map_unit, tasks, keys, on_result=lambda _, r: drop_arrays(_done(done, r)), on_started=started
+        map_unit,
+        tasks,
+        keys,
+        on_result=lambda _, r: _done(done, r),
+        on_started=started,
     )
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
@@ -277,6 +281,7 @@ def map_inputs(
     return spill, work, info
 
 
-def _done(done: Callable[[UnitResult], None], result: UnitResult) -> UnitResult:
+def _done(done: Callable[[UnitResult], None], result: UnitResult) -> None:
+    """Count a mapped unit, then let go of its arrays (the merge reads them back)."""
     done(result)
-    return result
+    drop_arrays(result)
