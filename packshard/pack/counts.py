@@ -30,6 +30,7 @@ from packshard.options import resolve_loss
 from packshard.pack.plan.rows import RowPlan, invert
 from packshard.pack.plan.shape import pack_shape
 from packshard.pack.spill import Spill
+from packshard.pack.units.columns import release_columns
 from packshard.records import Reject
 
 
@@ -74,6 +75,7 @@ def examples_tables(
         chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
         columns = _columns(spill, plan, shard_rows, chunk, is_eval, repeats, media)
         yield build_examples_table(columns, sources, domains)
+        release_columns(spill)  # the chunk's pages of the mapped columns
 
 
 class _Columns(Mapping[str, np.ndarray]):
@@ -174,22 +176,16 @@ def pack_stats(
     names = list(counts.domains) + sorted(set(tally.by_domain) - set(counts.domains))
     ex = plan.seg_example
     seg_domain = spill.domain_codes[ex]
-    # packed records without a sort: the spill's record ids ascend, so each record is a run of
-    # its examples, and a record is packed when any of its examples is (1 byte an example)
     record_ids = spill.record_ids
-    in_plan = np.zeros(len(record_ids), dtype=bool)
-    in_plan[ex] = True
-    first = np.flatnonzero(np.diff(record_ids, prepend=-1) != 0) if len(record_ids) else ex[:0]
-    packed_first = first[np.logical_or.reduceat(in_plan, first)] if len(first) else first
-    del in_plan
+    records_packed = _records_packed(spill, ex, len(names))
     split_rec = np.unique(record_ids[ex[plan.seg_part > 0]])
     split_domain = spill.domain_codes[np.searchsorted(record_ids, split_rec)]
 
     def per_domain(values: np.ndarray, weights: np.ndarray | None = None) -> list[int]:
-        return np.bincount(values, weights=weights, minlength=len(names)).astype(np.int64).tolist()
+        return _per_code(values, weights, len(names)).tolist()
 
     packed = {
-        "records_packed": per_domain(spill.domain_codes[packed_first]),
+        "records_packed": records_packed.tolist(),
         "examples": per_domain(seg_domain),
         "tokens": per_domain(seg_domain, plan.seg_length),
         "loss_tokens": per_domain(seg_domain, plan.seg_targets),
@@ -214,7 +210,7 @@ def pack_stats(
         domains[name] = entry
     return {
         "records": sum(accepted) + tally.total(REJECTED),
-        "records_packed": len(packed_first),
+        "records_packed": int(records_packed.sum()),
         "rejected": tally.total(REJECTED),
         "dropped": tally.total(DROPPED),
         "truncated": int(spill.truncated[ex].sum()),
@@ -233,6 +229,53 @@ def pack_stats(
         "tokens_truncated": counts.tokens_truncated,
         "parts_dropped": counts.parts_dropped + plan.parts_dropped,
     }
+
+
+STATS_BLOCK = 1 << 20
+"""Examples the statistics count at a time: their temporaries are this long, not the pack."""
+
+
+def _per_code(codes: np.ndarray, weights: np.ndarray | None, n: int) -> np.ndarray:
+    """Sum ``weights`` (1 each without) per code in ``0 … n-1``, a block of codes at a time.
+
+    Each block's float sums are whole numbers, made int64 before they are added up: the
+    same totals as one ``bincount`` of the whole, without its float64 copy of the weights.
+    """
+    out = np.zeros(n, np.int64)
+    for lo in range(0, len(codes), STATS_BLOCK):
+        part = slice(lo, lo + STATS_BLOCK)
+        some = None if weights is None else weights[part]
+        out += np.bincount(codes[part], weights=some, minlength=n).astype(np.int64)
+    return out
+
+
+def _records_packed(spill: Spill, ex: np.ndarray, n: int) -> np.ndarray:
+    """Count per domain the records with at least one packed example.
+
+    The spill's record ids ascend, so each record is a run of its examples, and a record is
+    packed when any of its examples is: one byte an example marks the packed ones, and the
+    runs are found a block of whole records at a time (no array of every record's start).
+    """
+    record_ids, domains = spill.record_ids, spill.domain_codes
+    in_plan = np.zeros(len(record_ids), dtype=bool)
+    in_plan[ex] = True
+    out = np.zeros(n, np.int64)
+    lo, total = 0, len(record_ids)
+    while lo < total:
+        hi = min(lo + STATS_BLOCK, total)
+        if hi < total:  # end the block where a record starts
+            cut = lo + int(np.searchsorted(record_ids[lo:hi], record_ids[hi], side="left"))
+            hi = (
+                cut
+                if cut > lo
+                else lo + int(np.searchsorted(record_ids[lo:], record_ids[lo], side="right"))
+            )
+        ids = record_ids[lo:hi]
+        first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        packed_first = first[np.logical_or.reduceat(in_plan[lo:hi], first)] + lo
+        out += np.bincount(domains[packed_first], minlength=n).astype(np.int64)
+        lo = hi
+    return out
 
 
 def pair_stats(spill: Spill, plan: RowPlan, pairs_read: int) -> dict[str, Any]:

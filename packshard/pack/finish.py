@@ -57,6 +57,7 @@ from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, 
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, ordering_stats
 from packshard.pack.spill import Spill, narrow
+from packshard.pack.units.columns import release_columns
 from packshard.pack.write.shards import shard_entries, split_bounds, write_shards_on
 
 
@@ -125,6 +126,7 @@ def pack_spill(
     ``rejects`` holds every reject so far, in (input, line) order; the policies here add theirs
     and close it.
     """
+    release_columns(spill)  # each stage's reads of the columns are handed back after it
     with rejects:
         is_eval = eval_examples(spill, config, train_files)
         target = config.plan.mix_target()
@@ -144,6 +146,7 @@ def pack_spill(
         tally = rejects.close()
     if plan.num_rows == 0:
         raise NothingToPackError(_nothing_packed(spill, tally, config, made))
+    release_columns(spill)
     ordering = ordering_stats(plan)
     split_at = train_rows(spill, plan, is_eval)
     plan = plan.permute_rows(row_order(plan, config, split_at)).narrowed()
@@ -185,10 +188,14 @@ def pack_spill(
     spill = spill.without("loss_tokens", "parts", "record_ids", "format_codes")
     plan = plan.compacted("seg_part", "seg_start")
     trim_heap()  # the statistics' temporaries, before the index's chunk
+    release_columns(spill)
     shard_rows = [hi - lo for lo, hi in bounds]
     media = media_lists(spill, config.ingest)  # None without images: the index as before
     if media is not None:
         stats["vision"] = vision_stats(media, plan, config.ingest.vision_rule())
+    release_columns(spill)
+    # from here lengths and targets are only copied out (the index, a task's row groups)
+    plan = plan.compacted("seg_length", "seg_targets")
     # the shards read only the token offsets (int32 while the tokens fit), the index all but them
     to_shards = spill.without("source_index", "lines", "starts", "domain_codes", "truncated")
     to_shards = replace(to_shards.without("turns"), offsets=narrow(spill.offsets))

@@ -11,21 +11,17 @@ Stages, each its own module, in this order::
 Everything after the spill is :func:`~packshard.pack.finish.pack_spill`, the route ``repack``
 takes too.
 
-Memory holds the per-example integers, one chunk of the examples index (131,072 rows) and
-two row groups of a shard; tokens wait on disk in the spill.  Source, domain, start and
-turn codes are kept in their smallest integer type (:meth:`~packshard.pack.spill.Spill.compacted`),
-each stage drops the columns no later stage reads
-(:meth:`~packshard.pack.spill.Spill.without`, :meth:`~packshard.pack.plan.rows.RowPlan.without`):
-the statistics read them all, the index its own, the shards only the token offsets and the
-segments' examples, starts, lengths and ids; and the heap is trimmed between stages
-(:func:`~packshard.pack.heap.trim_heap`).  Measured (``scripts/measure_driver_memory.py``:
-peak RSS packing 2M one-token records minus that at 200k, over 1.8M, ``--workers 1``):
-56.0-58.1 bytes an example (351 → 447-451 MiB; 118.8 before the index chunk shrank from
-1,048,576 rows and the codes were compacted, 204 before the plan was int32 from the start,
-318 before the arrays were compact); from 2M to 4M, 88.0 (447.0 → 614.9 MiB; the 4M peak
-was 736.9 MiB before), the planner's, the statistics' and the index's per-example
-temporaries, peaking close together (``docs/scale.md``, which also has the later runs, the
-peak of each stage, and the plan by blocks that bounds the driver for 1B examples).  Each stage
+Memory holds the token offsets, the plan, one chunk of the examples index (131,072 rows)
+and two row groups of a shard; tokens wait on disk in the spill, and the other per-example
+columns in files mapped and handed back after each stage
+(:mod:`packshard.pack.units.columns`).  Each stage drops the columns no later stage reads
+(:meth:`~packshard.pack.spill.Spill.without`, :meth:`~packshard.pack.plan.rows.RowPlan.without`)
+and the heap is trimmed between stages (:func:`~packshard.pack.heap.trim_heap`).  Measured
+(``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token records minus that at
+200k, over 1.8M, ``--workers 1``): 36-48 bytes an example from run to run, the shards'
+row groups setting the peak; each earlier stage holds 42-59 at its own peak
+(``docs/scale.md``: every run, each stage's peak, and the plan by blocks that bounds the
+driver for 1B examples).  Each stage
 returns a typed value (the spill with what it accepted, the rejects file's tally, the
 plan, the shards' entries) and :func:`~packshard.pack.counts.pack_stats` combines them once.
 

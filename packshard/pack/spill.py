@@ -64,7 +64,7 @@ class Spill:
 
     tokens: np.ndarray  # int32, flat
     labels: np.ndarray  # int32, flat
-    offsets: np.ndarray  # int64 [n + 1]
+    offsets: np.ndarray  # int64 [n + 1]; int32 from a merge or a unit while the tokens fit
     loss_tokens: np.ndarray  # int32 [n], targets excluding the first label
     source_index: np.ndarray  # int32 [n]
     lines: np.ndarray  # int64 [n]
@@ -209,7 +209,10 @@ class SpillWriter:
     """Append tokenized chunks to a spill folder, applying the overlong policy.
 
     ``sources`` are the input paths, in order; every example's ``ref.source`` is one of them.
-    ``split_at_rows`` (the ``wrapped`` strategy) keeps overlong examples whole.
+    ``split_at_rows`` (the ``wrapped`` strategy) keeps overlong examples whole.  ``compact``
+    keeps each chunk's per-example arrays in their :func:`smallest` types (a work unit's,
+    which the merge widens): about 20 bytes an example of ``{"text": …}`` records instead of
+    67 until the unit is done, and its offsets int32 while its tokens fit.
     """
 
     def __init__(
@@ -219,8 +222,10 @@ class SpillWriter:
         overlong: str,
         split_at_rows: bool,
         sources: tuple[str, ...] = (),
+        compact: bool = False,
     ) -> None:
         self.folder = folder
+        self.compact = compact
         self.max_seq_len = max_seq_len
         self.overlong = overlong
         self.split_at_rows = split_at_rows
@@ -279,7 +284,8 @@ class SpillWriter:
             "images": batch.images[at] if batch.images is not None else np.zeros(len(at), np.int32),
         }
         for key, arr in meta.items():
-            self._meta[key].append(arr.astype(PER_EXAMPLE[key], copy=False))
+            arr = arr.astype(PER_EXAMPLE[key], copy=False)
+            self._meta[key].append(smallest(arr) if self.compact else arr)
         return pair_rejects + policed.rejects
 
     def _codes(self, batch: TokenizedBatch) -> tuple[np.ndarray, ...]:
@@ -315,7 +321,8 @@ class SpillWriter:
             data = np.ascontiguousarray(values[lo:hi], dtype=np.int32)
             self._hashes[name].update(data.data)  # hashed as written: never read back to hash
             fh.write(data.data)
-        self._lengths.append(np.diff(offsets))
+        lengths = np.diff(offsets)
+        self._lengths.append(smallest(lengths) if self.compact else lengths)
 
     def digests(self) -> dict[str, str]:
         """Return the SHA-256 of each file written so far (``tokens.bin``, ``labels.bin``)."""
@@ -326,11 +333,16 @@ class SpillWriter:
         for fh in self._files:
             fh.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        self._lengths.clear()
         offsets = exclusive_cumsum(lengths)
-        meta: dict[str, Any] = {
-            k: (np.concatenate(v) if v else np.zeros(0, PER_EXAMPLE[k]))
-            for k, v in self._meta.items()
-        }
+        del lengths
+        meta: dict[str, Any] = {}
+        for k, chunks in self._meta.items():  # a column at a time, its chunks freed once joined
+            joined = np.concatenate(chunks) if chunks else np.zeros(0, PER_EXAMPLE[k])
+            chunks.clear()
+            meta[k] = narrow(joined) if k in WIDE and not self.compact else joined
+        if self.compact:
+            offsets = narrow(offsets)
         counts = SpillCounts(
             sources=tuple(self._sources.names),
             domains=tuple(self._domains.names),

@@ -26,16 +26,12 @@ the output does not depend on it.  Examples the parent cut (split or truncated) 
 before this runs (:func:`~packshard.repack.config.parent_problem`): their lost tokens and
 masked part starts cannot be re-made.
 
-Records the parent dropped as too long (code ``too_long``) have no tokens in it.  They stay
-dropped where a fresh pack would drop them too (``--overlong drop`` and longer than the new
-``max_seq_len``, their length read from the reject's reason); the reject is rewritten to name
-the new ``max_seq_len`` and the records count among those read, as a fresh pack counts them.
-Where a fresh pack would keep one, the repack stops and names it.
+Records the parent dropped as too long have no tokens in it; their rejects are carried, or
+refused, by :mod:`packshard.repack.drops`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,22 +39,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from packshard.arrays import add_counts, count_trained, exclusive_cumsum, numpy_view
+from packshard.arrays import count_trained, exclusive_cumsum, numpy_view
 from packshard.errors import FormatError, UsageError
 from packshard.export.common import COLUMNS, read_rows
 from packshard.format.examples import EXAMPLES_NAME, read_examples
-from packshard.format.rejects import REJECTS_NAME, read_rejects
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.config import PackConfig
-from packshard.pack.spill import Spill, SpillCounts, SpillWriter
+from packshard.pack.spill import Spill, SpillCounts, SpillWriter, narrow
 from packshard.pack.units.parts import FILES, PartFiles, gather_ranges
 from packshard.records import Reject, SourceRefs
+from packshard.repack.drops import carried_rejects, with_drops
 
 CHUNK = 1 << 16
 """Examples per batch handed to the spill writer (pass 2)."""
-
-
-_TOO_LONG = re.compile(r"is (\d+) tokens > max_seq_len (\d+) \(dropped")
 
 
 @dataclass(frozen=True)
@@ -84,7 +77,7 @@ def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Path) -> Respilled:
     """Spill ``parent``'s examples under ``config``'s overlong policy into ``work``."""
     sources = tuple(entry["path"] for entry in manifest["inputs"])
-    carried, dropped = _carried_rejects(parent, manifest, config)
+    carried, dropped = carried_rejects(parent, manifest, config)
     examples, lengths = parent_examples(parent, manifest)
     stored = parent_tokens(parent, work / "parent", lengths)
     by_format: dict[str, str] = manifest["loss"]["by_format"]
@@ -99,7 +92,7 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
         spill = whole_spill(stored, examples, formats[:1] or ("messages",))
     else:  # the overlong policy has work: pack's own spill writer does it
         spill, rejects = policed_spill(stored, examples, config, work / "spill", formats)
-    counts = _with_drops(spill.counts, dropped)
+    counts = with_drops(spill.counts, dropped)
     spill = replace(spill, counts=replace(counts, formats=formats or counts.formats))
     order = {name: i for i, name in enumerate(sources)}
     merged = sorted(carried + rejects, key=lambda r: (order[r.ref.source], r.ref.line))
@@ -171,9 +164,8 @@ def _domains(column: pa.ChunkedArray) -> tuple[tuple[str, ...], np.ndarray]:
 def whole_spill(stored: StoredTokens, examples: Examples, fmt: tuple[str, ...]) -> Spill:
     """Return the spill the spill writer makes of ``stored`` when no example is cut or dropped.
 
-    The parent's tokens are already in example-id order (pass 1), so they *are* the spill's
-    files; the per-example arrays are the writer's for whole examples, each its own record
-    (:class:`~packshard.pack.spill.SpillWriter`, checked equal to it by the tests).
+    Pass 1's files are the spill's; the per-example arrays are the writer's for whole examples,
+    each its own record (checked equal to :class:`~packshard.pack.spill.SpillWriter`'s).
     """
     n = len(stored.length)
     domain, names = examples.domain_codes, examples.domain_names
@@ -195,12 +187,12 @@ def whole_spill(stored: StoredTokens, examples: Examples, fmt: tuple[str, ...]) 
         offsets=stored.offsets,
         loss_tokens=stored.loss_tokens,
         source_index=examples.source_codes,
-        lines=examples.lines,
+        lines=narrow(examples.lines),
         parts=np.zeros(n, np.int32),
-        starts=np.zeros(n, np.int64),
+        starts=narrow(np.zeros(n, np.int64)),
         domain_codes=domain,
         truncated=np.zeros(n, np.bool_),
-        record_ids=np.arange(n, dtype=np.int64),
+        record_ids=narrow(np.arange(n, dtype=np.int64)),
         format_codes=np.zeros(n, np.int8),
         counts=counts,
         turns=np.zeros(n, np.int32),
@@ -334,71 +326,3 @@ def _mapped(path: Path, size: int) -> np.memmap | None:
         path.touch()
         return None
     return np.memmap(path, dtype=np.int32, mode="w+", shape=(size,))
-
-
-def _carried_rejects(
-    parent: Path, manifest: dict[str, Any], config: PackConfig
-) -> tuple[list[Reject], list[tuple[Reject, int]]]:
-    """Return the parent's rejects as a fresh pack under ``config`` writes them.
-
-    Also returns the ``too_long`` drops with their lengths (records the spill writer never
-    sees).  A drop that a fresh pack would keep is refused.
-    """
-    plan = config.plan
-    carried: list[Reject] = []
-    dropped: list[tuple[Reject, int]] = []
-    for reject in read_rejects(parent / REJECTS_NAME):
-        if reject.code != "too_long":
-            carried.append(reject)
-            continue
-        found = _TOO_LONG.search(reject.reason)
-        if found is None:
-            raise FormatError(str(parent / REJECTS_NAME), f"{reject.ref}: no length in its reason")
-        length = int(found.group(1))
-        if plan.overlong == "error" and plan.strategy != "wrapped":
-            raise UsageError(
-                f"{reject.ref}: the parent dropped this {length}-token record as too long; "
-                "under --overlong error a fresh pack would stop there (use --overlong drop)"
-            )
-        kept = plan.strategy == "wrapped" or plan.overlong != "drop"
-        if kept or length <= plan.max_seq_len:
-            how = f"--overlong {plan.overlong}" if plan.overlong != "drop" else "it fits"
-            if plan.strategy == "wrapped":
-                how = "--strategy wrapped splits it"
-            raise UsageError(
-                f"{reject.ref}: the parent dropped this {length}-token record as too long, and "
-                f"with --max-seq-len {plan.max_seq_len} a fresh pack would keep it ({how}); "
-                "its tokens are not in the parent (pack from the inputs, or keep --overlong "
-                "drop with a --max-seq-len below its length)"
-            )
-        old = f"> max_seq_len {found.group(2)} (dropped"
-        reason = reject.reason.replace(old, f"> max_seq_len {plan.max_seq_len} (dropped")
-        fresh = Reject(reject.ref, reject.domain, reject.code, reason)
-        carried.append(fresh)
-        dropped.append((fresh, length))
-    return carried, dropped
-
-
-def _with_drops(counts: SpillCounts, dropped: list[tuple[Reject, int]]) -> SpillCounts:
-    """Count the carried drops as records read, per source and domain, with their tokens."""
-    per_source = np.zeros(len(counts.sources), np.int64)
-    code = {name: i for i, name in enumerate(counts.sources)}
-    domains = list(counts.domains)
-    for reject, _ in dropped:
-        if reject.domain not in domains:
-            domains.append(reject.domain)
-    per_domain = np.zeros((2, len(domains)), np.int64)  # records, tokens
-    for reject, length in dropped:
-        per_source[code[reject.ref.source]] += 1
-        per_domain[:, domains.index(reject.domain)] += (1, length)
-    return replace(
-        counts,
-        domains=tuple(domains),
-        records_per_source=tuple((np.asarray(counts.records_per_source) + per_source).tolist()),
-        records_per_domain=tuple(
-            add_counts(np.asarray(counts.records_per_domain), per_domain[0]).tolist()
-        ),
-        tokens_in_per_domain=tuple(
-            add_counts(np.asarray(counts.tokens_in_per_domain), per_domain[1]).tolist()
-        ),
-    )

@@ -19,6 +19,7 @@ All operations are vectorised over segment arrays; row ``r`` is the slice
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -111,7 +112,14 @@ class RowPlan:
 
     def row_tokens(self) -> np.ndarray:
         """Tokens in each row (int64)."""
-        ends = exclusive_cumsum(self.seg_length)
+        return self.row_sums(self.seg_length)
+
+    def row_sums(self, values: np.ndarray) -> np.ndarray:
+        """Sum of a per-segment array over each row (int64), with no per-segment temporary."""
+        whole = values.dtype.kind in "iu" and self.num_rows and self.num_segments
+        if whole and (np.diff(self.row_offsets) > 0).all():
+            return np.add.reduceat(values, self.row_offsets[:-1], dtype=np.int64)
+        ends = exclusive_cumsum(values)  # empty rows (never planned; a hand-made plan)
         return ends[self.row_offsets[1:]] - ends[self.row_offsets[:-1]]
 
     def segment_rows(self) -> np.ndarray:
@@ -126,8 +134,7 @@ class RowPlan:
 
     def narrowed(self) -> RowPlan:
         """Return the plan with int32 segment arrays wherever the values fit (readers widen)."""
-        picked: dict[str, Any] = {name: narrow(getattr(self, name)) for name in _SEGMENT_FIELDS}
-        return replace(self, **picked)
+        return replace(self, **_shared(self, narrow, _SEGMENT_FIELDS))
 
     def without(self, *names: str) -> RowPlan:
         """Return the plan with the segment arrays ``names`` emptied (no later stage reads them).
@@ -144,19 +151,19 @@ class RowPlan:
         For the stages that only read them (the index reads each part once; the shards add
         each start to a wide offset): no split makes both one byte a segment.
         """
-        picked: dict[str, Any] = {n: smallest(getattr(self, n)) for n in names}
-        return replace(self, **picked)
+        return replace(self, **_shared(self, smallest, names))
 
     def permute_rows(self, order: np.ndarray) -> RowPlan:
         """Reorder rows so that new row ``r`` is old row ``order[r]``."""
         counts = np.diff(self.row_offsets)[order]
         new_offsets = exclusive_cumsum(counts)
-        gather = np.repeat(self.row_offsets[:-1][order] - new_offsets[:-1], counts)
-        gather += np.arange(int(new_offsets[-1]), dtype=np.int64)
+        kind = np.int32 if self.num_segments < 2**31 else np.int64  # 4 bytes a segment
+        gather = np.repeat((self.row_offsets[:-1][order] - new_offsets[:-1]).astype(kind), counts)
+        gather += np.arange(int(new_offsets[-1]), dtype=kind)
         return self._take(gather, new_offsets)
 
     def _take(self, segments: slice | np.ndarray, row_offsets: np.ndarray) -> RowPlan:
-        picked = {name: getattr(self, name)[segments] for name in _SEGMENT_FIELDS}
+        picked = _shared(self, lambda values: values[segments], _SEGMENT_FIELDS)
         return replace(self, row_offsets=row_offsets, **picked)
 
     @staticmethod
@@ -175,6 +182,23 @@ class RowPlan:
             **joined,
         )
         return number_examples(plan)
+
+
+def _shared(
+    plan: RowPlan, change: Callable[[np.ndarray], np.ndarray], names: Sequence[str]
+) -> dict[str, Any]:
+    """Return ``change`` of each segment array ``names``, an array shared by two fields once.
+
+    A plan whose example ids are its examples holds one array for both, and keeps it so.
+    """
+    done: dict[int, np.ndarray] = {}
+    out: dict[str, Any] = {}
+    for name in names:
+        values = getattr(plan, name)
+        if id(values) not in done:
+            done[id(values)] = change(values)
+        out[name] = done[id(values)]
+    return out
 
 
 def number_examples(plan: RowPlan) -> RowPlan:
@@ -218,15 +242,20 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
     row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
     if raw.strategy != "wrapped":  # each array int32 as it is made: the peak of planning
         seg_ex = narrow(index[raw.seg_example])
+        start = smallest(raw.seg_start)  # zeros: one byte a segment
         plan = replace(
             raw,
             row_offsets=row_offsets,
             seg_example=seg_ex,
-            seg_start=narrow(raw.seg_start),
+            seg_start=start,
             seg_length=narrow(raw.seg_length),
-            seg_part=spill.parts[seg_ex].astype(np.int32),
+            seg_part=smallest(spill.parts[seg_ex]),
             seg_targets=narrow(spill.loss_tokens[seg_ex]),
         )
+        del raw
+        if not start.any() and _increasing(index):  # each example once: its rank is its id
+            ids = seg_ex if _identity(index, len(spill)) else narrow(np.searchsorted(index, seg_ex))
+            return replace(plan, example_id=ids).narrowed()
         return number_examples(plan).narrowed()
     seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]
     seg_start = np.asarray(raw.seg_start, dtype=np.int64)
@@ -250,6 +279,20 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
         parts_dropped=int((~keep).sum()),
     )
     return number_examples(plan).narrowed()
+
+
+def _increasing(index: np.ndarray) -> bool:
+    """Whether ``index`` is strictly increasing (each example planned once, in input order)."""
+    return bool(len(index) < 2 or (np.diff(index) > 0).all())
+
+
+def _identity(index: np.ndarray, n: int) -> bool:
+    """Whether a strictly increasing ``index`` is ``0 … n-1``.
+
+    Then the plan's example ids are its examples: one array serves as both, and
+    :meth:`RowPlan.narrowed` and the row moves keep it shared.
+    """
+    return len(index) == n and (n == 0 or (int(index[0]) == 0 and int(index[-1]) == n - 1))
 
 
 def ordering_stats(plan: RowPlan) -> dict[str, float]:

@@ -46,8 +46,8 @@ def step_loss_tokens(row_loss: np.ndarray, rows_per_step: int) -> dict[str, Any]
 def row_shape(plan: RowPlan) -> tuple[dict[str, float], np.ndarray]:
     """Return the quantiles of ``plan``'s row fill (rounded) and each row's trained tokens."""
     fill = plan.row_tokens() / max(plan.max_seq_len, 1)
-    row_loss = np.bincount(plan.segment_rows(), weights=plan.seg_targets, minlength=plan.num_rows)
-    return {k: round(v, 6) for k, v in quantiles(fill).items()}, row_loss.astype(np.int64)
+    row_loss = plan.row_sums(plan.seg_targets)
+    return {k: round(v, 6) for k, v in quantiles(fill).items()}, row_loss
 
 
 def pack_shape(plan: RowPlan) -> dict[str, Any]:

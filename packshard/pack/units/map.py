@@ -8,11 +8,13 @@ small whole inputs gathered, :func:`~packshard.ingest.read.splits.plan_units`)::
         │                                   tokens.bin, labels.bin ◄─┘  (the unit's spill part)
         └─► UnitResult: per-example integers, rejects, counts  ──► back to the driver
 
-Only small things travel back: the per-example integers the driver plans with (about 70
-bytes an example), the rejects and counts.  Lines of a byte range are relative to its start,
-and codes of inputs, domains and formats local to the unit (its inputs are codes 0, 1, … in
-unit order: what a unit writes and returns never lists the job's inputs); the driver makes
-them global (:mod:`packshard.pack.units.merge`).
+Only small things travel back: the per-example integers the driver plans with, each in its
+smallest type (about 20 bytes an example of one-input, one-domain records; 67 in the
+spill's own types), the rejects and counts.  The driver lets go of them once it has counted
+the unit and reads them back from ``meta.npz`` when it merges that unit.  Lines of a byte
+range are relative to its start, and codes of inputs, domains and formats local to the unit
+(its inputs are codes 0, 1, … in unit order: what a unit writes and returns never lists the
+job's inputs); the driver makes them global (:mod:`packshard.pack.units.merge`).
 
 Idempotent and resumable: the part is written into an attempt folder and renamed to the
 unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json`` as its
@@ -54,7 +56,7 @@ from packshard.ingest.tokens.labels import encode_texts, label_encodings
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.pack.heap import BUSY_PAD, pad_heap
-from packshard.pack.spill import PER_EXAMPLE, SpillCounts, SpillWriter
+from packshard.pack.spill import PER_EXAMPLE, SpillCounts, SpillWriter, smallest
 from packshard.records import Reject, SourceRef
 
 MARKER = "unit.json"
@@ -177,7 +179,9 @@ def _map_into(
     """Map ``unit`` into ``folder``; return the result and the spill files' SHA-256."""
     # the unit's own inputs only: its codes and counts never repeat the job's input list
     sources = tuple(s.path for s in unit.splits)
-    writer = SpillWriter(folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, sources)
+    writer = SpillWriter(
+        folder, ctx.max_seq_len, ctx.overlong, ctx.split_at_rows, sources, compact=True
+    )
     state = SplitRead()
     rejects: list[Reject] = []
     lines: list[np.ndarray] = []
@@ -207,14 +211,17 @@ def _map_into(
     except RecordError as exc:  # --on-error fail or --overlong error: the driver decides
         error = (exc.code, exc.reason, exc.source, exc.line)
     spill = writer.finish()
-    arrays = {name: getattr(spill, name) for name in PER_EXAMPLE}
-    arrays["lengths"] = spill.lengths
-    arrays["record_lines"] = np.concatenate([np.zeros(0, np.int64), *lines])
+    # each in its smallest integer type (the merge widens): what the driver holds of a unit
+    arrays = {name: smallest(getattr(spill, name)) for name in PER_EXAMPLE}
+    arrays["lengths"] = smallest(spill.lengths)
+    arrays["record_lines"] = smallest(np.concatenate([np.zeros(0, np.int64), *lines]))
+    counts = spill.counts
+    del spill, lines
     result = UnitResult(
         unit=unit,
         folder=str(folder),
         arrays=arrays,
-        counts=spill.counts,
+        counts=counts,
         rejects=tuple(rejects),
         records=records,
         newlines=state.newlines,
@@ -312,6 +319,32 @@ def load_unit(folder: Path, unit: WorkUnit) -> UnitResult:
     with np.load(folder / ARRAYS, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
     return unit_result(doc, arrays, folder, unit)
+
+
+def unit_arrays(result: UnitResult) -> dict[str, np.ndarray]:
+    """Return a unit's per-example arrays: those it came back with, else read from its folder.
+
+    The driver lets go of each unit's arrays once it has counted it (:func:`drop_arrays`),
+    so that only the unit being merged is in memory, never every unit's at once.
+    """
+    if result.arrays:
+        return result.arrays
+    with np.load(Path(result.folder) / ARRAYS, allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def unit_examples(result: UnitResult) -> int:
+    """Return how many examples a unit spilled (its ``lengths`` read back if dropped)."""
+    if result.arrays:
+        return int(result.arrays["lengths"].shape[0])
+    with np.load(Path(result.folder) / ARRAYS, allow_pickle=False) as npz:
+        return int(npz["lengths"].shape[0])
+
+
+def drop_arrays(result: UnitResult) -> UnitResult:
+    """Let go of a unit's per-example arrays (they are in its folder's ``meta.npz``)."""
+    result.arrays.clear()
+    return result
 
 
 def unit_result(

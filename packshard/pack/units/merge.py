@@ -11,6 +11,12 @@ made::
     unit        record ids         + records accepted by earlier units
     unit        tokens             laid after the earlier units' (PartFiles bases)
 
+The driver holds one unit's arrays at a time (read back from its folder,
+:func:`~packshard.pack.units.map.unit_arrays`) and fills merged columns in their smallest
+types, widened only when a unit's values outgrow them (:data:`START`); the token offsets
+are int32 while the tokens fit.  Merged, the columns go to files
+(:mod:`packshard.pack.units.columns`).
+
 Rejects are put in (input, line) order: units come in input order and byte order, so a
 stable sort of each unit's rejects by (its input, line) (what ingest rejected and what the
 overlong policy dropped are interleaved by record; a record's own rejects keep their order)
@@ -28,8 +34,8 @@ import numpy as np
 
 from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
 from packshard.errors import RecordError
-from packshard.pack.spill import PER_EXAMPLE, WIDE, Spill, SpillCounts, narrow
-from packshard.pack.units.map import UnitResult
+from packshard.pack.spill import PER_EXAMPLE, Spill, SpillCounts, narrow, smallest
+from packshard.pack.units.map import UnitResult, unit_arrays, unit_examples
 from packshard.pack.units.parts import PartFiles
 from packshard.records import Reject, SourceRef
 
@@ -46,11 +52,9 @@ def merge_units(
     """
     domains, formats = NameCodes(), NameCodes()
     line_base = [0] * len(sources)
-    total = sum(int(r.arrays["lengths"].shape[0]) for r in results)
-    meta: dict[str, np.ndarray] = {
-        k: np.empty(total, np.int64 if k in WIDE else d) for k, d in PER_EXAMPLE.items()
-    }
-    lengths = np.empty(total, np.int64)
+    total = sum(unit_examples(r) for r in results)
+    meta: dict[str, np.ndarray] = {k: np.empty(total, _first_kind(k, d)) for k, d in START.items()}
+    meta["source_index"] = np.empty(total, smallest(np.array([0, len(sources)])).dtype)
     tokens = np.zeros(len(results), np.int64)
     at = 0
     rejects: list[Reject] = []
@@ -67,22 +71,21 @@ def merge_units(
         if r.error is not None:
             code, reason, source, line = r.error
             raise RecordError(code, reason, source, line + base)
-        a = r.arrays
+        a = unit_arrays(r)  # read back from the unit's folder, one unit at a time
         dom = domains.encode(r.counts.domains)
         fmt = formats.encode(r.counts.formats)
         n_unit = int(a["lengths"].shape[0])
         into = slice(at, at + n_unit)
-        for key in PER_EXAMPLE:
-            meta[key][into] = a[key] if key in a else 0  # a unit from before the key: 0
-        lengths[into] = a["lengths"]
-        tokens[unit] = a["lengths"].sum()
-        meta["lines"][into] += base
-        meta["source_index"][into] = inputs[a["source_index"]]
-        if len(dom):
-            meta["domain_codes"][into] = dom[a["domain_codes"]]
-        if len(fmt):
-            meta["format_codes"][into] = fmt[a["format_codes"]]
-        meta["record_ids"][into] += accepted
+        for key in START:
+            if key in ("lines", "record_ids", "source_index", "domain_codes", "format_codes"):
+                continue  # made global below
+            _put(meta, key, into, a[key] if key in a else np.zeros(n_unit, np.int8))
+        tokens[unit] = a["lengths"].sum(dtype=np.int64)
+        _put(meta, "lines", into, a["lines"].astype(np.int64) + base)
+        _put(meta, "source_index", into, inputs[a["source_index"]])
+        _put(meta, "domain_codes", into, dom[a["domain_codes"]] if len(dom) else a["domain_codes"])
+        _put(meta, "format_codes", into, fmt[a["format_codes"]] if len(fmt) else a["format_codes"])
+        _put(meta, "record_ids", into, a["record_ids"].astype(np.int64) + accepted)
         at += n_unit
         c = r.counts
         np.add.at(per_source, inputs[: len(c.records_per_source)], c.records_per_source)
@@ -98,6 +101,7 @@ def merge_units(
         )
         accepted += int(a["record_lines"].shape[0])
         a.clear()  # the unit's copy is merged: freed now, not after every unit is
+        r.arrays.clear()
     counts = SpillCounts(
         sources=sources,
         domains=tuple(domains.names),
@@ -107,14 +111,15 @@ def merge_units(
         tokens_in_per_domain=tuple(tokens_in.tolist()),
         **policy,
     )
-    joined: dict[str, Any] = {k: narrow(v) if k in WIDE else v for k, v in meta.items()}
-    del meta
+    lengths = meta.pop("lengths")
+    offsets = narrow(exclusive_cumsum(lengths))  # int32 while the tokens fit
+    del lengths
     empty = np.zeros(0, np.int32)
     spill = Spill(
         tokens=empty,
         labels=empty,
-        offsets=exclusive_cumsum(lengths),
-        **joined,
+        offsets=offsets,
+        **meta,
         counts=counts,
         part_files=PartFiles(tuple(r.folder for r in results), exclusive_cumsum(tokens)),
     )
@@ -130,3 +135,28 @@ def _by_code(codes: np.ndarray, values: Sequence[int], n: int) -> np.ndarray:
     out = np.zeros(n, np.int64)
     np.add.at(out, codes, np.asarray(values, np.int64))
     return out
+
+
+START: dict[str, Any] = {**PER_EXAMPLE, "lengths": np.int32}
+"""Each merged column's first type: the smallest where a wider one is only ever read back
+(codes, parts, starts, turns, images, one byte an example while they fit), int32 for lines,
+record ids, loss tokens and lengths; :func:`_put` widens a column whose values outgrow it."""
+SMALL = ("source_index", "domain_codes", "format_codes", "parts", "starts", "turns", "images")
+
+
+def _first_kind(key: str, kind: Any) -> Any:
+    if key in SMALL:
+        return np.int8
+    return np.int32 if np.dtype(kind).kind == "i" and np.dtype(kind).itemsize > 4 else kind
+
+
+def _put(columns: dict[str, np.ndarray], key: str, into: slice, values: np.ndarray) -> None:
+    """Write ``values`` to ``columns[key][into]``, widening the column first if they outgrow it."""
+    column = columns[key]
+    if values.size and column.dtype.kind == "i" and values.dtype != column.dtype:
+        low, high = int(values.min()), int(values.max())
+        limits = np.iinfo(column.dtype)
+        if low < limits.min or high > limits.max:
+            wide = np.result_type(column.dtype, smallest(np.array([low, high])))
+            column = columns[key] = column.astype(wide)
+    column[into] = values

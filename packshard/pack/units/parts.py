@@ -65,6 +65,16 @@ def read_part_ranges(
     total = int(out_start[-1])
     ids = np.empty(total, dtype=np.int32)
     labels = np.empty(total, dtype=np.int32)
+    if len(parts.folders) == 1 and int(parts.bases[-1]) * 8 <= WHOLE_BYTES:
+        # one part read whole: every range gathered in place, in any order (an empty one
+        # copies nothing), with no per-range index arrays beside the ranges themselves
+        size = int(parts.bases[1] - parts.bases[0])
+        local = starts - parts.bases[0] if int(parts.bases[0]) else starts
+        for name, out in zip(FILES, (ids, labels), strict=True):
+            _gather_whole(
+                os.path.join(parts.folders[0], name), size, local, lengths, out_start, out
+            )
+        return ids, labels
     wanted = np.flatnonzero(lengths > 0)
     part = np.searchsorted(parts.bases, starts[wanted], side="right") - 1
     order = np.lexsort((starts[wanted], part))  # each part's ranges together, in file order

@@ -51,8 +51,9 @@ from packshard.pack.config import PackConfig
 from packshard.pack.heap import pad_heap, trim_heap
 from packshard.pack.plan.planner import warm_planner
 from packshard.pack.spill import Spill
+from packshard.pack.units.columns import COLUMNS, map_columns
 from packshard.pack.units.early import warm_up
-from packshard.pack.units.map import MapTask, UnitContext, UnitResult, map_unit
+from packshard.pack.units.map import MapTask, UnitContext, UnitResult, drop_arrays, map_unit
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
 
@@ -244,18 +245,32 @@ def map_inputs(
     results: list = [reusable_unit(work / unit.name, unit, note) for unit in units]
     for reused in (r for r in results if r is not None):
         done(reused)
+        drop_arrays(reused)  # read back one at a time by the merge, from the unit's folder
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, units[i]) for i in todo]
     keys = [t.unit.describe() for t in tasks]
-    mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
+    mapped = engine.run(
+        map_unit,
+        tasks,
+        keys,
+        on_result=lambda _, r: _done(done, r),
+        on_started=started,
+    )
     for i, result in zip(todo, mapped, strict=True):
         results[i] = result
     pad_heap(0)  # the driver's peak is ahead, from the merge on: no pad there
     trim_heap()
     spill, ordered = merge_units(results, tuple(f.path for f in files))
+    spill = map_columns(spill, work / COLUMNS)  # resident only while a stage reads them
     rejects.write(ordered)
     info: dict[str, Any] = {"units": len(units), "units_reused": len(units) - len(todo)}
     info["reasoning_dropped"] = sum(r.reasoning_dropped for r in results)
     info["pairs_read"] = sum(r.pairs_read for r in results)
     info["encode"] = merged_entry([r.encode for r in results])
     return spill, work, info
+
+
+def _done(done: Callable[[UnitResult], None], result: UnitResult) -> None:
+    """Count a mapped unit, then let go of its arrays (the merge reads them back)."""
+    done(result)
+    drop_arrays(result)

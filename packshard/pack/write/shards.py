@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import overload
 
@@ -111,31 +112,68 @@ class WriteTask:
     multiple: int = 1  # --cp / --pad-multiple: cu_seqlens_padded's segment multiple
 
 
+PIECE_SEGMENTS = 1 << 16
+"""Segments a row group is assembled from at a time: its index temporaries stay this long.
+
+A row group of short examples has many segments (256 rows of one-token examples at
+``--max-seq-len 4096``: 1,048,576), and assembling it holds about 100 bytes of temporary
+index arrays a segment besides the table itself.  Past this many, the rows are assembled
+in pieces of at most this many segments (a row is never cut) and joined into one
+contiguous table: the same table, the same bytes, a copy of the table instead of the
+temporaries of all its segments.  Rows of longer examples stay one piece.
+"""
+
+
+def piece_cuts(offsets: np.ndarray, start: int, stop: int) -> list[int]:
+    """Return the rows ``start = c0 < c1 < … = stop`` that cut rows into pieces to assemble.
+
+    Each piece holds at most :data:`PIECE_SEGMENTS` segments, or one row when a row alone
+    has more.
+    """
+    cuts = [start]
+    while cuts[-1] < stop:
+        limit = int(offsets[cuts[-1]]) + PIECE_SEGMENTS
+        end = int(np.searchsorted(offsets, limit, side="right")) - 1
+        cuts.append(min(max(end, cuts[-1] + 1), stop))
+    return cuts if len(cuts) > 1 else [start, stop]
+
+
 def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
     inject(task.name, task.faults, Path(task.work) / "_faults")
     pad_heap(BUSY_PAD)  # row groups come and go: keep the heap's top (packshard.pack.heap)
     read = partial(read_part_ranges, task.parts)
 
+    offsets = task.row_offsets
+
+    def piece(start: int, stop: int) -> pa.Table:
+        lo, hi = int(offsets[start]), int(offsets[stop])
+        n = hi - lo
+        sub = RowPlan.from_segments(
+            offsets[start : stop + 1] - lo,
+            np.arange(n, dtype=np.int64),
+            np.zeros(n, np.int64),
+            task.seg_length[lo:hi],
+            task.max_seq_len,
+            "bfd",
+        )
+        sub = replace(sub, example_id=task.example_id[lo:hi])
+        codes = task.codes[lo:hi] if task.codes is not None else None
+        return assemble_ranges(read, task.starts[lo:hi], sub, codes)
+
     def tables() -> Iterator[pa.Table]:
         # one row group's segments at a time: nothing per segment of the whole shard is made
-        offsets = task.row_offsets
         rows = len(offsets) - 1
         for start in range(0, max(rows, 1), ROW_GROUP_ROWS):
             stop = min(start + ROW_GROUP_ROWS, rows)
-            lo, hi = int(offsets[start]), int(offsets[stop])
-            n = hi - lo
-            sub = RowPlan.from_segments(
-                offsets[start : stop + 1] - lo,
-                np.arange(n, dtype=np.int64),
-                np.zeros(n, np.int64),
-                task.seg_length[lo:hi],
-                task.max_seq_len,
-                "bfd",
-            )
-            sub = replace(sub, example_id=task.example_id[lo:hi])
-            codes = task.codes[lo:hi] if task.codes is not None else None
-            yield assemble_ranges(read, task.starts[lo:hi], sub, codes)
+            cuts = piece_cuts(offsets, start, stop)
+            if len(cuts) == 2:
+                yield piece(start, stop)
+                continue
+            pieces = [piece(a, b) for a, b in pairwise(cuts)]
+            table = pa.concat_tables(pieces).combine_chunks()  # the same table, contiguous
+            del pieces
+            yield table
 
     folder = Path(task.folder)
     attempt = f".{task.name}.attempt-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,62 @@
+"""The merged per-example columns kept in files, resident only while a stage reads them.
+
+After the merge, every per-example column of the spill but the token offsets (codes, lines,
+parts, starts, loss tokens, record ids, flags) is written once to ``NAME.npy`` in the work
+folder's ``_columns`` and mapped read-only.  A stage that reads a column faults its pages
+in from the page cache; :func:`release_columns` hands them back (``MADV_DONTNEED`` on the
+clean mapping: the next read faults them in again, nothing is written)::
+
+    merge ─► columns ─► write NAME.npy, map read-only          resident: offsets only
+    plan        reads parts, loss tokens, pair codes          + those (6 bytes an example)
+    release_columns ────────────────────────────────────────── back to offsets only
+    statistics  reads domains, record ids, flags              + those (8 bytes)
+    release_columns
+    index       reads a chunk's rows of its columns, released after each chunk
+
+So the columns cost the driver what the stage at hand reads, not all of them at once: on
+``{"text":"a"}`` records (one input, one domain) 21 bytes an example of columns become
+resident only where read.  The values and their types are those the merge made, so the
+output's bytes do not change.  A spill made elsewhere (``repack``, tests) keeps its
+columns in memory, and releasing them does nothing.
+"""
+
+from __future__ import annotations
+
+import mmap
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packshard.pack.spill import PER_EXAMPLE, Spill
+
+COLUMNS = "_columns"
+"""The folder, inside the work folder, that holds the mapped columns."""
+
+
+def map_columns(spill: Spill, folder: Path) -> Spill:
+    """Return ``spill`` with its per-example columns written to ``folder`` and mapped from there.
+
+    ``folder`` is made afresh (what an earlier run left there is removed).
+    """
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    mapped: dict[str, Any] = {}
+    for name in PER_EXAMPLE:
+        values = getattr(spill, name)
+        if values is None or not values.size:  # nothing to map (an empty map is refused)
+            continue
+        path = folder / f"{name}.npy"
+        np.save(path, values, allow_pickle=False)
+        mapped[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+    return replace(spill, **mapped)
+
+
+def release_columns(spill: Spill) -> None:
+    """Hand back the pages of the spill's mapped columns that a stage read (see above)."""
+    for name in PER_EXAMPLE:
+        region = getattr(getattr(spill, name), "_mmap", None)
+        if region is not None and not region.closed:
+            region.madvise(mmap.MADV_DONTNEED)
