@@ -143,6 +143,44 @@ def check_max_seq_len(value: Any) -> None:
     check_range("--max-seq-len", value, 2, MAX_SEQ_LEN)
 
 
+NO_CAP = 0
+"""``--max-images-per-row`` and ``--max-vision-tokens-per-row`` left unset: rows are not capped."""
+CAPPED_STRATEGIES = ("bfd", "sequential")
+"""The strategies that take vision caps (:mod:`packshard.pack.plan.vision`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VisionCaps:
+    """The most images and vision tokens a row may hold (:data:`NO_CAP`: no cap)."""
+
+    images: int = NO_CAP
+    tokens: int = NO_CAP
+
+    @property
+    def active(self) -> bool:
+        """Tell whether any cap is set."""
+        return self.images != NO_CAP or self.tokens != NO_CAP
+
+    def check(self, strategy: str) -> None:
+        """Raise :class:`UsageError` for a negative cap or a strategy that takes none."""
+        for flag, value in (
+            ("--max-images-per-row", self.images),
+            ("--max-vision-tokens-per-row", self.tokens),
+        ):
+            if type(value) is not int or value < 0:
+                raise UsageError(f"{flag} must be a positive integer (0: no cap), got {value!r}")
+        if self.active and strategy not in CAPPED_STRATEGIES:
+            raise UsageError(
+                f"--strategy {strategy} does not take --max-images-per-row or "
+                "--max-vision-tokens-per-row (use --strategy bfd or sequential)"
+            )
+
+    def as_dict(self) -> dict[str, int]:
+        """Return the caps set, as a manifest records them."""
+        caps = {"max_images_per_row": self.images, "max_vision_tokens_per_row": self.tokens}
+        return {k: v for k, v in caps.items() if v != NO_CAP}
+
+
 @dataclass(frozen=True, slots=True)
 class VisionRule:
     """How a model family sizes an image: patch and merge sizes, pixel bounds.

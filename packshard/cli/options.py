@@ -33,6 +33,7 @@ from packshard.options import (
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
     MIX_BY,
+    NO_CAP,
     ON_ERROR,
     OVERLONG_POLICIES,
     REASONING_MARKERS,
@@ -413,6 +414,19 @@ PACK = group(
     ),
     click.option("--group-by-domain", is_flag=True, help="Rows hold examples of one domain each."),
     MIX,
+    click.option(
+        "--max-images-per-row",
+        type=int,
+        default=NO_CAP,
+        help="Most images a row holds (0: no cap); an example with more alone is dropped.",
+    ),
+    click.option(
+        "--max-vision-tokens-per-row",
+        type=int,
+        default=NO_CAP,
+        help="Most vision (image placeholder) tokens a row holds (0: no cap); an example with "
+        "more alone is dropped.",
+    ),
     click.option("--shard-rows", type=int, default=8192, help="Most rows per shard."),
     click.option(
         "--shard-bytes",

@@ -66,10 +66,16 @@ def render_pack_summary(result: Any) -> Group:
         rows.append(("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS)))
     if v := stats.get("vision"):
         rows.append(("images / vision tokens", f"{v['images']:,} / {v['vision_tokens']:,}"))
-        per_row = v["per_row_vision_tokens"]
-        rows.append(
-            ("vision tokens a row, max / mean", f"{per_row['max']:,} / {per_row['mean']:,.1f}")
-        )
+        caps = v.get("caps", {})
+        for key, name, cap in (
+            ("per_row_images", "images a row", "max_images_per_row"),
+            ("per_row_vision_tokens", "vision tokens a row", "max_vision_tokens_per_row"),
+        ):
+            per_row = v[key]
+            shown = f"{per_row['max']:,} / {per_row['mean']:,.1f}"
+            rows.append(
+                (f"{name}, max / mean", shown + (f" (cap {caps[cap]:,})" if cap in caps else ""))
+            )
     if "splits" in stats:
         split = " / ".join(f"{stats['splits'][k]['records_packed']:,}" for k in ("train", "eval"))
         rows.append(("train / eval records", split))
