@@ -135,6 +135,8 @@ class Rendered:
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
     pair: int = 0  # PAIR_CODES: 0 plain, 1 chosen, 2 rejected, 3/4 KTO undesirable/desirable
     images: int = 0  # images in the example (their placeholders expanded in ``text``)
+    vision_tokens: int = 0  # their placeholder tokens, all images together
+    image_sizes: tuple[tuple[int, int, int], ...] = ()  # per image: width, height, bytes
 
 
 PAIR_CODES = ("plain", "chosen", "rejected", "kto_undesirable", "kto_desirable")
@@ -161,6 +163,8 @@ class TokenizedBatch:
     turns: np.ndarray | None = None  # int32 per example (--turns expand), None: all 0
     pairs: np.ndarray | None = None  # int8 per example (PAIR_CODES), None: all 0
     images: np.ndarray | None = None  # int32 per example: its images, None: all 0
+    vision_tokens: np.ndarray | None = None  # int32 per example: its images' placeholders
+    image_sizes: np.ndarray | None = None  # int64 [images, 3]: width, height, bytes, in order
 
     def __post_init__(self) -> None:
         n = len(self.refs)
