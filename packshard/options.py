@@ -219,3 +219,30 @@ class VisionRule:
             "min_pixels": self.min_pixels,
             "max_pixels": self.max_pixels,
         }
+
+    def processor_options(self) -> dict[str, Any]:
+        """Return the keywords that make transformers' Qwen2-VL image processor this rule's.
+
+        Qwen3-VL's processor is that class with its checkpoints' settings (patch 16, mean and
+        std 0.5 instead of CLIP's); the grids depend on the sizes only.
+        """
+        options: dict[str, Any] = {
+            "patch_size": self.patch_size,
+            "merge_size": self.merge_size,
+            "temporal_patch_size": self.temporal_patch_size,
+            "min_pixels": self.min_pixels,
+            "max_pixels": self.max_pixels,
+        }
+        if self.name == "qwen3_vl":
+            options.update(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+        return options
+
+
+VISION_RULES = {
+    "qwen2_vl": VisionRule(),
+    "qwen3_vl": VisionRule("qwen3_vl", 16, 2, 2, 256 * 256, 4096 * 4096),
+}
+"""``--vision-family``: each family's rule.  Qwen2-VL's is Qwen2.5-VL's too; Qwen3-VL's is the
+``preprocessor_config.json`` of its checkpoints (``size`` shortest edge 65,536 and longest
+edge 16,777,216 pixels, patch 16, merge 2) read by the same image processor class, which
+transformers' auto mapping gives Qwen3-VL."""

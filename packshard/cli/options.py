@@ -41,6 +41,7 @@ from packshard.options import (
     STRATEGIES,
     TEMPLATE_SECONDS,
     TURN_POLICIES,
+    VISION_RULES,
 )
 
 
@@ -167,6 +168,13 @@ INGEST = group(
         default=None,
         show_default=False,
         help="Smallest image area after resizing, in pixels (default: the rule's, 56*56).",
+    ),
+    click.option(
+        "--vision-family",
+        default="qwen2_vl",
+        type=click.Choice(tuple(VISION_RULES)),
+        help="Whose image processor sizes images: qwen2_vl (Qwen2-VL and Qwen2.5-VL, patch 14) "
+        "or qwen3_vl (patch 16, 256*256 to 4096*4096 pixels).",
     ),
     click.option(
         "--backend",

@@ -37,6 +37,7 @@ PACK_SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "Images": (
         "media_root",
+        "vision_family",
         "max_pixels",
         "min_pixels",
         "max_images_per_row",

@@ -33,6 +33,7 @@ from packshard.options import (
     REASONING_POLICIES,
     TEMPLATE_SECONDS,
     TURN_POLICIES,
+    VISION_RULES,
     VisionRule,
     check_choice,
     check_range,
@@ -205,6 +206,7 @@ class IngestOptions:
     media_root: str | None = None  # where relative image paths start (None: the record's folder)
     max_pixels: int | None = None  # the vision rule's pixel bounds (None: the family's default)
     min_pixels: int | None = None
+    vision_family: str = "qwen2_vl"  # whose processor sizes images (VISION_RULES)
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
@@ -225,13 +227,14 @@ class IngestOptions:
         if not opening.strip() or not closing.strip() or opening == closing:
             why = f"two different non-blank markers, got {opening!r} and {closing!r}"
             raise UsageError(f"--reasoning-markers needs {why} (e.g. '<think>,</think>')")
+        check_choice("--vision-family", self.vision_family, tuple(VISION_RULES))
         self.vision_rule().check()
         if self.turns == "expand" and self.loss == "all":
             raise UsageError("--turns expand trains one turn per example (use --loss assistant)")
 
     def vision_rule(self) -> VisionRule:
-        """Return the rule that sizes images: Qwen2-VL's, with the bounds the options set."""
-        rule = VisionRule()
+        """Return the rule that sizes images: the family's, with the bounds the options set."""
+        rule = VISION_RULES.get(self.vision_family, VisionRule())
         if self.max_pixels is not None:
             rule = replace(rule, max_pixels=self.max_pixels)
         if self.min_pixels is not None:

@@ -179,7 +179,8 @@ class PackConfig:
             }
         if (topology := plan.topology()) is not None:
             recorded["topology"] = topology.recorded()
-        if ingest.media_root is not None or ingest.max_pixels or ingest.min_pixels:
+        moved = ingest.max_pixels or ingest.min_pixels or ingest.vision_family != "qwen2_vl"
+        if ingest.media_root is not None or moved:
             recorded["media"] = {  # images: where their paths start, how they are sized
                 "media_root": ingest.media_root,
                 "vision_rule": ingest.vision_rule().as_dict(),

@@ -176,3 +176,27 @@ def test_an_example_over_a_cap_is_dropped_and_counted(shared_data: Path, tmp_pat
 def test_caps_need_a_strategy_that_takes_them(shared_data: Path, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--strategy ffd does not take --max-images-per-row"):
         pack_images(shared_data, tmp_path, max_images_per_row=2, strategy="ffd")
+
+
+def test_a_qwen3_vl_pack_counts_by_its_rule(shared_data: Path, tmp_path: Path) -> None:
+    from packshard.options import VISION_RULES
+
+    folder = multimodal(shared_data)
+    template = str(folder / "qwen3_vl" / "chat_template.jinja")
+    out = pack_images(shared_data, tmp_path, vision_family="qwen3_vl", template=template)
+    manifest = json.loads((out / "manifest.json").read_text())
+    rule = VISION_RULES["qwen3_vl"]
+    assert manifest["config"]["media"]["vision_rule"] == rule.as_dict()
+    assert manifest["stats"]["vision"]["rule"]["patch_size"] == 16
+    index = pq.read_table(out / "examples.parquet").to_pylist()
+    pads = 0
+    for shard in manifest["shards"]:
+        for row in pq.read_table(out / shard["path"]).to_pylist():
+            pads += row["input_ids"].count(151655)  # <|image_pad|>
+    grids = [image_grid(e["width"], e["height"], rule) for x in index for e in x["media"]]
+    assert [(e["grid_t"], e["grid_h"], e["grid_w"]) for x in index for e in x["media"]] == grids
+    assert (
+        pads
+        == sum(t * h * w // 4 for t, h, w in grids)
+        == manifest["stats"]["vision"]["vision_tokens"]
+    )
