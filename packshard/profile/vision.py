@@ -15,8 +15,9 @@ reports::
     vision tokens a batch   max / mean over those batches (the encoder's work per step)
 
 Six LLaMA-Factory demo records (3 files, 8 images) with Qwen2-VL's rule: 550 of 1,025 tokens
-are vision (53.7 %), 66 to 132 vision tokens an example.  Examples longer than
-``max_seq_len`` are clipped, as every strategy of :mod:`packshard.profile.lengths` clips them.
+are vision (53.7 %), 66 to 132 vision tokens an example.  In the padded batches examples
+longer than ``max_seq_len`` are clipped, as every strategy of :mod:`packshard.profile.lengths`
+clips them; the share counts every token.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def vision_profile(
     holders = np.flatnonzero(images)
     if not holders.size:
         return {}
-    lengths = np.minimum(np.asarray(lengths, dtype=np.int64), max_seq_len)
+    raw = np.asarray(lengths, dtype=np.int64)
+    lengths = np.minimum(raw, max_seq_len)  # the padded batches clip, as every strategy does
     vision = np.asarray(vision_tokens, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 3)
     own = lengths[holders]
@@ -79,7 +81,7 @@ def vision_profile(
         "examples_with_images": int(holders.size),
         "images": int(images.sum()),
         "vision_tokens": total_vision,
-        "vision_share": round(total_vision / int(lengths.sum()), 6) if lengths.sum() else 0.0,
+        "vision_share": round(total_vision / int(raw.sum()), 6) if raw.sum() else 0.0,
         "vision_tokens_per_example": _spread(vision[holders], (99,)),
         "images_per_example": _spread(images[holders]),
         "image_size": _sizes(sizes),

@@ -83,6 +83,9 @@ def test_batches_of_the_image_examples_only() -> None:
     assert v["padded_batch"]["computed_tokens"] == 3 * 30  # the text example is not in it
     assert v["image_size"] == {"p50": [56, 28], "p90": [112, 112], "max": [112, 112]}
     assert v["images_per_example"] == {"p50": 1, "p90": 2, "max": 2}
+    long = vision_profile(np.array([10, 50, 20, 100]), images, tokens, sizes, 64, 4, 0)
+    assert long["vision_share"] == round(16 / 180, 6)  # every token counted
+    assert long["padded_batch"]["computed_tokens"] == 3 * 64  # clipped to max_seq_len
 
 
 def test_the_terminal_and_pipe_show_the_images_table(shared_data: Path, tmp_path: Path) -> None:
