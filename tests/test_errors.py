@@ -44,7 +44,7 @@ POLICY = {
 
 def test_every_emitted_code_is_registered_once_with_its_kind() -> None:
     assert set(REJECT_CODES) == READ | NORMALIZE | MEDIA | RENDER | INGEST | POLICY
-    assert len(REJECT_CODES) == 30
+    assert len(REJECT_CODES) == 31
     for name, code in REJECT_CODES.items():
         assert isinstance(code, RejectCode) and code.name == name
         assert code.meaning and code.meaning == code.meaning.strip()
