@@ -246,6 +246,12 @@ REJECT_CODES: dict[str, RejectCode] = {
         ),
         RejectCode("split_no_targets", DROPPED, "no part kept a trained token after splitting"),
         RejectCode(
+            "over_vision_cap",
+            DROPPED,
+            "an example alone holds more images or vision tokens than "
+            "--max-images-per-row / --max-vision-tokens-per-row allow",
+        ),
+        RejectCode(
             "mix_subsampled",
             DROPPED,
             "left out by --mix: a seeded choice, its domain over its share",

@@ -143,6 +143,44 @@ def check_max_seq_len(value: Any) -> None:
     check_range("--max-seq-len", value, 2, MAX_SEQ_LEN)
 
 
+NO_CAP = 0
+"""``--max-images-per-row`` and ``--max-vision-tokens-per-row`` left unset: rows are not capped."""
+CAPPED_STRATEGIES = ("bfd", "sequential")
+"""The strategies that take vision caps (:mod:`packshard.pack.plan.vision`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VisionCaps:
+    """The most images and vision tokens a row may hold (:data:`NO_CAP`: no cap)."""
+
+    images: int = NO_CAP
+    tokens: int = NO_CAP
+
+    @property
+    def active(self) -> bool:
+        """Tell whether any cap is set."""
+        return self.images != NO_CAP or self.tokens != NO_CAP
+
+    def check(self, strategy: str) -> None:
+        """Raise :class:`UsageError` for a negative cap or a strategy that takes none."""
+        for flag, value in (
+            ("--max-images-per-row", self.images),
+            ("--max-vision-tokens-per-row", self.tokens),
+        ):
+            if type(value) is not int or value < 0:
+                raise UsageError(f"{flag} must be a positive integer (0: no cap), got {value!r}")
+        if self.active and strategy not in CAPPED_STRATEGIES:
+            raise UsageError(
+                f"--strategy {strategy} does not take --max-images-per-row or "
+                "--max-vision-tokens-per-row (use --strategy bfd or sequential)"
+            )
+
+    def as_dict(self) -> dict[str, int]:
+        """Return the caps set, as a manifest records them."""
+        caps = {"max_images_per_row": self.images, "max_vision_tokens_per_row": self.tokens}
+        return {k: v for k, v in caps.items() if v != NO_CAP}
+
+
 @dataclass(frozen=True, slots=True)
 class VisionRule:
     """How a model family sizes an image: patch and merge sizes, pixel bounds.
@@ -181,3 +219,30 @@ class VisionRule:
             "min_pixels": self.min_pixels,
             "max_pixels": self.max_pixels,
         }
+
+    def processor_options(self) -> dict[str, Any]:
+        """Return the keywords that make transformers' Qwen2-VL image processor this rule's.
+
+        Qwen3-VL's processor is that class with its checkpoints' settings (patch 16, mean and
+        std 0.5 instead of CLIP's); the grids depend on the sizes only.
+        """
+        options: dict[str, Any] = {
+            "patch_size": self.patch_size,
+            "merge_size": self.merge_size,
+            "temporal_patch_size": self.temporal_patch_size,
+            "min_pixels": self.min_pixels,
+            "max_pixels": self.max_pixels,
+        }
+        if self.name == "qwen3_vl":
+            options.update(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+        return options
+
+
+VISION_RULES = {
+    "qwen2_vl": VisionRule(),
+    "qwen3_vl": VisionRule("qwen3_vl", 16, 2, 2, 256 * 256, 4096 * 4096),
+}
+"""``--vision-family``: each family's rule.  Qwen2-VL's is Qwen2.5-VL's too; Qwen3-VL's is the
+``preprocessor_config.json`` of its checkpoints (``size`` shortest edge 65,536 and longest
+edge 16,777,216 pixels, patch 16, merge 2) read by the same image processor class, which
+transformers' auto mapping gives Qwen3-VL."""

@@ -33,12 +33,18 @@ NORMALIZE = {
 MEDIA = {"missing_media", "bad_media", "media_url", "media_mismatch", "video_unsupported"}
 RENDER = {"no_assistant_turn", "template_error", "reasoning_dropped"}
 INGEST = {"no_trainable_tokens", "identical_pair"}
-POLICY = {"too_long", "truncated_no_targets", "split_no_targets", "mix_subsampled"}
+POLICY = {
+    "too_long",
+    "truncated_no_targets",
+    "split_no_targets",
+    "mix_subsampled",
+    "over_vision_cap",
+}
 
 
 def test_every_emitted_code_is_registered_once_with_its_kind() -> None:
     assert set(REJECT_CODES) == READ | NORMALIZE | MEDIA | RENDER | INGEST | POLICY
-    assert len(REJECT_CODES) == 30
+    assert len(REJECT_CODES) == 31
     for name, code in REJECT_CODES.items():
         assert isinstance(code, RejectCode) and code.name == name
         assert code.meaning and code.meaning == code.meaning.strip()

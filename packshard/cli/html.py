@@ -33,6 +33,7 @@ from packshard.cli.tables import (
     build_lengths_table,
     build_reasoning_table,
     build_utilization_table,
+    build_vision_table,
 )
 
 if TYPE_CHECKING:  # imported where a profile page is drawn (it imports the planner)
@@ -201,6 +202,12 @@ def write_profile_html(report: ProfileReport, path: str | Path) -> None:
         reasoning = "<h2>Reasoning per domain</h2>" + render_table_html(
             build_reasoning_table(report)
         )
+    images = ""
+    if report.vision:
+        from packshard.profile.vision import describe_vision
+
+        images = "<h2>Images</h2>" + render_table_html(build_vision_table(report))
+        images += f'<p class="note">{escape(describe_vision(dict(report.vision)))}</p>'
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>packshard profile: max_seq_len {report.max_seq_len}</title>
@@ -225,6 +232,7 @@ batch, or packed rows × max_seq_len; lower bound {total.lower_bound_rows:,} row
 {render_table_html(build_lengths_table(report))}
 <h2>Utilization per domain</h2>
 {render_table_html(build_utilization_table(report))}
+{images}
 <h2>Length histograms</h2>
 {"".join(sections)}
 </body></html>

@@ -33,6 +33,7 @@ from packshard.options import (
     MAX_EXPANSION,
     MAX_RECORD_BYTES,
     MIX_BY,
+    NO_CAP,
     ON_ERROR,
     OVERLONG_POLICIES,
     REASONING_MARKERS,
@@ -40,6 +41,7 @@ from packshard.options import (
     STRATEGIES,
     TEMPLATE_SECONDS,
     TURN_POLICIES,
+    VISION_RULES,
 )
 
 
@@ -166,6 +168,13 @@ INGEST = group(
         default=None,
         show_default=False,
         help="Smallest image area after resizing, in pixels (default: the rule's, 56*56).",
+    ),
+    click.option(
+        "--vision-family",
+        default="qwen2_vl",
+        type=click.Choice(tuple(VISION_RULES)),
+        help="Whose image processor sizes images: qwen2_vl (Qwen2-VL and Qwen2.5-VL, patch 14) "
+        "or qwen3_vl (patch 16, 256*256 to 4096*4096 pixels).",
     ),
     click.option(
         "--backend",
@@ -413,6 +422,19 @@ PACK = group(
     ),
     click.option("--group-by-domain", is_flag=True, help="Rows hold examples of one domain each."),
     MIX,
+    click.option(
+        "--max-images-per-row",
+        type=int,
+        default=NO_CAP,
+        help="Most images a row holds (0: no cap); an example with more alone is dropped.",
+    ),
+    click.option(
+        "--max-vision-tokens-per-row",
+        type=int,
+        default=NO_CAP,
+        help="Most vision (image placeholder) tokens a row holds (0: no cap); an example with "
+        "more alone is dropped.",
+    ),
     click.option("--shard-rows", type=int, default=8192, help="Most rows per shard."),
     click.option(
         "--shard-bytes",

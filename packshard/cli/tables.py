@@ -66,10 +66,16 @@ def render_pack_summary(result: Any) -> Group:
         rows.append(("pairs seen / packed / rejected", " / ".join(f"{p[k]:,}" for k in _PAIR_KEYS)))
     if v := stats.get("vision"):
         rows.append(("images / vision tokens", f"{v['images']:,} / {v['vision_tokens']:,}"))
-        per_row = v["per_row_vision_tokens"]
-        rows.append(
-            ("vision tokens a row, max / mean", f"{per_row['max']:,} / {per_row['mean']:,.1f}")
-        )
+        caps = v.get("caps", {})
+        for key, name, cap in (
+            ("per_row_images", "images a row", "max_images_per_row"),
+            ("per_row_vision_tokens", "vision tokens a row", "max_vision_tokens_per_row"),
+        ):
+            per_row = v[key]
+            shown = f"{per_row['max']:,} / {per_row['mean']:,.1f}"
+            rows.append(
+                (f"{name}, max / mean", shown + (f" (cap {caps[cap]:,})" if cap in caps else ""))
+            )
     if "splits" in stats:
         split = " / ".join(f"{stats['splits'][k]['records_packed']:,}" for k in ("train", "eval"))
         rows.append(("train / eval records", split))
@@ -416,7 +422,48 @@ def render_profile_table(report: ProfileReport) -> Group:
         Text(describe_fit(report)),
         Text(describe_shape(dict(report.shape))),
         *([Text(describe_pairs(dict(report.pairs), report.batch_size))] if report.pairs else []),
+        *([build_vision_table(report)] if report.vision else []),
     )
+
+
+def build_vision_table(report: ProfileReport) -> Table:
+    """Return the images table of a profile: vision tokens, image sizes, padded batches."""
+    v = report.vision
+    pad = v["padded_batch"]
+    table = Table(title="Images (vision tokens: one per merged patch)", title_justify="left")
+    table.add_column("figure", overflow="fold")
+    table.add_column("value", overflow="fold")
+
+    def spread(d: dict[str, Any], unit: str = "") -> str:
+        return " / ".join(f"{d[k]:,}{unit}" for k in d if k != "total")
+
+    size = v["image_size"]
+    per = v["vision_tokens_per_example"]
+    rows = [
+        ("examples with images / images", f"{v['examples_with_images']:,} / {v['images']:,}"),
+        (
+            "vision tokens (share of all tokens)",
+            f"{v['vision_tokens']:,} ({v['vision_share']:.1%})",
+        ),
+        ("vision tokens an example, P50 / P90 / P99 / max", spread(per)),
+        ("images an example, P50 / P90 / max", spread(v["images_per_example"])),
+        (
+            "image size by area, P50 / P90 / max (px)",
+            " / ".join("×".join(map(str, size[k])) for k in ("p50", "p90", "max")),
+        ),
+        ("image bytes, P50 / P90 / max (total)", f"{spread(v['bytes'])} ({v['bytes']['total']:,})"),
+        (
+            f"padded VLM batch of {pad['batch_size']}: padding share",
+            f"{pad['padding_share']:.1%} of {pad['computed_tokens']:,} computed tokens",
+        ),
+        (
+            "vision tokens a padded batch, max / mean",
+            f"{pad['vision_tokens_max']:,} / {pad['vision_tokens_mean']:,.1f}",
+        ),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
 
 
 PIPE_WIDTH = 4096

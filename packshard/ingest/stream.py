@@ -135,6 +135,8 @@ def _label_batch(
     turns = [item[4].turn for item in items]
     pairs = [item[4].pair for item in items]
     images = [item[4].images for item in items]
+    vision = [item[4].vision_tokens for item in items]
+    sizes = [size for item in items for size in item[4].image_sizes]
     batch = TokenizedBatch(
         input_ids=ids,
         labels=labels,
@@ -145,6 +147,8 @@ def _label_batch(
         turns=np.asarray(turns, dtype=np.int32) if any(turns) else None,
         pairs=np.asarray(pairs, dtype=np.int8) if any(pairs) else None,
         images=np.asarray(images, dtype=np.int32) if any(images) else None,
+        vision_tokens=np.asarray(vision, dtype=np.int32) if any(images) else None,
+        image_sizes=np.asarray(sizes, dtype=np.int64).reshape(-1, 3) if any(images) else None,
     )
     paths = dict(Counter(item[4].label_path for item in items))
     tokens, trained = reasoning if reasoning is not None else (None, None)

@@ -33,6 +33,7 @@ from packshard.options import (
     REASONING_POLICIES,
     TEMPLATE_SECONDS,
     TURN_POLICIES,
+    VISION_RULES,
     VisionRule,
     check_choice,
     check_range,
@@ -135,6 +136,8 @@ class Rendered:
     reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
     pair: int = 0  # PAIR_CODES: 0 plain, 1 chosen, 2 rejected, 3/4 KTO undesirable/desirable
     images: int = 0  # images in the example (their placeholders expanded in ``text``)
+    vision_tokens: int = 0  # their placeholder tokens, all images together
+    image_sizes: tuple[tuple[int, int, int], ...] = ()  # per image: width, height, bytes
 
 
 PAIR_CODES = ("plain", "chosen", "rejected", "kto_undesirable", "kto_desirable")
@@ -161,6 +164,8 @@ class TokenizedBatch:
     turns: np.ndarray | None = None  # int32 per example (--turns expand), None: all 0
     pairs: np.ndarray | None = None  # int8 per example (PAIR_CODES), None: all 0
     images: np.ndarray | None = None  # int32 per example: its images, None: all 0
+    vision_tokens: np.ndarray | None = None  # int32 per example: its images' placeholders
+    image_sizes: np.ndarray | None = None  # int64 [images, 3]: width, height, bytes, in order
 
     def __post_init__(self) -> None:
         n = len(self.refs)
@@ -201,6 +206,7 @@ class IngestOptions:
     media_root: str | None = None  # where relative image paths start (None: the record's folder)
     max_pixels: int | None = None  # the vision rule's pixel bounds (None: the family's default)
     min_pixels: int | None = None
+    vision_family: str = "qwen2_vl"  # whose processor sizes images (VISION_RULES)
 
     def check(self) -> None:
         """Raise :class:`UsageError` for a value ingest cannot honour."""
@@ -221,13 +227,14 @@ class IngestOptions:
         if not opening.strip() or not closing.strip() or opening == closing:
             why = f"two different non-blank markers, got {opening!r} and {closing!r}"
             raise UsageError(f"--reasoning-markers needs {why} (e.g. '<think>,</think>')")
+        check_choice("--vision-family", self.vision_family, tuple(VISION_RULES))
         self.vision_rule().check()
         if self.turns == "expand" and self.loss == "all":
             raise UsageError("--turns expand trains one turn per example (use --loss assistant)")
 
     def vision_rule(self) -> VisionRule:
-        """Return the rule that sizes images: Qwen2-VL's, with the bounds the options set."""
-        rule = VisionRule()
+        """Return the rule that sizes images: the family's, with the bounds the options set."""
+        rule = VISION_RULES.get(self.vision_family, VisionRule())
         if self.max_pixels is not None:
             rule = replace(rule, max_pixels=self.max_pixels)
         if self.min_pixels is not None:

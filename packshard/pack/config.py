@@ -13,9 +13,11 @@ from packshard.ingest.types import IngestOptions
 from packshard.options import (
     COMPRESSIONS,
     MAX_SEED,
+    NO_CAP,
     ON_ERROR,
     OVERLONG_POLICIES,
     STRATEGIES,
+    VisionCaps,
     check_choice,
     check_max_seq_len,
     check_range,
@@ -46,6 +48,14 @@ class PlanOptions:
     grad_accum: int = 1
     balance_cost: str = "attention"
     attention_c: float = ATTENTION_C
+    max_images_per_row: int = NO_CAP  # rows capped in images (packshard.pack.plan.vision)
+    max_vision_tokens_per_row: int = NO_CAP
+
+    def vision_caps(self) -> VisionCaps:
+        """Return ``--max-images-per-row`` and ``--max-vision-tokens-per-row``, checked."""
+        caps = VisionCaps(self.max_images_per_row, self.max_vision_tokens_per_row)
+        caps.check(self.strategy)
+        return caps
 
     def alignment(self) -> int:
         """Return the multiple every segment is padded to (1: none), checked."""
@@ -169,11 +179,14 @@ class PackConfig:
             }
         if (topology := plan.topology()) is not None:
             recorded["topology"] = topology.recorded()
-        if ingest.media_root is not None or ingest.max_pixels or ingest.min_pixels:
+        moved = ingest.max_pixels or ingest.min_pixels or ingest.vision_family != "qwen2_vl"
+        if ingest.media_root is not None or moved:
             recorded["media"] = {  # images: where their paths start, how they are sized
                 "media_root": ingest.media_root,
                 "vision_rule": ingest.vision_rule().as_dict(),
             }
+        if (caps := plan.vision_caps()).active:  # recorded only when asked: ids stay as they were
+            recorded["vision_caps"] = caps.as_dict()
         if self.eval_fraction or self.eval_inputs:
             recorded["eval"] = {"fraction": self.eval_fraction, "inputs": list(self.eval_inputs)}
         if (mix := plan.mix_target()) is not None:
@@ -227,6 +240,7 @@ def check_config(config: PackConfig) -> list[str]:
     _check_scale(config)
     _check_mix(config)
     _check_topology(config)
+    plan.vision_caps()
     fraction = config.eval_fraction
     if type(fraction) not in (int, float) or not 0 <= fraction < 1:
         raise UsageError(f"--eval-fraction must be in [0, 1), got {fraction!r}")

@@ -44,7 +44,7 @@ from packshard.pack.counts import (
     wrapped_drops,
 )
 from packshard.pack.heap import trim_heap
-from packshard.pack.media import media_lists, vision_stats
+from packshard.pack.media import cap_drops, example_vision, media_lists, vision_stats
 from packshard.pack.plan.balance import balance_stats, balanced_order, plan_costs
 from packshard.pack.plan.evalsplit import (
     eval_examples,
@@ -56,9 +56,11 @@ from packshard.pack.plan.evalsplit import (
 from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, ordering_stats
+from packshard.pack.plan.vision import over_caps
 from packshard.pack.spill import Spill, narrow
 from packshard.pack.units.columns import release_columns
 from packshard.pack.write.shards import shard_entries, split_bounds, write_shards_on
+from packshard.records import Reject
 
 
 @dataclass(frozen=True)
@@ -139,9 +141,17 @@ def pack_spill(
         mixed = mix_examples(spill, target, config.plan.seed) if mixing and target else None
         if mixed is not None and mixed.choice.note is not None:
             note(f"--mix-best-effort: {mixed.choice.note}")
-        plan = plan_examples(spill, config, is_eval, mixed.index if mixed is not None else None)
+        # images: read and hashed once, before planning, which caps rows on their counts
+        media = media_lists(spill, config.ingest)  # None without images: the index as before
+        vision = example_vision(media, config.ingest.vision_rule()) if media is not None else None
+        capped: tuple[Reject, ...] = ()  # examples alone over a cap (--overlong error: stop)
+        if vision is not None and (caps := config.plan.vision_caps()).active:
+            copies = mixed.choice.copies if mixed is not None else None
+            capped = cap_drops(spill, over_caps(caps, *vision), caps, config.plan.overlong, copies)
+        plan = plan_examples(spill, config, is_eval, mixed.index if mixed else None, vision)
         if mixed is not None:
             rejects.write(mix_drops(spill, mixed))
+        rejects.write(capped)
         rejects.write(wrapped_drops(spill, plan))
         tally = rejects.close()
     if plan.num_rows == 0:
@@ -190,9 +200,9 @@ def pack_spill(
     trim_heap()  # the statistics' temporaries, before the index's chunk
     release_columns(spill)
     shard_rows = [hi - lo for lo, hi in bounds]
-    media = media_lists(spill, config.ingest)  # None without images: the index as before
     if media is not None:
-        stats["vision"] = vision_stats(media, plan, config.ingest.vision_rule())
+        rule, caps = config.ingest.vision_rule(), config.plan.vision_caps()
+        stats["vision"] = vision_stats(media, plan, rule, caps)
     release_columns(spill)
     # from here lengths and targets are only copied out (the index, a task's row groups)
     plan = plan.compacted("seg_length", "seg_targets")

@@ -22,14 +22,16 @@ from typing import Any
 import numpy as np
 
 from packshard.digests import sha256_path
+from packshard.errors import RecordError
 from packshard.ingest.media.grid import image_grid
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.read.inputs import expand_inputs
 from packshard.ingest.read.sources import read_records
 from packshard.ingest.types import IngestOptions
-from packshard.options import VisionRule
+from packshard.options import VisionCaps, VisionRule
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
+from packshard.records import Reject
 
 
 def media_lists(spill: Spill, options: IngestOptions) -> list[list[dict[str, Any]]] | None:
@@ -81,14 +83,13 @@ def media_lists(spill: Spill, options: IngestOptions) -> list[list[dict[str, Any
     return out
 
 
-def vision_stats(
-    media: list[list[dict[str, Any]]], plan: RowPlan, rule: VisionRule
-) -> dict[str, Any]:
-    """Return the manifest's ``stats.vision``: images and vision tokens, in all and per row.
+def example_vision(
+    media: list[list[dict[str, Any]]], rule: VisionRule
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return, per spilled example, its images and its vision tokens (int64 each).
 
-    A row's vision tokens are what its images cost the vision encoder (``t*h*w`` patches,
-    ``merge_size²`` of them a placeholder token); their spread over the rows (max vs mean)
-    says how unevenly the encoder's work falls on them.
+    An image's vision tokens are its placeholder tokens: ``t*h*w`` patches, ``merge_size²``
+    of them a token (what the vision encoder's merger hands the language model).
     """
     merge = rule.merge_size * rule.merge_size
     images = np.fromiter((len(m) for m in media), np.int64, count=len(media))
@@ -97,6 +98,56 @@ def vision_stats(
         np.int64,
         count=len(media),
     )
+    return images, tokens
+
+
+OVER_CAP_CODE = "over_vision_cap"
+
+
+def cap_drops(
+    spill: Spill,
+    over: np.ndarray,
+    caps: VisionCaps,
+    overlong: str,
+    copies: np.ndarray | None = None,
+) -> tuple[Reject, ...]:
+    """One ``over_vision_cap`` reject per record whose every example alone exceeds a cap.
+
+    An example with images is never cut, so every ``--overlong`` policy but ``error`` drops
+    it; ``error`` stops at the first.  A record with an example that fits (another turn of
+    ``--turns expand``) is packed and not rejected; ``copies`` (``--mix``, per record) leaves
+    out the records the mixture dropped, which are rejected once already.
+
+    Raises:
+        RecordError: ``over_vision_cap`` under ``--overlong error``, at the first such example.
+
+    """
+    if not over.any():
+        return ()
+    shown = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in caps.as_dict().items())
+    why = f"an example with more images or vision tokens than a row may hold ({shown})"
+    if overlong == "error":
+        e = int(np.flatnonzero(over)[0])
+        source = spill.counts.sources[spill.source_index[e]]
+        raise RecordError(OVER_CAP_CODE, f"{why}; use --overlong drop", source, int(spill.lines[e]))
+    record_ids = spill.record_ids
+    first = np.flatnonzero(np.diff(record_ids, prepend=-1) != 0)
+    all_over = np.logical_and.reduceat(over, first)
+    if copies is not None:
+        all_over &= copies > 0
+    return spill.rejects(first[all_over], OVER_CAP_CODE, why)
+
+
+def vision_stats(
+    media: list[list[dict[str, Any]]], plan: RowPlan, rule: VisionRule, caps: VisionCaps
+) -> dict[str, Any]:
+    """Return the manifest's ``stats.vision``: images and vision tokens, in all and per row.
+
+    A row's vision tokens are what its images cost the vision encoder; their spread over the
+    rows (max vs mean) says how unevenly the encoder's work falls on them, and with caps
+    (``caps``) the max is at most the cap.
+    """
+    images, tokens = example_vision(media, rule)
     seg_rows = plan.segment_rows()
     per_row_tokens = np.bincount(
         seg_rows, weights=tokens[plan.seg_example], minlength=plan.num_rows
@@ -118,4 +169,5 @@ def vision_stats(
             "mean": round(float(per_row_tokens.sum()) / rows, 3),
         },
         "rule": rule.as_dict(),
+        **({"caps": caps.as_dict()} if caps.active else {}),
     }

@@ -290,5 +290,9 @@ def police_pairs(
         turns=batch.turns[keep] if batch.turns is not None else None,
         pairs=batch.pairs[keep],
         images=batch.images[keep] if batch.images is not None else None,
+        vision_tokens=batch.vision_tokens[keep] if batch.vision_tokens is not None else None,
+        image_sizes=None
+        if batch.image_sizes is None or batch.images is None
+        else batch.image_sizes[np.repeat(keep, batch.images)],
     )
     return out, truncated[keep], tuple(rejects), cut

@@ -65,4 +65,6 @@ def report_to_dict(report: ProfileReport) -> dict[str, Any]:
     }
     if report.pairs:  # preference pairs: shares and the padded DPO loader's waste
         out["pairs"] = dict(report.pairs)
+    if report.vision:  # images: vision tokens, image sizes, a padded VLM batch's waste
+        out["vision"] = dict(report.vision)
     return out

@@ -28,16 +28,20 @@ from packshard.ingest.types import IngestChunk, TokenizedBatch
 from packshard.pack.plan.mix import MixTarget, predict_mixture
 from packshard.profile.pairs import pair_profile
 from packshard.profile.report import MAX_LISTED_REJECTS, ProfileReport, profile_lengths
+from packshard.profile.vision import vision_profile
 from packshard.records import IGNORE_INDEX, Reject, SourceRef
 
 COLUMNS = (
     *("lengths", "loss_tokens", "codes", "thoughts", "thought_losses", "firsts"),
     *("pair_codes", "prompts"),
+    *("images", "vision_tokens"),
 )
 """The per-example arrays, in :func:`profile_lengths`' terms: tokens, loss tokens, domain
 code, reasoning tokens, trained reasoning tokens, first example of its record (bool); then
 for preference pairs (:func:`~packshard.profile.pairs.pair_profile`) the pair code and the
-tokens before the first trained one (zeros in a batch without pairs)."""
+tokens before the first trained one (zeros in a batch without pairs); then each example's
+images and vision tokens (:func:`~packshard.profile.vision.vision_profile`; zeros without
+images)."""
 
 
 @dataclass
@@ -50,6 +54,7 @@ class ProfileParts:
     by_code: Counter[str] = field(default_factory=Counter)
     listed: list[Reject] = field(default_factory=list)
     paths: Counter[str] = field(default_factory=Counter)  # examples per label path
+    sizes: list[np.ndarray] = field(default_factory=list)  # per image: width, height, bytes
 
     def add_chunk(self, chunk: IngestChunk) -> None:
         """Add one ingest chunk's examples and rejects."""
@@ -65,6 +70,11 @@ class ProfileParts:
         pairs = batch.pairs
         self.parts["pair_codes"].append(none if pairs is None else pairs.astype(np.int64))
         self.parts["prompts"].append(none if pairs is None else prompt_tokens(batch))
+        images, vision = batch.images, batch.vision_tokens
+        self.parts["images"].append(none if images is None else images.astype(np.int64))
+        self.parts["vision_tokens"].append(none if vision is None else vision.astype(np.int64))
+        if batch.image_sizes is not None:
+            self.sizes.append(batch.image_sizes)
         self.rejected.update(r.domain for r in chunk.rejects)
         self.by_code.update(r.code for r in chunk.rejects)
         self.listed.extend(chunk.rejects[: MAX_LISTED_REJECTS - len(self.listed)])
@@ -82,6 +92,7 @@ class ProfileParts:
         self.rejected.update(unit["by_domain"])
         self.by_code.update(unit["by_code"])
         self.paths.update(unit["paths"])
+        self.sizes.append(unit["sizes"])
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every per-example array, concatenated (empty ones with their dtype)."""
@@ -100,7 +111,12 @@ class ProfileParts:
             "by_domain": dict(self.rejected),
             "by_code": dict(self.by_code),
             "paths": dict(self.paths),
+            "sizes": self.image_sizes(),
         }
+
+    def image_sizes(self) -> np.ndarray:
+        """Every image's width, height and bytes, in example order (int64 ``[images, 3]``)."""
+        return np.concatenate([np.zeros((0, 3), np.int64), *self.sizes]).astype(np.int64)
 
     def report(
         self,
@@ -136,8 +152,19 @@ class ProfileParts:
         pairs = pair_profile(
             c["lengths"], c["prompts"], c["pair_codes"], max_seq_len, batch_size, seed
         )
+        vision = vision_profile(
+            c["lengths"],
+            c["images"],
+            c["vision_tokens"],
+            self.image_sizes(),
+            max_seq_len,
+            batch_size,
+            seed,
+        )
         listed = tuple(self.listed)
-        return replace(report, rejects=listed, reject_codes=codes, mixture=mixture, pairs=pairs)
+        return replace(
+            report, rejects=listed, reject_codes=codes, mixture=mixture, pairs=pairs, vision=vision
+        )
 
 
 def describe_label_paths(counts: Mapping[str, int], default: str) -> str:

@@ -117,6 +117,7 @@ class ProfileReport:
     shape: Mapping[str, Any] = field(default_factory=dict)  # profile.shape.packed_shape
     mixture: Mapping[str, Any] = field(default_factory=dict)  # --mix: profile.mixture's
     pairs: Mapping[str, Any] = field(default_factory=dict)  # profile.pairs; empty: no pairs
+    vision: Mapping[str, Any] = field(default_factory=dict)  # profile.vision; empty: no images
 
 
 def profile_lengths(

@@ -49,6 +49,7 @@ def recorded_options(config: dict[str, Any]) -> IngestOptions:
         media_root=media.get("media_root"),
         max_pixels=rule.get("max_pixels"),
         min_pixels=rule.get("min_pixels"),
+        vision_family=rule.get("name", "qwen2_vl"),
         format=config["format"],
         domain_field=config["domain_field"],
         loss=config["loss"],

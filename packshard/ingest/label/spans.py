@@ -240,7 +240,15 @@ def _render_examples(
                 text, moved = expand_images(last.text, last.spans, shown)
             except RecordError as err:
                 raise reject(err.code, err.reason) from None
-            out[-1] = replace(last, text=text, spans=moved, images=len(shown))
+            sizes = tuple((m.width, m.height, m.size) for m in conv.media[: len(shown)])
+            out[-1] = replace(
+                last,
+                text=text,
+                spans=moved,
+                images=len(shown),
+                vision_tokens=sum(shown),
+                image_sizes=sizes,
+            )
     return tuple(out)
 
 

@@ -36,7 +36,11 @@ from packshard.ingest.read.sources import InputFile
 from packshard.pack.config import PackConfig
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, finalize_plan
+from packshard.pack.plan.vision import over_caps, plan_capped
 from packshard.pack.spill import Spill, narrow
+
+Vision = tuple[np.ndarray, np.ndarray]
+"""Per spilled example: its images and its vision tokens (int64 each)."""
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -93,16 +97,24 @@ def eval_examples(spill: Spill, config: PackConfig, train_files: int) -> np.ndar
 
 
 def plan_examples(
-    spill: Spill, config: PackConfig, is_eval: np.ndarray | None, mixed: np.ndarray | None = None
+    spill: Spill,
+    config: PackConfig,
+    is_eval: np.ndarray | None,
+    mixed: np.ndarray | None = None,
+    vision: Vision | None = None,
 ) -> RowPlan:
     """Plan the spill, the train and eval examples apart when there is an eval split.
 
     ``mixed`` (``--mix``, never with an eval split) lists the spilled examples to plan, an
-    example once per copy; without it every example is planned once.
+    example once per copy; without it every example is planned once.  ``vision`` (a pack
+    with images and caps) holds each spilled example's images and vision tokens: the rows
+    keep within ``--max-images-per-row`` and ``--max-vision-tokens-per-row``, and an example
+    over a cap alone is left out (:func:`packshard.pack.media.cap_drops` rejects it).
     """
     if is_eval is None:
-        return _plan(spill, config, None, mixed)
-    train, held = _plan(spill, config, ~is_eval), _plan(spill, config, is_eval)
+        return _plan(spill, config, None, mixed, vision)
+    train = _plan(spill, config, ~is_eval, vision=vision)
+    held = _plan(spill, config, is_eval, vision=vision)
     for name, plan, other in (("eval", held, "train"), ("train", train, "eval")):
         if plan.num_rows == 0 and train.num_rows + held.num_rows > 0:
             how = f"--eval-fraction {config.eval_fraction}" if config.eval_fraction else "--eval"
@@ -122,7 +134,11 @@ def train_rows(spill: Spill, plan: RowPlan, is_eval: np.ndarray | None) -> int:
 
 
 def _plan(
-    spill: Spill, config: PackConfig, keep: np.ndarray | None, mixed: np.ndarray | None = None
+    spill: Spill,
+    config: PackConfig,
+    keep: np.ndarray | None,
+    mixed: np.ndarray | None = None,
+    vision: Vision | None = None,
 ) -> RowPlan:
     """Plan the kept examples, each domain alone (``--group-by-domain``) or each group alone.
 
@@ -132,19 +148,35 @@ def _plan(
     multiple = config.plan.alignment()
     lengths = spill.lengths if multiple == 1 else narrow(padded_lengths(spill.lengths, multiple))
     codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
+    caps = config.plan.vision_caps()
+    if vision is not None and caps.active:
+        if codes is not None:
+            raise UsageError(
+                "--max-images-per-row and --max-vision-tokens-per-row do not take preference "
+                "or KTO records yet (pack the pairs without the caps)"
+            )
+        fits = ~over_caps(caps, *vision)
+        if not fits.all():  # each alone over a cap: left out (cap_drops rejects them)
+            if mixed is not None:
+                mixed = mixed[fits[mixed]]
+            else:
+                keep = fits if keep is None else keep & fits
+    else:
+        vision = None  # no caps: the plain planners
+
     every = keep is None and mixed is None  # every example once: no copy of the lengths
     small = np.int32 if len(lengths) < 2**31 else np.int64
     chosen = np.arange(len(lengths), dtype=small) if keep is None else np.flatnonzero(keep)
     if mixed is not None:
         chosen = mixed
     group = config.plan.group()
-    big, strategy = config.plan.max_seq_len, config.plan.strategy
     if not config.plan.group_by_domain and group is None:
-        raw = plan_pair_units(
+        raw = _plan_units(
+            config,
+            None if every else chosen,
             lengths if every else lengths[chosen],
             codes if codes is None or every else codes[chosen],
-            big,
-            strategy,
+            vision,
         )
         return _real_lengths(spill, finalize_plan(spill, raw, chosen), multiple)
     if group is not None:  # --plan-scope group:N: N consecutive examples at a time
@@ -158,11 +190,26 @@ def _plan(
         indexes = [chosen[domains == c] for c in np.unique(domains)]
     plans = []
     for index in indexes or [np.zeros(0, np.int64)]:
-        raw = plan_pair_units(
-            lengths[index], None if codes is None else codes[index], big, strategy
+        raw = _plan_units(
+            config, index, lengths[index], None if codes is None else codes[index], vision
         )
         plans.append(finalize_plan(spill, raw, index))
     return _real_lengths(spill, RowPlan.concatenate(plans), multiple)
+
+
+def _plan_units(
+    config: PackConfig,
+    index: np.ndarray | None,
+    lengths: np.ndarray,
+    codes: np.ndarray | None,
+    vision: Vision | None,
+) -> RowPlan:
+    """Plan ``lengths`` (the spilled examples ``index``, all when None), capped with ``vision``."""
+    big, strategy = config.plan.max_seq_len, config.plan.strategy
+    if vision is None:
+        return plan_pair_units(lengths, codes, big, strategy)
+    images, tokens = vision if index is None else (vision[0][index], vision[1][index])
+    return plan_capped(lengths, images, tokens, big, strategy, config.plan.vision_caps())
 
 
 def _real_lengths(spill: Spill, plan: RowPlan, multiple: int) -> RowPlan:

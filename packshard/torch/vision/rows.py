@@ -119,14 +119,12 @@ class PackedVisionDataset(torch.utils.data.Dataset[dict[str, Any]]):
 
     @cached_property
     def processor(self) -> Any:
-        """Transformers' Qwen2-VL image processor (PIL), with the pack's pixel bounds."""
+        """Transformers' Qwen2-VL image processor (PIL), set as the pack's rule (Qwen3-VL too)."""
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
             Qwen2VLImageProcessorPil,
         )
 
-        return Qwen2VLImageProcessorPil(
-            min_pixels=self.rule.min_pixels, max_pixels=self.rule.max_pixels
-        )
+        return Qwen2VLImageProcessorPil(**self.rule.processor_options())
 
     def __len__(self) -> int:
         return len(self.rows)

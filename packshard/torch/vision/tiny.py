@@ -29,8 +29,13 @@ from packshard.torch.vision.rope import mrope_positions, packed_positions
 TINY_SEED = 0
 
 
-def tiny_qwen25_vl(vocab_size: int = 151936) -> Any:
-    """Return a small random-init Qwen2.5-VL in eval mode (fp32, SDPA attention)."""
+def tiny_qwen25_vl(vocab_size: int = 151936, patch_size: int = 14) -> Any:
+    """Return a small random-init Qwen2.5-VL in eval mode (fp32, SDPA attention).
+
+    ``patch_size`` 16 takes a Qwen3-VL pack's pixels: Qwen3-VL places an image's positions
+    by the same rule (its ``get_vision_position_ids`` is Qwen2.5-VL's), so the seams are
+    proven the same way.
+    """
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     torch.manual_seed(TINY_SEED)
@@ -56,7 +61,8 @@ def tiny_qwen25_vl(vocab_size: int = 151936) -> Any:
             "num_heads": 2,
             "out_hidden_size": 64,
             "fullatt_block_indexes": [1],
-            "window_size": 112,
+            "window_size": 8 * patch_size,
+            "patch_size": patch_size,
         },
         image_token_id=151655,
         video_token_id=151656,

@@ -77,7 +77,7 @@ def check_vision(folder: Path, options: Any) -> CheckResult:
     from packshard.torch.vision.tiny import compare_row, tiny_qwen25_vl
 
     rows = PackedVisionDataset(folder, split=None)
-    model = tiny_qwen25_vl()
+    model = tiny_qwen25_vl(patch_size=rows.rule.patch_size)
     picked = [i for i in range(len(rows)) if len(rows.rows[i]["cu_seqlens"]) > 2]
     picked = picked[: options.model_rows]
     worst, moved, images = 0.0, dict.fromkeys(CONTROLS, 0), 0
