@@ -5,6 +5,7 @@ publishing through boto3 (each chosen by measurement: ``docs/object-stores.md``)
 
     parse_url(spec)                   "s3://bucket/key" → StoreUrl, or one line saying why not
     read_range(url, start, stop)      one ranged GET, on whatever node runs it   (objects)
+    hash_object(url)                  SHA-256 in ranged GETs, on whatever node runs it
     open_object(url)                  a random-access file of ranged GETs: Parquet footers, shards
     fetch_input(url) / fetched_out()  a local copy for stages that read local files   (stage)
     upload_file(path, url)            a finished file where OUT lives, whole or absent  (writes)
@@ -17,6 +18,8 @@ worker, a Ray task on another node) opens its own client on first use.
 
 from packshard.store.objects import (
     glob_objects,
+    glob_sized,
+    hash_object,
     list_objects,
     object_size,
     open_object,
@@ -37,6 +40,8 @@ __all__ = [
     "fetch_input",
     "fetched_out",
     "glob_objects",
+    "glob_sized",
+    "hash_object",
     "is_url",
     "list_objects",
     "object_size",

@@ -106,13 +106,18 @@ def glob_objects(pattern: StoreUrl) -> list[StoreUrl]:
     Hidden names (a level starting with ``.``) match only a pattern level that starts with
     ``.``, as the shell's globs do.  Listed once, from the longest prefix without a wildcard.
     """
+    return [u for u, _ in glob_sized(pattern)]
+
+
+def glob_sized(pattern: StoreUrl) -> list[tuple[StoreUrl, int]]:
+    """:func:`glob_objects`, each object with its size from the same listing."""
     parts = pattern.key.split("/")
     fixed = 0
     while fixed < len(parts) and not set("*?[") & set(parts[fixed]):
         fixed += 1
     base = StoreUrl(pattern.scheme, pattern.bucket, "/".join(parts[:fixed]))
     wanted = parts[fixed:]
-    return [u for u, _ in list_objects(base) if key_matches(u.key.split("/")[fixed:], wanted)]
+    return [(u, n) for u, n in list_objects(base) if key_matches(u.key.split("/")[fixed:], wanted)]
 
 
 def key_matches(names: list[str], parts: list[str]) -> bool:
@@ -146,6 +151,21 @@ def read_range(url: str | StoreUrl, start: int, stop: int) -> bytes:
             f"{where}: {len(data)} bytes at {start}, expected {stop - start} (changed while read?)"
         )
     return bytes(data)
+
+
+def hash_object(url: str | StoreUrl) -> str:
+    """Return the SHA-256 of the object at ``url``, read in ranges of ``CHUNK`` (never whole)."""
+    where = parse_url(url) if isinstance(url, str) else url
+    digest = hashlib.sha256()
+    with open_object(where) as handle, store_errors(where, "read the object"):
+        size, done = handle.size(), 0
+        while done < size:
+            chunk = handle.read_at(min(CHUNK, size - done), done)
+            if not chunk:
+                raise InputError(f"{where}: {done} of {size} bytes read (changed while read?)")
+            digest.update(chunk)
+            done += len(chunk)
+    return digest.hexdigest()
 
 
 def read_object(url: StoreUrl) -> bytes:

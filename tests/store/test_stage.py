@@ -36,6 +36,24 @@ def test_urls_expand_like_local_specs_and_are_fetched_once(bucket: str) -> None:
     ]
 
 
+def test_pack_lists_objects_with_their_sizes_and_fetches_none(bucket: str, monkeypatch) -> None:
+    import packshard.store.stage as stage
+
+    for key, size in (("in/a.jsonl", 10), ("in/b.jsonl", 3000), ("in/c.json.gz", 7)):
+        upload(bucket, key, b"x" * size)
+    monkeypatch.setattr(stage, "_STAGED", {})  # nothing fetched by an earlier test counts
+    base = f"s3://{bucket}/in"
+    for spec in (base, f"{base}/*.j*", f"{base}/b.jsonl"):  # prefix, glob, object
+        listed = expand_inputs([spec], fetch=False)
+        assert all(f.in_store and str(f.real) == str(Path(f.path)) for f in listed)
+        sizes = {f.path.rsplit("/", 1)[-1]: f.stored_size for f in listed}
+        assert sizes == ({"b.jsonl": 3000} if spec.endswith("b.jsonl") else
+                         {"a.jsonl": 10, "b.jsonl": 3000, "c.json.gz": 7})  # fmt: skip
+    assert stage._STAGED == {}  # the control: fetched, the same objects are recorded there
+    assert not any(f.in_store for f in expand_inputs([base]))
+    assert len(stage._STAGED) == 3
+
+
 @pytest.mark.parametrize(
     ("spec", "words"),
     [

@@ -20,17 +20,18 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from packshard.errors import InputError, RecordError
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
 from packshard.store import (
     fetch_input,
-    glob_objects,
+    glob_sized,
     is_url,
     list_objects,
     object_size,
+    open_object,
     parse_url,
 )
 
@@ -48,10 +49,21 @@ _SPECIAL = {
 
 @dataclass(frozen=True, slots=True)
 class InputFile:
-    """One input file: ``path`` as given or found (the recorded ``source``), ``real`` resolved."""
+    """One input file: ``path`` as given or found (the recorded ``source``), ``real`` resolved.
+
+    A store object left where it is (``expand_inputs(…, fetch=False)``: ``pack``, whose
+    workers read their units from the store themselves) has its size from the listing in
+    ``stored_size``; its ``real`` is then ``Path(path)``, a name that is never opened.
+    """
 
     path: str
     real: Path
+    stored_size: int | None = None
+
+    @property
+    def in_store(self) -> bool:
+        """Whether the bytes are read from the store (not fetched to a local file)."""
+        return self.stored_size is not None
 
 
 def split_ext(name: str) -> tuple[str, str, str]:
@@ -200,12 +212,14 @@ def _below(root: str) -> Iterator[tuple[str, int | None, bool]]:
             yield path, mode, link
 
 
-def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
+def expand_inputs(specs: Sequence[str], fetch: bool = True) -> list[InputFile]:
     """Expand files, folders and globs into input files, in a deterministic order.
 
     Folders contribute every supported file below them (sorted, hidden entries and other files
     skipped); globs their sorted matches, each of which must be supported.  A file named twice
-    (or reached through two specs or links) is kept once, at its first place.
+    (or reached through two specs or links) is kept once, at its first place.  Store objects
+    are fetched to local files, or with ``fetch`` False listed with their sizes only
+    (:attr:`InputFile.in_store`).
 
     Raises:
         InputError: a spec matches nothing, names an unsupported or special file, or reaches
@@ -217,10 +231,13 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
     folders: dict[str, Path] = {}
     for spec in specs:
         if is_url(spec):
-            for url, local in _store_inputs(spec):
+            for url, size in _store_inputs(spec):
                 if url not in seen:
                     seen.add(url)
-                    files.append(InputFile(url, local))
+                    if fetch:
+                        files.append(InputFile(url, fetch_input(parse_url(url))))
+                    else:
+                        files.append(InputFile(url, Path(url), size))
             continue
         mode = _mode(spec)
         paths: list[tuple[str, bool | None]]  # each path, and whether it is a link (None: ask)
@@ -254,36 +271,37 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
     return files
 
 
-def _store_inputs(spec: str) -> list[tuple[str, Path]]:
-    """Return the objects a URL spec names (an object, a prefix or a glob), fetched locally.
+def _store_inputs(spec: str) -> list[tuple[str, int]]:
+    """Return the objects a URL spec names (an object, a prefix or a glob) and their sizes.
 
     The same rules as local specs: a glob's matches must be supported inputs, a prefix gives
-    every supported object below it (hidden names skipped), nothing found is an error.  Each
-    object is fetched once per process (:func:`packshard.store.fetch_input`); its recorded
-    ``source`` is its URL.
+    every supported object below it (hidden names skipped), nothing found is an error.  An
+    object's recorded ``source`` is its URL.
     """
     url = parse_url(spec)
     if _MAGIC & set(url.key):
-        found = glob_objects(url)
-        for match in found:
+        found = glob_sized(url)
+        for match, _ in found:
             _check_type(str(match))
         if not found:
             raise InputError(f"{spec}: pattern matches no input files (check the glob)")
-    elif object_size(url) is not None:
+    elif (size := object_size(url)) is not None:
         _check_type(spec)
-        found = [url]
+        found = [(url, size)]
     else:
-        below = [u for u, _ in list_objects(url) if u.key.startswith(url.key + "/") or not url.key]
+        below = [
+            (u, n) for u, n in list_objects(url) if u.key.startswith(url.key + "/") or not url.key
+        ]
         found = [
-            u
-            for u in below
+            (u, n)
+            for u, n in below
             if _unsupported(u.key) is None
             and not any(p.startswith(".") for p in u.key[len(url.key) :].split("/"))
         ]
         if not found:
             what = "no input files" if below else "no objects"
             raise InputError(f"{spec}: no such object, and the prefix holds {what} ({EXPECTED})")
-    return [(str(u), fetch_input(u)) for u in found]
+    return [(str(u), n) for u, n in found]
 
 
 def _resolved(path: str, folders: dict[str, Path], link: bool | None = None) -> Path:
@@ -333,6 +351,18 @@ def open_regular_fd(path: str | os.PathLike[str], shown: str) -> int:
         os.close(fd)
         raise _special(shown, mode)
     return fd
+
+
+def open_stored(f: InputFile) -> Any:
+    """Open the store object ``f`` for sized and ranged reads, where this process runs.
+
+    Each ``read(n)`` is one ranged request of ``n`` bytes (:mod:`packshard.store.objects`).
+
+    Raises:
+        InputError: the object cannot be opened (one line naming its URL).
+
+    """
+    return open_object(parse_url(f.path))
 
 
 def file_domain(path: str) -> str:

@@ -40,6 +40,7 @@ from packshard.ingest.read.inputs import (
     expand_inputs,
     file_domain,
     open_regular,
+    open_stored,
     reject_record,
     split_ext,
 )
@@ -175,7 +176,8 @@ def read_records(
     options = options or IngestOptions()
     limit = options.max_record_bytes
     _, kind, codec = split_ext(os.path.basename(f.path))
-    with open_regular(f.real, f.path) as fh:
+    opened = open_stored(f) if f.in_store else open_regular(f.real, f.path)
+    with opened as fh:
         if kind == ".parquet":
             yield from parquet_records(f, fh, max(1, min(chunk_size, 1024)), limit)
             return

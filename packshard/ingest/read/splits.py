@@ -19,6 +19,14 @@ know their first row from the footer, so their rows are numbered absolutely from
 A row group whose data cannot be decoded is the same one ``unreadable`` reject the whole file
 gives, and reading goes on with the next group, as the whole-file reader does.
 
+Objects in a store (:attr:`~packshard.ingest.read.inputs.InputFile.in_store`) are cut by
+their sizes alone, in nominal ranges ``[k × target, (k + 1) × target)``; the worker mapping
+one moves each end to the first usable line start at or after it (the same rule), in ranged
+reads on its node, so adjacent ranges agree and every line is read once (a range holding no
+line start is empty).  A Parquet object's splits come from its footer (metadata only)::
+
+    s3://b/chat.jsonl  [0 ──── T)[T ──── 2T)[2T ─ size)   worker of [T, 2T): line start ≥ T … ≥ 2T
+
 Small inputs are gathered (:func:`plan_units`): a work unit is one split, or a run of
 consecutive inputs that are each one split (read whole) and together no larger than the
 unit size::
@@ -37,14 +45,14 @@ from __future__ import annotations
 import os
 import stat
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
 from packshard.errors import InputError
-from packshard.ingest.read.inputs import open_regular_fd, split_ext
+from packshard.ingest.read.inputs import open_regular_fd, open_stored, split_ext
 from packshard.ingest.read.parquet import parquet_records
 from packshard.ingest.read.sources import (
     CHUNK_SIZE,
@@ -53,6 +61,8 @@ from packshard.ingest.read.sources import (
     read_records,
 )
 from packshard.ingest.types import IngestOptions, RawRecord
+from packshard.store import is_url
+from packshard.store.objects import store_errors
 
 SPLIT_BYTES = 64 * 1024 * 1024
 """The largest unit :func:`auto_split_bytes` makes (bytes of JSONL; Parquet row groups are
@@ -88,6 +98,7 @@ class Split:
     stop: int = 0
     first_row: int = 0
     size: int = 0
+    total: int = 0  # the whole input's bytes: where a store range's last line may end
 
     def describe(self) -> str:
         """Name the unit for people: ``chat.jsonl bytes 0–4194304``."""
@@ -103,9 +114,15 @@ class Split:
         return f"{self.index:05d}-{self.kind}-{self.start}-{self.stop}"
 
     @property
+    def in_store(self) -> bool:
+        """Whether the split's input is a store object (``real`` is then its URL)."""
+        return is_url(self.real)
+
+    @property
     def input(self) -> InputFile:
         """The input file this split reads."""
-        return InputFile(self.path, Path(self.real))
+        stored = self.total if self.in_store else None
+        return InputFile(self.path, Path(self.real), stored)
 
 
 def auto_split_bytes(files: Sequence[InputFile]) -> int:
@@ -132,6 +149,8 @@ def input_bytes(files: Sequence[InputFile]) -> int:
 
 def file_bytes(f: InputFile) -> int:
     """Return the bytes of ``f`` if a regular file; 0 otherwise, or when it cannot be read."""
+    if f.stored_size is not None:
+        return f.stored_size
     try:
         st = os.stat(f.real)
     except OSError:
@@ -146,27 +165,35 @@ def plan_splits(files: Sequence[InputFile], target_bytes: int = 0) -> list[Split
 
 def _cut(files: Sequence[InputFile], target_bytes: int) -> tuple[list[Split], int]:
     """:func:`plan_splits`, and the unit size it cut by: every input ``stat``-ed once."""
-    stats = []
+    sizes: list[int | None] = []  # None: not a regular file
     for f in files:
+        if f.stored_size is not None:
+            sizes.append(f.stored_size)
+            continue
         try:
-            stats.append(os.stat(f.real))
+            st = os.stat(f.real)
         except OSError as exc:
             raise InputError(f"{f.path}: cannot open ({exc.strerror or exc})") from None
+        sizes.append(st.st_size if stat.S_ISREG(st.st_mode) else None)
     if target_bytes <= 0:  # auto_split_bytes, from the sizes in hand
-        target_bytes = _unit_bytes(sum(st.st_size for st in stats if stat.S_ISREG(st.st_mode)))
+        target_bytes = _unit_bytes(sum(n or 0 for n in sizes))
     splits: list[Split] = []
-    for index, (f, st) in enumerate(zip(files, stats, strict=True)):
+    for index, (f, n) in enumerate(zip(files, sizes, strict=True)):
         _, kind, codec = split_ext(os.path.basename(f.path))
-        regular = stat.S_ISREG(st.st_mode)
-        whole = Split(index, f.path, str(f.real), "file", size=st.st_size if regular else 0)
-        if not regular or codec or kind == ".json":
+        size = n or 0
+        real = f.path if f.in_store else str(f.real)
+        whole = Split(index, f.path, real, "file", size=size, total=size)
+        if n is None or codec or kind == ".json":
             splits.append(whole)
         elif kind == ".parquet":
-            splits.extend(_row_group_splits(index, f, target_bytes, st.st_size) or [whole])
+            splits.extend(_row_group_splits(index, f, target_bytes, size) or [whole])
         else:
-            cuts = _line_cuts(f.real, st.st_size, target_bytes)
+            if f.in_store:  # nominal: the worker finds the line starts (module docstring)
+                cuts = [*(range(0, size, target_bytes) or [0]), size]
+            else:
+                cuts = _line_cuts(f.real, size, target_bytes)
             for lo, hi in pairwise(cuts):
-                splits.append(Split(index, f.path, str(f.real), "bytes", lo, hi, size=hi - lo))
+                splits.append(Split(index, f.path, real, "bytes", lo, hi, size=hi - lo, total=size))
     return splits, target_bytes
 
 
@@ -185,7 +212,7 @@ def _line_cuts(path: Path, size: int, target: int) -> list[int]:
     return cuts
 
 
-def _next_line_start(fh: BinaryIO, pos: int, size: int) -> int:
+def _next_line_start(fh: Any, pos: int, size: int) -> int:
     """Return the first offset >= ``pos`` after a newline that does not start with a BOM."""
     at = pos - 1
     while at < size:
@@ -210,8 +237,12 @@ def _row_group_splits(index: int, f: InputFile, target: int, file_size: int) -> 
     import pyarrow.parquet as pq
 
     try:
-        meta = pq.ParquetFile(f.real).metadata
-    except (OSError, pa.ArrowException):
+        if f.in_store:  # the footer alone, in ranged reads
+            with open_stored(f) as handle:
+                meta = pq.ParquetFile(handle).metadata
+        else:
+            meta = pq.ParquetFile(f.real).metadata
+    except (OSError, pa.ArrowException, InputError):
         return []  # read whole: the reader reports the problem
     splits: list[Split] = []
     lo = row = first = size = data = shown = 0
@@ -222,7 +253,8 @@ def _row_group_splits(index: int, f: InputFile, target: int, file_size: int) -> 
         row += meta.row_group(g).num_rows
         if size >= target or g == meta.num_row_groups - 1:
             share = file_size * data // total - shown  # the last one ends at the file's size
-            splits.append(Split(index, f.path, str(f.real), "rows", lo, g + 1, first, share))
+            real = f.path if f.in_store else str(f.real)
+            splits.append(Split(index, f.path, real, "rows", lo, g + 1, first, share, file_size))
             lo, first, size, shown = g + 1, row, 0, shown + share
     return splits
 
@@ -243,18 +275,35 @@ def read_split(
     """
     state = state if state is not None else SplitRead()
     options = options or IngestOptions()
+    limit = options.max_record_bytes
     f = split.input
     if split.kind == "file":
         yield from read_records(f, options=options)
     elif split.kind == "rows":  # rows numbered from the split's first, as the whole file's
         groups = range(split.start, split.stop)
-        limit = options.max_record_bytes
-        yield from parquet_records(f, f.real, 1024, limit, groups, split.first_row)
+        if split.in_store:
+            with open_stored(f) as handle:
+                yield from parquet_records(f, handle, 1024, limit, groups, split.first_row)
+        else:
+            yield from parquet_records(f, f.real, 1024, limit, groups, split.first_row)
+    elif split.in_store:  # a nominal range: its bounds found here, where it is read
+        with open_stored(f) as handle:
+            with store_errors(split.path, f"find the lines of bytes {split.start}–{split.stop}"):
+                start = split.start and _next_line_start(handle, split.start, split.total)
+                stop = split.total
+                if split.stop < split.total:
+                    stop = _next_line_start(handle, split.stop, split.total)
+
+            def read(n: int, at: int) -> Any:
+                with store_errors(split.path, f"read bytes {at}–{at + n}"):
+                    return handle.read_at(n, at)
+
+            yield from read_jsonl(f, _range_bytes(read, split, state, start, stop), limit)
     else:
         fd = open_regular_fd(split.real, f.path)
         try:
-            chunks = _range_bytes(fd, split, state)
-            yield from read_jsonl(f, chunks, options.max_record_bytes)
+            chunks = _range_bytes(_preader(fd), split, state, split.start, split.stop)
+            yield from read_jsonl(f, chunks, limit)
         finally:
             os.close(fd)
 
@@ -264,22 +313,29 @@ def count_newlines(split: Split) -> int:
     state = SplitRead()
     fd = open_regular_fd(split.real, split.path)
     try:
-        for _ in _range_bytes(fd, split, state):
+        for _ in _range_bytes(_preader(fd), split, state, split.start, split.stop):
             pass
     finally:
         os.close(fd)
     return state.newlines
 
 
-def _range_bytes(fd: int, split: Split, state: SplitRead) -> Iterator[bytes]:
-    """Yield the bytes ``[start, stop)`` of ``split``'s file, at most ``CHUNK_SIZE`` a piece.
+def _preader(fd: int) -> Callable[[int, int], bytes]:
+    """``read(n, at)`` of a local file: ``os.pread`` on its descriptor."""
+    return lambda n, at: os.pread(fd, n, at)
 
-    Read with ``os.pread`` on the descriptor: a small input is one read of its size, where a
-    buffered file object cost its construction, a seek and a 1 MiB buffer.
+
+def _range_bytes(
+    read: Callable[[int, int], Any], split: Split, state: SplitRead, at: int, stop: int
+) -> Iterator[bytes]:
+    """Yield the bytes ``[at, stop)`` of ``split``'s input, at most ``CHUNK_SIZE`` a piece.
+
+    ``read(n, offset)`` reads a local file with ``os.pread`` on its descriptor (a small input
+    is one read of its size, where a buffered file object cost its construction, a seek and
+    a 1 MiB buffer), or a store object with one ranged request.
     """
-    at, stop = split.start, split.stop
     while at < stop:
-        chunk = os.pread(fd, min(CHUNK_SIZE, stop - at), at)
+        chunk = bytes(read(min(CHUNK_SIZE, stop - at), at))
         if not chunk:
             raise InputError(
                 f"{split.path}: file ended at byte {at}, expected {stop} (it changed while "

@@ -74,8 +74,8 @@ def list_inputs(config: PackConfig) -> ListedInputs:
             (:func:`~packshard.ingest.read.inputs.expand_inputs`).
 
     """
-    train = tuple(expand_inputs(config.inputs))
-    evals = tuple(expand_inputs(config.eval_inputs)) if config.eval_inputs else ()
+    train = tuple(expand_inputs(config.inputs, fetch=False))  # store objects read by workers
+    evals = tuple(expand_inputs(config.eval_inputs, fetch=False)) if config.eval_inputs else ()
     return ListedInputs(train, evals, input_bytes([*train, *evals]))
 
 

@@ -56,6 +56,7 @@ from packshard.pack.units.early import warm_up
 from packshard.pack.units.map import MapTask, UnitContext, UnitResult, drop_arrays, map_unit
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
+from packshard.store import hash_object, is_url
 
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 """Beside ``tokenizer.json``: what :func:`~packshard.ingest.tokens.tokenizer.load_tokenizer`
@@ -143,7 +144,8 @@ HASH_TASKS = 4
 
 
 def _hash(paths: list[str]) -> list[str]:
-    return [sha256_path(path) for path in paths]
+    """SHA-256 of each local file or store object (read where the task runs)."""
+    return [hash_object(path) if is_url(path) else sha256_path(path) for path in paths]
 
 
 def hash_inputs(
@@ -159,14 +161,16 @@ def hash_inputs(
     152 files of 0.5 MB). ``meanwhile`` is called once if the workers are found starting (the
     driver's own loads). On 20.6M phi-3 tokens in 152 files the driver hashed every file before
     the workers were up, and the first unit began mapping 0.05-0.10 s sooner than with every
-    file sent to the workers.
+    file sent to the workers.  The driver never reads a store object: its own thread stops at
+    the first one, and those from there on are hashed by the workers, in ranged reads on
+    their nodes (:func:`~packshard.store.objects.hash_object`).
     """
     digests: list[str] = []
     stop = threading.Event()
 
     def own() -> None:
         for f in files:
-            if stop.is_set():
+            if stop.is_set() or f.in_store:  # a store object: the workers read it, not the driver
                 return
             try:
                 digests.append(sha256_path(f.real, until=stop.is_set))
@@ -185,7 +189,7 @@ def hash_inputs(
     if not rest:
         return digests
     runs = _runs([file_bytes(f) for f in rest], HASH_TASKS * max(1, engine.workers))
-    paths = [str(f.real) for f in rest]
+    paths = [f.path if f.in_store else str(f.real) for f in rest]
     keys = [
         rest[a].path if b - a == 1 else f"{rest[a].path} (+{b - a - 1} inputs)" for a, b in runs
     ]

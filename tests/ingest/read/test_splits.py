@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packshard.errors import InputError
 from packshard.ingest.read.sources import InputFile, read_records
 from packshard.ingest.read.splits import Split, SplitRead, plan_splits, plan_units, read_split
 
@@ -67,6 +69,121 @@ def test_any_cut_reads_what_the_whole_file_reads(tmp_path_factory, lines, target
     path.write_bytes(b"\n".join(lines) + (b"\n" if newline_end else b""))
     f = InputFile(str(path), path)
     assert records_of(plan_splits([f], target)) == whole(f)
+
+
+class FakeStore:
+    """Store objects served from local files through pyarrow's random-access file.
+
+    ``open_stored`` is what every read of a store object goes through; ``opened`` counts
+    the opens, so a test can tell whether the planner read an object.
+    """
+
+    def __init__(self, files: dict[str, object]) -> None:
+        self.files, self.opened = files, 0
+
+    def open(self, f: InputFile) -> pa.NativeFile:
+        self.opened += 1
+        return pa.OSFile(str(self.files[f.path]))
+
+
+def stored(path) -> InputFile:
+    """``path`` as an unfetched store object at ``s3://b/NAME``."""
+    return InputFile(f"s3://b/{path.name}", Path(f"s3://b/{path.name}"), path.stat().st_size)
+
+
+def test_a_store_object_is_cut_by_its_size_and_each_worker_finds_its_lines(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    lines = [b'{"a": 1}', b"", b"{bad", b'{"b": 2}', b"", b"", b'{"c": 3}']
+    path.write_bytes(BOM + b"\n".join(lines))  # 37 bytes, no newline after the last line
+    f = stored(path)
+    store = FakeStore({f.path: path})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("packshard.ingest.read.splits.open_stored", store.open)
+        patch.setattr("packshard.ingest.read.sources.open_stored", store.open)
+        splits = plan_splits([f], 9)
+        assert store.opened == 0  # the planner read nothing of it
+        assert [(s.start, s.stop) for s in splits] == [
+            (0, 9),
+            (9, 18),
+            (18, 27),
+            (27, 36),
+            (36, 37),
+        ]
+        assert all(s.in_store and s.real == f.path and s.total == 37 for s in splits)
+        assert splits[1].describe() == "s3://b/chat.jsonl bytes 9–18"
+        local = InputFile(str(path), path)
+        assert (
+            records_of(splits)
+            == whole(local)
+            == [(1, "ok"), (3, "invalid_json"), (4, "ok"), (7, "ok")]
+        )
+        assert store.opened == 5  # each range opened by its own reader
+        (one,) = plan_splits([f], 100)  # read whole: the object streamed, not fetched
+        assert one.kind == "bytes" and records_of([one]) == whole(local)
+
+
+def test_a_store_read_that_fails_is_one_line_naming_the_object_and_range(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    path.write_bytes(b'{"a": 1}\n' * 20)
+    f = stored(path)
+
+    class Broken(pa.PythonFile):  # the store stops answering after the bounds are found
+        def read_at(self, nbytes, offset):
+            raise OSError("connection reset by peer")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            "packshard.ingest.read.splits.open_stored", lambda f: Broken(open(path, "rb"))
+        )
+        split = plan_splits([f], 50)[1]  # [50, 100): lines of 9 bytes start at 54 … 108
+        with pytest.raises(InputError) as caught:
+            list(read_split(split))
+    assert str(caught.value) == (
+        "s3://b/chat.jsonl: cannot read bytes 54–108 (connection reset by peer)"
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [b'{"x": 1}', b"", b"  ", b"[]", b'{"y": "\xc3\xa9"}', b"\xff", BOM + b'{"z": 2}']
+        ),
+        max_size=12,
+    ),
+    st.integers(1, 40),
+    st.booleans(),
+)
+def test_any_nominal_cut_of_a_store_object_reads_what_the_whole_file_reads(
+    tmp_path_factory, lines, target, newline_end
+):
+    path = tmp_path_factory.mktemp("cut") / "data.jsonl"
+    path.write_bytes(b"\n".join(lines) + (b"\n" if newline_end else b""))
+    f = stored(path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("packshard.ingest.read.splits.open_stored", FakeStore({f.path: path}).open)
+        splits = plan_splits([f], target)
+        assert records_of(splits) == whole(InputFile(str(path), path))
+        assert records_of(splits) == records_of(plan_splits([InputFile(str(path), path)], target))
+
+
+def test_store_parquet_and_gzip_objects_read_where_the_task_runs(tmp_path):
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(10)]}), rows, row_group_size=3)
+    packed = tmp_path / "chat.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"a": 1}\n{"b": 2}\n'))
+    files = [stored(rows), stored(packed)]
+    store = FakeStore({f.path: p for f, p in zip(files, (rows, packed), strict=True)})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("packshard.ingest.read.splits.open_stored", store.open)
+        patch.setattr("packshard.ingest.read.sources.open_stored", store.open)
+        splits = plan_splits(files, 1)
+        assert store.opened == 1  # the Parquet footer: its row groups' bounds
+        assert [(s.kind, s.start, s.stop) for s in splits] == [
+            ("rows", 0, 1), ("rows", 1, 2), ("rows", 2, 3), ("rows", 3, 4), ("file", 0, 0)
+        ]  # fmt: skip
+        assert records_of(splits[:4]) == whole(InputFile(str(rows), rows))
+        assert [r.value for r in read_split(splits[4])] == [{"a": 1}, {"b": 2}]
 
 
 def test_parquet_is_cut_at_row_groups_numbered_from_the_file_start(tmp_path):

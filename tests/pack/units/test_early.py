@@ -93,9 +93,9 @@ def test_pack_lists_its_inputs_once_and_packs_what_was_listed(
         (tmp_path / "in" / f"p{k}.jsonl").write_text(f'{{"text": "record {k}"}}\n')
     calls: list = []
 
-    def counted(specs):
+    def counted(specs, fetch=True):
         calls.append(tuple(specs))
-        return expand_inputs(specs)
+        return expand_inputs(specs, fetch)
 
     monkeypatch.setattr(early, "expand_inputs", counted)
     out = tmp_path / "out"
