@@ -31,7 +31,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,13 @@ from packshard.engine import Engine, open_engine, worker_share
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.folder.outdir import resolve_out, temp_stem
 from packshard.format.rejects import RejectsWriter
+from packshard.ingest.loaded import loaded
 from packshard.ingest.markers import check_markers
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import file_bytes, plan_units
 from packshard.ingest.template.fast import renderer_for
 from packshard.ingest.template.render import ChatTemplate, load_template
-from packshard.ingest.tokens.backends import check_forced, merged_entry
+from packshard.ingest.tokens.backends import check_forced, expect_input, merged_entry
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
 from packshard.pack.heap import pad_heap, trim_heap
@@ -257,6 +258,10 @@ def map_inputs(
         done(reused)
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, units[i]) for i in todo]
+    if config.engine.serial and tasks:  # this process encodes them all (backends.QUICK_BYTES)
+        with suppress(Exception):  # a load that failed: the first task raises it again, as before
+            bundle = loaded(config.tokenizer, config.template)[0]
+            expect_input(bundle, sum(t.unit.size for t in tasks))
     keys = [t.unit.describe() for t in tasks]
     mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
     for i, result in zip(todo, mapped, strict=True):
