@@ -135,23 +135,15 @@ class FastEncoder:
 
 
 QUICK_BYTES = 64 << 20
-"""Below this much input, encoded all in one process, gigatoken is tried first on every family.
-
-gigatoken builds Qwen3's encoder in 0.71 CPU-s, fastokens in 1.85, and then encodes about
-0.03 CPU-s a million tokens slower (:mod:`packshard.ingest.tokens.giga`): the quicker build
-pays up to about 39M tokens.  64 MB of chat records hold about 16M Qwen3 tokens.  Measured,
-whole ``pack`` processes of 2.04M Qwen3 tokens (one process, the corpus of ``scripts/corpus.py``),
-alternating, median of 3 at load 5-8: 7.04 CPU-s with fastokens, 4.39 with gigatoken."""
-WHOLE_INPUT = "whole input bytes"
-"""The key in ``TokenizerBundle.encoders`` under which :func:`expect_input` keeps its size."""
+"""Below this much input encoded in one process, gigatoken is tried first on every family: it
+builds Qwen3's encoder 1.1 CPU-s quicker and encodes 0.03 CPU-s a million tokens slower than
+fastokens (:mod:`~packshard.ingest.tokens.giga`), and 64 MB holds about 16M Qwen3 tokens.
+2.04M Qwen3 tokens, whole ``pack`` processes: 4.39 CPU-s against 7.04 (docs/backends.md)."""
+WHOLE_INPUT = "whole input bytes"  # the key of expect_input's size in TokenizerBundle.encoders
 
 
 def expect_input(bundle: TokenizerBundle, size: int) -> None:
-    """Say that this process encodes ``size`` bytes of input with ``bundle``, all of the job.
-
-    Call it before the run's encoder is decided (:func:`encoder_for`): :func:`libraries` then
-    tries gigatoken first when ``size`` is under :data:`QUICK_BYTES`.
-    """
+    """Say that this process encodes ``size`` bytes with ``bundle``, before :func:`encoder_for`."""
     bundle.encoders[WHOLE_INPUT] = size
 
 

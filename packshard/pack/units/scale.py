@@ -31,7 +31,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,6 @@ from packshard.engine import Engine, open_engine, worker_share
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.folder.outdir import resolve_out, temp_stem
 from packshard.format.rejects import RejectsWriter
-from packshard.ingest.loaded import loaded
 from packshard.ingest.markers import check_markers
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import file_bytes, plan_units
@@ -75,11 +74,13 @@ class DriverLoad:
     them (building the fast encoder takes 0.27 CPU-s for phi-3 and 1.4 for Qwen3, which the
     driver would spend while its workers map).  Tasks
     run in the driver's process (the serial engine) use this load through
-    :func:`~packshard.ingest.loaded.sharing`: the first of them waits for it.
+    :func:`~packshard.ingest.loaded.sharing`: the first of them waits for it.  Those tasks
+    encode the whole input (``size`` bytes) in this one process, which may make a quicker
+    encoder to build the better one (:func:`~packshard.ingest.tokens.backends.expect_input`).
     """
 
-    def __init__(self, config: PackConfig, pool: ThreadPoolExecutor) -> None:
-        self._config, self._pool = config, pool
+    def __init__(self, config: PackConfig, pool: ThreadPoolExecutor, size: int) -> None:
+        self._config, self._pool, self._size = config, pool, size
         self._future: Future[tuple[TokenizerBundle, ChatTemplate | None]] | None = None
 
     def start(self) -> None:
@@ -90,6 +91,7 @@ class DriverLoad:
 
     def _load(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
         bundle = load_tokenizer(self._config.tokenizer)
+        expect_input(bundle, self._size)  # only tasks in this process encode with this bundle
         template = load_template(self._config.template, bundle)
         check_markers(bundle, template, self._config.allow_split_markers)
         check_forced(bundle, self._config.ingest.backend)  # before any record is read
@@ -258,10 +260,6 @@ def map_inputs(
         done(reused)
     todo = [i for i, r in enumerate(results) if r is None]
     tasks = [MapTask(context, units[i]) for i in todo]
-    if config.engine.serial and tasks:  # this process encodes them all (backends.QUICK_BYTES)
-        with suppress(Exception):  # a load that failed: the first task raises it again, as before
-            bundle = loaded(config.tokenizer, config.template)[0]
-            expect_input(bundle, sum(t.unit.size for t in tasks))
     keys = [t.unit.describe() for t in tasks]
     mapped = engine.run(map_unit, tasks, keys, on_result=lambda _, r: done(r), on_started=started)
     for i, result in zip(todo, mapped, strict=True):
