@@ -133,7 +133,7 @@ def pack_dataset(
     reals = [(f.path, str(f.real)) for f in files]
     with claim_out(config.out, config.overwrite, specs, reals, notify) as claim:
         with engine_for(config) as engine, ThreadPoolExecutor(1) as loader:
-            loaded = DriverLoad(config, loader, listed.size)
+            loaded = DriverLoad(config, loader)
             try:
                 with sharing(config.tokenizer, config.template, loaded.result):
                     manifest = _pack_into(

@@ -35,13 +35,6 @@ class _Changed:
         return len(self.ids)
 
 
-@pytest.fixture(autouse=True)
-def fastokens_first(monkeypatch):
-    """The demo's byte-level vocabulary gets fastokens first, as a large job's does: it is the
-    library these tests corrupt (a small job would try gigatoken first)."""
-    monkeypatch.setattr(backends, "QUICK_BYTES", 0)
-
-
 @pytest.fixture
 def corrupted(monkeypatch):
     real = backends.FastEncoder.encode_batch

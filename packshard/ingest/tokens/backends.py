@@ -134,34 +134,18 @@ class FastEncoder:
         return encode_flat(self._tok, texts)
 
 
-QUICK_BYTES = 64 << 20
-"""Below this much input encoded in one process, gigatoken is tried first on every family: it
-builds Qwen3's encoder 1.1 CPU-s quicker and encodes 0.03 CPU-s a million tokens slower than
-fastokens (:mod:`~packshard.ingest.tokens.giga`), and 64 MB holds about 16M Qwen3 tokens.
-2.04M Qwen3 tokens, whole ``pack`` processes: 4.39 CPU-s against 7.04 (docs/backends.md)."""
-WHOLE_INPUT = "whole input bytes"  # the key of expect_input's size in TokenizerBundle.encoders
-
-
-def expect_input(bundle: TokenizerBundle, size: int) -> None:
-    """Say that this process encodes ``size`` bytes with ``bundle``, before :func:`encoder_for`."""
-    bundle.encoders[WHOLE_INPUT] = size
-
-
 def libraries(bundle: TokenizerBundle) -> tuple[str, ...]:
     """Return the fast libraries to try for ``bundle``, the fastest on its family first.
 
     By measurement (:mod:`packshard.ingest.tokens.giga`): gigatoken for a SentencePiece
     vocabulary (a ``Metaspace`` pre-tokenizer or a BPE with byte fallback: phi-3, Llama 2,
-    Mistral, Gemma), fastokens for byte-level BPE, unless one process encodes a job smaller
-    than :data:`QUICK_BYTES` (:func:`expect_input`): then gigatoken, the quicker to build.
-    Only installed ones are tried.
+    Mistral, Gemma), fastokens for byte-level BPE.  Only installed ones are tried.
     """
     tok = bundle.tokenizer
     sentencepiece = type(tok.pre_tokenizer).__name__ == "Metaspace" or bool(
         getattr(tok.model, "byte_fallback", False)
     )
-    quick = bundle.encoders.get(WHOLE_INPUT, QUICK_BYTES) < QUICK_BYTES
-    order = (GIGA, FAST) if sentencepiece or quick else (FAST, GIGA)
+    order = (GIGA, FAST) if sentencepiece else (FAST, GIGA)
     return tuple(name for name in order if installed_version(name) is not None)
 
 

@@ -12,9 +12,7 @@ the same texts on one thread::
     building the encoder         —            0.44 / 1.85         0.10 / 0.71  (phi-3 / Qwen3)
 
 so :mod:`packshard.ingest.tokens.backends` tries gigatoken first for SentencePiece vocabularies
-and fastokens first for byte-level ones, each behind the same canary; a job that one process
-encodes all of, under 64 MB (``QUICK_BYTES``), gets gigatoken first on every family, since
-its 1.1 CPU-s quicker build on Qwen3 outweighs the encoding there.
+and fastokens first for byte-level ones, each behind the same canary.
 
 Each text is encoded by its own call (``encode``: a ``uint32`` array, the GIL released while it
 runs) and the arrays are joined into :class:`FlatIds`.  The batch calls return the same ids but

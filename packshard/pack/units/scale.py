@@ -45,7 +45,7 @@ from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import file_bytes, plan_units
 from packshard.ingest.template.fast import renderer_for
 from packshard.ingest.template.render import ChatTemplate, load_template
-from packshard.ingest.tokens.backends import check_forced, expect_input, merged_entry
+from packshard.ingest.tokens.backends import check_forced, merged_entry
 from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
 from packshard.pack.config import PackConfig
 from packshard.pack.heap import pad_heap, trim_heap
@@ -74,13 +74,11 @@ class DriverLoad:
     them (building the fast encoder takes 0.27 CPU-s for phi-3 and 1.4 for Qwen3, which the
     driver would spend while its workers map).  Tasks
     run in the driver's process (the serial engine) use this load through
-    :func:`~packshard.ingest.loaded.sharing`: the first of them waits for it.  Those tasks
-    encode the whole input (``size`` bytes) in this one process, which may make a quicker
-    encoder to build the better one (:func:`~packshard.ingest.tokens.backends.expect_input`).
+    :func:`~packshard.ingest.loaded.sharing`: the first of them waits for it.
     """
 
-    def __init__(self, config: PackConfig, pool: ThreadPoolExecutor, size: int) -> None:
-        self._config, self._pool, self._size = config, pool, size
+    def __init__(self, config: PackConfig, pool: ThreadPoolExecutor) -> None:
+        self._config, self._pool = config, pool
         self._future: Future[tuple[TokenizerBundle, ChatTemplate | None]] | None = None
 
     def start(self) -> None:
@@ -91,7 +89,6 @@ class DriverLoad:
 
     def _load(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
         bundle = load_tokenizer(self._config.tokenizer)
-        expect_input(bundle, self._size)  # only tasks in this process encode with this bundle
         template = load_template(self._config.template, bundle)
         check_markers(bundle, template, self._config.allow_split_markers)
         check_forced(bundle, self._config.ingest.backend)  # before any record is read

@@ -4,8 +4,7 @@
   ``--backend reference`` on every shared tokenizer and template, and on the demo;
 * ``auto`` without a fast library is the reference path and says so once; a tokenizer the
   fast encoders cannot model falls back with their reasons (forced ``fast`` stops with one
-  line); gigatoken is tried first on SentencePiece vocabularies, fastokens on byte-level ones,
-  gigatoken on every family where one process encodes a small job (``QUICK_BYTES``);
+  line); gigatoken is tried first on SentencePiece vocabularies, fastokens on byte-level ones;
 * the SentencePiece prefix rule (:mod:`packshard.ingest.tokens.metaspace`) gives the reference's ids
   on the family imitations and on texts that start with and without added tokens.
 """
@@ -37,15 +36,6 @@ from tests.helpers import BY_NAME, FAMILIES
 
 pytest.importorskip("fastokens")
 pytest.importorskip("gigatoken")
-
-
-@pytest.fixture(autouse=True)
-def family_order(monkeypatch):
-    """Every pack here takes the family's order, as a large job does (fastokens on byte-level
-    vocabularies), so that both libraries are held to the reference; a small job's order
-    (gigatoken on every family) has its own tests, which undo this."""
-    monkeypatch.setattr(backends, "QUICK_BYTES", 0)
-
 
 CHAT = (
     "llamafactory_glaive_toolcall_en_demo.json",
@@ -228,31 +218,6 @@ def test_a_tokenizer_the_fast_encoders_cannot_model_falls_back(demo_tokenizer, m
     )
     with pytest.raises(UsageError, match="use --backend auto or reference"):
         Encoder(load_tokenizer(str(demo_tokenizer)), "fast")
-
-
-def test_a_small_job_in_one_process_tries_the_quickest_build_first(demo_tokenizer, monkeypatch):
-    monkeypatch.setattr(backends, "QUICK_BYTES", 64 << 20)
-    bundle = load_tokenizer(str(demo_tokenizer))  # byte-level BPE
-    assert libraries(bundle) == ("fastokens", "gigatoken")  # nothing said: the family's order
-    backends.expect_input(bundle, 64 << 20)
-    assert libraries(bundle) == ("fastokens", "gigatoken")  # at the limit: the family's order
-    backends.expect_input(bundle, (64 << 20) - 1)
-    assert libraries(bundle) == ("gigatoken", "fastokens")
-    assert Encoder(bundle, "auto").name == "gigatoken"
-
-
-@pytest.mark.shared_data
-def test_a_small_qwen3_pack_is_encoded_by_gigatoken_to_the_same_bytes(
-    shared_data, tmp_path, monkeypatch
-):
-    monkeypatch.setattr(backends, "QUICK_BYTES", 64 << 20)
-    made = {}
-    for backend in ("reference", "fast"):
-        result = pack_dataset(_pack(shared_data, tmp_path, "qwen3-training", backend))
-        encode = result.manifest["environment"]["backends"]["encode"]
-        assert encode["name"] == ("gigatoken" if backend == "fast" else "tokenizers")
-        made[backend] = _digests(result.out)
-    assert len(made["fast"]) > 1 and made["fast"] == made["reference"]
 
 
 def test_the_fastest_library_of_the_family_is_tried_first(demo_tokenizer, monkeypatch):
