@@ -27,10 +27,11 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "packshard"
-BASE = {"errors", "options", "records", "arrays", "digests"}
+BASE = {"errors", "options", "records", "arrays", "digests", "jit"}
 ALLOWED = {
     "errors": set(),
     "digests": set(),
+    "jit": set(),
     "engine": BASE | {"engine"},
     "options": {"errors"},
     "records": {"errors"},

@@ -31,11 +31,13 @@ from packshard.cli.errors import CommandGroup, naming, not_over, warn
 from packshard.cli.options import EXPORT, INSPECT, PACK, PROFILE, REPACK, VERIFY
 from packshard.cli.sections import SectionedCommand
 from packshard.errors import EXIT_DATA, EXIT_USAGE
+from packshard.jit import skip_if_own
 
 
 def _settled() -> None:
     """Keep full collections off what exists now (the imported modules) until the command ends."""
     gc.freeze()
+    skip_if_own(imported=True)  # no other package's numba extensions (packshard.jit)
     if not main.owns_process:  # several commands in one process: collect as before after it
         click.get_current_context().call_on_close(gc.unfreeze)
 

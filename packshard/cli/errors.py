@@ -22,6 +22,7 @@ import click
 
 from packshard.engine.signals import Terminated
 from packshard.errors import EXIT_USAGE, PackshardError, UsageError
+from packshard.jit import own_process
 
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 """Characters a terminal acts on instead of showing: C0 but tab and newline (ESC starts a
@@ -101,6 +102,8 @@ class CommandGroup(click.Group):
     def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         """Run the command line ``args`` (None: the process's own)."""
         self.owns_process = args is None
+        if self.owns_process:  # no other package's numba extensions here (packshard.jit)
+            own_process()
         return super().main(args, *rest, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:

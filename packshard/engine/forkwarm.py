@@ -28,6 +28,7 @@ import threading
 from typing import Any
 
 from packshard.engine.base import FORK_WARM_ENV, WarmUp
+from packshard.jit import skip_if_own
 
 
 def _quietly(module: str, function: str, arg: Any) -> None:
@@ -40,6 +41,7 @@ def _quietly(module: str, function: str, arg: Any) -> None:
 def _warm() -> None:
     spec = os.environ.get(FORK_WARM_ENV)
     if not spec:
+        skip_if_own()  # the packshard command's server: no numba extensions (packshard.jit)
         return
     early = None
     try:
@@ -48,6 +50,7 @@ def _warm() -> None:
         if first:
             early = threading.Thread(target=_quietly, args=(*first, arg), daemon=True)
             early.start()
+        skip_if_own()  # before the warm-up's first kernel: see packshard.jit
         WarmUp(module, function, arg).run()
     except Exception:  # best effort (see the module docstring)
         return
