@@ -152,7 +152,7 @@ def read_rows(
     train shards, as an eval split (``pack --eval-fraction``) is held out of every training
     export; ``repack`` reads both.  ``columns`` (at least :data:`COLUMNS`) reads only those,
     their types unchecked beyond the SHA-256 (``repack`` leaves out ``position_ids``).
-    ``by_group`` yields each shard's row groups one at a time (with ``columns``), checked alike:
+    ``by_group`` yields each shard's row groups one at a time, checked alike:
     less memory and fewer fresh pages for a reader that does not need a shard's rows together.
     """
     manifest = load_source(out)
@@ -170,7 +170,7 @@ def read_rows(
             raw, digest = read_hashed(fh)  # the bytes hashed are the bytes decoded
         if digest != entry["sha256"]:
             raise FormatError(str(path), replaced_shard(out))
-        if by_group and columns is not None:
+        if by_group:
             for group, table in enumerate(read_shard_groups(path, dataset_id, columns, raw)):
                 yield _checked_rows(table, vocab_size, path, f"row group {group}: ")
         else:

@@ -106,11 +106,6 @@ MEDIA_FIELD = pa.field(
 """The last column of the index of a pack with images: each example's images by reference."""
 
 
-def _names(codes: np.ndarray, names: list[str]) -> pa.Array:
-    """Strings from small integer codes and their names (one Python string per name only)."""
-    return arrow_coded_strings(codes, names)
-
-
 def has_media(folder: Path) -> bool:
     """Tell whether a pack's examples index records images (a ``media`` column).
 
@@ -147,13 +142,13 @@ def build_examples_table(
     for name, kind in zip(schema.names, schema.types, strict=True):
         if name == "split":
             codes = np.asarray(columns[name]).astype(np.int8)
-            arrays.append(_names(codes, list(SPLITS)))
+            arrays.append(arrow_coded_strings(codes, list(SPLITS)))
         elif name not in columns and name in OPTIONAL_COLUMNS:
             arrays.append(arrow_array(np.zeros(n, dtype=np.int32), kind))
         elif name == "source":
-            arrays.append(_names(columns[name], source_names))
+            arrays.append(arrow_coded_strings(columns[name], source_names))
         elif name == "domain":
-            arrays.append(_names(columns[name], domain_names))
+            arrays.append(arrow_coded_strings(columns[name], domain_names))
         else:
             arrays.append(arrow_array(np.asarray(columns[name]), kind))
     if "pair_code" in columns:

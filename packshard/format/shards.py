@@ -196,7 +196,7 @@ def write_shard(
 
 
 def read_shard_groups(
-    path: Path, dataset_id: str, columns: list[str], data: bytes | bytearray
+    path: Path, dataset_id: str, columns: list[str] | None, data: bytes | bytearray
 ) -> Iterator[pa.Table]:
     """Yield a shard's row groups one at a time, its metadata checked first (:func:`read_shard`).
 
@@ -207,6 +207,8 @@ def read_shard_groups(
     try:
         file = pq.ParquetFile(pa.BufferReader(pa.py_buffer(data)))
         problem = metadata_problem(file.schema_arrow.metadata, dataset_id)
+        if problem is None and columns is None:
+            problem = schema_problem(file.schema_arrow)
     except Exception as exc:  # any decode failure: pyarrow raises many kinds
         raise FormatError(str(path), f"unreadable Parquet: {exc}") from None
     if problem is not None:

@@ -203,7 +203,6 @@ def pack_spill(
     if media is not None:
         rule, caps = config.ingest.vision_rule(), config.plan.vision_caps()
         stats["vision"] = vision_stats(media, plan, rule, caps)
-    release_columns(spill)
     # from here lengths and targets are only copied out (the index, a task's row groups)
     plan = plan.compacted("seg_length", "seg_targets")
     # the shards read only the token offsets (int32 while the tokens fit), the index all but them
