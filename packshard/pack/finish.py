@@ -121,12 +121,14 @@ def pack_spill(
     engine: Engine,
     work: Path,
     note: Callable[[str], None],
+    lay_out: Callable[[Spill, RowPlan], Spill] | None = None,
 ) -> dict[str, Any]:
     """Plan a spill, write its shards, index, card and manifest into ``tmp``; return the manifest.
 
     The one route from spilled examples to a folder, for ``pack`` and ``repack``.
     ``rejects`` holds every reject so far, in (input, line) order; the policies here add theirs
-    and close it.
+    and close it.  ``lay_out`` (``repack``) gives the shards' spill its tokens once the plan
+    is final: a spill whose files are not written yet is planned from its lengths and targets.
     """
     release_columns(spill)  # each stage's reads of the columns are handed back after it
     with rejects:
@@ -211,11 +213,14 @@ def pack_spill(
     spill = replace(spill, offsets=spill.offsets[:0])
     tables = examples_tables(spill, plan, shard_rows, is_eval, repeats, media)
     faults = parse_faults(os.environ.get(FAULTS_ENV))
+    to_write = plan.without("seg_part", "seg_targets")
+    if lay_out is not None:
+        to_shards = lay_out(to_shards, to_write)
     shards = write_shards_on(
         engine,
         tmp,
         to_shards,
-        plan.without("seg_part", "seg_targets"),
+        to_write,
         bounds,
         dataset_id,
         config.shards.compression,

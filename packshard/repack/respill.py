@@ -4,21 +4,20 @@
 the same examples shuffled into rows.  The index gives every example's length, so each one's
 place in the spill is known before a shard is read, and one pass puts it there::
 
-    index    num_tokens by example id ─► offsets (exclusive cumsum)        (int64, in memory)
-    pass 1   shards, a row group at a time (checked: SHA-256, columns, seams, lengths)
-             each segment copied to offsets[example_id] (a jitted scatter)
-             ─► work/parent/tokens.bin, labels.bin: the examples in id order
-    then     every example fits the new max_seq_len (or --strategy wrapped):
-                 those files *are* the spill (:func:`whole_spill`)
-             else pass 2, in chunks of 65,536 examples, each one slice of those files
-                 ─► SpillWriter.add: the overlong policy, the counts ─► work/spill/…
+    index    num_tokens, num_loss_tokens by example id                    (in memory)
+    every example fits the new max_seq_len (no --strategy wrapped): the common case
+             the index alone is the spill (:func:`whole_spill`): pack plans it, then
+    lay out  shards, a row group at a time (checked: SHA-256, columns, seams, lengths,
+             targets), each segment copied to where the new plan puts it (a jitted scatter)
+             ─► work/parent/tokens.bin, labels.bin: the new shards' tokens, in their order,
+             so each new row group is one contiguous read (:func:`lay_out`)
+    else     pass 1 as above, but each example to its place by example id, then
+             (--strategy wrapped: those files are the spill; its planner counts targets
+             from the labels) or pass 2, in chunks of 65,536 examples, each one slice of
+             those files ─► SpillWriter.add: the overlong policy, the counts ─► work/spill/…
 
-Measured on 1,000,000 chat examples (23.0M phi-3 tokens, ``scripts/bench_repack.py``, one
-process, a loaded 2-core machine): pass 1 takes 1.5-1.8 CPU-s, about half of it Parquet's
-decode, where reading each whole shard and then gathering by id (two passes) took 4.3; the
-spill writer's pass 2, when the policy has work, about 2 more.  The scatter writes into the
-files mapped for writing (arrays in memory written out once were no cheaper: 2.0-3.4 CPU-s,
-their pages faulted in as small pages on a loaded machine, then copied).
+The reading and scattering of the parent's shards is :mod:`packshard.repack.tokens`; pass 2,
+when the policy has work, costs about 2 CPU-s more on 1,000,000 examples.
 
 Each example's first label is -100 in the shards (packing masks it) and may have been a target
 in the parent's spill; a plan never trains it and the counts skip it (``num_loss_tokens``), so
@@ -32,23 +31,26 @@ refused, by :mod:`packshard.repack.drops`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from packshard.arrays import count_trained, exclusive_cumsum, numpy_view
+from packshard.arrays import exclusive_cumsum, numpy_view
 from packshard.errors import FormatError, UsageError
-from packshard.export.common import COLUMNS, read_rows
 from packshard.format.examples import EXAMPLES_NAME, read_examples
 from packshard.ingest.types import TokenizedBatch
 from packshard.pack.config import PackConfig
+from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill, SpillCounts, SpillWriter, narrow
-from packshard.pack.units.parts import FILES, PartFiles, gather_ranges
+from packshard.pack.units.parts import PartFiles
 from packshard.records import Reject, SourceRefs
 from packshard.repack.drops import carried_rejects, with_drops
+from packshard.repack.tokens import StoredTokens, lay_out, parent_tokens
 
 CHUNK = 1 << 16
 """Examples per batch handed to the spill writer (pass 2)."""
@@ -66,6 +68,8 @@ class Respilled:
     spill: Spill
     rejects: list[Reject]
     examples_by_policy: dict[str, int] | None = None
+    lay_out: Callable[[Spill, RowPlan], Spill] | None = None
+    """Reads the parent's tokens into the planned order (:func:`lay_out`); None: in the spill."""
 
 
 def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -75,38 +79,55 @@ def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 
 def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Path) -> Respilled:
-    """Spill ``parent``'s examples under ``config``'s overlong policy into ``work``."""
+    """Spill ``parent``'s examples under ``config``'s overlong policy into ``work``.
+
+    Where every example fits whole (and ``--strategy`` is not ``wrapped``), the spill is the
+    index's and the tokens are read later, by :attr:`Respilled.lay_out`, once pack has the plan.
+    """
     sources = tuple(entry["path"] for entry in manifest["inputs"])
     carried, dropped = carried_rejects(parent, manifest, config)
-    examples, lengths = parent_examples(parent, manifest)
-    stored = parent_tokens(parent, work / "parent", lengths)
+    examples, lengths, targets = parent_examples(parent, manifest)
     by_format: dict[str, str] = manifest["loss"]["by_format"]
     mixed = len(set(by_format.values())) > 1
     if mixed and (problem := whole_examples_problem(lengths, config)) is not None:
         raise UsageError(f"{parent}: cannot repack: {problem}")
     formats = tuple(by_format)  # each example under formats[0]: its policy is all that counts
+    fmt = formats[:1] or ("messages",)
     plan = config.plan
     wrapped = plan.strategy == "wrapped"
     rejects: list[Reject] = []
-    if wrapped or not lengths.size or int(lengths.max()) <= plan.max_seq_len:
-        spill = whole_spill(stored, examples, formats[:1] or ("messages",))
-    else:  # the overlong policy has work: pack's own spill writer does it
-        spill, rejects = policed_spill(stored, examples, config, work / "spill", formats)
+    offsets = exclusive_cumsum(lengths)
+    later: Callable[[Spill, RowPlan], Spill] | None = None
+    if not wrapped and (not lengths.size or int(lengths.max()) <= plan.max_seq_len):
+        spill = whole_spill(offsets, narrow(targets), examples, fmt)
+        later = partial(lay_out, parent, work / "parent", lengths, targets)
+    else:
+        stored = parent_tokens(parent, work / "parent", lengths, targets)
+        if wrapped:  # its planner counts each cut's targets from the labels: read them first
+            spill = whole_spill(offsets, stored.loss_tokens, examples, fmt, stored.part_files)
+        else:  # the overlong policy has work: pack's own spill writer does it
+            spill, rejects = policed_spill(stored, examples, config, work / "spill", formats)
     counts = with_drops(spill.counts, dropped)
     spill = replace(spill, counts=replace(counts, formats=formats or counts.formats))
     order = {name: i for i, name in enumerate(sources)}
     merged = sorted(carried + rejects, key=lambda r: (order[r.ref.source], r.ref.line))
     by_policy = manifest["loss"]["examples_by_policy"] if mixed else None
-    return Respilled(spill, merged, by_policy)
+    return Respilled(spill, merged, by_policy, later)
 
 
-def parent_examples(parent: Path, manifest: dict[str, Any]) -> tuple[Examples, np.ndarray]:
-    """Return what the parent's index says of each example, and each one's length (int64)."""
+def parent_examples(
+    parent: Path, manifest: dict[str, Any]
+) -> tuple[Examples, np.ndarray, np.ndarray]:
+    """Return what the parent's index says of each example, its length and targets (int64).
+
+    The targets (``num_loss_tokens``) are the parent's, first label excluded: the shards are
+    checked against them as they are read.
+    """
     sources = tuple(entry["path"] for entry in manifest["inputs"])
     index = read_examples(
         parent / EXAMPLES_NAME,
         manifest["dataset_id"],
-        ["example_id", "source", "line", "domain", "num_tokens"],
+        ["example_id", "source", "line", "domain", "num_tokens", "num_loss_tokens"],
         dictionary=["source", "domain"],
     )
     ids = _numbers(index["example_id"])  # numpy_view: to_numpy would import pandas
@@ -125,7 +146,8 @@ def parent_examples(parent: Path, manifest: dict[str, Any]) -> tuple[Examples, n
         _numbers(index["line"]).astype(np.int64, copy=False),
         *_domains(index["domain"]),
     )
-    return examples, _numbers(index["num_tokens"]).astype(np.int64)
+    lengths = _numbers(index["num_tokens"]).astype(np.int64)
+    return examples, lengths, _numbers(index["num_loss_tokens"]).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -161,15 +183,22 @@ def _domains(column: pa.ChunkedArray) -> tuple[tuple[str, ...], np.ndarray]:
     return tuple(names), np.concatenate(out) if out else np.zeros(0, np.int32)
 
 
-def whole_spill(stored: StoredTokens, examples: Examples, fmt: tuple[str, ...]) -> Spill:
-    """Return the spill the spill writer makes of ``stored`` when no example is cut or dropped.
+def whole_spill(
+    offsets: np.ndarray,
+    loss_tokens: np.ndarray,
+    examples: Examples,
+    fmt: tuple[str, ...],
+    part_files: PartFiles | None = None,
+) -> Spill:
+    """Return the spill the spill writer makes of examples when none is cut or dropped.
 
-    Pass 1's files are the spill's; the per-example arrays are the writer's for whole examples,
-    each its own record (checked equal to :class:`~packshard.pack.spill.SpillWriter`'s).
+    The per-example arrays are the writer's for whole examples, each its own record (checked
+    equal to :class:`~packshard.pack.spill.SpillWriter`'s).  ``part_files``: pass 1's files,
+    the examples in id order; None where the tokens are laid out after planning.
     """
-    n = len(stored.length)
+    n = len(offsets) - 1
     domain, names = examples.domain_codes, examples.domain_names
-    tokens_in = np.bincount(domain, weights=stored.length, minlength=len(names))
+    tokens_in = np.bincount(domain, weights=np.diff(offsets), minlength=len(names))
     counts = SpillCounts(
         sources=examples.sources,
         domains=names,
@@ -184,8 +213,8 @@ def whole_spill(stored: StoredTokens, examples: Examples, fmt: tuple[str, ...]) 
     return Spill(
         tokens=empty,
         labels=empty,
-        offsets=stored.offsets,
-        loss_tokens=stored.loss_tokens,
+        offsets=offsets,
+        loss_tokens=loss_tokens,
         source_index=examples.source_codes,
         lines=narrow(examples.lines),
         parts=np.zeros(n, np.int32),
@@ -198,7 +227,7 @@ def whole_spill(stored: StoredTokens, examples: Examples, fmt: tuple[str, ...]) 
         turns=np.zeros(n, np.int32),
         pair_codes=np.zeros(n, np.int8),
         images=np.zeros(n, np.int32),
-        part_files=PartFiles((str(stored.folder),), stored.offsets[[0, -1]]),
+        part_files=part_files,
     )
 
 
@@ -257,72 +286,3 @@ def whole_examples_problem(lengths: np.ndarray, config: PackConfig) -> str | Non
         f"not say which example had which, so every example must stay whole; {why} (keep "
         "--max-seq-len at least the longest example, or pack from the inputs)"
     )
-
-
-@dataclass(frozen=True)
-class StoredTokens:
-    """The parent's tokens and labels in example-id order (pass 1), with their counts."""
-
-    folder: Path  # tokens.bin, labels.bin: flat int32, example 0's tokens first
-    offsets: np.ndarray  # int64 [n + 1]
-    loss_tokens: np.ndarray  # int32 [n]: targets, each example's first label excluded
-
-    @property
-    def length(self) -> np.ndarray:
-        """Each example's token count (int64)."""
-        return np.diff(self.offsets)
-
-    def read(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Return the tokens, labels and offsets of examples ``lo … hi - 1``: one slice each."""
-        start, stop = int(self.offsets[lo]), int(self.offsets[hi])
-        out = []
-        for name in FILES:
-            values = np.fromfile(self.folder / name, np.int32, count=stop - start, offset=4 * start)
-            if values.size < stop - start:
-                raise EOFError(f"{self.folder / name}: ends early")
-            out.append(values)
-        return out[0], out[1], self.offsets[lo : hi + 1] - start
-
-
-def parent_tokens(parent: Path, folder: Path, lengths: np.ndarray) -> StoredTokens:
-    """Pass 1: every shard's segments copied to their example's place in ``folder``'s files.
-
-    ``lengths`` (the index's ``num_tokens``, by example id) place each example before any
-    shard is read; every shard is checked as it is read (its SHA-256, dataset id, columns and
-    seams: :func:`packshard.export.common.read_rows`), every segment must be as long as the
-    index says, and every example id must appear once.
-    """
-    folder.mkdir(parents=True)
-    offsets = exclusive_cumsum(lengths)
-    total = int(offsets[-1])
-    examples = len(lengths)
-    seen = np.zeros(examples, np.bool_)
-    loss = np.zeros(examples, np.int32)
-    files = [_mapped(folder / name, total) for name in FILES]
-    for rows in read_rows(parent, ("train", "eval"), COLUMNS, by_group=True):
-        ids = rows.example_ids
-        if ids.size and (ids.min() < 0 or ids.max() >= examples or seen[ids].any()):
-            raise FormatError(str(parent), "an example id is repeated or not in the index")
-        if not np.array_equal(rows.seg_len, lengths[ids]):
-            raise FormatError(
-                str(parent), "a shard's segment and the examples index disagree on its length"
-            )
-        seen[ids] = True
-        starts, at = rows.seg_starts(), offsets[ids]
-        for out, values in zip(files, (rows.ids, rows.labels), strict=True):
-            if out is not None:
-                gather_ranges(values, starts, rows.seg_len, at, out)  # a scatter: to at[i]
-        loss[ids] = count_trained(rows.labels, exclusive_cumsum(rows.seg_len))
-    del files  # unmapped, unsynced: the pages stay in the page cache for the shard writer
-    if not seen.all():
-        missing = int(np.flatnonzero(~seen)[0])
-        raise FormatError(str(parent), f"example {missing} of the index is in no shard")
-    return StoredTokens(folder, offsets, loss)
-
-
-def _mapped(path: Path, size: int) -> np.memmap | None:
-    """Create ``path`` as ``size`` int32 and map it for writing (None: an empty file)."""
-    if not size:
-        path.touch()
-        return None
-    return np.memmap(path, dtype=np.int32, mode="w+", shape=(size,))

@@ -71,6 +71,7 @@ def repack_dataset(config: RepackConfig, notify: Callable[[str], None] | None = 
                     SerialEngine(),
                     work,
                     claim.note,
+                    done.lay_out,
                 )
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -65,6 +65,12 @@ def read_part_ranges(
     total = int(out_start[-1])
     ids = np.empty(total, dtype=np.int32)
     labels = np.empty(total, dtype=np.int32)
+    if len(parts.folders) == 1 and total and np.array_equal(starts - starts[0], out_start[:-1]):
+        # one run of the part (a repack laid out in the shards' order): one read a file
+        first = 4 * int(starts[0] - parts.bases[0])
+        for name, out in zip(FILES, (ids, labels), strict=True):
+            _read_ranges(os.path.join(parts.folders[0], name), out, [first], [4 * total], [0])
+        return ids, labels
     if len(parts.folders) == 1 and int(parts.bases[-1]) * 8 <= WHOLE_BYTES:
         # one part read whole: every range gathered in place, in any order (an empty one
         # copies nothing), with no per-range index arrays beside the ranges themselves

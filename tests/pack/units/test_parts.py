@@ -46,3 +46,20 @@ def test_a_part_cut_short_is_an_error_not_garbage(tmp_path, monkeypatch, whole_b
         fh.truncate(12)
     with pytest.raises(EOFError, match=r"labels\.bin: spill part ends early at byte 12"):
         read_part_ranges(spill, np.array([7]), np.array([2]))
+
+
+def test_one_run_of_one_part_is_read_as_one_slice(tmp_path, monkeypatch):
+    spill = make_parts(tmp_path, [20])
+    calls = []
+    real = parts._read_ranges
+    monkeypatch.setattr(parts, "_read_ranges", lambda *a: calls.append(a[3]) or real(*a))
+    ids, labels = read_part_ranges(spill, np.array([4, 7, 7, 12]), np.array([3, 0, 5, 2]))
+    assert ids.tolist() == list(range(4, 14)) and labels.tolist() == [-t for t in range(4, 14)]
+    assert calls == [[40], [40]]  # one read of 10 tokens a file
+    # the control: ranges that are not one run are gathered, each in its place
+    ids, _ = read_part_ranges(spill, np.array([4, 8]), np.array([3, 2]))
+    assert ids.tolist() == [4, 5, 6, 8, 9] and len(calls) == 2
+    with open(tmp_path / "part0" / "labels.bin", "r+b") as fh:
+        fh.truncate(24)
+    with pytest.raises(EOFError, match=r"labels\.bin: spill part ends early at byte 24"):
+        read_part_ranges(spill, np.array([4, 7]), np.array([3, 5]))
