@@ -8,8 +8,9 @@ Ray cluster (Ray is imported only then).  The rules every engine keeps are in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from packshard.engine.base import (
     AUTO_BYTES,
@@ -50,8 +51,12 @@ def open_engine(
     options: EngineOptions,
     env: dict[str, str] | None = None,
     warm: WarmUp | None = None,
+    shared: Sequence[Path] = (),
 ) -> Iterator[Engine]:
     """Start the engine ``options`` name, yield it, and release it whatever happens.
+
+    ``shared``: the folders every task reads or writes; on a joined Ray cluster each node is
+    asked first whether it sees them (:meth:`~packshard.engine.ray.RayEngine.check_reach`).
 
     ``env`` is set in every worker before it runs a task (thread counts, for instance),
     beside the worker's share of the cores (:func:`worker_cores` reads it there);
@@ -73,7 +78,13 @@ def open_engine(
     else:
         from packshard.engine.ray import RayEngine
 
-        engine = RayEngine(options.workers, options.address, options.max_retries, env)
+        ray_engine = RayEngine(options.workers, options.address, options.max_retries, env)
+        engine = ray_engine
+        try:
+            ray_engine.check_reach(shared)
+        except BaseException:
+            engine.close()
+            raise
     try:
         with terminating():
             yield engine

@@ -34,7 +34,12 @@ What keeps the usual Ray pitfalls away:
   and is never retried;
 * the started cluster reports no usage statistics, needs no login token, keeps a small object
   store (results are small arrays) and a short temp folder (socket paths are limited to 107
-  bytes).
+  bytes);
+* a joined cluster is asked first whether every node sees the folders its tasks read and
+  write (:meth:`RayEngine.check_reach`: a marker the driver writes, read back by a probe
+  pinned to each node): a node that does not stops the job in one line before any work,
+  where it would otherwise fail half-way on a missing spill part, or write a shard where
+  no other node looks.
 """
 
 from __future__ import annotations
@@ -42,7 +47,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from packshard.engine.base import TaskFailed, call, describe, raise_error
@@ -83,6 +90,17 @@ def lost(ray: Any, exc: BaseException) -> str:
     return "its worker died" if "died" in text else describe(exc)
 
 
+def sees(path: str, token: str) -> tuple[str, bool]:
+    """Return this node's address and whether ``path`` holds ``token`` here (a probe task)."""
+    import ray
+
+    try:
+        seen = Path(path).read_text(encoding="utf-8") == token
+    except OSError:
+        seen = False
+    return ray.util.get_node_ip_address(), seen
+
+
 class RayEngine:
     """Tasks on a Ray cluster (see the module docstring)."""
 
@@ -117,6 +135,50 @@ class RayEngine:
             self._owned = True
         self.workers = max(1, int(ray.cluster_resources().get("CPU", workers)))
         self._task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=True)(call)
+        self.joined = address is not None
+
+    def unreached(self, folder: Path, expect: str | None = None) -> list[str]:
+        """Return the nodes (their addresses) that do not see ``folder`` as the driver does.
+
+        The driver writes a marker holding a random token into ``folder``; a probe pinned to
+        each live node with CPUs reads it back.  ``expect`` (a control): the token the probes
+        look for instead of the one written, so that every node misses it.
+        """
+        ray = self._ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        token = uuid.uuid4().hex
+        marker = folder / f".packshard-reach-{token[:12]}"
+        marker.write_text(token, encoding="utf-8")
+        try:
+            probe = ray.remote(num_cpus=0, max_retries=0)(sees)
+            nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+            refs = [
+                probe.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+                ).remote(str(marker), expect or token)
+                for n in nodes
+            ]
+            found = ray.get(refs)
+        finally:
+            marker.unlink(missing_ok=True)
+        return sorted(address for address, seen in found if not seen)
+
+    def check_reach(self, folders: Sequence[Path]) -> None:
+        """Stop in one line unless every node of a joined cluster sees each of ``folders``.
+
+        A cluster this engine started is this machine alone: nothing to ask.
+        """
+        if not self.joined:
+            return
+        for folder in folders:
+            if blind := self.unreached(folder):
+                raise UsageError(
+                    f"{folder}: not seen by node{'s' if len(blind) > 1 else ''} "
+                    f"{', '.join(blind)} of the Ray cluster, whose tasks read and write their "
+                    "work there: put it on storage every node mounts (for an s3:// OUT, TMPDIR "
+                    "of the driver), or run with --engine local"
+                )
 
     def run(
         self,

@@ -112,7 +112,7 @@ def pack_dataset(
     specs = config.inputs + config.eval_inputs
     reals = [(f.path, str(f.real)) for f in files]
     with claim_out(config.out, config.overwrite, specs, reals, notify) as claim:
-        with engine_for(config) as engine, ThreadPoolExecutor(1) as loader:
+        with engine_for(config, claim.tmp) as engine, ThreadPoolExecutor(1) as loader:
             loaded = DriverLoad(config, loader)
             try:
                 with sharing(config.tokenizer, config.template, loaded.result):

@@ -159,3 +159,46 @@ def test_a_node_killed_mid_pack_gives_the_same_bytes_or_a_clear_error(
     cluster.restart_node(1)  # for the next test
     assert len(cluster.nodes) == before
     assert os.path.isdir(cluster.temp[1])
+
+
+REACH = (
+    "import json, sys\n"
+    "from pathlib import Path\n"
+    "from packshard.engine.ray import RayEngine\n"
+    "from packshard.errors import UsageError\n"
+    "engine = RayEngine(1, sys.argv[1], 0, {})\n"
+    "folder = Path(sys.argv[2])\n"
+    "try:\n"
+    "    seen = engine.unreached(folder)\n"
+    "    control = engine.unreached(folder, expect='another token')\n"
+    "    engine.check_reach([folder])\n"
+    "    engine.unreached = lambda folder: ['10.0.0.7', '10.0.0.9']  # as a blind node answers\n"
+    "    try:\n"
+    "        engine.check_reach([folder])\n"
+    "        error = None\n"
+    "    except UsageError as exc:\n"
+    "        error = str(exc)\n"
+    "finally:\n"
+    "    engine.close()\n"
+    "print(json.dumps([seen, control, error, sorted(p.name for p in folder.iterdir())]))\n"
+)
+
+
+def test_every_node_is_asked_whether_it_sees_the_work_folder(cluster, tmp_path):
+    import json
+
+    env = {**cluster.env, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", REACH, cluster.address, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    seen, control, error, left = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == []  # both nodes read the driver's marker
+    assert len(control) == 2  # the control: a token nobody wrote is missed on both nodes
+    assert error is not None and error.startswith(f"{tmp_path}: not seen by nodes 10.0.0.7, ")
+    assert "put it on storage every node mounts" in error
+    assert left == []  # no marker left behind

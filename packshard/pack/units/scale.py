@@ -117,9 +117,12 @@ def worker_env(config: PackConfig) -> dict[str, str]:
     return {"RAYON_NUM_THREADS": str(threads)}
 
 
-def engine_for(config: PackConfig) -> AbstractContextManager[Engine]:
-    """Open the engine of ``config`` (the serial one for one local worker)."""
-    return open_engine(config.engine, worker_env(config), warm_up(config))
+def engine_for(config: PackConfig, shared: Path) -> AbstractContextManager[Engine]:
+    """Open the engine of ``config`` (the serial one for one local worker).
+
+    ``shared``: the staging folder, beside the work units, that every task must reach.
+    """
+    return open_engine(config.engine, worker_env(config), warm_up(config), (shared,))
 
 
 def setup_files(config: PackConfig) -> dict[str, str | None]:
