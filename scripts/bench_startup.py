@@ -52,7 +52,7 @@ if own:
 import packshard.pack.pipeline; mark("import the rest of packshard.pack.pipeline")
 import packshard.cli.commands, packshard.cli.tables; mark("import the command line, rich")
 from packshard.pack.plan.planner import warm_planner
-warm_planner("bfd"); mark("first plan: numba's registries, extensions, 3 kernels' caches")
+warm_planner("bfd"); mark("first plan: 3 kernels' caches (the library's: numba's registries first)")
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 bundle = load_tokenizer(tokenizer); mark("load the tokenizer (tokenizers, byte aligner)")
 from packshard.ingest.template.render import load_template

@@ -25,7 +25,10 @@ import numpy as np
 from packshard.pack.plan.planner import plan_packs
 skipped = jit.skip_if_own(imported=True)
 rows = plan_packs(np.array([3, 2, 1], np.int32), 4, "bfd")
+from packshard.ingest.tokens.alignment import covered
+mask = covered(6, np.array([0, 3], np.int64), np.array([2, 5], np.int64))
 print(json.dumps({"skipped": skipped, "awkward": "awkward" in sys.modules,
+                  "registries": "numba.np.linalg" in sys.modules, "mask": mask.tolist(),
                   "rows": [rows.row_offsets.tolist(), rows.seg_example.tolist()]}))
 """
 
@@ -48,6 +51,25 @@ def test_own_process_plans_the_same_without_importing_awkward():
     assert own["skipped"] and not own["awkward"]
     assert not library["skipped"] and library["awkward"]  # control: numba loads it otherwise
     assert own["rows"] == library["rows"]
+
+
+def test_own_process_loads_cached_kernels_without_the_registries():
+    library = run(PLAN, "library")  # also fills numba's cache, if it was empty
+    own = run(PLAN, "own")
+    assert own["skipped"] and not own["registries"]
+    assert library["registries"]  # control: numba's own load imports them
+    assert (own["rows"], own["mask"]) == (library["rows"], library["mask"])
+    assert own["mask"] == [True, True, False, True, True, False]
+
+
+def test_the_light_load_is_installed_once():
+    code = (
+        "import json\nfrom numba.core import caching\nfrom packshard import jit\n"
+        "first = caching.Cache.load_overload\nassert jit.load_cached_lightly()\n"
+        "light = caching.Cache.load_overload\nassert jit.load_cached_lightly()\n"
+        "print(json.dumps([first is light, light is caching.Cache.load_overload]))"
+    )
+    assert run(code) == [False, True]
 
 
 def test_skip_if_own_needs_the_mark(monkeypatch):

@@ -52,21 +52,23 @@ def loaded(tokenizer: str, template: str | None) -> Loaded:
         return _load(tokenizer, template)
 
 
-def load_early(specs: tuple[str, str | None, str]) -> None:
+def load_early(specs: tuple[str, str | None, str] | tuple[str, str | None, str, bool]) -> None:
     """Load the tokenizer, the template and the fast encoder of ``specs`` in this process.
 
-    ``specs`` are the tokenizer, the template and ``--backend``.  A worker's warm-up runs
+    ``specs`` are the tokenizer, the template, ``--backend`` and, optionally, whether the job
+    is small (:data:`~packshard.ingest.types.SMALL_JOB_BYTES`: the encoder built
+    is then the one a small job tries first).  A worker's warm-up runs
     this on a thread of the fork server while the server imports the rest
     (:mod:`packshard.engine.forkwarm`): ``tokenizers`` and ``fastokens`` release the GIL
     while they load, so the loads and the imports overlap.  The encoder is only built:
     each worker still decides and proves it.  Best effort: what fails here fails again,
     with its message, where the worker loads it.
     """
-    tokenizer, template, backend = specs
+    tokenizer, template, backend, *small = specs
     bundle, _ = loaded(tokenizer, template)
     if backend != "reference" and bundle.aligner is not None:
         with suppress(Exception):  # not installed or not loadable: each worker says why
-            fast_encoder(bundle)
+            fast_encoder(bundle, small_job=bool(small and small[0]))
 
 
 @lru_cache(maxsize=4)

@@ -344,7 +344,9 @@ def ingest(
                 # A record read before the failing one may have no token to train on: that
                 # failure comes first.  (With on_error=fail there are no rejects to keep.)
                 last = [item[4] for item in failed.items]
-                encoding.append(pool.submit(encode_and_label, bundle, last, options.backend))
+                encoding.append(
+                    pool.submit(encode_and_label, bundle, last, options.backend, options.small_job)
+                )
                 for earlier in (*pending, (items + failed.items, rejects, encoding, 0)):
                     _label_batch(options, *earlier)
                 raise failed.error from failed.error.__cause__
@@ -355,7 +357,9 @@ def ingest(
                 if piece[0]:
                     rendered = [item[4] for item in piece[0]]
                     encoding.append(
-                        pool.submit(encode_and_label, bundle, rendered, options.backend)
+                        pool.submit(
+                            encode_and_label, bundle, rendered, options.backend, options.small_job
+                        )
                     )
                 if not piece[2]:
                     continue

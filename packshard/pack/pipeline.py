@@ -75,7 +75,7 @@ from packshard.pack.config import PackConfig, check_config
 from packshard.pack.finish import PackResult, Provenance, pack_spill
 from packshard.pack.heap import return_freed_memory
 from packshard.pack.plan.evalsplit import check_eval_files
-from packshard.pack.units.early import ListedInputs, list_inputs, sized_engine
+from packshard.pack.units.early import ListedInputs, list_inputs, sized_config
 from packshard.pack.units.map import UnitResult
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs
 from packshard.store import claim_store, is_url, publish_store
@@ -108,7 +108,7 @@ def pack_dataset(
     listed = inputs if inputs is not None else list_inputs(config)
     check_eval_files(listed.train, listed.evals)
     files = listed.files
-    config = replace(config, engine=sized_engine(config, listed))  # --workers auto
+    config = sized_config(config, listed)  # --workers auto, and the small job's encoder
     specs = config.inputs + config.eval_inputs
     reals = [(f.path, str(f.real)) for f in files]
     with claim_out(config.out, config.overwrite, specs, reals, notify) as claim:

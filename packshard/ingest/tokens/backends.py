@@ -5,7 +5,9 @@ r"""Which library encodes rendered text: the reference (``tokenizers``) or a fas
 * ``reference``: Hugging Face ``tokenizers``, as the tokenizer was loaded.
 * ``fast``: a fast library (``pip install 'packshard[fast]'``) built from the same tokenizer
   (the JSON of the loaded tokenizer, packshard's adjustments included): gigatoken first for
-  a SentencePiece vocabulary, fastokens first for byte-level BPE (:func:`libraries`, chosen
+  a SentencePiece vocabulary, fastokens first for byte-level BPE, gigatoken first for any
+  vocabulary in a job under
+  :data:`~packshard.ingest.types.SMALL_JOB_BYTES` of input (:func:`libraries`, chosen
   by measurement, :mod:`packshard.ingest.tokens.giga`).  Forced: no canary; a tokenizer no
   library can load, or labels that need offsets, stop the run with one line.
 * ``auto`` (the command line's default): ``fast`` only where it proves itself, otherwise
@@ -134,29 +136,33 @@ class FastEncoder:
         return encode_flat(self._tok, texts)
 
 
-def libraries(bundle: TokenizerBundle) -> tuple[str, ...]:
+def libraries(bundle: TokenizerBundle, small_job: bool = False) -> tuple[str, ...]:
     """Return the fast libraries to try for ``bundle``, the fastest on its family first.
 
     By measurement (:mod:`packshard.ingest.tokens.giga`): gigatoken for a SentencePiece
     vocabulary (a ``Metaspace`` pre-tokenizer or a BPE with byte fallback: phi-3, Llama 2,
-    Mistral, Gemma), fastokens for byte-level BPE.  Only installed ones are tried.
+    Mistral, Gemma), fastokens for byte-level BPE, except in a ``small_job`` (under
+    :data:`~packshard.ingest.types.SMALL_JOB_BYTES` of input), where gigatoken, the sooner
+    built, goes first for every vocabulary.  Only installed ones are tried.
     """
     tok = bundle.tokenizer
     sentencepiece = type(tok.pre_tokenizer).__name__ == "Metaspace" or bool(
         getattr(tok.model, "byte_fallback", False)
     )
-    order = (GIGA, FAST) if sentencepiece else (FAST, GIGA)
+    order = (GIGA, FAST) if sentencepiece or small_job else (FAST, GIGA)
     return tuple(name for name in order if installed_version(name) is not None)
 
 
-def fast_encoder(bundle: TokenizerBundle, library: str | None = None) -> FastEncoder | GigaEncoder:
+def fast_encoder(
+    bundle: TokenizerBundle, library: str | None = None, small_job: bool = False
+) -> FastEncoder | GigaEncoder:
     """Return ``library``'s encoder of ``bundle`` (default: the first of :func:`libraries`).
 
     Built once (a process forked later shares it).  Raises what the encoder's constructor
     raises, and ``ValueError`` when no fast library is installed.
     """
     if library is None:
-        found = libraries(bundle)
+        found = libraries(bundle, small_job)
         if not found:
             raise ValueError(f"no fast encoder is installed ({INSTALL})")
         library = found[0]
@@ -195,8 +201,8 @@ def first_difference(
 class Encoder:
     """The encoder one run uses for one tokenizer: decided once, then fixed."""
 
-    def __init__(self, bundle: TokenizerBundle, requested: str) -> None:
-        self.bundle, self.requested = bundle, requested
+    def __init__(self, bundle: TokenizerBundle, requested: str, small_job: bool = False) -> None:
+        self.bundle, self.requested, self.small_job = bundle, requested, small_job
         self.fast: FastEncoder | GigaEncoder | None = None
         self.reason = f"{requested} requested" if requested != "auto" else ""
         self._proven = requested != "auto"  # fast forced: no check on the first records
@@ -218,7 +224,7 @@ class Encoder:
         if (why := _unusable(self.bundle)) is not None:
             return self._refuse(why)
         refused: list[str] = []
-        for library in libraries(self.bundle):
+        for library in libraries(self.bundle, self.small_job):
             try:
                 fast = fast_encoder(self.bundle, library)
             except Exception as exc:  # the Rust loaders raise ValueError and bare exceptions
@@ -267,10 +273,12 @@ class Encoder:
         }
 
 
-def decided(bundle: TokenizerBundle, backend: str) -> dict[str, Any] | None:
+def decided(
+    bundle: TokenizerBundle, backend: str, small_job: bool = False
+) -> dict[str, Any] | None:
     """Return the entry of the encoder this process decided for ``bundle`` (None: none yet)."""
     with _CHOOSING:
-        found = bundle.encoders.get(_key(bundle, backend))
+        found = bundle.encoders.get(_key(bundle, backend, small_job))
     return found.entry() if found is not None else None
 
 
@@ -292,19 +300,23 @@ def merged_entry(entries: Sequence[dict[str, Any] | None]) -> dict[str, Any] | N
     return {**fast, "reason": f"{split} ({fallback['name']}: {fallback['reason']})"}
 
 
-def encoder_for(bundle: TokenizerBundle, backend: str) -> Encoder:
-    """Return the run's encoder for ``bundle`` under ``--backend backend`` (decided once)."""
+def encoder_for(bundle: TokenizerBundle, backend: str, small_job: bool = False) -> Encoder:
+    """Return the run's encoder for ``bundle`` under ``--backend backend`` (decided once).
+
+    ``small_job``: the job is under :data:`~packshard.ingest.types.SMALL_JOB_BYTES` of input
+    (:func:`libraries`).
+    """
     # keyed by the tokenizer and aligner too: dataclasses.replace shares the dict with a copy
     # (the Encoder holds the bundle, so the tokenizer's id cannot be reused while it is cached)
-    key = _key(bundle, backend)
+    key = _key(bundle, backend, small_job)
     with _CHOOSING:
         if key not in bundle.encoders:
-            bundle.encoders[key] = Encoder(bundle, backend)
+            bundle.encoders[key] = Encoder(bundle, backend, small_job)
         return bundle.encoders[key]
 
 
-def _key(bundle: TokenizerBundle, backend: str) -> tuple[str, int, int]:
-    return (backend, id(bundle.tokenizer), id(bundle.aligner))
+def _key(bundle: TokenizerBundle, backend: str, small_job: bool) -> tuple[str, bool, int, int]:
+    return (backend, small_job, id(bundle.tokenizer), id(bundle.aligner))
 
 
 _CHOOSING = threading.Lock()
@@ -330,7 +342,7 @@ def _unusable(bundle: TokenizerBundle) -> str | None:
     return None
 
 
-def warm_encoder(bundle: TokenizerBundle, backend: str) -> None:
+def warm_encoder(bundle: TokenizerBundle, backend: str, small_job: bool = False) -> None:
     """Decide the run's encoder on a background thread (loading fastokens takes seconds).
 
     The Rust loader releases the GIL, so the first records are read and rendered meanwhile;
@@ -346,9 +358,9 @@ def warm_encoder(bundle: TokenizerBundle, backend: str) -> None:
 
     def decide() -> None:
         with suppress(Exception):  # raised again by the first encode
-            encoder_for(bundle, backend)
+            encoder_for(bundle, backend, small_job)
 
-    if _key(bundle, backend) not in bundle.encoders:
+    if _key(bundle, backend, small_job) not in bundle.encoders:
         threading.Thread(target=decide, name="packshard-encoder").start()
 
 

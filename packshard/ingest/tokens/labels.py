@@ -107,21 +107,25 @@ def offsets_needed(bundle: TokenizerBundle, rendered: Sequence[Rendered]) -> boo
 
 
 def encode_texts(
-    bundle: TokenizerBundle, rendered: Sequence[Rendered], backend: str = "reference"
+    bundle: TokenizerBundle,
+    rendered: Sequence[Rendered],
+    backend: str = "reference",
+    small_job: bool = False,
 ) -> Sequence[Any]:
     """Run one ``encode_batch`` over rendered examples (the text after any ``bos_chars``).
 
     This is the half of :func:`encode_rendered` that runs without the GIL, on all cores;
     :func:`label_encodings` is the other half.  It skips the offsets (``encode_batch_fast``,
     a quarter less work) unless :func:`offsets_needed`.  Without offsets, ``backend``
-    (``--backend``) chooses the library (:mod:`packshard.ingest.tokens.backends`); only the ids and
-    lengths of what it returns are read.
+    (``--backend``) chooses the library (:mod:`packshard.ingest.tokens.backends`; a
+    ``small_job`` tries the one built soonest first); only the ids and lengths of what it
+    returns are read.
     """
     texts = [r.text[r.bos_chars :] for r in rendered]
     if offsets_needed(bundle, rendered):
         return bundle.tokenizer.encode_batch(texts, add_special_tokens=False)
     if backend != "reference":
-        return encoder_for(bundle, backend).encode_batch(texts)
+        return encoder_for(bundle, backend, small_job).encode_batch(texts)
     return bundle.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
 
 
@@ -175,14 +179,17 @@ class Labelled:
 
 
 def encode_and_label(
-    bundle: TokenizerBundle, rendered: Sequence[Rendered], backend: str = "reference"
+    bundle: TokenizerBundle,
+    rendered: Sequence[Rendered],
+    backend: str = "reference",
+    small_job: bool = False,
 ) -> Labelled:
     """Encode and label ``rendered``: the tokenize thread's task in :mod:`packshard.ingest.stream`.
 
     Both halves run off the ingest's main thread: the encoders and the alignment kernels
     release the GIL, so they overlap the next records' rendering.
     """
-    return label_batch(bundle, rendered, encode_texts(bundle, rendered, backend))
+    return label_batch(bundle, rendered, encode_texts(bundle, rendered, backend, small_job))
 
 
 def label_batch(

@@ -23,12 +23,13 @@ pipeline: listing a folder of 10,000 small files, and summing their sizes, costs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from packshard.engine import EngineOptions, WarmUp, prestart
+from packshard.engine import WarmUp, prestart
 from packshard.errors import PackshardError
 from packshard.ingest.read.sources import InputFile, expand_inputs
 from packshard.ingest.read.splits import input_bytes
+from packshard.ingest.types import SMALL_JOB_BYTES
 from packshard.pack.config import PackConfig
 
 MAP_MODULE = "packshard.pack.units.map"
@@ -39,11 +40,12 @@ EARLY = ("packshard.ingest.loaded", "load_early")
 def warm_up(config: PackConfig) -> WarmUp:
     """Return what each worker of ``config`` runs as it starts (in the fork server, once).
 
-    :func:`~packshard.pack.units.map.warm_worker` on the tokenizer, the template and
-    ``--backend``, with :func:`~packshard.ingest.loaded.load_early` on a thread beside the
-    server's imports.
+    :func:`~packshard.pack.units.map.warm_worker` on the tokenizer, the template,
+    ``--backend`` and whether the job is small, with
+    :func:`~packshard.ingest.loaded.load_early` on a thread beside the server's imports.
     """
-    args = (config.tokenizer, config.template, config.ingest.backend)
+    ingest = config.ingest
+    args = (config.tokenizer, config.template, ingest.backend, ingest.small_job)
     return WarmUp(MAP_MODULE, WARM_FUNCTION, args, EARLY)
 
 
@@ -79,9 +81,20 @@ def list_inputs(config: PackConfig) -> ListedInputs:
     return ListedInputs(train, evals, input_bytes([*train, *evals]))
 
 
-def sized_engine(config: PackConfig, listed: ListedInputs) -> EngineOptions:
-    """Return ``config``'s engine with ``--workers auto`` resolved for the listed bytes."""
-    return config.engine.sized(listed.size)
+def sized_config(config: PackConfig, listed: ListedInputs) -> PackConfig:
+    """Return ``config`` sized for the listed bytes: ``--workers auto`` and the small job.
+
+    A job under :data:`~packshard.ingest.types.SMALL_JOB_BYTES` of input tries the
+    fast encoder built soonest first; decided here, from the bytes alone, it reaches the fork
+    server's warm-up and every unit (the number of workers does not change it).
+    """
+    small = listed.size < SMALL_JOB_BYTES
+    ingest = config.ingest if config.ingest.small_job == small else None
+    return replace(
+        config,
+        engine=config.engine.sized(listed.size),
+        ingest=ingest or replace(config.ingest, small_job=small),
+    )
 
 
 def start_early(config: PackConfig) -> ListedInputs | None:
@@ -95,5 +108,6 @@ def start_early(config: PackConfig) -> ListedInputs | None:
         listed = list_inputs(config)
     except PackshardError:
         return None
-    prestart(sized_engine(config, listed), warm_up(config))
+    sized = sized_config(config, listed)
+    prestart(sized.engine, warm_up(sized))
     return listed

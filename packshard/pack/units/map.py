@@ -112,10 +112,11 @@ class UnitResult:
         return int(self.arrays["lengths"].sum())
 
 
-def warm_worker(specs: tuple[str, str | None, str]) -> None:
+def warm_worker(specs: tuple[str, str | None, str] | tuple[str, str | None, str, bool]) -> None:
     """Load the tokenizer, the template and the run's backends, and label one tiny record.
 
-    ``specs`` are the tokenizer, the template and ``--backend``.  The tiny record also loads
+    ``specs`` are the tokenizer, the template, ``--backend`` and, optionally, whether the
+    job is small (:func:`~packshard.ingest.loaded.load_early`).  The tiny record also loads
     every jitted kernel labelling uses; run in the fork server, all of it is in each worker
     before its first unit (:mod:`packshard.engine.forkwarm`).  So are the fast renderer and
     encoder, which each worker would otherwise build again (0.25 CPU-s for phi-3's fastokens
@@ -124,7 +125,7 @@ def warm_worker(specs: tuple[str, str | None, str]) -> None:
     it (canary, first records) as before.  The loads are
     :func:`~packshard.ingest.loaded.load_early`'s, already done when the server ran it.
     """
-    tokenizer, template_spec, backend = specs
+    tokenizer, template_spec, backend, *_ = specs
     load_early(specs)
     bundle, template = loaded(tokenizer, template_spec)
     value: dict[str, Any] = {"text": "warm"}
@@ -154,7 +155,8 @@ def map_unit(task: MapTask) -> UnitResult:
         except Exception:  # a marker left malformed: the unit is mapped again
             shutil.rmtree(final, ignore_errors=True)
     bundle, template = loaded(ctx.tokenizer, ctx.template)
-    warm_encoder(bundle, ctx.options.backend)  # decided while the first records render
+    # decided while the first records render
+    warm_encoder(bundle, ctx.options.backend, ctx.options.small_job)
     pad_heap(BUSY_PAD)  # batches come and go: keep the heap's top (packshard.pack.heap)
     attempt = work / f".{unit.name}.attempt-{uuid.uuid4().hex[:12]}"
     attempt.mkdir(parents=True)
@@ -228,7 +230,7 @@ def _map_into(
         error=error,
         reasoning_dropped=reasoning_dropped,
         pairs_read=pairs_read,
-        encode=decided(bundle, ctx.options.backend),
+        encode=decided(bundle, ctx.options.backend, ctx.options.small_job),
     )
     return result, writer.digests()
 

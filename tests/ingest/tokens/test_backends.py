@@ -32,6 +32,7 @@ from packshard.ingest.tokens.backends import (
 from packshard.ingest.tokens.giga import GigaEncoder
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from packshard.pack import PackConfig, pack_dataset
+from packshard.pack.units import early
 from tests.helpers import BY_NAME, FAMILIES
 
 pytest.importorskip("fastokens")
@@ -79,19 +80,22 @@ def _pack(shared: Path, tmp: Path, case: str, backend: str) -> PackConfig:
 
 @pytest.mark.shared_data
 @pytest.mark.parametrize("case", sorted(SHARED))
-def test_fast_and_reference_write_the_same_bytes(shared_data, tmp_path, case):
+def test_fast_and_reference_write_the_same_bytes(shared_data, tmp_path, case, monkeypatch):
     made = {}
-    for backend in ("reference", "fast"):
-        result = pack_dataset(_pack(shared_data, tmp_path, case, backend))
+    # a job is small under SMALL_JOB_BYTES: moved so that these inputs are large, then small
+    for backend, small_below in (("reference", 0), ("fast", 0), ("fast", 1 << 40)):
+        monkeypatch.setattr(early, "SMALL_JOB_BYTES", small_below)
+        result = pack_dataset(_pack(shared_data, tmp_path / str(small_below), case, backend))
         encode = result.manifest["environment"]["backends"]["encode"]
         fast = "gigatoken" if case.startswith("phi3") else "fastokens"  # SentencePiece: giga
+        fast = "gigatoken" if small_below else fast  # a small job: the one built soonest
         assert encode["name"] == (fast if backend == "fast" else "tokenizers")
         assert encode["requested"] == backend and encode["version"]
         render = result.manifest["environment"]["backends"]["render"]
         assert render["name"] == ("minijinja" if backend == "fast" else "jinja2"), render
-        made[backend] = _digests(result.out)
-    assert "examples.parquet" in made["fast"] and len(made["fast"]) > 1
-    assert made["fast"] == made["reference"]
+        made[backend, small_below] = _digests(result.out)
+    assert "examples.parquet" in made["fast", 0] and len(made["fast", 0]) > 1
+    assert made["fast", 0] == made["reference", 0] == made["fast", 1 << 40]
 
 
 def _demo(tmp: Path, tokenizer: Path, backend: str, **options) -> Path:
@@ -118,12 +122,14 @@ def test_demo_fast_and_reference_write_the_same_bytes(tmp_path, demo_tokenizer):
     fast = _demo(tmp_path, demo_tokenizer, "fast")
     reference = _demo(tmp_path, demo_tokenizer, "reference")
     manifest = json.loads((fast / "manifest.json").read_text())
-    assert manifest["environment"]["backends"]["encode"]["name"] == "fastokens"
+    # byte-level BPE, but a small job: gigatoken, built sooner, first (backends.libraries)
+    assert manifest["environment"]["backends"]["encode"]["name"] == "gigatoken"
     assert manifest["environment"]["backends"]["render"]["name"] == "minijinja"
     assert len(_digests(fast)) > 2 and _digests(fast) == _digests(reference)
 
 
-def test_auto_proves_the_canary_and_the_first_records(tmp_path, demo_tokenizer):
+def test_auto_proves_the_canary_and_the_first_records(tmp_path, demo_tokenizer, monkeypatch):
+    monkeypatch.setattr(early, "SMALL_JOB_BYTES", 0)  # not a small job: fastokens first
     out = _demo(tmp_path, demo_tokenizer, "auto")
     encode = json.loads((out / "manifest.json").read_text())["environment"]["backends"]["encode"]
     assert encode == {
@@ -134,17 +140,25 @@ def test_auto_proves_the_canary_and_the_first_records(tmp_path, demo_tokenizer):
     }
 
 
+@pytest.mark.parametrize("small", [False, True])
 def test_workers_report_the_encoder_and_the_driver_builds_none(
-    tmp_path, demo_tokenizer, monkeypatch
+    tmp_path, demo_tokenizer, monkeypatch, small
 ):
     built = []
-    real_init = FastEncoder.__init__
-    monkeypatch.setattr(
-        FastEncoder, "__init__", lambda self, bundle: built.append(1) or real_init(self, bundle)
-    )
+    for kind in (FastEncoder, GigaEncoder):
+        real_init = kind.__init__
+        monkeypatch.setattr(
+            kind,
+            "__init__",
+            lambda self, bundle, real=real_init: built.append(1) or real(self, bundle),
+        )
+    # the demo's 10 KB: a small job, or not one with the line moved below it; the workers
+    # (forked from a server that built the encoder the job tries first) follow the job's size
+    monkeypatch.setattr(early, "SMALL_JOB_BYTES", 1 << 40 if small else 0)
     two = _demo_result(tmp_path / "two", demo_tokenizer, workers=2, split_bytes=4096)
     encode = two.manifest["environment"]["backends"]["encode"]
-    assert (encode["name"], encode["reason"]) == ("fastokens", "canary equal")
+    name = "gigatoken" if small else "fastokens"
+    assert (encode["name"], encode["reason"]) == (name, "canary equal")
     assert built == []  # the workers built and proved theirs; this process none
     one = _demo(tmp_path, demo_tokenizer, "reference")
     assert built == []
@@ -228,6 +242,20 @@ def test_the_fastest_library_of_the_family_is_tried_first(demo_tokenizer, monkey
     auto = Encoder(bundle, "auto")
     assert (auto.name, auto.reason) == ("gigatoken", "canary equal")
     assert auto.entry()["version"] == backends.installed_version("gigatoken")
+
+
+def test_a_small_job_tries_the_library_built_soonest_first(demo_tokenizer, tmp_path):
+    bundle = load_tokenizer(str(demo_tokenizer))  # byte-level BPE
+    assert libraries(bundle, small_job=True) == ("gigatoken", "fastokens")
+    small = backends.encoder_for(bundle, "auto", True)
+    large = backends.encoder_for(bundle, "auto", False)
+    assert (small.name, large.name) == ("gigatoken", "fastokens")  # decided apart, each once
+    assert backends.encoder_for(bundle, "auto", True) is small
+    assert backends.encoder_for(bundle, "auto") is large
+    assert backends.decided(bundle, "auto", True) == {**small.entry(), "name": "gigatoken"}
+    llama2 = load_tokenizer(str(BY_NAME["llama2-metaspace"].build(tmp_path)))
+    # SentencePiece: gigatoken first at any size
+    assert libraries(llama2) == libraries(llama2, small_job=True) == ("gigatoken", "fastokens")
 
 
 def test_gigatoken_encodes_a_batch_into_flat_ids_without_awkward(demo_tokenizer):

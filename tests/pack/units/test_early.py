@@ -61,12 +61,12 @@ def test_only_several_local_workers_start_a_fork_server(tmp_path, started, monke
     start_early(config(tmp_path / "missing.jsonl", workers=None))  # pack names it later
     assert started == []
     start_early(config(data, workers=2, template="chatml"))
-    assert started == [(WarmUp(MAP_MODULE, WARM_FUNCTION, ("tok", "chatml", "auto"), EARLY),)]
+    assert started == [(WarmUp(MAP_MODULE, WARM_FUNCTION, ("tok", "chatml", "auto", True), EARLY),)]
     monkeypatch.setattr(base, "AUTO_BYTES", 100)
     monkeypatch.setattr(base, "usable_cores", lambda: 4)
     start_early(config(data, workers=None))  # auto sized as pack sizes it: more than one
     assert len(started) == 2
-    assert warm_up(config(data)).arg == ("tok", None, "auto")
+    assert warm_up(config(data)).arg == ("tok", None, "auto", False)  # not sized yet
 
 
 def test_the_listing_names_train_and_eval_files_and_their_bytes(tmp_path, started) -> None:
@@ -120,3 +120,15 @@ def test_an_eval_input_that_is_a_training_input_is_refused_once_listed(tmp_path)
     cfg = config(data, tokenizer="tok", eval_inputs=(str(data),))
     with pytest.raises(UsageError, match="is both a training input and an --eval input"):
         pack_dataset(cfg, inputs=list_inputs(cfg))
+
+
+def test_the_small_job_is_decided_from_the_listed_bytes(tmp_path, monkeypatch) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hi"}\n' * 50)  # 750 bytes
+    listed = list_inputs(config(data))
+    assert listed.size == 750 and not config(data).ingest.small_job
+    small = early.sized_config(config(data, workers=None), listed)
+    assert small.ingest.small_job and small.engine.workers == 1
+    assert warm_up(small).arg == ("tok", None, "auto", True)
+    monkeypatch.setattr(early, "SMALL_JOB_BYTES", 750)  # at the line: not small
+    assert not early.sized_config(config(data, workers=3), listed).ingest.small_job
