@@ -241,6 +241,7 @@ class SerialEngine:
                     if attempt > self.max_retries:
                         raise TaskFailed(key, attempt, describe(exc)) from exc
             out.append(value)
+            del arg  # a task's inputs (a shard's segments) are not kept into the next step
             if on_result is not None:
                 on_result(i, value)
         if on_started is not None:  # nothing runs elsewhere: whatever waited runs after

@@ -161,14 +161,14 @@ def pack_spill(
     release_columns(spill)
     ordering = ordering_stats(plan)
     split_at = train_rows(spill, plan, is_eval)
-    plan = plan.permute_rows(row_order(plan, config, split_at)).narrowed()
+    plan = plan.permute_rows(row_order(plan, config, split_at), consume=True).narrowed()
     balance: dict[str, Any] | None = None
     if (topology := config.plan.topology()) is not None:  # --dp: the train rows into steps
         costs = plan_costs(plan.rows(0, split_at), topology)
         order = balanced_order(costs, topology, config.plan.seed)
         balance = balance_stats(costs, order, topology)
         rest = np.arange(split_at, plan.num_rows, dtype=np.int64)
-        plan = plan.permute_rows(np.concatenate([order, rest])).narrowed()
+        plan = plan.permute_rows(np.concatenate([order, rest]), consume=True).narrowed()
     repeats = example_repeats(plan) if mixed is not None else None
     dataset_id = compute_dataset_id(config.recorded(), made.fingerprints())
     bounds, names = split_bounds(
@@ -197,10 +197,10 @@ def pack_spill(
         stats["mix"] = mix_stats(spill, plan, repeats, mixed)
     # each stage frees what no later one reads; the shards read only the token offsets (their
     # rows are known from the bounds), the index the rest
+    release_columns(spill)  # before they leave it: what is dropped stays mapped (the caller's)
     spill = spill.without("loss_tokens", "parts", "record_ids", "format_codes")
     plan = plan.compacted("seg_part", "seg_start")
     trim_heap()  # the statistics' temporaries, before the index's chunk
-    release_columns(spill)
     shard_rows = [hi - lo for lo, hi in bounds]
     if media is not None:
         rule, caps = config.ingest.vision_rule(), config.plan.vision_caps()

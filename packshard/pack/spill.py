@@ -159,6 +159,8 @@ WIDE = ("lines", "starts", "record_ids")  # may pass 2**31: int32 whenever they 
 
 def narrow(values: np.ndarray) -> np.ndarray:
     """Return int64 ``values`` as int32 when every value fits, else unchanged (readers widen)."""
+    if values.dtype == np.int32:  # as it is: no pass over it (nor over a mapped file's pages)
+        return values
     if values.size and (int(values.min()) < -(2**31) or int(values.max()) >= 2**31):
         return values
     return values.astype(np.int32, copy=False)

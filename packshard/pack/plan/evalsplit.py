@@ -164,19 +164,19 @@ def _plan(
     else:
         vision = None  # no caps: the plain planners
 
-    every = keep is None and mixed is None  # every example once: no copy of the lengths
+    every = keep is None and mixed is None  # every example once: no index, no copy of lengths
+    group = config.plan.group()
+    if every and not config.plan.group_by_domain and group is None:
+        raw = _plan_units(config, None, lengths, codes, vision)
+        del lengths  # the planner's; the spill's offsets remain
+        return _real_lengths(spill, finalize_plan(spill, raw), multiple)
     small = np.int32 if len(lengths) < 2**31 else np.int64
     chosen = np.arange(len(lengths), dtype=small) if keep is None else np.flatnonzero(keep)
     if mixed is not None:
         chosen = mixed
-    group = config.plan.group()
     if not config.plan.group_by_domain and group is None:
         raw = _plan_units(
-            config,
-            None if every else chosen,
-            lengths if every else lengths[chosen],
-            codes if codes is None or every else codes[chosen],
-            vision,
+            config, chosen, lengths[chosen], None if codes is None else codes[chosen], vision
         )
         return _real_lengths(spill, finalize_plan(spill, raw, chosen), multiple)
     if group is not None:  # --plan-scope group:N: N consecutive examples at a time

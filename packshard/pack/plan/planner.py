@@ -460,7 +460,7 @@ def _plan_decreasing(
     )
     counts, runs = placed
     row_offsets = exclusive_cumsum(counts)
-    seg_example = np.empty(n, np.int64)
+    seg_example = np.empty(n, index)  # the driver keeps it: 4 bytes a segment while n fits
     seg_length = np.empty(n, np.int32)
     # Copy part p moves the lengths tops[p] down to tops[p + 1] + 1: about n / _PARTS examples.
     targets = [n * p // _PARTS for p in range(_PARTS)]
@@ -472,7 +472,7 @@ def _plan_decreasing(
         _copy_runs(order, hist, top, low, src, run, row_offsets, *runs_of, seg_example, seg_length)
 
     _run(pool, [partial(copy, top, low) for top, low in pairwise(tops)])
-    zeros = np.zeros(n, np.int64)
+    zeros = np.zeros(n, np.int64)  # never written: no page of it is resident
     return RowPlan.from_segments(row_offsets, seg_example, zeros, seg_length, big, strategy)
 
 

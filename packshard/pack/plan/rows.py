@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -149,18 +150,29 @@ class RowPlan:
         """Return the plan with the segment arrays ``names`` in their smallest integer type.
 
         For the stages that only read them (the index reads each part once; the shards add
-        each start to a wide offset): no split makes both one byte a segment.
+        each start to a wide offset).  An array of zeros only (every part and start where no
+        example is split) becomes one zero broadcast over the segments: no byte a segment.
         """
-        return replace(self, **_shared(self, smallest, names))
+        return replace(self, **_shared(self, _compact, names))
 
-    def permute_rows(self, order: np.ndarray) -> RowPlan:
-        """Reorder rows so that new row ``r`` is old row ``order[r]``."""
+    def permute_rows(self, order: np.ndarray, consume: bool = False) -> RowPlan:
+        """Reorder rows so that new row ``r`` is old row ``order[r]``.
+
+        ``consume``: the caller gives this plan up, so its segment arrays are reordered in
+        place, one at a time through one temporary (the peak is the plan, an int32 gather
+        and one array's copy, not two plans); an array that is not its own (a view, read
+        only) is copied as without it.
+        """
         counts = np.diff(self.row_offsets)[order]
         new_offsets = exclusive_cumsum(counts)
         kind = np.int32 if self.num_segments < 2**31 else np.int64  # 4 bytes a segment
         gather = np.repeat((self.row_offsets[:-1][order] - new_offsets[:-1]).astype(kind), counts)
         gather += np.arange(int(new_offsets[-1]), dtype=kind)
-        return self._take(gather, new_offsets)
+        if not consume:
+            return self._take(gather, new_offsets)
+        return replace(
+            self, row_offsets=new_offsets, **_shared(self, partial(_moved, gather), _SEGMENT_FIELDS)
+        )
 
     def _take(self, segments: slice | np.ndarray, row_offsets: np.ndarray) -> RowPlan:
         picked = _shared(self, lambda values: values[segments], _SEGMENT_FIELDS)
@@ -201,6 +213,23 @@ def _shared(
     return out
 
 
+def _compact(values: np.ndarray) -> np.ndarray:
+    """Return ``values`` in their smallest type, or one zero broadcast (read only) if all are."""
+    small = smallest(values)
+    if small.size and small.dtype.kind == "i" and not small.any():
+        return np.broadcast_to(np.zeros(1, small.dtype), small.shape)
+    return small
+
+
+def _moved(gather: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Return ``values[gather]``, written over ``values`` itself where it owns its memory."""
+    moved = values[gather]
+    if values.base is not None or not values.flags.writeable or not values.flags.c_contiguous:
+        return moved
+    values[...] = moved
+    return values
+
+
 def number_examples(plan: RowPlan) -> RowPlan:
     """Assign example ids in input order: by spilled example, then by start within it."""
     return replace(plan, example_id=invert(np.lexsort((plan.seg_start, plan.seg_example))))
@@ -233,15 +262,20 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
     return out
 
 
-def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
+def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray | None = None) -> RowPlan:
     """Turn a planner's plan over ``spill.lengths[index]`` into a plan over the spill.
+
+    ``index`` None: the planner saw every spilled example once, in input order (no copy of
+    an index, and the planner's example array becomes the plan's, ids and all).
 
     The plan comes back narrowed (:meth:`RowPlan.narrowed`): its segment arrays are int32
     from here on wherever the values fit, so no later stage holds an int64 copy of them.
     """
     row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
+    if index is None and raw.strategy == "wrapped":
+        index = np.arange(len(spill), dtype=np.int64)
     if raw.strategy != "wrapped":  # each array int32 as it is made: the peak of planning
-        seg_ex = narrow(index[raw.seg_example])
+        seg_ex = narrow(raw.seg_example if index is None else index[raw.seg_example])
         start = smallest(raw.seg_start)  # zeros: one byte a segment
         plan = replace(
             raw,
@@ -253,10 +287,12 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray) -> RowPlan:
             seg_targets=narrow(spill.loss_tokens[seg_ex]),
         )
         del raw
-        if not start.any() and _increasing(index):  # each example once: its rank is its id
-            ids = seg_ex if _identity(index, len(spill)) else narrow(np.searchsorted(index, seg_ex))
+        every = index is None or _identity(index, len(spill))
+        if not start.any() and (every or _increasing(index)):  # each once: its rank is its id
+            ids = seg_ex if every else narrow(np.searchsorted(index, seg_ex))
             return replace(plan, example_id=ids).narrowed()
         return number_examples(plan).narrowed()
+    assert index is not None
     seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]
     seg_start = np.asarray(raw.seg_start, dtype=np.int64)
     seg_length = np.asarray(raw.seg_length, dtype=np.int64)
@@ -287,12 +323,17 @@ def _increasing(index: np.ndarray) -> bool:
 
 
 def _identity(index: np.ndarray, n: int) -> bool:
-    """Whether a strictly increasing ``index`` is ``0 … n-1``.
+    """Whether ``index`` is ``0 … n-1`` (checked a block at a time: no temporary of its size).
 
     Then the plan's example ids are its examples: one array serves as both, and
     :meth:`RowPlan.narrowed` and the row moves keep it shared.
     """
-    return len(index) == n and (n == 0 or (int(index[0]) == 0 and int(index[-1]) == n - 1))
+    if len(index) != n or (n and (int(index[0]) != 0 or int(index[-1]) != n - 1)):
+        return False
+    block = 1 << 20
+    return all(
+        (np.diff(index[lo : lo + block + 1]) == 1).all() for lo in range(0, max(n - 1, 0), block)
+    )
 
 
 def ordering_stats(plan: RowPlan) -> dict[str, float]:

@@ -1,23 +1,24 @@
 """The merged per-example columns kept in files, resident only while a stage reads them.
 
-After the merge, every per-example column of the spill but the token offsets (codes, lines,
-parts, starts, loss tokens, record ids, flags) is written once to ``NAME.npy`` in the work
+After the merge, every per-example column of the spill (token offsets, codes, lines, parts,
+starts, loss tokens, record ids, flags) is written once to ``NAME.npy`` in the work
 folder's ``_columns`` and mapped read-only.  A stage that reads a column faults its pages
 in from the page cache; :func:`release_columns` hands them back (``MADV_DONTNEED`` on the
 clean mapping: the next read faults them in again, nothing is written)::
 
-    merge ─► columns ─► write NAME.npy, map read-only          resident: offsets only
-    plan        reads parts, loss tokens, pair codes          + those (6 bytes an example)
-    release_columns ────────────────────────────────────────── back to offsets only
-    statistics  reads domains, record ids, flags              + those (8 bytes)
+    merge ─► columns ─► write NAME.npy, map read-only          resident: none of them
+    plan        reads offsets, parts, loss tokens, pair codes (10 bytes an example)
+    release_columns ────────────────────────────────────────── back to none
+    statistics  reads offsets, domains, record ids, flags     (12 bytes)
     release_columns
+    shards      each write task's offsets, released once its segments' starts are made
     index       reads a chunk's rows of its columns, released after each chunk
 
 So the columns cost the driver what the stage at hand reads, not all of them at once: on
-``{"text":"a"}`` records (one input, one domain) 21 bytes an example of columns become
-resident only where read.  The values and their types are those the merge made, so the
-output's bytes do not change.  A spill made elsewhere (``repack``, tests) keeps its
-columns in memory, and releasing them does nothing.
+``{"text":"a"}`` records (one input, one domain) 25 bytes an example of columns become
+resident only where read (the offsets 4 of them: int32 while the tokens fit).  The values
+and their types are those the merge made, so the output's bytes do not change.  A spill
+made elsewhere (``repack``, tests) keeps its columns in memory; releasing them does nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from packshard.pack.spill import PER_EXAMPLE, Spill
 
 COLUMNS = "_columns"
 """The folder, inside the work folder, that holds the mapped columns."""
+MAPPED = ("offsets", *PER_EXAMPLE)
+"""The spill's arrays kept in files: the token offsets and every per-example column."""
 
 
 def map_columns(spill: Spill, folder: Path) -> Spill:
@@ -44,7 +47,7 @@ def map_columns(spill: Spill, folder: Path) -> Spill:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     mapped: dict[str, Any] = {}
-    for name in PER_EXAMPLE:
+    for name in MAPPED:
         values = getattr(spill, name)
         if values is None or not values.size:  # nothing to map (an empty map is refused)
             continue
@@ -56,7 +59,7 @@ def map_columns(spill: Spill, folder: Path) -> Spill:
 
 def release_columns(spill: Spill) -> None:
     """Hand back the pages of the spill's mapped columns that a stage read (see above)."""
-    for name in PER_EXAMPLE:
+    for name in MAPPED:
         region = getattr(getattr(spill, name), "_mmap", None)
         if region is not None and not region.closed:
             region.madvise(mmap.MADV_DONTNEED)

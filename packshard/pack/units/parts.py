@@ -43,6 +43,8 @@ from packshard.arrays import exclusive_cumsum
 FILES = ("tokens.bin", "labels.bin")
 WHOLE_BYTES = 64 * 1024 * 1024
 """Parts whose tokens and labels total at most this are read whole (see the docstring)."""
+WINDOW = 1 << 20
+"""Values (4 MiB) a part is read at a time when read whole (:func:`_gather_whole`)."""
 SHORT_RANGE = 128
 """Ranges of at most this many tokens on average are gathered from a memory map instead."""
 
@@ -115,11 +117,52 @@ def read_part_ranges(
 def _gather_whole(
     path: str, size: int, starts: np.ndarray, lengths: np.ndarray, at: np.ndarray, out: np.ndarray
 ) -> None:
-    """Gather ranges of the ``size`` int32 of ``path`` into ``out``, the file read whole."""
-    source = np.fromfile(path, dtype=np.int32, count=size)
-    if source.size < size:
-        raise EOFError(f"{path}: spill part ends early at byte {4 * source.size}")
-    gather_ranges(source, starts, lengths, at, out)
+    """Gather ranges of the ``size`` int32 of ``path`` into ``out``, the file read whole.
+
+    A part past :data:`WINDOW` values is read a window at a time, the ranges taken in file
+    order (each window from the first range not yet gathered): the file is read once, as
+    whole, and memory holds one window of it, not the part (``read_window_ranges``).
+    """
+    if size <= WINDOW:
+        source = np.fromfile(path, dtype=np.int32, count=size)
+        if source.size < size:
+            raise EOFError(f"{path}: spill part ends early at byte {4 * source.size}")
+        gather_ranges(source, starts, lengths, at, out)
+        return
+    if os.path.getsize(path) < 4 * size:
+        raise EOFError(f"{path}: spill part ends early at byte {os.path.getsize(path)}")
+    read_window_ranges(path, starts, lengths, at, out, WINDOW)
+
+
+def read_window_ranges(
+    path: str,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    at: np.ndarray,
+    out: np.ndarray,
+    window: int,
+) -> None:
+    """Copy int32 ranges ``[starts[i], starts[i] + lengths[i])`` of ``path`` to ``out[at[i]:]``.
+
+    Windows of ``window`` values (or one range, where it is longer) are read in file order,
+    each from the first range not yet copied; every range within it is gathered from it.
+    """
+    order = np.argsort(starts, kind="stable")
+    first, size, to = starts[order], lengths[order], at[order]
+    reach = np.maximum.accumulate(first + size) if len(order) else first  # ranges may repeat
+    buffer = np.empty(window, np.int32)
+    i, n = 0, len(order)
+    with open(path, "rb") as fh:
+        while i < n:
+            lo = int(first[i])
+            j = max(int(np.searchsorted(reach, lo + window, side="right")), i + 1)
+            hi = int(reach[j - 1])
+            view = buffer[: hi - lo] if hi - lo <= window else np.empty(hi - lo, np.int32)
+            fh.seek(4 * lo)
+            if fh.readinto(view.data.cast("B")) < 4 * (hi - lo):
+                raise EOFError(f"{path}: spill part ends before byte {4 * hi}")
+            gather_ranges(view, first[i:j] - lo, size[i:j], to[i:j], out)
+            i = j
 
 
 def _gather_mapped(

@@ -21,7 +21,8 @@ size: about 45 bytes a token each.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -47,7 +48,11 @@ def assemble_rows(spill: Spill, block: RowPlan) -> pa.Table:
 
 
 def assemble_ranges(
-    read: ReadRanges, starts: np.ndarray, block: RowPlan, codes: np.ndarray | None = None
+    read: ReadRanges,
+    starts: np.ndarray,
+    block: RowPlan,
+    codes: np.ndarray | None = None,
+    cuts: Sequence[int] | None = None,
 ) -> pa.Table:
     """Build the shard table of ``block`` whose segment ``j`` is flat range ``starts[j]``.
 
@@ -55,27 +60,46 @@ def assemble_ranges(
     (:meth:`Spill.read_ranges`, or a write task's reader of the spill parts).  ``codes``, each
     segment's pair code (0 plain, 1 chosen, 2 rejected, 3/4 KTO undesirable/desirable), adds
     the ``branch`` and ``kto_label`` columns (:data:`~packshard.format.shards.PAIR_FIELDS`).
+
+    ``cuts`` (rows ``0 = c0 < c1 < … = rows``) assembles the rows a piece at a time into the
+    one table's columns: the per-segment temporaries (about 100 bytes a segment) are a
+    piece's, the columns are made once, whole; the same table as without cuts.
     """
-    row_offsets = block.row_offsets
-    seg_len = block.seg_length.astype(np.int64)
+    row_offsets = np.asarray(block.row_offsets, dtype=np.int64)
     nrows = len(row_offsets) - 1
-    out_start = exclusive_cumsum(seg_len)
-    total = int(out_start[-1])
-    input_ids, labels = read(starts, seg_len)
-    labels[out_start[:-1][seg_len > 0]] = IGNORE_INDEX
+    lengths = block.seg_length
+    per_row = np.add.reduceat(lengths, row_offsets[:-1], dtype=np.int64) if nrows else lengths
+    row_tok = exclusive_cumsum(np.asarray(per_row, dtype=np.int64))
+    total = int(row_tok[-1])
     kind = np.int32 if total < 2**31 else np.int64  # positions fit int32; the flat index may not
-    flat: np.ndarray = np.arange(total, dtype=kind)
-    np.subtract(flat, np.repeat(out_start[:-1].astype(kind), seg_len), out=flat)
-    position_ids = flat.astype(np.int32, copy=False)
-    row_tok = exclusive_cumsum(np.add.reduceat(seg_len, row_offsets[:-1]) if nrows else seg_len)
-    seg_end_in_row = out_start[1:] - np.repeat(row_tok[:-1], np.diff(row_offsets))
+    input_ids = np.empty(total, np.int32)
+    labels = np.empty(total, np.int32)
+    position_ids = np.empty(total, np.int32)
     cu_offsets = row_offsets + np.arange(nrows + 1)
-    cu_values = np.zeros(len(seg_len) + nrows, dtype=np.int32)
-    is_end = np.ones(len(cu_values), dtype=bool)
-    is_end[cu_offsets[:-1]] = False
-    cu_values[is_end] = seg_end_in_row
-    num_loss = count_trained(labels, row_tok, skip_first=False)
-    max_seqlen = np.maximum.reduceat(seg_len, row_offsets[:-1]) if nrows else seg_len
+    cu_values = np.zeros(int(cu_offsets[-1]), dtype=np.int32)
+    num_loss = np.zeros(nrows, np.int64)
+    max_seqlen = np.zeros(nrows, np.int64)
+    for a, b in pairwise(cuts if cuts is not None else (0, nrows)):
+        lo, hi, t0, t1 = (int(v) for v in (row_offsets[a], row_offsets[b], row_tok[a], row_tok[b]))
+        seg_len = lengths[lo:hi].astype(np.int64)
+        out_start = exclusive_cumsum(seg_len)
+        ids, labs = read(starts[lo:hi], seg_len)
+        labs[out_start[:-1][seg_len > 0]] = IGNORE_INDEX
+        input_ids[t0:t1], labels[t0:t1] = ids, labs
+        del ids
+        flat: np.ndarray = np.arange(t1 - t0, dtype=kind)
+        np.subtract(flat, np.repeat(out_start[:-1].astype(kind), seg_len), out=flat)
+        position_ids[t0:t1] = flat
+        del flat
+        rows_at, tok_at = row_offsets[a : b + 1] - lo, row_tok[a : b + 1] - t0
+        seg_end_in_row = out_start[1:] - np.repeat(tok_at[:-1], np.diff(rows_at))
+        local_cu = rows_at + np.arange(b - a + 1)
+        is_end = np.ones(int(local_cu[-1]), dtype=bool)
+        is_end[local_cu[:-1]] = False
+        cu_values[int(cu_offsets[a]) : int(cu_offsets[b])][is_end] = seg_end_in_row
+        num_loss[a:b] = count_trained(labs, tok_at, skip_first=False)
+        if b > a:
+            max_seqlen[a:b] = np.maximum.reduceat(seg_len, rows_at[:-1])
     tok_off = arrow_array(row_tok.astype(np.int32))
     seg_off = arrow_array(row_offsets.astype(np.int32))
     columns = [

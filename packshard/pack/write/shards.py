@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from itertools import pairwise
 from pathlib import Path
 from typing import overload
 
@@ -39,9 +38,10 @@ from packshard.format.shards import (
     ShardInfo,
     write_shard,
 )
-from packshard.pack.heap import BUSY_PAD, pad_heap
+from packshard.pack.heap import BUSY_PAD, pad_heap, trim_heap
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill, narrow
+from packshard.pack.units.columns import release_columns
 from packshard.pack.units.parts import PartFiles, read_part_ranges
 from packshard.pack.write.assemble import assemble_ranges
 
@@ -110,6 +110,7 @@ class WriteTask:
     faults: tuple[tuple[str, str, int], ...]
     codes: np.ndarray | None  # int8 [segments]: pair codes (a preference pack only)
     multiple: int = 1  # --cp / --pad-multiple: cu_seqlens_padded's segment multiple
+    driver: int = 0  # the driver's process id: a task run there keeps no heap pad
 
 
 PIECE_SEGMENTS = 1 << 16
@@ -118,9 +119,9 @@ PIECE_SEGMENTS = 1 << 16
 A row group of short examples has many segments (256 rows of one-token examples at
 ``--max-seq-len 4096``: 1,048,576), and assembling it holds about 100 bytes of temporary
 index arrays a segment besides the table itself.  Past this many, the rows are assembled
-in pieces of at most this many segments (a row is never cut) and joined into one
-contiguous table: the same table, the same bytes, a copy of the table instead of the
-temporaries of all its segments.  Rows of longer examples stay one piece.
+in pieces of at most this many segments (a row is never cut), each written into the one
+table's columns (:func:`~packshard.pack.write.assemble.assemble_ranges` ``cuts``): the same
+table, the same bytes, with a piece's temporaries.  Rows of longer examples are one piece.
 """
 
 
@@ -141,39 +142,37 @@ def piece_cuts(offsets: np.ndarray, start: int, stop: int) -> list[int]:
 def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
     inject(task.name, task.faults, Path(task.work) / "_faults")
-    pad_heap(BUSY_PAD)  # row groups come and go: keep the heap's top (packshard.pack.heap)
+    # row groups come and go: keep the heap's top (packshard.pack.heap), in a worker; in the
+    # driver (--workers 1) the pad would hold each freed row group resident at its peak
+    in_driver = os.getpid() == task.driver
+    pad_heap(0 if in_driver else BUSY_PAD)
     read = partial(read_part_ranges, task.parts)
 
     offsets = task.row_offsets
 
-    def piece(start: int, stop: int) -> pa.Table:
+    def group(start: int, stop: int) -> pa.Table:
+        """Rows ``start:stop`` (a row group), assembled a piece of segments at a time."""
         lo, hi = int(offsets[start]), int(offsets[stop])
-        n = hi - lo
-        sub = RowPlan.from_segments(
+        none = np.zeros(0, np.int64)
+        sub = RowPlan(  # what assembly reads: rows, lengths and ids
             offsets[start : stop + 1] - lo,
-            np.arange(n, dtype=np.int64),
-            np.zeros(n, np.int64),
+            none,
+            none,
             task.seg_length[lo:hi],
+            none,
+            none,
+            task.example_id[lo:hi],
             task.max_seq_len,
-            "bfd",
         )
-        sub = replace(sub, example_id=task.example_id[lo:hi])
         codes = task.codes[lo:hi] if task.codes is not None else None
-        return assemble_ranges(read, task.starts[lo:hi], sub, codes)
+        cuts = [c - start for c in piece_cuts(offsets, start, stop)]
+        return assemble_ranges(read, task.starts[lo:hi], sub, codes, cuts)
 
     def tables() -> Iterator[pa.Table]:
         # one row group's segments at a time: nothing per segment of the whole shard is made
         rows = len(offsets) - 1
         for start in range(0, max(rows, 1), ROW_GROUP_ROWS):
-            stop = min(start + ROW_GROUP_ROWS, rows)
-            cuts = piece_cuts(offsets, start, stop)
-            if len(cuts) == 2:
-                yield piece(start, stop)
-                continue
-            pieces = [piece(a, b) for a, b in pairwise(cuts)]
-            table = pa.concat_tables(pieces).combine_chunks()  # the same table, contiguous
-            del pieces
-            yield table
+            yield group(start, min(start + ROW_GROUP_ROWS, rows))
 
     folder = Path(task.folder)
     attempt = f".{task.name}.attempt-{uuid.uuid4().hex[:12]}"
@@ -185,6 +184,8 @@ def write_task(task: WriteTask) -> ShardInfo:
         os.replace(folder / attempt, folder / task.name)
     finally:
         (folder / attempt).unlink(missing_ok=True)
+        if in_driver:  # the examples index comes next, and its peak is the driver's
+            trim_heap()
     return replace(info, path=task.name)
 
 
@@ -214,14 +215,16 @@ def write_shards_on(
     def task(k: int) -> WriteTask:
         lo, hi = bounds[k]
         sub = plan.rows(lo, hi)
-        return WriteTask(
+        starts = offsets[sub.seg_example]
+        starts += sub.seg_start  # in place: no second array of the shard's segments
+        made = WriteTask(
             parts=parts,
             folder=str(folder),
             name=names[k],
             dataset_id=dataset_id,
             compression=compression,
             row_offsets=sub.row_offsets,
-            starts=narrow(offsets[sub.seg_example] + sub.seg_start),
+            starts=narrow(starts),
             seg_length=sub.seg_length,
             example_id=sub.example_id,
             max_seq_len=plan.max_seq_len,
@@ -229,7 +232,10 @@ def write_shards_on(
             faults=faults,
             codes=codes[sub.seg_example] if codes is not None else None,
             multiple=multiple,
+            driver=os.getpid(),
         )
+        release_columns(spill)  # the offsets' pages this task's starts read (mapped)
+        return made
 
     return engine.run(write_task, Made(task, len(bounds)), names, on_started=meanwhile)
 

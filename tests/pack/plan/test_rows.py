@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -120,6 +122,13 @@ def test_compacted_keeps_the_values_in_the_smallest_type():
     assert small.seg_part.dtype == small.seg_start.dtype == np.int8
     assert small.seg_part.tolist() == plan.seg_part.tolist()
     assert small.seg_start.tolist() == plan.seg_start.tolist()
+    # zeros only (nothing split): one zero broadcast, no byte a segment; other values kept
+    assert small.seg_start.strides == (0,) and not small.seg_start.flags.writeable
+    tight = plan.compacted("seg_length")
+    assert (
+        tight.seg_length.strides == (1,) and tight.seg_length.tolist() == plan.seg_length.tolist()
+    )
+    assert small.rows(1, 2).seg_part.tolist() == [0] * int(np.diff(plan.row_offsets)[1])
 
 
 def test_concatenate_renumbers_in_input_order():
@@ -212,3 +221,40 @@ def test_permuted_plan_keeps_every_segment(strategy):
     plan = finalize_plan(spill, plan_packs(spill.lengths, 64, strategy), np.arange(200))
     permuted = plan.permute_rows(rng.permutation(plan.num_rows))
     assert sorted(map(tuple, segments(permuted))) == sorted(map(tuple, segments(plan)))
+
+
+FIELDS = ("seg_example", "seg_start", "seg_length", "seg_part", "seg_targets", "example_id")
+
+
+@pytest.mark.parametrize("strategy", ["bfd", "ffd", "sequential", "wrapped"])
+def test_finalize_without_an_index_equals_the_identity_index(strategy):
+    rng = np.random.default_rng(1)
+    spill = make_spill([[1, X, 1][: int(k) % 3 + 1] * int(k) for k in rng.integers(1, 17, 300)])
+    wide = finalize_plan(spill, plan_packs(spill.lengths, 48, strategy), np.arange(300))
+    none = finalize_plan(spill, plan_packs(spill.lengths, 48, strategy))
+    assert np.array_equal(none.row_offsets, wide.row_offsets)
+    for name in FIELDS:
+        assert np.array_equal(getattr(none, name), getattr(wide, name)), name
+    if strategy in ("bfd", "ffd"):  # every example once, in input order: one array for both
+        assert none.example_id is none.seg_example
+
+
+@pytest.mark.parametrize("strategy", ["bfd", "wrapped"])
+def test_consumed_permutation_equals_the_copied_one(strategy):
+    rng = np.random.default_rng(2)
+    spill = make_spill([[1] * int(k) for k in rng.integers(1, 50, size=400)])
+    order = rng.permutation(finalize_plan(spill, plan_packs(spill.lengths, 64, strategy)).num_rows)
+    copied = finalize_plan(spill, plan_packs(spill.lengths, 64, strategy)).permute_rows(order)
+    given_up = finalize_plan(spill, plan_packs(spill.lengths, 64, strategy))
+    arrays = {name: getattr(given_up, name) for name in FIELDS}
+    moved = given_up.permute_rows(order, consume=True)
+    assert np.array_equal(moved.row_offsets, copied.row_offsets)
+    for name in FIELDS:
+        assert np.array_equal(getattr(moved, name), getattr(copied, name)), name
+        assert getattr(moved, name) is arrays[name]  # reordered where it was: no second plan
+    plan = finalize_plan(spill, plan_packs(spill.lengths, 64, strategy))
+    owner = np.repeat(plan.seg_length, 2)
+    snapshot = owner.copy()
+    moved = replace(plan, seg_length=owner[::2]).permute_rows(order, consume=True)
+    assert np.array_equal(owner, snapshot)  # a view is copied, its owner left alone
+    assert np.array_equal(moved.seg_length, copied.seg_length)

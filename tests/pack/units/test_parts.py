@@ -63,3 +63,32 @@ def test_one_run_of_one_part_is_read_as_one_slice(tmp_path, monkeypatch):
         fh.truncate(24)
     with pytest.raises(EOFError, match=r"labels\.bin: spill part ends early at byte 24"):
         read_part_ranges(spill, np.array([4, 7]), np.array([3, 5]))
+
+
+@pytest.mark.parametrize("window", [1, 3, 8, 64])
+def test_windowed_read_equals_slicing(tmp_path, window):
+    """Ranges in any order, repeated, empty or longer than a window: the slices, in place."""
+    rng = np.random.default_rng(window)
+    flat = rng.integers(-(2**31), 2**31, size=200, dtype=np.int64).astype(np.int32)
+    flat.tofile(tmp_path / "tokens.bin")
+    starts = rng.integers(0, 190, size=60)
+    lengths = np.minimum(rng.integers(0, 12, size=60), 200 - starts)
+    starts[5], lengths[5] = starts[4], lengths[4]  # one range twice (--mix copies)
+    at = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    out = np.full(int(lengths.sum()), 7, np.int32)
+    parts.read_window_ranges(str(tmp_path / "tokens.bin"), starts, lengths, at, out, window)
+    want = np.concatenate([flat[s : s + n] for s, n in zip(starts, lengths, strict=True)])
+    assert np.array_equal(out, want)
+
+
+def test_a_part_past_the_window_reads_the_same(tmp_path, monkeypatch):
+    spill = make_parts(tmp_path, [40, 25])
+    starts, lengths = np.array([30, 2, 41, 0, 60]), np.array([9, 5, 20, 1, 5])
+    whole = read_part_ranges(spill, starts, lengths)
+    monkeypatch.setattr(parts, "WINDOW", 4)
+    windowed = read_part_ranges(spill, starts, lengths)
+    assert all(np.array_equal(a, b) for a, b in zip(whole, windowed, strict=True))
+    with open(tmp_path / "part1" / "labels.bin", "r+b") as fh:
+        fh.truncate(12)
+    with pytest.raises(EOFError, match=r"labels\.bin: spill part ends early at byte 12"):
+        read_part_ranges(spill, np.array([41]), np.array([2]))

@@ -11,7 +11,7 @@ from packshard.format.shards import SHARD_SCHEMA, read_row
 from packshard.pack.plan.planner import plan_packs
 from packshard.pack.plan.rows import RowPlan, finalize_plan
 from packshard.pack.spill import Spill
-from packshard.pack.write.assemble import assemble_rows
+from packshard.pack.write.assemble import assemble_ranges, assemble_rows
 from packshard.records import IGNORE_INDEX as X
 from tests.helpers import make_spill
 
@@ -120,3 +120,24 @@ def test_assemble_a_slice_of_a_finalized_plan():
             for k in range(int(n))
         ]
         assert row.input_ids.tolist() == expected
+
+
+def test_rows_assembled_in_pieces_are_the_same_table():
+    rng = np.random.default_rng(3)
+    spill = make_spill(
+        [[X] + [int(t) for t in rng.integers(0, 9, int(n))] for n in rng.integers(0, 7, 300)]
+    )
+    plan = finalize_plan(spill, plan_packs(spill.lengths, 16, "bfd"))
+    starts = spill.offsets[plan.seg_example] + plan.seg_start
+    codes = rng.integers(0, 5, plan.num_segments).astype(np.int8)
+    whole = assemble_ranges(spill.read_ranges, starts, plan, codes)
+    whole.validate(full=True)
+    assert whole["num_tokens"].to_pylist() == plan.row_tokens().tolist()
+    for cuts in (
+        [0, 1, plan.num_rows],
+        [0, 7, 8, 30, plan.num_rows],
+        list(range(plan.num_rows + 1)),
+    ):
+        pieced = assemble_ranges(spill.read_ranges, starts, plan, codes, cuts)
+        assert pieced.equals(whole), cuts
+        assert all(column.num_chunks == 1 for column in pieced.columns)
