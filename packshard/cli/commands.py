@@ -90,7 +90,7 @@ def profile(
     from packshard.cli.html import write_profile_html
     from packshard.cli.rejectrate import check_max_reject_rate, enforce_reject_rate
     from packshard.cli.tables import console, render_profile_table, render_rejects
-    from packshard.ingest.markers import check_markers
+    from packshard.ingest.stage.markers import check_markers
     from packshard.ingest.read.sources import expand_inputs
     from packshard.ingest.template.fast import render_entry
     from packshard.ingest.template.render import load_template

@@ -65,7 +65,7 @@ from packshard.format.folder.claim import claim_out
 from packshard.format.folder.outdir import work_folder
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.ingest.label.reasoning import reasoning_field
-from packshard.ingest.loaded import sharing
+from packshard.ingest.stage.loaded import sharing
 from packshard.ingest.progress import IngestProgress, open_progress
 from packshard.ingest.template.fast import render_entry
 from packshard.ingest.template.render import ChatTemplate

@@ -23,7 +23,7 @@ from typing import Any
 
 from packshard.engine import open_engine, worker_cores
 from packshard.errors import RecordError
-from packshard.ingest.loaded import Loaded, loaded, sharing
+from packshard.ingest.stage.loaded import Loaded, loaded, sharing
 from packshard.ingest.progress import open_progress
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import SplitRead, WorkUnit, input_bytes, plan_units, read_split

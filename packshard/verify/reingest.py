@@ -29,7 +29,7 @@ import numpy as np
 from packshard.engine import EngineOptions, open_engine, worker_cores
 from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import read_row
-from packshard.ingest.loaded import loaded
+from packshard.ingest.stage.loaded import loaded
 from packshard.ingest.progress import open_progress
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import Split, count_newlines, plan_splits, read_split

@@ -38,7 +38,7 @@ from packshard.format.environment import Drift, encoded_by, likely_cause
 from packshard.format.examples import ExamplesIndex
 from packshard.format.folder.paths import inside_folder
 from packshard.format.rejects import read_rejects
-from packshard.ingest.loaded import sharing
+from packshard.ingest.stage.loaded import sharing
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import input_bytes
 from packshard.store import fetch_input, is_url, parse_url

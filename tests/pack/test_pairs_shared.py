@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from packshard.ingest.loaded import loaded
+from packshard.ingest.stage.loaded import loaded
 from packshard.ingest.read.sources import expand_inputs
 from packshard.ingest.stream import ingest
 from packshard.ingest.types import IngestOptions

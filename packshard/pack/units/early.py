@@ -33,14 +33,14 @@ from packshard.pack.config import PackConfig
 
 MAP_MODULE = "packshard.pack.units.map"
 WARM_FUNCTION = "warm_worker"
-EARLY = ("packshard.ingest.loaded", "load_early")
+EARLY = ("packshard.ingest.stage.loaded", "load_early")
 
 
 def warm_up(config: PackConfig) -> WarmUp:
     """Return what each worker of ``config`` runs as it starts (in the fork server, once).
 
     :func:`~packshard.pack.units.map.warm_worker` on the tokenizer, the template and
-    ``--backend``, with :func:`~packshard.ingest.loaded.load_early` on a thread beside the
+    ``--backend``, with :func:`~packshard.ingest.stage.loaded.load_early` on a thread beside the
     server's imports.
     """
     args = (config.tokenizer, config.template, config.ingest.backend)

@@ -21,7 +21,7 @@ unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json
 completion marker.  A retried or resumed task that finds the marker returns what it holds
 instead of working again.  Tokenizer and template are loaded once per worker process and
 kept for its later tasks; in the driver's own process (``--workers 1``) the tasks use the
-driver's load (:func:`packshard.ingest.loaded.sharing`), so that nothing is loaded twice.
+driver's load (:func:`packshard.ingest.stage.loaded.sharing`), so that nothing is loaded twice.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from packshard.engine import worker_cores
 from packshard.engine.faults import inject
 from packshard.errors import PackshardError, RecordError
 from packshard.ingest.label.spans import render_example
-from packshard.ingest.loaded import load_early, loaded
+from packshard.ingest.stage.loaded import load_early, loaded
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.read.splits import SplitRead, WorkUnit, read_split
 from packshard.ingest.stream import ingest
@@ -122,7 +122,7 @@ def warm_worker(specs: tuple[str, str | None, str]) -> None:
     encoder, 1.33 for Qwen3's).  The encoder is only built here, never used, so that no
     state of its library's threads crosses the fork; each worker still decides and proves
     it (canary, first records) as before.  The loads are
-    :func:`~packshard.ingest.loaded.load_early`'s, already done when the server ran it.
+    :func:`~packshard.ingest.stage.loaded.load_early`'s, already done when the server ran it.
     """
     tokenizer, template_spec, backend = specs
     load_early(specs)

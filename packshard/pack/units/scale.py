@@ -40,7 +40,7 @@ from packshard.engine import Engine, open_engine, worker_share
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.folder.outdir import work_folder
 from packshard.format.rejects import RejectsWriter
-from packshard.ingest.markers import check_markers
+from packshard.ingest.stage.markers import check_markers
 from packshard.ingest.read.sources import InputFile
 from packshard.ingest.read.splits import file_bytes, plan_units
 from packshard.ingest.template.fast import renderer_for
@@ -76,7 +76,7 @@ class DriverLoad:
     them (building the fast encoder takes 0.27 CPU-s for phi-3 and 1.4 for Qwen3, which the
     driver would spend while its workers map).  Tasks
     run in the driver's process (the serial engine) use this load through
-    :func:`~packshard.ingest.loaded.sharing`: the first of them waits for it.
+    :func:`~packshard.ingest.stage.loaded.sharing`: the first of them waits for it.
     """
 
     def __init__(self, config: PackConfig, pool: ThreadPoolExecutor) -> None:
