@@ -266,3 +266,12 @@ class IngestChunk:
     reasoning_loss: np.ndarray | None = None  # per example: trained ones (None: no reasoning)
     reasoning_dropped: int = 0  # trained turns the template rendered without their reasoning
     pairs_read: int = 0  # preference records among ``records`` (packed or rejected)
+
+
+@dataclass(frozen=True, slots=True)
+class StageSpec:
+    """What names a stage: a worker loads the same tokenizer and template from it."""
+
+    tokenizer: str
+    template: str | None
+    options: IngestOptions

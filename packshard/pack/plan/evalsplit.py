@@ -32,7 +32,7 @@ import numpy as np
 
 from packshard.errors import UsageError
 from packshard.format.topology import padded_lengths
-from packshard.ingest.read.sources import InputFile
+from packshard.ingest import InputFile
 from packshard.pack.config import PackConfig
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, finalize_plan

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 from packshard.engine import EngineOptions, WarmUp, prestart
 from packshard.errors import PackshardError
-from packshard.ingest.read.sources import InputFile, expand_inputs
-from packshard.ingest.read.splits import input_bytes
+from packshard.ingest import InputFile, expand_inputs, input_bytes
 from packshard.pack.config import PackConfig
 
 MAP_MODULE = "packshard.pack.units.map"
