@@ -144,6 +144,10 @@ PAIR_CODES = ("plain", "chosen", "rejected", "kto_undesirable", "kto_desirable")
 """What ``Rendered.pair`` and ``TokenizedBatch.pairs`` hold, by code (int8)."""
 
 
+Markers = tuple[str, str]
+"""The opening and closing reasoning markers (``--reasoning-markers``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TokenizedBatch:
     """Tokenized examples in columnar form.
