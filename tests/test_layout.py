@@ -70,7 +70,7 @@ LONG_MODULES = {
     "cli/options.py": "every command-line option with its default, choices and help, by command",
     "cli/tables.py": "every command's terminal tables and the one console that prints them safely",
     "torch/dataset.py": "PackedDataset: a pack's rows, local or stored, served as recorded",
-    "ingest/read/splits.py": "work units: inputs cut at line starts, row groups or whole, gathered",
+    "ingest/read/units.py": "work units: inputs cut at line starts, row groups or whole, gathered",
 }
 """Modules over ``LONG_LINES`` lines, each with its one idea: files are sized by idea."""
 LONG_LINES = 400
@@ -348,10 +348,10 @@ def test_the_face_check_finds_a_module_past_the_face() -> None:
     source = (
         "from packshard.ingest import open_stage\n"
         "from packshard.ingest.types import IngestOptions\n"
-        "from packshard.ingest.read.splits import WorkUnit\n"
+        "from packshard.ingest.read.units import WorkUnit\n"
         "import packshard.ingest.stream\n"
     )
-    found = ["packshard.ingest.read.splits", "packshard.ingest.stream"]
+    found = ["packshard.ingest.read.units", "packshard.ingest.stream"]
     assert _past_faces(PACKAGE / "pack" / "x.py", source) == found
     assert _past_faces(PACKAGE / "ingest" / "x.py", source) == []  # inside: any module
 

@@ -40,12 +40,12 @@ if TYPE_CHECKING:  # the same names, for the type checker: `as` marks each expor
     from packshard.ingest.read.inputs import InputFile as InputFile
     from packshard.ingest.read.inputs import expand_inputs as expand_inputs
     from packshard.ingest.read.sources import read_records as read_records
-    from packshard.ingest.read.splits import WorkUnit as WorkUnit
-    from packshard.ingest.read.splits import count_newlines as count_newlines
-    from packshard.ingest.read.splits import file_bytes as file_bytes
-    from packshard.ingest.read.splits import input_bytes as input_bytes
-    from packshard.ingest.read.splits import plan_splits as plan_splits
-    from packshard.ingest.read.splits import plan_units as plan_units
+    from packshard.ingest.read.units import WorkUnit as WorkUnit
+    from packshard.ingest.read.units import count_newlines as count_newlines
+    from packshard.ingest.read.units import file_bytes as file_bytes
+    from packshard.ingest.read.units import input_bytes as input_bytes
+    from packshard.ingest.read.units import plan_ranges as plan_ranges
+    from packshard.ingest.read.units import plan_units as plan_units
     from packshard.ingest.stage.loaded import load_early as load_early
     from packshard.ingest.stage.open import Stage as Stage
     from packshard.ingest.stage.open import StageEntries as StageEntries
@@ -89,12 +89,12 @@ FACE = {
     "packshard.ingest.stage.loaded": ("load_early",),
     "packshard.ingest.read.inputs": ("InputFile", "expand_inputs"),
     "packshard.ingest.read.sources": ("read_records",),
-    "packshard.ingest.read.splits": (
+    "packshard.ingest.read.units": (
         "WorkUnit",
         "count_newlines",
         "file_bytes",
         "input_bytes",
-        "plan_splits",
+        "plan_ranges",
         "plan_units",
     ),
     "packshard.ingest.progress": ("IngestProgress", "open_progress", "progress_mode"),

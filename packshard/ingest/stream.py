@@ -309,7 +309,7 @@ def ingest(
     """Stream ``files`` as tokenized, labelled chunks of ``options.batch_size`` records.
 
     ``read`` turns each item of ``files`` into its records: :func:`read_records` for input
-    files, :func:`packshard.ingest.read.splits.read_split` for a work unit.
+    files, :func:`packshard.ingest.read.units.read_range` for a work unit.
 
     Chunk ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
     chunk ``k + 1`` is rendered and chunk ``k - 1`` is labelled and consumed on this one;

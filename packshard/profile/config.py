@@ -34,7 +34,7 @@ class ProfileConfig:
     overlong: str = "drop"  # the policy pack would apply: what the advice describes
     batch_size: int = 8
     seed: int = 0
-    split_bytes: int = 0  # 0: packshard.ingest.read.splits.auto_split_bytes
+    split_bytes: int = 0  # 0: packshard.ingest.read.units.auto_split_bytes
     mix: str = ""  # --mix: predict the mixture pack would make (packshard.profile.mixture)
     mix_by: str = "trained_tokens"
     max_repeat: int = 1

@@ -1,6 +1,6 @@
 """``profile`` on an engine: every work unit profiled by a task, the arrays merged in order.
 
-``profile`` cuts the inputs into the same units as ``pack`` (:mod:`packshard.ingest.read.splits`:
+``profile`` cuts the inputs into the same units as ``pack`` (:mod:`packshard.ingest.read.units`:
 byte ranges, row groups, small whole inputs gathered) and runs one task per unit on the engine
 ``--workers`` / ``--engine`` name (``--workers 1``: in this process, on the driver's tokenizer
 and template)::

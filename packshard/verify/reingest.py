@@ -1,7 +1,7 @@
 """The source check on an engine: the inputs re-ingested unit by unit, by workers.
 
 Re-ingesting every input (render, tokenize, label) is the costly part of ``verify``.  The
-inputs are cut into the same units as ``pack`` (:mod:`packshard.ingest.read.splits`) and
+inputs are cut into the same units as ``pack`` (:mod:`packshard.ingest.read.units`) and
 each task re-ingests one, on the engine ``--workers`` / ``--engine`` name (``--workers 1``:
 in this process, on the driver's tokenizer and template)::
 
@@ -42,7 +42,7 @@ from packshard.ingest import (
     count_newlines,
     in_order,
     open_progress,
-    plan_splits,
+    plan_ranges,
     run_unit,
 )
 from packshard.ingest.types import IngestChunk, StageSpec
@@ -74,7 +74,7 @@ class DigestSink:
     ) -> Iterator[DigestWriter]:
         """Digest the unit's examples (the turn check run on each, where it applies)."""
         check = turn_check(template, bundle, spec.options, self.label_spans)
-        split = unit.splits[0]
+        split = unit.ranges[0]
         shift = self.line_base if split.kind == "bytes" else 0
         yield DigestWriter(self, split.path, shift, bundle, check)
 
@@ -187,22 +187,22 @@ def reingest_on_engine(
         RecordError: the first unit error in input order.
 
     """
-    splits = plan_splits(files)
+    ranges = plan_ranges(files)
     with open_engine(engine) as running:
-        cut = [s for s in splits if s.kind == "bytes"]
+        cut = [s for s in ranges if s.kind == "bytes"]
         counts = running.run(count_newlines, cut, [s.describe() for s in cut])
         newlines = dict(zip(cut, counts, strict=True))
         code_of = {name: code for code, name in enumerate(index.source_names)}
         base = [0] * len(files)
         tasks = []
-        for k, s in enumerate(splits):
+        for k, s in enumerate(ranges):
             first = s.first_row if s.kind == "rows" else base[s.index]
             mine = chosen & (index.source_code == code_of.get(s.path, -1))
             if s.kind == "bytes":
                 base[s.index] += newlines[s]
                 mine &= (index.lines > first) & (index.lines <= first + newlines[s] + 1)
             elif s.kind == "rows":
-                later = [t.first_row for t in splits[k + 1 :] if t.index == s.index]
+                later = [t.first_row for t in ranges[k + 1 :] if t.index == s.index]
                 mine &= (index.lines > first) & (index.lines <= (later[0] if later else 2**62))
             pos = np.flatnonzero(mine)
             pos = pos[np.argsort(index.lines[pos], kind="stable")]
@@ -218,15 +218,15 @@ def reingest_on_engine(
                 branches=index.branches[pos] if index.branches is not None else None,
             )
             tasks.append(UnitTask(stage, WorkUnit((s,)), sink))
-        bar = open_progress(progress, sum(s.size for s in splits))
+        bar = open_progress(progress, sum(s.size for s in ranges))
 
         def done(i: int, r: UnitResult[UnitDigests]) -> None:
             if bar is not None:
                 records = len(r.value.accepted) + len(r.value.rejected)
-                bar.add(records, int(r.value.lengths.sum()), splits[i].size)
+                bar.add(records, int(r.value.lengths.sum()), ranges[i].size)
 
         try:
-            results = running.run(source_unit, tasks, [s.describe() for s in splits], done)
+            results = running.run(source_unit, tasks, [s.describe() for s in ranges], done)
         finally:
             if bar is not None:
                 bar.close()
@@ -259,7 +259,7 @@ def compare_units(
         return f"{key[0]}:{key[1]}"
 
     for unit in units:
-        split, r = unit.unit.splits[0], unit.value
+        split, r = unit.unit.ranges[0], unit.value
         findings.extend(r.findings)
         checked.update(r.checked)
         for line in r.rejected.tolist():

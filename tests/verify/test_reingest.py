@@ -88,7 +88,7 @@ def test_reasoning_turns_on_two_workers_match_one_process(tmp_path, turns, monke
     one, one_findings = source_check(out)
     cut = []
     monkeypatch.setattr(
-        units, "plan_splits", lambda f: cut.extend(splits.plan_splits(f, 1500)) or cut
+        units, "plan_ranges", lambda f: cut.extend(splits.plan_ranges(f, 1500)) or cut
     )
     two, two_findings = source_check(out, workers=2)
     assert len(cut) > 2

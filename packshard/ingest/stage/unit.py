@@ -1,7 +1,7 @@
 """One work unit ingested in a worker, and the driver's one way of putting units in order.
 
 ``pack``, ``profile`` and ``verify`` cut their inputs into work units
-(:func:`~packshard.ingest.read.splits.plan_units`) and run one :class:`UnitTask` per unit on
+(:func:`~packshard.ingest.read.units.plan_units`) and run one :class:`UnitTask` per unit on
 an engine.  The task ingests its unit into the command's sink; the sink keeps what its
 command needs (a spill part, a profile's integers, digests) and returns it as the
 result's ``value``::
@@ -30,7 +30,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from packshard.errors import PackshardError, RecordError
 from packshard.ingest.label.spans import render_example
 from packshard.ingest.normalize import normalize_record
-from packshard.ingest.read.splits import SplitRead, WorkUnit, read_split
+from packshard.ingest.read.units import RangeRead, WorkUnit, read_range
 from packshard.ingest.stage.loaded import load_early, loaded
 from packshard.ingest.stream import ingest
 from packshard.ingest.template.fast import renderer_for
@@ -124,17 +124,17 @@ def run_unit(task: UnitTask[UnitSink[T]], threads: int) -> UnitResult[T]:
     spec, unit = task.stage, task.unit
     bundle, template = loaded(spec.tokenizer, spec.template)
     warm_encoder(bundle, spec.options.backend)  # decided while the first records render
-    state = SplitRead()
+    state = RangeRead()
     records = reasoning_dropped = pairs_read = 0
     error = None
     with task.sink.open(unit, spec, bundle, template) as writer:
         try:
             chunks = ingest(
-                list(unit.splits),
+                list(unit.ranges),
                 bundle,
                 template,
                 spec.options,
-                read=lambda s, options: read_split(s, state, options),
+                read=lambda s, options: read_range(s, state, options),
                 threads=threads,
             )
             for chunk in chunks:
@@ -168,7 +168,7 @@ def in_order(results: Sequence[UnitResult[T]], inputs: int) -> Iterator[tuple[Un
     """
     line_base = [0] * inputs
     for result in results:
-        first = result.unit.splits[0]  # the only one, or the first of whole inputs (base 0)
+        first = result.unit.ranges[0]  # the only one, or the first of whole inputs (base 0)
         base = line_base[first.index] if first.kind == "bytes" else 0
         if not result.unit.gathered:
             line_base[first.index] += result.read.newlines

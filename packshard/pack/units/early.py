@@ -51,7 +51,7 @@ class ListedInputs:
     """A pack's inputs, listed once: the training files, the ``--eval`` files, their bytes.
 
     ``size`` is the bytes of every regular file among them
-    (:func:`~packshard.ingest.read.splits.input_bytes`): what ``--workers auto`` is sized by
+    (:func:`~packshard.ingest.read.units.input_bytes`): what ``--workers auto`` is sized by
     and what the progress bar counts to.
     """
 

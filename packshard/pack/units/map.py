@@ -1,7 +1,7 @@
 """The map stage: one work unit read, tokenized, labelled and spilled by a worker.
 
-``map_unit`` runs in a worker process (local or Ray) on one work unit (one split, or several
-small whole inputs gathered, :func:`~packshard.ingest.read.splits.plan_units`): the ingest's
+``map_unit`` runs in a worker process (local or Ray) on one work unit (one range, or several
+small whole inputs gathered, :func:`~packshard.ingest.read.units.plan_units`): the ingest's
 one unit task (:func:`~packshard.ingest.stage.unit.run_unit`) with the spill as its sink::
 
     run_unit: read, ingest (normalize, render, tokenize, label) ─► SpillSink's writer
@@ -70,7 +70,7 @@ class SpillPart:
     """What a map task keeps of its unit: the per-example integers, counts and rejects.
 
     ``arrays`` holds ``lengths`` and the spill's per-example arrays (lines relative to the
-    unit's range, source codes into ``unit.splits``, domain and format codes into
+    unit's range, source codes into ``unit.ranges``, domain and format codes into
     ``counts.domains`` and ``counts.formats``), plus ``record_lines`` (the line of every
     record ingest accepted); ``folder`` is the unit's part.
     """
@@ -135,7 +135,7 @@ class SpillUnit:
 
     def __post_init__(self) -> None:
         # the unit's own inputs only: its codes and counts never repeat the job's input list
-        sources = tuple(s.path for s in self.unit.splits)
+        sources = tuple(s.path for s in self.unit.ranges)
         sink = self.sink
         self.writer = SpillWriter(
             self.folder, sink.max_seq_len, sink.overlong, sink.split_at_rows, sources, compact=True

@@ -6,7 +6,7 @@ record ids from 0.  The merge makes them what one process reading every input wo
 made::
 
     unit        lines (relative)   + lines before it in its file   = lines (absolute)
-    unit        source codes       ─► its splits' input indices (one split, or whole inputs)
+    unit        source codes       ─► its ranges' input indices (one range, or whole inputs)
     unit        domain codes       ─► names ─► codes in order of first appearance overall
     unit        record ids         + records accepted by earlier units
     unit        tokens             laid after the earlier units' (PartFiles bases)
@@ -62,7 +62,7 @@ def merge_units(
     policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
     accepted = 0
     for unit, (r, base) in enumerate(in_order(results, len(sources))):  # first error raised
-        inputs = np.fromiter((s.index for s in r.unit.splits), np.int64)
+        inputs = np.fromiter((s.index for s in r.unit.ranges), np.int64)
         a = unit_arrays(r)  # read back from the unit's folder, one unit at a time
         dom = domains.encode(r.value.counts.domains)
         fmt = formats.encode(r.value.counts.formats)
@@ -86,7 +86,7 @@ def merge_units(
         tokens_in = add_counts(tokens_in, _by_code(dom, c.tokens_in_per_domain, n))
         for k in policy:
             policy[k] += getattr(c, k)
-        place = {s.path: k for k, s in enumerate(r.unit.splits)}
+        place = {s.path: k for k, s in enumerate(r.unit.ranges)}
         rejects += sorted(
             (_moved(x, base) for x in r.value.rejects),
             key=lambda x: (place.get(x.ref.source, 0), x.ref.line),

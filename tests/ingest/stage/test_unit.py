@@ -9,12 +9,12 @@ import pytest
 
 from packshard.errors import RecordError
 from packshard.ingest import UnitError, UnitRead, UnitResult, WorkUnit, in_order
-from packshard.ingest.read.splits import Split
+from packshard.ingest.read.units import InputRange
 
 
 def _unit(index: int, kind: str, start: int = 0, *more: int) -> WorkUnit:
-    splits = [Split(index, f"in{index}.jsonl", f"/in{index}.jsonl", kind, start, start + 10)]
-    splits += [Split(i, f"in{i}.jsonl", f"/in{i}.jsonl", "file") for i in more]
+    splits = [InputRange(index, f"in{index}.jsonl", f"/in{index}.jsonl", kind, start, start + 10)]
+    splits += [InputRange(i, f"in{i}.jsonl", f"/in{i}.jsonl", "file") for i in more]
     return WorkUnit(tuple(splits))
 
 

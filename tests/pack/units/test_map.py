@@ -13,7 +13,7 @@ from packshard.pack.units.map import ARRAYS, MARKER, SpillPart, load_unit, save_
 
 
 def test_saved_arrays_read_back_and_hash_as_recorded(tmp_path):
-    from packshard.ingest.read.splits import WorkUnit
+    from packshard.ingest.read.units import WorkUnit
 
     arrays = {
         "lengths": np.arange(1, 300_001, dtype=np.int64),
@@ -21,7 +21,7 @@ def test_saved_arrays_read_back_and_hash_as_recorded(tmp_path):
         "truncated": np.zeros(300_000, bool),
         "record_lines": np.arange(300_000, dtype=np.int64),
     }
-    unit = WorkUnit(splits=())
+    unit = WorkUnit(ranges=())
     part = SpillPart(str(tmp_path), dict(arrays), SpillCounts(), ())
     doc = save_unit(tmp_path, UnitRead(records=3, newlines=4), part)
     data = (tmp_path / ARRAYS).read_bytes()
