@@ -75,7 +75,7 @@ from packshard.ingest.types import StageSpec
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.finish import PackResult, Provenance, pack_spill
 from packshard.pack.heap import return_freed_memory
-from packshard.pack.plan.evalsplit import check_eval_files
+from packshard.pack.plan.schedule import check_eval_files
 from packshard.pack.units.early import ListedInputs, list_inputs, sized_engine
 from packshard.pack.units.map import MappedUnit
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs
