@@ -174,7 +174,7 @@ def _pack_into(
         try:
             # workers still starting: the driver hashes and loads now, while they do
             hashes = hash_inputs(engine, files, meanwhile=loaded.start)
-            spill, work, info = map_inputs(
+            spill, work, mapped = map_inputs(
                 engine, config, files, hashes, rejects, loaded.start, _counted(bar), note
             )
         except PackshardError:
@@ -185,7 +185,7 @@ def _pack_into(
             if bar is not None:
                 bar.close()
         spill = spill.compacted("source_index", "domain_codes", "starts", "turns")  # int8 mostly
-        entries = loaded.result().entries(info.pop("encode", None))
+        entries = loaded.result().entries(mapped.encode)
         made = Provenance(
             inputs=[
                 {
@@ -198,9 +198,14 @@ def _pack_into(
             tokenizer=entries.tokenizer,
             template=entries.template,
             environment={**pack_environment(template_conventions()), "backends": entries.backends},
-            reasoning_dropped=info.pop("reasoning_dropped", 0),
-            pairs_read=info.pop("pairs_read", 0),
-            engine={"name": engine.name, "workers": engine.workers, **info},
+            reasoning_dropped=mapped.reasoning_dropped,
+            pairs_read=mapped.pairs_read,
+            engine={
+                "name": engine.name,
+                "workers": engine.workers,
+                "units": mapped.units,
+                "units_reused": mapped.units_reused,
+            },
         )
         return pack_spill(tmp, config, spill, rejects, made, train_files, engine, work, note)
 

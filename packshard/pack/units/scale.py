@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,17 @@ def _runs(sizes: list[int], count: int) -> list[tuple[int, int]]:
     return runs
 
 
+@dataclass(frozen=True, slots=True)
+class MapCounts:
+    """What the map stage counted over every unit, for the manifest."""
+
+    units: int
+    units_reused: int  # finished units --resume kept
+    reasoning_dropped: int  # trained turns whose reasoning the template left out
+    pairs_read: int  # preference records read (packed or rejected)
+    encode: dict[str, Any] | None  # what encoded the units (backends.merged_entry)
+
+
 def map_inputs(
     engine: Engine,
     config: PackConfig,
@@ -221,7 +233,7 @@ def map_inputs(
     started: Callable[[], None] = lambda: None,
     done: Callable[[MappedUnit], None] = lambda result: None,
     note: Callable[[str], None] = lambda text: None,
-) -> tuple[Spill, Path, dict[str, Any]]:
+) -> tuple[Spill, Path, MapCounts]:
     """Map every unit (reusing finished ones on ``--resume``), merge, write the rejects.
 
     ``started`` is called once the map tasks are handed to the engine, ``done`` with each
@@ -266,11 +278,14 @@ def map_inputs(
     spill, ordered = merge_units(results, tuple(f.path for f in files))
     spill = map_columns(spill, work / COLUMNS)  # resident only while a stage reads them
     rejects.write(ordered)
-    info: dict[str, Any] = {"units": len(units), "units_reused": len(units) - len(todo)}
-    info["reasoning_dropped"] = sum(r.read.reasoning_dropped for r in results)
-    info["pairs_read"] = sum(r.read.pairs_read for r in results)
-    info["encode"] = merged_entry([r.read.encode for r in results])
-    return spill, work, info
+    counts = MapCounts(
+        units=len(units),
+        units_reused=len(units) - len(todo),
+        reasoning_dropped=sum(r.read.reasoning_dropped for r in results),
+        pairs_read=sum(r.read.pairs_read for r in results),
+        encode=merged_entry([r.read.encode for r in results]),
+    )
+    return spill, work, counts
 
 
 def _done(done: Callable[[MappedUnit], None], result: MappedUnit) -> None:
