@@ -10,11 +10,10 @@ machine-readable results and pages (:mod:`packshard.cli.html`).
 
 Each command imports what it needs when it runs (``--help`` imports none of it), then freezes
 the objects that exist (:func:`gc.freeze`) until it ends: modules, numba's registries and
-the like live as long as the process, and every full collection would walk them again.
-Measured on a pack of 3 records (phi-3, ``--backend fast``), user CPU-s, median of 5: 1.54
-without, 1.15 with.  A caller that runs commands in its own process (``main([...])``, tests)
-gets them unfrozen when the command ends; the ``packshard`` process itself ends with the command,
-and unfreezing there would cost a full walk in the collection at exit (0.2 CPU-s of the 0.4).
+the like live as long as the process, and every full collection would walk them again
+(``docs/performance.md``, "Frozen imports").  A caller that runs commands in its own process
+(``main([...])``, tests) gets them unfrozen when the command ends; the ``packshard`` process
+itself ends with the command, and unfreezing there would cost a full walk at exit.
 """
 
 from __future__ import annotations

@@ -20,21 +20,13 @@ stream counts every record read.  Examples keep input order; so do rejects.
 Encoding and labelling (:func:`~packshard.ingest.tokens.labels.encode_and_label`) leave the
 main thread: the tokenizers and the numba kernels that place tokens in the text release the
 GIL, so they run on the second core while the main thread reads and renders the next records,
-which is what bounds a pack's wall time.  Moving the labelling there (with the cheaper
-record values of :func:`packshard.records.quick`) cut the main thread's CPU over 20.6M phi-3
-tokens from 8.1–9.3 to 6.0–7.4 s, and the ingest's wall time from 8.5–10.2 to 7.7–9.6 s
-(two alternating runs).  Over many small inputs the wall time stays as it was: the thread
-takes the GIL back after each call that released it, lags behind the rendering, and each
-unit's end waits for it (``docs/performance.md``).  The thread is worth a core of its own:
-where the engine gives a worker one core (two workers on two cores, a Ray task), ``threads``
-is 1 (:func:`~packshard.engine.worker_cores`) and the chunks are encoded in place on the
-main thread, since two threads there only take turns: 10–13% less CPU over 4.3M phi-3
-tokens in one process, and ``pack --workers 2`` on two cores 7.23–7.27 s instead of
-7.43–7.52 (20.6M tokens, two runs each).  With a second thread, the first chunk is encoded in
-pieces of ``FIRST_PIECE`` records so the cores start at once (on one thread the pieces only
-cost: each call has its overhead, and a unit of a few hundred records paid it five times —
-``pack`` of 152 small inputs, 20.6M phi-3 tokens, took 12.6–12.8 CPU-s with them, 11.5–11.9
-without)::
+which is what bounds a pack's wall time.  The thread is worth a core of its own: where the
+engine gives a worker one core (two workers on two cores, a Ray task), ``threads`` is 1
+(:func:`~packshard.engine.worker_cores`) and the chunks are encoded in place on the main
+thread, since two threads there only take turns.  With a second thread, the first chunk is
+encoded in pieces of ``FIRST_PIECE`` records so the cores start at once (on one thread the
+pieces only cost each call's overhead).  What each of these choices measured is in
+``docs/performance.md`` ("The ingest stream")::
 
     tokenize thread       [0a][0b]..[0h][encode+label 1     ][encode+label 2     ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][check 0, yield][render 2][check 1]..

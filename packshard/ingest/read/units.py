@@ -35,9 +35,9 @@ unit size::
     └──────── one unit: 00000-inputs-00002 ───────┘ └─ one unit each ──┘└────────────────┘
 
 A unit pays a fixed cost (a task, a spill folder, a marker, a part the shards read), so
-10,000 one-record files in 10,000 units cost 25× what one file of the same records did
-(48.5 s against 1.9 s); gathered, they are one unit, as that file is.  The records and
-their order are the same however inputs are gathered, so the output is too.
+small inputs are gathered into one unit, as one file of the same records is
+(``docs/performance.md``, "Many small inputs").  The records and their order are the same
+however inputs are gathered, so the output is too.
 """
 
 from __future__ import annotations
