@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from packshard.errors import UsageError
-from packshard.ingest.media.files import MediaFile
 from packshard.options import (
     BACKENDS,
     EMPTY_REASONING,
@@ -146,6 +146,26 @@ PAIR_CODES = ("plain", "chosen", "rejected", "kto_undesirable", "kto_desirable")
 
 Markers = tuple[str, str]
 """The opening and closing reasoning markers (``--reasoning-markers``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MediaFile:
+    """One image of a record: where it is, how large, in pixels and bytes.
+
+    ``root`` is the folder the path resolved against (``--media-root`` or the record's
+    folder, as given); ``path`` the record's own spelling, relative to ``root`` (or absolute).
+    """
+
+    root: str
+    path: str
+    width: int
+    height: int
+    size: int  # bytes
+
+    @property
+    def file(self) -> Path:
+        """The file on disk: ``root / path``."""
+        return Path(self.root) / self.path
 
 
 @dataclass(frozen=True, slots=True)
