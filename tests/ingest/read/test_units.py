@@ -214,7 +214,7 @@ def test_files_that_cannot_be_cut_are_one_unit(tmp_path, name):
 def test_the_unit_size_follows_the_inputs_not_the_workers(tmp_path, monkeypatch):
     """Without --split-bytes: the inputs' bytes over 64, within 16–64 MiB, so a small input is
     one unit (no fill and drain per MiB), and a large dataset 64 MiB units."""
-    from packshard.ingest.read import splits as module
+    from packshard.ingest.read import units as module
     from packshard.ingest.read.units import MIN_SPLIT_BYTES, SPLIT_BYTES, auto_split_bytes
 
     def sized(name, size):
@@ -257,4 +257,4 @@ def test_small_whole_inputs_are_gathered_up_to_the_unit_size(tmp_path):
     assert units[0].name == "00000-inputs-00002" and units[1].name == units[1].ranges[0].name
     assert units[0].size == 99 and units[0].describe().endswith("(3 whole inputs)")
     assert [s for u in units for s in u.ranges] == plan_ranges(files, 100)  # same splits, in order
-    assert len(plan_units(files, 50)[0].splits) == 1  # 33 + 44 > 50: a run of one
+    assert len(plan_units(files, 50)[0].ranges) == 1  # 33 + 44 > 50: a run of one
