@@ -14,10 +14,8 @@ is masked at its seam, so a target in that place never trains.  It finds the pos
 the rarer kind of label and counts them per range by binary search: a summed copy of the flags
 (``np.add.reduceat``) writes 8 bytes a token, and under ``pack``'s fixed mmap threshold
 (:mod:`packshard.pack.heap`) every such copy is fresh pages (457 page faults an ingest chunk
-of 234,000 tokens).  Measured there, min-median of 5, the summed copy against the
-positions: 3.95-4.13 → 0.45-0.47 ns a token on an ingest chunk of phi-3 text (96%
-trained), 4.10-4.13 → 2.22-2.24 with half trained, 1.59-1.65 → 1.15-1.18 on a shard's row
-group of 935,000 tokens.
+of 234,000 tokens); counting positions costs a tenth to a half of that
+(``docs/performance.md``, "Counting trained labels").
 
 Capacity figures use one definition too: ``fill_rate`` is tokens over ``rows ×
 max_seq_len`` (0.0 with no rows) and ``lower_bound_rows`` is ``⌈tokens / max_seq_len⌉``.

@@ -18,6 +18,12 @@ Each side runs ``--rounds`` times, interleaved; the best round counts (the machi
 
     python scripts/bench_ingest.py [--template PATH|chatml] [--min-tokens 2000000] [--synthetic]
     python scripts/bench_ingest.py --reasoning-case [--turns as_rendered|expand]
+    python scripts/bench_ingest.py --baseline ../other-checkout [--rounds 5]
+
+``--baseline`` times (b) alone, this tree against another checkout of packshard on the same
+data: each round runs ingest once in a fresh process of each (warmed up by a first pass, not
+timed), alternating, and the best round of each counts; the ratios this / baseline are
+printed (CPU time is the steadier figure on a shared machine).
 """
 
 from __future__ import annotations
@@ -129,6 +135,7 @@ def main() -> None:
     parser.add_argument("--synthetic", action="store_true", help="ignore ../shared/data")
     parser.add_argument("--reasoning-case", action="store_true", help="Qwen3 reasoning chats")
     parser.add_argument("--turns", default="as_rendered", choices=("as_rendered", "expand"))
+    parser.add_argument("--baseline", type=Path, default=None, help="another checkout's root")
     args = parser.parse_args()
 
     tmp = tempfile.TemporaryDirectory()
@@ -164,6 +171,10 @@ def main() -> None:
     repeat = max(1, -(-args.min_tokens // max(tokens_once, 1)))
     texts *= repeat
     files = files * repeat
+    if args.baseline is not None:
+        against_baseline(args, tokenizer, template_spec, data, repeat)
+        tmp.cleanup()
+        return
     batches = [texts[i : i + args.batch_size] for i in range(0, len(texts), args.batch_size)]
     tok = bundle.tokenizer
 
@@ -209,6 +220,58 @@ def main() -> None:
     aligned = "byte aligner" if bundle.aligner is not None else "offsets (no aligner)"
     print(f"ratio ingest / encode_batch_fast: {fast:.2f}x wall (ingest labels via {aligned})")
     tmp.cleanup()
+
+
+ONE_ROUND = """
+import json, resource, sys, time
+from packshard.ingest.read.sources import expand_inputs
+from packshard.ingest.stream import ingest
+from packshard.ingest.template.render import load_template
+from packshard.ingest.tokens.tokenizer import load_tokenizer
+from packshard.ingest.types import IngestOptions
+tokenizer, template, data, repeat, batch, turns = json.loads(sys.argv[1])
+bundle = load_tokenizer(tokenizer)
+chat = load_template(template, bundle)
+options = IngestOptions(batch_size=batch, turns=turns)
+files = expand_inputs(data)
+for _ in ingest(files, bundle, chat, options):  # warm: kernels, caches
+    pass
+files = files * repeat
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+wall, used = time.perf_counter(), cpu()
+n = sum(len(chunk.batch.input_ids) for chunk in ingest(files, bundle, chat, options))
+print(json.dumps([time.perf_counter() - wall, cpu() - used, n]))
+"""
+
+
+def against_baseline(
+    args: argparse.Namespace, tokenizer: str, template: str | None, data: list[str], repeat: int
+) -> None:
+    """Time (b) in this tree and in ``args.baseline``, alternating; print the ratios."""
+    import os
+    import subprocess
+
+    trees = {"this": REPO, "baseline": args.baseline.resolve()}
+    spec = json.dumps([tokenizer, template, data, repeat, args.batch_size, args.turns])
+    best = {name: (float("inf"), float("inf"), 0) for name in trees}
+    for _ in range(args.rounds):
+        for name, tree in trees.items():
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            done = subprocess.run(
+                [sys.executable, "-c", ONE_ROUND, spec],
+                env=env, capture_output=True, text=True, check=True, cwd=tree,
+            )  # fmt: skip
+            wall, used, n = json.loads(done.stdout.strip().splitlines()[-1])
+            old = best[name]
+            best[name] = (min(old[0], wall), min(old[1], used), n)
+    for name, (wall, used, n) in best.items():
+        print(f"{name:8s} (b) ingest: {n:>11,} tokens  {wall:6.2f} s wall  {used:6.2f} s cpu"
+              f"  (best of {args.rounds})")  # fmt: skip
+    (w1, c1, n1), (w0, c0, n0) = best["this"], best["baseline"]
+    assert n1 == n0, f"the trees ingest different tokens: {n1} vs {n0}"
+    print(f"this / baseline: {w1 / w0:.3f}x wall, {c1 / c0:.3f}x cpu")
 
 
 def render_alone_vs_labelled(convs, template, bundle, options, rounds) -> None:

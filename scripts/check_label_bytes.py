@@ -17,7 +17,7 @@ fast backends keep the bytes::
          <(python scripts/check_label_bytes.py DATA_DIR --backend reference)
 
 ``--tiers`` instead renders every record in process and counts which labelling tier placed
-its turns (:mod:`packshard.ingest.label.chat`) and how many template renders each record took;
+its turns (:mod:`packshard.ingest.label.tiers`) and how many template renders each record took;
 ``--prefix-only`` adds, per record, a second labelling with tiers 1–3 switched off, and counts
 the records whose spans and token labels tier 4 alone reproduces.
 """
@@ -98,8 +98,7 @@ def _tiers(name: str, argv: list[str], prefix_only: bool) -> str:
     ``prefix_only``: also label each record with tiers 1–3 switched off (tier 4 alone) and
     count the records whose character spans and token labels come out the same.
     """
-    import packshard.ingest.label.chat as chat
-    import packshard.ingest.label.turns as turns
+    import packshard.ingest.label.tiers as tiers
     import packshard.ingest.template.render as templates
     from packshard.errors import PackshardError
     from packshard.ingest.label.spans import render_examples
@@ -120,10 +119,10 @@ def _tiers(name: str, argv: list[str], prefix_only: bool) -> str:
     used: list[str] = []
     renders = [0]
     tiers = {
-        "tags": (chat, "generation_blocks"),
-        "search": (turns, "search_anchors"),
-        "probe": (turns, "probe_anchors"),
-        "prefix": (turns, "prefix_turn"),
+        "tags": (tiers, "generation_blocks"),
+        "search": (tiers, "search_anchors"),
+        "probe": (tiers, "probe_anchors"),
+        "prefix": (tiers, "prefix_turn"),
     }
     real = {tier: getattr(mod, fn) for tier, (mod, fn) in tiers.items()}
     off: set[str] = set()

@@ -11,7 +11,9 @@ Layers, lowest first (a module may import its own layer and the layers below)::
     repack                                pack's stages fed from a pack (read as export reads it)
     cli                                   the command line
 
-``ingest`` never imports ``format`` (nor anything above it); ``torch`` never imports
+Outside ``ingest/`` a module imports only its face, ``packshard.ingest`` (its stage, unit task
+and the few names the commands need) and ``packshard.ingest.types``.  ``ingest`` never imports
+``format`` (nor anything above it); ``torch`` never imports
 ``ingest``; ``export`` reads the folder through ``format`` alone (its torchtune loader imports
 torch lazily, a third-party import).  ``engine`` knows nothing of packing: it runs the
 functions the commands hand it (its own layer, so that ``profile``, ``pack`` and ``verify``
@@ -68,7 +70,7 @@ LONG_MODULES = {
     "cli/options.py": "every command-line option with its default, choices and help, by command",
     "cli/tables.py": "every command's terminal tables and the one console that prints them safely",
     "torch/dataset.py": "PackedDataset: a pack's rows, local or stored, served as recorded",
-    "ingest/read/splits.py": "work units: inputs cut at line starts, row groups or whole, gathered",
+    "ingest/read/units.py": "work units: inputs cut at line starts, row groups or whole, gathered",
 }
 """Modules over ``LONG_LINES`` lines, each with its one idea: files are sized by idea."""
 LONG_LINES = 400
@@ -309,3 +311,131 @@ def test_the_readme_layout_names_every_folder() -> None:
         f"missing: {sorted(folders - listed_folders)}, stale: {sorted(listed_folders - folders)}"
     )
     assert listed == top, f"missing: {sorted(top - listed)}, stale: {sorted(listed - top)}"
+
+
+FACES = {"ingest": {"packshard.ingest", "packshard.ingest.types"}}
+"""Each folder that has a face: the only modules of it imported from outside the folder."""
+
+
+def _past_faces(path: Path, source: str) -> list[str]:
+    """Return the modules of a faced folder that ``source`` (at ``path``) imports past its face."""
+    inside = path.relative_to(PACKAGE).parts[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        modules = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [node.module]
+        elif isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        for module in modules:
+            parts = module.split(".")
+            folder = parts[1] if len(parts) > 1 and parts[0] == "packshard" else ""
+            if folder in FACES and folder != inside and module not in FACES[folder]:
+                found.append(module)
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_outside_ingest_only_its_face_is_imported(path: Path) -> None:
+    found = _past_faces(path, path.read_text(encoding="utf-8"))
+    assert not found, (
+        f"{path.relative_to(PACKAGE)} imports {found}: import what it needs from packshard.ingest "
+        "(add the name to its FACE) or packshard.ingest.types"
+    )
+
+
+def test_the_face_check_finds_a_module_past_the_face() -> None:
+    source = (
+        "from packshard.ingest import open_stage\n"
+        "from packshard.ingest.types import IngestOptions\n"
+        "from packshard.ingest.read.units import WorkUnit\n"
+        "import packshard.ingest.stream\n"
+    )
+    found = ["packshard.ingest.read.units", "packshard.ingest.stream"]
+    assert _past_faces(PACKAGE / "pack" / "x.py", source) == found
+    assert _past_faces(PACKAGE / "ingest" / "x.py", source) == []  # inside: any module
+
+
+def _face_names() -> dict[str, str]:
+    """Name -> module of every name ``packshard.ingest`` exports (its ``FACE``, read unrun)."""
+    tree = ast.parse((PACKAGE / "ingest" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "FACE":
+            face = ast.literal_eval(node.value)
+            return {name: module for module, names in face.items() for name in names}
+    raise AssertionError("packshard/ingest/__init__.py has no FACE")
+
+
+def test_the_face_types_what_it_exports() -> None:
+    """The face's ``TYPE_CHECKING`` imports are its ``FACE``, name for name, and each resolves."""
+    import importlib
+
+    import packshard.ingest as face
+
+    tree = ast.parse((PACKAGE / "ingest" / "__init__.py").read_text(encoding="utf-8"))
+    typed = {
+        alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+        if node.module.startswith("packshard.ingest.")
+    }
+    assert typed == _face_names()
+    assert sorted(face.__all__) == sorted(typed)
+    for name, module in typed.items():
+        assert getattr(face, name) is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        _ = face.nothing
+
+
+MAX_DEPTH = {"packshard": 22, "packshard.ingest": 11}
+"""The longest chain of imports (modules in it), package-wide and inside ``ingest/``: no
+longer than now (23 and 13 before the face and the labelling table; the aim is 15 and 8)."""
+
+
+def _depth_graph() -> dict[str, set[str]]:
+    """The import graph as the interpreter follows it: a name of the face is its own module.
+
+    ``packshard.ingest`` loads each name it exports on first use (:pep:`562`), so importing it
+    imports nothing; ``from packshard.ingest import X`` imports X's module alone.
+    """
+    graph = _import_graph()
+    names = _face_names()
+    for name, path in {_module_name(p): p for p in _modules()}.items():
+        if name == "packshard.ingest":
+            graph[name] = set()
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "packshard.ingest":
+                graph[name].discard("packshard.ingest")
+                graph[name] |= {names[a.name] for a in node.names}
+    return graph
+
+
+def _longest(graph: dict[str, set[str]], within: str) -> list[str]:
+    """The longest import chain of modules under ``within`` (the graph has no cycle)."""
+    inside = {n: {d for d in deps if d.startswith(within)} for n, deps in graph.items()}
+    best: dict[str, list[str]] = {}
+
+    def chain(node: str) -> list[str]:
+        if node not in best:
+            below = [chain(d) for d in sorted(inside[node])]
+            best[node] = [node, *max(below, key=len, default=[])]
+        return best[node]
+
+    return max((chain(n) for n in sorted(inside) if n.startswith(within)), key=len)
+
+
+def test_the_longest_chain_of_imports_is_short(capsys: pytest.CaptureFixture[str]) -> None:
+    graph = _depth_graph()
+    for within, limit in MAX_DEPTH.items():
+        chain = _longest(graph, within)
+        with capsys.disabled():
+            print(f"\nimport depth of {within}: {len(chain)}: {' -> '.join(chain)}")
+        assert len(chain) <= limit, f"{within}: {len(chain)} modules deep: {' -> '.join(chain)}"
+
+
+def test_the_depth_finder_finds_the_longest_chain() -> None:
+    graph = {"p.a": {"p.b", "p.c"}, "p.b": {"p.c"}, "p.c": {"q.d"}, "q.d": set()}
+    assert _longest(graph, "p") == ["p.a", "p.b", "p.c"]
+    assert _longest(graph, "") == ["p.a", "p.b", "p.c", "q.d"]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from packshard.ingest.label.frame import Chat
-from packshard.ingest.label.turns import Turn
+from packshard.ingest.label.chat import Chat
+from packshard.ingest.label.tiers import Turn
 from packshard.ingest.types import Conversation, Message, RawRecord, Rendered
 from packshard.records import SourceRef, quick
 
@@ -43,6 +43,27 @@ def test_quick_init_has_the_dataclass_signature_and_values() -> None:
         Quick(1)  # a missing argument is still an error
     with pytest.raises(TypeError):
         Quick(1, 2, e=3)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlainKeywords:
+    a: int
+    c: str = "c"
+
+
+@quick
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuickKeywords:
+    a: int
+    c: str = "c"
+
+
+def test_quick_keeps_keyword_only_fields_keyword_only() -> None:
+    assert inspect.signature(QuickKeywords.__init__) == inspect.signature(PlainKeywords.__init__)
+    got = QuickKeywords(a=1)
+    assert (got.a, got.c) == (1, "c")
+    with pytest.raises(TypeError):
+        QuickKeywords(1)  # type: ignore[misc]
 
 
 def test_quick_values_stay_frozen() -> None:

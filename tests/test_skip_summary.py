@@ -27,7 +27,7 @@ def test_a_run_without_the_data_prints_the_line(tmp_path):
     env = {**os.environ, "PACKSHARD_SHARED_DATA": str(tmp_path / "absent")}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "tests/ingest/test_markers.py", "-k", "refused or own_templates"],
+         "tests/ingest/stage/test_markers.py", "-k", "refused or own_templates"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:]

@@ -10,11 +10,10 @@ machine-readable results and pages (:mod:`packshard.cli.html`).
 
 Each command imports what it needs when it runs (``--help`` imports none of it), then freezes
 the objects that exist (:func:`gc.freeze`) until it ends: modules, numba's registries and
-the like live as long as the process, and every full collection would walk them again.
-Measured on a pack of 3 records (phi-3, ``--backend fast``), user CPU-s, median of 5: 1.54
-without, 1.15 with.  A caller that runs commands in its own process (``main([...])``, tests)
-gets them unfrozen when the command ends; the ``packshard`` process itself ends with the command,
-and unfreezing there would cost a full walk in the collection at exit (0.2 CPU-s of the 0.4).
+the like live as long as the process, and every full collection would walk them again
+(``docs/performance.md``, "Frozen imports").  A caller that runs commands in its own process
+(``main([...])``, tests) gets them unfrozen when the command ends; the ``packshard`` process
+itself ends with the command, and unfreezing there would cost a full walk at exit.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ def _show_progress(progress: bool | None) -> bool:
 
 def _progress_mode(progress: bool | None, quiet: bool) -> str:
     """``pack`` and ``profile``: the bar on a terminal, plain lines in a log, none if quiet."""
-    from packshard.ingest.progress import progress_mode
+    from packshard.ingest import progress_mode
 
     return "off" if quiet else progress_mode(progress)
 
@@ -90,12 +89,7 @@ def profile(
     from packshard.cli.html import write_profile_html
     from packshard.cli.rejectrate import check_max_reject_rate, enforce_reject_rate
     from packshard.cli.tables import console, render_profile_table, render_rejects
-    from packshard.ingest.markers import check_markers
-    from packshard.ingest.read.sources import expand_inputs
-    from packshard.ingest.template.fast import render_entry
-    from packshard.ingest.template.render import load_template
-    from packshard.ingest.tokens.backends import backend_note, backends_entry
-    from packshard.ingest.tokens.tokenizer import load_tokenizer
+    from packshard.ingest import expand_inputs, open_stage
     from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
     from packshard.store import is_url
 
@@ -106,12 +100,9 @@ def profile(
     check_max_reject_rate(max_reject_rate)
     files = expand_inputs(data)
     not_over(json_path, html_path, reading=[f.real for f in files])
-    bundle = load_tokenizer(config.tokenizer)
-    loaded = bundle, load_template(config.template, bundle)
-    check_markers(bundle, loaded[1], allow_split_markers)
-    report = profile_inputs(files, config, _progress_mode(progress, quiet), loaded)
-    rendered = render_entry(loaded[1], bundle.special_tokens_map, config.ingest.backend)
-    if note := backend_note(backends_entry(bundle, config.ingest.backend, rendered)):
+    stage = open_stage(config.tokenizer, config.template, config.ingest, allow_split_markers)
+    report = profile_inputs(files, config, _progress_mode(progress, quiet), stage)
+    if note := stage.backend_note():
         warn(note)
     screen = console(quiet)
     screen.print(render_profile_table(report))

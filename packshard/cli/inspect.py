@@ -193,7 +193,7 @@ def _decoder(path: str | None, recorded: dict[str, Any]) -> Any:
         if not Path(path).exists() and isinstance(resolved, str) and Path(resolved).exists():
             path = resolved
     try:
-        from packshard.ingest.tokens.tokenizer import load_tokenizer
+        from packshard.ingest import load_tokenizer
 
         return load_tokenizer(path).tokenizer
     except Exception:  # decoding is a convenience: fall back to ids

@@ -20,21 +20,13 @@ stream counts every record read.  Examples keep input order; so do rejects.
 Encoding and labelling (:func:`~packshard.ingest.tokens.labels.encode_and_label`) leave the
 main thread: the tokenizers and the numba kernels that place tokens in the text release the
 GIL, so they run on the second core while the main thread reads and renders the next records,
-which is what bounds a pack's wall time.  Moving the labelling there (with the cheaper
-record values of :func:`packshard.records.quick`) cut the main thread's CPU over 20.6M phi-3
-tokens from 8.1–9.3 to 6.0–7.4 s, and the ingest's wall time from 8.5–10.2 to 7.7–9.6 s
-(two alternating runs).  Over many small inputs the wall time stays as it was: the thread
-takes the GIL back after each call that released it, lags behind the rendering, and each
-unit's end waits for it (``docs/performance.md``).  The thread is worth a core of its own:
-where the engine gives a worker one core (two workers on two cores, a Ray task), ``threads``
-is 1 (:func:`~packshard.engine.worker_cores`) and the chunks are encoded in place on the
-main thread, since two threads there only take turns: 10–13% less CPU over 4.3M phi-3
-tokens in one process, and ``pack --workers 2`` on two cores 7.23–7.27 s instead of
-7.43–7.52 (20.6M tokens, two runs each).  With a second thread, the first chunk is encoded in
-pieces of ``FIRST_PIECE`` records so the cores start at once (on one thread the pieces only
-cost: each call has its overhead, and a unit of a few hundred records paid it five times —
-``pack`` of 152 small inputs, 20.6M phi-3 tokens, took 12.6–12.8 CPU-s with them, 11.5–11.9
-without)::
+which is what bounds a pack's wall time.  The thread is worth a core of its own: where the
+engine gives a worker one core (two workers on two cores, a Ray task), ``threads`` is 1
+(:func:`~packshard.engine.worker_cores`) and the chunks are encoded in place on the main
+thread, since two threads there only take turns.  With a second thread, the first chunk is
+encoded in pieces of ``FIRST_PIECE`` records so the cores start at once (on one thread the
+pieces only cost each call's overhead).  What each of these choices measured is in
+``docs/performance.md`` ("The ingest stream")::
 
     tokenize thread       [0a][0b]..[0h][encode+label 1     ][encode+label 2     ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][check 0, yield][render 2][check 1]..
@@ -54,7 +46,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -93,7 +85,14 @@ def _domain_of(raw: RawRecord, domain_field: str) -> str:
     return raw.domain
 
 
-_Item = tuple[int, SourceRef, str, str, Rendered]  # input position, place, domain, format
+class _Item(NamedTuple):
+    """One rendered example waiting to be encoded, with its record's place."""
+
+    seq: int  # the record's position in the input (records read before it, plus one)
+    ref: SourceRef
+    domain: str
+    format: str
+    rendered: Rendered
 
 
 def _label_batch(
@@ -103,13 +102,13 @@ def _label_batch(
     encoding: list[Future[Labelled]],
     pairs_read: int,
 ) -> IngestChunk:
-    records = len({item[0] for item in items}) + len(rejects)
+    records = len({item.seq for item in items}) + len(rejects)
     done = Labelled.join([part.result() for part in encoding])
     ids, labels, offsets, reasoning = done.input_ids, done.labels, done.offsets, done.reasoning
     loss = count_trained(labels, offsets)
     empty = np.flatnonzero(loss == 0)
     dropped = _over_expanded(items, np.diff(offsets), options)
-    if any(item[4].pair for item in items):  # preference records: both branches the same?
+    if any(item.rendered.pair for item in items):  # preference records: both branches the same?
         dropped.update(identical_pairs(items, ids, offsets, options.on_error))
     if empty.size or dropped:  # a record with an example that trains nothing is rejected whole
         for i in empty.tolist():
@@ -123,7 +122,9 @@ def _label_batch(
                 raise RecordError("no_trainable_tokens", reason, ref.source, ref.line)
             dropped.setdefault(seq, Reject(ref, domain, "no_trainable_tokens", reason))
         rejects = sorted(rejects + list(dropped.items()), key=lambda pair: pair[0])
-        keep = np.fromiter((item[0] not in dropped for item in items), dtype=bool, count=len(items))
+        keep = np.fromiter(
+            (item.seq not in dropped for item in items), dtype=bool, count=len(items)
+        )
         lengths = np.diff(offsets)
         token_keep = np.repeat(keep, lengths)
         ids, labels = ids[token_keep], labels[token_keep]
@@ -132,29 +133,36 @@ def _label_batch(
         if reasoning is not None:
             reasoning = (reasoning[0][keep], reasoning[1][keep])
         items = [item for item, k in zip(items, keep.tolist(), strict=True) if k]
-    turns = [item[4].turn for item in items]
-    pairs = [item[4].pair for item in items]
-    images = [item[4].images for item in items]
-    vision = [item[4].vision_tokens for item in items]
-    sizes = [size for item in items for size in item[4].image_sizes]
+    shown = [item.rendered for item in items]
+    turns = [r.turn for r in shown]
+    pairs = [r.pair for r in shown]
+    images = [r.images for r in shown]
+    vision = [r.vision_tokens for r in shown]
+    sizes = [size for r in shown for size in r.image_sizes]
     batch = TokenizedBatch(
         input_ids=ids,
         labels=labels,
         offsets=offsets,
-        refs=tuple(item[1] for item in items),
-        domains=tuple(item[2] for item in items),
-        formats=tuple(item[3] for item in items),
+        refs=tuple(item.ref for item in items),
+        domains=tuple(item.domain for item in items),
+        formats=tuple(item.format for item in items),
         turns=np.asarray(turns, dtype=np.int32) if any(turns) else None,
         pairs=np.asarray(pairs, dtype=np.int8) if any(pairs) else None,
         images=np.asarray(images, dtype=np.int32) if any(images) else None,
         vision_tokens=np.asarray(vision, dtype=np.int32) if any(images) else None,
         image_sizes=np.asarray(sizes, dtype=np.int64).reshape(-1, 3) if any(images) else None,
     )
-    paths = dict(Counter(item[4].label_path for item in items))
     tokens, trained = reasoning if reasoning is not None else (None, None)
-    lost = sum(item[4].reasoning_dropped for item in items)
     return IngestChunk(
-        batch, tuple(r for _, r in rejects), records, loss, paths, tokens, trained, lost, pairs_read
+        batch=batch,
+        rejects=tuple(r for _, r in rejects),
+        records=records,
+        loss_tokens=loss,
+        label_paths=dict(Counter(r.label_path for r in shown)),
+        reasoning_tokens=tokens,
+        reasoning_loss=trained,
+        reasoning_dropped=sum(r.reasoning_dropped for r in shown),
+        pairs_read=pairs_read,
     )
 
 
@@ -164,12 +172,12 @@ def identical_pairs(
     """Reject the preference pairs whose two branches are the same token ids."""
     out = {}
     for i, item in enumerate(items):
-        if item[4].pair != 1:
+        if item.rendered.pair != 1:
             continue  # a chosen branch is always followed by its rejected one
         a = ids[offsets[i] : offsets[i + 1]]
         b = ids[offsets[i + 1] : offsets[i + 2]]
         if np.array_equal(a, b):
-            seq, ref, domain = item[0], item[1], item[2]
+            seq, ref, domain = item.seq, item.ref, item.domain
             reason = f"chosen and rejected render the same {a.size} tokens (nothing to prefer)"
             if on_error == "fail":
                 raise RecordError("identical_pair", reason, ref.source, ref.line)
@@ -183,7 +191,7 @@ def _over_expanded(
     """Reject the records whose ``--turns expand`` examples exceed ``max_expanded_tokens``."""
     if options.turns != "expand" or not items:
         return {}
-    seqs = np.fromiter((item[0] for item in items), np.int64, count=len(items))
+    seqs = np.fromiter((item.seq for item in items), np.int64, count=len(items))
     _, first, inverse, examples = np.unique(
         seqs, return_index=True, return_inverse=True, return_counts=True
     )
@@ -222,7 +230,13 @@ class _Failed(Exception):
         self.items = items
 
 
-_Piece = tuple[list[_Item], list[tuple[int, Reject]], bool, int]  # …, preference records
+class _Piece(NamedTuple):
+    """Rendered records handed to the tokenizer: a piece of a chunk, or its end."""
+
+    items: list[_Item]
+    rejects: list[tuple[int, Reject]]  # (record position, reject), in input order
+    closes: bool  # the piece ends a chunk of ``batch_size`` records
+    pairs: int  # preference records read (packed or rejected)
 
 
 def _render_pieces(
@@ -235,8 +249,7 @@ def _render_pieces(
 ) -> Iterator[_Piece]:
     """Read, normalize and render records (the pure-Python half), a piece at a time.
 
-    A piece's third value ``True`` closes a chunk of ``batch_size`` records; its fourth counts
-    the preference records read (packed or rejected).  The first chunk
+    A piece that ``closes`` ends a chunk of ``batch_size`` records.  The first chunk
     comes in pieces of ``first_piece`` records, so the tokenizer starts after a few
     milliseconds of rendering instead of a whole chunk's worth.
     """
@@ -270,16 +283,16 @@ def _render_pieces(
                     if runaways >= RUNAWAY_RECORDS:
                         raise _runaway(template, options) from None
             else:
-                items += [(seq, conv.ref, conv.domain, conv.format, r) for r in examples]
+                items += [_Item(seq, conv.ref, conv.domain, conv.format, r) for r in examples]
                 runaways = None  # a record rendered: the template does finish
             if count >= options.batch_size:
-                yield items, rejects, True, pairs
+                yield _Piece(items, rejects, True, pairs)
                 items, rejects, count, piece, pairs = [], [], 0, options.batch_size, 0
             elif len(items) + len(rejects) >= piece:
-                yield items, rejects, False, pairs
+                yield _Piece(items, rejects, False, pairs)
                 items, rejects, pairs = [], [], 0
     if count:
-        yield items, rejects, True, pairs
+        yield _Piece(items, rejects, True, pairs)
 
 
 RUNAWAY_RECORDS = 3
@@ -309,7 +322,7 @@ def ingest(
     """Stream ``files`` as tokenized, labelled chunks of ``options.batch_size`` records.
 
     ``read`` turns each item of ``files`` into its records: :func:`read_records` for input
-    files, :func:`packshard.ingest.read.splits.read_split` for a work unit.
+    files, :func:`packshard.ingest.read.units.read_range` for a work unit.
 
     Chunk ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
     chunk ``k + 1`` is rendered and chunk ``k - 1`` is labelled and consumed on this one;
@@ -343,7 +356,7 @@ def ingest(
             except _Failed as failed:
                 # A record read before the failing one may have no token to train on: that
                 # failure comes first.  (With on_error=fail there are no rejects to keep.)
-                last = [item[4] for item in failed.items]
+                last = [item.rendered for item in failed.items]
                 encoding.append(
                     pool.submit(encode_and_label, bundle, last, options.backend, options.small_job)
                 )
@@ -351,17 +364,17 @@ def ingest(
                     _label_batch(options, *earlier)
                 raise failed.error from failed.error.__cause__
             if piece is not None:
-                items += piece[0]
-                rejects += piece[1]
-                pairs += piece[3]
-                if piece[0]:
-                    rendered = [item[4] for item in piece[0]]
+                items += piece.items
+                rejects += piece.rejects
+                pairs += piece.pairs
+                if piece.items:
+                    rendered = [item.rendered for item in piece.items]
                     encoding.append(
                         pool.submit(
                             encode_and_label, bundle, rendered, options.backend, options.small_job
                         )
                     )
-                if not piece[2]:
+                if not piece.closes:
                     continue
                 pending.append((items, rejects, encoding, pairs))
                 items, rejects, encoding, pairs = [], [], [], 0

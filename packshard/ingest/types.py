@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from packshard.errors import UsageError
-from packshard.ingest.media.files import MediaFile
 from packshard.options import (
     BACKENDS,
     EMPTY_REASONING,
@@ -142,6 +142,30 @@ class Rendered:
 
 PAIR_CODES = ("plain", "chosen", "rejected", "kto_undesirable", "kto_desirable")
 """What ``Rendered.pair`` and ``TokenizedBatch.pairs`` hold, by code (int8)."""
+
+
+Markers = tuple[str, str]
+"""The opening and closing reasoning markers (``--reasoning-markers``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MediaFile:
+    """One image of a record: where it is, how large, in pixels and bytes.
+
+    ``root`` is the folder the path resolved against (``--media-root`` or the record's
+    folder, as given); ``path`` the record's own spelling, relative to ``root`` (or absolute).
+    """
+
+    root: str
+    path: str
+    width: int
+    height: int
+    size: int  # bytes
+
+    @property
+    def file(self) -> Path:
+        """The file on disk: ``root / path``."""
+        return Path(self.root) / self.path
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,3 +307,12 @@ class IngestChunk:
     reasoning_loss: np.ndarray | None = None  # per example: trained ones (None: no reasoning)
     reasoning_dropped: int = 0  # trained turns the template rendered without their reasoning
     pairs_read: int = 0  # preference records among ``records`` (packed or rejected)
+
+
+@dataclass(frozen=True, slots=True)
+class StageSpec:
+    """What names a stage: a worker loads the same tokenizer and template from it."""
+
+    tokenizer: str
+    template: str | None
+    options: IngestOptions

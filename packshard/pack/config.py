@@ -112,10 +112,10 @@ class PackConfig:
     engine: EngineOptions = field(default_factory=EngineOptions)
     overwrite: bool = False
     resume: bool = False
-    split_bytes: int = 0  # 0: packshard.ingest.read.splits.auto_split_bytes
+    split_bytes: int = 0  # 0: packshard.ingest.read.units.auto_split_bytes
     num_workers: int | None = None
     allow_split_markers: bool = False  # not recorded: it changes no output, only a check
-    eval_fraction: float = 0.0  # records drawn into the eval split (packshard.pack.plan.evalsplit)
+    eval_fraction: float = 0.0  # records drawn into the eval split (packshard.pack.plan.schedule)
     eval_inputs: tuple[str, ...] = ()  # inputs whose records are all eval
 
     @classmethod

@@ -46,16 +46,16 @@ from packshard.pack.counts import (
 from packshard.pack.heap import trim_heap
 from packshard.pack.media import cap_drops, example_vision, media_lists, vision_stats
 from packshard.pack.plan.balance import balance_stats, balanced_order, plan_costs
-from packshard.pack.plan.evalsplit import (
+from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
+from packshard.pack.plan.pairs import plan_pair_units
+from packshard.pack.plan.rows import RowPlan, ordering_stats
+from packshard.pack.plan.schedule import (
     eval_examples,
     plan_examples,
     row_order,
     split_stats,
     train_rows,
 )
-from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
-from packshard.pack.plan.pairs import plan_pair_units
-from packshard.pack.plan.rows import RowPlan, ordering_stats
 from packshard.pack.plan.vision import over_caps
 from packshard.pack.spill import Spill, narrow
 from packshard.pack.units.columns import release_columns

@@ -23,10 +23,7 @@ import numpy as np
 
 from packshard.digests import sha256_path
 from packshard.errors import RecordError
-from packshard.ingest.media.grid import image_grid
-from packshard.ingest.normalize import normalize_record
-from packshard.ingest.read.inputs import expand_inputs
-from packshard.ingest.read.sources import read_records
+from packshard.ingest import expand_inputs, image_grid, normalize_record, read_records
 from packshard.ingest.types import IngestOptions
 from packshard.options import VisionCaps, VisionRule
 from packshard.pack.plan.rows import RowPlan

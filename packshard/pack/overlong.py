@@ -39,7 +39,7 @@ import numpy as np
 
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError
-from packshard.ingest.pairs import pair_starts
+from packshard.ingest import pair_starts
 from packshard.ingest.types import TokenizedBatch
 from packshard.records import IGNORE_INDEX, Reject
 

@@ -64,19 +64,20 @@ from packshard.format.environment import pack_environment
 from packshard.format.folder.claim import claim_out
 from packshard.format.folder.outdir import work_folder
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
-from packshard.ingest.label.reasoning import reasoning_field
-from packshard.ingest.loaded import sharing
-from packshard.ingest.progress import IngestProgress, open_progress
-from packshard.ingest.template.fast import render_entry
-from packshard.ingest.template.render import ChatTemplate
-from packshard.ingest.template.sandbox import template_conventions
-from packshard.ingest.tokens.backends import backend_note, backends_entry
+from packshard.ingest import (
+    IngestProgress,
+    backend_note,
+    open_progress,
+    sharing_stage,
+    template_conventions,
+)
+from packshard.ingest.types import StageSpec
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.finish import PackResult, Provenance, pack_spill
 from packshard.pack.heap import return_freed_memory
-from packshard.pack.plan.evalsplit import check_eval_files
+from packshard.pack.plan.schedule import check_eval_files
 from packshard.pack.units.early import ListedInputs, list_inputs, sized_config
-from packshard.pack.units.map import UnitResult
+from packshard.pack.units.map import MappedUnit
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs
 from packshard.store import claim_store, is_url, publish_store
 
@@ -115,7 +116,9 @@ def pack_dataset(
         with engine_for(config, claim.tmp) as engine, ThreadPoolExecutor(1) as loader:
             loaded = DriverLoad(config, loader)
             try:
-                with sharing(config.tokenizer, config.template, loaded.result):
+                with sharing_stage(
+                    StageSpec(config.tokenizer, config.template, config.ingest), loaded.result
+                ):
                     manifest = _pack_into(
                         claim.tmp, config, listed, loaded, progress, engine, claim.note
                     )
@@ -171,7 +174,7 @@ def _pack_into(
         try:
             # workers still starting: the driver hashes and loads now, while they do
             hashes = hash_inputs(engine, files, meanwhile=loaded.start)
-            spill, work, info = map_inputs(
+            spill, work, mapped = map_inputs(
                 engine, config, files, hashes, rejects, loaded.start, _counted(bar), note
             )
         except PackshardError:
@@ -182,8 +185,7 @@ def _pack_into(
             if bar is not None:
                 bar.close()
         spill = spill.compacted("source_index", "domain_codes", "starts", "turns")  # int8 mostly
-        bundle, template = loaded.result()
-        encoded = info.pop("encode", None)
+        entries = loaded.result().entries(mapped.encode)
         made = Provenance(
             inputs=[
                 {
@@ -193,39 +195,22 @@ def _pack_into(
                 }
                 for f, sha in zip(files, hashes, strict=True)
             ],
-            tokenizer={**bundle.manifest_entry(), "resolved": str(Path(bundle.path).resolve())},
-            template=_template_entry(template, config.ingest.loss),
-            environment={
-                **pack_environment(template_conventions()),
-                "backends": backends_entry(
-                    bundle,
-                    config.ingest.backend,
-                    render_entry(template, bundle.special_tokens_map, config.ingest.backend),
-                    encoded,
-                ),
+            tokenizer=entries.tokenizer,
+            template=entries.template,
+            environment={**pack_environment(template_conventions()), "backends": entries.backends},
+            reasoning_dropped=mapped.reasoning_dropped,
+            pairs_read=mapped.pairs_read,
+            engine={
+                "name": engine.name,
+                "workers": engine.workers,
+                "units": mapped.units,
+                "units_reused": mapped.units_reused,
             },
-            reasoning_dropped=info.pop("reasoning_dropped", 0),
-            pairs_read=info.pop("pairs_read", 0),
-            engine={"name": engine.name, "workers": engine.workers, **info},
         )
         return pack_spill(tmp, config, spill, rejects, made, train_files, engine, work, note)
 
 
-def _template_entry(template: ChatTemplate | None, loss: str) -> dict[str, Any]:
-    if template is None:
-        return {"source": None, "sha256": None, "label_spans": "none"}
-    entry = {
-        "source": template.source,
-        "sha256": template.sha256,
-        "label_spans": "none" if loss == "all" else template.label_spans,
-        "reasoning_field": reasoning_field(template),
-    }
-    if Path(template.source).is_file():  # a file (not builtin:NAME or the tokenizer config)
-        entry["resolved"] = str(Path(template.source).resolve())
-    return entry
-
-
-def _counted(bar: IngestProgress | None) -> Callable[[UnitResult], None]:
+def _counted(bar: IngestProgress | None) -> Callable[[MappedUnit], None]:
     if bar is None:
         return lambda result: None
-    return lambda result: bar.add(result.records, result.tokens, result.unit.size)
+    return lambda r: bar.add(r.read.records, r.value.tokens, r.unit.size)

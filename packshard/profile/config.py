@@ -34,7 +34,7 @@ class ProfileConfig:
     overlong: str = "drop"  # the policy pack would apply: what the advice describes
     batch_size: int = 8
     seed: int = 0
-    split_bytes: int = 0  # 0: packshard.ingest.read.splits.auto_split_bytes
+    split_bytes: int = 0  # 0: packshard.ingest.read.units.auto_split_bytes
     mix: str = ""  # --mix: predict the mixture pack would make (packshard.profile.mixture)
     mix_by: str = "trained_tokens"
     max_repeat: int = 1
@@ -47,9 +47,13 @@ class ProfileConfig:
         """Build from flat keywords: the config's own first, then each part's by field name.
 
         ``ray_address`` is :class:`EngineOptions`' ``address``; ``fmt`` is ``format``.
+        ``backend`` defaults to ``auto`` here, as on the command line and in
+        :meth:`PackConfig.build <packshard.pack.config.PackConfig.build>` (every backend gives
+        the same tokens).
         """
         renames = {"ray_address": "address", "fmt": "format"}
         flat = {renames.get(k, k): v for k, v in flat.items()}
+        flat.setdefault("backend", "auto")
         own = {f.name for f in fields(cls)} - {"ingest", "engine"}
         mine = {k: flat.pop(k) for k in own & set(flat)}
         parts: dict[str, Any] = {}

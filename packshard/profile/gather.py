@@ -19,7 +19,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import ne
-from typing import Any
 
 import numpy as np
 
@@ -42,6 +41,28 @@ for preference pairs (:func:`~packshard.profile.pairs.pair_profile`) the pair co
 tokens before the first trained one (zeros in a batch without pairs); then each example's
 images and vision tokens (:func:`~packshard.profile.vision.vision_profile`; zeros without
 images)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileUnit:
+    """What a task sends back for its unit: small, plain values (:meth:`ProfileParts.add_unit`).
+
+    ``columns`` are the unit's per-example arrays (:data:`COLUMNS`), its domain codes local
+    to ``domains``; ``listed`` its first rejects, lines relative to the unit's range.
+    """
+
+    columns: dict[str, np.ndarray]
+    domains: tuple[str, ...]
+    listed: tuple[Reject, ...]
+    by_domain: dict[str, int]
+    by_code: dict[str, int]
+    paths: dict[str, int]
+    sizes: np.ndarray
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the unit's examples."""
+        return int(self.columns["lengths"].sum())
 
 
 @dataclass
@@ -80,19 +101,19 @@ class ProfileParts:
         self.listed.extend(chunk.rejects[: MAX_LISTED_REJECTS - len(self.listed)])
         self.paths.update(chunk.label_paths)
 
-    def add_unit(self, unit: Mapping[str, Any], line_base: int) -> None:
+    def add_unit(self, unit: ProfileUnit, line_base: int) -> None:
         """Add what :meth:`to_unit` returned for a unit whose lines start after ``line_base``."""
-        glob = self.names.encode(unit["domains"]).astype(np.int64)
+        glob = self.names.encode(unit.domains).astype(np.int64)
         for name in COLUMNS:
-            values = unit[name]
+            values = unit.columns[name]
             self.parts[name].append(glob[values] if name == "codes" and len(glob) else values)
-        for x in unit["listed"][: MAX_LISTED_REJECTS - len(self.listed)]:
+        for x in unit.listed[: MAX_LISTED_REJECTS - len(self.listed)]:
             where = SourceRef(x.ref.source, x.ref.line + line_base)
             self.listed.append(Reject(where, x.domain, x.code, x.reason))
-        self.rejected.update(unit["by_domain"])
-        self.by_code.update(unit["by_code"])
-        self.paths.update(unit["paths"])
-        self.sizes.append(unit["sizes"])
+        self.rejected.update(unit.by_domain)
+        self.by_code.update(unit.by_code)
+        self.paths.update(unit.paths)
+        self.sizes.append(unit.sizes)
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every per-example array, concatenated (empty ones with their dtype)."""
@@ -102,17 +123,17 @@ class ProfileParts:
             out[name] = np.concatenate([empty, *self.parts[name]]).astype(empty.dtype)
         return out
 
-    def to_unit(self) -> dict[str, Any]:
-        """Return what a worker sends back for its unit: small, plain values (:meth:`add_unit`)."""
-        return {
-            **self.columns(),
-            "domains": tuple(self.names.names),
-            "listed": tuple(self.listed),
-            "by_domain": dict(self.rejected),
-            "by_code": dict(self.by_code),
-            "paths": dict(self.paths),
-            "sizes": self.image_sizes(),
-        }
+    def to_unit(self) -> ProfileUnit:
+        """Return what a worker sends back for its unit (:meth:`add_unit`)."""
+        return ProfileUnit(
+            columns=self.columns(),
+            domains=tuple(self.names.names),
+            listed=tuple(self.listed),
+            by_domain=dict(self.rejected),
+            by_code=dict(self.by_code),
+            paths=dict(self.paths),
+            sizes=self.image_sizes(),
+        )
 
     def image_sizes(self) -> np.ndarray:
         """Every image's width, height and bytes, in example order (int64 ``[images, 3]``)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from packshard.ingest.pairs import pair_starts
+from packshard.ingest import pair_starts
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.profile.lengths import measure_batches
 

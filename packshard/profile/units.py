@@ -1,13 +1,13 @@
 """``profile`` on an engine: every work unit profiled by a task, the arrays merged in order.
 
-``profile`` cuts the inputs into the same units as ``pack`` (:mod:`packshard.ingest.read.splits`:
+``profile`` cuts the inputs into the same units as ``pack`` (:mod:`packshard.ingest.read.units`:
 byte ranges, row groups, small whole inputs gathered) and runs one task per unit on the engine
 ``--workers`` / ``--engine`` name (``--workers 1``: in this process, on the driver's tokenizer
 and template)::
 
-    driver: load tokenizer + template ─► plan_units ─► engine.run(profile_unit, units)
-    task:   ingest over its unit ─► ProfileParts.to_unit (a few integers per example)
-    driver: ProfileParts.add_unit in unit order (lines absolute, domain codes global) ─► report
+    driver: open_stage ─► plan_units ─► engine.run(profile_unit, UnitTask per unit)
+    task:   run_unit into a ProfileSink ─► ProfileParts.to_unit (a few integers per example)
+    driver: in_order ─► ProfileParts.add_unit (lines absolute, domain codes global) ─► report
 
 A task returns only the few integers per example the report needs (length, loss tokens,
 domain code, reasoning tokens and the trained ones, whether it starts a record), its first
@@ -17,108 +17,107 @@ rejects and its reject counts.  Both sides gather with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from packshard.engine import open_engine, worker_cores
-from packshard.errors import RecordError
-from packshard.ingest.loaded import Loaded, loaded, sharing
-from packshard.ingest.progress import open_progress
-from packshard.ingest.read.sources import InputFile
-from packshard.ingest.read.splits import SplitRead, WorkUnit, input_bytes, plan_units, read_split
-from packshard.ingest.stream import ingest, ingest_label_path
-from packshard.ingest.template.render import load_template
-from packshard.ingest.tokens.tokenizer import load_tokenizer
-from packshard.ingest.types import IngestOptions
+from packshard.ingest import (
+    ChatTemplate,
+    InputFile,
+    Stage,
+    TokenizerBundle,
+    UnitRead,
+    UnitResult,
+    UnitTask,
+    WorkUnit,
+    in_order,
+    input_bytes,
+    open_progress,
+    open_stage,
+    plan_units,
+    run_unit,
+)
+from packshard.ingest.types import IngestChunk, StageSpec
 from packshard.profile.config import ProfileConfig
-from packshard.profile.gather import ProfileParts
+from packshard.profile.gather import ProfileParts, ProfileUnit
 from packshard.profile.report import ProfileReport
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileTask:
-    """One unit to profile, with what loads the tokenizer and template in the worker."""
+class ProfileSink:
+    """A profile's side of a unit: :class:`ProfileParts` gathered chunk by chunk."""
 
-    tokenizer: str
-    template: str | None
-    options: IngestOptions
-    unit: WorkUnit
+    @contextmanager
+    def open(
+        self,
+        unit: WorkUnit,
+        spec: StageSpec,
+        bundle: TokenizerBundle,
+        template: ChatTemplate | None,
+    ) -> Iterator[ProfileWriter]:
+        """Gather the unit's examples into fresh parts."""
+        yield ProfileWriter()
 
 
-def profile_unit(task: ProfileTask) -> dict[str, Any]:
+@dataclass(slots=True)
+class ProfileWriter:
+    """One unit's gathered parts."""
+
+    parts: ProfileParts = field(default_factory=ProfileParts)
+
+    def add(self, chunk: IngestChunk) -> None:
+        """Gather ``chunk``'s examples and rejects."""
+        self.parts.add_chunk(chunk)
+
+    def finish(self, read: UnitRead) -> ProfileUnit:
+        """Return the unit's few integers per example."""
+        return self.parts.to_unit()
+
+
+def profile_unit(task: UnitTask[ProfileSink]) -> UnitResult[ProfileUnit]:
     """Profile one unit: per-example arrays, first rejects, counts (runs in a worker)."""
-    bundle, template = loaded(task.tokenizer, task.template)
-    state = SplitRead()
-    parts = ProfileParts()
-    error = None
-    records = 0
-    try:
-        chunks = ingest(
-            list(task.unit.splits),
-            bundle,
-            template,
-            task.options,
-            read=lambda s, options: read_split(s, state, options),
-            threads=worker_cores(),
-        )
-        for chunk in chunks:
-            parts.add_chunk(chunk)
-            records += chunk.records
-    except RecordError as exc:  # --on-error fail: the driver raises the first, in order
-        error = (exc.code, exc.reason, exc.source, exc.line)
-    return {**parts.to_unit(), "newlines": state.newlines, "records": records, "error": error}
+    return run_unit(task, worker_cores())
 
 
 def profile_inputs(
     files: Sequence[InputFile],
     config: ProfileConfig,
     progress: bool | str | None = False,
-    load: Loaded | None = None,
+    stage: Stage | None = None,
 ) -> ProfileReport:
     """Profile ``files`` (``config.inputs`` expanded) unit by unit on ``config.engine``.
 
-    Tasks load ``config.tokenizer`` and ``config.template`` by spec; ``load`` is the pair the
-    caller already holds for them (loaded here otherwise), which tasks run in this process
-    share.  See the module docstring.
+    Tasks load ``config.tokenizer`` and ``config.template`` by spec; ``stage`` is the stage
+    the caller already opened for them (opened here otherwise), which tasks run in this
+    process share.  See the module docstring.
 
     Raises:
         RecordError: the first unit error in input order (``--on-error fail``).
 
     """
     config.check()
-    tokenizer, template = config.tokenizer, config.template
-    if load is None:
-        bundle = load_tokenizer(tokenizer)
-        load = bundle, load_template(template, bundle)
-    label_path = ingest_label_path(load[1], config.ingest.loss)
+    if stage is None:
+        stage = open_stage(config.tokenizer, config.template, config.ingest)
     units = plan_units(files, config.split_bytes)
-    tasks = [ProfileTask(tokenizer, template, config.ingest, u) for u in units]
+    tasks = [UnitTask(stage.spec, u, ProfileSink()) for u in units]
     bar = open_progress(progress, sum(u.size for u in units))
 
-    def done(i: int, r: dict[str, Any]) -> None:
+    def done(i: int, r: UnitResult[ProfileUnit]) -> None:
         if bar is not None:
-            bar.add(r["records"], int(r["lengths"].sum()), units[i].size)
+            bar.add(r.read.records, r.value.tokens, units[i].size)
 
     try:
         engine = config.engine.sized(input_bytes(files))  # --workers auto
-        with open_engine(engine) as running, sharing(tokenizer, template, lambda: load):
+        with open_engine(engine) as running, stage.shared():
             results = running.run(profile_unit, tasks, [u.describe() for u in units], done)
     finally:
         if bar is not None:
             bar.close()
     parts = ProfileParts()  # the units' results in unit order, lines made absolute
-    line_base = [0] * len(files)
-    for unit, r in zip(units, results, strict=True):
-        first = unit.splits[0]  # the only one, or the first of whole inputs (base 0)
-        base = line_base[first.index] if first.kind == "bytes" else 0
-        if not unit.gathered:
-            line_base[first.index] += r["newlines"]
-        if r["error"] is not None:
-            code, reason, source, line = r["error"]
-            raise RecordError(code, reason, source, line + base)
-        parts.add_unit(r, base)
+    for r, base in in_order(results, len(files)):
+        parts.add_unit(r.value, base)
     mix = config.mix_target()
     return parts.report(
-        config.max_seq_len, config.batch_size, config.seed, label_path, mix, config.overlong
+        config.max_seq_len, config.batch_size, config.seed, stage.label_path, mix, config.overlong
     )

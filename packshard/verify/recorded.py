@@ -5,6 +5,15 @@ name), then at the absolute path ``pack`` resolved (``resolved``: verify finds t
 any working directory), then at the path as recorded.  Only a regular file (a folder for the
 tokenizer) counts, so a device or FIFO a manifest names is never opened.  A file found whose
 SHA-256 differs from the recorded one is a :class:`Mismatch`.
+
+The files found are opened as a stage (:func:`~packshard.ingest.stage.open.open_stage`), with
+the checks ``pack`` and ``profile`` run, on the options the manifest records::
+
+    tokenizer found, its tokenizer.json hashed ─► template spec found ─► open_stage
+        ─► the template's SHA-256 against the recorded one ─► Stage (or Mismatch)
+
+``--allow-split-markers`` is not recorded (it changes no output): a pack that needed it
+passed its marker check when it was made, so the stage is opened allowing split markers.
 """
 
 from __future__ import annotations
@@ -15,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from packshard.digests import sha256_bytes, sha256_path
-from packshard.ingest.template.render import ChatTemplate, load_template
-from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer
+from packshard.ingest import Stage, open_stage
+from packshard.verify.turns import recorded_options
 
 
 def locate(
@@ -59,13 +68,13 @@ def locate(
     return (found[0] if found else None), False
 
 
-def resolve_tokenizer(
-    manifest: dict[str, Any], options: Any
-) -> tuple[TokenizerBundle | None, str | None]:
-    """Load the recorded (or given) tokenizer: ``(bundle, None)``, or ``(None, why)``.
+def open_recorded(manifest: dict[str, Any], options: Any) -> tuple[Stage | None, str | None]:
+    """Open the recorded (or given) tokenizer and template: ``(stage, None)``, or ``(None, why)``.
 
     Raises:
-        Mismatch: it was found but its SHA-256 is not the recorded one.
+        Mismatch: a file was found but its SHA-256 is not the recorded one, or the recorded
+            template cannot be found.
+        PackshardError: the stage does not open (its loads and checks).
 
     """
     recorded = manifest["tokenizer"]
@@ -84,47 +93,39 @@ def resolve_tokenizer(
             f"tokenizer {path}: SHA-256 {sha[:12]}… differs from {recorded['sha256'][:12]}… "
             "recorded at pack time (a different tokenizer gives different ids)"
         )
-    return load_tokenizer(str(path)), None
+    spec = _template_spec(manifest["template"], options)
+    opts = recorded_options(manifest["config"])
+    stage = open_stage(str(path), spec, opts, allow_split_markers=True)
+    template, want = stage.template, manifest["template"].get("sha256")
+    found = template.sha256 if template is not None else None
+    if (template is not None or spec is not None) and found != want:
+        shown = template.source if template else manifest["template"].get("source")
+        raise Mismatch(
+            f"template {shown}: SHA-256 {str(found)[:12]}… "
+            f"differs from {str(want)[:12]}… recorded at pack time "
+            "(the template was edited or replaced after packing)"
+        )
+    return stage, None
 
 
 class Mismatch(Exception):
     """A recorded file was found but is not the one packed (its hash differs)."""
 
 
-def resolve_template(
-    manifest: dict[str, Any], bundle: TokenizerBundle, options: Any
-) -> ChatTemplate | None:
-    """Load the recorded (or given) template; None when the pack used none.
-
-    Raises:
-        Mismatch: it cannot be found, or its SHA-256 is not the recorded one.
-
-    """
-    recorded = manifest["template"]
+def _template_spec(recorded: dict[str, Any], options: Any) -> str | None:
+    """Return the template spec to load: the given one, the recorded one found again, or None."""
     source = recorded.get("source")
-    if source is None and options.template is None:
-        return None
     if options.template:
-        spec: str | None = options.template
-    elif source == "tokenizer_config.json":
-        spec = None
-    elif source.startswith("builtin:"):
-        spec = source.split(":", 1)[1]
-    else:
-        where = (recorded.get("resolved"), False, recorded.get("sha256"), _text_sha)
-        found, _ = locate(source, options.source_root, *where)
-        if found is None:
-            raise Mismatch(f"template {source} not found (give --template or --source-root)")
-        spec = str(found)
-    template = load_template(spec, bundle)
-    sha = template.sha256 if template is not None else None
-    if sha != recorded.get("sha256"):
-        raise Mismatch(
-            f"template {template.source if template else source}: SHA-256 {str(sha)[:12]}… "
-            f"differs from {str(recorded.get('sha256'))[:12]}… recorded at pack time "
-            "(the template was edited or replaced after packing)"
-        )
-    return template
+        return str(options.template)
+    if source is None or source == "tokenizer_config.json":
+        return None
+    if source.startswith("builtin:"):
+        return str(source.split(":", 1)[1])
+    where = (recorded.get("resolved"), False, recorded.get("sha256"), _text_sha)
+    found, _ = locate(source, options.source_root, *where)
+    if found is None:
+        raise Mismatch(f"template {source} not found (give --template or --source-root)")
+    return str(found)
 
 
 def _json_sha(path: Path) -> str:

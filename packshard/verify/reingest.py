@@ -1,13 +1,14 @@
 """The source check on an engine: the inputs re-ingested unit by unit, by workers.
 
 Re-ingesting every input (render, tokenize, label) is the costly part of ``verify``.  The
-inputs are cut into the same units as ``pack`` (:mod:`packshard.ingest.read.splits`) and
+inputs are cut into the same units as ``pack`` (:mod:`packshard.ingest.read.units`) and
 each task re-ingests one, on the engine ``--workers`` / ``--engine`` name (``--workers 1``:
 in this process, on the driver's tokenizer and template)::
 
     driver: count the lines of every byte range (cheap reads) ─► absolute lines
             hand each unit the examples of its records: (line, token offset, length, index row)
-    worker: re-ingest the unit; for each of those examples digest its slice of the ids and of
+    worker: re-ingest the unit (the ingest's one unit task, run_unit, into a DigestSink); for
+            each of those examples digest its slice of the ids and of
             the labels (the first one masked); return the digests, the lines it accepted and
             the lines it rejected (small: 32 bytes per example, 8 per record)
     driver: digest each packed segment and compare: the findings of the one-process check
@@ -20,8 +21,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,27 +31,30 @@ import numpy as np
 from packshard.engine import EngineOptions, open_engine, worker_cores
 from packshard.format.examples import ExamplesIndex
 from packshard.format.shards import read_row
-from packshard.ingest.loaded import loaded
-from packshard.ingest.progress import open_progress
-from packshard.ingest.read.sources import InputFile
-from packshard.ingest.read.splits import Split, count_newlines, plan_splits, read_split
-from packshard.ingest.stream import ingest
-from packshard.ingest.template.render import ChatTemplate
-from packshard.ingest.tokens.tokenizer import TokenizerBundle
-from packshard.ingest.types import IngestOptions
+from packshard.ingest import (
+    ChatTemplate,
+    InputFile,
+    TokenizerBundle,
+    UnitRead,
+    UnitResult,
+    UnitTask,
+    WorkUnit,
+    count_newlines,
+    in_order,
+    open_progress,
+    plan_ranges,
+    run_unit,
+)
+from packshard.ingest.types import IngestChunk, StageSpec
 from packshard.records import IGNORE_INDEX, PackedRow
 from packshard.verify.findings import Finding, FindingList
-from packshard.verify.turns import turn_check
+from packshard.verify.turns import TurnCheck, turn_check
 
 
 @dataclass(frozen=True, slots=True)
-class SourceTask:
-    """One unit to re-ingest and the packed examples of its records."""
+class DigestSink:
+    """The packed examples of one unit's records, to digest as the unit is re-ingested."""
 
-    tokenizer: str
-    template: str | None
-    options: IngestOptions
-    split: Split
     line_base: int
     lines: np.ndarray  # int64, sorted: the record line of each example below
     offsets: np.ndarray  # token_offset of each example
@@ -59,37 +64,60 @@ class SourceTask:
     label_spans: str | None = None  # the manifest's, for the turn check
     branches: np.ndarray | None = None  # int8, 1 chosen / 2 rejected of each example (pairs)
 
+    @contextmanager
+    def open(
+        self,
+        unit: WorkUnit,
+        spec: StageSpec,
+        bundle: TokenizerBundle,
+        template: ChatTemplate | None,
+    ) -> Iterator[DigestWriter]:
+        """Digest the unit's examples (the turn check run on each, where it applies)."""
+        check = turn_check(template, bundle, spec.options, self.label_spans)
+        split = unit.ranges[0]
+        shift = self.line_base if split.kind == "bytes" else 0
+        yield DigestWriter(self, split.path, shift, bundle, check)
 
-def template_spec(template: ChatTemplate | None, bundle: TokenizerBundle) -> str | None:
-    """Return the ``load_template`` spec that loads ``template`` again in a worker."""
-    same = ("tokenizer_config.json", bundle.chat_template_path)
-    if template is None or template.source in same:
-        return None
-    return template.source.removeprefix("builtin:")
+
+@dataclass(frozen=True, slots=True)
+class UnitDigests:
+    """What a re-ingested unit sends back: digests and lines, never tokens."""
+
+    positions: np.ndarray  # int64: index rows compared
+    lengths: np.ndarray  # int64: their re-ingested lengths
+    ids: list[bytes]  # digest of each one's ids
+    labels: list[bytes]  # digest of each one's labels, the first masked
+    accepted: np.ndarray  # int64: absolute lines of the records ingest accepted
+    rejected: np.ndarray  # int64: absolute lines of those it rejected
+    findings: FindingList
+    checked: dict[str, int]  # the turn check's counts
 
 
-def digest(values: np.ndarray) -> bytes:
-    """16-byte digest of an int32 array's bytes."""
-    return hashlib.blake2b(np.asarray(values, np.int32).tobytes(), digest_size=16).digest()
+@dataclass(slots=True)
+class DigestWriter:
+    """One unit's digests, gathered chunk by chunk."""
 
+    sink: DigestSink
+    path: str
+    shift: int
+    bundle: TokenizerBundle
+    check: TurnCheck | None
+    found: FindingList = field(default_factory=FindingList)
+    out_pos: list[int] = field(default_factory=list)
+    out_len: list[int] = field(default_factory=list)
+    dig_ids: list[bytes] = field(default_factory=list)
+    dig_labels: list[bytes] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    rejected: list[int] = field(default_factory=list)
 
-def source_unit(task: SourceTask) -> dict[str, Any]:
-    """Re-ingest one unit and digest the slices of its packed examples (runs in a worker)."""
-    bundle, template = loaded(task.tokenizer, task.template)
-    check = turn_check(template, bundle, task.options, task.label_spans)
-    found = FindingList()
-    shift = task.line_base if task.split.kind == "bytes" else 0
-    out_pos, out_len, dig_ids, dig_labels = [], [], [], []
-    accepted, rejected = [], []
-    chunks = ingest(
-        [task.split], bundle, template, task.options, read=read_split, threads=worker_cores()
-    )
-    for chunk in chunks:
-        rejected += [r.ref.line + shift for r in chunk.rejects]
+    def add(self, chunk: IngestChunk) -> None:
+        """Digest the slices of ``chunk``'s examples that were packed."""
+        task, shift, check = self.sink, self.shift, self.check
+        self.rejected += [r.ref.line + shift for r in chunk.rejects]
         batch = chunk.batch
         for i, ref in enumerate(batch.refs):
             line = ref.line + shift
-            accepted.append(line)
+            self.accepted.append(line)
             lo = int(np.searchsorted(task.lines, line, "left"))
             hi = int(np.searchsorted(task.lines, line, "right"))
             if lo == hi:
@@ -99,8 +127,8 @@ def source_unit(task: SourceTask) -> dict[str, Any]:
             branch = int(batch.pairs[i]) if batch.pairs is not None else 0
             branch = branch if branch <= 2 else 0  # KTO codes 3, 4: one example a record
             if check is not None:
-                place = f"{task.split.path}:{line}"
-                check.example(bundle.tokenizer, ids, labels, place, turn, found)
+                place = f"{self.path}:{line}"
+                check.example(self.bundle.tokenizer, ids, labels, place, turn, self.found)
             for k in range(lo, hi):
                 if int(task.turns[k]) != turn:
                     continue
@@ -111,90 +139,104 @@ def source_unit(task: SourceTask) -> dict[str, Any]:
                 want_labels = labels[offset : offset + n].copy()
                 if len(want_labels):
                     want_labels[0] = IGNORE_INDEX
-                out_pos.append(int(task.positions[k]))
-                out_len.append(len(want_ids))
-                dig_ids.append(digest(want_ids))
-                dig_labels.append(digest(want_labels))
-    return {
-        "positions": np.array(out_pos, np.int64),
-        "lengths": np.array(out_len, np.int64),
-        "ids": dig_ids,
-        "labels": dig_labels,
-        "accepted": np.array(accepted, np.int64),
-        "rejected": np.array(rejected, np.int64),
-        "findings": found,
-        "checked": check.counts() if check is not None else {},
-    }
+                self.out_pos.append(int(task.positions[k]))
+                self.out_len.append(len(want_ids))
+                self.dig_ids.append(digest(want_ids))
+                self.dig_labels.append(digest(want_labels))
+
+    def finish(self, read: UnitRead) -> UnitDigests:
+        """Return the unit's digests and lines."""
+        return UnitDigests(
+            positions=np.array(self.out_pos, np.int64),
+            lengths=np.array(self.out_len, np.int64),
+            ids=self.dig_ids,
+            labels=self.dig_labels,
+            accepted=np.array(self.accepted, np.int64),
+            rejected=np.array(self.rejected, np.int64),
+            findings=self.found,
+            checked=self.check.counts() if self.check is not None else {},
+        )
+
+
+def digest(values: np.ndarray) -> bytes:
+    """16-byte digest of an int32 array's bytes."""
+    return hashlib.blake2b(np.asarray(values, np.int32).tobytes(), digest_size=16).digest()
+
+
+def source_unit(task: UnitTask[DigestSink]) -> UnitResult[UnitDigests]:
+    """Re-ingest one unit and digest the slices of its packed examples (runs in a worker)."""
+    return run_unit(task, worker_cores())
 
 
 def reingest_on_engine(
     files: Sequence[InputFile],
-    tokenizer: str,
-    template: str | None,
-    options: IngestOptions,
+    stage: StageSpec,
     label_spans: str | None,
     index: Any,
     chosen: np.ndarray,
     engine: EngineOptions,
     progress: bool = False,
-) -> list[tuple[Split, dict[str, Any]]]:
+) -> list[UnitResult[UnitDigests]]:
     """Run :func:`source_unit` over every unit, in order; ``chosen`` masks the index rows.
 
-    ``progress`` shows the records and tokens re-ingested, unit by unit.
+    Each unit is one split (a byte range, row groups, a whole input), so that its packed
+    examples are found by their lines.  ``progress`` shows the records and tokens
+    re-ingested, unit by unit.
+
+    Raises:
+        RecordError: the first unit error in input order.
+
     """
-    splits = plan_splits(files)
+    ranges = plan_ranges(files)
     with open_engine(engine) as running:
-        cut = [s for s in splits if s.kind == "bytes"]
+        cut = [s for s in ranges if s.kind == "bytes"]
         counts = running.run(count_newlines, cut, [s.describe() for s in cut])
         newlines = dict(zip(cut, counts, strict=True))
         code_of = {name: code for code, name in enumerate(index.source_names)}
         base = [0] * len(files)
         tasks = []
-        for k, s in enumerate(splits):
+        for k, s in enumerate(ranges):
             first = s.first_row if s.kind == "rows" else base[s.index]
             mine = chosen & (index.source_code == code_of.get(s.path, -1))
             if s.kind == "bytes":
                 base[s.index] += newlines[s]
                 mine &= (index.lines > first) & (index.lines <= first + newlines[s] + 1)
             elif s.kind == "rows":
-                later = [t.first_row for t in splits[k + 1 :] if t.index == s.index]
+                later = [t.first_row for t in ranges[k + 1 :] if t.index == s.index]
                 mine &= (index.lines > first) & (index.lines <= (later[0] if later else 2**62))
             pos = np.flatnonzero(mine)
             pos = pos[np.argsort(index.lines[pos], kind="stable")]
             turns = index.turns[pos] if index.turns is not None else np.zeros(len(pos))
-            tasks.append(
-                SourceTask(
-                    tokenizer,
-                    template,
-                    options,
-                    s,
-                    first,
-                    lines=index.lines[pos].astype(np.int64),
-                    offsets=index.token_offset[pos].astype(np.int64),
-                    lengths=index.num_tokens[pos].astype(np.int64),
-                    positions=pos,
-                    turns=turns.astype(np.int64),
-                    label_spans=label_spans,
-                    branches=index.branches[pos] if index.branches is not None else None,
-                )
+            sink = DigestSink(
+                first,
+                lines=index.lines[pos].astype(np.int64),
+                offsets=index.token_offset[pos].astype(np.int64),
+                lengths=index.num_tokens[pos].astype(np.int64),
+                positions=pos,
+                turns=turns.astype(np.int64),
+                label_spans=label_spans,
+                branches=index.branches[pos] if index.branches is not None else None,
             )
-        bar = open_progress(progress, sum(s.size for s in splits))
+            tasks.append(UnitTask(stage, WorkUnit((s,)), sink))
+        bar = open_progress(progress, sum(s.size for s in ranges))
 
-        def done(i: int, r: dict[str, Any]) -> None:
+        def done(i: int, r: UnitResult[UnitDigests]) -> None:
             if bar is not None:
-                records = len(r["accepted"]) + len(r["rejected"])
-                bar.add(records, int(r["lengths"].sum()), splits[i].size)
+                records = len(r.value.accepted) + len(r.value.rejected)
+                bar.add(records, int(r.value.lengths.sum()), ranges[i].size)
 
         try:
-            results = running.run(source_unit, tasks, [s.describe() for s in splits], done)
+            results = running.run(source_unit, tasks, [s.describe() for s in ranges], done)
         finally:
             if bar is not None:
                 bar.close()
-    return list(zip(splits, results, strict=True))
+    # the digests' lines are absolute already (the findings name them in the worker): the
+    # driver's pass keeps the order and raises the first error
+    return [r for r, _ in in_order(results, len(files))]
 
 
 def compare_units(
-    units: list[tuple[Split, dict[str, Any]]],
+    units: list[UnitResult[UnitDigests]],
     tables: dict[int, Any],
     manifest: dict[str, Any],
     index: Any,
@@ -216,23 +258,24 @@ def compare_units(
     def place(key: tuple[str, int]) -> str:
         return f"{key[0]}:{key[1]}"
 
-    for split, r in units:
-        findings.extend(r["findings"])
-        checked.update(r["checked"])
-        for line in r["rejected"].tolist():
+    for unit in units:
+        split, r = unit.unit.ranges[0], unit.value
+        findings.extend(r.findings)
+        checked.update(r.checked)
+        for line in r.rejected.tolist():
             key = (split.path, line)
             seen.add(key)
             if key not in rejected:
                 why = "record rejected on re-ingest but not in rejects.jsonl" + cause
                 findings.add(Finding("source", why, source=place(key)), "reject_missing")
-        for line in r["accepted"].tolist():
+        for line in r.accepted.tolist():
             key = (split.path, line)
             seen.add(key)
             if key not in packed and key not in rejected:
                 why = "record is neither packed nor in rejects.jsonl" + cause
                 findings.add(Finding("source", why, source=place(key)), "record_missing")
-        for k, pos in enumerate(r["positions"].tolist()):
-            want = (int(r["lengths"][k]), r["ids"][k], r["labels"][k])
+        for k, pos in enumerate(r.positions.tolist()):
+            want = (int(r.lengths[k]), r.ids[k], r.labels[k])
             compared += _compare_digest(tables, manifest, index, pos, want, rows, findings, cause)
     for key in sorted(packed - seen):
         why = "packed example has no record in the inputs"

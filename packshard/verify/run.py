@@ -43,7 +43,7 @@ from packshard.errors import ManifestError
 from packshard.format.environment import Drift, environment_drift, running_environment
 from packshard.format.examples import has_media
 from packshard.format.manifest import load_manifest
-from packshard.ingest.template.sandbox import template_conventions
+from packshard.ingest import template_conventions
 from packshard.options import MAX_SEED, check_range
 from packshard.store import fetched_out, is_url
 from packshard.verify.findings import NOT_RUN, CheckResult, EquivalenceReport, FindingList

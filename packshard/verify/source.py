@@ -38,14 +38,11 @@ from packshard.format.environment import Drift, encoded_by, likely_cause
 from packshard.format.examples import ExamplesIndex
 from packshard.format.folder.paths import inside_folder
 from packshard.format.rejects import read_rejects
-from packshard.ingest.loaded import sharing
-from packshard.ingest.read.sources import InputFile
-from packshard.ingest.read.splits import input_bytes
+from packshard.ingest import InputFile, input_bytes
 from packshard.store import fetch_input, is_url, parse_url
 from packshard.verify.findings import CheckResult, Finding, FindingList
-from packshard.verify.recorded import Mismatch, locate, resolve_template, resolve_tokenizer
-from packshard.verify.reingest import compare_units, reingest_on_engine, template_spec
-from packshard.verify.turns import recorded_options
+from packshard.verify.recorded import Mismatch, locate, open_recorded
+from packshard.verify.reingest import compare_units, reingest_on_engine
 
 
 def check_sources(
@@ -89,10 +86,9 @@ def check_sources(
             return failed(f"input {entry['path']}: SHA-256 differs from the manifest")
         files.append(InputFile(path=entry["path"], real=path.resolve()))
     try:
-        bundle, why = resolve_tokenizer(manifest, options)
-        if bundle is None:
+        stage, why = open_recorded(manifest, options)
+        if stage is None:
             return unavailable(str(why))
-        template = resolve_template(manifest, bundle, options)
     except Mismatch as exc:
         return failed(str(exc), "mismatch")
     except PackshardError as exc:
@@ -111,13 +107,11 @@ def check_sources(
     label_spans = manifest["template"].get("label_spans")
     engine = EngineOptions(options.engine, options.workers, options.ray_address)
     engine = engine.sized(input_bytes(files))  # --workers auto
-    spec = template_spec(template, bundle)
     try:
         rejected = _rejected(folder, manifest)
-        opts = recorded_options(manifest["config"])
-        with sharing(bundle.path, spec, lambda: (bundle, template)):
+        with stage.shared():
             found = reingest_on_engine(
-                files, bundle.path, spec, opts, label_spans, index, mask, engine, options.progress
+                files, stage.spec, label_spans, index, mask, engine, options.progress
             )
         compared = compare_units(
             found, tables, manifest, index, set(keys), rejected, findings, cause

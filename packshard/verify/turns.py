@@ -25,10 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from packshard.ingest.label.frame import Frame, template_frame
-from packshard.ingest.label.reasoning import find_block
-from packshard.ingest.template.render import ChatTemplate
-from packshard.ingest.tokens.tokenizer import TokenizerBundle
+from packshard.ingest import ChatTemplate, Frame, TokenizerBundle, find_block, template_frame
 from packshard.ingest.types import IngestOptions
 from packshard.options import LIMIT_DEFAULTS, REASONING_MARKERS
 from packshard.records import IGNORE_INDEX

@@ -184,8 +184,7 @@ def test_pack_verify_and_profile(folders: dict[str, Path], name: str, tmp_path: 
     source = report.checks["source"]
     assert source["status"] == "passed" and source["examples_compared"] == len(family.records)
     files = expand_inputs([str(data)])
-    load = (bundle, template)
-    profile = profile_inputs(files, ProfileConfig((), str(folder), 1000), load=load)
+    profile = profile_inputs(files, ProfileConfig((), str(folder), 1000))
     assert profile.total.records == len(family.records) + len(bad)
     assert profile.total.examples == len(family.records)
 

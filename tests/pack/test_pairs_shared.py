@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from packshard.ingest.loaded import loaded
 from packshard.ingest.read.sources import expand_inputs
+from packshard.ingest.stage.loaded import loaded
 from packshard.ingest.stream import ingest
 from packshard.ingest.types import IngestOptions
 from packshard.pack import PackConfig, pack_dataset

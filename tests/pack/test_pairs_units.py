@@ -47,7 +47,7 @@ def whole(inputs, demo_tokenizer, tmp_path_factory) -> Path:
 
 def units(inputs: Path) -> list:
     from packshard.ingest.read.sources import expand_inputs
-    from packshard.ingest.read.splits import plan_units
+    from packshard.ingest.read.units import plan_units
 
     return plan_units(expand_inputs([str(inputs)]), SPLIT)
 
@@ -75,7 +75,7 @@ def test_resume_after_a_failed_unit_writes_the_same_bytes(
     inputs, demo_tokenizer, whole, tmp_path, monkeypatch
 ):
     out = tmp_path / "out"
-    second = units(inputs)[1].splits[0]
+    second = units(inputs)[1].ranges[0]
     assert second.kind == "bytes"
     monkeypatch.setenv("PACKSHARD_FAULTS", f"raise:bytes {second.start}–:9")
     with pytest.raises(TaskFailed):

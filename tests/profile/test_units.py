@@ -7,7 +7,7 @@ import pytest
 from packshard.engine import EngineOptions
 from packshard.errors import RecordError
 from packshard.ingest.read.sources import expand_inputs
-from packshard.ingest.read.splits import plan_splits
+from packshard.ingest.read.units import plan_ranges
 from packshard.ingest.types import IngestOptions
 from packshard.profile import ProfileConfig, profile_inputs, report_to_dict
 from tests.helpers import scale_inputs
@@ -61,7 +61,7 @@ def test_reasoning_and_records_on_workers_are_the_one_process_report(tmp_path, t
     two = profile_inputs(
         files, config(tok, str(template_path), options, engine=engine, split_bytes=600)
     )
-    assert len(plan_splits(files, 600)) > 2  # records of one file, cut into several units
+    assert len(plan_ranges(files, 600)) > 2  # records of one file, cut into several units
     assert report_to_dict(one) == report_to_dict(two)
     assert one.total.reasoning_tokens > 0 and one.total.records == 30
     assert one.total.examples == (60 if turns == "expand" else 30)

@@ -82,13 +82,13 @@ def test_reasoning_turns_on_two_workers_match_one_process(tmp_path, turns, monke
         (str(data),), qwen, str(out), 128, template=str(template), turns=turns
     )
     pack_dataset(config)
-    from packshard.ingest.read import splits
+    from packshard.ingest.read import units as ranges
     from packshard.verify import reingest as units
 
     one, one_findings = source_check(out)
     cut = []
     monkeypatch.setattr(
-        units, "plan_splits", lambda f: cut.extend(splits.plan_splits(f, 1500)) or cut
+        units, "plan_ranges", lambda f: cut.extend(ranges.plan_ranges(f, 1500)) or cut
     )
     two, two_findings = source_check(out, workers=2)
     assert len(cut) > 2

@@ -132,7 +132,7 @@ def test_a_changed_segment_names_the_drifted_library(packed_demo_copy, monkeypat
 
     from tokenizers import Tokenizer
 
-    from packshard.verify import recorded as source
+    from packshard.ingest.stage import open as source  # where verify's stage is loaded
 
     real = source.load_tokenizer
 

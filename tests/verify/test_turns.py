@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import packshard.ingest.label.chat as chat_module
+import packshard.ingest.label.tiers as chat_module
 from packshard.ingest.label.frame import template_frame
 from packshard.ingest.template.render import compile_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer

@@ -1,18 +1,15 @@
 """Label: which characters of a rendered conversation are trained.
 
-``spans`` renders one record as its examples and picks the trained messages (loss policy,
-per-message flags, ``--turns``); ``chat`` chooses their characters in four named tiers, the
-first that places every trained turn wins::
+One entry, :func:`~packshard.ingest.label.spans.render_examples`: it renders one record as its
+examples and picks the trained messages (loss policy, per-message flags, ``--turns``); the
+tiers of :mod:`~packshard.ingest.label.tiers` (its table is the one) choose their characters.
+Every module, in the order a record meets them::
 
-    1 tags    {% generation %} blocks decide exactly        (chat.generation_blocks)
-    2 search  each piece found once, in order, in one turn  (turns.search_anchors, and
-              turns.plain_turns for a conversation of plain role/content messages)
-    3 probe   a second render with stand-ins                (probe.probe_anchors)
-    4 prefix  render messages[:i] + prompt vs messages[:i+1] (locate.prefix_turn)
-
-On the shared chat data search places 5,384 of 5,412 records in one render and the probe the
-28 tool-calling ones; the prefix tier alone reproduces the same labels on every record in 2–6
-renders a record.  ``frame`` finds a template's assistant header and end markers (and holds
-the per-conversation context, ``Chat``); ``reasoning`` gives reasoning to the template and
-finds rendered blocks.
+    spans      render the record (template), choose the trained messages     render_examples
+    reasoning  what reasoning the template is given; rendered blocks found   template_messages
+    chat       the rendered conversation the tiers read, built by keyword     Chat
+    frame      the template's assistant header and end markers, cached once  template_frame
+    tiers      the tier table; tiers 1 (tags) and 2 (search); policies       label_chat
+    probe      tier 3: a second render with stand-ins                        probe_anchors
+    prefix     tier 4: what rendering a turn adds to the conversation        prefix_turn
 """

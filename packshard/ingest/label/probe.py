@@ -1,4 +1,4 @@
-r"""Tier 3, the probe render: where each piece of an assistant message lands, by a second render.
+r"""Tier 3 (:mod:`~packshard.ingest.label.tiers`), the probe: where each assistant piece lands.
 
 The conversation is rendered once more with the *core* of every assistant piece (its text
 without the surrounding whitespace: reasoning, answer, tool-call names) replaced by a
@@ -21,10 +21,10 @@ import re
 from typing import Any
 
 from packshard.errors import TemplateError
-from packshard.ingest.label.frame import Chat
-from packshard.ingest.label.locate import calls_tools
-from packshard.ingest.label.reasoning import Markers, split_inline
+from packshard.ingest.label.chat import Chat, calls_tools
+from packshard.ingest.label.reasoning import split_inline
 from packshard.ingest.template.render import render_chat
+from packshard.ingest.types import Markers
 
 Anchors = dict[int, list[tuple[int, int, str]]]  # message: (lo, hi, kind r|c|n), in order
 

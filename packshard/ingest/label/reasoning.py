@@ -41,9 +41,7 @@ from packshard.errors import RecordError
 from packshard.ingest.fields import REASONING_FIELDS
 from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.template.sandbox import make_environment
-from packshard.ingest.types import Message
-
-Markers = tuple[str, str]
+from packshard.ingest.types import Markers, Message
 
 
 @lru_cache(maxsize=32)

@@ -12,14 +12,14 @@ spans to train on, found on one of three label paths::
                                         [-----------)  [------------)
     none             every token is trained (plain text, or --loss all)
 
-Chat records are labelled turn by turn in :mod:`packshard.ingest.label.chat`; reasoning is given
-to the template as :mod:`packshard.ingest.label.reasoning` says.  ``--turns expand`` makes one
-example per trained turn, the conversation up to and including it, that turn alone trained
-(``Rendered.turn`` is its 1-based message number).  Plain records skip the template:
-prompt/completion renders ``prompt + completion + EOS`` and trains ``completion + EOS``;
-text renders ``[BOS] + text + EOS`` (BOS when the tokenizer adds one; no EOS when the
-tokenizer has none).  Which turns are trained follows the loss policy, ``--loss auto``
-resolved per record format (:data:`packshard.options.AUTO_LOSS`), then the messages' own
+Chat records are labelled turn by turn by the tiers of :mod:`packshard.ingest.label.tiers`;
+reasoning is given to the template as :mod:`packshard.ingest.label.reasoning` says. ``--turns
+expand`` makes one example per trained turn, the conversation up to and including it, that turn
+alone trained (``Rendered.turn`` is its 1-based message number). Plain records skip the
+template: prompt/completion renders ``prompt + completion + EOS`` and trains ``completion +
+EOS``; text renders ``[BOS] + text + EOS`` (BOS when the tokenizer adds one; no EOS when the
+tokenizer has none). Which turns are trained follows the loss policy, ``--loss auto`` resolved
+per record format (:data:`packshard.options.AUTO_LOSS`), then the messages' own
 ``train``/``weight`` flags.
 """
 
@@ -28,10 +28,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from packshard.errors import RecordError, TemplateError
-from packshard.ingest.label.chat import label_chat, with_final_eos
-from packshard.ingest.label.frame import Chat, template_frame
+from packshard.ingest.label.chat import Chat
 from packshard.ingest.label.reasoning import template_messages
-from packshard.ingest.label.turns import plain_turns
+from packshard.ingest.label.tiers import label_chat, label_plain, plain_frame
 from packshard.ingest.media.expand import QWEN_VL, expand_images
 from packshard.ingest.media.grid import image_grid, vision_tokens
 from packshard.ingest.normalize import is_encodable
@@ -200,13 +199,7 @@ def _render_examples(
         conv.messages, template, options.reasoning, options.reasoning_markers, conv.ref
     )
     tools = list(conv.tools) if conv.tools is not None else None
-    frame = None  # tier 2 without a Chat, when every message is plain (turns.plain_turns)
-    if tools is None and loss != "all" and not template.has_generation:
-        closing = options.reasoning_markers[1]
-        if options.empty_reasoning != "mask" and all(
-            m.reasoning is None and not m.extra and closing not in m.content for m in conv.messages
-        ):
-            frame = template_frame(template, bundle, options.reasoning_markers)
+    frame = plain_frame(conv.messages, template, bundle, options, loss, tools)  # tier 2, no Chat
     if options.turns == "expand":
         groups = [(messages[: i + 1], [i], i + 1) for i in trained]
     else:
@@ -224,12 +217,23 @@ def _render_examples(
         spent += len(text) if turn else 0
         if spent > budget:  # O(turns²) text: stop before rendering the rest
             raise reject("too_large", expanded_reason(options.max_expanded_tokens, len(groups)))
-        if frame is not None and (found := plain_turns(text, frame, msgs, chosen)) is not None:
-            spans = with_final_eos(text, frame, bundle.eos_token, found)
+        if (
+            frame is not None
+            and (spans := label_plain(text, frame, msgs, chosen, bundle.eos_token)) is not None
+        ):
             out.append(Rendered(text, tuple(spans), "offsets", turn=turn))
         else:
             chat = Chat(
-                conv.ref, template, bundle, text, blocks, msgs, tools, options, has, loss == "all"
+                ref=conv.ref,
+                template=template,
+                bundle=bundle,
+                text=text,
+                blocks=blocks,
+                messages=msgs,
+                tools=tools,
+                options=options,
+                has_reasoning=has,
+                everything=loss == "all",
             )
             labelled = label_chat(chat, chosen)
             out.append(replace(labelled, turn=turn) if turn else labelled)

@@ -22,35 +22,15 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISREG
 
 from packshard.errors import RecordError
 from packshard.ingest.media.headers import quick_size
+from packshard.ingest.types import MediaFile
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(//|[^\\/])")
 """A scheme (``http://``, ``s3://``, ``data:``): a URL, not a path (``C:\\`` is a path)."""
-
-
-@dataclass(frozen=True, slots=True)
-class MediaFile:
-    """One image of a record: where it is, how large, in pixels and bytes.
-
-    ``root`` is the folder the path resolved against (``--media-root`` or the record's
-    folder, as given); ``path`` the record's own spelling, relative to ``root`` (or absolute).
-    """
-
-    root: str
-    path: str
-    width: int
-    height: int
-    size: int  # bytes
-
-    @property
-    def file(self) -> Path:
-        """The file on disk: ``root / path``."""
-        return Path(self.root) / self.path
 
 
 def record_root(source: str, media_root: str | None) -> str:

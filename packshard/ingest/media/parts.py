@@ -1,7 +1,7 @@
 r"""A record's images, read in every layout, as content parts and files in order.
 
 Four layouts name images; all end as messages whose ``parts`` hold ``("text", …)`` and
-``("image", path)`` in order, and the record's :class:`~packshard.ingest.media.files.MediaFile`
+``("image", path)`` in order, and the record's :class:`~packshard.ingest.types.MediaFile`
 list in the same order (the order the template numbers them)::
 
     LLaMA-Factory   {"messages": [{"content": "<image>Who?"}…], "images": ["a.jpg"]}
@@ -24,8 +24,8 @@ from dataclasses import replace
 from typing import Any
 
 from packshard.errors import RecordError
-from packshard.ingest.media.files import MediaFile, find_media
-from packshard.ingest.types import Message
+from packshard.ingest.media.files import find_media
+from packshard.ingest.types import MediaFile, Message
 
 IMAGE_TAG = "<image>"
 VIDEO_TAG = "<video>"

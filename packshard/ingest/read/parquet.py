@@ -13,7 +13,7 @@ one :class:`RawRecord` numbered by its 1-based row.  The checks match the JSON r
   are kept.
 
 The whole-file reader (:func:`packshard.ingest.read.sources.read_records`) and the row-group
-reader of a work unit (:mod:`packshard.ingest.read.splits`) share :func:`parquet_records`, so a
+reader of a work unit (:mod:`packshard.ingest.read.units`) share :func:`parquet_records`, so a
 unit's records are the whole file's.
 """
 

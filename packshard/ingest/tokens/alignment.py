@@ -33,17 +33,9 @@ two families gets no :class:`~packshard.ingest.tokens.aligner.ByteAligner` at al
 :func:`span_tokens` turns character spans into token ranges with the rule the offsets path
 uses: a token belongs to a span when its bytes overlap the span's.
 
-Measured per family (``scripts/bench_alignment.py``, encode + label, CPU seconds of all
-threads, best of 3, the shared chat data, about 1M tokens each; time / offsets time)::
-
-    family                  offsets   ids (tokenizers)   ids (fastokens, --backend auto)
-    phi-3 (sentencepiece)    1.00x         0.81x              0.11x
-    phi-2 (byte-level)       1.00x         0.97x              0.05x
-    qwen3 (byte-level)       1.00x         1.03x              0.05x
-
-So it stays on for every family: with ``tokenizers`` it saves a fifth on SentencePiece and is
-even on byte-level BPE (within the noise), and it is what lets the fast encoder, which gives
-no offsets, encode at all.
+It stays on for every family: with ``tokenizers`` it saves a fifth on SentencePiece and is
+even on byte-level BPE, and it is what lets the fast encoder, which gives no offsets, encode
+at all (``docs/performance.md``, "Token positions from the ids").
 """
 
 from __future__ import annotations

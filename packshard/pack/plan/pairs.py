@@ -21,7 +21,7 @@ import numpy as np
 
 from packshard.arrays import exclusive_cumsum
 from packshard.errors import UsageError
-from packshard.ingest.pairs import pair_starts
+from packshard.ingest import pair_starts
 from packshard.pack.plan.planner import plan_packs
 from packshard.pack.plan.rows import RowPlan
 

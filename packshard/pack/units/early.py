@@ -27,14 +27,13 @@ from dataclasses import dataclass, replace
 
 from packshard.engine import WarmUp, prestart
 from packshard.errors import PackshardError
-from packshard.ingest.read.sources import InputFile, expand_inputs
-from packshard.ingest.read.splits import input_bytes
+from packshard.ingest import InputFile, expand_inputs, input_bytes
 from packshard.ingest.types import SMALL_JOB_BYTES
 from packshard.pack.config import PackConfig
 
 MAP_MODULE = "packshard.pack.units.map"
 WARM_FUNCTION = "warm_worker"
-EARLY = ("packshard.ingest.loaded", "load_early")
+EARLY = ("packshard.ingest.stage.loaded", "load_early")
 
 
 def warm_up(config: PackConfig) -> WarmUp:
@@ -42,7 +41,7 @@ def warm_up(config: PackConfig) -> WarmUp:
 
     :func:`~packshard.pack.units.map.warm_worker` on the tokenizer, the template,
     ``--backend`` and whether the job is small, with
-    :func:`~packshard.ingest.loaded.load_early` on a thread beside the server's imports.
+    :func:`~packshard.ingest.stage.loaded.load_early` on a thread beside the server's imports.
     """
     ingest = config.ingest
     args = (config.tokenizer, config.template, ingest.backend, ingest.small_job)
@@ -54,7 +53,7 @@ class ListedInputs:
     """A pack's inputs, listed once: the training files, the ``--eval`` files, their bytes.
 
     ``size`` is the bytes of every regular file among them
-    (:func:`~packshard.ingest.read.splits.input_bytes`): what ``--workers auto`` is sized by
+    (:func:`~packshard.ingest.read.units.input_bytes`): what ``--workers auto`` is sized by
     and what the progress bar counts to.
     """
 

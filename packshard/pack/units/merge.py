@@ -6,7 +6,7 @@ record ids from 0.  The merge makes them what one process reading every input wo
 made::
 
     unit        lines (relative)   + lines before it in its file   = lines (absolute)
-    unit        source codes       ─► its splits' input indices (one split, or whole inputs)
+    unit        source codes       ─► its ranges' input indices (one range, or whole inputs)
     unit        domain codes       ─► names ─► codes in order of first appearance overall
     unit        record ids         + records accepted by earlier units
     unit        tokens             laid after the earlier units' (PartFiles bases)
@@ -33,15 +33,15 @@ from typing import Any
 import numpy as np
 
 from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
-from packshard.errors import RecordError
+from packshard.ingest import in_order
 from packshard.pack.spill import PER_EXAMPLE, Spill, SpillCounts, narrow, smallest
-from packshard.pack.units.map import UnitResult, unit_arrays, unit_examples
+from packshard.pack.units.map import MappedUnit, unit_arrays, unit_examples
 from packshard.pack.units.parts import PartFiles
 from packshard.records import Reject, SourceRef
 
 
 def merge_units(
-    results: Sequence[UnitResult], sources: tuple[str, ...]
+    results: Sequence[MappedUnit], sources: tuple[str, ...]
 ) -> tuple[Spill, list[Reject]]:
     """Return the merged spill (tokens in the parts) and the rejects in (input, line) order.
 
@@ -51,7 +51,6 @@ def merge_units(
 
     """
     domains, formats = NameCodes(), NameCodes()
-    line_base = [0] * len(sources)
     total = sum(unit_examples(r) for r in results)
     meta: dict[str, np.ndarray] = {k: np.empty(total, _first_kind(k, d)) for k, d in START.items()}
     meta["source_index"] = np.empty(total, smallest(np.array([0, len(sources)])).dtype)
@@ -62,18 +61,11 @@ def merge_units(
     per_domain = tokens_in = np.zeros(0, np.int64)
     policy = {"tokens_truncated": 0, "records_split": 0, "parts_dropped": 0}
     accepted = 0
-    for unit, r in enumerate(results):
-        first = r.unit.splits[0]  # the only one, or the first of whole inputs (base 0)
-        base = line_base[first.index] if first.kind == "bytes" else 0
-        if not r.unit.gathered:
-            line_base[first.index] += r.newlines
-        inputs = np.fromiter((s.index for s in r.unit.splits), np.int64)
-        if r.error is not None:
-            code, reason, source, line = r.error
-            raise RecordError(code, reason, source, line + base)
+    for unit, (r, base) in enumerate(in_order(results, len(sources))):  # first error raised
+        inputs = np.fromiter((s.index for s in r.unit.ranges), np.int64)
         a = unit_arrays(r)  # read back from the unit's folder, one unit at a time
-        dom = domains.encode(r.counts.domains)
-        fmt = formats.encode(r.counts.formats)
+        dom = domains.encode(r.value.counts.domains)
+        fmt = formats.encode(r.value.counts.formats)
         n_unit = int(a["lengths"].shape[0])
         into = slice(at, at + n_unit)
         for key in START:
@@ -87,21 +79,21 @@ def merge_units(
         _put(meta, "format_codes", into, fmt[a["format_codes"]] if len(fmt) else a["format_codes"])
         _put(meta, "record_ids", into, a["record_ids"].astype(np.int64) + accepted)
         at += n_unit
-        c = r.counts
+        c = r.value.counts
         np.add.at(per_source, inputs[: len(c.records_per_source)], c.records_per_source)
         n = len(domains.names)
         per_domain = add_counts(per_domain, _by_code(dom, c.records_per_domain, n))
         tokens_in = add_counts(tokens_in, _by_code(dom, c.tokens_in_per_domain, n))
         for k in policy:
             policy[k] += getattr(c, k)
-        place = {s.path: k for k, s in enumerate(r.unit.splits)}
+        place = {s.path: k for k, s in enumerate(r.unit.ranges)}
         rejects += sorted(
-            (_moved(x, base) for x in r.rejects),
+            (_moved(x, base) for x in r.value.rejects),
             key=lambda x: (place.get(x.ref.source, 0), x.ref.line),
         )
         accepted += int(a["record_lines"].shape[0])
         a.clear()  # the unit's copy is merged: freed now, not after every unit is
-        r.arrays.clear()
+        r.value.arrays.clear()
     counts = SpillCounts(
         sources=sources,
         domains=tuple(domains.names),
@@ -121,7 +113,7 @@ def merge_units(
         offsets=offsets,
         **meta,
         counts=counts,
-        part_files=PartFiles(tuple(r.folder for r in results), exclusive_cumsum(tokens)),
+        part_files=PartFiles(tuple(r.value.folder for r in results), exclusive_cumsum(tokens)),
     )
     return spill, rejects
 

@@ -15,16 +15,9 @@ part, in file order, each part's file opened once: when all the parts together a
 (``WHOLE_BYTES``, tokens and labels: the rule a one-folder spill keeps) the part is read
 whole and its ranges gathered by a jitted loop, else each range is one positioned read
 straight into place, so memory never holds more of the spill than the ranges asked for.
-Measured, CPU-seconds of every read of a pack, ``min``-``median`` of 7 side by side: on the
-shared chat data (5,412 examples, 8 units) reading whole costs 7-8 ms, a read per range
-18; on 20.5M phi-3 tokens in 152 parts (102,828 examples, 20 row groups) a read per range
-costs 0.47-0.49 s (0.65-0.67 when each read was a Python call of its own, in plan order),
-reading whole 0.74-0.79, and that grows with the spill times its row groups; a memory map
-of each part, gathered by the jitted loop, was no cheaper than the reads (about 30 µs a map
-and a page fault a range).  Short ranges turn that around: 1,000,000 chat examples of 23
-tokens on average (23.0M tokens, one part, ``scripts/bench_repack.py``) took 2,000,000
-read calls and 7.9 s (profiled) to write their shards; ranges of at most ``SHORT_RANGE``
-tokens on average are therefore gathered from a memory map of each part by the jitted loop.
+Ranges of at most ``SHORT_RANGE`` tokens on average are gathered from a memory map of each
+part by the jitted loop instead: one read call a range would cost more than the tokens
+(``docs/performance.md``, "Reading the spill's parts").
 The folders must be on storage every worker reaches (beside
 the output).
 """

@@ -33,9 +33,8 @@ from packshard.digests import sha256_bytes
 from packshard.errors import OutputError
 from packshard.format.environment import CONTENT_LIBRARIES, library_versions
 from packshard.format.version import FORMAT_VERSION
-from packshard.ingest.read.splits import WorkUnit
-from packshard.ingest.template.sandbox import template_conventions
-from packshard.pack.units.map import MARKER, UnitResult, load_unit, unit_files
+from packshard.ingest import WorkUnit, template_conventions
+from packshard.pack.units.map import MARKER, MappedUnit, load_unit, unit_files
 
 JOB = "job.json"
 PART_NAMES = {
@@ -107,7 +106,7 @@ def open_work(
     job.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def reusable_unit(folder: Path, unit: WorkUnit, note: Callable[[str], None]) -> UnitResult | None:
+def reusable_unit(folder: Path, unit: WorkUnit, note: Callable[[str], None]) -> MappedUnit | None:
     """Return a finished unit when its marker reads and its files are the ones it recorded.
 
     Anything else: the unit's folder is removed (it is redone) and ``note`` says why.

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +41,24 @@ from packshard.engine import Engine, open_engine, worker_share
 from packshard.engine.faults import FAULTS_ENV, parse_faults
 from packshard.format.folder.outdir import work_folder
 from packshard.format.rejects import RejectsWriter
-from packshard.ingest.markers import check_markers
-from packshard.ingest.read.sources import InputFile
-from packshard.ingest.read.splits import file_bytes, plan_units
-from packshard.ingest.template.fast import renderer_for
-from packshard.ingest.template.render import ChatTemplate, load_template
-from packshard.ingest.tokens.backends import check_forced, merged_entry
-from packshard.ingest.tokens.tokenizer import TokenizerBundle, load_tokenizer, tokenizer_json_path
+from packshard.ingest import (
+    InputFile,
+    Stage,
+    UnitTask,
+    file_bytes,
+    merged_entry,
+    open_stage,
+    plan_units,
+    tokenizer_json_path,
+)
+from packshard.ingest.types import StageSpec
 from packshard.pack.config import PackConfig
 from packshard.pack.heap import pad_heap, trim_heap
 from packshard.pack.plan.planner import warm_planner
 from packshard.pack.spill import Spill
 from packshard.pack.units.columns import COLUMNS, map_columns
 from packshard.pack.units.early import warm_up
-from packshard.pack.units.map import MapTask, UnitContext, UnitResult, drop_arrays, map_unit
+from packshard.pack.units.map import MappedUnit, SpillSink, drop_arrays, map_unit
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
 from packshard.store import hash_object, is_url
@@ -76,12 +81,14 @@ class DriverLoad:
     them (building the fast encoder takes 0.27 CPU-s for phi-3 and 1.4 for Qwen3, which the
     driver would spend while its workers map).  Tasks
     run in the driver's process (the serial engine) use this load through
-    :func:`~packshard.ingest.loaded.sharing`: the first of them waits for it.
+    :func:`~packshard.ingest.stage.loaded.sharing`: the first of them waits for it.  The load
+    and its checks are the stage's (:func:`~packshard.ingest.stage.open.open_stage`), as in
+    ``profile`` and ``verify``.
     """
 
     def __init__(self, config: PackConfig, pool: ThreadPoolExecutor) -> None:
         self._config, self._pool = config, pool
-        self._future: Future[tuple[TokenizerBundle, ChatTemplate | None]] | None = None
+        self._future: Future[Stage] | None = None
 
     def start(self) -> None:
         """Start loading, once; then load the planner's kernels (the plan comes next)."""
@@ -89,17 +96,12 @@ class DriverLoad:
             self._future = self._pool.submit(self._load)
             self._pool.submit(warm_planner, self._config.plan.strategy)
 
-    def _load(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
-        bundle = load_tokenizer(self._config.tokenizer)
-        template = load_template(self._config.template, bundle)
-        check_markers(bundle, template, self._config.allow_split_markers)
-        check_forced(bundle, self._config.ingest.backend)  # before any record is read
-        if template is not None and self._config.ingest.backend != "reference":
-            renderer_for(template, bundle.special_tokens_map, self._config.ingest.backend)
-        return bundle, template
+    def _load(self) -> Stage:
+        c = self._config
+        return open_stage(c.tokenizer, c.template, c.ingest, c.allow_split_markers)
 
-    def result(self) -> tuple[TokenizerBundle, ChatTemplate | None]:
-        """Return the tokenizer and template (raising what loading raised), once loaded."""
+    def result(self) -> Stage:
+        """Return the opened stage (raising what opening it raised), once loaded."""
         self.start()
         assert self._future is not None
         return self._future.result()
@@ -214,6 +216,17 @@ def _runs(sizes: list[int], count: int) -> list[tuple[int, int]]:
     return runs
 
 
+@dataclass(frozen=True, slots=True)
+class MapCounts:
+    """What the map stage counted over every unit, for the manifest."""
+
+    units: int
+    units_reused: int  # finished units --resume kept
+    reasoning_dropped: int  # trained turns whose reasoning the template left out
+    pairs_read: int  # preference records read (packed or rejected)
+    encode: dict[str, Any] | None  # what encoded the units (backends.merged_entry)
+
+
 def map_inputs(
     engine: Engine,
     config: PackConfig,
@@ -221,9 +234,9 @@ def map_inputs(
     hashes: list[str],
     rejects: RejectsWriter,
     started: Callable[[], None] = lambda: None,
-    done: Callable[[UnitResult], None] = lambda result: None,
+    done: Callable[[MappedUnit], None] = lambda result: None,
     note: Callable[[str], None] = lambda text: None,
-) -> tuple[Spill, Path, dict[str, Any]]:
+) -> tuple[Spill, Path, MapCounts]:
     """Map every unit (reusing finished ones on ``--resume``), merge, write the rejects.
 
     ``started`` is called once the map tasks are handed to the engine, ``done`` with each
@@ -239,10 +252,8 @@ def map_inputs(
     parts = job_parts(options, [f.path for f in files], hashes, setup_files(config))
     work = work_folder(Path(config.out))
     open_work(work, parts, config.resume, note)
-    context = UnitContext(
-        tokenizer=config.tokenizer,
-        template=config.template,
-        options=config.ingest,
+    stage = StageSpec(config.tokenizer, config.template, config.ingest)
+    sink = SpillSink(
         max_seq_len=config.plan.max_seq_len,
         overlong=config.plan.overlong,
         split_at_rows=config.plan.strategy == "wrapped",
@@ -254,7 +265,7 @@ def map_inputs(
         done(reused)
         drop_arrays(reused)  # read back one at a time by the merge, from the unit's folder
     todo = [i for i, r in enumerate(results) if r is None]
-    tasks = [MapTask(context, units[i]) for i in todo]
+    tasks = [UnitTask(stage, units[i], sink) for i in todo]
     keys = [t.unit.describe() for t in tasks]
     mapped = engine.run(
         map_unit,
@@ -270,14 +281,17 @@ def map_inputs(
     spill, ordered = merge_units(results, tuple(f.path for f in files))
     spill = map_columns(spill, work / COLUMNS)  # resident only while a stage reads them
     rejects.write(ordered)
-    info: dict[str, Any] = {"units": len(units), "units_reused": len(units) - len(todo)}
-    info["reasoning_dropped"] = sum(r.reasoning_dropped for r in results)
-    info["pairs_read"] = sum(r.pairs_read for r in results)
-    info["encode"] = merged_entry([r.encode for r in results])
-    return spill, work, info
+    counts = MapCounts(
+        units=len(units),
+        units_reused=len(units) - len(todo),
+        reasoning_dropped=sum(r.read.reasoning_dropped for r in results),
+        pairs_read=sum(r.read.pairs_read for r in results),
+        encode=merged_entry([r.read.encode for r in results]),
+    )
+    return spill, work, counts
 
 
-def _done(done: Callable[[UnitResult], None], result: UnitResult) -> None:
+def _done(done: Callable[[MappedUnit], None], result: MappedUnit) -> None:
     """Count a mapped unit, then let go of its arrays (the merge reads them back)."""
     done(result)
     drop_arrays(result)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import packshard.ingest.label.turns as turns
+import packshard.ingest.label.tiers as turns
 from packshard.ingest.template.render import compile_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 from tests.helpers import REASONING_CHAT, THINK, answer, build_qwen, chat, rendered_spans, user

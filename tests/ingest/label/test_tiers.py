@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-import packshard.ingest.label.chat as chat_module
-import packshard.ingest.label.spans as spans_module
-import packshard.ingest.label.turns as turns
+import packshard.ingest.label.tiers as chat_module
+import packshard.ingest.label.tiers as turns
 from packshard.errors import RecordError
 from packshard.ingest.template.render import compile_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
@@ -34,7 +33,7 @@ TAGGED = PLAIN.replace(
 )
 OFF = {  # search is two functions: any conversation's, and its shortcut for plain ones
     "tags": [(chat_module, "generation_blocks")],
-    "search": [(turns, "search_anchors"), (spans_module, "plain_turns")],
+    "search": [(turns, "search_anchors"), (turns, "plain_turns")],
     "probe": [(turns, "probe_anchors")],
     "prefix": [(turns, "prefix_turn")],
 }

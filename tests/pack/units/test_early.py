@@ -45,7 +45,7 @@ def config(data: Path, **options) -> PackConfig:
 
 
 def test_the_warm_up_names_functions_that_exist() -> None:
-    from packshard.ingest.loaded import load_early
+    from packshard.ingest.stage.loaded import load_early
     from packshard.pack.units.map import warm_worker
 
     assert (warm_worker.__module__, warm_worker.__name__) == (MAP_MODULE, WARM_FUNCTION)

@@ -38,7 +38,7 @@ SPLIT = 8000  # bytes per unit: 6 byte ranges of chat.jsonl, 2 of rows.parquet, 
 
 def units(inputs) -> list:
     from packshard.ingest.read.sources import expand_inputs
-    from packshard.ingest.read.splits import plan_units
+    from packshard.ingest.read.units import plan_units
 
     return plan_units(expand_inputs([str(p) for p in inputs]), SPLIT)
 
@@ -87,7 +87,7 @@ def test_a_unit_that_keeps_failing_fails_the_job_and_resume_finishes_it(
 ):
     whole = pack(inputs, tokenizer, tmp_path / "whole")
     out = tmp_path / "out"
-    second = units(inputs)[1].splits[0]  # a byte range of chat.jsonl: a unit of its own
+    second = units(inputs)[1].ranges[0]  # a byte range of chat.jsonl: a unit of its own
     assert second.describe() == f"{inputs[0]} bytes {second.start}–{second.stop}"
     monkeypatch.setenv("PACKSHARD_FAULTS", f"raise:bytes {second.start}–:9")
     with pytest.raises(TaskFailed) as err:

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-import packshard.ingest.label.spans as spans_module
-import packshard.ingest.label.turns as turns
+import packshard.ingest.label.tiers as turns
 from packshard.errors import RecordError
 from packshard.ingest.label.spans import render_examples
 from packshard.ingest.normalize import normalize_record
@@ -144,7 +143,7 @@ def test_plain_turns_label_as_the_full_search(shared_data, monkeypatch, name, op
         for raw in read_records(f, options=options)
     ]
     used: list[bool] = []
-    real = spans_module.plain_turns
+    real = turns.plain_turns
 
     def counted(*args: Any) -> Any:
         found = real(*args)
@@ -160,8 +159,8 @@ def test_plain_turns_label_as_the_full_search(shared_data, monkeypatch, name, op
                 out.append(err.code)
         return out
 
-    monkeypatch.setattr(spans_module, "plain_turns", counted)
+    monkeypatch.setattr(turns, "plain_turns", counted)
     shortcut = labels()
-    monkeypatch.setattr(spans_module, "plain_turns", lambda *args: None)
+    monkeypatch.setattr(turns, "plain_turns", lambda *args: None)
     assert shortcut == labels()
     assert sum(used) > len(records) * 9 // 10  # the shortcut placed most of them

@@ -1,4 +1,4 @@
-r"""Tier 4, the prefix difference: a turn is what rendering it adds to the conversation before.
+r"""Tier 4 (:mod:`~packshard.ingest.label.tiers`), prefix: a turn is what rendering it adds.
 
 The last tier, for the turns the search and the probe could not place (a template that
 rewrites what the stand-ins stand for, a content found twice).  Two renders per turn: the
@@ -23,16 +23,10 @@ left unplaced.
 
 from __future__ import annotations
 
-from typing import Any
-
 from packshard.errors import TemplateError
-from packshard.ingest.label.frame import Chat, common_length
+from packshard.ingest.label.chat import Chat, calls_tools
+from packshard.ingest.label.frame import common_length
 from packshard.ingest.template.render import render_chat
-
-
-def calls_tools(message: dict[str, Any]) -> bool:
-    """Tell whether a message dict calls tools (its turn is placed whole, not by content)."""
-    return bool(message.get("tool_calls"))
 
 
 def prefix_turn(chat: Chat, i: int) -> tuple[int, int, int] | None:

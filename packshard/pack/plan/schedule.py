@@ -1,10 +1,18 @@
-"""The eval split: records drawn by a seeded hash, each split planned and shuffled alone.
+"""The planning schedule: which examples are planned together, and the order of the rows.
 
-``pack --eval-fraction F`` draws whole records, never segments: a record is ``eval`` when a
-64-bit hash of (``--seed``, its input path as given, its line) falls below ``F``, so every
-example, part and turn-example of one record lands in the same split, the draw does not depend
-on the other records, on the workers or on the order of the inputs, and another seed draws
-another split.  ``--eval FILE…`` adds inputs whose records are all ``eval``::
+Every pack plans here (:func:`plan_examples`, then :func:`row_order`): one plan over every
+example, or one per group (``--group-by-domain``, ``--plan-scope group:N``), or one per
+split when there is an eval split; each plan's rows are then shuffled with the seed alone::
+
+    spill ─► [eval split: train | eval] ─► [groups] ─► planner per group ─► joined plan
+          ─► row_order: rows shuffled with --seed, train rows and eval rows apart
+
+**The eval split.** ``pack --eval-fraction F`` draws whole records, never segments: a record is
+``eval`` when a 64-bit hash of (``--seed``, its input path as given, its line) falls below
+``F``, so every example, part and turn-example of one record lands in the same split, the draw
+does not depend on the other records, on the workers or on the order of the inputs, and
+another seed draws another split.  ``--eval FILE…`` adds inputs whose records are all
+``eval``::
 
     key(source)  = first 8 bytes of BLAKE2b(seed, NUL, path)           one per input file
     h(record)    = splitmix64(key(source) XOR line × 0x9E3779B97F4A7C15)   numpy, vectorised
@@ -17,7 +25,7 @@ the rest eval, and example ids still number all examples in input order::
     rows    [ train rows … ][ eval rows … ]
     shards   shard-00000 …   eval-shard-00000 …      (manifest entries say "split")
 
-Without either option there is one plan over every example, exactly as before.
+Without either option there is one plan over every example.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import numpy as np
 
 from packshard.errors import UsageError
 from packshard.format.topology import padded_lengths
-from packshard.ingest.read.sources import InputFile
+from packshard.ingest import InputFile
 from packshard.pack.config import PackConfig
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, finalize_plan

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from packshard.errors import RecordError
-from packshard.ingest.label.chat import subtract
 from packshard.ingest.label.spans import render_examples
+from packshard.ingest.label.tiers import subtract
 from packshard.ingest.normalize import normalize_record
 from packshard.ingest.template.render import compile_template
 from packshard.ingest.tokens.labels import encode_rendered

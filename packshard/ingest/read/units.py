@@ -1,6 +1,6 @@
 """Work units of the inputs: byte ranges of JSONL, row groups of Parquet, whole other files.
 
-The driver cuts every input into deterministic splits before any worker starts; a split's
+The driver cuts every input into deterministic ranges before any worker starts; a range's
 identity is its input's index and its range, never who runs it::
 
     chat.jsonl   [0 ──────── 4 MiB)[4 MiB ─────── 8 MiB)[8 MiB ── 9.5 MiB)   byte ranges,
@@ -11,10 +11,10 @@ identity is its input's index and its range, never who runs it::
 A JSONL cut point is the first line start at or after each ``target_bytes`` boundary (a
 line that begins with a UTF-8 byte order mark is never a cut point: only the file's first
 line may carry one).  Records are read with :mod:`packshard.ingest.read.sources`' own JSONL parser,
-so a split gives exactly the records, rejects and reasons the whole file gives.  Lines inside
+so a range gives exactly the records, rejects and reasons the whole file gives.  Lines inside
 a byte range are numbered from 1 at its start; the driver knows how many lines every earlier
-range of the file held (:attr:`SplitRead.newlines`) and adds them, which makes every
-``file:line`` absolute without a pass over the file before the work starts.  Parquet splits
+range of the file held (:attr:`RangeRead.newlines`) and adds them, which makes every
+``file:line`` absolute without a pass over the file before the work starts.  Parquet ranges
 know their first row from the footer, so their rows are numbered absolutely from the start.
 A row group whose data cannot be decoded is the same one ``unreadable`` reject the whole file
 gives, and reading goes on with the next group, as the whole-file reader does.
@@ -23,21 +23,21 @@ Objects in a store (:attr:`~packshard.ingest.read.inputs.InputFile.in_store`) ar
 their sizes alone, in nominal ranges ``[k × target, (k + 1) × target)``; the worker mapping
 one moves each end to the first usable line start at or after it (the same rule), in ranged
 reads on its node, so adjacent ranges agree and every line is read once (a range holding no
-line start is empty).  A Parquet object's splits come from its footer (metadata only)::
+line start is empty).  A Parquet object's ranges come from its footer (metadata only)::
 
     s3://b/chat.jsonl  [0 ──── T)[T ──── 2T)[2T ─ size)   worker of [T, 2T): line start ≥ T … ≥ 2T
 
-Small inputs are gathered (:func:`plan_units`): a work unit is one split, or a run of
-consecutive inputs that are each one split (read whole) and together no larger than the
+Small inputs are gathered (:func:`plan_units`): a work unit is one range, or a run of
+consecutive inputs that are each one range (read whole) and together no larger than the
 unit size::
 
     a.jsonl (3 KB)  b.jsonl (5 KB)  c.jsonl (2 KB) │ big.jsonl [0 ── 16 MiB)[16 MiB ── 20 MiB)
     └──────── one unit: 00000-inputs-00002 ───────┘ └─ one unit each ──┘└────────────────┘
 
 A unit pays a fixed cost (a task, a spill folder, a marker, a part the shards read), so
-10,000 one-record files in 10,000 units cost 25× what one file of the same records did
-(48.5 s against 1.9 s); gathered, they are one unit, as that file is.  The records and
-their order are the same however inputs are gathered, so the output is too.
+small inputs are gathered into one unit, as one file of the same records is
+(``docs/performance.md``, "Many small inputs").  The records and their order are the same
+however inputs are gathered, so the output is too.
 """
 
 from __future__ import annotations
@@ -81,13 +81,13 @@ KINDS = ("bytes", "rows", "file")
 
 
 @dataclass(frozen=True, slots=True)
-class Split:
-    """One work unit: input ``index``, and ``[start, stop)`` in bytes or row groups.
+class InputRange:
+    """One range of an input: input ``index``, and ``[start, stop)`` in bytes or row groups.
 
     ``kind`` is ``bytes`` (a JSONL range), ``rows`` (Parquet row groups, the first of which
     begins at 0-based row ``first_row``) or ``file`` (read whole).  ``size`` is its share of
     the input's bytes (what progress counts; a row group's share of a Parquet file is in
-    proportion to its data), so the splits of an input add up to the file's size.
+    proportion to its data), so the ranges of an input add up to the file's size.
     """
 
     index: int
@@ -154,17 +154,17 @@ def file_bytes(f: InputFile) -> int:
     try:
         st = os.stat(f.real)
     except OSError:
-        return 0  # plan_splits names it
+        return 0  # plan_ranges names it
     return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
-def plan_splits(files: Sequence[InputFile], target_bytes: int = 0) -> list[Split]:
-    """Cut ``files`` into splits of about ``target_bytes`` (0: :func:`auto_split_bytes`)."""
+def plan_ranges(files: Sequence[InputFile], target_bytes: int = 0) -> list[InputRange]:
+    """Cut ``files`` into ranges of about ``target_bytes`` (0: :func:`auto_split_bytes`)."""
     return _cut(files, target_bytes)[0]
 
 
-def _cut(files: Sequence[InputFile], target_bytes: int) -> tuple[list[Split], int]:
-    """:func:`plan_splits`, and the unit size it cut by: every input ``stat``-ed once."""
+def _cut(files: Sequence[InputFile], target_bytes: int) -> tuple[list[InputRange], int]:
+    """:func:`plan_ranges`, and the unit size it cut by: every input ``stat``-ed once."""
     sizes: list[int | None] = []  # None: not a regular file
     for f in files:
         if f.stored_size is not None:
@@ -177,24 +177,26 @@ def _cut(files: Sequence[InputFile], target_bytes: int) -> tuple[list[Split], in
         sizes.append(st.st_size if stat.S_ISREG(st.st_mode) else None)
     if target_bytes <= 0:  # auto_split_bytes, from the sizes in hand
         target_bytes = _unit_bytes(sum(n or 0 for n in sizes))
-    splits: list[Split] = []
+    ranges: list[InputRange] = []
     for index, (f, n) in enumerate(zip(files, sizes, strict=True)):
         _, kind, codec = split_ext(os.path.basename(f.path))
         size = n or 0
         real = f.path if f.in_store else str(f.real)
-        whole = Split(index, f.path, real, "file", size=size, total=size)
+        whole = InputRange(index, f.path, real, "file", size=size, total=size)
         if n is None or codec or kind == ".json":
-            splits.append(whole)
+            ranges.append(whole)
         elif kind == ".parquet":
-            splits.extend(_row_group_splits(index, f, target_bytes, size) or [whole])
+            ranges.extend(_row_group_ranges(index, f, target_bytes, size) or [whole])
         else:
             if f.in_store:  # nominal: the worker finds the line starts (module docstring)
                 cuts = [*(range(0, size, target_bytes) or [0]), size]
             else:
                 cuts = _line_cuts(f.real, size, target_bytes)
             for lo, hi in pairwise(cuts):
-                splits.append(Split(index, f.path, real, "bytes", lo, hi, size=hi - lo, total=size))
-    return splits, target_bytes
+                ranges.append(
+                    InputRange(index, f.path, real, "bytes", lo, hi, size=hi - lo, total=size)
+                )
+    return ranges, target_bytes
 
 
 def _line_cuts(path: Path, size: int, target: int) -> list[int]:
@@ -232,7 +234,7 @@ def _next_line_start(fh: Any, pos: int, size: int) -> int:
     return size
 
 
-def _row_group_splits(index: int, f: InputFile, target: int, file_size: int) -> list[Split]:
+def _row_group_ranges(index: int, f: InputFile, target: int, file_size: int) -> list[InputRange]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -244,7 +246,7 @@ def _row_group_splits(index: int, f: InputFile, target: int, file_size: int) -> 
             meta = pq.ParquetFile(f.real).metadata
     except (OSError, pa.ArrowException, InputError):
         return []  # read whole: the reader reports the problem
-    splits: list[Split] = []
+    ranges: list[InputRange] = []
     lo = row = first = size = data = shown = 0
     total = max(1, sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)))
     for g in range(meta.num_row_groups):
@@ -254,26 +256,28 @@ def _row_group_splits(index: int, f: InputFile, target: int, file_size: int) -> 
         if size >= target or g == meta.num_row_groups - 1:
             share = file_size * data // total - shown  # the last one ends at the file's size
             real = f.path if f.in_store else str(f.real)
-            splits.append(Split(index, f.path, real, "rows", lo, g + 1, first, share, file_size))
+            ranges.append(
+                InputRange(index, f.path, real, "rows", lo, g + 1, first, share, file_size)
+            )
             lo, first, size, shown = g + 1, row, 0, shown + share
-    return splits
+    return ranges
 
 
 @dataclass
-class SplitRead:
+class RangeRead:
     """Counts a reader learns while it reads a split (filled in as records are yielded)."""
 
     newlines: int = 0  # b"\n" bytes in a byte range: the lines it holds
 
 
-def read_split(
-    split: Split, state: SplitRead | None = None, options: IngestOptions | None = None
+def read_range(
+    split: InputRange, state: RangeRead | None = None, options: IngestOptions | None = None
 ) -> Iterator[RawRecord]:
-    """Stream the records of one split, in file order (lines relative for ``bytes`` splits).
+    """Stream the records of one range, in file order (lines relative for ``bytes`` ranges).
 
     The limits of ``options`` apply as they do to the whole file (:func:`read_records`).
     """
-    state = state if state is not None else SplitRead()
+    state = state if state is not None else RangeRead()
     options = options or IngestOptions()
     limit = options.max_record_bytes
     f = split.input
@@ -308,9 +312,9 @@ def read_split(
             os.close(fd)
 
 
-def count_newlines(split: Split) -> int:
+def count_newlines(split: InputRange) -> int:
     """Return the lines a ``bytes`` split holds (its newline bytes), read without parsing."""
-    state = SplitRead()
+    state = RangeRead()
     fd = open_regular_fd(split.real, split.path)
     try:
         for _ in _range_bytes(_preader(fd), split, state, split.start, split.stop):
@@ -326,7 +330,7 @@ def _preader(fd: int) -> Callable[[int, int], bytes]:
 
 
 def _range_bytes(
-    read: Callable[[int, int], Any], split: Split, state: SplitRead, at: int, stop: int
+    read: Callable[[int, int], Any], split: InputRange, state: RangeRead, at: int, stop: int
 ) -> Iterator[bytes]:
     """Yield the bytes ``[at, stop)`` of ``split``'s input, at most ``CHUNK_SIZE`` a piece.
 
@@ -348,49 +352,49 @@ def _range_bytes(
 
 @dataclass(frozen=True, slots=True)
 class WorkUnit:
-    """One task's input: one split, or several whole inputs in a row (:func:`plan_units`)."""
+    """One task's input: one range, or several whole inputs in a row (:func:`plan_units`)."""
 
-    splits: tuple[Split, ...]
+    ranges: tuple[InputRange, ...]
 
     @property
     def gathered(self) -> bool:
-        """Whether the unit holds several whole inputs (else one split)."""
-        return len(self.splits) > 1
+        """Whether the unit holds several whole inputs (else one range)."""
+        return len(self.ranges) > 1
 
     @property
     def name(self) -> str:
         """A file-name-safe identity: the split's, or ``00003-inputs-00010`` (first, last)."""
-        first, last = self.splits[0], self.splits[-1]
+        first, last = self.ranges[0], self.ranges[-1]
         return f"{first.index:05d}-inputs-{last.index:05d}" if self.gathered else first.name
 
     @property
     def size(self) -> int:
         """The input bytes the unit reads (what progress counts)."""
-        return sum(s.size for s in self.splits)
+        return sum(s.size for s in self.ranges)
 
     def describe(self) -> str:
-        """Name the unit for people: the split's name, or its first and last inputs."""
-        first, last = self.splits[0], self.splits[-1]
+        """Name the unit for people: the range's name, or its first and last inputs."""
+        first, last = self.ranges[0], self.ranges[-1]
         if not self.gathered:
             return first.describe()
-        return f"{first.path} … {last.path} ({len(self.splits)} whole inputs)"
+        return f"{first.path} … {last.path} ({len(self.ranges)} whole inputs)"
 
 
 def plan_units(files: Sequence[InputFile], target_bytes: int = 0) -> list[WorkUnit]:
-    """Cut ``files`` into splits (:func:`plan_splits`), then gather the small whole inputs.
+    """Cut ``files`` into ranges (:func:`plan_ranges`), then gather the small whole inputs.
 
     A split that is its input's only one and smaller than the unit size joins the run of
-    such splits before it while their bytes stay within the unit size (and no input path
+    such ranges before it while their bytes stay within the unit size (and no input path
     repeats in it); any other split is a unit of its own (module docstring).  Like the
-    splits, the units depend on the inputs and the unit size alone.
+    ranges, the units depend on the inputs and the unit size alone.
     """
-    splits, target_bytes = _cut(files, target_bytes)
-    per_input = Counter(s.index for s in splits)
+    ranges, target_bytes = _cut(files, target_bytes)
+    per_input = Counter(s.index for s in ranges)
     units: list[WorkUnit] = []
-    run: list[Split] = []
+    run: list[InputRange] = []
     paths: set[str] = set()
     size = 0
-    for s in splits:
+    for s in ranges:
         whole = per_input[s.index] == 1 and s.size < target_bytes
         if run and (not whole or size + s.size > target_bytes or s.path in paths):
             units.append(WorkUnit(tuple(run)))

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from packshard.cli.commands import main
 from packshard.demo import demo_data_path
 from packshard.errors import TemplateError
-from packshard.ingest.markers import check_markers, split_markers, template_markers
+from packshard.ingest.stage.markers import check_markers, split_markers, template_markers
 from packshard.ingest.template.render import compile_template, load_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
 

@@ -1,4 +1,4 @@
-"""pack --eval-fraction / --eval: a seeded split by record, written as shards of its own."""
+"""pack --eval-fraction / --eval (planning schedule): a seeded split by record, own shards."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from packshard.errors import UsageError
 from packshard.format.card import card_configs
 from packshard.pack import PackConfig, pack_dataset
-from packshard.pack.plan.evalsplit import drawn_eval
+from packshard.pack.plan.schedule import drawn_eval
 from tests.helpers import output_digests, pack_demo_into
 
 

@@ -1,0 +1,1 @@
+"""The stage opened once and its work units: what every command that ingests shares."""

@@ -1,0 +1,209 @@
+"""One work unit ingested in a worker, and the driver's one way of putting units in order.
+
+``pack``, ``profile`` and ``verify`` cut their inputs into work units
+(:func:`~packshard.ingest.read.units.plan_units`) and run one :class:`UnitTask` per unit on
+an engine.  The task ingests its unit into the command's sink; the sink keeps what its
+command needs (a spill part, a profile's integers, digests) and returns it as the
+result's ``value``::
+
+    worker   UnitTask(stage, unit, sink) ─► run_unit(task, worker_cores()):
+               loaded(stage) ─► sink.open(…) ─► ingest(unit) ─► writer.add(chunk) …
+               ─► writer.finish(read) ─► UnitResult(unit, records, newlines, error, …, value)
+    driver   in_order(results, inputs) ─► (result, line base) per unit, in unit order;
+               the first unit error raised there, at its absolute line
+
+A unit's lines are relative to its byte range's start (a record on the range's first line is
+line 1); ``newlines`` is how many lines the range held, so the driver adds the lines of the
+ranges before it in the same input (``line base``).  Row groups and whole inputs are numbered
+from their input's start already (base 0).  A ``RecordError`` (``--on-error fail``,
+``--overlong error``) does not stop the unit's task: it comes back as ``error`` and the
+driver raises the first one in input order, whichever unit finished first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from packshard.errors import PackshardError, RecordError
+from packshard.ingest.label.spans import render_example
+from packshard.ingest.normalize import normalize_record
+from packshard.ingest.read.units import RangeRead, WorkUnit, read_range
+from packshard.ingest.stage.loaded import load_early, loaded
+from packshard.ingest.stream import ingest
+from packshard.ingest.template.fast import renderer_for
+from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.tokens.backends import decided, warm_encoder
+from packshard.ingest.tokens.labels import encode_texts, label_encodings
+from packshard.ingest.tokens.tokenizer import TokenizerBundle
+from packshard.ingest.types import IngestChunk, RawRecord, StageSpec
+from packshard.records import SourceRef
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitError:
+    """A record error a unit met, at its line relative to the unit's range."""
+
+    code: str
+    reason: str
+    source: str
+    line: int
+
+    def at(self, base: int) -> RecordError:
+        """Return the error at its absolute line (``base``: lines before the unit's range)."""
+        return RecordError(self.code, self.reason, self.source, self.line + base)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitRead:
+    """What ingesting a unit counted, whatever the command."""
+
+    records: int = 0  # every record read (accepted or rejected)
+    newlines: int = 0  # lines of a byte range (0 for row groups and whole inputs)
+    error: UnitError | None = None
+    reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
+    pairs_read: int = 0  # preference records read (packed or rejected)
+    encode: dict[str, Any] | None = None  # what encoded the unit (backends.decided)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitResult(Generic[T]):
+    """One unit's result: what ingest counted and what the command's sink kept (``value``)."""
+
+    unit: WorkUnit
+    read: UnitRead
+    value: T
+
+
+class UnitWriter(Protocol[T_co]):
+    """A command's side of one unit: fed each chunk, then finished once."""
+
+    def add(self, chunk: IngestChunk) -> None:
+        """Keep what the command needs of ``chunk``."""
+
+    def finish(self, read: UnitRead) -> T_co:
+        """Return what the unit's result carries back to the driver."""
+
+
+class UnitSink(Protocol[T_co]):
+    """What a command hands its unit tasks: picklable; opens a writer in the worker."""
+
+    def open(
+        self,
+        unit: WorkUnit,
+        spec: StageSpec,
+        bundle: TokenizerBundle,
+        template: ChatTemplate | None,
+    ) -> AbstractContextManager[UnitWriter[T_co]]:
+        """Open the unit's writer (closed, and cleaned up on failure, by the context)."""
+
+
+S = TypeVar("S", bound=UnitSink[Any], covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitTask(Generic[S]):
+    """One unit to ingest: the stage that loads it, the unit, the command's sink."""
+
+    stage: StageSpec
+    unit: WorkUnit
+    sink: S
+
+
+def run_unit(task: UnitTask[UnitSink[T]], threads: int) -> UnitResult[T]:
+    """Ingest one unit into its sink (see the module docstring); runs in a worker.
+
+    ``threads`` is the cores the worker may use (the engine's ``worker_cores``): with one,
+    chunks are encoded on the reading thread (:func:`~packshard.ingest.stream.ingest`).
+    """
+    spec, unit = task.stage, task.unit
+    bundle, template = loaded(spec.tokenizer, spec.template)
+    # decided while the first records render
+    warm_encoder(bundle, spec.options.backend, spec.options.small_job)
+    state = RangeRead()
+    records = reasoning_dropped = pairs_read = 0
+    error = None
+    with task.sink.open(unit, spec, bundle, template) as writer:
+        try:
+            chunks = ingest(
+                list(unit.ranges),
+                bundle,
+                template,
+                spec.options,
+                read=lambda s, options: read_range(s, state, options),
+                threads=threads,
+            )
+            for chunk in chunks:
+                records += chunk.records
+                reasoning_dropped += chunk.reasoning_dropped
+                pairs_read += chunk.pairs_read
+                writer.add(chunk)
+        except RecordError as exc:  # --on-error fail, --overlong error: the driver decides
+            error = UnitError(exc.code, exc.reason, exc.source, exc.line)
+        read = UnitRead(
+            records,
+            state.newlines,
+            error,
+            reasoning_dropped,
+            pairs_read,
+            decided(bundle, spec.options.backend, spec.options.small_job),
+        )
+        return UnitResult(unit, read, writer.finish(read))
+
+
+def in_order(results: Sequence[UnitResult[T]], inputs: int) -> Iterator[tuple[UnitResult[T], int]]:
+    """Yield each unit's result with its line base, in unit order; raise the first error.
+
+    ``inputs`` is the number of input files the units were cut from.  The line base is what
+    turns the unit's relative lines absolute: the lines of the byte ranges before it in the
+    same input (0 for row groups and whole inputs, numbered from their start).
+
+    Raises:
+        RecordError: the first unit error in input order, at its absolute line.
+
+    """
+    line_base = [0] * inputs
+    for result in results:
+        first = result.unit.ranges[0]  # the only one, or the first of whole inputs (base 0)
+        base = line_base[first.index] if first.kind == "bytes" else 0
+        if not result.unit.gathered:
+            line_base[first.index] += result.read.newlines
+        if result.read.error is not None:
+            raise result.read.error.at(base)
+        yield result, base
+
+
+def warm_stage(specs: tuple[str, str | None, str] | tuple[str, str | None, str, bool]) -> None:
+    """Load the tokenizer, the template and the run's backends, and label one tiny record.
+
+    ``specs`` are the tokenizer, the template, ``--backend`` and, optionally, whether the
+    job is small (:func:`~packshard.ingest.stage.loaded.load_early`).  The tiny record also loads
+    every jitted kernel labelling uses; run in the fork server, all of it is in each worker
+    before its first unit (:mod:`packshard.engine.forkwarm`).  So are the fast renderer and
+    encoder, which each worker would otherwise build again (0.25 CPU-s for phi-3's fastokens
+    encoder, 1.33 for Qwen3's).  The encoder is only built here, never used, so that no
+    state of its library's threads crosses the fork; each worker still decides and proves
+    it (canary, first records) as before.  The loads are
+    :func:`~packshard.ingest.stage.loaded.load_early`'s, already done when the server ran it.
+    """
+    tokenizer, template_spec, backend, *_ = specs
+    load_early(specs)
+    bundle, template = loaded(tokenizer, template_spec)
+    value: dict[str, Any] = {"text": "warm"}
+    if template is not None:
+        value = {
+            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+        }
+    try:
+        if backend != "reference" and template is not None:
+            renderer_for(template, bundle.special_tokens_map, backend)
+        conv = normalize_record(RawRecord(SourceRef("warm", 1), "warm", value))
+        rendered = [render_example(conv, template, bundle, "auto")]
+        label_encodings(bundle, rendered, encode_texts(bundle, rendered))
+    except PackshardError:  # a template that wants other turns: the first unit warms up
+        return
