@@ -26,9 +26,16 @@ interpreter's exceptions (installed when the context is made), the runtime's all
 (``rtsys.initialize``) and the hash secret (the one symbol set a registry module installs, by
 being imported).  So an own process loads cached kernels after those two steps alone; a kernel
 that must be compiled (no cache yet, another CPU) goes through numba's compiler, which refreshes
-the whole context itself.  Measured in a fresh process, numpy and numba imported, median of 2:
-the planner's first plan 0.39-0.42 CPU-s with numba's refresh, 0.16-0.19 with the light one,
-the same rows; the ids and labels of a labelled record the same.
+the whole context itself.  The planner's first plan in the command's own process
+(``scripts/bench_startup.py``, median of 5): 0.108 CPU-s, against 0.333 with numba's refresh
+(and 0.543 in a library caller's process, which loads the extensions too); the same rows, and
+the same shards byte for byte from whole ``pack`` processes::
+
+    first kernel of an own process     numba's load          the light load
+    refresh: registries imported       yes (0.2-0.25 CPU-s)  no
+    runtime initialised, hash secret   yes                   yes
+    machine code from the cache        yes                   yes
+    a kernel compiled later            refreshes itself      refreshes itself
 """
 
 from __future__ import annotations

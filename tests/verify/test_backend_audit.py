@@ -17,6 +17,7 @@ import pytest
 from packshard.demo import demo_data_path
 from packshard.ingest.tokens import backends
 from packshard.pack import PackConfig, pack_dataset
+from packshard.pack.units import early
 from packshard.verify.run import VerifyOptions, verify_dataset
 
 pytest.importorskip("fastokens")
@@ -37,6 +38,8 @@ class _Changed:
 
 @pytest.fixture
 def corrupted(monkeypatch):
+    # the demo is a small job, which tries gigatoken first: moved below it, fastokens encodes
+    monkeypatch.setattr(early, "SMALL_JOB_BYTES", 0)
     real = backends.FastEncoder.encode_batch
 
     def encode_batch(self, texts):
