@@ -143,8 +143,10 @@ def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
     inject(task.name, task.faults, Path(task.work) / "_faults")
     # row groups come and go: keep the heap's top (packshard.pack.heap), in a worker; in the
-    # driver (--workers 1) the pad would hold each freed row group resident at its peak
-    pad_heap(0 if os.getpid() == task.driver else BUSY_PAD)
+    # driver (--workers 1) the pad would hold each freed row group resident at its peak, and
+    # one row group at a time keeps the driver's peak one row group lower
+    in_driver = os.getpid() == task.driver
+    pad_heap(0 if in_driver else BUSY_PAD)
     read = partial(read_part_ranges, task.parts)
 
     offsets = task.row_offsets
@@ -178,7 +180,14 @@ def write_task(task: WriteTask) -> ShardInfo:
     try:
         pairs = task.codes is not None
         info = write_shard(
-            tables(), folder, attempt, task.dataset_id, task.compression, pairs, task.multiple
+            tables(),
+            folder,
+            attempt,
+            task.dataset_id,
+            task.compression,
+            pairs,
+            task.multiple,
+            overlap=not in_driver,
         )
         os.replace(folder / attempt, folder / task.name)
     finally:
