@@ -148,6 +148,7 @@ def write_shard(
     compression: str,
     pairs: bool = False,
     multiple: int = 1,
+    overlap: bool = True,
 ) -> ShardInfo:
     """Write one shard file from a table, or from row-group tables made one at a time.
 
@@ -155,7 +156,9 @@ def write_shard(
     never sits in memory whole; blocks of ``ROW_GROUP_ROWS`` rows give the same file as one
     table.  ``seq_lengths`` is derived from each table's ``cu_seqlens`` (any given is
     replaced).  ``pairs``: the tables carry the pair columns (:data:`PAIR_SCHEMA`).  ``multiple``
-    > 1 adds ``cu_seqlens_padded`` (:data:`PADDED_FIELD`).  Returns the shard's manifest entry.
+    > 1 adds ``cu_seqlens_padded`` (:data:`PADDED_FIELD`).  ``overlap`` encodes a row group on
+    a thread while the next one is made (two row groups in memory); without it, one at a time
+    (the same bytes).  Returns the shard's manifest entry.
     """
     meta = parquet_metadata(dataset_id)
     path = folder / name
@@ -177,12 +180,17 @@ def write_shard(
             if writing is not None:
                 writing.result()
             group = with_seq_lengths(table, multiple).replace_schema_metadata(meta)
-            writing = pool.submit(writer.write_table, group, row_group_size=ROW_GROUP_ROWS)
             rows += table.num_rows
             for chunk in table["num_tokens"].chunks:
                 tokens += int(numpy_view(chunk).sum(dtype=np.int64))
             for chunk in table["num_loss_tokens"].chunks:
                 loss_tokens += int(numpy_view(chunk).sum(dtype=np.int64))
+            del table  # the group (the pool's while it writes) holds its columns
+            if not overlap:  # here: what the encoder frees is this thread's to reuse
+                writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
+                continue
+            writing = pool.submit(writer.write_table, group, row_group_size=ROW_GROUP_ROWS)
+            del group
         if writing is not None:
             writing.result()
     return ShardInfo(

@@ -11,17 +11,17 @@ Stages, each its own module, in this order::
 Everything after the spill is :func:`~packshard.pack.finish.pack_spill`, the route ``repack``
 takes too.
 
-Memory holds the token offsets, the plan, one chunk of the examples index (131,072 rows)
-and two row groups of a shard; tokens wait on disk in the spill, and the other per-example
-columns in files mapped and handed back after each stage
+Memory holds the plan, one chunk of the examples index (131,072 rows) and a shard's row
+groups; tokens wait on disk in the spill, and the per-example columns (token offsets
+included) in files mapped and handed back after each stage
 (:mod:`packshard.pack.units.columns`).  Each stage drops the columns no later stage reads
 (:meth:`~packshard.pack.spill.Spill.without`, :meth:`~packshard.pack.plan.rows.RowPlan.without`)
 and the heap is trimmed between stages (:func:`~packshard.pack.heap.trim_heap`).  Measured
 (``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token records minus that at
-200k, over 1.8M, ``--workers 1``): 36-48 bytes an example from run to run, the shards'
-row groups setting the peak; each earlier stage holds 42-59 at its own peak
-(``docs/scale.md``: every run, each stage's peak, and the plan by blocks that bounds the
-driver for 1B examples).  Each stage
+200k, over 1.8M, ``--workers 1``): 13-30 bytes an example from run to run (the difference
+of two mostly fixed peaks), about 22 from 2M to 4M, where planning and the row shuffle hold
+their 20-22 bytes an example (``docs/scale.md``: what each byte is, every run, and the plan
+for 1B examples).  Each stage
 returns a typed value (the spill with what it accepted, the rejects file's tally, the
 plan, the shards' entries) and :func:`~packshard.pack.counts.pack_stats` combines them once.
 

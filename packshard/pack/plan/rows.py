@@ -287,10 +287,11 @@ def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray | None = None) -
             seg_targets=narrow(spill.loss_tokens[seg_ex]),
         )
         del raw
-        every = index is None or _identity(index, len(spill))
-        if not start.any() and (every or _increasing(index)):  # each once: its rank is its id
-            ids = seg_ex if every else narrow(np.searchsorted(index, seg_ex))
-            return replace(plan, example_id=ids).narrowed()
+        if not start.any():  # each example once: its rank is its id
+            if index is None or _identity(index, len(spill)):
+                return replace(plan, example_id=seg_ex).narrowed()
+            if _increasing(index):
+                return replace(plan, example_id=narrow(np.searchsorted(index, seg_ex))).narrowed()
         return number_examples(plan).narrowed()
     assert index is not None
     seg_example = index[np.asarray(raw.seg_example, dtype=np.int64)]

@@ -38,7 +38,7 @@ from packshard.format.shards import (
     ShardInfo,
     write_shard,
 )
-from packshard.pack.heap import BUSY_PAD, pad_heap, trim_heap
+from packshard.pack.heap import BUSY_PAD, pad_heap
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill, narrow
 from packshard.pack.units.columns import release_columns
@@ -143,7 +143,8 @@ def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
     inject(task.name, task.faults, Path(task.work) / "_faults")
     # row groups come and go: keep the heap's top (packshard.pack.heap), in a worker; in the
-    # driver (--workers 1) the pad would hold each freed row group resident at its peak
+    # driver (--workers 1) the pad would hold each freed row group resident at its peak, and
+    # one row group at a time keeps the driver's peak one row group lower
     in_driver = os.getpid() == task.driver
     pad_heap(0 if in_driver else BUSY_PAD)
     read = partial(read_part_ranges, task.parts)
@@ -179,13 +180,18 @@ def write_task(task: WriteTask) -> ShardInfo:
     try:
         pairs = task.codes is not None
         info = write_shard(
-            tables(), folder, attempt, task.dataset_id, task.compression, pairs, task.multiple
+            tables(),
+            folder,
+            attempt,
+            task.dataset_id,
+            task.compression,
+            pairs,
+            task.multiple,
+            overlap=not in_driver,
         )
         os.replace(folder / attempt, folder / task.name)
     finally:
         (folder / attempt).unlink(missing_ok=True)
-        if in_driver:  # the examples index comes next, and its peak is the driver's
-            trim_heap()
     return replace(info, path=task.name)
 
 
