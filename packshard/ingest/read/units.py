@@ -52,8 +52,9 @@ from pathlib import Path
 from typing import Any
 
 from packshard.errors import InputError
-from packshard.ingest.read.inputs import open_regular_fd, open_stored, split_ext
+from packshard.ingest.read.inputs import open_stored, split_ext
 from packshard.ingest.read.parquet import parquet_records
+from packshard.ingest.read.regular import open_regular_fd
 from packshard.ingest.read.sources import (
     CHUNK_SIZE,
     InputFile,

@@ -34,7 +34,7 @@ import jinja2
 from jinja2 import nodes
 
 from packshard.errors import InputError, TemplateError
-from packshard.ingest.read.inputs import open_regular
+from packshard.ingest.read.regular import open_regular
 from packshard.ingest.template.budget import BUDGET, Budget, RenderLimits, TemplateBudgetError
 from packshard.ingest.template.sandbox import (
     RECORDER,
