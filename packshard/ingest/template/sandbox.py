@@ -49,7 +49,7 @@ from jinja2.utils import generate_lorem_ipsum
 from markupsafe import Markup
 
 from packshard.errors import TemplateError
-from packshard.ingest.template import budget, guards
+from packshard.ingest.template import budget
 
 __all__ = [
     "CONVENTIONS_ID",
@@ -173,13 +173,13 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         return self.binop_table[operator](left, right)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        guards.check_call(__obj, args, kwargs)
+        budget.check_call(__obj, args, kwargs)
         if __obj is generate_lorem_ipsum:  # lipsum(n=5, html=True, min=20, max=100)
             n = kwargs.get("n", args[0] if args else 5)
             most = kwargs.get("max", args[3] if len(args) > 3 else 100)
             if type(n) is int and type(most) is int:
                 budget.current().size(n * max(most, 1) * 12, "lorem ipsum text")
-        return guards.check_result(super().call(__context, __obj, *args, **kwargs))
+        return budget.check_result(super().call(__context, __obj, *args, **kwargs))
 
     def checked_join(self, markup: bool, parts: tuple[Any, ...]) -> Any:
         """Join ``a ~ b ~ …`` as Jinja's ``str_join`` (``markup_join``) does, size checked."""
@@ -291,7 +291,7 @@ def make_environment() -> _Sandbox:
     )
     env.filters["tojson"] = _tojson
     env.filters[LOOP_FILTER] = _loop_filter
-    guards.check_filters(env.filters)
+    budget.check_filters(env.filters)
     env.globals.update(
         raise_exception=raise_exception,
         strftime_now=strftime_now,
