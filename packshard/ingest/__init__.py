@@ -28,7 +28,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for the type checker: `as` marks each exported
-    from packshard.ingest.label.frame import Frame as Frame
+    from packshard.ingest.label.chat import Frame as Frame
     from packshard.ingest.label.frame import template_frame as template_frame
     from packshard.ingest.label.reasoning import find_block as find_block
     from packshard.ingest.media.grid import image_grid as image_grid
@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # the same names, for the type checker: `as` marks each expor
     from packshard.ingest.stage.unit import in_order as in_order
     from packshard.ingest.stage.unit import run_unit as run_unit
     from packshard.ingest.stage.unit import warm_stage as warm_stage
-    from packshard.ingest.template.render import ChatTemplate as ChatTemplate
+    from packshard.ingest.template.sandbox import ChatTemplate as ChatTemplate
     from packshard.ingest.template.sandbox import template_conventions as template_conventions
     from packshard.ingest.tokens.backends import backend_note as backend_note
     from packshard.ingest.tokens.backends import merged_entry as merged_entry
@@ -101,10 +101,10 @@ FACE = {
     "packshard.ingest.normalize": ("normalize_record",),
     "packshard.ingest.pairs": ("pair_starts",),
     "packshard.ingest.media.grid": ("image_grid",),
-    "packshard.ingest.label.frame": ("Frame", "template_frame"),
+    "packshard.ingest.label.chat": ("Frame",),
+    "packshard.ingest.label.frame": ("template_frame",),
     "packshard.ingest.label.reasoning": ("find_block",),
-    "packshard.ingest.template.render": ("ChatTemplate",),
-    "packshard.ingest.template.sandbox": ("template_conventions",),
+    "packshard.ingest.template.sandbox": ("ChatTemplate", "template_conventions"),
     "packshard.ingest.tokens.backends": ("backend_note", "merged_entry"),
     "packshard.ingest.tokens.tokenizer": (
         "TokenizerBundle",

@@ -25,6 +25,7 @@ places only (:class:`_CheckedCode`): a loop iterates its iterable through the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import types
@@ -50,11 +51,13 @@ from markupsafe import Markup
 
 from packshard.errors import TemplateError
 from packshard.ingest.template import budget
+from packshard.ingest.template.budget import RenderLimits
 
 __all__ = [
     "CONVENTIONS_ID",
     "CONVENTION_RULES",
     "RECORDER",
+    "ChatTemplate",
     "GenerationExtension",
     "Recorder",
     "SecurityError",
@@ -72,6 +75,30 @@ CONVENTION_RULES = (
     "extensions: loopcontrols and {% generation %} blocks",
     "an unsafe attribute raises instead of rendering empty",
 )
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A compiled chat template and where it came from (recorded in the manifest)."""
+
+    source: str
+    text: str
+    sha256: str
+    has_generation: bool
+    compiled: jinja2.Template = field(repr=False, compare=False)
+    flat_globals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    limits: RenderLimits = field(default=RenderLimits(), compare=False)
+    fast: Any = field(default=None, repr=False, compare=False)
+    """The run's fast renderer (:mod:`packshard.ingest.template.fast`), None for the sandbox."""
+
+    @property
+    def label_spans(self) -> str:
+        """The label path chat records take: ``generation_tags`` or ``offsets``."""
+        return "generation_tags" if self.has_generation else "offsets"
+
+    def bounded(self, max_chars: int, seconds: float) -> ChatTemplate:
+        """Return this template rendering under the given size and time budget."""
+        return dataclasses.replace(self, limits=RenderLimits(max_chars, seconds))
 
 
 def template_conventions() -> dict[str, object]:
