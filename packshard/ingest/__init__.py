@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # the same names, for the type checker: `as` marks each expor
     from packshard.ingest.label.reasoning import find_block as find_block
     from packshard.ingest.media.grid import image_grid as image_grid
     from packshard.ingest.normalize import normalize_record as normalize_record
-    from packshard.ingest.pairs import pair_starts as pair_starts
     from packshard.ingest.progress import IngestProgress as IngestProgress
     from packshard.ingest.progress import open_progress as open_progress
     from packshard.ingest.progress import progress_mode as progress_mode
@@ -67,6 +66,7 @@ if TYPE_CHECKING:  # the same names, for the type checker: `as` marks each expor
     from packshard.ingest.tokens.tokenizer import TokenizerBundle as TokenizerBundle
     from packshard.ingest.tokens.tokenizer import load_tokenizer as load_tokenizer
     from packshard.ingest.tokens.tokenizer import tokenizer_json_path as tokenizer_json_path
+    from packshard.ingest.types import pair_starts as pair_starts
 
 FACE = {
     "packshard.ingest.stage.open": (
@@ -99,7 +99,7 @@ FACE = {
     ),
     "packshard.ingest.progress": ("IngestProgress", "open_progress", "progress_mode"),
     "packshard.ingest.normalize": ("normalize_record",),
-    "packshard.ingest.pairs": ("pair_starts",),
+    "packshard.ingest.types": ("pair_starts",),
     "packshard.ingest.media.grid": ("image_grid",),
     "packshard.ingest.label.chat": ("Frame",),
     "packshard.ingest.label.frame": ("template_frame",),

@@ -27,15 +27,9 @@ from packshard.errors import InputError, RecordError
 from packshard.ingest.read.regular import special_file
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
-from packshard.store import (
-    fetch_input,
-    glob_sized,
-    is_url,
-    list_objects,
-    object_size,
-    open_object,
-    parse_url,
-)
+from packshard.store.objects import glob_sized, list_objects, object_size, open_object
+from packshard.store.stage import fetch_input
+from packshard.store.urls import is_url, parse_url
 
 EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"
 _CODECS = (".gz", ".zst")

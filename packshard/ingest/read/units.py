@@ -62,8 +62,8 @@ from packshard.ingest.read.sources import (
     read_records,
 )
 from packshard.ingest.types import IngestOptions, RawRecord
-from packshard.store import is_url
 from packshard.store.objects import store_errors
+from packshard.store.urls import is_url
 
 SPLIT_BYTES = 64 * 1024 * 1024
 """The largest unit :func:`auto_split_bytes` makes (bytes of JSONL; Parquet row groups are
