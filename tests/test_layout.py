@@ -388,9 +388,10 @@ def test_the_face_types_what_it_exports() -> None:
         _ = face.nothing
 
 
-MAX_DEPTH = {"packshard": 22, "packshard.ingest": 11}
+MAX_DEPTH = {"packshard": 17, "packshard.ingest": 8}
 """The longest chain of imports (modules in it), package-wide and inside ``ingest/``: no
-longer than now (23 and 13 before the face and the labelling table; the aim is 15 and 8)."""
+longer than now (23 and 13 before the face and the labelling table, 22 and 11 before the
+labelling modules became siblings of one leaf; the aim is 15 and 8)."""
 
 
 def _depth_graph() -> dict[str, set[str]]:

@@ -148,7 +148,7 @@ def pack(
     config = PackConfig.build(inputs=data, format=fmt, **options)
     listed = start_early(config)  # the workers' imports and warm-up beside this process's own
     from packshard.cli.tables import console, render_mixture, render_pack_summary
-    from packshard.pack import pack_dataset
+    from packshard.pack.pipeline import pack_dataset
 
     _settled()
 

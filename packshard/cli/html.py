@@ -37,7 +37,7 @@ from packshard.cli.tables import (
 )
 
 if TYPE_CHECKING:  # imported where a profile page is drawn (it imports the planner)
-    from packshard.profile import DomainProfile, ProfileReport
+    from packshard.profile.report import DomainProfile, ProfileReport
 
 COLORS = {"bar": "#4878b0", "over": "#e0803a", "line": "#c0392b", "axis": "#555", "grid": "#ddd"}
 
@@ -128,7 +128,7 @@ BUCKETING_NOTE = (
 
 def draw_utilization(d: DomainProfile) -> str:
     """Return an SVG bar chart of the useful-token share under each strategy."""
-    from packshard.profile import STRATEGIES
+    from packshard.profile.lengths import STRATEGIES
 
     width, label_w, row_h, bar_w = 640, 160, 30, 400
     height = row_h * len(STRATEGIES) + 10

@@ -32,7 +32,7 @@ from packshard.cli.errors import one_line, printable
 from packshard.options import CHECKS
 
 if TYPE_CHECKING:  # the profile tables import it when they render (it imports the planner)
-    from packshard.profile import DomainProfile, ProfileReport
+    from packshard.profile.report import DomainProfile, ProfileReport
 
 
 _PAIR_KEYS = ("seen", "packed", "rejected")
@@ -371,7 +371,7 @@ def build_lengths_table(report: ProfileReport) -> Table:
 
 def build_utilization_table(report: ProfileReport) -> Table:
     """Return the per-domain table of useful-token share under each strategy."""
-    from packshard.profile import STRATEGIES
+    from packshard.profile.lengths import STRATEGIES
 
     def cells(d: DomainProfile) -> list[str]:
         if not d.utilization:

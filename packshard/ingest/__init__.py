@@ -28,12 +28,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for the type checker: `as` marks each exported
-    from packshard.ingest.label.frame import Frame as Frame
+    from packshard.ingest.label.chat import Frame as Frame
     from packshard.ingest.label.frame import template_frame as template_frame
     from packshard.ingest.label.reasoning import find_block as find_block
     from packshard.ingest.media.grid import image_grid as image_grid
     from packshard.ingest.normalize import normalize_record as normalize_record
-    from packshard.ingest.pairs import pair_starts as pair_starts
     from packshard.ingest.progress import IngestProgress as IngestProgress
     from packshard.ingest.progress import open_progress as open_progress
     from packshard.ingest.progress import progress_mode as progress_mode
@@ -60,13 +59,14 @@ if TYPE_CHECKING:  # the same names, for the type checker: `as` marks each expor
     from packshard.ingest.stage.unit import in_order as in_order
     from packshard.ingest.stage.unit import run_unit as run_unit
     from packshard.ingest.stage.unit import warm_stage as warm_stage
-    from packshard.ingest.template.render import ChatTemplate as ChatTemplate
+    from packshard.ingest.template.sandbox import ChatTemplate as ChatTemplate
     from packshard.ingest.template.sandbox import template_conventions as template_conventions
     from packshard.ingest.tokens.backends import backend_note as backend_note
     from packshard.ingest.tokens.backends import merged_entry as merged_entry
     from packshard.ingest.tokens.tokenizer import TokenizerBundle as TokenizerBundle
     from packshard.ingest.tokens.tokenizer import load_tokenizer as load_tokenizer
     from packshard.ingest.tokens.tokenizer import tokenizer_json_path as tokenizer_json_path
+    from packshard.ingest.types import pair_starts as pair_starts
 
 FACE = {
     "packshard.ingest.stage.open": (
@@ -99,12 +99,12 @@ FACE = {
     ),
     "packshard.ingest.progress": ("IngestProgress", "open_progress", "progress_mode"),
     "packshard.ingest.normalize": ("normalize_record",),
-    "packshard.ingest.pairs": ("pair_starts",),
+    "packshard.ingest.types": ("pair_starts",),
     "packshard.ingest.media.grid": ("image_grid",),
-    "packshard.ingest.label.frame": ("Frame", "template_frame"),
+    "packshard.ingest.label.chat": ("Frame",),
+    "packshard.ingest.label.frame": ("template_frame",),
     "packshard.ingest.label.reasoning": ("find_block",),
-    "packshard.ingest.template.render": ("ChatTemplate",),
-    "packshard.ingest.template.sandbox": ("template_conventions",),
+    "packshard.ingest.template.sandbox": ("ChatTemplate", "template_conventions"),
     "packshard.ingest.tokens.backends": ("backend_note", "merged_entry"),
     "packshard.ingest.tokens.tokenizer": (
         "TokenizerBundle",

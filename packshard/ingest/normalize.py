@@ -57,20 +57,9 @@ from packshard.ingest.messages import (
     with_system,
 )
 from packshard.ingest.pairs import from_kto, from_preference, is_kto, is_preference
-from packshard.ingest.read.jsonparse import a_json_kind, json_kind
+from packshard.ingest.read.jsonparse import a_json_kind, is_encodable, json_kind
 from packshard.ingest.types import Conversation, Message, RawRecord
 from packshard.options import FORMAT_CHOICES, check_choice
-
-
-def is_encodable(text: str) -> bool:
-    """Tell whether ``text`` can be UTF-8 (JSON can spell lone surrogates; UTF-8 cannot)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def detect_format(value: dict[str, Any]) -> str:

@@ -35,15 +35,14 @@ Rendered, each example carries a pair code (``Rendered.pair``: 0 plain, 1 chosen
 3 KTO undesirable, 4 KTO desirable); shards carry it as ``branch`` (0, 1, 2) and ``kto_label``
 (−1 none, 0, 1).  Packed, a pair is a unit: its chosen segment is immediately followed by its
 rejected one in the same row (:func:`packshard.pack.overlong.police_pairs`,
-:mod:`packshard.pack.plan.pairs`); :func:`pair_starts` finds the pairs among the codes.
+:mod:`packshard.pack.plan.pairs`); :func:`~packshard.ingest.types.pair_starts` finds the
+pairs among the codes.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
-
-import numpy as np
 
 from packshard.errors import RecordError
 from packshard.ingest.messages import (
@@ -58,9 +57,6 @@ from packshard.ingest.types import Conversation, Message
 
 PAIR_KEYS = (("chosen", "rejected"), ("chosen_messages", "rejected_messages"))
 """The key pairs a preference record is detected by (both present and not null)."""
-
-NOT_A_BRANCH, CHOSEN, REJECTED = 0, 1, 2
-"""The ``branch`` codes of a segment (shards) and of an example (ingest)."""
 
 
 def is_preference(value: dict[str, Any]) -> bool:
@@ -198,10 +194,3 @@ def from_kto(value: dict[str, Any], ref: Any, domain: str) -> Conversation:
             "no_assistant_turn", "a KTO record must end with the assistant message it labels"
         )
     return Conversation(ref, domain, "kto", msgs, tools_of(value), kto_label=label)
-
-
-def pair_starts(codes: np.ndarray) -> np.ndarray:
-    """Return the positions of the chosen branches whose rejected branch follows them."""
-    if codes.size < 2:
-        return np.zeros(0, np.int64)
-    return np.flatnonzero((codes[:-1] == CHOSEN) & (codes[1:] == REJECTED))

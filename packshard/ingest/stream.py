@@ -53,9 +53,10 @@ import numpy as np
 from packshard.arrays import count_trained, exclusive_cumsum
 from packshard.errors import RecordError, TemplateError
 from packshard.ingest.label.spans import expanded_reason, render_examples
-from packshard.ingest.normalize import is_encodable, normalize_record
+from packshard.ingest.normalize import normalize_record
 from packshard.ingest.pairs import is_preference
 from packshard.ingest.progress import open_progress
+from packshard.ingest.read.jsonparse import is_encodable
 from packshard.ingest.read.sources import read_records
 from packshard.ingest.template.budget import TemplateRunawayError
 from packshard.ingest.template.fast import with_renderer

@@ -142,6 +142,15 @@ class Rendered:
 
 PAIR_CODES = ("plain", "chosen", "rejected", "kto_undesirable", "kto_desirable")
 """What ``Rendered.pair`` and ``TokenizedBatch.pairs`` hold, by code (int8)."""
+NOT_A_BRANCH, CHOSEN, REJECTED = 0, 1, 2
+"""The ``branch`` codes of a segment (shards) and of an example (ingest)."""
+
+
+def pair_starts(codes: np.ndarray) -> np.ndarray:
+    """Return the positions of the chosen branches whose rejected branch follows them."""
+    if codes.size < 2:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero((codes[:-1] == CHOSEN) & (codes[1:] == REJECTED))
 
 
 Markers = tuple[str, str]

@@ -11,12 +11,12 @@ import pytest
 from packshard.errors import RecordError
 from packshard.ingest.label.spans import render_examples
 from packshard.ingest.normalize import detect_format, normalize_record
-from packshard.ingest.pairs import PAIR_KEYS, is_preference, pair_starts
+from packshard.ingest.pairs import PAIR_KEYS, is_preference
 from packshard.ingest.read.sources import expand_inputs
 from packshard.ingest.stream import ingest
 from packshard.ingest.template.render import load_template
 from packshard.ingest.tokens.tokenizer import load_tokenizer
-from packshard.ingest.types import IngestOptions, Message, RawRecord
+from packshard.ingest.types import IngestOptions, Message, RawRecord, pair_starts
 from packshard.records import SourceRef
 from tests.helpers import write_jsonl
 

@@ -3,7 +3,10 @@
 One entry, :func:`~packshard.ingest.label.spans.render_examples`: it renders one record as its
 examples and picks the trained messages (loss policy, per-message flags, ``--turns``); the
 tiers of :mod:`~packshard.ingest.label.tiers` (its table is the one) choose their characters.
-Every module, in the order a record meets them::
+It is a table, not a chain: ``spans`` imports ``tiers``, ``tiers`` imports every other module,
+and those import only ``chat`` (the leaf: the conversation, its frame's type, shared text
+helpers) and the template.  What a tier needs of the template (frame, reasoning field) is
+passed in by ``tiers``.  Every module, in the order a record meets them::
 
     spans      render the record (template), choose the trained messages     render_examples
     reasoning  what reasoning the template is given; rendered blocks found   template_messages

@@ -7,22 +7,37 @@ built by keyword once a record is rendered (:func:`~packshard.ingest.label.spans
          messages=as the template saw them, tools=…, options=…, has_reasoning=per message,
          everything=--loss all)
 
-Its template's header and end markers (``frame``), the field the template reads reasoning
-from (``field``) and whether it splits content on the closing marker (``closing_only``) are
-read from the template's caches, never stored per record.
+It is a leaf of ``label/``: it imports no other labelling module, so every tier reads it
+side by side.  What a tier needs of the template beside it — its header and end markers
+(:func:`~packshard.ingest.label.frame.template_frame`), the field it reads reasoning from
+and whether it splits content on the closing marker
+(:mod:`~packshard.ingest.label.reasoning`) — comes from the template's caches and is
+passed in by :mod:`~packshard.ingest.label.tiers`, never stored per record.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from packshard.ingest.label.frame import Frame, template_frame
-from packshard.ingest.label.reasoning import Markers, reasoning_field, splits_inline
-from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.template.sandbox import ChatTemplate
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
-from packshard.ingest.types import IngestOptions
+from packshard.ingest.types import IngestOptions, Markers
 from packshard.records import SourceRef, quick
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What a template renders around turns: the assistant header and the end markers."""
+
+    header: str
+    closers: re.Pattern[str]
+    final: re.Pattern[str]  # the EOS that ends the text, with whitespace around it
+    specials: tuple[str, ...]  # the tokenizer's special tokens and EOS
+    opening: str = ""  # the reasoning marker a turn without a header may start with
 
 
 @quick
@@ -53,22 +68,34 @@ class Chat:
         """Whether any message holds reasoning the template is given."""
         return True in self.has_reasoning[: len(self.messages)]
 
-    @property
-    def field(self) -> str | None:
-        """The message field the template reads reasoning from (when there is reasoning)."""
-        return reasoning_field(self.template) if self.reasoning else None
-
-    @property
-    def closing_only(self) -> bool:
-        """Whether the template splits content on the closing marker itself."""
-        return splits_inline(self.template, self.markers) if self.reasoning else False
-
-    @property
-    def frame(self) -> Frame:
-        """The template's header and end markers (cached per template)."""
-        return template_frame(self.template, self.bundle, self.markers)
-
 
 def calls_tools(message: dict[str, Any]) -> bool:
     """Tell whether a message dict calls tools (its turn is placed whole, not by content)."""
     return bool(message.get("tool_calls"))
+
+
+def common_length(text: str, other: str, specials: Iterable[str]) -> int:
+    """How far ``text`` and ``other`` agree, moved back out of any special token of ``text``."""
+    k = len(os.path.commonprefix([text, other]))  # noqa: RUF071 (characters, not paths)
+    for s in specials:  # never cut inside one (<|end|>\n<|assistant|> vs <|endof…)
+        if 0 <= (at := text.find(s, max(0, k - len(s) + 1))) < k:  # the first k can cut
+            k = at
+    return k
+
+
+def split_inline(content: str, markers: Markers, closing_only: bool) -> tuple[str, str] | None:
+    """Return ``(reasoning, answer)`` of an inline block at the start of ``content``, or None.
+
+    ``closing_only`` also accepts a closing marker with no opening one before it.
+    """
+    opening, closing = markers
+    end = content.find(closing)
+    if end < 0:
+        return None
+    head = content[:end]
+    stripped = head.lstrip()
+    if stripped.startswith(opening):
+        return stripped[len(opening) :], content[end + len(closing) :]
+    if closing_only and opening not in head:
+        return head, content[end + len(closing) :]
+    return None

@@ -19,28 +19,15 @@ loaded (their identities) and the reasoning markers: a record asks for it in one
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
 
 from packshard.errors import TemplateError
+from packshard.ingest.label.chat import Chat, Frame, common_length
 from packshard.ingest.template.render import ChatTemplate, render_chat
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import Markers
 
 _PROBE_USER = "\ue010\ue011"
-
-
-@dataclass(frozen=True)
-class Frame:
-    """What a template renders around turns: the assistant header and the end markers."""
-
-    header: str
-    closers: re.Pattern[str]
-    final: re.Pattern[str]  # the EOS that ends the text, with whitespace around it
-    specials: tuple[str, ...]  # the tokenizer's special tokens and EOS
-    opening: str = ""  # the reasoning marker a turn without a header may start with
 
 
 _FRAMES: dict[tuple[int, int, Markers], tuple[ChatTemplate, TokenizerBundle, Frame]] = {}
@@ -66,6 +53,11 @@ def template_frame(template: ChatTemplate, bundle: TokenizerBundle, markers: Mar
     return frame
 
 
+def chat_frame(chat: Chat) -> Frame:
+    """Return the header and end markers of ``chat``'s template (cached per template)."""
+    return template_frame(chat.template, chat.bundle, chat.markers)
+
+
 def _header(
     template: ChatTemplate, variables: dict[str, str], specials: tuple, opening: str
 ) -> str:
@@ -83,12 +75,3 @@ def _header(
     if opening in header:
         header = header[: header.index(opening)]
     return header if header.strip() else ""
-
-
-def common_length(text: str, other: str, specials: Iterable[str]) -> int:
-    """How far ``text`` and ``other`` agree, moved back out of any special token of ``text``."""
-    k = len(os.path.commonprefix([text, other]))  # noqa: RUF071 (characters, not paths)
-    for s in specials:  # never cut inside one (<|end|>\n<|assistant|> vs <|endof…)
-        if 0 <= (at := text.find(s, max(0, k - len(s) + 1))) < k:  # the first k can cut
-            k = at
-    return k

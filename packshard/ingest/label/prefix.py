@@ -24,14 +24,16 @@ left unplaced.
 from __future__ import annotations
 
 from packshard.errors import TemplateError
-from packshard.ingest.label.chat import Chat, calls_tools
-from packshard.ingest.label.frame import common_length
+from packshard.ingest.label.chat import Chat, Frame, calls_tools, common_length
 from packshard.ingest.template.render import render_chat
 
 
-def prefix_turn(chat: Chat, i: int) -> tuple[int, int, int] | None:
-    """Place message ``i`` by prefix renders: ``(head, lo, hi)`` as in a turn, or ``None``."""
-    message, frame, text = chat.messages[i], chat.frame, chat.text
+def prefix_turn(chat: Chat, i: int, frame: Frame) -> tuple[int, int, int] | None:
+    """Place message ``i`` by prefix renders: ``(head, lo, hi)`` as in a turn, or ``None``.
+
+    ``frame`` is the template's (:func:`~packshard.ingest.label.frame.template_frame`).
+    """
+    message, text = chat.messages[i], chat.text
     header = frame.header if message["role"] == "assistant" else ""
     variables = chat.bundle.special_tokens_map
     try:
@@ -48,9 +50,9 @@ def prefix_turn(chat: Chat, i: int) -> tuple[int, int, int] | None:
     start, end = len(before), common_length(text, through, frame.specials)
     content = message["content"] if isinstance(message["content"], str) else ""
     needle = content.rsplit(chat.markers[1], 1)[-1].strip()
-    body, hi = _body_end(chat, start, end)
+    body, hi = _body_end(chat.text, frame, start, end)
     if hi is None and end < len(through):  # no end marker, and not all of ``through``
-        if not header or (hi := _read_on(chat, i, start, needle)) is None:
+        if not header or (hi := _read_on(chat, frame, i, start, needle)) is None:
             return None
     hi = body if hi is None else hi
     if header:
@@ -65,7 +67,7 @@ def prefix_turn(chat: Chat, i: int) -> tuple[int, int, int] | None:
     return head, lo, hi
 
 
-def _read_on(chat: Chat, i: int, start: int, needle: str) -> int | None:
+def _read_on(chat: Chat, frame: Frame, i: int, start: int, needle: str) -> int | None:
     """Where turn ``i`` ends, read from the conversation through the message after it.
 
     For a template that renders a turn otherwise once a message follows it (Qwen3 gives the
@@ -80,19 +82,19 @@ def _read_on(chat: Chat, i: int, start: int, needle: str) -> int | None:
         )
     except TemplateError:
         return None
-    text, end = chat.text, common_length(chat.text, through, chat.frame.specials)
+    text, end = chat.text, common_length(chat.text, through, frame.specials)
     at = text.find(needle, start, end) + len(needle) if needle else start
-    closer = chat.frame.closers.search(text, at, end) if at >= len(needle) else None
+    closer = frame.closers.search(text, at, end) if at >= len(needle) else None
     return closer.end() if closer is not None else None
 
 
-def _body_end(chat: Chat, start: int, end: int) -> tuple[int, int | None]:
+def _body_end(text: str, frame: Frame, start: int, end: int) -> tuple[int, int | None]:
     """Return where the turn's trailing end markers start, and where the first of them ends.
 
     The turn ``text[start:end]`` may end in end markers and whitespace (``<|end|>\n`` and a
     final ``<|endoftext|>``): the turn runs through the first of them (``None``: there is none).
     """
-    text, closers = chat.text, chat.frame.closers
+    closers = frame.closers
     body, first = end, None
     while True:
         body = start + len(text[start:body].rstrip())

@@ -21,8 +21,7 @@ import re
 from typing import Any
 
 from packshard.errors import TemplateError
-from packshard.ingest.label.chat import Chat, calls_tools
-from packshard.ingest.label.reasoning import split_inline
+from packshard.ingest.label.chat import Chat, calls_tools, split_inline
 from packshard.ingest.template.render import render_chat
 from packshard.ingest.types import Markers
 
@@ -68,9 +67,14 @@ class _Probe:
         return m
 
 
-def probe_anchors(chat: Chat) -> Anchors | None:
-    """Return the anchors of a probe render (see the module notes); ``None`` if none agrees."""
-    text, markers, closing_only, field = chat.text, chat.markers, chat.closing_only, chat.field
+def probe_anchors(chat: Chat, closing_only: bool, field: str | None) -> Anchors | None:
+    """Return the anchors of a probe render (see the module notes); ``None`` if none agrees.
+
+    ``closing_only`` and ``field`` are the template's
+    (:func:`~packshard.ingest.label.reasoning.splits_inline`,
+    :func:`~packshard.ingest.label.reasoning.reasoning_field`).
+    """
+    text, markers = chat.text, chat.markers
     free = [c for c in "\ue000\ue001\ue002\ue003\ue004\ue005" if c not in text]
     if len(free) < 2:
         return None

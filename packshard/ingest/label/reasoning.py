@@ -39,8 +39,8 @@ from jinja2 import nodes
 
 from packshard.errors import RecordError
 from packshard.ingest.fields import REASONING_FIELDS
-from packshard.ingest.template.render import ChatTemplate
-from packshard.ingest.template.sandbox import make_environment
+from packshard.ingest.label.chat import Chat, split_inline
+from packshard.ingest.template.sandbox import ChatTemplate, make_environment
 from packshard.ingest.types import Markers, Message
 
 
@@ -73,22 +73,14 @@ def _splits(text: str, closing: str) -> bool:
     return any(closing in c for c in _template_reads(text)[1])
 
 
-def split_inline(content: str, markers: Markers, closing_only: bool) -> tuple[str, str] | None:
-    """Return ``(reasoning, answer)`` of an inline block at the start of ``content``, or None.
+def chat_field(chat: Chat) -> str | None:
+    """Return the field ``chat``'s template reads reasoning from (when there is reasoning)."""
+    return reasoning_field(chat.template) if chat.reasoning else None
 
-    ``closing_only`` also accepts a closing marker with no opening one before it.
-    """
-    opening, closing = markers
-    end = content.find(closing)
-    if end < 0:
-        return None
-    head = content[:end]
-    stripped = head.lstrip()
-    if stripped.startswith(opening):
-        return stripped[len(opening) :], content[end + len(closing) :]
-    if closing_only and opening not in head:
-        return head, content[end + len(closing) :]
-    return None
+
+def chat_closing_only(chat: Chat) -> bool:
+    """Tell whether ``chat``'s template splits content on the closing marker itself."""
+    return splits_inline(chat.template, chat.markers) if chat.reasoning else False
 
 
 def template_content(m: Message) -> Any:

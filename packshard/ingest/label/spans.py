@@ -33,7 +33,7 @@ from packshard.ingest.label.reasoning import template_messages
 from packshard.ingest.label.tiers import label_chat, label_plain, plain_frame
 from packshard.ingest.media.expand import QWEN_VL, expand_images
 from packshard.ingest.media.grid import image_grid, vision_tokens
-from packshard.ingest.normalize import is_encodable
+from packshard.ingest.read.jsonparse import is_encodable
 from packshard.ingest.template.render import ChatTemplate, render_chat
 from packshard.ingest.template.sandbox import TemplateSecurityError
 from packshard.ingest.tokens.tokenizer import TokenizerBundle

@@ -54,12 +54,12 @@ from itertools import pairwise
 from typing import Any
 
 from packshard.errors import RecordError
-from packshard.ingest.label.chat import Chat, calls_tools
-from packshard.ingest.label.frame import Frame, template_frame
+from packshard.ingest.label.chat import Chat, Frame, calls_tools, split_inline
+from packshard.ingest.label.frame import chat_frame, template_frame
 from packshard.ingest.label.prefix import prefix_turn
 from packshard.ingest.label.probe import Anchors, probe_anchors
-from packshard.ingest.label.reasoning import find_block, split_inline
-from packshard.ingest.template.render import ChatTemplate
+from packshard.ingest.label.reasoning import chat_closing_only, chat_field, find_block
+from packshard.ingest.template.sandbox import ChatTemplate
 from packshard.ingest.tokens.tokenizer import TokenizerBundle
 from packshard.ingest.types import IngestOptions, Message, Rendered
 from packshard.records import quick
@@ -113,7 +113,7 @@ def label_chat(chat: Chat, trained: list[int]) -> Rendered:
         spans += [(turns[i].lo, turns[i].hi) for i in trained if i not in assistant]
     else:
         found = [(turns[i].lo, turns[i].hi) for i in trained]
-        spans = with_final_eos(chat.text, chat.frame, chat.bundle.eos_token, found)
+        spans = with_final_eos(chat.text, chat_frame(chat), chat.bundle.eos_token, found)
     path = "none" if everything else "generation_tags" if tags else "offsets"
     if not blocks_matter:
         return Rendered(text, tuple(spans), path)
@@ -227,7 +227,7 @@ def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
     """Place the turns of ``messages[i]`` for ``i`` in ``wanted``; unplaceable ones are left out."""
     anchors = search_anchors(chat, wanted)
     if anchors is None:
-        anchors = probe_anchors(chat) or {}
+        anchors = probe_anchors(chat, chat_closing_only(chat), chat_field(chat)) or {}
     out: dict[int, Turn] = {}
     order = sorted(anchors)
     chosen = set(wanted)
@@ -238,10 +238,10 @@ def locate_turns(chat: Chat, wanted: list[int]) -> dict[int, Turn]:
             following = anchors[order[n + 1]][0][0] if n + 1 < len(order) else len(chat.text)
             a, b = pieces[0][0], max(p[1] for p in pieces)
             role = chat.messages[i]["role"]
-            head, lo, hi = _span(chat.text, chat.frame, role, a, b, prev, following)
+            head, lo, hi = _span(chat.text, chat_frame(chat), role, a, b, prev, following)
             out[i] = Turn(head, lo, hi, any(p[2] == "r" for p in pieces))
     for i in wanted:
-        if i not in out and (placed := prefix_turn(chat, i)) is not None:
+        if i not in out and (placed := prefix_turn(chat, i, chat_frame(chat))) is not None:
             out[i] = Turn(*placed, False)
     return out
 
@@ -304,7 +304,7 @@ def search_anchors(chat: Chat, wanted: list[int]) -> Anchors | None:
     Anything else — a piece found twice, out of order, an empty turn — is left to the
     probe (``None``).
     """
-    text, frame, markers, field = chat.text, chat.frame, chat.markers, chat.field
+    text, frame, markers, field = chat.text, chat_frame(chat), chat.markers, chat_field(chat)
     messages = chat.messages
     out = {}
     last = 0
@@ -319,7 +319,7 @@ def search_anchors(chat: Chat, wanted: list[int]) -> Anchors | None:
             last = lo + len(content)
             continue
         thought = m.get(field) if field else None
-        if (inline := split_inline(content, markers, chat.closing_only)) is not None:
+        if (inline := split_inline(content, markers, chat_closing_only(chat))) is not None:
             thought, content = inline
         needles = [(content.strip(), "c")] + [(_arguments(c), "n") for c in calls or ()]
         pieces = []

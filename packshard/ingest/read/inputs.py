@@ -9,7 +9,8 @@ Nothing is skipped silently otherwise: a folder that cannot be listed, or a FIFO
 device with a supported name (reading one could block forever), is a usage error naming it,
 found before any record is read.  Globs are expanded here, not by :mod:`glob`, because
 ``glob`` passes over folders it cannot read without a word.  Files are opened with
-:func:`open_regular`, which refuses anything but a regular file without blocking on it.
+:func:`~packshard.ingest.read.regular.open_regular`, which refuses anything but a regular
+file without blocking on it.
 """
 
 from __future__ import annotations
@@ -20,31 +21,20 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from packshard.errors import InputError, RecordError
+from packshard.ingest.read.regular import special_file
 from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
-from packshard.store import (
-    fetch_input,
-    glob_sized,
-    is_url,
-    list_objects,
-    object_size,
-    open_object,
-    parse_url,
-)
+from packshard.store.objects import glob_sized, list_objects, object_size, open_object
+from packshard.store.stage import fetch_input
+from packshard.store.urls import is_url, parse_url
 
 EXPECTED = "expected .jsonl, .json, .parquet, optionally .gz/.zst"
 _CODECS = (".gz", ".zst")
 _TYPES = (".jsonl", ".json", ".parquet")
 _MAGIC = frozenset("*?[")
-_SPECIAL = {
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a device",
-    stat.S_IFBLK: "a device",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +78,6 @@ def _check_type(path: str) -> None:
         raise InputError(f"{path}: unsupported input type ({why})")
 
 
-def _special(path: str, mode: int) -> InputError:
-    kind = _SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
-    return InputError(
-        f"{path}: {kind}, not a regular file (reading it could block forever; "
-        "remove it from the inputs)"
-    )
-
-
 def _listing(folder: str) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(folder) as it:
@@ -121,7 +103,7 @@ def _regular(path: str, mode: int | None) -> str:
             f"{path}: broken link or unreadable entry (fix it or leave it out of the inputs)"
         )
     if not stat.S_ISREG(mode):
-        raise _special(path, mode)
+        raise special_file(path, mode)
     return path
 
 
@@ -260,7 +242,7 @@ def expand_inputs(specs: Sequence[str], fetch: bool = True) -> list[InputFile]:
             if not paths:
                 raise InputError(f"{spec}: pattern matches no input files (check the glob)")
         elif mode is not None:
-            raise _special(spec, mode)
+            raise special_file(spec, mode)
         else:
             raise InputError(f"{spec}: no such file or folder")
         for path, link in paths:
@@ -319,38 +301,6 @@ def _resolved(path: str, folders: dict[str, Path], link: bool | None = None) -> 
     if base is None:
         base = folders[head] = Path(os.path.realpath(head or os.curdir))
     return base / name
-
-
-def open_regular(path: str | os.PathLike[str], shown: str) -> BinaryIO:
-    """Open ``path`` for reading, refusing (without blocking) anything but a regular file.
-
-    Raises:
-        InputError: it cannot be opened, or is a FIFO, socket, device or folder.
-
-    """
-    return os.fdopen(open_regular_fd(path, shown), "rb")
-
-
-def open_regular_fd(path: str | os.PathLike[str], shown: str) -> int:
-    """Return a descriptor of ``path`` open for reading, as :func:`open_regular` checks it.
-
-    For readers of a byte range (``os.pread``): no buffered file object, which cost more
-    than reading a small input's one record.  The caller closes it.  ``O_NONBLOCK`` is what
-    keeps the open from hanging on a FIFO; on a regular file it changes nothing, so it stays.
-
-    Raises:
-        InputError: it cannot be opened, or is a FIFO, socket, device or folder.
-
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise InputError(f"{shown}: cannot open ({exc.strerror or exc})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise _special(shown, mode)
-    return fd
 
 
 def open_stored(f: InputFile) -> Any:

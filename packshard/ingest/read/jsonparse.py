@@ -15,6 +15,9 @@ skipped in O(size) time and O(piece) memory::
 
     [ {"a": [[[[ … 100k levels … ]]]]} , {"messages": …} ]
       ^ depth 1 ... depth 100k ... 0 ^   ^ parsing resumes here
+
+JSON can spell a lone surrogate (``"\ud800"``), which no UTF-8 text holds:
+:func:`is_encodable` tells the text a record may carry from the text it may not.
 """
 
 from __future__ import annotations
@@ -161,3 +164,14 @@ def a_json_kind(value: Any) -> str:
     """Name the kind with its article, for messages: ``a list``, ``an object``, ``null``."""
     kind = json_kind(value)
     return "null" if kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
+def is_encodable(text: str) -> bool:
+    """Tell whether ``text`` can be UTF-8 (JSON can spell lone surrogates; UTF-8 cannot)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -39,13 +39,13 @@ from packshard.ingest.read.inputs import (
     InputFile,
     expand_inputs,
     file_domain,
-    open_regular,
     open_stored,
     reject_record,
     split_ext,
 )
 from packshard.ingest.read.jsonparse import a_json_kind, parse_record, too_large_reason
 from packshard.ingest.read.parquet import parquet_records
+from packshard.ingest.read.regular import open_regular
 from packshard.ingest.read.streams import StreamError, StreamLimitError, TextBuffer, iter_bytes
 from packshard.ingest.types import IngestOptions, RawRecord
 from packshard.records import SourceRef

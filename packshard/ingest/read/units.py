@@ -52,8 +52,9 @@ from pathlib import Path
 from typing import Any
 
 from packshard.errors import InputError
-from packshard.ingest.read.inputs import open_regular_fd, open_stored, split_ext
+from packshard.ingest.read.inputs import open_stored, split_ext
 from packshard.ingest.read.parquet import parquet_records
+from packshard.ingest.read.regular import open_regular_fd
 from packshard.ingest.read.sources import (
     CHUNK_SIZE,
     InputFile,
@@ -61,8 +62,8 @@ from packshard.ingest.read.sources import (
     read_records,
 )
 from packshard.ingest.types import IngestOptions, RawRecord
-from packshard.store import is_url
 from packshard.store.objects import store_errors
+from packshard.store.urls import is_url
 
 SPLIT_BYTES = 64 * 1024 * 1024
 """The largest unit :func:`auto_split_bytes` makes (bytes of JSONL; Parquet row groups are

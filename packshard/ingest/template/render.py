@@ -22,10 +22,8 @@ is refused as a usage error before any record is read.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import traceback
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -34,10 +32,11 @@ import jinja2
 from jinja2 import nodes
 
 from packshard.errors import InputError, TemplateError
-from packshard.ingest.read.inputs import open_regular
+from packshard.ingest.read.regular import open_regular
 from packshard.ingest.template.budget import BUDGET, Budget, RenderLimits, TemplateBudgetError
 from packshard.ingest.template.sandbox import (
     RECORDER,
+    ChatTemplate,
     Recorder,
     SecurityError,
     TemplateSecurityError,
@@ -77,30 +76,6 @@ CHATML = r"""{%- set ns = namespace(start=0) %}
 BUILTINS = {"chatml": CHATML}
 MAX_TEMPLATE_BYTES = 4 << 20
 """Largest chat template text accepted (real ones are a few kilobytes)."""
-
-
-@dataclass(frozen=True)
-class ChatTemplate:
-    """A compiled chat template and where it came from (recorded in the manifest)."""
-
-    source: str
-    text: str
-    sha256: str
-    has_generation: bool
-    compiled: jinja2.Template = field(repr=False, compare=False)
-    flat_globals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    limits: RenderLimits = field(default=RenderLimits(), compare=False)
-    fast: Any = field(default=None, repr=False, compare=False)
-    """The run's fast renderer (:mod:`packshard.ingest.template.fast`), None for the sandbox."""
-
-    @property
-    def label_spans(self) -> str:
-        """The label path chat records take: ``generation_tags`` or ``offsets``."""
-        return "generation_tags" if self.has_generation else "offsets"
-
-    def bounded(self, max_chars: int, seconds: float) -> ChatTemplate:
-        """Return this template rendering under the given size and time budget."""
-        return dataclasses.replace(self, limits=RenderLimits(max_chars, seconds))
 
 
 def compile_template(text: str, source: str) -> ChatTemplate:

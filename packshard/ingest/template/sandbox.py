@@ -25,6 +25,7 @@ places only (:class:`_CheckedCode`): a loop iterates its iterable through the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import types
@@ -49,12 +50,14 @@ from jinja2.utils import generate_lorem_ipsum
 from markupsafe import Markup
 
 from packshard.errors import TemplateError
-from packshard.ingest.template import budget, guards
+from packshard.ingest.template import budget
+from packshard.ingest.template.budget import RenderLimits
 
 __all__ = [
     "CONVENTIONS_ID",
     "CONVENTION_RULES",
     "RECORDER",
+    "ChatTemplate",
     "GenerationExtension",
     "Recorder",
     "SecurityError",
@@ -72,6 +75,30 @@ CONVENTION_RULES = (
     "extensions: loopcontrols and {% generation %} blocks",
     "an unsafe attribute raises instead of rendering empty",
 )
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A compiled chat template and where it came from (recorded in the manifest)."""
+
+    source: str
+    text: str
+    sha256: str
+    has_generation: bool
+    compiled: jinja2.Template = field(repr=False, compare=False)
+    flat_globals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    limits: RenderLimits = field(default=RenderLimits(), compare=False)
+    fast: Any = field(default=None, repr=False, compare=False)
+    """The run's fast renderer (:mod:`packshard.ingest.template.fast`), None for the sandbox."""
+
+    @property
+    def label_spans(self) -> str:
+        """The label path chat records take: ``generation_tags`` or ``offsets``."""
+        return "generation_tags" if self.has_generation else "offsets"
+
+    def bounded(self, max_chars: int, seconds: float) -> ChatTemplate:
+        """Return this template rendering under the given size and time budget."""
+        return dataclasses.replace(self, limits=RenderLimits(max_chars, seconds))
 
 
 def template_conventions() -> dict[str, object]:
@@ -173,13 +200,13 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         return self.binop_table[operator](left, right)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        guards.check_call(__obj, args, kwargs)
+        budget.check_call(__obj, args, kwargs)
         if __obj is generate_lorem_ipsum:  # lipsum(n=5, html=True, min=20, max=100)
             n = kwargs.get("n", args[0] if args else 5)
             most = kwargs.get("max", args[3] if len(args) > 3 else 100)
             if type(n) is int and type(most) is int:
                 budget.current().size(n * max(most, 1) * 12, "lorem ipsum text")
-        return guards.check_result(super().call(__context, __obj, *args, **kwargs))
+        return budget.check_result(super().call(__context, __obj, *args, **kwargs))
 
     def checked_join(self, markup: bool, parts: tuple[Any, ...]) -> Any:
         """Join ``a ~ b ~ …`` as Jinja's ``str_join`` (``markup_join``) does, size checked."""
@@ -291,7 +318,7 @@ def make_environment() -> _Sandbox:
     )
     env.filters["tojson"] = _tojson
     env.filters[LOOP_FILTER] = _loop_filter
-    guards.check_filters(env.filters)
+    budget.check_filters(env.filters)
     env.globals.update(
         raise_exception=raise_exception,
         strftime_now=strftime_now,

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from packshard.errors import RecordError
+from packshard.ingest.label.chat import split_inline
 from packshard.ingest.label.reasoning import (
     find_block,
     reasoning_field,
-    split_inline,
     splits_inline,
     template_messages,
 )

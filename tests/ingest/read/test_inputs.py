@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from packshard.errors import InputError
-from packshard.ingest.read.inputs import _glob, expand_inputs, open_regular
+from packshard.ingest.read.inputs import _glob, expand_inputs
+from packshard.ingest.read.regular import open_regular
 
 TREE = [
     "a.jsonl",
