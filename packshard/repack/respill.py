@@ -96,15 +96,16 @@ def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Pa
     plan = config.plan
     wrapped = plan.strategy == "wrapped"
     rejects: list[Reject] = []
-    offsets = exclusive_cumsum(lengths)
     later: Callable[[Spill, RowPlan], Spill] | None = None
     if not wrapped and (not lengths.size or int(lengths.max()) <= plan.max_seq_len):
-        spill = whole_spill(offsets, narrow(targets), examples, fmt)
+        spill = whole_spill(exclusive_cumsum(lengths), narrow(targets), examples, fmt)
         later = partial(lay_out, parent, work / "parent", lengths, targets)
     else:
         stored = parent_tokens(parent, work / "parent", lengths, targets)
         if wrapped:  # its planner counts each cut's targets from the labels: read them first
-            spill = whole_spill(offsets, stored.loss_tokens, examples, fmt, stored.part_files)
+            spill = whole_spill(
+                stored.offsets, stored.loss_tokens, examples, fmt, stored.part_files
+            )
         else:  # the overlong policy has work: pack's own spill writer does it
             spill, rejects = policed_spill(stored, examples, config, work / "spill", formats)
     counts = with_drops(spill.counts, dropped)

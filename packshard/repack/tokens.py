@@ -91,8 +91,8 @@ def lay_out(
     ``folder``'s files.  Every example is whole (``seg_start`` 0); one planned twice
     (``--mix``) is read once, at its first place, and both segments read it there.  The
     returned spill's ``offsets[e]`` is where example ``e`` starts in those files (-1: not
-    planned), all that the shard writer reads of it.  The parent is checked as in
-    :func:`parent_tokens`, and its targets against the index's ``num_loss_tokens``.
+    planned), all that the shard writer reads of it.  The parent is checked as it is read
+    (:func:`scatter_parent`).
     """
     if plan.seg_start.any():
         raise AssertionError("lay_out takes whole examples only")
@@ -134,7 +134,7 @@ def scatter_parent(
             )
         seen[ids] = True
         starts, seg_len, at = rows.seg_starts(), rows.seg_len, place[ids]
-        if skipped and (keep := at >= 0).sum() < len(at):
+        if skipped and not (keep := at >= 0).all():
             starts, seg_len, at = starts[keep], seg_len[keep], at[keep]
         for out, values in zip(files, (rows.ids, rows.labels), strict=True):
             if out is not None:
