@@ -8,7 +8,7 @@ Ray cluster (Ray is imported only then).  The rules every engine keeps are in
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,6 +46,10 @@ __all__ = [
 ]
 
 
+def _nothing(folders: Sequence[Path]) -> None:
+    """Ask nothing: every worker of this machine sees its folders."""
+
+
 @contextmanager
 def open_engine(
     options: EngineOptions,
@@ -68,6 +72,7 @@ def open_engine(
     if options.workers is None:
         raise ValueError("workers=None (auto) is sized by the inputs first: EngineOptions.sized")
     engine: Engine
+    reach: Callable[[Sequence[Path]], None] = _nothing  # a joined Ray cluster asks its nodes
     env = {CORES_ENV: str(worker_share(options)), **(env or {})}
     if options.serial:
         engine = SerialEngine(options.max_retries)
@@ -79,14 +84,10 @@ def open_engine(
         from packshard.engine.ray import RayEngine
 
         ray_engine = RayEngine(options.workers, options.address, options.max_retries, env)
-        engine = ray_engine
-        try:
-            ray_engine.check_reach(shared)
-        except BaseException:
-            engine.close()
-            raise
+        engine, reach = ray_engine, ray_engine.check_reach
     try:
         with terminating():
+            reach(shared)
             yield engine
     finally:
         engine.close()
