@@ -13,7 +13,7 @@ planner's rows, the shards, verify, the reader): once packed, the first label of
 is masked at its seam, so a target in that place never trains.  It finds the positions of
 the rarer kind of label and counts them per range by binary search: a summed copy of the flags
 (``np.add.reduceat``) writes 8 bytes a token, and under ``pack``'s fixed mmap threshold
-(:mod:`packshard.pack.heap`) every such copy is fresh pages (457 page faults an ingest chunk
+(:mod:`packshard.engine.heap`) every such copy is fresh pages (457 page faults an ingest chunk
 of 234,000 tokens); counting positions costs a tenth to a half of that
 (``docs/performance.md``, "Counting trained labels").
 

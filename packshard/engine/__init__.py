@@ -3,7 +3,9 @@
 :func:`open_engine` picks one from :class:`EngineOptions`: the serial engine for one local
 worker, :mod:`packshard.engine.local`'s processes for more, :mod:`packshard.engine.ray` for a
 Ray cluster (Ray is imported only then).  The rules every engine keeps are in
-:mod:`packshard.engine.base`.
+:mod:`packshard.engine.base`; what starts before the work and beside it, in
+:mod:`packshard.engine.startup`; the allocator's settings for drivers and workers, in
+:mod:`packshard.engine.heap`.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from packshard.engine.base import (
     worker_share,
 )
 from packshard.engine.signals import terminating
+from packshard.engine.startup import Beside, prestart, while_starting
 
 __all__ = [
     "AUTO_BYTES",
     "ENGINES",
     "WORKER_MEMORY",
+    "Beside",
     "Engine",
     "EngineOptions",
     "TaskFailed",
@@ -41,6 +45,7 @@ __all__ = [
     "open_engine",
     "prestart",
     "usable_cores",
+    "while_starting",
     "worker_cores",
     "worker_share",
 ]
@@ -91,16 +96,3 @@ def open_engine(
             yield engine
     finally:
         engine.close()
-
-
-def prestart(options: EngineOptions, warm: WarmUp) -> None:
-    """Start now what :func:`open_engine` will start for ``options``, so that it is ready then.
-
-    For local workers that is the fork server, importing and running the warm-up while the
-    caller goes on (:func:`~packshard.engine.local.start_fork_server`); the serial engine
-    and Ray start nothing early.  ``options.workers`` must be sized.
-    """
-    if options.engine == "local" and options.workers is not None and not options.serial:
-        from packshard.engine.local import start_fork_server
-
-        start_fork_server(warm)

@@ -26,6 +26,7 @@ from packshard.arrays import fill_rate
 from packshard.digests import sha256_path
 from packshard.engine import Engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
+from packshard.engine.heap import trim_heap
 from packshard.errors import REJECTED, NothingToPackError, UsageError, reject_kind
 from packshard.format.card import write_card
 from packshard.format.causes import likely_cause
@@ -43,7 +44,6 @@ from packshard.pack.counts import (
     records_per_input,
     wrapped_drops,
 )
-from packshard.pack.heap import trim_heap
 from packshard.pack.media import cap_drops, example_vision, media_lists, vision_stats
 from packshard.pack.plan.balance import balance_stats, balanced_order, plan_costs
 from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats

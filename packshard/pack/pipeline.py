@@ -16,7 +16,7 @@ groups; tokens wait on disk in the spill, and the per-example columns (token off
 included) in files mapped and handed back after each stage
 (:mod:`packshard.pack.units.columns`).  Each stage drops the columns no later stage reads
 (:meth:`~packshard.pack.spill.Spill.without`, :meth:`~packshard.pack.plan.rows.RowPlan.without`)
-and the heap is trimmed between stages (:func:`~packshard.pack.heap.trim_heap`).  Measured
+and the heap is trimmed between stages (:func:`~packshard.engine.heap.trim_heap`).  Measured
 (``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token records minus that at
 200k, over 1.8M, ``--workers 1``): 13-30 bytes an example from run to run (the difference
 of two mostly fixed peaks), about 22 from 2M to 4M, where planning and the row shuffle hold
@@ -54,7 +54,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from packshard.engine import Engine, TaskFailed, terminating
+from packshard.engine import Beside, Engine, TaskFailed, terminating
+from packshard.engine.heap import return_freed_memory
 from packshard.errors import (
     NothingToPackError,
     PackshardError,
@@ -66,6 +67,7 @@ from packshard.format.folder.outdir import work_folder
 from packshard.format.rejects import REJECTS_NAME, RejectsWriter
 from packshard.ingest import (
     IngestProgress,
+    Stage,
     backend_note,
     open_progress,
     sharing_stage,
@@ -74,11 +76,10 @@ from packshard.ingest import (
 from packshard.ingest.types import StageSpec
 from packshard.pack.config import PackConfig, check_config
 from packshard.pack.finish import PackResult, Provenance, pack_spill
-from packshard.pack.heap import return_freed_memory
 from packshard.pack.plan.schedule import check_eval_files
 from packshard.pack.units.early import ListedInputs, list_inputs, sized_config
 from packshard.pack.units.map import MappedUnit
-from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs
+from packshard.pack.units.scale import driver_load, engine_for, hash_inputs, map_inputs
 from packshard.store import claim_store, is_url, publish_store
 
 
@@ -102,7 +103,7 @@ def pack_dataset(
     if is_url(config.out):
         return _pack_to_store(config, progress, notify)
     started = time.perf_counter()
-    return_freed_memory()  # peak RSS is the live set (packshard.pack.heap)
+    return_freed_memory()  # peak RSS is the live set (packshard.engine.heap)
     warnings = check_config(config)
     if config.num_workers:
         os.environ["RAYON_NUM_THREADS"] = str(config.num_workers)
@@ -114,7 +115,7 @@ def pack_dataset(
     reals = [(f.path, str(f.real)) for f in files]
     with claim_out(config.out, config.overwrite, specs, reals, notify) as claim:
         with engine_for(config, claim.tmp) as engine, ThreadPoolExecutor(1) as loader:
-            loaded = DriverLoad(config, loader)
+            loaded = driver_load(config, loader)
             try:
                 with sharing_stage(
                     StageSpec(config.tokenizer, config.template, config.ingest), loaded.result
@@ -163,7 +164,7 @@ def _pack_into(
     tmp: Path,
     config: PackConfig,
     listed: ListedInputs,
-    loaded: DriverLoad,
+    loaded: Beside[Stage],
     progress: bool | str | None,
     engine: Engine,
     note: Callable[[str], None],

@@ -32,7 +32,7 @@ def repack_dataset(config: RepackConfig, notify: Callable[[str], None] | None = 
     whose examples cannot be re-made is refused in one line.
     """
     started = time.perf_counter()
-    # glibc's mmap threshold is left to rise (pack's driver fixes it: packshard.pack.heap):
+    # glibc's mmap threshold is left to rise (pack's driver fixes it: packshard.engine.heap):
     # repack's temporaries are row groups, of the parent and of the new shards, which the heap
     # then reuses; fixed, they cost 0.7M page faults and 2 system CPU-seconds more on 1M
     # examples (23.0M tokens, scripts/bench_repack.py), for 70 MiB less peak RSS

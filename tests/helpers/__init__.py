@@ -56,6 +56,7 @@ from tests.helpers.data import (
     write_jsonl,
 )
 from tests.helpers.engines import (
+    StartingEngine,
     cores_task,
     flaky_task,
     output_digests,
@@ -206,6 +207,7 @@ __all__ = [
     "Family",
     "LossProbe",
     "PackOutput",
+    "StartingEngine",
     "add_branch_column",
     "answer",
     "bos_processor",

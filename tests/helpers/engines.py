@@ -87,3 +87,29 @@ def flaky_task(arg: tuple[str, int, str]) -> str:
             raise UsageError("bad option (use --good)")
         raise OSError(f"flaky disk, attempt {attempt + 1}")
     return f"done after {attempt + 1}"
+
+
+class StartingEngine:
+    """An engine double whose workers are starting for the first ``polls`` questions.
+
+    Each question asked while they start waits a little, as the local engine's does; its
+    tasks run in this process, and ``runs`` counts the calls to :meth:`run`.
+    """
+
+    name, workers = "local", 2
+
+    def __init__(self, polls: int, wait: float = 0.05) -> None:
+        self.polls, self.wait, self.runs = polls, wait, 0
+
+    @property
+    def starting(self) -> bool:
+        import time
+
+        self.polls -= 1
+        if self.polls >= 0:
+            time.sleep(self.wait)
+        return self.polls >= 0
+
+    def run(self, fn, args, keys, **kwargs):
+        self.runs += 1
+        return [fn(a) for a in args]

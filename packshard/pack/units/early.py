@@ -1,20 +1,13 @@
-"""The workers' fork server, started before the driver imports the pipeline.
+"""The workers' fork server, started before the driver imports the pipeline; inputs listed once.
 
 ``pack``'s local workers are forked from a server that imports the map module and loads the
 tokenizer, the template and the fast encoder once
-(:func:`~packshard.pack.units.map.warm_worker`, :mod:`packshard.engine.forkwarm`): about
-0.9 s before the first unit can be mapped.  The engine starts it when it opens, after the
-driver has imported the pipeline (0.3 s) and claimed the output folder.  The command line
-starts it as soon as the options are read instead, so that the two run side by side on two
-cores::
-
-    driver        [options][import pipeline, checks, claim OUT ][hash][map …
-    fork server            [imports, tokenizer, encoder, warm-up]──► workers
-                           ^ started here; by the engine, 0.3 s later, before
-
-This module imports neither the pipeline nor the map module: only the options, the input
-list and the engine's starter.  One worker, Ray, or inputs that ``--workers auto`` sizes to
-one worker start nothing.
+(:func:`~packshard.pack.units.map.warm_worker`): about 0.9 s before the first unit can be
+mapped.  The command line starts it as soon as the options are read
+(:func:`~packshard.engine.startup.prestart`, whose notes draw the timeline), so that it and
+the driver's own imports run side by side on two cores.  This module imports neither the
+pipeline nor the map module: only the options, the input list and the engine's starter.  One
+worker, Ray, or inputs that ``--workers auto`` sizes to one worker start nothing.
 
 The inputs are listed here once (:func:`list_inputs`) and the listing is handed to the
 pipeline: listing a folder of 10,000 small files, and summing their sizes, costs about

@@ -45,6 +45,7 @@ import numpy as np
 from packshard.digests import sha256_path
 from packshard.engine import worker_cores
 from packshard.engine.faults import inject
+from packshard.engine.heap import BUSY_PAD, pad_heap
 from packshard.ingest import (
     ChatTemplate,
     TokenizerBundle,
@@ -57,7 +58,6 @@ from packshard.ingest import (
     warm_stage,
 )
 from packshard.ingest.types import IngestChunk, StageSpec
-from packshard.pack.heap import BUSY_PAD, pad_heap
 from packshard.pack.spill import PER_EXAMPLE, SpillCounts, SpillWriter, smallest
 from packshard.records import Reject, SourceRef
 
@@ -186,7 +186,7 @@ def map_unit(task: MapTask) -> MappedUnit:
             return load_unit(final, unit)
         except Exception:  # a marker left malformed: the unit is mapped again
             shutil.rmtree(final, ignore_errors=True)
-    pad_heap(BUSY_PAD)  # batches come and go: keep the heap's top (packshard.pack.heap)
+    pad_heap(BUSY_PAD)  # batches come and go: keep the heap's top (packshard.engine.heap)
     return run_unit(task, worker_cores())
 
 

@@ -28,17 +28,18 @@ rejects; tokens stay in the parts.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from packshard.digests import sha256_path
-from packshard.engine import Engine, open_engine, worker_share
+from packshard.engine import Beside, Engine, open_engine, while_starting, worker_share
 from packshard.engine.faults import FAULTS_ENV, parse_faults
+from packshard.engine.heap import pad_heap, trim_heap
 from packshard.format.folder.outdir import work_folder
 from packshard.format.rejects import RejectsWriter
 from packshard.ingest import (
@@ -53,7 +54,6 @@ from packshard.ingest import (
 )
 from packshard.ingest.types import StageSpec
 from packshard.pack.config import PackConfig
-from packshard.pack.heap import pad_heap, trim_heap
 from packshard.pack.plan.planner import warm_planner
 from packshard.pack.spill import Spill
 from packshard.pack.units.columns import COLUMNS, map_columns
@@ -68,49 +68,23 @@ TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_tem
 reads."""
 
 
-class DriverLoad:
-    """The driver's tokenizer and template (the manifest needs them), loaded on a thread.
+def driver_load(config: PackConfig, pool: ThreadPoolExecutor) -> Beside[Stage]:
+    """Load the driver's stage (the manifest needs its tokenizer and template) beside the map.
 
-    Workers in other processes load their own.  While they are still starting, the driver
-    loads at once; when they are ready, its load starts once the map tasks are handed out
-    (:func:`map_inputs` calls :meth:`start`), so that it runs while they map instead of
-    before: it holds the GIL for most of its time, and would delay the first tasks.  The
-    planner's kernels are loaded after it (:func:`~packshard.pack.plan.planner.warm_planner`),
-    so the plan, which follows the map with one core idle, does not wait for them.  It
-    decides no encoder: each process that encodes does, and the units report what encoded
-    them (building the fast encoder takes 0.27 CPU-s for phi-3 and 1.4 for Qwen3, which the
-    driver would spend while its workers map).  Tasks
-    run in the driver's process (the serial engine) use this load through
-    :func:`~packshard.ingest.stage.loaded.sharing`: the first of them waits for it.  The load
-    and its checks are the stage's (:func:`~packshard.ingest.stage.open.open_stage`), as in
-    ``profile`` and ``verify``.
+    Workers in other processes load their own; :func:`map_inputs` starts this load when its
+    tasks are handed out, :func:`hash_inputs` earlier while the workers are still starting
+    (:class:`~packshard.engine.startup.Beside`).  The planner's kernels are loaded after it
+    (:func:`~packshard.pack.plan.planner.warm_planner`).  It decides no encoder: each process
+    that encodes does, and the units report what encoded them (building the fast encoder
+    takes 0.27 CPU-s for phi-3 and 1.4 for Qwen3, which the driver would spend while its
+    workers map).  Tasks run in the driver's process (the serial engine) use this load
+    through :func:`~packshard.ingest.stage.loaded.sharing`: the first of them waits for it.
+    The load and its checks are the stage's (:func:`~packshard.ingest.stage.open.open_stage`),
+    as in ``profile`` and ``verify``.
     """
-
-    def __init__(self, config: PackConfig, pool: ThreadPoolExecutor) -> None:
-        self._config, self._pool = config, pool
-        self._future: Future[Stage] | None = None
-
-    def start(self) -> None:
-        """Start loading, once; then load the planner's kernels (the plan comes next)."""
-        if self._future is None:
-            self._future = self._pool.submit(self._load)
-            self._pool.submit(warm_planner, self._config.plan.strategy)
-
-    def _load(self) -> Stage:
-        c = self._config
-        return open_stage(c.tokenizer, c.template, c.ingest, c.allow_split_markers)
-
-    def result(self) -> Stage:
-        """Return the opened stage (raising what opening it raised), once loaded."""
-        self.start()
-        assert self._future is not None
-        return self._future.result()
-
-    def failed(self) -> bool:
-        """Whether loading raised, once it is done."""
-        self.start()
-        assert self._future is not None
-        return self._future.exception() is not None
+    c = config
+    load = partial(open_stage, c.tokenizer, c.template, c.ingest, c.allow_split_markers)
+    return Beside(pool, load, partial(warm_planner, c.plan.strategy))
 
 
 def worker_env(config: PackConfig) -> dict[str, str]:
@@ -158,38 +132,16 @@ def hash_inputs(
 ) -> list[str]:
     """SHA-256 of every input: the driver's own while its workers start, the rest theirs.
 
-    The driver hashes the inputs itself, in order, on a thread (hashing releases the GIL), for
-    as long as the engine's workers are starting (the fork server's first warm-up; an engine
-    that is up at once gets nearly all of them); once they are up the thread stops within a
-    chunk (1 MiB), leaving the file in hand, and the rest go to the workers, in a few tasks per
-    worker of consecutive files (one task a file cost a round trip each: 0.62 s of wall time for
-    152 files of 0.5 MB). ``meanwhile`` is called once if the workers are found starting (the
-    driver's own loads). On 20.6M phi-3 tokens in 152 files the driver hashed every file before
-    the workers were up, and the first unit began mapping 0.05-0.10 s sooner than with every
-    file sent to the workers.  The driver never reads a store object: its own thread stops at
-    the first one, and those from there on are hashed by the workers, in ranged reads on
-    their nodes (:func:`~packshard.store.objects.hash_object`).
+    The driver hashes the inputs in order while the engine's workers are starting
+    (:func:`~packshard.engine.startup.while_starting`; hashing releases the GIL) and leaves
+    the file in hand within a chunk (1 MiB) once they are up; the rest go to the workers, in
+    a few tasks per worker of consecutive files (one task a file cost a round trip each: 0.62 s
+    of wall time for 152 files of 0.5 MB).  ``meanwhile`` is called once if the workers are
+    found starting (the driver's own loads).  The driver never reads a store object: it
+    stops at the first one, and those from there on are hashed by the workers, in ranged
+    reads on their nodes (:func:`~packshard.store.objects.hash_object`).
     """
-    digests: list[str] = []
-    stop = threading.Event()
-
-    def own() -> None:
-        for f in files:
-            if stop.is_set() or f.in_store:  # a store object: the workers read it, not the driver
-                return
-            try:
-                digests.append(sha256_path(f.real, until=stop.is_set))
-            except Exception:  # unreadable, or stopped mid-file: left to a worker's task
-                return
-
-    thread = threading.Thread(target=own, name="packshard-hash", daemon=True)
-    thread.start()
-    if engine.starting:  # waits a while for the workers before it answers
-        meanwhile()
-        while thread.is_alive() and engine.starting:
-            pass
-    stop.set()
-    thread.join()
+    digests = while_starting(engine, files, _own_hash, meanwhile)
     rest = files[len(digests) :]
     if not rest:
         return digests
@@ -200,6 +152,11 @@ def hash_inputs(
     ]
     hashed = engine.run(_hash, [paths[a:b] for a, b in runs], keys)
     return digests + [digest for run in hashed for digest in run]
+
+
+def _own_hash(file: InputFile, stopped: Callable[[], bool]) -> str | None:
+    """Hash a local input in the driver (None for a store object: the workers read those)."""
+    return None if file.in_store else sha256_path(file.real, until=stopped)
 
 
 def _runs(sizes: list[int], count: int) -> list[tuple[int, int]]:

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from packshard.engine import Engine
 from packshard.engine.faults import inject
+from packshard.engine.heap import BUSY_PAD, pad_heap
 from packshard.format.shards import (
     EVAL_SHARD_PATTERN,
     ROW_GROUP_ROWS,
@@ -38,7 +39,6 @@ from packshard.format.shards import (
     ShardInfo,
     write_shard,
 )
-from packshard.pack.heap import BUSY_PAD, pad_heap
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill, narrow
 from packshard.pack.units.columns import release_columns
@@ -142,7 +142,7 @@ def piece_cuts(offsets: np.ndarray, start: int, stop: int) -> list[int]:
 def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
     inject(task.name, task.faults, Path(task.work) / "_faults")
-    # row groups come and go: keep the heap's top (packshard.pack.heap), in a worker; in the
+    # row groups come and go: keep the heap's top (packshard.engine.heap), in a worker; in the
     # driver (--workers 1) the pad would hold each freed row group resident at its peak, and
     # one row group at a time keeps the driver's peak one row group lower
     in_driver = os.getpid() == task.driver

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ from packshard.engine import TaskFailed
 from packshard.errors import RecordError
 from packshard.pack import PackConfig, pack_dataset
 from packshard.pack.units.scale import work_folder
-from tests.helpers import check_pack_output, output_digests, scale_inputs
+from tests.helpers import StartingEngine, check_pack_output, output_digests, scale_inputs
 
 
 @pytest.fixture(scope="module")
@@ -249,26 +248,6 @@ def test_inputs_are_hashed_in_a_few_runs_each_file_its_own_digest(tmp_path, work
     assert not met and len(calls) <= 1 and (not calls or calls[0] <= HASH_TASKS * workers)
 
 
-class _Starting:
-    """An engine double whose workers are starting for the first ``polls`` questions."""
-
-    name, workers = "local", 2
-
-    def __init__(self, polls: int) -> None:
-        self.polls, self.runs = polls, 0
-
-    @property
-    def starting(self) -> bool:
-        self.polls -= 1
-        if self.polls >= 0:
-            time.sleep(0.05)  # as the local engine's question waits for its workers
-        return self.polls >= 0
-
-    def run(self, fn, args, keys, **kwargs):
-        self.runs += 1
-        return [fn(a) for a in args]
-
-
 @pytest.mark.parametrize("polls", [0, 1, 1000])
 def test_the_driver_hashes_while_its_workers_start_and_hands_them_the_rest(tmp_path, polls):
     """Workers starting: the driver hashes (and loads, once) meanwhile; up: they hash the rest.
@@ -286,12 +265,12 @@ def test_the_driver_hashes_while_its_workers_start_and_hands_them_the_rest(tmp_p
         path.write_bytes(bytes([i]) * (i * 997))
         files.append(InputFile(str(path), path))
     files.append(InputFile("gone.jsonl", tmp_path / "gone.jsonl"))  # a worker's task reports it
-    engine, met = _Starting(polls), []
+    engine, met = StartingEngine(polls), []
     with pytest.raises(FileNotFoundError, match=r"gone\.jsonl"):
         hash_inputs(engine, files, meanwhile=lambda: met.append(1))  # type: ignore[arg-type]
     assert engine.runs == 1  # the unreadable file went to the workers, whoever hashed the rest
     files.pop()
-    engine, met = _Starting(polls), []
+    engine, met = StartingEngine(polls), []
     digests = hash_inputs(engine, files, meanwhile=lambda: met.append(1))  # type: ignore[arg-type]
     assert digests == [sha256_path(f.real) for f in files]
     assert met == ([1] if polls else [])
@@ -310,7 +289,7 @@ def test_the_driver_leaves_the_file_in_hand_to_the_workers_once_they_are_up(tmp_
     small = tmp_path / "small.jsonl"
     small.write_bytes(b"y" * 10)
     files = [InputFile(str(big), big), InputFile(str(small), small)]
-    engine, met = _Starting(1), []
+    engine, met = StartingEngine(1), []
     sent: list[list[str]] = []
     real = engine.run
 

@@ -1,4 +1,4 @@
-"""The heap settings of :mod:`packshard.pack.heap`, seen from a fresh process."""
+"""The heap settings of :mod:`packshard.engine.heap`, seen from a fresh process."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from packshard.pack.heap import BUSY_PAD
+from packshard.engine.heap import BUSY_PAD
 
 PROBE = """
 import resource, sys
 import numpy as np
-from packshard.pack.heap import pad_heap, return_freed_memory
+from packshard.engine.heap import pad_heap, return_freed_memory
 assert return_freed_memory() and pad_heap(int(sys.argv[1]))
 def batch():  # what a map task's batches do: 20 MB of arrays below the mmap threshold
     arrays = [np.ones(200 * 1024 // 8) for _ in range(100)]
