@@ -9,8 +9,8 @@ place in the spill is known before a shard is read, and one pass puts it there::
              the index alone is the spill (:func:`whole_spill`): pack plans it, then
     lay out  shards, a row group at a time (checked: SHA-256, columns, seams, lengths,
              targets), each segment copied to where the new plan puts it (a jitted scatter)
-             ─► work/parent/tokens.bin, labels.bin: the new shards' tokens, in their order,
-             so each new row group is one contiguous read (:func:`lay_out`)
+             ─► work/parent/tokens.bin, the labels folded in: the new shards' tokens, in
+             their order, so each new row group is one contiguous read (:func:`lay_out`)
     else     pass 1 as above, but each example to its place by example id, then
              (--strategy wrapped: those files are the spill; its planner counts targets
              from the labels) or pass 2, in chunks of 65,536 examples, each one slice of

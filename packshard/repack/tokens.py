@@ -4,10 +4,11 @@ Two layouts, one scatter (:func:`scatter_parent`)::
 
     shards, a row group at a time ─► checked: SHA-256, columns, seams, and against the
                                       index: each segment's length and targets, ids once
-        each segment ─► place[its example] in work/parent/tokens.bin, labels.bin, its
+        each segment ─► place[its example] in work/parent/tokens.bin (labels.bin), its
                         targets counted on the way (one jitted pass: scatter_segments)
     place = where the new plan writes it   (:func:`lay_out`, every example whole)
-            the new shards' tokens in their order: a row group is one contiguous read
+            the new shards' tokens in their order: a row group is one contiguous read;
+            each label folded into its token (tokens.bin alone: PartFiles.folded)
     place = offsets by example id           (:func:`parent_tokens`, for the spill writer)
 
 Measured on 1,000,000 chat examples (23.0M phi-3 tokens, ``scripts/bench_repack.py``, one
@@ -20,6 +21,9 @@ cheaper (their faults are fewer, as huge pages, but each costs more), nor was a 
 populated when made (``MAP_POPULATE``).  Copying both columns and counting each segment's
 targets in one jitted pass, where a copy a column and ``count_trained`` took three, took
 the pass from 1.6-1.7 to 1.0-1.4 CPU-s (the stage alone, five times in one process).
+Folding the labels into the tokens halves what the scatter writes (92 MB where 184 MB were:
+22,500 page faults where 45,000 were, the scatter 0.19-0.24 CPU-s where 0.33 was) and what
+the shard writer reads back.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from packshard.records import IGNORE_INDEX
 class StoredTokens:
     """The parent's tokens and labels in example-id order (pass 1), with their counts."""
 
-    folder: Path  # tokens.bin, labels.bin: flat int32, example 0's tokens first
+    folder: Path  # tokens.bin, labels.bin: flat int32, example 0's tokens first (not folded)
     offsets: np.ndarray  # int64 [n + 1]
     loss_tokens: np.ndarray  # int32 [n]: targets, each example's first label excluded
 
@@ -105,8 +109,8 @@ def lay_out(
     at = exclusive_cumsum(plan.seg_length.astype(np.int64))
     place = np.full(len(lengths), -1, np.int64)
     place[plan.seg_example[::-1]] = at[:-1][::-1]  # a repeated example at its first place
-    scatter_parent(parent, folder, lengths, targets, place, int(at[-1]))
-    part = PartFiles((str(folder),), np.array([0, int(at[-1])], np.int64))
+    scatter_parent(parent, folder, lengths, targets, place, int(at[-1]), folded=True)
+    part = PartFiles((str(folder),), np.array([0, int(at[-1])], np.int64), folded=True)
     return replace(spill, part_files=part, offsets=place)
 
 
@@ -117,8 +121,12 @@ def scatter_parent(
     targets: np.ndarray,
     place: np.ndarray,
     total: int,
+    folded: bool = False,
 ) -> None:
     """Copy every shard segment of ``parent`` to ``place[its example]`` of ``folder``'s files.
+
+    ``folded``: ``tokens.bin`` alone, each label folded into its token
+    (:func:`~packshard.pack.units.parts.unfold_labels` splits them), else ``labels.bin`` too.
 
     Each shard is read one row group at a time and checked as it is read (its SHA-256,
     dataset id, columns and seams: :func:`packshard.export.common.read_rows`); every segment
@@ -129,8 +137,8 @@ def scatter_parent(
     examples = len(lengths)
     seen = np.zeros(examples, np.bool_)
     none = np.zeros(0, np.int32)
-    files = [_mapped(folder / name, total) for name in FILES]
-    out_ids, out_labels = (none if out is None else out for out in files)
+    files = [_mapped(folder / name, total) for name in (FILES[:1] if folded else FILES)]
+    out_ids, out_labels = (none if out is None else out for out in [*files, None][:2])
     for rows in read_rows(parent, ("train", "eval"), COLUMNS, by_group=True):
         ids = rows.example_ids
         if ids.size and (ids.min() < 0 or ids.max() >= examples or seen[ids].any()):
@@ -150,6 +158,7 @@ def scatter_parent(
             out_ids,
             out_labels,
             trained,
+            folded,
         )
         if not np.array_equal(trained, targets[ids]):
             bad = int(np.flatnonzero(trained != targets[ids])[0])
@@ -183,11 +192,16 @@ def scatter_segments(  # pragma: no cover - jitted
     out_ids: np.ndarray,
     out_labels: np.ndarray,
     trained: np.ndarray,
+    folded: bool = False,
 ) -> None:
     """Copy segment ``i`` (``starts[i]``, ``lengths[i]``) of both columns to ``at[i]``.
 
     ``at[i]`` -1 copies nothing.  ``trained[i]`` is the segment's labels other than
     ``IGNORE_INDEX``, its first left out (:func:`~packshard.arrays.count_trained`).
+    ``folded``: each label folded into its token in ``out_ids`` (the token where it trains,
+    else ``~token``: :func:`~packshard.pack.units.parts.unfold_labels`), ``out_labels``
+    unused; the labels must be ``IGNORE_INDEX`` or their token, as the shards' checks make
+    sure before this runs.
     """
     for i in range(len(starts)):
         src, dst, n = starts[i], at[i], lengths[i]
@@ -196,7 +210,11 @@ def scatter_segments(  # pragma: no cover - jitted
             if labels[src + j] != IGNORE_INDEX:
                 count += 1
         trained[i] = count
-        if dst >= 0:
+        if dst >= 0 and folded:
+            for j in range(n):
+                token = ids[src + j]
+                out_ids[dst + j] = token if labels[src + j] != IGNORE_INDEX else ~token
+        elif dst >= 0:
             for j in range(n):
                 out_ids[dst + j] = ids[src + j]
                 out_labels[dst + j] = labels[src + j]

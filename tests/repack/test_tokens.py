@@ -2,7 +2,8 @@
 
 :func:`scatter_segments` copies every segment of a row group to its place and counts its
 targets as it goes; checked against the plain copy and :func:`count_trained` it replaces,
-jitted and as Python.
+jitted and as Python.  Folded (each label in its token, one file) and unfolded again
+(:func:`unfold_labels`), the tokens and labels are the ones copied.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from packshard.arrays import count_trained, exclusive_cumsum
+from packshard.pack.units.parts import unfold_labels
 from packshard.records import IGNORE_INDEX
 from packshard.repack.tokens import scatter_segments
 
@@ -62,3 +64,25 @@ def test_a_first_label_that_trains_is_not_counted():
     scatter_segments(ids, labels, np.array([0]), np.array([3]), np.array([0]), *out, trained)
     assert trained.tolist() == [2]
     assert out[0].tolist() == [5, 6, 7] and out[1].tolist() == [5, 6, 7]
+
+
+@pytest.mark.parametrize("jitted", [True, False], ids=["jitted", "python"])
+def test_folded_segments_unfold_to_their_tokens_and_labels(jitted):
+    ids, labels, lengths = row_group(7, 50)
+    starts = exclusive_cumsum(lengths)
+    order = np.random.default_rng(8).permutation(len(lengths))
+    at = np.empty(len(lengths), np.int64)
+    at[order] = exclusive_cumsum(lengths[order])[:-1]
+    total = int(starts[-1])
+    folded = np.zeros(total, np.int32)
+    trained = np.zeros(len(lengths), np.int64)
+    kernel = scatter_segments if jitted else scatter_segments.py_func
+    kernel(ids, labels, starts[:-1], lengths, at, folded, np.zeros(0, np.int32), trained, True)
+    assert trained.tolist() == count_trained(labels, starts).tolist()
+    assert (folded < 0).any() and (folded > 0).any()  # both kinds are there to unfold
+    got_labels = np.zeros(total, np.int32)
+    (unfold_labels if jitted else unfold_labels.py_func)(folded, got_labels)
+    for i in range(len(lengths)):
+        lo, n, to = int(starts[i]), int(lengths[i]), int(at[i])
+        assert folded[to : to + n].tolist() == ids[lo : lo + n].tolist()
+        assert got_labels[to : to + n].tolist() == labels[lo : lo + n].tolist()
