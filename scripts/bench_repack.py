@@ -114,7 +114,8 @@ def main() -> None:
     same = digests(work / "fresh") == digests(work / "repacked")
     stats = json.loads((work / "repacked" / "manifest.json").read_text())["stats"]
     print(f"records {args.records:,}, examples {stats['examples']:,}, tokens {stats['tokens']:,}")
-    print(f"load average before: {load}")
+    after = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(f"load average before: {load}; after: {after}")
     print("                                      wall s    CPU s")
     print(f"pack (parent, 4096)               {parent[0]:9.2f} {parent[1]:9.2f}")
     print(f"pack (fresh, 8192, seed 1)        {fresh[0]:9.2f} {fresh[1]:9.2f}")

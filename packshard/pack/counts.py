@@ -63,17 +63,19 @@ def examples_tables(
     ``media`` (per spilled example, a pack with images) the ``media`` column.
 
     One chunk is in memory at a time, and of it one numpy column at a time (each is made
-    when the table reads it, its index arrays with it; a segment's row is looked up in the
-    plan's row offsets), so beyond an int32 order per segment the index costs a fixed
-    amount whatever the number of examples: the chunk's Arrow table (about 97 bytes a row,
+    when the table reads it, from the chunk's segments' examples and rows, looked up once;
+    a segment's row is found in the plan's row offsets), so beyond an int32 order per
+    segment and a shard and place per row (8 bytes a row of the plan) the index costs a
+    fixed amount whatever the number of examples: the chunk's Arrow table (about 97 bytes a row,
     half of it the ``source`` and ``domain`` strings) and the Parquet writer's buffers,
     about 180 bytes a row in all (measured), so about 23 MiB for a chunk of 131,072 rows.
     """
     order = invert(plan.example_id)  # the segments in example id order
     sources, domains = list(spill.counts.sources), list(spill.counts.domains)
+    places = row_places(shard_rows)
     for lo in range(0, max(len(order), 1), EXAMPLE_GROUP_ROWS):
         chunk = order[lo : lo + EXAMPLE_GROUP_ROWS]
-        columns = _columns(spill, plan, shard_rows, chunk, is_eval, repeats, media)
+        columns = _columns(spill, plan, places, chunk, is_eval, repeats, media)
         yield build_examples_table(columns, sources, domains)
         release_columns(spill)  # the chunk's pages of the mapped columns
 
@@ -97,31 +99,47 @@ class _Columns(Mapping[str, np.ndarray]):
         return len(self._makers)
 
 
+def row_places(shard_rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Return each row's shard and its row within that shard (int32), shards in order."""
+    counts = np.asarray(shard_rows, dtype=np.int64)
+    shard = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+    first = np.repeat(exclusive_cumsum(counts)[:-1], counts)
+    return shard, (np.arange(len(shard), dtype=np.int64) - first).astype(np.int32)
+
+
 def _columns(
     spill: Spill,
     plan: RowPlan,
-    shard_rows: Sequence[int],
+    places: tuple[np.ndarray, np.ndarray],
     order: np.ndarray,
     is_eval: np.ndarray | None = None,
     repeats: np.ndarray | None = None,
     media: list[list[dict[str, Any]]] | None = None,
 ) -> _Columns:
-    """Return the index columns of the segments ``order`` picks, made when read."""
-    shard_starts = exclusive_cumsum(np.asarray(shard_rows, dtype=np.int64))
-    turns = spill.turns
+    """Return the index columns of the segments ``order`` picks, made when read.
 
-    def ex() -> np.ndarray:  # remade per column: no chunk-long index array is kept
-        return plan.seg_example[order]
+    The chunk's segments' examples and rows are looked up once and kept while its columns
+    are made (12 bytes a row of the chunk): six columns read the examples, two the rows, and
+    a row's shard and place in it come from :func:`row_places`.
+    """
+    turns = spill.turns
+    kept: dict[str, np.ndarray] = {}
+
+    def ex() -> np.ndarray:
+        if "ex" not in kept:
+            kept["ex"] = plan.seg_example[order]
+        return kept["ex"]
 
     def rows() -> np.ndarray:  # each segment's row, found in the row offsets: no array of
-        return np.searchsorted(plan.row_offsets, order, side="right") - 1  # every segment's
+        if "rows" not in kept:  # every segment's
+            kept["rows"] = np.searchsorted(plan.row_offsets, order, side="right") - 1
+        return kept["rows"]
 
     def shard() -> np.ndarray:
-        return np.searchsorted(shard_starts, rows(), side="right") - 1
+        return places[0][rows()]
 
     def row() -> np.ndarray:
-        at = rows()
-        return at - shard_starts[np.searchsorted(shard_starts, at, side="right") - 1]
+        return places[1][rows()]
 
     makers: dict[str, Callable[[], np.ndarray]] = {
         "example_id": lambda: plan.example_id[order],

@@ -15,8 +15,8 @@ the output is too: the same dataset id (it hashes the configuration and the inpu
 both the same), byte-identical shards and examples index, the same rejects in (input, line)
 order and the same statistics; only ``created_at``, ``engine`` and the ``parent`` entry of
 the manifest differ.  Measured on 1,000,000 short chat examples (23.0M tokens, one process
-each, a loaded 2-core machine): 332.8 s and 84.4 CPU-s to pack, 22.9 s and 7.5 CPU-s to
-repack (``scripts/bench_repack.py``, ``docs/pack.md``).
+each, a 2-core machine at load 1): 84.9 s and 85.9 CPU-s to pack, 5.0 s and 4.9 CPU-s to
+repack, 17.4× less CPU (``scripts/bench_repack.py``, ``docs/pack.md``).
 
 What cannot be re-made is refused before any shard is read
 (:func:`~packshard.repack.config.parent_problem`): examples the parent split or truncated

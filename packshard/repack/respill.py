@@ -9,8 +9,8 @@ place in the spill is known before a shard is read, and one pass puts it there::
              the index alone is the spill (:func:`whole_spill`): pack plans it, then
     lay out  shards, a row group at a time (checked: SHA-256, columns, seams, lengths,
              targets), each segment copied to where the new plan puts it (a jitted scatter)
-             ─► work/parent/tokens.bin, labels.bin: the new shards' tokens, in their order,
-             so each new row group is one contiguous read (:func:`lay_out`)
+             ─► work/parent/tokens.bin, the labels folded in: the new shards' tokens, in
+             their order, so each new row group is one contiguous read (:func:`lay_out`)
     else     pass 1 as above, but each example to its place by example id, then
              (--strategy wrapped: those files are the spill; its planner counts targets
              from the labels) or pass 2, in chunks of 65,536 examples, each one slice of
@@ -72,10 +72,24 @@ class Respilled:
     """Reads the parent's tokens into the planned order (:func:`lay_out`); None: in the spill."""
 
 
-def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """Return a numeric column as numpy without pandas (:func:`~packshard.arrays.numpy_view`)."""
-    whole = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return numpy_view(whole)
+def _numbers(column: pa.ChunkedArray, kind: type = np.int64) -> np.ndarray:
+    """Return a numeric column as one ``kind`` array, its chunks copied once, without pandas.
+
+    Each chunk (a row group) is read where Arrow holds it (:func:`~packshard.arrays.numpy_view`)
+    and widened as it is copied: no combined Arrow copy before a widened numpy one.
+    """
+    views = [numpy_view(chunk) for chunk in column.chunks]
+    return np.concatenate(views, dtype=kind) if views else np.zeros(0, kind)
+
+
+def _counts_up(column: pa.ChunkedArray) -> bool:
+    """Tell whether a column holds ``0 … n-1`` in order, a chunk at a time."""
+    at = 0
+    for chunk in column.chunks:
+        if not np.array_equal(numpy_view(chunk), np.arange(at, at + len(chunk))):
+            return False
+        at += len(chunk)
+    return True
 
 
 def respill(parent: Path, manifest: dict[str, Any], config: PackConfig, work: Path) -> Respilled:
@@ -131,8 +145,7 @@ def parent_examples(
         ["example_id", "source", "line", "domain", "num_tokens", "num_loss_tokens"],
         dictionary=["source", "domain"],
     )
-    ids = _numbers(index["example_id"])  # numpy_view: to_numpy would import pandas
-    if not np.array_equal(ids, np.arange(len(ids))):
+    if not _counts_up(index["example_id"]):
         raise FormatError(str(parent / EXAMPLES_NAME), "example ids are not 0 … n-1 in order")
     if index["source"].null_count or index["domain"].null_count:
         raise FormatError(str(parent / EXAMPLES_NAME), "an example has no source or domain")
@@ -144,11 +157,10 @@ def parent_examples(
     examples = Examples(
         sources,
         to_input[codes],
-        _numbers(index["line"]).astype(np.int64, copy=False),
+        _numbers(index["line"]),
         *_domains(index["domain"]),
     )
-    lengths = _numbers(index["num_tokens"]).astype(np.int64)
-    return examples, lengths, _numbers(index["num_loss_tokens"]).astype(np.int64)
+    return examples, _numbers(index["num_tokens"]), _numbers(index["num_loss_tokens"])
 
 
 @dataclass(frozen=True)
@@ -199,7 +211,7 @@ def whole_spill(
     """
     n = len(offsets) - 1
     domain, names = examples.domain_codes, examples.domain_names
-    tokens_in = np.bincount(domain, weights=np.diff(offsets), minlength=len(names))
+    tokens_in = _tokens_per_domain(domain, offsets, len(names))
     counts = SpillCounts(
         sources=examples.sources,
         domains=names,
@@ -219,10 +231,10 @@ def whole_spill(
         source_index=examples.source_codes,
         lines=narrow(examples.lines),
         parts=np.zeros(n, np.int32),
-        starts=narrow(np.zeros(n, np.int64)),
+        starts=np.zeros(n, np.int32),  # narrow's types, made so: no int64 copy first
         domain_codes=domain,
         truncated=np.zeros(n, np.bool_),
-        record_ids=narrow(np.arange(n, dtype=np.int64)),
+        record_ids=np.arange(n, dtype=np.int32 if n <= 2**31 else np.int64),
         format_codes=np.zeros(n, np.int8),
         counts=counts,
         turns=np.zeros(n, np.int32),
@@ -230,6 +242,20 @@ def whole_spill(
         images=np.zeros(n, np.int32),
         part_files=part_files,
     )
+
+
+def _tokens_per_domain(domain: np.ndarray, offsets: np.ndarray, count: int) -> np.ndarray:
+    """Sum the examples' tokens per domain code (int64), a run of one code at a time.
+
+    A run's tokens are a difference of two offsets, where a count weighted by every length
+    would make each of them a float first (examples of one domain in id order: one run).
+    """
+    if len(domain) == 0:
+        return np.zeros(count, np.int64)
+    runs = np.flatnonzero(np.diff(domain)) + 1  # where a run of one code starts
+    first = np.concatenate(([0], runs))
+    sums = offsets[np.append(runs, len(domain))] - offsets[first]
+    return np.bincount(domain[first], weights=sums, minlength=count).astype(np.int64)
 
 
 def policed_spill(

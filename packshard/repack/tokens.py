@@ -4,9 +4,11 @@ Two layouts, one scatter (:func:`scatter_parent`)::
 
     shards, a row group at a time ─► checked: SHA-256, columns, seams, and against the
                                       index: each segment's length and targets, ids once
-        each segment ─► place[its example] in work/parent/tokens.bin, labels.bin
+        each segment ─► place[its example] in work/parent/tokens.bin (labels.bin), its
+                        targets counted on the way (one jitted pass: scatter_segments)
     place = where the new plan writes it   (:func:`lay_out`, every example whole)
-            the new shards' tokens in their order: a row group is one contiguous read
+            the new shards' tokens in their order: a row group is one contiguous read;
+            each label folded into its token (tokens.bin alone: PartFiles.folded)
     place = offsets by example id           (:func:`parent_tokens`, for the spill writer)
 
 Measured on 1,000,000 chat examples (23.0M phi-3 tokens, ``scripts/bench_repack.py``, one
@@ -15,7 +17,13 @@ it Parquet's decode, where reading each whole shard and then gathering by id (tw
 took 4.3.  Laid out in the new order, the shard writer's reads of the tokens went from
 10^5 scattered ranges a row group to one slice, and its stage from 3.2 to 1.9 CPU-s.  The
 scatter writes into files mapped for writing: arrays in memory written out once were no
-cheaper (their faults are fewer, as huge pages, but each costs more).
+cheaper (their faults are fewer, as huge pages, but each costs more), nor was a mapping
+populated when made (``MAP_POPULATE``).  Copying both columns and counting each segment's
+targets in one jitted pass, where a copy a column and ``count_trained`` took three, took
+the pass from 1.6-1.7 to 1.0-1.4 CPU-s (the stage alone, five times in one process).
+Folding the labels into the tokens halves what the scatter writes (92 MB where 184 MB were:
+22,500 page faults where 45,000 were, the scatter 0.19-0.24 CPU-s where 0.33 was) and what
+the shard writer reads back.
 """
 
 from __future__ import annotations
@@ -24,20 +32,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
-from packshard.arrays import count_trained, exclusive_cumsum
+from packshard.arrays import exclusive_cumsum
 from packshard.errors import FormatError
 from packshard.export.common import COLUMNS, read_rows
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
-from packshard.pack.units.parts import FILES, PartFiles, gather_ranges
+from packshard.pack.units.parts import FILES, PartFiles
+from packshard.records import IGNORE_INDEX
 
 
 @dataclass(frozen=True)
 class StoredTokens:
     """The parent's tokens and labels in example-id order (pass 1), with their counts."""
 
-    folder: Path  # tokens.bin, labels.bin: flat int32, example 0's tokens first
+    folder: Path  # tokens.bin, labels.bin: flat int32, example 0's tokens first (not folded)
     offsets: np.ndarray  # int64 [n + 1]
     loss_tokens: np.ndarray  # int32 [n]: targets, each example's first label excluded
 
@@ -99,8 +109,8 @@ def lay_out(
     at = exclusive_cumsum(plan.seg_length.astype(np.int64))
     place = np.full(len(lengths), -1, np.int64)
     place[plan.seg_example[::-1]] = at[:-1][::-1]  # a repeated example at its first place
-    scatter_parent(parent, folder, lengths, targets, place, int(at[-1]))
-    part = PartFiles((str(folder),), np.array([0, int(at[-1])], np.int64))
+    scatter_parent(parent, folder, lengths, targets, place, int(at[-1]), folded=True)
+    part = PartFiles((str(folder),), np.array([0, int(at[-1])], np.int64), folded=True)
     return replace(spill, part_files=part, offsets=place)
 
 
@@ -111,8 +121,12 @@ def scatter_parent(
     targets: np.ndarray,
     place: np.ndarray,
     total: int,
+    folded: bool = False,
 ) -> None:
     """Copy every shard segment of ``parent`` to ``place[its example]`` of ``folder``'s files.
+
+    ``folded``: ``tokens.bin`` alone, each label folded into its token
+    (:func:`~packshard.pack.units.parts.unfold_labels` splits them), else ``labels.bin`` too.
 
     Each shard is read one row group at a time and checked as it is read (its SHA-256,
     dataset id, columns and seams: :func:`packshard.export.common.read_rows`); every segment
@@ -122,8 +136,9 @@ def scatter_parent(
     folder.mkdir(parents=True)
     examples = len(lengths)
     seen = np.zeros(examples, np.bool_)
-    files = [_mapped(folder / name, total) for name in FILES]
-    skipped = bool(examples) and int(place.min()) < 0
+    none = np.zeros(0, np.int32)
+    files = [_mapped(folder / name, total) for name in (FILES[:1] if folded else FILES)]
+    out_ids, out_labels = (none if out is None else out for out in [*files, None][:2])
     for rows in read_rows(parent, ("train", "eval"), COLUMNS, by_group=True):
         ids = rows.example_ids
         if ids.size and (ids.min() < 0 or ids.max() >= examples or seen[ids].any()):
@@ -133,13 +148,18 @@ def scatter_parent(
                 str(parent), "a shard's segment and the examples index disagree on its length"
             )
         seen[ids] = True
-        starts, seg_len, at = rows.seg_starts(), rows.seg_len, place[ids]
-        if skipped and not (keep := at >= 0).all():
-            starts, seg_len, at = starts[keep], seg_len[keep], at[keep]
-        for out, values in zip(files, (rows.ids, rows.labels), strict=True):
-            if out is not None:
-                gather_ranges(values, starts, seg_len, at, out)  # a scatter: to at[i]
-        trained = count_trained(rows.labels, exclusive_cumsum(rows.seg_len))
+        trained = np.empty(len(ids), np.int64)
+        scatter_segments(
+            rows.ids,
+            rows.labels,
+            rows.seg_starts(),
+            rows.seg_len,
+            place[ids],
+            out_ids,
+            out_labels,
+            trained,
+            folded,
+        )
         if not np.array_equal(trained, targets[ids]):
             bad = int(np.flatnonzero(trained != targets[ids])[0])
             raise FormatError(
@@ -147,7 +167,8 @@ def scatter_parent(
                 f"example {int(ids[bad])}: its shard's labels and the examples index disagree "
                 f"on its targets ({int(trained[bad])} vs {int(targets[ids[bad]])})",
             )
-    del files  # unmapped, unsynced: the pages stay in the page cache for the shard writer
+    # unmapped, unsynced: the pages stay in the page cache for the shard writer
+    del files, out_ids, out_labels
     if not seen.all():
         missing = int(np.flatnonzero(~seen)[0])
         raise FormatError(str(parent), f"example {missing} of the index is in no shard")
@@ -159,3 +180,41 @@ def _mapped(path: Path, size: int) -> np.memmap | None:
         path.touch()
         return None
     return np.memmap(path, dtype=np.int32, mode="w+", shape=(size,))
+
+
+@njit(cache=True, nogil=True)
+def scatter_segments(  # pragma: no cover - jitted
+    ids: np.ndarray,
+    labels: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    at: np.ndarray,
+    out_ids: np.ndarray,
+    out_labels: np.ndarray,
+    trained: np.ndarray,
+    folded: bool = False,
+) -> None:
+    """Copy segment ``i`` (``starts[i]``, ``lengths[i]``) of both columns to ``at[i]``.
+
+    ``at[i]`` -1 copies nothing.  ``trained[i]`` is the segment's labels other than
+    ``IGNORE_INDEX``, its first left out (:func:`~packshard.arrays.count_trained`).
+    ``folded``: each label folded into its token in ``out_ids`` (the token where it trains,
+    else ``~token``: :func:`~packshard.pack.units.parts.unfold_labels`), ``out_labels``
+    unused; the labels must be ``IGNORE_INDEX`` or their token, as the shards' checks make
+    sure before this runs.
+    """
+    for i in range(len(starts)):
+        src, dst, n = starts[i], at[i], lengths[i]
+        count = 0
+        for j in range(1, n):
+            if labels[src + j] != IGNORE_INDEX:
+                count += 1
+        trained[i] = count
+        if dst >= 0 and folded:
+            for j in range(n):
+                token = ids[src + j]
+                out_ids[dst + j] = token if labels[src + j] != IGNORE_INDEX else ~token
+        elif dst >= 0:
+            for j in range(n):
+                out_ids[dst + j] = ids[src + j]
+                out_labels[dst + j] = labels[src + j]

@@ -26,6 +26,7 @@ from packshard.pack.counts import (
     loss_policies,
     pack_stats,
     records_per_input,
+    row_places,
     wrapped_drops,
 )
 from packshard.pack.plan.planner import plan_packs
@@ -163,6 +164,14 @@ def test_examples_index_by_example_id(pack):
         "row": [1, 0, 0],
         "turn": [0, 0, 0],
     }
+
+
+def test_row_places_name_each_rows_shard_and_place_in_it():
+    shard, row = row_places([2, 0, 3, 1])  # an empty shard holds no row
+    assert shard.tolist() == [0, 0, 2, 2, 2, 3]
+    assert row.tolist() == [0, 1, 0, 1, 2, 0]
+    assert shard.dtype == row.dtype == np.int32
+    assert [a.size for a in row_places([])] == [0, 0]
 
 
 def test_loss_policies_resolve_per_format(pack):

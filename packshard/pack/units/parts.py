@@ -20,6 +20,13 @@ part by the jitted loop instead: one read call a range would cost more than the 
 (``docs/performance.md``, "Reading the spill's parts").
 The folders must be on storage every worker reaches (beside
 the output).
+
+A part may hold its labels folded into ``tokens.bin`` (``PartFiles.folded``: the token where
+its label trains it, else ``~token``, negative), as ``repack`` lays out a parent's tokens:
+half the bytes written and read, split again as they are read (:func:`unfold_labels`)::
+
+    tokens  [ 7   8   9   4   5 ]      labels  [ -  8  9  -  5 ]      ('-' = IGNORE_INDEX)
+    folded  [-8   8   9  -5   5 ]
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import numpy as np
 from numba import njit
 
 from packshard.arrays import exclusive_cumsum
+from packshard.records import IGNORE_INDEX
 
 FILES = ("tokens.bin", "labels.bin")
 WHOLE_BYTES = 64 * 1024 * 1024
@@ -48,6 +56,8 @@ class PartFiles:
 
     folders: tuple[str, ...]
     bases: np.ndarray  # int64 [parts + 1]
+    folded: bool = False
+    """Each part holds ``tokens.bin`` alone, its labels folded in (:func:`unfold_labels`)."""
 
 
 def read_part_ranges(
@@ -60,22 +70,38 @@ def read_part_ranges(
     total = int(out_start[-1])
     ids = np.empty(total, dtype=np.int32)
     labels = np.empty(total, dtype=np.int32)
+    names = FILES[:1] if parts.folded else FILES
+    _read_into(parts, starts, lengths, out_start, tuple(zip(names, (ids, labels), strict=False)))
+    if parts.folded:
+        unfold_labels(ids, labels)
+    return ids, labels
+
+
+def _read_into(
+    parts: PartFiles,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    out_start: np.ndarray,
+    files: tuple[tuple[str, np.ndarray], ...],
+) -> None:
+    """Read the ranges of each file ``name`` of the parts into its ``out`` (``files``)."""
+    total = int(out_start[-1])
     if len(parts.folders) == 1 and total and np.array_equal(starts - starts[0], out_start[:-1]):
         # one run of the part (a repack laid out in the shards' order): one read a file
         first = 4 * int(starts[0] - parts.bases[0])
-        for name, out in zip(FILES, (ids, labels), strict=True):
+        for name, out in files:
             _read_ranges(os.path.join(parts.folders[0], name), out, [first], [4 * total], [0])
-        return ids, labels
+        return
     if len(parts.folders) == 1 and int(parts.bases[-1]) * 8 <= WHOLE_BYTES:
         # one part read whole: every range gathered in place, in any order (an empty one
         # copies nothing), with no per-range index arrays beside the ranges themselves
         size = int(parts.bases[1] - parts.bases[0])
         local = starts - parts.bases[0] if int(parts.bases[0]) else starts
-        for name, out in zip(FILES, (ids, labels), strict=True):
+        for name, out in files:
             _gather_whole(
                 os.path.join(parts.folders[0], name), size, local, lengths, out_start, out
             )
-        return ids, labels
+        return
     wanted = np.flatnonzero(lengths > 0)
     part = np.searchsorted(parts.bases, starts[wanted], side="right") - 1
     order = np.lexsort((starts[wanted], part))  # each part's ranges together, in file order
@@ -91,10 +117,10 @@ def read_part_ranges(
             p, sel = int(part[lo]), wanted[lo:hi]
             size = int(parts.bases[p + 1] - parts.bases[p])
             local = starts[sel] - parts.bases[p]
-            for name, out in zip(FILES, (ids, labels), strict=True):
+            for name, out in files:
                 path = os.path.join(parts.folders[p], name)
                 gather(path, size, local, lengths[sel], out_start[sel], out)
-        return ids, labels
+        return
     # byte offsets in the part, byte counts, byte offsets in the output: plain ints, made once
     spans = [
         (4 * values).tolist()
@@ -102,9 +128,8 @@ def read_part_ranges(
     ]
     for lo, hi in pairwise(bounds):
         folder = parts.folders[int(part[lo])]
-        for name, out in zip(FILES, (ids, labels), strict=True):
+        for name, out in files:
             _read_ranges(os.path.join(folder, name), out, *(s[lo:hi] for s in spans))
-    return ids, labels
 
 
 def _gather_whole(
@@ -197,3 +222,20 @@ def gather_ranges(  # pragma: no cover - jitted
         src, dst = starts[i], at[i]
         for j in range(lengths[i]):
             out[dst + j] = source[src + j]
+
+
+@njit(cache=True, nogil=True)
+def unfold_labels(values: np.ndarray, labels: np.ndarray) -> None:  # pragma: no cover - jitted
+    """Split folded ``values`` in place into their tokens and ``labels``.
+
+    A folded value is the token where its label trains it, else ``~token`` (negative): a
+    label is ``IGNORE_INDEX`` or its token (the shards' contract) and a token is at least 0,
+    so one int32 holds both, half the bytes of a file each.
+    """
+    for t in range(len(values)):
+        value = values[t]
+        if value < 0:
+            values[t] = ~value
+            labels[t] = IGNORE_INDEX
+        else:
+            labels[t] = value

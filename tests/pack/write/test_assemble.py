@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from packshard.format.shards import SHARD_SCHEMA, read_row
 from packshard.pack.plan.planner import plan_packs
 from packshard.pack.plan.rows import RowPlan, finalize_plan
 from packshard.pack.spill import Spill
-from packshard.pack.write.assemble import assemble_ranges, assemble_rows
+from packshard.pack.write.assemble import assemble_ranges, assemble_rows, fill_tokens
 from packshard.records import IGNORE_INDEX as X
 from tests.helpers import make_spill
 
@@ -141,3 +143,30 @@ def test_rows_assembled_in_pieces_are_the_same_table():
         pieced = assemble_ranges(spill.read_ranges, starts, plan, codes, cuts)
         assert pieced.equals(whole), cuts
         assert all(column.num_chunks == 1 for column in pieced.columns)
+
+
+@pytest.mark.parametrize("jitted", [True, False], ids=["jitted", "python"])
+@pytest.mark.parametrize("seed", range(3))
+def test_fill_tokens_writes_what_the_columns_say(jitted, seed):
+    rng = np.random.default_rng(seed)
+    seg_len = rng.integers(0, 7, 30).astype(np.int64)  # empty segments too
+    row_offsets = np.unique(np.concatenate(([0, 30], rng.integers(0, 30, 6)))).astype(np.int64)
+    total = int(seg_len.sum())
+    ids = rng.integers(0, 50, total).astype(np.int32)
+    labels = np.where(rng.random(total) < 0.4, X, ids).astype(np.int32)
+    labels[0] = ids[0]  # a first label that trains: masked at its seam
+    out = [np.full(total, 9, np.int32) for _ in range(3)]
+    num_loss = np.full(len(row_offsets) - 1, -1, np.int64)
+    kernel = fill_tokens if jitted else fill_tokens.py_func
+    kernel(ids, labels, seg_len, row_offsets, *out, num_loss)
+    starts = np.concatenate(([0], np.cumsum(seg_len)[:-1]))
+    want_labels = labels.copy()
+    want_labels[starts[seg_len > 0]] = X
+    want_positions = np.concatenate([np.arange(n) for n in seg_len]).astype(np.int32)
+    row_tok = np.concatenate(([0], np.cumsum(seg_len)))[row_offsets]
+    want_loss = [int((want_labels[a:b] != X).sum()) for a, b in pairwise(row_tok.tolist())]
+    assert out[0].tolist() == ids.tolist()
+    assert out[1].tolist() == want_labels.tolist()
+    assert out[2].tolist() == want_positions.tolist()
+    assert num_loss.tolist() == want_loss
+    assert out[1][0] == X != labels[0]  # the control: the seam's target was there to mask
