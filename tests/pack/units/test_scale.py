@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -278,11 +279,23 @@ def test_the_driver_hashes_while_its_workers_start_and_hands_them_the_rest(tmp_p
         assert engine.runs == 0
 
 
-def test_the_driver_leaves_the_file_in_hand_to_the_workers_once_they_are_up(tmp_path):
-    """A large file: the driver stops within a chunk, not at the file's end; same digests."""
+def test_the_driver_leaves_the_file_in_hand_to_the_workers_once_they_are_up(tmp_path, monkeypatch):
+    """A large file: the driver stops within a chunk, not at the file's end; same digests.
+
+    The driver's hash waits a little at each chunk, so that 64 chunks outlast the workers'
+    start however fast the machine hashes.
+    """
     from packshard.digests import CHUNK, sha256_path
     from packshard.ingest.read.sources import InputFile
+    from packshard.pack.units import scale
     from packshard.pack.units.scale import hash_inputs
+
+    def slowly(path, until=None):
+        if until is None:  # not the driver's own hash
+            return sha256_path(path)
+        return sha256_path(path, until=lambda: time.sleep(0.004) or until())
+
+    monkeypatch.setattr(scale, "sha256_path", slowly)
 
     big = tmp_path / "big.jsonl"
     big.write_bytes(b"x" * (64 * CHUNK))
