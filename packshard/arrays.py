@@ -17,6 +17,9 @@ the rarer kind of label and counts them per range by binary search: a summed cop
 of 234,000 tokens); counting positions costs a tenth to a half of that
 (``docs/performance.md``, "Counting trained labels").
 
+``IGNORE_INDEX`` is defined here, with the one function that counts around it, so that this
+module is a leaf; :mod:`packshard.records` names it again for every stage.
+
 Capacity figures use one definition too: ``fill_rate`` is tokens over ``rows ×
 max_seq_len`` (0.0 with no rows) and ``lower_bound_rows`` is ``⌈tokens / max_seq_len⌉``.
 Names (sources, domains, formats) travel as small integer codes (:class:`NameCodes`), and
@@ -35,10 +38,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from packshard.records import IGNORE_INDEX
-
 if TYPE_CHECKING:
     import pyarrow as pa
+
+IGNORE_INDEX = -100
+"""Label value meaning "no loss here" (the Hugging Face / PyTorch convention)."""
 
 
 def exclusive_cumsum(values: np.ndarray) -> np.ndarray:

@@ -4,6 +4,8 @@ Ingest, pack, verify, the reader and the exporters all speak of records by
 :class:`SourceRef` (``file:line``) and of unusable ones as :class:`Reject` values, each with a
 registered ``code`` (:data:`packshard.errors.REJECT_CODES`); a shard row is a
 :class:`PackedRow`.  The values only ingest makes are in :mod:`packshard.ingest.types`.
+``IGNORE_INDEX`` is defined by :mod:`packshard.arrays` (the leaf that counts trained labels)
+and named here too, where the stages import it.
 
 The values made once per record or turn are :func:`quick` records: frozen and slotted like
 every value here, built by an ``__init__`` that fills the slots directly (see there).
@@ -18,10 +20,8 @@ from typing import Any, TypeVar, overload
 
 import numpy as np
 
+from packshard.arrays import IGNORE_INDEX as IGNORE_INDEX
 from packshard.errors import REJECT_CODES
-
-IGNORE_INDEX = -100
-"""Label value meaning "no loss here" (the Hugging Face / PyTorch convention)."""
 
 T = TypeVar("T")
 

@@ -31,7 +31,8 @@ from packshard.digests import sha256_bytes
 from packshard.errors import FormatError, ManifestError
 from packshard.format.folder.paths import MISSING, inside_folder
 from packshard.format.version import FORMAT_VERSION, check_format_version
-from packshard.store import is_url, object_size, parse_url, read_object
+from packshard.store.objects import object_size, read_object
+from packshard.store.urls import is_url, parse_url
 
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 256 << 20

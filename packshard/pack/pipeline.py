@@ -77,8 +77,8 @@ from packshard.pack.finish import PackResult, Provenance, pack_spill
 from packshard.pack.heap import return_freed_memory
 from packshard.pack.plan.schedule import check_eval_files
 from packshard.pack.units.early import ListedInputs, list_inputs, sized_config
-from packshard.pack.units.map import MappedUnit
 from packshard.pack.units.scale import DriverLoad, engine_for, hash_inputs, map_inputs
+from packshard.pack.units.stored import MappedUnit
 from packshard.store import claim_store, is_url, publish_store
 
 

@@ -12,7 +12,7 @@ made::
     unit        tokens             laid after the earlier units' (PartFiles bases)
 
 The driver holds one unit's arrays at a time (read back from its folder,
-:func:`~packshard.pack.units.map.unit_arrays`) and fills merged columns in their smallest
+:func:`~packshard.pack.units.stored.unit_arrays`) and fills merged columns in their smallest
 types, widened only when a unit's values outgrow them (:data:`START`); the token offsets
 are int32 while the tokens fit.  Merged, the columns go to files
 (:mod:`packshard.pack.units.columns`).
@@ -35,8 +35,8 @@ import numpy as np
 from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
 from packshard.ingest import in_order
 from packshard.pack.spill import PER_EXAMPLE, Spill, SpillCounts, narrow, smallest
-from packshard.pack.units.map import MappedUnit, unit_arrays, unit_examples
 from packshard.pack.units.parts import PartFiles
+from packshard.pack.units.stored import MappedUnit, unit_arrays, unit_examples
 from packshard.records import Reject, SourceRef
 
 

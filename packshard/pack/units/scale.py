@@ -58,9 +58,10 @@ from packshard.pack.plan.planner import warm_planner
 from packshard.pack.spill import Spill
 from packshard.pack.units.columns import COLUMNS, map_columns
 from packshard.pack.units.early import warm_up
-from packshard.pack.units.map import MappedUnit, SpillSink, drop_arrays, map_unit
+from packshard.pack.units.map import SpillSink, map_unit
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
+from packshard.pack.units.stored import MappedUnit, drop_arrays
 from packshard.store import hash_object, is_url
 
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")

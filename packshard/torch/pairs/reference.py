@@ -45,22 +45,9 @@ from packshard.format.sidecars.reference import (
 )
 from packshard.format.version import META_DATASET_ID, META_FORMAT_VERSION
 from packshard.torch.dataset import PackedDataset
+from packshard.torch.layers.tiny import local_causal_lm
 from packshard.torch.masks import block_causal_mask
 from packshard.torch.pairs.logps import PairLogps, segment_logps
-
-
-def local_causal_lm(path: Path) -> Any:
-    """Load the causal LM of a checked model folder: float32, offline, no remote code, eval."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        path,
-        local_files_only=True,
-        trust_remote_code=False,
-        dtype=torch.float32,
-        attn_implementation="sdpa",
-    )
-    return model.eval()
 
 
 def row_reference(model: Any, row: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:

@@ -134,7 +134,7 @@ def load_model(spec: str, vocab_size: int, seed: int = 0, config: str | None = N
     with quiet_libraries():
         from transformers import AutoModelForCausalLM  # noqa: F401 - its import warnings hushed
 
-    from packshard.torch.pairs.reference import local_causal_lm
+    from packshard.torch.layers.tiny import local_causal_lm
 
     return local_causal_lm(folder)
 
