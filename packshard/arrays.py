@@ -77,6 +77,14 @@ def count_trained(labels: np.ndarray, offsets: np.ndarray, skip_first: bool = Tr
     return counts
 
 
+def invert(order: np.ndarray) -> np.ndarray:
+    """Return the inverse of the permutation ``order`` of ``0 … n-1`` (int32 while n fits)."""
+    n = len(order)
+    inverse = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+    inverse[order] = np.arange(n, dtype=inverse.dtype)
+    return inverse
+
+
 def fill_rate(tokens: int, rows: int, max_seq_len: int) -> float:
     """Return ``tokens / (rows × max_seq_len)``, a fraction; 0.0 when there are no rows."""
     return tokens / (rows * max_seq_len) if rows else 0.0

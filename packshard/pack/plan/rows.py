@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from packshard.arrays import count_trained, exclusive_cumsum, fill_rate, lower_bound_rows
+from packshard.arrays import count_trained, exclusive_cumsum, fill_rate, invert, lower_bound_rows
 from packshard.pack.spill import Spill, narrow, smallest
 
 TARGET_BLOCK_TOKENS = 1 << 22
@@ -233,14 +233,6 @@ def _moved(gather: np.ndarray, values: np.ndarray) -> np.ndarray:
 def number_examples(plan: RowPlan) -> RowPlan:
     """Assign example ids in input order: by spilled example, then by start within it."""
     return replace(plan, example_id=invert(np.lexsort((plan.seg_start, plan.seg_example))))
-
-
-def invert(order: np.ndarray) -> np.ndarray:
-    """Return the inverse of the permutation ``order`` of ``0 … n-1`` (int32 while n fits)."""
-    n = len(order)
-    inverse = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
-    inverse[order] = np.arange(n, dtype=inverse.dtype)
-    return inverse
 
 
 def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
