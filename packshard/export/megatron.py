@@ -17,13 +17,11 @@ these three columns (others are ignored), reads one row group at a time and slic
     seq_start_id   [0, 3]                  cu_seqlens[:-1]
     loss_mask      1 1 0 | 0 1 1 0         labels[p + 1] != -100, 0 at every segment's end
 
-so the trained (context → target) pairs are packshard's exactly.  Because the first label of
-every segment is -100, the whole-row shift ``loss_mask = (labels[1:] != -100) + [0]`` already
-gives 0 at every segment's end.  A segment of one token has no target and would become an
-empty sequence at run time: its token is dropped (counted in ``export.json``).  The collator
-also zeroes the loss where the *input* token is the tokenizer's EOS id (it pads with EOS); a
-trained target after an EOS inside a sequence would lose its loss there, so those are counted
-(``targets_after_eos``, 0 for templates whose turns end with EOS: the next token is context).
+so the trained (context → target) pairs are packshard's exactly (the first label of every
+segment is -100, so the whole-row shift gives 0 at every segment's end).  A one-token segment
+has no target: its token is dropped (counted in ``export.json``).  The collator zeroes the
+loss where the *input* is EOS (it pads with EOS), so trained targets after an EOS inside a
+sequence are counted (``targets_after_eos``).
 
 An aligned pack (``pack --cp N``, ``--pad-multiple``) is written in the form Megatron-Bridge's
 context-parallel path reads, as its packer writes it for ``pad_seq_to_mult = m``: every

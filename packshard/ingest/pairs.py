@@ -20,13 +20,9 @@ be exactly one assistant message (``invalid_pair`` otherwise); two identical con
 are an ``identical_pair``.  Per-message ``train``/``weight``/``loss_weight`` flags are read as for
 chat.
 
-An unpaired record (a ``label`` with ``messages``, or with ``prompt`` and
-``completion`` as TRL's unpaired layout spells it; a label that is not a boolean is
-refused, under ``--format auto`` as under ``--format kto``) becomes ``Conversation(messages,
-kto_label=label)``: one example, its label carried to the reader.  ``prompt`` and
-``completion`` read as a pair's prompt and answer: strings are one user turn and one
-assistant turn, message lists are read as messages, and the completion must be one
-assistant message::
+An unpaired record (a boolean ``label`` with ``messages``, or with ``prompt`` and
+``completion`` as in TRL's unpaired layout, read as a pair's prompt and one answer) becomes
+``Conversation(messages, kto_label=label)``: one example, its label carried to the reader::
 
     {"prompt": "Capital of France?", "completion": "Paris.", "label": true}
     -> [user "Capital of France?", assistant "Paris."], kto_label True

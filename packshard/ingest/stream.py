@@ -17,16 +17,12 @@ A chunk covers ``batch_size`` consecutive input records (the last one fewer), so
 ``chunk.records == len(chunk.batch) + len(chunk.rejects)`` and summing ``records`` over the
 stream counts every record read.  Examples keep input order; so do rejects.
 
-Encoding and labelling (:func:`~packshard.ingest.tokens.labels.encode_and_label`) leave the
-main thread: the tokenizers and the numba kernels that place tokens in the text release the
-GIL, so they run on the second core while the main thread reads and renders the next records,
-which is what bounds a pack's wall time.  The thread is worth a core of its own: where the
-engine gives a worker one core (two workers on two cores, a Ray task), ``threads`` is 1
-(:func:`~packshard.engine.worker_cores`) and the chunks are encoded in place on the main
-thread, since two threads there only take turns.  With a second thread, the first chunk is
-encoded in pieces of ``FIRST_PIECE`` records so the cores start at once (on one thread the
-pieces only cost each call's overhead).  What each of these choices measured is in
-``docs/performance.md`` ("The ingest stream")::
+Encoding and labelling (:func:`~packshard.ingest.tokens.labels.encode_and_label`) release
+the GIL, so they run on a second thread while the main thread reads and renders the next
+records, which bounds a pack's wall time.  Where a worker has one core, ``threads`` is 1
+(:func:`~packshard.engine.worker_cores`) and chunks are encoded in place.  With a second
+thread the first chunk is encoded in pieces of ``FIRST_PIECE`` records, so both cores start
+at once (``docs/performance.md``, "The ingest stream")::
 
     tokenize thread       [0a][0b]..[0h][encode+label 1     ][encode+label 2     ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][check 0, yield][render 2][check 1]..

@@ -217,16 +217,12 @@ class TokenizedBatch:
 SMALL_JOB_BYTES = 32 << 20
 """Input bytes under which a job tries the fast library that builds soonest first.
 
-Building Qwen3's encoder takes fastokens 1.85 CPU-s and gigatoken 0.71, and fastokens then
-encodes about 0.03 CPU-s a million tokens faster (:mod:`packshard.ingest.tokens.giga`).
-Whole ``pack`` processes of Qwen3 with the training template, alternating: 2.04M tokens
-(8.8 MB of input) took 4.39 CPU-s with gigatoken first against 7.04 with fastokens, 17.1M
-tokens (about 70 MB) 19.8 against 17.1.  The line between, 32 MiB, is decided from the
-input's bytes before anything starts (:func:`packshard.pack.units.early.sized_config`), so
-every process that encodes a unit of the job, whatever the number of workers, tries the same
-library first and the manifest names the same one (the order:
-:func:`packshard.ingest.tokens.backends.libraries`).  gigatoken also builds phi-3's encoder
-sooner (0.10 CPU-s against 0.44) and is tried first there whatever the size.
+gigatoken builds Qwen3's encoder sooner (0.71 CPU-s against fastokens' 1.85), fastokens
+then encodes a little faster: a 2.04M-token pack took 4.39 CPU-s with gigatoken first against
+7.04, a 17.1M-token one 19.8 against 17.1 (``docs/performance.md``, "Which fast library
+first").  The line is decided from the input's bytes before anything starts
+(:func:`packshard.pack.units.early.sized_config`), so every process of the job tries the same
+library first (:func:`packshard.ingest.tokens.backends.libraries`).
 """
 
 

@@ -16,14 +16,10 @@ groups; tokens wait on disk in the spill, and the per-example columns (token off
 included) in files mapped and handed back after each stage
 (:mod:`packshard.pack.units.columns`).  Each stage drops the columns no later stage reads
 (:meth:`~packshard.pack.spill.Spill.without`, :meth:`~packshard.pack.plan.rows.RowPlan.without`)
-and the heap is trimmed between stages (:func:`~packshard.pack.heap.trim_heap`).  Measured
-(``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token records minus that at
-200k, over 1.8M, ``--workers 1``): 13-30 bytes an example from run to run (the difference
-of two mostly fixed peaks), about 22 from 2M to 4M, where planning and the row shuffle hold
-their 20-22 bytes an example (``docs/scale.md``: what each byte is, every run, and the plan
-for 1B examples).  Each stage
-returns a typed value (the spill with what it accepted, the rejects file's tally, the
-plan, the shards' entries) and :func:`~packshard.pack.counts.pack_stats` combines them once.
+and the heap is trimmed between stages (:func:`~packshard.pack.heap.trim_heap`): about 22
+bytes an example at the driver's peak (``docs/scale.md`` has each byte).  Each stage returns a
+typed value (the spill with what it accepted, the rejects file's tally, the plan, the shards'
+entries) and :func:`~packshard.pack.counts.pack_stats` combines them once.
 
 Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
 written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves

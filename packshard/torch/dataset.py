@@ -33,23 +33,15 @@ manifest's ``vocab_size``) and its labels (-100 or their own token) are checked.
 are named by the SHA-256 the reader found and by their own.  Any failure is a
 :class:`~packshard.errors.FormatError` naming the file and the fix.
 
-Why a full hash for shards and a recorded fingerprint for cache entries (measured with
-``scripts/bench_reader_check.py``, figures in ``docs/performance.md``): a shard is about 2.2
-bytes a token and must be decoded anyway, so hashing it as it is read adds about 15% to its
-decode (the token check about as much: +25-36% on the first batch, +5-12% CPU on an epoch);
-a cache entry is about 12 bytes a token and is served by a memory map that
-costs almost nothing, so hashing it, or the shard it was made from, at every open would
-multiply the cached first batch's latency several times.  With a cache, each file (the shard,
-its entry) is hashed in full once, its status recorded in the cache folder, and hashed again
-whenever that status changes (:func:`_stamp`).
+A shard is hashed in full as it is read (it is decoded anyway: about 15% more); a cache entry,
+served by a memory map, is hashed in full once, its file status recorded in the cache
+folder, and hashed again whenever that status changes (:func:`_stamp`); ``docs/performance.md``
+("Reader checks") has the figures.
 
 ``out`` may be a store URL (``s3://bucket/out``, :mod:`packshard.store`): the manifest is one
-GET (no manifest, no pack: a pack being published has none yet), each shard's footer a ranged
-read of its own size at open, and a shard, when its first row is asked for, is read in ranged
-requests of 8 MiB, hashed as they arrive and checked like a local one; rows, placement over
-ranks and workers, and resume are the same.  With ``cache_dir`` the decoded copy is kept as for
-a local shard, but the shard is read and hashed again at each open (a store object has no
-file status to trust).
+GET, each shard's footer a ranged read at open, a shard read in ranged requests of 8 MiB when
+its first row is asked for, hashed and checked like a local one (again at each open, even
+with ``cache_dir``: a store object has no file status to trust).
 
 Streaming, shuffled and split over ranks and workers, is :mod:`packshard.torch.stream`.
 """

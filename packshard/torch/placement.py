@@ -3,20 +3,14 @@
 A :class:`~packshard.torch.stream.PackedIterableDataset` decides what to yield when a pass
 starts, never when it is built::
 
-    rank     torch.distributed's rank and world size, read when a pass starts.  Datasets are
-             often built before the process group exists (Lightning runs a DataModule's
-             __init__ before DDP starts): a rank read then is 0 of 1 on every process, and
-             every process would train every row.
-    wrapper  accelerate splits iterable datasets itself.  IterableDatasetShard
-             (dispatch_batches=False) reads the whole stream on every process and keeps its
-             slice of each block of batch_size × processes rows; DataLoaderDispatcher (its
-             default) reads on process 0 and scatters.  Under either, the dataset yields the
-             whole epoch cut to whole blocks and lets the wrapper split: split by rank as
-             well, the rows would be split twice and most never trained.
-    epoch    DataLoader worker processes hold copies of the dataset that cannot report back,
-             so without set_epoch() every pass would replay epoch 0.  Each worker counts its
-             passes in shared memory (:class:`PassCounter`): the first pass after set_epoch()
-             is that epoch, every later one the next.
+    rank     torch.distributed's rank and world size, read when a pass starts (a dataset
+             built before the process group exists, as Lightning builds it, would read 0 of 1)
+    wrapper  accelerate's IterableDatasetShard and DataLoaderDispatcher split the stream
+             themselves: the dataset yields the whole epoch cut to whole blocks of
+             batch_size × processes rows (split by rank too, most rows would never train)
+    epoch    DataLoader workers hold copies that cannot report back: each counts its passes
+             in shared memory (:class:`PassCounter`), the first after set_epoch() is that
+             epoch, every later one the next
 
 A wrapper is found on the call stack: the dataset's ``__iter__`` and ``__len__`` run inside the
 wrapper's (also in worker processes, which iterate the wrapper, and in workers forked by the
@@ -38,12 +32,10 @@ otherwise::
 :func:`check_launch` runs where the rows are read, before a pass reads any: the launcher's
 world size is the larger of ``WORLD_SIZE`` and the process group's size, read from the
 environment and from ``torch.distributed``, never from accelerate alone.  Under the plain
-torchrun line above the two ranks still join a live gloo group of 2, yet accelerate's state
-says ``DistributedType.NO``, 1 process: the group gives each rank its half of the rows and no
-model syncs a gradient over it (measured: 28 and 30 of 58 examples trained apart, parameters
-differing after the epoch).  When accelerate reads the rows (one of its loaders on the call
-stack: a pass, or its ``set_epoch`` call in the main process when DataLoader workers read) and
-counts fewer processes than the launch, that is a :class:`UsageError` naming the fix.
+torchrun line above the two ranks join a gloo group of 2, yet accelerate says one process:
+each rank trains its half of the rows and no gradient is synced.  When accelerate reads the
+rows (one of its loaders on the call stack) and counts fewer processes than the launch, that
+is a :class:`UsageError` naming the fix.
 ``WORLD_SIZE`` > 1 without any process group is refused by
 :func:`packshard.torch.placement.resolve_placement`.
 """

@@ -33,9 +33,7 @@ role/content messages (most records) takes tier 2 without a :class:`Chat` around
 (:func:`plain_frame`, :func:`label_plain`); ``docs/performance.md`` has what that saves.
 
 On 5,412 real chat records (phi-3 and Qwen3 templates) search places 5,384 in one render
-and the probe the other 28 in two.  Tier 4 alone gives the same spans on all 5,412 and
-phi-3's generation masks, at two renders per trained turn: the last resort, for templates the
-others cannot read.
+and the probe the other 28; tier 4 (two renders a turn) is the last resort.
 
 Then the reasoning block a trained turn starts with
 (:func:`~packshard.ingest.label.reasoning.find_block`) follows ``--reasoning`` (``mask``: cut

@@ -88,11 +88,9 @@ def warm_stage(specs: tuple[str, str | None, str] | tuple[str, str | None, str, 
     job is small (:func:`~packshard.ingest.stage.loaded.load_early`).  The tiny record also loads
     every jitted kernel labelling uses; run in the fork server, all of it is in each worker
     before its first unit (:mod:`packshard.engine.forkwarm`).  So are the fast renderer and
-    encoder, which each worker would otherwise build again (0.25 CPU-s for phi-3's fastokens
-    encoder, 1.33 for Qwen3's).  The encoder is only built here, never used, so that no
-    state of its library's threads crosses the fork; each worker still decides and proves
-    it (canary, first records) as before.  The loads are
-    :func:`~packshard.ingest.stage.loaded.load_early`'s, already done when the server ran it.
+    encoder (1.33 CPU-s for Qwen3's fastokens encoder in each worker otherwise); the encoder
+    is only built here, never used, so that no state of its library's threads crosses the
+    fork: each worker still decides and proves it.
     """
     tokenizer, template_spec, backend, *_ = specs
     load_early(specs)

@@ -30,14 +30,12 @@ r"""Which library encodes rendered text: the reference (``tokenizers``) or a fas
       first batch of the input (up to 256 rendered texts) — ids equal both ways?
                  │ yes: that library encodes the run     └─ no ──► reference for the run
 
-The decision is taken before any fast id is used, once per tokenizer and backend in each
-process that encodes (cached on the :class:`~packshard.ingest.tokens.tokenizer.TokenizerBundle`);
-each work unit reports what encoded it, and the manifest's entry is theirs
-(:func:`merged_entry`), so ``pack``'s driver never builds a fast encoder it would not use.
-Ids are all that is taken from the fast encoder: token positions for labels come from the
-ids (:mod:`packshard.ingest.tokens.alignment`), and an example whose ids do not spell its text
-is encoded again by the reference, with offsets.  ``verify`` re-encodes with the reference whatever
-encoded the pack, and the manifest's ``environment.backends`` names what did.
+The decision is taken once per tokenizer and backend in each process that encodes (cached on
+the :class:`~packshard.ingest.tokens.tokenizer.TokenizerBundle`); the units report what
+encoded them and the manifest's entry is theirs (:func:`merged_entry`).  Only ids are taken
+from a fast encoder: label positions come from the ids
+(:mod:`packshard.ingest.tokens.alignment`), and an example whose ids do not spell its text
+is encoded again by the reference.  ``verify`` re-encodes with the reference.
 """
 
 from __future__ import annotations
@@ -349,11 +347,9 @@ def warm_encoder(bundle: TokenizerBundle, backend: str, small_job: bool = False)
     the first encode waits for the decision (:func:`encoder_for` holds its lock while it is
     made).  A failure is raised again by that first encode, where the run stops.
 
-    The thread is not a daemon: a run that stops early (a bad input, a decompression bomb)
-    waits for the load to finish before the interpreter exits.  A daemon thread would be
-    ended by the interpreter's shutdown in the middle of the native loader, whose C++ frames
-    catch the forced unwind and abort the process (``FATAL: exception not rethrown``, exit
-    134) after the error line was printed.
+    The thread is not a daemon: a run that stops early waits for the load before exiting; a
+    daemon ended by the shutdown mid-load aborts the process (``FATAL: exception not
+    rethrown``, exit 134) after the error line.
     """
 
     def decide() -> None:

@@ -31,13 +31,10 @@ How ``bfd`` runs in O(n + runs + L) for L = ``max_seq_len``, with no comparison 
               run (row, slot, q) of length l:  p = row_offsets[row] + slot
               seg_example[p : p+q] = order[src : src+q];  seg_length[p : p+q] = l
 
-Steps 3 and 4 write where the hardware cannot guess (one stream per length; a random row per
-run), so they prefetch: the sort fetches each stream's next cache line as it enters one, the
-copy fetches the destination 16 runs ahead. From 2M examples on, every step but 2 is cut into 8
-parts that a thread pool takes in turn (the kernels release the GIL): count and sort by input
-range, each part with its own histogram so its slots in ``order`` are known; copy by length
-range, found from ``first_run[l]`` and the count of longer examples. Parts write disjoint
-slots: the plan does not depend on the number of threads.
+Steps 3 and 4 prefetch (the sort each stream's next cache line, the copy 16 runs ahead).
+From 2M examples on, steps 1, 3 and 4 are cut into 8 parts a thread pool takes in turn (count
+and sort by input range, copy by length range); parts write disjoint slots, so the plan does
+not depend on the number of threads.
 
 ``ffd`` keeps a max segment tree over the rows' room (leaves beyond the open rows hold L,
 so "the leftmost leaf ≥ l" is either an open row or the next new one): O(n log rows); its

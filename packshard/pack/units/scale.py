@@ -74,17 +74,12 @@ class DriverLoad:
 
     Workers in other processes load their own.  While they are still starting, the driver
     loads at once; when they are ready, its load starts once the map tasks are handed out
-    (:func:`map_inputs` calls :meth:`start`), so that it runs while they map instead of
-    before: it holds the GIL for most of its time, and would delay the first tasks.  The
-    planner's kernels are loaded after it (:func:`~packshard.pack.plan.planner.warm_planner`),
-    so the plan, which follows the map with one core idle, does not wait for them.  It
-    decides no encoder: each process that encodes does, and the units report what encoded
-    them (building the fast encoder takes 0.27 CPU-s for phi-3 and 1.4 for Qwen3, which the
-    driver would spend while its workers map).  Tasks
-    run in the driver's process (the serial engine) use this load through
-    :func:`~packshard.ingest.stage.loaded.sharing`: the first of them waits for it.  The load
-    and its checks are the stage's (:func:`~packshard.ingest.stage.open.open_stage`), as in
-    ``profile`` and ``verify``.
+    (:func:`map_inputs` calls :meth:`start`): it holds the GIL and would delay the first
+    tasks.  The planner's kernels are loaded after it
+    (:func:`~packshard.pack.plan.planner.warm_planner`).  It builds no encoder: the units
+    report what encoded them.  Tasks run in the driver's process use this load
+    (:func:`~packshard.ingest.stage.loaded.sharing`); the load and its checks are the stage's
+    (:func:`~packshard.ingest.stage.open.open_stage`).
     """
 
     def __init__(self, config: PackConfig, pool: ThreadPoolExecutor) -> None:
@@ -163,11 +158,9 @@ def hash_inputs(
     as long as the engine's workers are starting (the fork server's first warm-up; an engine
     that is up at once gets nearly all of them); once they are up the thread stops within a
     chunk (1 MiB), leaving the file in hand, and the rest go to the workers, in a few tasks per
-    worker of consecutive files (one task a file cost a round trip each: 0.62 s of wall time for
-    152 files of 0.5 MB). ``meanwhile`` is called once if the workers are found starting (the
-    driver's own loads). On 20.6M phi-3 tokens in 152 files the driver hashed every file before
-    the workers were up, and the first unit began mapping 0.05-0.10 s sooner than with every
-    file sent to the workers.  The driver never reads a store object: its own thread stops at
+    worker of consecutive files (a task a file cost a round trip each).  ``meanwhile`` is
+    called once if the workers are found starting (the driver's own loads).  The driver never
+    reads a store object: its own thread stops at
     the first one, and those from there on are hashed by the workers, in ranged reads on
     their nodes (:func:`~packshard.store.objects.hash_object`).
     """
