@@ -11,11 +11,8 @@ Examples, segments and rows are all *ranges* of a flat array, given by offsets
 ``count_trained`` is the loss-token count everywhere in packshard (ingest, the spill, the
 planner's rows, the shards, verify, the reader): once packed, the first label of every segment
 is masked at its seam, so a target in that place never trains.  It finds the positions of
-the rarer kind of label and counts them per range by binary search: a summed copy of the flags
-(``np.add.reduceat``) writes 8 bytes a token, and under ``pack``'s fixed mmap threshold
-(:mod:`packshard.pack.heap`) every such copy is fresh pages (457 page faults an ingest chunk
-of 234,000 tokens); counting positions costs a tenth to a half of that
-(``docs/performance.md``, "Counting trained labels").
+the rarer kind of label and counts them per range by binary search, with no summed copy of
+the flags (``docs/performance.md``, "Counting trained labels").
 
 ``IGNORE_INDEX`` is defined here, with the one function that counts around it, so that this
 module is a leaf; :mod:`packshard.records` names it again for every stage.
@@ -26,9 +23,8 @@ Names (sources, domains, formats) travel as small integer codes (:class:`NameCod
 their counts as arrays (:func:`add_counts`).
 
 Arrow columns are made from numpy buffers (:func:`arrow_array`, :func:`arrow_strings`) rather
-than by ``pa.array``: that call asks pandas whether its argument is a categorical, which
-imports pandas — about 0.2 CPU-seconds of every ``pack`` process, for a library it never uses.
-The arrays are the same (same type, values, no nulls), so the Parquet bytes are too.
+than by ``pa.array``, which imports pandas (about 0.2 CPU-s of every ``pack`` process) to ask
+whether its argument is a categorical.  The arrays, hence the Parquet bytes, are the same.
 """
 
 from __future__ import annotations

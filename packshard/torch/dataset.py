@@ -12,26 +12,21 @@ column, never Python lists) and each row is a slice of them::
 A preference pack's shards also hold ``branch`` and ``kto_label`` (one int8 per segment, parallel
 to ``example_ids``); rows then carry them too, and the collators pass them on per segment.
 
-``__getitem__`` copies the slice once, widening ``input_ids``/``labels``/``position_ids`` to
-int64 (what Hugging Face models index embeddings and compute losses with); ``cu_seqlens`` stays
-int32 (what flash-attention varlen kernels take).  The copy keeps the shard buffers immutable
-(Arrow's are read-only; torch tensors over them would not be).  When the manifest records the
-position policy ``reset`` (the contract's only one, proven by ``verify``), ``position_ids`` is
-computed from ``cu_seqlens`` instead of decoded: Parquet decoding is the slow part of a cold
-read (about a third less work).  ``cache_dir`` keeps an uncompressed Arrow IPC copy of each
-decoded shard and memory-maps it, so later processes, DataLoader workers and epochs skip the
-decode and share one copy through the page cache.
+``__getitem__`` copies the slice once (the shard buffers stay immutable), widening
+``input_ids``/``labels``/``position_ids`` to int64 (what Hugging Face models index and compute
+losses with); ``cu_seqlens`` stays int32 (what varlen kernels take).  Under the position
+policy ``reset`` (the contract's only one) ``position_ids`` is computed from ``cu_seqlens``, not
+decoded: about a third less work on a cold read.  ``cache_dir`` keeps an uncompressed Arrow IPC
+copy of each decoded shard and memory-maps it, shared by processes, workers and epochs.
 
-A folder may come from anyone, and what the reader serves is what trains the model, so it
-checks what it serves: the manifest's shards and tokenizer entries are schema-checked, every
-shard path must be a regular file inside ``OUT`` (:mod:`packshard.format.folder.paths`), each
-shard's row count is read from its Parquet footer before any array is sized by it.  When a
-shard is opened for reading (its first row asked for, in each process) it is read once, its
-SHA-256 computed as it streams in and compared with the manifest's, and the bytes checked are
-the bytes decoded; then its dataset id, its rows' boundaries, its token ids (inside the
-manifest's ``vocab_size``) and its labels (-100 or their own token) are checked.  Cache files
-are named by the SHA-256 the reader found and by their own.  Any failure is a
-:class:`~packshard.errors.FormatError` naming the file and the fix.
+A folder may come from anyone, so the reader checks what it serves: the manifest's entries
+are schema-checked, every shard path must be a regular file inside ``OUT``
+(:mod:`packshard.format.folder.paths`), each shard's row count comes from its footer before any
+array is sized by it.  A shard opened for reading is read once, hashed as it streams in and
+compared with the manifest's SHA-256, and the bytes checked are the bytes decoded; then its
+dataset id, row boundaries, token ids (inside ``vocab_size``) and labels (-100 or their own
+token) are checked.  Any failure is a :class:`~packshard.errors.FormatError` naming the file
+and the fix.
 
 A shard is hashed in full as it is read (it is decoded anyway: about 15% more); a cache entry,
 served by a memory map, is hashed in full once, its file status recorded in the cache

@@ -17,11 +17,9 @@ wrapper's (also in worker processes, which iterate the wrapper, and in workers f
 dispatcher).  Spawned workers get what the main process found when it pickled the dataset.
 
 A launch whose ranks would not train one model is refused first, with the launch that works.
-
-A launcher (``torchrun``, ``accelerate launch``) starts ``WORLD_SIZE`` processes; they train
-one model only when a process group joins them and the model syncs its gradients over it.
-Accelerate decides that for itself, and on a CPU host it decides "one process" unless told
-otherwise::
+A launcher starts ``WORLD_SIZE`` processes; they train one model only when a process group
+joins them and the model syncs its gradients over it.  Accelerate decides that for itself,
+and on a CPU host it decides "one process" unless told otherwise::
 
     torchrun --nproc_per_node 2 train.py          accelerate: DistributedType.NO, 1 process,
                                                   no group → 2 models, each on its rows
@@ -29,15 +27,12 @@ otherwise::
     accelerate launch --cpu --num_processes 2     starts ONE process (--cpu uses the simple
                                                   launcher; nothing to detect from inside)
 
-:func:`check_launch` runs where the rows are read, before a pass reads any: the launcher's
-world size is the larger of ``WORLD_SIZE`` and the process group's size, read from the
-environment and from ``torch.distributed``, never from accelerate alone.  Under the plain
-torchrun line above the two ranks join a gloo group of 2, yet accelerate says one process:
-each rank trains its half of the rows and no gradient is synced.  When accelerate reads the
-rows (one of its loaders on the call stack) and counts fewer processes than the launch, that
-is a :class:`UsageError` naming the fix.
-``WORLD_SIZE`` > 1 without any process group is refused by
-:func:`packshard.torch.placement.resolve_placement`.
+:func:`check_launch` runs before a pass reads any row: the launch's world size is the larger
+of ``WORLD_SIZE`` and the process group's, never accelerate's alone.  When accelerate reads
+the rows (one of its loaders on the call stack) and counts fewer processes than the launch
+(the plain torchrun line above: each rank trains its half, no gradient synced), that is a
+:class:`UsageError` naming the fix; ``WORLD_SIZE`` > 1 without any process group is refused
+by :func:`resolve_placement`.
 """
 
 from __future__ import annotations

@@ -26,13 +26,10 @@ rendered, for the record that reaches it).  A budget overrun raises
 ``template_error`` reject and the run goes on.  No thread or signal is involved; the deadline
 is read with ``time.monotonic`` at each step.
 
-**Amplifying calls and filters.** ``'a'.ljust(10**10)``, ``'x'.replace('x', y)``,
-``(1).to_bytes(10**10)`` or ``s | indent(10**6)`` each ask for a result far larger than
-their input. :func:`check_call` (every call from a template goes through it, via the
-sandbox's ``call``) and the wrapped filters (:func:`check_filters`) compute the result's
-size from the arguments first and raise :class:`TemplateBudgetError` before anything is
-allocated. Filters that print their input (``string``, ``lower``, ``format`` …) check its
-printed size, which shared references can make huge (``[[x] * 1000] * 1000``).
+Amplifying calls and filters (:func:`check_call`, :func:`check_filters`) compute the
+result's size from the arguments; filters that print their input (``string``, ``lower``,
+``format`` …) check its printed size, which shared references can make huge
+(``[[x] * 1000] * 1000``).
 """
 
 from __future__ import annotations

@@ -10,9 +10,8 @@ things to each piece of text between added tokens:
 
 ``fastokens`` has no ``Metaspace``.  So the fast tokenizer gets the same JSON with no
 normalizer and no pre-tokenizer, and :class:`MetaspaceEncoder` does both in Python: it
-replaces the spaces itself (``str.replace``, 1.2 µs a phi-3 chat text, where fastokens' own
-``Replace`` normalizer cost 6–7 µs of its 25) and puts the prefix on the text, where the
-reference would put it::
+replaces the spaces itself (``str.replace``: 1.2 µs a phi-3 chat text, fastokens' own
+``Replace`` 6–7 µs) and puts the prefix on the text, where the reference would put it::
 
     text                    reference pieces            fast: encodes
     "Hi there"              ▁Hi ▁there                  "▁Hi▁there"

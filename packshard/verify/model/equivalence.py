@@ -26,11 +26,10 @@ Checks, for each row (all in float32 unless the caller passes another model):
    leakage, and a passing check 1 would prove nothing; that is an issue too.  A row with one
    segment cannot leak and its control is "not applicable".
 
-Tolerance: ``atol = 1e-4`` on logits and loss.  The forwards run the same float32 kernels on
-the same tokens; they differ only in matrix shapes and masked-out terms, whose softmax weight
-is exactly 0, so the packed-vs-alone noise sits decades below ``atol`` and the naive leak
-decades above it (docs/verify.md gives the measured figures).  A random model's loss stays near
-ln(vocab) either way, so the logit leak, not the loss gap, is the control's signal.
+Tolerance: ``atol = 1e-4`` on logits and loss: the forwards differ only in matrix shapes and
+masked-out terms (softmax weight exactly 0), so packed-vs-alone noise sits decades below it
+and the naive leak decades above (docs/verify.md).  A random model's loss stays near
+ln(vocab) either way, so the logit leak is the control's signal.
 
 Rotary attention depends only on position differences, so a segment whose stored positions
 are shifted by a constant gives the same logits; position resets are therefore also checked
