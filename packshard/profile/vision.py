@@ -14,10 +14,8 @@ reports::
                         tokens padded to the batch's longest:  1 − useful / computed
     vision tokens a batch   max / mean over those batches (the encoder's work per step)
 
-Six LLaMA-Factory demo records (3 files, 8 images) with Qwen2-VL's rule: 550 of 1,025 tokens
-are vision (53.7 %), 66 to 132 vision tokens an example.  In the padded batches examples
-longer than ``max_seq_len`` are clipped, as every strategy of :mod:`packshard.profile.lengths`
-clips them; the share counts every token.
+In the padded batches examples longer than ``max_seq_len`` are clipped, as in
+:mod:`packshard.profile.lengths`; the share counts every token.
 """
 
 from __future__ import annotations

@@ -13,12 +13,9 @@ the logits::
     alone          [a a a] [b b] [c c c c]   one forward each, positions 0, 1, …, no mask
     compare        max |logits_row[seg] - logits_alone|  ≤  tol(dtype) × max(1, max |logits|)
 
-``tol`` is 1e-4 for fp32/fp64, 1e-2 for fp16, 5e-2 for bf16 (on the two-layer test model a
-leak moves logits by 0.41, a right setup agrees to 1e-7).  On a difference it names the cause
-from what the loop passed: a 2-D mask, or a 4-D boolean one on eager attention, which adds
-it to the scores (``mask``), no ``position_ids`` (``positions``), a KV cache, or else the
-attention implementation (the model itself does not separate segments where positions
-restart).  Cost: one row, plus one short forward per segment, without gradients.
+``tol`` is 1e-4 for fp32/fp64, 1e-2 for fp16, 5e-2 for bf16 (a leak moves the two-layer test
+model's logits by 0.41).  On a difference it names the cause from what the loop passed (a
+mask, no ``position_ids``, a KV cache), else the attention implementation.
 """
 
 from __future__ import annotations

@@ -13,12 +13,10 @@ checks, on the place OUT was resolved to once::
     .NAME.rejects.jsonl beside OUT  the rejects of a run that packed nothing (it publishes
                                  no folder); removed by the next run that publishes
 
-``NAME`` is OUT's name, or for a name too long to take the suffixes within ``NAME_MAX``
-(255 bytes), its start and a hash of the whole.  Leftover ``.partial`` / ``.old`` folders of a
-process that is gone are removed by the next run of any command on the same OUT, which says
-so; an ``.old`` folder left where OUT itself is missing (a crash in the middle of the swap) is
-put back first.  A leftover that cannot be removed, or an old OUT that cannot be removed
-after the swap, stops the run with one line naming it: never a note that says it was removed.
+``NAME`` is OUT's name (or, too long for the suffixes within 255 bytes, its start and a
+hash).  Leftovers of a process that is gone are removed by the next run on the same OUT,
+which says so (an ``.old`` left where OUT is missing is put back first); one that cannot be
+removed stops the run with one line naming it.
 """
 
 from __future__ import annotations

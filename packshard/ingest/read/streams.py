@@ -15,9 +15,8 @@ since "1." may be "1.5".
 Limits (the ``--max-…`` options): an element larger than ``limit`` characters, one nested
 too deeply, holding a repeated key or an unconvertible number is skipped with
 :class:`~packshard.ingest.read.jsonparse.ValueScanner` and reported, and reading goes on with the
-next element.  Decompression is bounded too: zlib is asked for at most ``chunk_size`` bytes per
-call, and zstd, which has no such argument, is fed ``ZSTD_FEED`` bytes at a time (a zstd block
-of a few bytes decodes to at most 128 KiB, so one call yields at most about 32 MiB).  A file
+next element.  Decompression is bounded too: zlib gives at most ``chunk_size`` bytes a call,
+zstd is fed ``ZSTD_FEED`` bytes at a time (at most about 32 MiB out a call).  A file
 decompressing to more than ``max_bytes``, or past ``EXPANSION_FLOOR`` to more than
 ``max_expansion`` times its compressed size (a decompression bomb), raises
 :class:`StreamLimitError`: the records past that point cannot be counted, so the run stops.

@@ -1,13 +1,8 @@
 r"""Chat templates: load them, compile them in the sandbox, render conversations.
 
-A chat template is untrusted code (it ships with a downloaded tokenizer), so it runs exactly
-as Hugging Face ``transformers`` runs it — ``ImmutableSandboxedEnvironment(trim_blocks=True,
-lstrip_blocks=True)``, the ``raise_exception``/``strftime_now`` globals, a ``tojson`` filter
-that neither escapes HTML nor sorts keys — with one difference: reaching for an unsafe
-attribute (``__class__``, ``__globals__``, ``mro`` …) raises instead of rendering as empty, and
-that becomes a :class:`TemplateError` before anything runs
-(:mod:`packshard.ingest.template.sandbox`).
-Message content is passed as data: ``{{name}}`` inside a message renders literally.
+A chat template is untrusted code, so it runs in the sandbox as ``transformers`` runs it,
+except that an unsafe attribute raises (:mod:`packshard.ingest.template.sandbox`).  Message
+content is passed as data: ``{{name}}`` inside a message renders literally.
 
 A template comes from the tokenizer folder (``chat_template.jinja``, else the config's
 ``chat_template``), a ``.jinja`` file, or a built-in name (``chatml``).  :func:`render_chat`

@@ -16,11 +16,9 @@ These conventions together are named :data:`CONVENTIONS_ID` and listed in
 reports a pack made under other conventions.  Any change of a rule (another ``tojson``, other
 whitespace control, a new global) bumps the number in the id.
 
-Every render is also bounded in time and size (:mod:`packshard.ingest.template.budget`): the sandbox
-routes calls, the ``+ * ** %`` operators, loops, joins, ``str.format`` and the amplifying
-filters through the running render's budget.  The generated code differs from Jinja's in two
-places only (:class:`_CheckedCode`): a loop iterates its iterable through the
-``packshard_loop`` filter, and ``a ~ b`` joins through ``environment.checked_join``.
+Every render is also bounded in time and size (:mod:`packshard.ingest.template.budget`); the
+generated code differs from Jinja's in two places only (:class:`_CheckedCode`): loops iterate
+through the ``packshard_loop`` filter and ``a ~ b`` joins through ``environment.checked_join``.
 """
 
 from __future__ import annotations

@@ -14,11 +14,9 @@ clean mapping: the next read faults them in again, nothing is written)::
     shards      each write task's offsets, released once its segments' starts are made
     index       reads a chunk's rows of its columns, released after each chunk
 
-So the columns cost the driver what the stage at hand reads, not all of them at once: on
-``{"text":"a"}`` records (one input, one domain) 25 bytes an example of columns become
-resident only where read (the offsets 4 of them: int32 while the tokens fit).  The values
-and their types are those the merge made, so the output's bytes do not change.  A spill
-made elsewhere (``repack``, tests) keeps its columns in memory; releasing them does nothing.
+So the columns cost the driver what the stage at hand reads, not all of them at once.  The
+values and types are the merge's, so the output's bytes do not change; a spill made
+elsewhere (``repack``, tests) keeps its columns in memory.
 """
 
 from __future__ import annotations

@@ -9,20 +9,15 @@ one unit task (:func:`~packshard.ingest.stage.unit.run_unit`) with the spill as 
         │                                   tokens.bin, labels.bin ◄─┘  (the unit's spill part)
         └─► UnitResult[SpillPart]: per-example integers, rejects, counts ──► back to the driver
 
-Only small things travel back: the per-example integers the driver plans with, each in its
-smallest type (about 20 bytes an example of one-input, one-domain records; 67 in the
-spill's own types), the rejects and counts.  The driver lets go of them once it has counted
-the unit and reads them back from ``meta.npz`` when it merges that unit.  Lines of a byte
-range are relative to its start, and codes of inputs, domains and formats local to the unit
-(its inputs are codes 0, 1, … in unit order: what a unit writes and returns never lists the
-job's inputs); the driver makes them global (:mod:`packshard.pack.units.merge`).
+Only small things travel back: the per-example integers, each in its smallest type (about 20
+bytes an example), the rejects and counts (:mod:`packshard.pack.units.stored`).  Lines are
+relative to the unit's range and codes of inputs, domains and formats local to the unit; the
+driver makes them global (:mod:`packshard.pack.units.merge`).
 
 Idempotent and resumable: the part is written into an attempt folder and renamed to the
 unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json`` as its
-completion marker.  A retried or resumed task that finds the marker returns what it holds
-instead of working again.  Tokenizer and template are loaded once per worker process and
-kept for its later tasks; in the driver's own process (``--workers 1``) the tasks use the
-driver's load (:func:`packshard.ingest.stage.loaded.sharing`), so that nothing is loaded twice.
+completion marker: a retried or resumed task that finds it returns what it holds.  Tokenizer
+and template are loaded once per process (:func:`packshard.ingest.stage.loaded.sharing`).
 """
 
 from __future__ import annotations

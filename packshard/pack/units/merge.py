@@ -17,12 +17,10 @@ types, widened only when a unit's values outgrow them (:data:`START`); the token
 are int32 while the tokens fit.  Merged, the columns go to files
 (:mod:`packshard.pack.units.columns`).
 
-Rejects are put in (input, line) order: units come in input order and byte order, so a
-stable sort of each unit's rejects by (its input, line) (what ingest rejected and what the
-overlong policy dropped are interleaved by record; a record's own rejects keep their order)
-gives the order of the whole job, whatever the unit size or the chunk size.  Gathered whole
-inputs need no line base: each is read from its start.  With ``--on-error
-fail`` the first unit (in input order) holding an error raises it, at its absolute line.
+Rejects are put in (input, line) order: units come in input and byte order, so a stable sort
+of each unit's rejects by (input, line) gives the whole job's order, whatever the unit or
+chunk size.  With ``--on-error fail`` the first unit holding an error raises it, at its
+absolute line.
 """
 
 from __future__ import annotations

@@ -18,11 +18,8 @@ completion markers, under a ``job.json`` fingerprint of everything that decides 
 content (options, library versions, input hashes, tokenizer and template, unit size).
 ``--resume`` keeps the units of a folder whose fingerprint matches and whose files hash as
 recorded (:mod:`packshard.pack.units.resume`); any other run starts it afresh.  It is removed
-once the output is published, and when a run stops on bad data or options (the same units
-would fail again) or on a limit of the machine (file too large, disk full); it is kept when
-a task keeps failing or the run is interrupted, so that ``--resume`` can continue.
-Driver memory holds the per-example integers (:mod:`packshard.pack.spill`), the plan and the
-rejects; tokens stay in the parts.
+once the output is published or a run stops on bad data, options or a machine limit, and
+kept when a task keeps failing or the run is interrupted, so that ``--resume`` can continue.
 """
 
 from __future__ import annotations

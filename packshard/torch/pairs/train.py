@@ -19,10 +19,8 @@ pair branch's summed log-probability from the packed forward against the same br
 unpadded on its own (positions 0…n-1, no mask), for the policy and for a reference model; a
 difference above ``tolerance`` (1e-4 nats, float32) raises
 :class:`~packshard.torch.seams.SeamLeakError`.  It compares the sums, never the loss: at step
-0 of every DPO run the policy equals the reference, every margin is 0 and the loss is ln 2
-whatever the model sees, so a loss comparison cannot fail there.  On the tests' tiny Llama,
-positions regenerated over the row (a full causal leak) move branch sums by 0.004 to 0.57
-nats; a right setup agrees to about 1e-6.
+0 the policy equals the reference and the loss is ln 2 whatever the model sees.  A full causal
+leak moves a tiny Llama's branch sums by 0.004 to 0.57 nats; a right setup agrees to 1e-6.
 """
 
 from __future__ import annotations
