@@ -1,9 +1,7 @@
 """Megatron-Bridge packed-sequence Parquet: ``input_ids``, ``seq_start_id``, ``loss_mask``.
 
-This is ``--to megatron``, the form released Megatron-Bridge reads: ``GPTSFTPackedParquetDataset``
-in ``megatron.bridge.data.packing.parquet`` (0.6.0 onward; 0.4.0 to 0.5.x have the same class in
-``megatron.bridge.data.datasets.packed_parquet``).  Those releases deprecate the ``.npy`` form;
-releases up to 0.3.1 read only that, ``--to megatron-npy`` (:mod:`packshard.export.megatron_npy`).
+This is ``--to megatron``, read by Megatron-Bridge's ``GPTSFTPackedParquetDataset`` from
+0.4.0 on; releases up to 0.3.1 read ``--to megatron-npy`` (:mod:`packshard.export.megatron_npy`).
 
 The reader takes files ending ``.idx.parquet`` (or a folder or glob of ``.parquet``), requires
 these three columns (others are ignored), reads one row group at a time and slices each segment
@@ -34,9 +32,7 @@ length up to the last non-EOS input, so the pads neither train nor hold a real t
     loss_mask   … shifted …   0 0 0 0  E = EOS
 
 Files, as Megatron-Bridge's builder names them: ``training_{N}.idx.parquet`` (row groups of
-500 rows, its writer's default) and ``{N}_metadata.jsonl`` (one JSON array with one object per
-split, lengths at run time: a segment of ``n`` tokens is ``n - 1`` there), ``N`` = packshard's
-``max_seq_len`` = ``packed_sequence_size``.
+500 rows) and ``{N}_metadata.jsonl`` (lengths at run time, ``n - 1``), ``N`` = ``max_seq_len``.
 """
 
 from __future__ import annotations

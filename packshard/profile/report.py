@@ -5,9 +5,8 @@ reasoning tokens, record starts); :mod:`packshard.profile.gather` builds them fr
 stream, keeping only those arrays and never the tokens.  The report has one
 :class:`DomainProfile` for the whole input and one per domain (a domain whose records were all
 rejected still gets a row).  Loss tokens are labels ``!= IGNORE_INDEX`` excluding each example's
-first token (its label is masked at every seam once packed); prompt tokens = tokens − loss
-tokens. Per-domain utilization treats each domain as if it were profiled alone, so per-domain
-rows do not add up to the total's rows; records, rejects and token counts do add up.
+first token; prompt tokens = tokens − loss tokens.  Per-domain utilization treats each domain
+as if profiled alone (its rows do not add up to the total's; counts do).
 
 The report also advises (:func:`overlong_effect`, :func:`describe_fit`): for each domain, what
 ``max_seq_len`` L and the ``--overlong`` policy pack would use do to its overlong examples

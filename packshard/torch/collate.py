@@ -19,13 +19,11 @@ context parallelism need.
 Padded (:func:`collate_padded`): ``[B, max_seq_len]`` tensors, padding in no segment
 (``seq_idx`` -1, label -100, ``attention_mask`` 0); pair with ``masks.padded_block_causal_mask``.
 
-Loss.  Packing changes the effective batch: a step holds as many examples as fit, not a fixed
-count.  The usual token mean (sum of token losses / loss tokens in the batch) weights every
-*token* equally, so long examples weigh more than in an unpacked per-example mean.  To keep
-either objective exact across micro-batches and ranks, divide summed losses by a global count:
-:func:`loss_normalizers` gives the loss-token and example counts, :func:`segment_mean_loss`
-the per-example mean.  Labels are unshifted: token ``t`` is predicted from logits ``t-1``; the
-first label of every segment is -100, so no prediction crosses a seam.
+Loss.  A packed step holds as many examples as fit, so to keep the token mean or the
+per-example mean exact across micro-batches and ranks, divide summed losses by a global
+count: :func:`loss_normalizers` gives the loss-token and example counts,
+:func:`segment_mean_loss` the per-example mean.  Labels are unshifted and the first label of
+every segment is -100, so no prediction crosses a seam.
 """
 
 from __future__ import annotations

@@ -11,11 +11,9 @@ per-shard and total counts agree; and the counting rule holds::
     records = records_packed + rejected + dropped        lines(rejects.jsonl) = rejected + dropped
 
 in total and per domain.  Files the manifest does not name are never read, nor any it names
-outside the folder (a ``..``, an absolute path, a link leaving it) or that is no regular file:
-each of those is a finding (:mod:`packshard.format.folder.paths`).  A manifest that breaks its
-schema is a finding and nothing it names is opened.  The files stage (:func:`check_files`)
-opens the shards and the examples index for the later stages; the counts stage
-(:func:`check_counts`) runs after the structural audit, whose per-shard totals it needs.
+outside the folder or that is no regular file: each is a finding
+(:mod:`packshard.format.folder.paths`); a manifest that breaks its schema opens nothing.  The
+counts stage (:func:`check_counts`) runs after the structural audit, whose totals it needs.
 """
 
 from __future__ import annotations

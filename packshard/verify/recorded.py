@@ -1,10 +1,8 @@
 """Find what a manifest recorded — inputs, tokenizer, template — again, and check their hashes.
 
-Each recorded file is looked for under ``--source-root`` first (by its recorded path, then by
-name), then at the absolute path ``pack`` resolved (``resolved``: verify finds the files from
-any working directory), then at the path as recorded.  Only a regular file (a folder for the
-tokenizer) counts, so a device or FIFO a manifest names is never opened.  A file found whose
-SHA-256 differs from the recorded one is a :class:`Mismatch`.
+Each recorded file is looked for as :mod:`packshard.verify.source` says; only a regular file
+(a folder for the tokenizer) counts, and one whose SHA-256 differs from the recorded one is a
+:class:`Mismatch`.
 
 The files found are opened as a stage (:func:`~packshard.ingest.stage.open.open_stage`), with
 the checks ``pack`` and ``profile`` run, on the options the manifest records::

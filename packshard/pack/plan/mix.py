@@ -36,15 +36,12 @@ length is known (whatever the engine and its workers)::
       ─► plan_examples(…, index)       ids in input order; copies of one example adjacent
       ─► example_repeats               per segment 0 for the first copy, then 1, 2 …
 
-A record kept 0 times is a ``mix_subsampled`` line of ``rejects.jsonl`` (:func:`mix_drops`),
-counted as dropped, so ``records = records_packed + rejected + dropped`` still holds.
+A record kept 0 times is a ``mix_subsampled`` reject, counted as dropped (:func:`mix_drops`).
 :func:`mix_stats` is the manifest's ``stats.mix``: per domain the target, the input, the
-realised mixture (counted by :func:`packshard.format.mixture.realised_mixture`, as
-``verify`` recounts it), repeats and drops.  Same inputs, options and seed → the same
-copies; another seed → another choice of records, the same budgets.  ``profile --mix``
-runs the same choice on its own arrays (:func:`predict_mixture`).  The spill and the plan
-are only read here: their types are imported for the type checker alone, so that
-``profile`` loads no planner (numba) through this module.
+realised mixture (:func:`packshard.format.mixture.realised_mixture`, as ``verify`` recounts
+it), repeats and drops.  ``profile --mix`` runs the same choice on its own arrays
+(:func:`predict_mixture`).  The spill's and the plan's types are imported for the type
+checker alone, so that ``profile`` loads no planner (numba) through this module.
 """
 
 from __future__ import annotations
