@@ -14,11 +14,9 @@ message, so that each branch renders as its own conversation ``prompt + [answer]
       (LLaMA-Factory)                                                        (from/value) or strings
     chosen_messages + rejected_messages       as the implicit prompt (or ``prompt`` when given)
 
-A top-level ``system`` string and ``tools`` apply as for chat
-(:mod:`packshard.ingest.messages`).  What is left of each conversation after the prompt must
-be exactly one assistant message (``invalid_pair`` otherwise); two identical conversations
-are an ``identical_pair``.  Per-message ``train``/``weight``/``loss_weight`` flags are read as for
-chat.
+``system``, ``tools`` and per-message flags apply as for chat.  What follows the prompt must
+be exactly one assistant message (``invalid_pair``); two identical conversations are an
+``identical_pair``.
 
 An unpaired record (a boolean ``label`` with ``messages``, or with ``prompt`` and
 ``completion`` as in TRL's unpaired layout, read as a pair's prompt and one answer) becomes
@@ -29,10 +27,8 @@ An unpaired record (a boolean ``label`` with ``messages``, or with ``prompt`` an
 
 Rendered, each example carries a pair code (``Rendered.pair``: 0 plain, 1 chosen, 2 rejected,
 3 KTO undesirable, 4 KTO desirable); shards carry it as ``branch`` (0, 1, 2) and ``kto_label``
-(−1 none, 0, 1).  Packed, a pair is a unit: its chosen segment is immediately followed by its
-rejected one in the same row (:func:`packshard.pack.overlong.police_pairs`,
-:mod:`packshard.pack.plan.pairs`); :func:`~packshard.ingest.types.pair_starts` finds the
-pairs among the codes.
+(−1 none, 0, 1).  Packed, a pair is a unit, chosen then rejected in one row
+(:mod:`packshard.pack.plan.pairs`).
 """
 
 from __future__ import annotations

@@ -23,9 +23,8 @@ shorter answer stays whole when it fits in half::
 
 A pair whose prompts leave fewer than 2 answer tokens (one each) is dropped as ``too_long``.
 
-"Target" counts labels other than the example's first, which packing always masks.  With
-the ``wrapped`` strategy the planner splits at row ends instead, so nothing is cut here.
-Everything is vectorised over the chunk; an example of ``n`` tokens split into parts::
+"Target" counts labels other than the example's first, which packing always masks.  Under
+``wrapped`` the planner cuts at row ends instead.  Vectorised over the chunk; split parts::
 
     tokens   [0 ........................ n)
     parts    [0, L) [L, 2L) … [kL, n)          part p starts at p·L within the example

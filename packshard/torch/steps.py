@@ -20,14 +20,11 @@ fewer micro-batches; its count is theirs.  Map-style access
 ``DistributedSampler(shuffle=False)`` and accelerate's batch sharding do: step ``s`` is rows
 ``[s·W·B·K, (s+1)·W·B·K)`` (the pack already shuffled its rows).
 
-The unit is only right if ``batch_size`` is the DataLoader's: told 1 while the loader batches 2
-rows (``grad_accum`` 4, 2 ranks), a step's micro-batches would carry 63, 63, 59, 59 for a true
-122.  So the count checks the batch size where it reaches the rows: a DataLoader fetching
-with automatic batching has the batch's indices on the call stack (its fetcher's
-``possibly_batched_index``; an iterable dataset's is always the loader's ``batch_size`` long),
-and a batch size other than the dataset's is refused with the fix.  Map-style batches are
-refused when longer than told, or shorter anywhere but at the end of the rank's rows (a last
-batch may be short).  Under accelerate's wrappers the block decides, not ``batch_size``.
+The unit is only right if ``batch_size`` is the DataLoader's, so the count checks it where it
+reaches the rows: a fetching DataLoader has the batch's indices on the call stack (its
+fetcher's ``possibly_batched_index``), and another batch size is refused with the fix
+(map-style: longer than told, or short anywhere but at the end).  Under accelerate's
+wrappers the block decides.
 
 Labels are unshifted and the first label of every segment is -100, so ``num_loss_tokens`` is
 also what transformers counts (``labels[..., 1:] != -100``) as ``num_items_in_batch``.

@@ -27,9 +27,7 @@ multiple.  The planner plans the padded lengths, so a padded row never exceeds `
     cu_seqlens           [0, 8, 12]                          the physical boundaries
     cu_seqlens_unpadded  [0, 5, 7]                           the real lengths (TE's cu_seqlens)
 
-Each segment's pads come after its last real token, and attention is causal within a segment
-and blocked between segments, so no real token ever attends a pad: the pads change nothing a
-real token computes, and their labels are -100.
+Pads come after a segment's last real token, so no real token attends one.
 """
 
 from __future__ import annotations

@@ -8,16 +8,11 @@ identity is its input's index and its range, never who runs it::
     rows.parquet [groups 0–3][groups 4–5]                                      whole row groups
     big.json.gz  [whole file]                                                  cannot be cut
 
-A JSONL cut point is the first line start at or after each ``target_bytes`` boundary (a
-line that begins with a UTF-8 byte order mark is never a cut point: only the file's first
-line may carry one).  Records are read with :mod:`packshard.ingest.read.sources`' own JSONL parser,
-so a range gives exactly the records, rejects and reasons the whole file gives.  Lines inside
-a byte range are numbered from 1 at its start; the driver knows how many lines every earlier
-range of the file held (:attr:`RangeRead.newlines`) and adds them, which makes every
-``file:line`` absolute without a pass over the file before the work starts.  Parquet ranges
-know their first row from the footer, so their rows are numbered absolutely from the start.
-A row group whose data cannot be decoded is the same one ``unreadable`` reject the whole file
-gives, and reading goes on with the next group, as the whole-file reader does.
+A JSONL cut point is the first line start at or after each ``target_bytes`` boundary (never a
+line that begins with a byte order mark).  A range gives exactly the records, rejects and
+reasons the whole file gives.  Its lines are numbered from 1 at its start; the driver adds
+the lines of the earlier ranges (:attr:`RangeRead.newlines`), so every ``file:line`` is
+absolute without a pass over the file first.  Parquet rows are numbered from the footer.
 
 Objects in a store (:attr:`~packshard.ingest.read.inputs.InputFile.in_store`) are cut by
 their sizes alone, in nominal ranges ``[k × target, (k + 1) × target)``; the worker mapping
@@ -34,10 +29,9 @@ unit size::
     a.jsonl (3 KB)  b.jsonl (5 KB)  c.jsonl (2 KB) │ big.jsonl [0 ── 16 MiB)[16 MiB ── 20 MiB)
     └──────── one unit: 00000-inputs-00002 ───────┘ └─ one unit each ──┘└────────────────┘
 
-A unit pays a fixed cost (a task, a spill folder, a marker, a part the shards read), so
-small inputs are gathered into one unit, as one file of the same records is
-(``docs/performance.md``, "Many small inputs").  The records and their order are the same
-however inputs are gathered, so the output is too.
+A unit pays a fixed cost (a task, a spill folder, a marker), so small inputs share one
+(``docs/performance.md``, "Many small inputs"); records and order, hence the output, are the
+same however inputs are gathered.
 """
 
 from __future__ import annotations

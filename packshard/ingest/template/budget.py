@@ -18,13 +18,10 @@ iterations and calls), held in the context-local :data:`BUDGET`.  The sandbox
     str.format                field widths and precisions checked
     the rendered text         counted piece by piece as it is produced (render_chat)
 
-Checks happen before the work, so one huge operation fails fast instead of allocating.
-Because the binary operators are intercepted, Jinja cannot fold ``'a' * 10**10`` into a
-constant at compile time, and a filter whose check fails is not folded either (it fails when
-rendered, for the record that reaches it).  A budget overrun raises
-:class:`TemplateBudgetError`, a :class:`~packshard.errors.TemplateError`: the record becomes a
-``template_error`` reject and the run goes on.  No thread or signal is involved; the deadline
-is read with ``time.monotonic`` at each step.
+Checks happen before the work, so one huge operation fails fast instead of allocating (nor
+can Jinja fold ``'a' * 10**10`` into a constant at compile time).  An overrun raises
+:class:`TemplateBudgetError`: the record becomes a ``template_error`` reject and the run goes
+on.  No thread or signal: the deadline is read with ``time.monotonic`` at each step.
 
 Amplifying calls and filters (:func:`check_call`, :func:`check_filters`) compute the
 result's size from the arguments; filters that print their input (``string``, ``lower``,

@@ -1,10 +1,9 @@
 r"""Where each token lies in its text, from the token ids alone (no tokenizer offsets).
 
-Labels need to know which tokens overlap the trained character spans.  ``encode_batch``
-answers with offsets, but computing them is a large share of tokenization time, which
-``encode_batch_fast`` skips (docs/performance.md gives the figures).  For the two tokenizer families
-nearly every chat model uses, each token id stands for a fixed byte string of the original
-text, so the byte range of every token follows from the ids:
+Labels need to know which tokens overlap the trained character spans.  Offsets are a large
+share of tokenization time; for the two tokenizer families nearly every chat model uses, each
+token id stands for a fixed byte string of the text, so every token's bytes follow from the
+ids:
 
 * byte-level BPE (GPT-2, Llama 3, Qwen, Phi-2 …): a piece is the bytes its characters encode
   through the byte-to-unicode table;
@@ -33,9 +32,8 @@ two families gets no :class:`~packshard.ingest.tokens.aligner.ByteAligner` at al
 :func:`span_tokens` turns character spans into token ranges with the rule the offsets path
 uses: a token belongs to a span when its bytes overlap the span's.
 
-It stays on for every family: with ``tokenizers`` it saves a fifth on SentencePiece and is
-even on byte-level BPE, and it is what lets the fast encoder, which gives no offsets, encode
-at all (``docs/performance.md``, "Token positions from the ids").
+It is what lets the fast encoder, which gives no offsets, label at all
+(``docs/performance.md``, "Token positions from the ids").
 """
 
 from __future__ import annotations

@@ -19,10 +19,8 @@ Where the tokens lie comes from one of two places:
   (``Encoding.char_to_token``), never every offset (converting all of them to numpy costs
   about 30% of tokenization time).
 
-Both give the same labels (``tests/test_alignment.py`` holds them equal on every shared
-tokenizer and dataset, the family imitations and random texts).  The per-token work is
-vectorised: span edges become +1/-1 marks in a difference array whose running sum is the
-label mask.  Token ids are int32 from end to end.
+Both give the same labels.  Span edges become +1/-1 marks in a difference array whose running
+sum is the label mask.  Token ids are int32 from end to end.
 """
 
 from __future__ import annotations

@@ -23,13 +23,10 @@ added token (then no piece starts at character 0).  Whether a text starts with a
 guessed from its first characters and checked on the ids: a wrong guess is encoded again.
 
 Replacing before the added tokens are found is exact when no added token holds a space or a
-``▁`` (checked once), with one exception: an added token with ``rstrip`` (``lstrip``)
-swallows the whitespace after (before) it, spaces included, and a ``▁`` is no whitespace.  So
-a text where such a token meets a run of whitespace holding a space (``<|user|>\n Hi``) is
-encoded by the reference tokenizer instead (none of the 10,824 shared chat texts with phi-3's
-template is).  Only ``first`` and ``never`` are modelled, with no normalizer; anything else is
-:data:`None` (the reference encodes).  The canary of :mod:`packshard.ingest.tokens.backends`
-proves the rule on every run before it is trusted.
+``▁`` (checked once), except where an added token with ``rstrip``/``lstrip`` meets whitespace
+holding a space (``<|user|>\n Hi``): such a text is encoded by the reference.  Only ``first``
+and ``never`` are modelled; anything else is :data:`None`.  The canary of
+:mod:`packshard.ingest.tokens.backends` proves the rule on every run.
 """
 
 from __future__ import annotations

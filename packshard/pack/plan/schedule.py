@@ -7,12 +7,9 @@ split when there is an eval split; each plan's rows are then shuffled with the s
     spill ─► [eval split: train | eval] ─► [groups] ─► planner per group ─► joined plan
           ─► row_order: rows shuffled with --seed, train rows and eval rows apart
 
-**The eval split.** ``pack --eval-fraction F`` draws whole records, never segments: a record is
-``eval`` when a 64-bit hash of (``--seed``, its input path as given, its line) falls below
-``F``, so every example, part and turn-example of one record lands in the same split, the draw
-does not depend on the other records, on the workers or on the order of the inputs, and
-another seed draws another split.  ``--eval FILE…`` adds inputs whose records are all
-``eval``::
+**The eval split.** ``pack --eval-fraction F`` draws whole records: a record is ``eval`` when a
+64-bit hash of (``--seed``, its input path, its line) falls below ``F``, whatever the other
+records, the workers or the input order.  ``--eval FILE…`` adds inputs that are all ``eval``::
 
     key(source)  = first 8 bytes of BLAKE2b(seed, NUL, path)           one per input file
     h(record)    = splitmix64(key(source) XOR line × 0x9E3779B97F4A7C15)   numpy, vectorised

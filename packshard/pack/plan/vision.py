@@ -30,10 +30,8 @@ stack's true maximum when a scan of it finds no row that fits::
            └─ leftmost leaf ≥ vis, from l ─┘   descend the tree, then scan stack c
 
 Text examples cost O(log L); an example with images O(log L) plus the rows it scans past that
-lack image room (rare: a row with no image left leaves the vision-open stacks).  Rows are
-numbered in opening order and a row's segments in placement order, as in the plain planner;
-without a binding cap the plan is the plain ``bfd`` plan (``tests/pack/plan/test_vision.py``).
-``sequential`` is next-fit with the three rooms.  ``ffd`` and ``wrapped`` do not take caps.
+lack image room.  Without a binding cap the plan is the plain ``bfd`` plan.  ``sequential`` is
+next-fit with the three rooms; ``ffd`` and ``wrapped`` take no caps.
 :func:`plan_capped_reference` is the quadratic twin the kernel is held to.
 """
 

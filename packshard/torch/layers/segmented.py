@@ -13,9 +13,7 @@ the end of one example is the start of the next::
 :mod:`packshard.torch.layers.kinds` in :data:`~packshard.torch.layers.kinds.STATEFUL`) so that
 its forward runs on each segment's slice of the hidden states and concatenates the results.
 Each slice is computed exactly as the example alone would be (same kernels, zero initial
-state, the convolution padded with zeros), so the path is exact by construction, on any
-device, at the cost of one kernel call per segment in those layers (the attention and MLP
-layers still see the whole row).
+state), at one kernel call per segment in those layers.
 
 Where the seams come from, first match wins:
 

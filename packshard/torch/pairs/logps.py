@@ -10,12 +10,10 @@ A preference row holds pairs as adjacent segments, chosen (branch 1) then reject
 
 :func:`segment_logps` sums ``logp_t`` over every segment (one ``index_add`` over the batch, the
 segment of token ``t`` found by a ``searchsorted`` of ``cu_seqlens``) and counts its trained
-tokens.  Labels are read at ``t`` and logits at ``t - 1`` inside the segment only: the first
-label of a segment is -100, so the seam's prediction (last token of one segment → first of
-the next) never counts.  :func:`pair_logps` then takes every branch-1 segment and the
-branch-2 segment right after it in the same row; anything else (a chosen without its
-rejected, two chosen in a row, a pair across rows) is refused: the batch was cut or
-reordered, and a DPO loss over it would be silently wrong.
+tokens; the first label of a segment is -100, so no prediction across a seam counts.
+:func:`pair_logps` takes every branch-1 segment and the branch-2 segment right after it in
+the same row; anything else (a chosen without its rejected, a pair across rows) is refused:
+the batch was cut or reordered.
 
 Both batch shapes work: varlen (``logits [1, T, V]``, ``cu_seqlens [S + 1]``, ``branch [S]``)
 and padded (``logits [B, L, V]``, ``cu_seqlens [B, S + 1]``, ``branch [B, S]``; padding sits
