@@ -65,9 +65,7 @@ class Message:
 
     ``extra`` holds the turn's other fields as ``(key, value)`` pairs, in record order
     (``tool_calls``, ``tool_call_id``, ``name`` …); the template sees them beside ``role`` and
-    ``content``, as ``transformers`` shows a message dict.  Values may be lists or dicts, so a
-    message is not hashable when it has them.  ``reasoning`` and ``train`` come from the
-    fields :mod:`packshard.ingest.fields` reads (they are not in ``extra``).
+    ``content``.  ``reasoning`` and ``train`` come from :mod:`packshard.ingest.fields`.
     """
 
     role: str

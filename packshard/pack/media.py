@@ -9,9 +9,8 @@ the same files in the same order) and each example gets one entry per image::
         {root: "data", path: "imgs/1.jpg", bytes: 12324, sha256: "95d2…", width: 300,
          height: 168, grid_t: 1, grid_h: 12, grid_w: 22},  …]
 
-A ``--turns expand`` example holds the first ``images`` images of its record (the
-conversation up to its turn).  Packs without images never get the column (their bytes are
-those of before).
+A ``--turns expand`` example holds the images of its record up to its turn.  Packs without
+images never get the column.
 """
 
 from __future__ import annotations

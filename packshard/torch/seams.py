@@ -139,13 +139,10 @@ def check_model(model: Any, batch: Mapping[str, Any]) -> float:
     given and each of its segments alone, in eval mode, without gradients; the model's mode
     is restored.  Returns the largest logit difference found (within the dtype's tolerance).
 
-    A batch that does not say ``use_cache`` is run with ``use_cache=False``: collators never
-    put it in a batch, and packshard's own forwards and every loop in its docs pass it beside
-    the batch.  The config's default would not do: a stock ``LlamaForCausalLM`` says True, and
-    transformers then builds a KV cache, in train mode as in eval mode (only gradient
-    checkpointing drops it), which turns packed-sequence detection off.  A loop that leaves
-    ``use_cache`` to such a config mixes segments: check the batch it feeds with
-    ``use_cache=True`` in it, and it is refused with that cause.
+    A batch that does not say ``use_cache`` is run with ``use_cache=False``, as the loops in the
+    docs pass it: a config's default (True for a stock ``LlamaForCausalLM``) builds a KV cache
+    in train mode too, which turns packed-sequence detection off; a batch with
+    ``use_cache=True`` is refused with that cause.
     """
     rows = int(torch.as_tensor(batch["input_ids"]).shape[0])
     inputs = {k: _first_row(v, rows) for k, v in batch.items() if k not in BOOKKEEPING}

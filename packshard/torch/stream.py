@@ -65,9 +65,7 @@ class PackedIterableDataset(IterableDataset[Row]):
         shuffle: draw a new row permutation every epoch from ``(seed, epoch)``.
         seed: the permutation seed, identical on every rank.
         rank, world_size: this process's place; default: torch.distributed's when a pass
-            starts (not when the dataset is built), else 0 of 1.  Under accelerate's
-            ``IterableDatasetShard`` or ``DataLoaderDispatcher`` the dataset yields the whole
-            epoch and accelerate splits it (see :mod:`packshard.torch.placement`).
+            starts, else 0 of 1 (:mod:`packshard.torch.placement`).
         drop_remainder: ``True`` (default) drops the last ``N % world_size`` rows of each
             epoch's permutation; ``False`` repeats its first rows instead, so no row is skipped.
         batch_size: the DataLoader's batch size; needed for an exact order with worker
@@ -78,9 +76,7 @@ class PackedIterableDataset(IterableDataset[Row]):
             optimizer step on all ranks (:mod:`packshard.torch.steps`; set ``batch_size``: a
             DataLoader batching another number of rows is refused when it fetches).
 
-    Without ``set_epoch``, a pass that finished its epoch moves on to the next one; a pass
-    read by DataLoader worker processes always starts the next epoch (they cannot report how
-    far the loop got: :class:`ResumableLoader` can).
+    Without ``set_epoch``, each pass starts the next epoch.
 
     """
 

@@ -8,11 +8,9 @@ for them::
     sharing(specs, DriverLoad.result) ─┐            loaded(specs) ─► load once, keep
     task in this process: loaded(specs) ┘─► the driver's objects (never loaded twice)
 
-The driver opens :func:`sharing` around its engine: a task the serial engine runs in the
-driver's process then gets the driver's own tokenizer and template (the driver needs them
-for the manifest anyway).  The entry is keyed by process id too, so that a process forked
-from the driver never waits on the driver's loading thread.  Elsewhere the first task of a
-process loads them and later tasks reuse them (four specs at most are kept).
+The entry :func:`sharing` opens is keyed by process id too, so that a process forked from
+the driver never waits on its loading thread.  Elsewhere the first task of a process loads
+them and later tasks reuse them (four specs at most are kept).
 """
 
 from __future__ import annotations

@@ -10,9 +10,7 @@ first, adjacent::
     examples  [c0 r0] x1 [c2 r2]     units  u0 = c0 + r0, u1 = x1, u2 = c2 + r2
     planned   row 0: u2 u1 | row 1: u0      →  row 0: c2 r2 x1 | row 1: c0 r0
 
-Rows stay as close to the lower bound as the plain planner keeps them (on the 300 shared
-pairs at 4,096 tokens with phi-3: docs/preference.md).  ``wrapped`` cuts rows anywhere, so it
-refuses preference records.
+``wrapped`` cuts rows anywhere, so it refuses preference records.
 """
 
 from __future__ import annotations

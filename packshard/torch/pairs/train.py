@@ -128,11 +128,8 @@ def check_pair_loss(
     ``batch`` is a :func:`~packshard.torch.collate.collate_varlen` batch of preference rows
     (it needs ``example_ids``).  Each branch's summed log-probability from the packed forward
     is compared with the branch run alone, for ``model`` and for ``reference`` when it is a
-    model (a :class:`ReferenceLogps` sidecar was scored block-causal, as data).  The loss is
-    never compared: at step 0 the policy equals the reference and every DPO loss is ln 2,
-    leak or not.  Runs in eval mode without gradients (modes are restored) and returns the
-    largest ``|packed - alone|`` in nats.  ``tolerance`` suits float32; half precision
-    needs more.
+    model.  Runs in eval mode without gradients (modes are restored) and returns the largest
+    ``|packed - alone|`` in nats; ``tolerance`` suits float32.
     """
     if "example_ids" not in batch or "branch" not in batch:
         raise UsageError("check_pair_loss needs a collate_varlen batch of preference rows")
@@ -160,10 +157,8 @@ class PackedDPOTrainer(Trainer):
     and ``TrainingArguments(remove_unused_columns=False)`` (the loss reads the batch's
     ``branch`` and ``example_ids``, which the model does not take); rows are batched whole by
     :func:`~packshard.torch.collate.collate_varlen` (the default collator here).
-    ``reference``: a frozen model run on every batch, a :class:`ReferenceLogps` sidecar, or
-    None for ``simpo``.  Before the first step the first
-    batch is checked with :func:`check_pair_loss` (``check=False`` skips it); the figure is
-    ``self.pair_check_delta``.
+    ``reference``: a frozen model, a :class:`ReferenceLogps` sidecar, or None for ``simpo``.
+    The first batch is checked with :func:`check_pair_loss` (``check=False`` skips it).
     """
 
     def __init__(
