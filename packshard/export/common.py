@@ -10,10 +10,8 @@ label of every segment is -100; every other label is -100 or its own token)::
     ids       t t t t t t t | t t t t t …    row r = ids[tok_off[r]:tok_off[r + 1]]
     seg_len   3 4 | 5 …                       row r's segments: seg_len[seg_off[r]:seg_off[r + 1]]
 
-An export's folder is claimed like ``pack``'s (:mod:`packshard.format.folder.claim`: never the input
-pack nor inside it, never a folder packshard did not write, locked, written into
-``.DIR.partial-PID`` and renamed into place when complete); ``export.json`` (the source
-dataset, the target, every file's SHA-256) is written last.
+An export's folder is claimed like ``pack``'s (:mod:`packshard.format.folder.claim`);
+``export.json`` is written last.
 """
 
 from __future__ import annotations

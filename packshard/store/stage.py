@@ -9,8 +9,7 @@ of an OUT on a store fetch the pack whole (they read every byte anyway: checksum
     s3://bucket/in/a.jsonl ──fetch──► $TMPDIR/packshard-inputs-XXXX/3f2a…/a.jsonl  (source: URL)
     s3://bucket/out/       ──fetch──► $TMPDIR/packshard-out-XXXX/out/…              (manifest first)
 
-The local disk must hold the inputs (or the pack) once.  A Ray worker on another node needs
-none of this: it reads its unit's byte range where it runs
+A Ray worker on another node reads its unit's byte range where it runs instead
 (:func:`packshard.store.objects.read_range`).
 """
 

@@ -9,10 +9,8 @@ segment, never across one::
     token loss  0 x x | 0 y | 0 z z z       loss of label t from the logits of t - 1
     per example loss_sum = Σ x, num_tokens = 2; loss_sum = y, 1; …   loss_mean = sum / tokens
 
-so each example's numbers are those of the example run alone (to float rounding).  The
-manifest's shard entries name their split (``"split"``, ``train`` when absent); ``split``
-selects the shards read.  Records carry ``example_id`` and the examples index's ``source``
-and ``line``.
+so each example's numbers are those of the example run alone (to float rounding).  ``split``
+selects the shards read; records carry ``example_id``, ``source`` and ``line``.
 """
 
 from __future__ import annotations

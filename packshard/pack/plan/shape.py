@@ -9,9 +9,8 @@ distribution of row fill (tokens / ``max_seq_len`` per row, nearest-rank quantil
     row loss tokens   40 12 35 38 | 9 41 30 33 | 36 …      R = 4
     per step          125         | 113        | …       min / median / max over full steps
 
-The reader shuffles rows per epoch, so its steps are other draws of the same rows; the spread
-is what matters: a step normalised by its own count (not ``num_items_in_step``) weights its
-tokens by 1 / count.  Only full steps are counted (a shorter last step is not a step size).
+The reader shuffles rows per epoch, so its steps are other draws of the same rows: the spread
+is what matters.  Only full steps are counted.
 """
 
 from __future__ import annotations
