@@ -144,14 +144,11 @@ def read_rows(
 ) -> Iterator[Rows]:
     """Yield the rows of ``out`` shard by shard, each shard checked (see module doc).
 
-    The manifest is checked against its schema first, and every shard path it names must
-    be a regular file inside ``out`` (:func:`~packshard.format.folder.paths.inside_folder`): nothing
-    from outside the folder is read.  Only the shards of ``splits`` are read: by default the
-    train shards, as an eval split (``pack --eval-fraction``) is held out of every training
-    export; ``repack`` reads both.  ``columns`` (at least :data:`COLUMNS`) reads only those,
-    their types unchecked beyond the SHA-256 (``repack`` leaves out ``position_ids``).
-    ``by_group`` yields each shard's row groups one at a time, checked alike:
-    less memory and fewer fresh pages for a reader that does not need a shard's rows together.
+    The manifest is checked against its schema first, and every shard path must be a regular
+    file inside ``out`` (:func:`~packshard.format.folder.paths.inside_folder`).  Only the shards
+    of ``splits`` are read (by default the train shards).  ``columns`` (at least
+    :data:`COLUMNS`) reads only those.  ``by_group`` yields each shard's row groups one at a
+    time, checked alike.
     """
     manifest = load_source(out)
     dataset_id = str(manifest["dataset_id"])

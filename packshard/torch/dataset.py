@@ -305,22 +305,16 @@ class PackedDataset(Dataset[Row]):
         expected_tokenizer_sha256: refuse the folder unless it was packed with this tokenizer.
         tokenizer: a ``tokenizer.json`` or its folder; its SHA-256 is compared the same way.
         cache_dir: keep an uncompressed Arrow IPC copy of every shard here (about 12 bytes a
-            token, named by the shard's SHA-256 and its own) and memory-map it: decoded once,
-            then shared through the page cache by all workers, epochs and runs, and hashed
-            at each open (an entry modified since it was written is refused).
+            token) and memory-map it: decoded once, shared by workers, epochs and runs.
         grad_accum, batch_size, world_size: every row carries ``num_items_in_step``, the
-            trained tokens of its whole optimizer step (``grad_accum`` micro-batches of
-            ``batch_size`` rows on each of ``world_size`` ranks, default torch.distributed's),
-            read in index order (see :mod:`packshard.torch.steps`; a DataLoader batching another
-            number of rows is refused when it fetches).
-        split: read the shards of this split only (``train``, the default, or ``eval``: a
-            pack with ``--eval-fraction`` or ``--eval`` holds both); None reads every shard.
-        padded: serve each segment padded to the pack's alignment (``pack --cp``/
-            ``--pad-multiple``, :mod:`packshard.format.topology.aligned`): pads of the EOS id
-            after each segment's tokens, label -100, positions running on; ``cu_seqlens`` the
-            padded boundaries and ``cu_seqlens_unpadded`` the real ones.  Default: padded when
-            the pack records an alignment; ``False`` serves the real tokens with
-            ``cu_seqlens_padded`` beside them.
+            trained tokens of its whole optimizer step, read in index order
+            (:mod:`packshard.torch.steps`).
+        split: read the shards of this split only (``train``, the default, or ``eval``);
+            None reads every shard.
+        padded: serve each segment padded to the pack's alignment
+            (:mod:`packshard.format.topology.aligned`), ``cu_seqlens_unpadded`` beside;
+            default: padded when the pack records an alignment; ``False`` serves the real
+            tokens with ``cu_seqlens_padded`` beside them.
 
     """
 

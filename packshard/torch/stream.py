@@ -70,11 +70,9 @@ class PackedIterableDataset(IterableDataset[Row]):
             epoch's permutation; ``False`` repeats its first rows instead, so no row is skipped.
         batch_size: the DataLoader's batch size; needed for an exact order with worker
             processes (:class:`ResumableLoader` sets it).
-        expected_tokenizer_sha256, tokenizer, cache_dir, split: as for :class:`PackedDataset`
-            (``split`` defaults to ``train``: the eval shards are never streamed for training).
-        grad_accum: every row carries ``num_items_in_step``, the trained tokens of its whole
-            optimizer step on all ranks (:mod:`packshard.torch.steps`; set ``batch_size``: a
-            DataLoader batching another number of rows is refused when it fetches).
+        expected_tokenizer_sha256, tokenizer, cache_dir, split: as for :class:`PackedDataset`.
+        grad_accum: every row carries ``num_items_in_step`` (:mod:`packshard.torch.steps`;
+            set ``batch_size``).
 
     Without ``set_epoch``, each pass starts the next epoch.
 

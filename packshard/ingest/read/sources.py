@@ -16,12 +16,10 @@ A record's ``line`` is the 1-based physical line for JSONL (blank lines skipped 
 
 Record-level problems never raise: the record carries a :class:`~packshard.errors.RecordError`
 (``invalid_json``, ``invalid_utf8``, ``not_an_object``, ``duplicate_key``, ``too_large``,
-``unreadable``; see :mod:`packshard.ingest.read.streams`, ``jsonparse``, ``parquet``).  A line,
-element or row over ``max_record_bytes`` is rejected unparsed (an oversized line is skipped,
-never held); an unusable array element is skipped and the next one read.  A broken array or
-compressed stream cannot be resynchronized, so one error record marks where reading stopped
-(every record before it is yielded: counts add up).  A file that cannot be opened, or that
-decompresses past its limits (its other records could not be counted), raises InputError.
+``unreadable``; see :mod:`packshard.ingest.read.streams`, ``jsonparse``, ``parquet``).  A
+record over ``max_record_bytes`` is rejected unparsed, never held.  A broken array or stream
+cannot be resynchronized: one error record marks where reading stopped.  A file that cannot
+be opened, or decompresses past its limits, raises InputError.
 """
 
 from __future__ import annotations

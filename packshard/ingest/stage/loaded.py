@@ -54,13 +54,10 @@ def load_early(specs: tuple[str, str | None, str] | tuple[str, str | None, str, 
     """Load the tokenizer, the template and the fast encoder of ``specs`` in this process.
 
     ``specs`` are the tokenizer, the template, ``--backend`` and, optionally, whether the job
-    is small (:data:`~packshard.ingest.types.SMALL_JOB_BYTES`: the encoder built
-    is then the one a small job tries first).  A worker's warm-up runs
-    this on a thread of the fork server while the server imports the rest
-    (:mod:`packshard.engine.forkwarm`): ``tokenizers`` and ``fastokens`` release the GIL
-    while they load, so the loads and the imports overlap.  The encoder is only built:
-    each worker still decides and proves it.  Best effort: what fails here fails again,
-    with its message, where the worker loads it.
+    is small (:data:`~packshard.ingest.types.SMALL_JOB_BYTES`).  Run on a thread of the fork
+    server while it imports the rest (:mod:`packshard.engine.forkwarm`): the loads release
+    the GIL.  The encoder is only built; each worker decides and proves it.  Best effort:
+    what fails here fails again where the worker loads it.
     """
     tokenizer, template, backend, *small = specs
     bundle, _ = loaded(tokenizer, template)

@@ -151,15 +151,11 @@ def hash_inputs(
 ) -> list[str]:
     """SHA-256 of every input: the driver's own while its workers start, the rest theirs.
 
-    The driver hashes the inputs itself, in order, on a thread (hashing releases the GIL), for
-    as long as the engine's workers are starting (the fork server's first warm-up; an engine
-    that is up at once gets nearly all of them); once they are up the thread stops within a
-    chunk (1 MiB), leaving the file in hand, and the rest go to the workers, in a few tasks per
-    worker of consecutive files (a task a file cost a round trip each).  ``meanwhile`` is
-    called once if the workers are found starting (the driver's own loads).  The driver never
-    reads a store object: its own thread stops at
-    the first one, and those from there on are hashed by the workers, in ranged reads on
-    their nodes (:func:`~packshard.store.objects.hash_object`).
+    The driver hashes the inputs itself, in order, on a thread, while the engine's workers
+    start; once they are up the thread stops within a chunk (1 MiB) and the rest go to the
+    workers, a few tasks of consecutive files per worker.  ``meanwhile`` is called once if
+    the workers are found starting.  The driver's thread stops at the first store object;
+    workers hash those in ranged reads (:func:`~packshard.store.objects.hash_object`).
     """
     digests: list[str] = []
     stop = threading.Event()

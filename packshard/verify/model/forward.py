@@ -1,15 +1,11 @@
 """The model stage of ``verify``: pick rows, crop them, build the model, run the proof.
 
-Rows are sampled with the seed, preferring rows with two or more segments (a row holding one
-example has no seam to leak across).  A row longer than ``model_max_tokens`` is cut after its
-last whole segment that fits: attention is causal, so logits of a prefix do not depend on what
-follows, and the cut row is still a valid packed row.  The default model is a random
-``LlamaForCausalLM`` (rotary positions, float32) whose vocabulary keeps at most
-:data:`TINY_VOCAB` entries: larger token ids are folded modulo its size, which keeps a
-2,048-token forward cheap on a CPU.  :func:`run_forwards` runs a row the ways the proof
-(:mod:`packshard.verify.model.equivalence`) compares.  torch and transformers are imported only
-inside these functions, so ``verify --model none`` and the other checks work without them, and
-a missing install is reported as the stage not run, in one line.
+Rows are sampled with the seed, preferring rows with a seam.  A row longer than
+``model_max_tokens`` is cut after its last whole segment that fits (a causal prefix's logits do
+not depend on what follows).  The default model is a random ``LlamaForCausalLM`` (float32)
+with at most :data:`TINY_VOCAB` ids, larger ones folded modulo its size.  torch and
+transformers are imported only inside these functions: without them the stage is reported as
+not run, in one line.
 """
 
 from __future__ import annotations

@@ -23,15 +23,11 @@ sum: on a small random model a leak's signed moves can cancel in a sum, while on
 answer many small moves of one sign add up in it (``docs/performance.md``, "What a leak
 moves in a pair").
 
-The DPO loss is taken with ``β = 0.1`` against a zero reference (``-log σ(β (c - r))``): the
-reference's sums are constants of the pair, so a packing error shows in the policy's terms
-alone.  Under the naive control the rejected branch always sees its chosen one (it follows
-it in the row), so every pair can move; a model whose control moves fewer than 95% of pairs
-by 1e-2 cannot see leakage, and the stage fails rather than report a proof that did not run.
-The sums are :func:`packshard.torch.pairs.logps.segment_logps`, the reader's function, so the
-check also proves the function a training loop calls.  The crop keeps pairs whole (a chosen
-branch kept keeps its rejected); a chosen not followed by its rejected is an issue, and so is a
-run in which no whole pair was checked.
+The DPO loss is taken with ``β = 0.1`` against a zero reference (the reference's sums are
+constants of the pair).  Under the naive control every rejected branch sees its chosen one,
+so a model that moves fewer than 95% of pairs by 1e-2 cannot see leakage, and the stage
+fails.  The sums are the reader's own :func:`packshard.torch.pairs.logps.segment_logps`.  The
+crop keeps pairs whole; a torn pair is an issue, and so is a run that checked no pair.
 """
 
 from __future__ import annotations
