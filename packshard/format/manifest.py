@@ -1,12 +1,9 @@
 """The dataset manifest: what a packed folder holds, how it was made, and its checksums.
 
-``manifest.json`` is the last file written into an output folder and the first one read from
-it.  It records the configuration, the tokenizer and template hashes (so a reader can refuse a
-mismatched tokenizer), every input's SHA-256 and record count, statistics, and one entry per
-shard with its row/token counts, byte size and SHA-256.  Keys are sorted and paths inside the
-folder are relative, so two runs over the same inputs differ only in ``created_at``.  The JSON
-Schema lives in ``packshard/schemas/manifest.v1.json``; the format version rules in
-:mod:`packshard.format.version`.
+``manifest.json`` is the last file written into an output folder and the first one read: the
+configuration, the tokenizer and template hashes, every input's SHA-256 and record count,
+statistics, one entry per shard.  Keys are sorted and paths relative, so two runs over the
+same inputs differ only in ``created_at``.  Schema: ``packshard/schemas/manifest.v1.json``.
 
 Counting rule (checked by ``verify``)::
 

@@ -135,13 +135,10 @@ def profile_lengths(
 ) -> ProfileReport:
     """Profile examples given as arrays: ``domain_names[domain_codes[i]]`` is example i's domain.
 
-    ``rejected`` counts rejected records per domain name; names missing from ``domain_names``
-    become domains of their own.  ``reasoning`` holds per example its reasoning tokens and
-    the trained ones; ``first`` marks the first example of each record (``--turns expand``
-    gives a record several; by default each example is a record); ``overlong`` is the
-    ``--overlong`` policy the advice describes.  Raises
-    :class:`UsageError` on a non-positive ``max_seq_len`` or ``batch_size`` and on arrays of
-    different lengths.
+    ``rejected`` counts rejected records per domain name (unknown names become domains).
+    ``reasoning`` holds per example its reasoning tokens and the trained ones; ``first`` marks
+    each record's first example; ``overlong`` is the policy the advice describes.  Raises
+    :class:`UsageError` on a non-positive size and on arrays of different lengths.
     """
     if max_seq_len <= 0 or batch_size <= 0:
         raise UsageError(

@@ -1,13 +1,9 @@
 """Does the user's own model keep a packed row's segments apart?  Two forwards tell.
 
-A batch can be right and training still leak: the model, its attention implementation, its
-dtype, a wrapper or the loop decide whether segments stay apart.  An all-ones 2-D
-``attention_mask`` passed with restarting ``position_ids`` switches off transformers'
-packed-sequence detection on SDPA and eager (each row becomes one causal sequence); a model
-or wrapper that builds its own mask does the same out of sight; some architectures ignore
-``position_ids`` altogether.  :func:`check_model` runs the model once on the batch's first row,
-exactly as the loop feeds it, and once on each of that row's segments alone, then compares
-the logits::
+A batch can be right and training still leak: an all-ones 2-D ``attention_mask`` switches
+off transformers' packed-sequence detection, a wrapper may build its own mask, some models
+ignore ``position_ids``.  :func:`check_model` runs the batch's first row as the loop feeds it
+and each of its segments alone, then compares the logits::
 
     row fed        [a a a | b b | c c c c]   one forward, the loop's own keyword arguments
     alone          [a a a] [b b] [c c c c]   one forward each, positions 0, 1, …, no mask

@@ -10,14 +10,11 @@ Streaming order (:class:`PackedIterableDataset`), for ``N`` rows, ``world_size``
     worker  = the rank's list from the resume offset, cut into chunks of batch_size,
               chunk c going to DataLoader worker c % num_workers
 
-DataLoader collects worker batches round-robin (worker 0, 1, …, 0, 1, …), so with
-``batch_size`` equal to the loader's the training loop sees the rank's list strictly in order,
-whatever ``num_workers`` is.  The whole position is therefore ``(epoch, consumed)``: rows this
-rank has handed to the loop in this epoch.  ``state_dict()`` stores it and a resumed run starts
-at exactly the next row.  With ``num_workers=0`` the dataset counts rows itself; with worker
-processes their copies cannot report back, so use :class:`ResumableLoader` (it counts batches
-as they arrive) or pass ``consumed=`` to :meth:`PackedIterableDataset.state_dict`.  The dropped
-rows under ``drop_remainder`` differ from epoch to epoch because the permutation does.
+DataLoader collects worker batches round-robin, so with ``batch_size`` equal to the loader's
+the loop sees the rank's list strictly in order.  The whole position is ``(epoch,
+consumed)``: ``state_dict()`` stores it and a resumed run starts at exactly the next row.
+Worker processes cannot report back, so use :class:`ResumableLoader` (it counts batches) or
+pass ``consumed=`` to :meth:`PackedIterableDataset.state_dict`.
 
 A pack balanced for ``dp`` ranks (``pack --dp``, :mod:`packshard.format.topology.steps`) read
 by ``world_size == dp`` ranks keeps its steps: the epoch's permutation moves whole steps of

@@ -1,11 +1,9 @@
 """Paths a manifest names, contained: every file read from an output folder lies inside it.
 
-An output folder may come from anyone, so a path from its manifest is used only when it is
-a relative path without ``..``, resolves (links followed) to a place inside the folder, and
-names a regular file — never a device, FIFO or folder, which could block a reader or feed it
-endless bytes.  Readers (``verify``, ``inspect``, the torch reader) go through
-:func:`inside_folder`; a path that fails is a :class:`~packshard.errors.FormatError` naming
-it, and nothing behind it is opened.
+A path from a manifest is used only when it is relative without ``..``, resolves (links
+followed) inside the folder, and names a regular file (never a device, FIFO or folder).
+Readers go through :func:`inside_folder`; a path that fails is a
+:class:`~packshard.errors.FormatError` naming it, and nothing behind it is opened.
 """
 
 from __future__ import annotations

@@ -6,11 +6,9 @@ and is deduplicated by real path.  Hidden entries (a name starting with ``.``) a
 folders and by wildcards, as the shell does; files of other types are skipped in folders.
 
 Nothing is skipped silently otherwise: a folder that cannot be listed, or a FIFO, socket or
-device with a supported name (reading one could block forever), is a usage error naming it,
-found before any record is read.  Globs are expanded here, not by :mod:`glob`, because
-``glob`` passes over folders it cannot read without a word.  Files are opened with
-:func:`~packshard.ingest.read.regular.open_regular`, which refuses anything but a regular
-file without blocking on it.
+device with a supported name, is a usage error naming it (globs are expanded here: ``glob``
+passes over unreadable folders without a word).  Files are opened with
+:func:`~packshard.ingest.read.regular.open_regular`.
 """
 
 from __future__ import annotations

@@ -10,13 +10,10 @@ computed once and read back as data::
         num_tokens   int32         its trained tokens
     manifest.json  files.reference_logps = {path, bytes, sha256}   (integrity checks it)
 
-:func:`write_reference_logps` runs the model over every row of OUT packed, exactly as training
-does (block-causal mask, positions restarting per segment; the sums are
-:func:`~packshard.torch.pairs.logps.segment_logps`), writes the file atomically under OUT's
-lock (:func:`~packshard.format.folder.claim.amend_out`) and lists it in the manifest.  The
-model comes from a local folder only, never with remote code.  :class:`ReferenceLogps` reads
-it back and :meth:`ReferenceLogps.for_pairs` gives a batch's ``(chosen, rejected)`` sums for
-:func:`~packshard.torch.pairs.logps.dpo_loss`, refusing an example it does not hold.
+:func:`write_reference_logps` runs the model over every row of OUT packed, as training does,
+writes the file atomically under OUT's lock (:func:`~packshard.format.folder.claim.amend_out`)
+and lists it in the manifest.  :meth:`ReferenceLogps.for_pairs` gives a batch's ``(chosen,
+rejected)`` sums for :func:`~packshard.torch.pairs.logps.dpo_loss`.
 """
 
 from __future__ import annotations

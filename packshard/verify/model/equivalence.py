@@ -29,13 +29,10 @@ masked-out terms (softmax weight exactly 0), so packed-vs-alone noise sits decad
 and the naive leak decades above (docs/verify.md).  A random model's loss stays near
 ln(vocab) either way, so the logit leak is the control's signal.
 
-Rotary attention depends only on position differences, so a segment whose stored positions
-are shifted by a constant gives the same logits; position resets are therefore also checked
-directly (stored positions of each segment must be ``0..n-1``).  The block-causal mask is
-:func:`packshard.torch.masks.block_causal_mask`, the one the reader gives trainers.  The "alone"
-forwards run one segment at a time: a padded batch of skewed lengths would hold segments ×
-longest × vocab logits.  Problems come back as :class:`~packshard.verify.findings.Issue` values
-(row, segment, message), never as strings to parse.
+Rotary attention sees only position differences, so resets are also checked directly (each
+segment's stored positions must be ``0..n-1``).  The mask is the reader's
+(:func:`packshard.torch.masks.block_causal_mask`); "alone" forwards run one segment at a time.
+Problems come back as :class:`~packshard.verify.findings.Issue` values.
 """
 
 from __future__ import annotations
