@@ -116,11 +116,9 @@ def load_source(out: Path) -> dict[str, Any]:
 def preference_refusal(manifest: dict[str, Any], target: str) -> str | None:
     """Return why ``target`` cannot take this pack's pairs or KTO records, or None.
 
-    A pack holds them when its manifest counts packed pairs (``stats.pairs.packed``) or KTO
-    labels (``stats.kto``).  Megatron's and torchtune's packed datasets feed SFT recipes: every
-    segment would be trained as a plain answer (the rejected branch too, a KTO label lost), and
-    their fixed layouts have no column for ``branch``.  ``unpacked`` and ``mds`` carry
-    ``branch`` and ``kto_label`` beside the tokens, so they take such a pack.
+    A pack holds them when its manifest counts packed pairs or KTO labels.  Megatron's and
+    torchtune's packed SFT layouts would train every branch as an answer; ``unpacked`` and
+    ``mds`` carry ``branch`` and ``kto_label``.
     """
     stats = manifest.get("stats") or {}
     pairs = (stats.get("pairs") or {}).get("packed", 0)

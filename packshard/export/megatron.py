@@ -21,12 +21,9 @@ has no target: its token is dropped (counted in ``export.json``).  The collator 
 loss where the *input* is EOS (it pads with EOS), so trained targets after an EOS inside a
 sequence are counted (``targets_after_eos``).
 
-An aligned pack (``pack --cp N``, ``--pad-multiple``) is written in the form Megatron-Bridge's
-context-parallel path reads, as its packer writes it for ``pad_seq_to_mult = m``: every
-sequence's run-time length ``n − 1`` padded with EOS to a multiple of ``m`` (loss 0 on the
-pads).  Its collator then takes ``cu_seqlens_padded`` from ``seq_start_id`` and each logical
-length up to the last non-EOS input, so the pads neither train nor hold a real token.  For
-``m = 4`` and a segment ``a b c d e f`` (run-time 5)::
+An aligned pack (``pack --cp N``, ``--pad-multiple``) is written as Megatron-Bridge's packer
+writes it for ``pad_seq_to_mult = m``: every sequence's run-time length ``n − 1`` padded with
+EOS to a multiple of ``m`` (loss 0 on the pads).  For ``m = 4`` and ``a b c d e f``::
 
     input_ids   a b c d e f E E E      stored 9 = 8 + 1, run-time 8 = 2·4
     loss_mask   … shifted …   0 0 0 0  E = EOS

@@ -1,11 +1,8 @@
 """The values ingest makes and hands on, stage by stage.
 
-``read_records`` yields :class:`RawRecord` (a parsed JSON value, or the reason it could not be
-parsed, with its place).  ``normalize_record`` turns a value into a :class:`Conversation`;
-rendering makes a :class:`Rendered`; tokenization and labelling produce
-:class:`TokenizedBatch` — flat int32 token and label arrays with an offsets array, never Python
-lists of ints — which :func:`packshard.ingest.stream.ingest` hands on as :class:`IngestChunk`
-values.  :class:`IngestOptions` says how records are read, labelled and batched.
+:class:`RawRecord` (read) ─► :class:`Conversation` (normalized) ─► :class:`Rendered` ─►
+:class:`TokenizedBatch` (flat int32 tokens and labels with offsets) ─► :class:`IngestChunk`;
+:class:`IngestOptions` says how records are read, labelled and batched.
 """
 
 from __future__ import annotations

@@ -50,12 +50,9 @@ SEGMENT_FILL = {"branch": 0, "kto_label": -1}
 def packed_row(feature: Mapping[str, Any]) -> Row:
     """Return a row as the collators take it: tensors, with its segment boundaries.
 
-    Rows come from :class:`~packshard.torch.PackedDataset` (tensors), ``load_dataset(OUT)``
-    (lists) or a trainer that dropped the columns its model does not take (Hugging Face's
-    ``remove_unused_columns`` keeps ``input_ids``, ``labels``, ``position_ids``).  The
-    boundaries are ``cu_seqlens``, else ``seq_lengths``, else where ``position_ids`` restart;
-    a row with none of them cannot be packed safely and is refused.  A reader row (every key
-    a tensor) is returned as it is.
+    Rows come from the reader (returned as they are), ``load_dataset(OUT)`` or a trainer that
+    dropped columns.  The boundaries are ``cu_seqlens``, else ``seq_lengths``, else where
+    ``position_ids`` restart; a row with none of them is refused.
     """
     extra = {
         k: torch.as_tensor(feature[k]).to(torch.int8)

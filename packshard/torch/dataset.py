@@ -113,12 +113,9 @@ def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
     bytes are what is decoded: a shard replaced, rewritten in place or tampered with, before
     the dataset was opened or after, is refused by name, never served.
 
-    With ``cache_dir``, a shard found equal to the manifest's SHA-256 has its file status
-    recorded there (``SHA.shard.checked``, :func:`_stamp`); a later open whose shard has
-    that very status, and whose cache entry exists, maps the entry without reading the shard
-    (a shard written over since has another status, and is read and hashed again).  The
-    entry is named by the shard's SHA-256 and by the SHA-256 of its own bytes as written,
-    and checked against the latter when it is mapped (:func:`_mapped`).
+    With ``cache_dir``, a checked shard's file status is recorded (:func:`_stamp`); a later
+    open whose shard has that very status maps the cache entry without reading the shard.
+    The entry is named by both SHA-256s and checked when it is mapped (:func:`_mapped`).
     """
     path, cache_dir = data.where(k), data.cache_dir
     expected = data.shard_sha256[k]

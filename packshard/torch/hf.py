@@ -133,12 +133,10 @@ def _fix(trainer: Any) -> str:
 def check_trainer(trainer: Any, rows: int = 4) -> None:
     """Raise :class:`UsageError` unless ``trainer`` will keep every segment of the rows apart.
 
-    ``trainer`` is a built ``transformers.Trainer`` or ``trl.SFTTrainer`` whose train
-    dataset holds packshard rows.  Its first ``rows`` rows are collated as the trainer would
-    (after its column removal) and the sequences the model separates are compared with the
-    rows' segments; then :func:`~packshard.torch.seams.check_model` runs the trainer's model
-    on the first collated row and on each of its segments alone.  Call it once, before
-    ``trainer.train()``.
+    ``trainer`` is a built ``transformers.Trainer`` or ``trl.SFTTrainer`` over packshard rows.
+    Its first ``rows`` rows are collated as it would, the sequences the model separates
+    compared with the rows' segments, then :func:`~packshard.torch.seams.check_model` run on the
+    first row.  Call it once, before ``trainer.train()``.
     """
     args = trainer.args
     is_trl = type(trainer).__name__ == "SFTTrainer"

@@ -12,13 +12,10 @@ shard row stores ``num_loss_tokens``, so the step's count needs no collective.  
     step          0     | 1
     num_items     9+4+2+8 = 23 | 6+3+7+5 = 21      (every micro-batch of the step, both ranks)
 
-A row read from position ``p`` of its rank's list belongs to step ``p // unit`` with ``unit =
-batch_size × grad_accum`` (or, when accelerate splits the stream in blocks of ``block`` rows,
-``block × grad_accum`` positions of the one whole stream).  The last step of an epoch may hold
-fewer micro-batches; its count is theirs.  Map-style access
-(:class:`~packshard.torch.dataset.PackedDataset`) reads the rows in index order, as
-``DistributedSampler(shuffle=False)`` and accelerate's batch sharding do: step ``s`` is rows
-``[s·W·B·K, (s+1)·W·B·K)`` (the pack already shuffled its rows).
+A row at position ``p`` of its rank's list belongs to step ``p // unit``, ``unit =
+batch_size × grad_accum`` (under accelerate's blocks, ``block × grad_accum`` positions of the
+whole stream); a short last step counts its own.  Map-style access reads rows in index order,
+as ``DistributedSampler(shuffle=False)`` does: step ``s`` is rows ``[s·W·B·K, (s+1)·W·B·K)``.
 
 The unit is only right if ``batch_size`` is the DataLoader's, so the count checks it where it
 reaches the rows: a fetching DataLoader has the batch's indices on the call stack (its

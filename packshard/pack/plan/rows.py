@@ -1,12 +1,9 @@
 """Row plans: which example segments go into which packed row, in which order.
 
-:class:`RowPlan` is the one plan type.  The planner (:func:`packshard.pack.plan.planner.plan_packs`)
-sees only lengths and returns a plan whose segments name positions in its lengths array, with
-parts, targets and example ids not yet known.  :func:`finalize_plan` maps segments back to
-spilled examples, numbers the parts of split examples, drops parts left without a target
-(possible when ``wrapped`` cuts an example so that its only target becomes a masked segment
-start) and assigns example ids in input order; :meth:`RowPlan.permute_rows` shuffles rows with
-the seed so that training order is not sorted by length.
+:class:`RowPlan` is the one plan type.  The planner
+(:func:`packshard.pack.plan.planner.plan_packs`) sees only lengths; :func:`finalize_plan` maps
+segments back to spilled examples, numbers split parts, drops parts left without a target and
+assigns example ids in input order; :meth:`RowPlan.permute_rows` shuffles rows with the seed.
 
 All operations are vectorised over segment arrays; row ``r`` is the slice
 ``row_offsets[r]:row_offsets[r + 1]`` of the segment arrays::

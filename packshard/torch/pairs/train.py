@@ -154,9 +154,8 @@ class PackedDPOTrainer(Trainer):
     """``transformers.Trainer`` that trains DPO on packed preference rows.
 
     Pass a :class:`~packshard.torch.PackedDataset` of a preference pack as ``train_dataset``
-    and ``TrainingArguments(remove_unused_columns=False)`` (the loss reads the batch's
-    ``branch`` and ``example_ids``, which the model does not take); rows are batched whole by
-    :func:`~packshard.torch.collate.collate_varlen` (the default collator here).
+    and ``TrainingArguments(remove_unused_columns=False)`` (the loss reads ``branch`` and
+    ``example_ids``); rows are batched by :func:`~packshard.torch.collate.collate_varlen`.
     ``reference``: a frozen model, a :class:`ReferenceLogps` sidecar, or None for ``simpo``.
     The first batch is checked with :func:`check_pair_loss` (``check=False`` skips it).
     """
