@@ -3,9 +3,8 @@
 numba runs every ``numba_extensions`` entry point installed, once, on the first compile or
 cache load of any jitted function in a process.  awkward (installed with gigatoken) registers
 one, so the first call of one of packshard's kernels (the aligner, the planner, the part
-cutter) imports all of awkward (0.6-1.0 CPU-s, in the driver and every worker).  packshard's
-kernels use plain numpy arrays and integers,
-none of another package's types, so a process that runs nothing else skips the entry points::
+cutter) imports all of awkward (0.6-1.0 CPU-s a process).  packshard's kernels use plain
+numpy arrays and integers, so a process that runs nothing else skips the entry points::
 
     packshard process (console entry)   own_process(): env PACKSHARD_OWN_PROCESS=1; skipped
                                         once the command has imported numba (before a kernel)

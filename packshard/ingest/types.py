@@ -291,11 +291,9 @@ class IngestOptions:
 class IngestChunk:
     """The examples and rejects of ``records`` consecutive input records.
 
-    ``label_paths`` counts the examples per label path, so a manifest can say how labels were
-    found.  ``loss_tokens`` holds, per example, its trained labels after the first token
-    (:func:`packshard.arrays.count_trained`); ``reasoning_tokens`` and ``reasoning_loss``
-    count the same way inside rendered reasoning blocks.  With ``--turns expand``
-    ``records`` counts records, not examples.
+    ``label_paths`` counts the examples per label path.  ``loss_tokens`` holds, per example,
+    its trained labels after the first (:func:`packshard.arrays.count_trained`);
+    ``reasoning_tokens`` and ``reasoning_loss`` count inside reasoning blocks.
     """
 
     batch: TokenizedBatch

@@ -73,10 +73,8 @@ def apply_overlong(
     """Apply ``policy`` to the examples of ``batch`` longer than ``max_seq_len``.
 
     ``cut=False`` (the ``wrapped`` strategy) keeps every example whole.  ``records`` numbers
-    the record of each example (``--turns expand`` gives one record several examples; by
-    default each example is its own record): ``drop`` drops each example that is too long on
-    its own (a turn example that fits is kept; the others count in ``parts_dropped``), and a
-    record is dropped (one reject) only when none of its examples is left.
+    each example's record: ``drop`` drops each example too long on its own, and a record is
+    dropped (one reject) only when none of its examples is left.
     """
     ids, labels, offsets = batch.input_ids, batch.labels, batch.offsets
     lengths = np.diff(offsets)

@@ -21,22 +21,17 @@ bytes an example at the driver's peak (``docs/scale.md`` has each byte).  Each s
 typed value (the spill with what it accepted, the rejects file's tally, the plan, the shards'
 entries) and :func:`~packshard.pack.counts.pack_stats` combines them once.
 
-Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
-written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
-at most a ``.partial`` folder with no manifest, never an ``OUT`` that looks complete.  What
-may be replaced, the lock on ``OUT`` and the temporary names are
-:mod:`packshard.format.folder`'s, shared with ``export``.
-A run that packs nothing (every record rejected or dropped) fails and writes no ``OUT``.
+Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``, the manifest last,
+and renamed to ``OUT`` only when complete (:mod:`packshard.format.folder`).  A run that packs
+nothing fails and writes no ``OUT``.
 
 Determinism: the same inputs and options give byte-identical shards and examples index; only
 the manifest's ``created_at`` differs.  Example ids number the packed examples in input order
 (record order, then part).
 
 The ingest and the shard writing run as tasks on an engine (:mod:`packshard.pack.units.scale`),
-whatever ``--workers``: the inputs are mapped unit by unit and merged into one spill, rejects
-in (input, line) order; each shard is written by a task; every other stage is this module's,
-so any engine and any worker count give the same bytes.  ``--workers 1`` runs the tasks in
-this process on the driver's tokenizer and template.
+whatever ``--workers``; every other stage is this module's, so any engine and any worker
+count give the same bytes.
 """
 
 from __future__ import annotations

@@ -206,11 +206,9 @@ def whole_images(batch: TokenizedBatch, max_seq_len: int, overlong: str, wrapped
 class SpillWriter:
     """Append tokenized chunks to a spill folder, applying the overlong policy.
 
-    ``sources`` are the input paths, in order; every example's ``ref.source`` is one of them.
-    ``split_at_rows`` (the ``wrapped`` strategy) keeps overlong examples whole.  ``compact``
-    keeps each chunk's per-example arrays in their :func:`smallest` types (a work unit's,
-    which the merge widens): about 20 bytes an example of ``{"text": …}`` records instead of
-    67 until the unit is done, and its offsets int32 while its tokens fit.
+    ``sources`` are the input paths, in order.  ``split_at_rows`` (``wrapped``) keeps overlong
+    examples whole.  ``compact`` keeps each chunk's per-example arrays in their
+    :func:`smallest` types (a work unit's, which the merge widens).
     """
 
     def __init__(

@@ -1,10 +1,8 @@
 """The sandbox chat templates run in: Jinja's immutable sandbox, the way transformers sets it up.
 
-A chat template ships with a downloaded tokenizer, so it is untrusted code.  It runs in
-``ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`` with the globals and
-filters Hugging Face templates expect (``raise_exception``, ``strftime_now``, ``namespace``, a
-``tojson`` that neither escapes HTML nor sorts keys) and one stricter rule: touching an unsafe
-attribute (``__class__``, ``__globals__``, ``mro`` …) or an underscore name of a
+A chat template is untrusted code.  It runs in ``ImmutableSandboxedEnvironment(trim_blocks=True,
+lstrip_blocks=True)`` with the globals and filters Hugging Face templates expect, and one
+stricter rule: an unsafe attribute (``__class__``, ``mro`` …) or an underscore name of a
 ``namespace()`` raises :class:`TemplateSecurityError` instead of rendering as empty.
 
 ``{% generation %}…{% endgeneration %}`` blocks (the Hugging Face convention for the assistant

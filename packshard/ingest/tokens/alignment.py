@@ -22,12 +22,10 @@ it is aligned with the section's first character, as the tokenizer aligns it::
     bytes   <|assistant|>\n   ␠Hi  ␠  F0      9F      98      80    <|end|>
             (content + the "\n" its rstrip swallows)
 
-:func:`align` walks the ids of each example and compares every byte it assigns with the text.
-An example whose tokens do not spell its text exactly (a normalizer rewrote it, an unknown
-token, a rule not modelled here) comes back not ``ok``; the caller encodes it again with
-offsets, so this path can make labels faster but never different.  A tokenizer outside the
-two families gets no :class:`~packshard.ingest.tokens.aligner.ByteAligner` at all (see
-:mod:`packshard.ingest.tokens.aligner`).
+:func:`align` compares every byte it assigns with the text; an example whose tokens do not
+spell it exactly comes back not ``ok`` and is encoded again with offsets, so labels can be
+faster but never different.  A tokenizer outside the two families gets no
+:class:`~packshard.ingest.tokens.aligner.ByteAligner`.
 
 :func:`span_tokens` turns character spans into token ranges with the rule the offsets path
 uses: a token belongs to a span when its bytes overlap the span's.

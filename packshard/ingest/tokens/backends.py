@@ -138,10 +138,8 @@ def libraries(bundle: TokenizerBundle, small_job: bool = False) -> tuple[str, ..
     """Return the fast libraries to try for ``bundle``, the fastest on its family first.
 
     By measurement (:mod:`packshard.ingest.tokens.giga`): gigatoken for a SentencePiece
-    vocabulary (a ``Metaspace`` pre-tokenizer or a BPE with byte fallback: phi-3, Llama 2,
-    Mistral, Gemma), fastokens for byte-level BPE, except in a ``small_job`` (under
-    :data:`~packshard.ingest.types.SMALL_JOB_BYTES` of input), where gigatoken, the sooner
-    built, goes first for every vocabulary.  Only installed ones are tried.
+    vocabulary, fastokens for byte-level BPE, gigatoken first for any in a ``small_job``
+    (:data:`~packshard.ingest.types.SMALL_JOB_BYTES`).  Only installed ones are tried.
     """
     tok = bundle.tokenizer
     sentencepiece = type(tok.pre_tokenizer).__name__ == "Metaspace" or bool(

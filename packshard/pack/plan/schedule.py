@@ -110,11 +110,9 @@ def plan_examples(
 ) -> RowPlan:
     """Plan the spill, the train and eval examples apart when there is an eval split.
 
-    ``mixed`` (``--mix``, never with an eval split) lists the spilled examples to plan, an
-    example once per copy; without it every example is planned once.  ``vision`` (a pack
-    with images and caps) holds each spilled example's images and vision tokens: the rows
-    keep within ``--max-images-per-row`` and ``--max-vision-tokens-per-row``, and an example
-    over a cap alone is left out (:func:`packshard.pack.media.cap_drops` rejects it).
+    ``mixed`` (``--mix``) lists the spilled examples to plan, once per copy.  ``vision`` holds
+    each example's images and vision tokens for the row caps (an example over a cap alone is
+    left out: :func:`packshard.pack.media.cap_drops`).
     """
     if is_eval is None:
         return _plan(spill, config, None, mixed, vision)

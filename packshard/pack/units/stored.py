@@ -76,11 +76,8 @@ def unit_files(folder: Path, written: Mapping[str, str] | None = None) -> dict[s
 class _HashedStream:
     """A write-only stream that hashes what it passes on to ``fh``.
 
-    It can neither tell nor seek, so the zip writer writes each member once, front to back
-    (sizes in data descriptors), and the bytes hashed are the file's.  No copy of the arrays
-    is made in memory: a ``BytesIO`` and its ``getvalue()`` held two, about 2 × 63 bytes an
-    example of the unit, in the driver itself with ``--workers 1`` (where the peak of the
-    map stage was, sampled by ``scripts/measure_driver_memory.py --stages``).
+    It can neither tell nor seek, so the zip writer writes each member once, front to back,
+    and the bytes hashed are the file's; no copy of the arrays is made in memory.
     """
 
     def __init__(self, fh: BinaryIO) -> None:
@@ -108,11 +105,9 @@ def save_unit(
     The input list is not repeated (the job knows it): the records per input are those of
     the unit's own inputs, in unit order, as its source codes are.
 
-    The marker records every file's SHA-256, so that ``--resume`` reuses only the files the
-    unit wrote (:mod:`packshard.pack.units.resume`): ``written`` gives those of the spill
-    files, hashed as the spill writer wrote them, and the arrays are hashed as they are
-    written (:class:`_HashedStream`), so no file is read back.  Returns the marker's
-    content, as read back.
+    The marker records every file's SHA-256 for ``--resume``: ``written`` gives the spill
+    files', and the arrays are hashed as written (:class:`_HashedStream`), so no file is read
+    back.  Returns the marker's content, as read back.
     """
     arrays: dict[str, Any] = part.arrays
     with open(folder / ARRAYS, "wb") as fh:
