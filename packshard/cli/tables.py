@@ -471,10 +471,8 @@ def plain() -> bool:
 class SafeConsole(Console):
     """A console that escapes, in every piece of text it renders, what a terminal acts on.
 
-    Tables and lines hold strings from manifests and inputs (domains, sources, findings):
-    each rendered segment's text passes through :func:`~packshard.cli.errors.printable`, and
-    only the console's own control segments (its colours, its cursor) reach the terminal
-    as they are.
+    Strings from manifests and inputs pass through :func:`~packshard.cli.errors.printable`;
+    only the console's own control segments reach the terminal as they are.
     """
 
     def render(self, renderable: Any, options: Any = None) -> Iterator[Segment]:

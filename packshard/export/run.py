@@ -10,9 +10,8 @@ Targets (:data:`packshard.options.EXPORT_TARGETS`), each a module of this packag
     mds         MosaicML streaming MDS, one sample per packed row
     unpacked    one row per example (input_ids, attention_mask, labels): Axolotl, LitGPT
 
-The input is read the way ``verify`` reads it: the manifest against its schema, every path
-it names contained in the folder, every shard checked while it is read
-(:mod:`packshard.export.common`); any problem is one line.  The destination gets ``pack``'s
+The input is read and checked as ``verify`` reads it (:mod:`packshard.export.common`); any
+problem is one line.  The destination gets ``pack``'s
 output-folder guard (:mod:`packshard.format.folder.outdir`), and ``export.json`` (source
 dataset, target, counts, every file's SHA-256) is written last.
 

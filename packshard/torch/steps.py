@@ -1,10 +1,9 @@
 """The trained tokens of a whole optimizer step, read from the plan: ``num_items_in_step``.
 
 The token-mean loss of one optimizer step divides the summed token losses of every micro-batch
-on every rank by the trained tokens of the whole step.  Dividing each micro-batch by its own
-count weights short micro-batches more, and packed micro-batches are unequal.  The reader
-knows every rank's rows in advance (:func:`~packshard.torch.placement.epoch_rows`), and each
-shard row stores ``num_loss_tokens``, so the step's count needs no collective.  With
+on every rank by the trained tokens of the whole step (packed micro-batches are unequal).  The
+reader knows every rank's rows in advance (:func:`~packshard.torch.placement.epoch_rows`) and
+each row stores ``num_loss_tokens``, so the count needs no collective.  With
 ``world_size`` 2, ``batch_size`` 1 and ``grad_accum`` 2 (unit = 2 rows a rank)::
 
     rank 0 rows   r7 r2 | r4 r0        num_loss_tokens  r7=9 r2=4 | r4=6 r0=3

@@ -16,11 +16,9 @@ consumed)``: ``state_dict()`` stores it and a resumed run starts at exactly the 
 Worker processes cannot report back, so use :class:`ResumableLoader` (it counts batches) or
 pass ``consumed=`` to :meth:`PackedIterableDataset.state_dict`.
 
-A pack balanced for ``dp`` ranks (``pack --dp``, :mod:`packshard.format.topology.steps`) read
-by ``world_size == dp`` ranks keeps its steps: the epoch's permutation moves whole steps of
-``dp × micro_batch × grad_accum`` rows, so each step's rows reach the ranks the balance chose
-(row ``j·dp + r`` of a step to rank ``r``).  Read by another world size it warns once and
-shuffles rows as above.
+A pack balanced for ``dp`` ranks (:mod:`packshard.format.topology.steps`) read by ``dp`` ranks
+keeps its steps: the permutation moves whole steps, so each row reaches the rank the balance
+chose.  Read by another world size it warns once and shuffles rows.
 """
 
 from __future__ import annotations

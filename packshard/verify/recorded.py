@@ -36,11 +36,9 @@ def locate(
 ) -> tuple[Path | None, bool]:
     """Find a recorded file; with ``sha256``, the first candidate holding those bytes.
 
-    Candidates, in order: under ``--source-root`` (by recorded path, then by name), the
-    recorded path, the path pack resolved.  Only a regular file (or, with ``folder_ok``, a
-    folder) counts: a device or FIFO named by a manifest is never opened.  When no candidate
-    matches ``sha256`` the first existing one is returned with ``False`` (the caller reports
-    the mismatch); ``(None, False)`` when nothing is found.
+    Candidates as the module says; only a regular file (or, with ``folder_ok``, a folder)
+    counts.  When none matches ``sha256`` the first existing one is returned with ``False``;
+    ``(None, False)`` when nothing is found.
     """
     candidates = []
     if root:

@@ -1,10 +1,8 @@
 """Context-parallel alignment: every segment padded to a multiple, ``cu_seqlens_padded``.
 
-Context parallelism (CP) cuts each sequence of a packed row into ``2·CP`` chunks and gives
-rank ``i`` chunks ``i`` and ``2·CP−1−i`` (the causal work then balances), so every sequence's
-length must be a multiple of ``2·CP``; with tensor parallelism and sequence parallelism on, the
-sequence is also cut over ``CP·TP`` ranks.  Megatron-Bridge's rule (its ``pad_seq_to_mult``,
-computed in its config finalisation) is::
+Context parallelism cuts each sequence into ``2·CP`` chunks (rank ``i`` takes ``i`` and
+``2·CP−1−i``), and sequence parallelism over ``CP·TP`` ranks, so lengths must be multiples;
+Megatron-Bridge's rule (its ``pad_seq_to_mult``) is::
 
     multiple = lcm(2·CP if CP > 1 else 1,  CP·TP if sequence parallel and TP > 1 else 1,  N)
 
