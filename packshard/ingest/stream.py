@@ -31,10 +31,8 @@ Templates render within ``max_record_bytes`` characters and ``template_timeout``
 template that runs out of time or steps on each of the first :data:`RUNAWAY_RECORDS` records,
 none rendered, stops the run at once (it would on every record).
 
-An example is rejected as ``no_trainable_tokens`` when every label after its first token is
-``IGNORE_INDEX``: once packed, the first label of a segment is masked at the seam, so such an
-example would contribute nothing to the loss.  ``chunk.loss_tokens`` holds, per example, the
-number of trained labels after the first token (what the packed row will count).
+An example whose every label after the first is ``IGNORE_INDEX`` trains nothing once packed:
+a ``no_trainable_tokens`` reject.  ``chunk.loss_tokens`` counts those labels per example.
 """
 
 from __future__ import annotations

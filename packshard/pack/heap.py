@@ -76,8 +76,7 @@ def trim_heap() -> bool:
     """Give the heap's free pages back to the system (``malloc_trim(0)``); glibc only.
 
     Between stages: what a stage freed below the mmap threshold, scattered between live
-    blocks, stays resident otherwise and adds to the next stage's peak (measured on 2M
-    one-token records: the examples index stage peaked 56 MiB lower with it, about 29 bytes
-    an example).
+    blocks, stays resident otherwise and adds to the next stage's peak (about 29 bytes an
+    example at the examples index stage).
     """
     return _call("malloc_trim", 0)

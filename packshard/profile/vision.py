@@ -1,9 +1,7 @@
 r"""What images cost: vision tokens, image sizes, and the padding of a padded VLM batch.
 
-An image reaches the language model as placeholder tokens, one per merged patch
-(:mod:`packshard.ingest.media.grid`), which are part of every example's length; the vision
-encoder computes the same patches.  From per-example counts (images, vision tokens) and
-per-image sizes (width, height, bytes, each occurrence of a file counted), the profile
+An image reaches the model as one placeholder token per merged patch
+(:mod:`packshard.ingest.media.grid`).  From per-example counts and per-image sizes the profile
 reports::
 
     vision share        Σ vision tokens / Σ tokens                   of the accepted examples

@@ -1,10 +1,8 @@
 """Local copies of store objects for the stages that read local files.
 
-``pack``, ``profile`` and the source check of ``verify`` hash every input and cut it into
-units at line starts; they do it on local files.  An ``s3://`` input is fetched once per
-process into a staging folder (``$TMPDIR/packshard-inputs-*``, removed when the process
-ends) and read from there; the recorded ``source`` stays the URL.  ``verify`` and ``export``
-of an OUT on a store fetch the pack whole (they read every byte anyway: checksums, every row)::
+Stages that hash and cut inputs on local files fetch an ``s3://`` input once per process into
+a staging folder (removed when the process ends; the recorded ``source`` stays the URL);
+``verify`` and ``export`` of an OUT on a store fetch the pack whole::
 
     s3://bucket/in/a.jsonl ──fetch──► $TMPDIR/packshard-inputs-XXXX/3f2a…/a.jsonl  (source: URL)
     s3://bucket/out/       ──fetch──► $TMPDIR/packshard-out-XXXX/out/…              (manifest first)

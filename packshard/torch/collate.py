@@ -11,10 +11,8 @@ segments of 3+2, 4 and 1+2 tokens, padded to a multiple of 8::
     cu_seqlens    [0, 3, 5, 9, 10, 12, 16]                  max_seqlen = 4
 
 Padding (``pad_to_multiple_of``) forms its own last segment with positions 0, 1, … and no
-loss, so flash-attention varlen kernels, position-id based packing detection (Hugging Face)
-and SSM ``seq_idx`` all see a well-formed sequence.  ``static_cu_seqlens_len`` repeats the last
-boundary (empty segments) so the tensor keeps one shape across steps, as CUDA graphs and
-context parallelism need.
+loss.  ``static_cu_seqlens_len`` repeats the last boundary so the tensor keeps one shape
+across steps (CUDA graphs, context parallelism).
 
 Padded (:func:`collate_padded`): ``[B, max_seq_len]`` tensors, padding in no segment
 (``seq_idx`` -1, label -100, ``attention_mask`` 0); pair with ``masks.padded_block_causal_mask``.

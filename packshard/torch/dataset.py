@@ -1,10 +1,7 @@
 """Read packed shards as torch datasets: random access and exact, resumable streaming.
 
-An output folder ``OUT`` holds ``shard-00000.parquet …`` and ``manifest.json``.  Each shard row
-is one packed row (``input_ids``, ``labels``, ``position_ids``, ``cu_seqlens``, ``example_ids``).
-Opening a folder reads only the manifest: the number of rows, hence the number of steps, is
-known before any shard is touched.  A shard is decoded on first use into Arrow buffers (one per
-column, never Python lists) and each row is a slice of them::
+Opening a folder reads only the manifest (the number of rows is known before any shard is
+touched).  A shard is decoded on first use into Arrow buffers and each row is a slice::
 
     input_ids.values  [t t t t t t t t t t t t …]      row i = values[offsets[i]:offsets[i+1]]
     input_ids.offsets [0     5        12    …]

@@ -49,10 +49,9 @@ def evaluate(
 ) -> list[dict[str, Any]]:
     """Return one record per example of ``split``: its loss summed and averaged over its tokens.
 
-    Each record holds ``example_id``, ``source``, ``line``, ``loss_sum`` (fp64 sum of the
-    token cross-entropies), ``num_tokens`` (trained tokens) and ``loss_mean`` (``nan`` for
-    an example without trained tokens), in example-id order.  The model runs in eval mode
-    without gradients; its mode is restored.
+    Each record holds ``example_id``, ``source``, ``line``, ``loss_sum`` (fp64),
+    ``num_tokens`` and ``loss_mean`` (``nan`` without trained tokens), in example-id order.
+    The model runs in eval mode without gradients; its mode is restored.
     """
     positive_int("batch_size", batch_size)
     data = PackedDataset(out, split=None)  # every shard: split_shards picks them

@@ -2,9 +2,8 @@
 
 :func:`collate_hf` is what ``Trainer(data_collator=…)`` takes: rows laid end to end as one
 ``[1, T]`` sequence with ``position_ids`` restarting in every segment and no attention mask, so
-transformers separates the segments itself (sdpa, eager, flex; flash attention via the
-``cu_seq_lens_*`` keys).  It works after ``remove_unused_columns`` has dropped ``cu_seqlens``:
-the boundaries are read back from ``position_ids`` (:func:`~packshard.torch.collate.packed_row`).
+transformers separates the segments itself; boundaries dropped by ``remove_unused_columns``
+are read back from ``position_ids``.
 
 :func:`check_trainer` answers, before training, "will the model see the rows' segments?".  It
 collates the first rows the way the trainer would (its column removal, its collator) and

@@ -142,10 +142,8 @@ def _stepped(iterable: Iterable[Any], budget: Budget) -> Iterator[Any]:
 def check_printed(value: Any, what: str = "printed value") -> Any:
     """Return ``value`` after refusing one whose printed form exceeds the budget.
 
-    The characters ``str(value)`` would have are counted, stopping once past the limit.
-    Shared references count each time they are printed (``[[x] * 1000] * 1000`` prints
-    ``x`` a million times), so containers are walked, not measured; the walk stops as soon
-    as the count passes the limit, which bounds its own cost.
+    The characters ``str(value)`` would have are counted, shared references each time they
+    are printed, stopping once past the limit (which bounds the walk's own cost).
     """
     if type(value) is str:
         return value

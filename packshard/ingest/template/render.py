@@ -9,10 +9,9 @@ A template comes from the tokenizer folder (``chat_template.jinja``, else the co
 returns the text and, for templates with ``{% generation %}`` blocks, where each block's output
 landed; which characters are trained is decided in :mod:`packshard.ingest.label.spans`.
 
-Each render runs under its template's :class:`~packshard.ingest.template.budget.RenderLimits`
-(time and size); going over them is a :class:`TemplateError` for that record. Compiling is
-bounded too: a template text over ``MAX_TEMPLATE_BYTES``, or one too deeply nested to compile,
-is refused as a usage error before any record is read.
+Each render runs under its template's :class:`~packshard.ingest.template.budget.RenderLimits`;
+going over them is a :class:`TemplateError` for that record.  A template over
+``MAX_TEMPLATE_BYTES``, or too deeply nested to compile, is refused before any record is read.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 r"""gigatoken as a fast encoder: the tokenizer's own JSON, one call a text, ids returned flat.
 
-gigatoken reads the loaded tokenizer's JSON as ``tokenizers`` wrote it, packshard's
-adjustments included, and models SentencePiece's ``Metaspace`` itself: no emulation in Python
-(:mod:`packshard.ingest.tokens.metaspace` is fastokens' alone).  Measured on chat records seen
-once (``scripts/corpus.py``), ids equal to ``tokenizers`` on every text, CPU-seconds to encode
-the same texts on one thread::
+gigatoken reads the loaded tokenizer's JSON, packshard's adjustments included, and models
+``Metaspace`` itself.  CPU-seconds to encode the same chat texts on one thread
+(``scripts/corpus.py``; ids equal to ``tokenizers`` on every text)::
 
     family (vocabulary)          tokenizers   fastokens           gigatoken
     phi-3-mini (SentencePiece)   6.45         5.0 (+ emulation)   0.72      3.77M tokens

@@ -1,11 +1,8 @@
 r"""Load a tokenizer offline, with what rendering and the manifest need from its folder.
 
-Loading (:func:`load_tokenizer`) reads ``tokenizer.json`` with the Rust ``tokenizers`` library,
-never ``transformers``, and takes the special tokens, ``add_bos_token`` and the chat template
-from ``tokenizer_config.json`` (``special_tokens_map.json`` fills missing special tokens; a
-``chat_template.jinja`` file replaces the config's template).
-Three adjustments make the ids equal to what ``transformers`` (5.x) produces for the same
-folder, because that is what the model will see at inference:
+:func:`load_tokenizer` reads ``tokenizer.json`` with ``tokenizers`` (never ``transformers``) and
+the special tokens, ``add_bos_token`` and chat template from the folder's configs.  Three
+adjustments make the ids equal to what ``transformers`` (5.x) produces for the same folder:
 
 * truncation and padding stored in ``tokenizer.json`` are switched off (a shard never
   silently cuts an example);

@@ -41,11 +41,9 @@ so "the leftmost leaf ≥ l" is either an open row or the next new one): O(n log
 steps 1, 3 and 4 are those of ``bfd``.  Any-fit packers leave at most one row half empty,
 so rows ≤ 2·⌈Σlen / L⌉ + 1 bounds every array up front.
 
-``sequential`` keeps input order: next-fit, each example appended to the open row while it fits,
-else a new row is opened.  Read row after row, the examples come in input order, for curricula
-and ordered data.  It needs no look-ahead: with the order fixed, the only choice is where to cut,
-and cutting as late as possible gives the fewest rows (after k rows, greedy has placed at least
-as many examples as any cut that keeps the order), so a window would change nothing::
+``sequential`` keeps input order (curricula, ordered data): next-fit, each example appended to
+the open row while it fits.  With the order fixed the only choice is where to cut, and cutting
+as late as possible gives the fewest rows, so no look-ahead would help::
 
     lengths  300 500 3600 200 100 ...        L = 4096
     rows     [300 500 ····]  [3600 200 100 ···] ...   fill = Σlen / (rows · L)

@@ -1,10 +1,8 @@
 """The shape of the packed rows: how full they are, and what one optimizer step trains.
 
-A mean fill rate hides the tail: 97% on average can be most rows full and a few a third
-full, and each short row is a short micro-batch.  The manifest therefore records the
-distribution of row fill (tokens / ``max_seq_len`` per row, nearest-rank quantiles, numpy's
-``inverted_cdf``) and of the trained tokens per optimizer step, for a step of ``R`` rows
-(``R = batch_size × grad_accum × world_size``) taken as consecutive rows in shard order::
+A mean fill rate hides the tail (each short row is a short micro-batch), so the manifest
+records the distribution of row fill (nearest-rank quantiles) and of the trained tokens per
+optimizer step of ``R`` consecutive rows (``R = batch_size × grad_accum × world_size``)::
 
     row loss tokens   40 12 35 38 | 9 41 30 33 | 36 …      R = 4
     per step          125         | 113        | …       min / median / max over full steps

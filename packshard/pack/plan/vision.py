@@ -1,10 +1,8 @@
 r"""Rows capped in images and vision tokens: best-fit decreasing over three capacities.
 
-A vision-language row costs the language model its tokens and the vision encoder its images'
-patches.  ``--max-images-per-row`` and ``--max-vision-tokens-per-row`` bound the second, so
-that no row (and no rank holding it) gets far more encoder work than the others.  Each row
-then has three rooms: tokens (``max_seq_len``), images and vision tokens (the caps; an unset
-cap is ``max_seq_len``, which no row can pass, since every image is at least one token of it).
+``--max-images-per-row`` and ``--max-vision-tokens-per-row`` bound a row's vision-encoder work,
+so each row has three rooms: tokens (``max_seq_len``), images and vision tokens (an unset cap
+is ``max_seq_len``, which no row can pass).
 
 ``bfd`` takes the examples by decreasing length, then by index, as the plain planner does,
 and puts each into the row with the least *token* room that also has the image and vision

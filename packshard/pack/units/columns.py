@@ -1,10 +1,8 @@
 """The merged per-example columns kept in files, resident only while a stage reads them.
 
-After the merge, every per-example column of the spill (token offsets, codes, lines, parts,
-starts, loss tokens, record ids, flags) is written once to ``NAME.npy`` in the work
-folder's ``_columns`` and mapped read-only.  A stage that reads a column faults its pages
-in from the page cache; :func:`release_columns` hands them back (``MADV_DONTNEED`` on the
-clean mapping: the next read faults them in again, nothing is written)::
+After the merge, every per-example column of the spill is written once to ``NAME.npy`` in the
+work folder's ``_columns`` and mapped read-only; :func:`release_columns` hands a stage's pages
+back (``MADV_DONTNEED`` on the clean mapping: nothing is written)::
 
     merge ─► columns ─► write NAME.npy, map read-only          resident: none of them
     plan        reads offsets, parts, loss tokens, pair codes (10 bytes an example)

@@ -9,10 +9,8 @@ the work folder; this module owns what that folder holds beside the spill's toke
       unit.json                 counts, rejects, what ingest read, every file's SHA-256;
                                 written last: the unit's completion marker
 
-The driver reads parts back by these functions alone (the merge, ``--resume``'s reuse
-check), so it needs none of the ingest that made them.  ``meta.npz`` is what
-``numpy.savez`` writes, streamed through a hash (:class:`_HashedStream`): no copy of the
-arrays in memory and no second read to hash it.
+The driver reads parts back by these functions alone, so it needs none of the ingest that
+made them.  ``meta.npz`` is what ``numpy.savez`` writes, streamed through a hash.
 """
 
 from __future__ import annotations

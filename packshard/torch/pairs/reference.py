@@ -121,10 +121,9 @@ def write_reference_logps(out: str | os.PathLike[str], model: Any | str | os.Pat
 class ReferenceLogps:
     """The sidecar of OUT, read back: reference sums by example id.
 
-    Refuses a sidecar the manifest does not list, whose SHA-256 differs from the manifest's,
-    or whose contents break :func:`~packshard.format.sidecars.reference.reference_problem`
-    (another pack's, a NaN or infinite sum, a duplicated or missing example, metadata gone):
-    what it serves goes straight into the loss.
+    Refuses a sidecar the manifest does not list, whose SHA-256 differs, or whose contents
+    break :func:`~packshard.format.sidecars.reference.reference_problem`: it goes straight into
+    the loss.
     """
 
     def __init__(self, out: str | os.PathLike[str]) -> None:
