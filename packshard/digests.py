@@ -51,9 +51,8 @@ def sha256_path(
 def read_hashed(fh: BinaryIO) -> tuple[bytearray, str]:
     """Read an open file whole and return its bytes with their SHA-256, hashed as they come.
 
-    Each ``CHUNK`` is hashed while it is still in the processor's cache, and the bytes hashed
-    are the bytes returned: a reader that decodes them serves exactly what it checked, even
-    if the file is rewritten a moment later.
+    The bytes hashed are the bytes returned: a reader that decodes them serves exactly what
+    it checked, even if the file is rewritten a moment later.
     """
     digest = hashlib.sha256()
     data = bytearray(os.fstat(fh.fileno()).st_size)

@@ -178,9 +178,8 @@ def manifest_text(manifest: Mapping[str, Any]) -> str:
           ]
         }
 
-    Anything else (a key that is no string, a subclass, NaN or infinity, a cycle) is left to
-    :func:`json.dumps` on the whole manifest, so its text or its error is the library's.
-    ``tests/format/test_manifest.py`` compares the two on real manifests and random trees.
+    Anything else (a key that is no string, NaN, a cycle …) is left to :func:`json.dumps` on
+    the whole manifest, so its text or its error is the library's.
     """
     out: list[str] = []
     try:

@@ -8,10 +8,10 @@ all read, in this order of precedence, and kept as ``Message.reasoning``::
     thinking            gpt-oss and LFM templates, Ollama
     content parts       [{"type": "thinking", "thinking": "…"}, {"type": "text", …}]
 
-Two sources that disagree are a reject (``invalid_reasoning``), as is a reasoning value that
-is not a string; an inline ``<think>…</think>`` block at the start of ``content`` stays in
-the content (:mod:`packshard.ingest.label.reasoning` reads it).  Only assistant messages carry
-reasoning: on other roles these fields travel to the template untouched.
+Two sources that disagree, or a value that is not a string, are a reject
+(``invalid_reasoning``); an inline block stays in the content
+(:mod:`packshard.ingest.label.reasoning`).  On other roles than assistant these fields travel
+to the template untouched.
 
 Training flags override the loss policy for one message (``Message.train``), in every
 per-message convention of the formats read::

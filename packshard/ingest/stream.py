@@ -319,10 +319,8 @@ def ingest(
     ``read`` turns each item of ``files`` into its records: :func:`read_records` for input
     files, :func:`packshard.ingest.read.units.read_range` for a work unit.
 
-    Chunk ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
-    chunk ``k + 1`` is rendered and chunk ``k - 1`` is labelled and consumed on this one;
-    at most ``IN_FLIGHT`` chunks are rendered ahead of the consumer.  With ``threads=1``
-    (the cores this process may use) each chunk is tokenized on this thread instead.
+    Chunk ``k`` is tokenized on a worker thread while chunk ``k + 1`` is rendered and chunk
+    ``k - 1`` labelled here (at most ``IN_FLIGHT`` ahead); with ``threads=1`` on this thread.
 
     Raises:
         RecordError: the first bad record, when ``options.on_error == "fail"``.

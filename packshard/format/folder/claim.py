@@ -122,9 +122,8 @@ class Claim:
 def _fill(tmp: Path, out: Path) -> None:
     """Move the finished files of ``tmp`` into the empty folder ``out``, the manifest last.
 
-    An empty OUT is kept, not swapped: it may be the current folder of the shell that runs
-    ``pack -o .``, which a rename would leave in a deleted folder.  Readers need the
-    manifest, and it comes last, so no reader sees a partial pack as a whole one.
+    An empty OUT is kept, not swapped (it may be the shell's current folder, ``pack -o .``);
+    the manifest comes last, so no reader sees a partial pack as a whole one.
     """
     names = sorted(os.listdir(tmp), key=lambda name: name == MANIFEST_NAME)
     for name in names:

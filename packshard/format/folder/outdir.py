@@ -233,9 +233,8 @@ def check_overlap(
 def work_folder(out: Path) -> Path:
     """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it.
 
-    OUT is resolved first (:func:`~packshard.format.folder.outdir.resolve_out`), so the name is
-    the real folder's: ``-o .`` gives ``../.NAME.units``, never ``./..units`` inside OUT.  A
-    name too long for that takes its start and a hash, as the ``.partial`` folder does.
+    OUT is resolved first (:func:`resolve_out`): ``-o .`` gives ``../.NAME.units``, never a
+    folder inside OUT; a name too long takes its start and a hash.
     """
     place = resolve_out(out)
     return place.parent / f".{temp_stem(place.name)}.units"

@@ -83,9 +83,8 @@ def open_inside(folder: str | os.PathLike[str], rel: Any) -> int:
 def duplicate_paths(manifest: Any) -> str | None:
     """Say which path a manifest lists more than once (each file is listed once), or None.
 
-    Checked before anything else reads the entries: a manifest naming one shard 200,000
-    times would otherwise open it 200,000 times.  Entries of the wrong type are left to the
-    schema.
+    Checked before anything reads the entries (one shard named 200,000 times would be opened
+    200,000 times); entries of the wrong type are left to the schema.
     """
     if not isinstance(manifest, dict):
         return None

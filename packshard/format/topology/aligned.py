@@ -10,10 +10,9 @@ with ``N`` any further multiple asked for (``--pad-multiple``).  ``pack --cp 4``
 ``--cp 2 --tp 4`` gives lcm(4, 8) = 8, ``--cp 4 --tp 2`` lcm(8, 8) = 8, ``--cp 3 --tp 2``
 lcm(6, 6) = 6.
 
-A pack stores no padding (the contract's rule): its rows hold the real tokens, and an aligned
-pack adds ``cu_seqlens_padded`` beside ``cu_seqlens``, each segment's length rounded up to the
-multiple.  The planner plans the padded lengths, so a padded row never exceeds ``max_seq_len``
-(which must itself be a multiple).  For ``multiple = 4``::
+A pack stores no padding: an aligned pack adds ``cu_seqlens_padded`` beside ``cu_seqlens``,
+each length rounded up to the multiple; the planner plans padded lengths, so a padded row
+never exceeds ``max_seq_len`` (itself a multiple).  For ``multiple = 4``::
 
     input_ids            a a a a a | b b                     cu_seqlens        [0, 5, 7]
     cu_seqlens_padded    [0, 8, 12]                          each length ⌈n/4⌉·4: 5 → 8, 2 → 4

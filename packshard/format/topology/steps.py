@@ -19,9 +19,8 @@ The default ``c`` is a transformer layer's FLOPs for hidden size 4096 (dense mat
 ``Σ_steps max_rank / Σ_steps mean_rank`` (1.0: no time lost) and the worst step, beside the
 same figures for the seed's order.
 
-The reader (:mod:`packshard.torch.stream`) keeps the balance for the recorded ``dp``: it shuffles
-whole steps per epoch, never rows.  Read with another world size, the steps no longer match
-the ranks: it warns and shuffles rows as for any pack (repack with ``--dp`` of the new size).
+The reader (:mod:`packshard.torch.stream`) keeps the balance for the recorded ``dp`` by
+shuffling whole steps; with another world size it warns and shuffles rows.
 """
 
 from __future__ import annotations

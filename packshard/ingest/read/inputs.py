@@ -120,9 +120,8 @@ def _walk(folder: str) -> list[tuple[str, bool]]:
 def _spelled(path: str, heads: dict[str, str]) -> str:
     """Return ``str(Path(path))`` for ``path`` = a folder joined with a plain entry name.
 
-    The folder is spelled by ``Path`` once (``heads`` remembers it: repeated
-    and trailing slashes and ``.`` parts dropped) and the name joined to it, where a
-    ``Path`` a file cost 10,000 parses for a folder of 10,000 files.
+    The folder is spelled by ``Path`` once (``heads`` remembers it) and the name joined to it,
+    not a ``Path`` parse per file.
     """
     head, name = os.path.split(path)
     spelled = heads.get(head)
@@ -254,9 +253,7 @@ def expand_inputs(specs: Sequence[str], fetch: bool = True) -> list[InputFile]:
 def _store_inputs(spec: str) -> list[tuple[str, int]]:
     """Return the objects a URL spec names (an object, a prefix or a glob) and their sizes.
 
-    The same rules as local specs: a glob's matches must be supported inputs, a prefix gives
-    every supported object below it (hidden names skipped), nothing found is an error.  An
-    object's recorded ``source`` is its URL.
+    The same rules as local specs; an object's recorded ``source`` is its URL.
     """
     url = parse_url(spec)
     if _MAGIC & set(url.key):

@@ -86,9 +86,8 @@ def iter_bytes(
 def _decompress(fh: BinaryIO, codec: str, chunk_size: int, read: list[int]) -> Iterator[bytes]:
     """Decompressed pieces of a multi-member gzip or multi-frame zstd stream, bounded in size.
 
-    Input is fed in slices (``ZSTD_FEED`` bytes for zstd, ``chunk_size`` for gzip, whose
-    output is capped by ``max_length``) and positions are tracked as offsets, so many small
-    members cost no copying.  ``read[0]`` counts the compressed bytes read so far.
+    Input is fed in slices, positions tracked as offsets (many small members cost no copy);
+    ``read[0]`` counts the compressed bytes read so far.
     """
     gz = codec == ".gz"
     feed = chunk_size if gz else ZSTD_FEED

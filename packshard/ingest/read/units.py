@@ -329,9 +329,8 @@ def _range_bytes(
 ) -> Iterator[bytes]:
     """Yield the bytes ``[at, stop)`` of ``split``'s input, at most ``CHUNK_SIZE`` a piece.
 
-    ``read(n, offset)`` reads a local file with ``os.pread`` on its descriptor (a small input
-    is one read of its size, where a buffered file object cost its construction, a seek and
-    a 1 MiB buffer), or a store object with one ranged request.
+    ``read(n, offset)`` reads a local file with ``os.pread`` (no buffered file object), or a
+    store object with one ranged request.
     """
     while at < stop:
         chunk = bytes(read(min(CHUNK_SIZE, stop - at), at))
