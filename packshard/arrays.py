@@ -174,13 +174,10 @@ CODED_WIDTH = 256
 def arrow_coded_strings(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
     """Return ``names[codes[i]]`` for every i as an Arrow string array, built from buffers.
 
-    The same array as a dictionary array cast to strings, without ``pyarrow.compute``
-    (importing it costs 0.1-0.2 CPU-s at every start of a command that writes an index).
-    The values' bytes are written one byte position at a time: byte ``k`` of every value
-    at least ``k + 1`` bytes long, from a table of the names' bytes, so the temporaries are
-    a few integers a value, never an index per byte (131,072 paths of 28 bytes: three
-    int64 arrays of 3.7M entries, 88 MiB, where this holds about 3 MiB); one name used by
-    every value is tiled.
+    The same array as a dictionary array cast to strings, without ``pyarrow.compute`` (0.1-0.2
+    CPU-s to import).  The values' bytes are written one byte position at a time (byte ``k``
+    of every value at least ``k + 1`` long), so the temporaries are a few integers a value,
+    never an index per byte (3 MiB instead of 88 for 131,072 paths of 28 bytes).
     """
     import pyarrow as pa
 

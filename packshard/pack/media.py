@@ -110,9 +110,8 @@ def cap_drops(
     """One ``over_vision_cap`` reject per record whose every example alone exceeds a cap.
 
     An example with images is never cut, so every ``--overlong`` policy but ``error`` drops
-    it; ``error`` stops at the first.  A record with an example that fits (another turn of
-    ``--turns expand``) is packed and not rejected; ``copies`` (``--mix``, per record) leaves
-    out the records the mixture dropped, which are rejected once already.
+    it.  A record with an example that fits is not rejected; ``copies`` (``--mix``) leaves
+    out the records the mixture dropped already.
 
     Raises:
         RecordError: ``over_vision_cap`` under ``--overlong error``, at the first such example.

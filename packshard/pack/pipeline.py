@@ -81,14 +81,9 @@ def pack_dataset(
 ) -> PackResult:
     """Run the whole ``pack`` job and return the written folder and manifest.
 
-    ``progress`` is a mode of :func:`~packshard.ingest.progress.progress_mode` (True: the
-    bar, None: the bar on a terminal, plain lines otherwise).
-
-    ``notify`` hears at once what was done beside OUT (leftovers of interrupted runs
-    removed); without it those notes come back among the result's warnings.
-
-    ``inputs`` is ``config``'s inputs as :func:`~packshard.pack.units.early.start_early`
-    listed them (listed here when None).
+    ``progress`` is a mode of :func:`~packshard.ingest.progress.progress_mode`.  ``notify``
+    hears at once what was done beside OUT (else it comes back among the warnings).
+    ``inputs`` is ``config``'s inputs as already listed (listed here when None).
     """
     if is_url(config.out):
         return _pack_to_store(config, progress, notify)

@@ -84,9 +84,7 @@ def profile_inputs(
 ) -> ProfileReport:
     """Profile ``files`` (``config.inputs`` expanded) unit by unit on ``config.engine``.
 
-    Tasks load ``config.tokenizer`` and ``config.template`` by spec; ``stage`` is the stage
-    the caller already opened for them (opened here otherwise), which tasks run in this
-    process share.  See the module docstring.
+    ``stage`` is the stage the caller already opened (opened here otherwise).
 
     Raises:
         RecordError: the first unit error in input order (``--on-error fail``).

@@ -177,9 +177,7 @@ def reingest_on_engine(
 ) -> list[UnitResult[UnitDigests]]:
     """Run :func:`source_unit` over every unit, in order; ``chosen`` masks the index rows.
 
-    Each unit is one split (a byte range, row groups, a whole input), so that its packed
-    examples are found by their lines.  ``progress`` shows the records and tokens
-    re-ingested, unit by unit.
+    A unit's packed examples are found by their lines.
 
     Raises:
         RecordError: the first unit error in input order.

@@ -56,9 +56,8 @@ def inside_folder(folder: str | os.PathLike[str], rel: Any) -> Path:
 def open_inside(folder: str | os.PathLike[str], rel: Any) -> int:
     """Open ``folder/rel`` for reading and return the descriptor of what was checked.
 
-    The path is checked (:func:`inside_folder`), opened (never blocking: a FIFO swapped in
-    returns at once), then checked again and compared by device and inode with what was
-    opened, so a file swapped for a link between the check and the open is refused, not read.
+    The path is checked (:func:`inside_folder`), opened without blocking, then checked again
+    and compared by device and inode, so a file swapped in between is refused, not read.
 
     Raises:
         FormatError: as :func:`inside_folder`, or the file changed while it was opened.

@@ -194,11 +194,8 @@ def _below(root: str) -> Iterator[tuple[str, int | None, bool]]:
 def expand_inputs(specs: Sequence[str], fetch: bool = True) -> list[InputFile]:
     """Expand files, folders and globs into input files, in a deterministic order.
 
-    Folders contribute every supported file below them (sorted, hidden entries and other files
-    skipped); globs their sorted matches, each of which must be supported.  A file named twice
-    (or reached through two specs or links) is kept once, at its first place.  Store objects
-    are fetched to local files, or with ``fetch`` False listed with their sizes only
-    (:attr:`InputFile.in_store`).
+    See the module docstring; a file reached twice is kept once, at its first place.  Store
+    objects are fetched, or with ``fetch`` False listed with their sizes only.
 
     Raises:
         InputError: a spec matches nothing, names an unsupported or special file, or reaches

@@ -104,9 +104,8 @@ class UnitTask(Generic[S]):
 def in_order(results: Sequence[UnitResult[T]], inputs: int) -> Iterator[tuple[UnitResult[T], int]]:
     """Yield each unit's result with its line base, in unit order; raise the first error.
 
-    ``inputs`` is the number of input files the units were cut from.  The line base is what
-    turns the unit's relative lines absolute: the lines of the byte ranges before it in the
-    same input (0 for row groups and whole inputs, numbered from their start).
+    ``inputs`` is the number of input files the units were cut from; the line base is the
+    module docstring's.
 
     Raises:
         RecordError: the first unit error in input order, at its absolute line.

@@ -194,10 +194,9 @@ def tokenizer_json_path(path: str) -> Path:
 def load_tokenizer(path: str) -> TokenizerBundle:
     """Load ``path`` (a ``tokenizer.json`` or a folder holding one) without any network access.
 
-    A ``tokenizer_config.json`` beside the ``tokenizer.json`` supplies the special tokens,
-    ``add_bos_token`` and the chat template; ``special_tokens_map.json`` fills the special
-    tokens the config lacks.  A ``chat_template.jinja`` there (how ``transformers`` saves
-    templates since 4.43) replaces the config's template, as it does in ``transformers``.
+    ``tokenizer_config.json`` supplies the special tokens, ``add_bos_token`` and the chat
+    template (``special_tokens_map.json`` fills gaps; ``chat_template.jinja`` replaces the
+    config's template, as in ``transformers``).
 
     Raises:
         TokenizerError: the file is missing, unreadable or not a tokenizer.

@@ -373,9 +373,7 @@ def predict_mixture(
         examples ─► keep length ≤ max_seq_len ─► records ─► choose_copies(seed)
           ─► copies expanded ─► mixture_stats (what pack records in stats.mix)
 
-    With ``--overlong drop`` (the default) and the same seed this is what ``pack``
-    records; under ``truncate`` or ``split`` overlong records count otherwise (near, not
-    exact).
+    Exact under ``--overlong drop`` (the default) and the same seed; near otherwise.
     """
     lengths, trained = columns["lengths"], columns["loss_tokens"]
     keep = lengths <= max_seq_len
