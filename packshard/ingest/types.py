@@ -115,11 +115,8 @@ class Rendered:
     """One rendered example: its text and the character spans ``[lo, hi)`` to train on.
 
     ``label_path`` is one of :data:`~packshard.options.LABEL_PATHS`.  ``bos_chars`` > 0: the text
-    starts with the tokenizer's BOS, put there for the tokenizer (plain records), so it becomes
-    the BOS id and the rest is encoded as if alone — what ``add_special_tokens=True`` gives; a
-    SentencePiece "first" prefix then lands on the text.  ``reasoning`` lists the rendered
-    reasoning blocks (trained or not, for counting); ``turn`` is set on ``--turns expand``
-    examples.
+    starts with the BOS, encoded as ``add_special_tokens=True`` gives it.  ``reasoning`` lists
+    the rendered reasoning blocks; ``turn`` is set on ``--turns expand`` examples.
     """
 
     text: str

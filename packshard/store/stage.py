@@ -64,8 +64,7 @@ def fetch_input(url: StoreUrl) -> Path:
 def fetched_out(spec: str) -> Iterator[Path]:
     """Fetch the pack at the URL ``spec`` into a local folder for the block, then remove it.
 
-    The manifest is looked for first: no manifest, no pack (a pack being written or
-    interrupted has none), and nothing else is fetched.
+    The manifest is looked for first: no manifest, no pack, nothing fetched.
 
     Raises:
         ManifestError: there is no ``manifest.json`` at ``spec``.

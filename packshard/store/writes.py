@@ -99,8 +99,7 @@ def check_conditional(url: StoreUrl, body: bytes) -> None:
 def delete_created(url: StoreUrl) -> None:
     """Delete the object at ``url`` (the lock, a replaced pack's file) with the same client.
 
-    Deleted by key alone: pyarrow's ``delete_file`` would leave an empty ``OUT/`` marker
-    object behind to keep the "folder" (a listing would then show OUT as not empty).
+    Deleted by key alone (pyarrow's ``delete_file`` would leave an ``OUT/`` marker behind).
 
     Raises:
         OutputError: the store refused the delete.

@@ -40,10 +40,8 @@ def collate_hf(rows: list[Mapping[str, Any]], flash: bool = False) -> dict[str, 
     """Build a varlen batch with only the keys a Hugging Face model's ``forward`` accepts.
 
     For ``Trainer(data_collator=collate_hf)``: ``input_ids``, ``labels`` and ``position_ids``
-    as ``[1, T]``, plus the flash-attention boundaries when ``flash`` is true.  Rows may be
-    tensors or lists, with or without ``cu_seqlens`` (see :func:`packed_row`).  Segments are
-    told apart by the position restarts, which transformers detects only when no KV cache is
-    built (``Trainer`` switches it off; in your own loop pass ``use_cache=False``).
+    as ``[1, T]``, plus the flash-attention boundaries when ``flash`` is true.  Segments are
+    told apart by the position restarts (in your own loop pass ``use_cache=False``).
     """
     batch = collate_varlen(rows)
     out = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}

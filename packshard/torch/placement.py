@@ -159,12 +159,9 @@ def epoch_rows(
 ) -> np.ndarray:
     """Return the ``[world_size, rows_per_rank]`` row indices of one epoch.
 
-    See :mod:`packshard.torch.stream` for the order; ranks take every ``world_size``-th row.
-    ``step_rows`` > 0 (a pack balanced for this world size) shuffles whole steps of that many
-    rows, never a row (:func:`~packshard.format.topology.step_permutation`).
-
-    With ``block`` > 1 (a wrapper splits the stream in blocks) ``drop_remainder`` cuts the
-    epoch to whole blocks of ``world_size × block`` rows.
+    The order is :mod:`packshard.torch.stream`'s.  ``step_rows`` > 0 shuffles whole steps
+    (:func:`~packshard.format.topology.step_permutation`); with ``block`` > 1
+    ``drop_remainder`` cuts the epoch to whole blocks of ``world_size × block`` rows.
     """
     if shuffle:
         rng = np.random.Generator(np.random.PCG64([seed, epoch]))
@@ -185,12 +182,9 @@ SLOTS = 256
 class PassCounter:
     """The epoch of each DataLoader worker's pass, in memory the workers share.
 
-    Layout (int64): ``[epoch, consumed, workers, passes of worker 0, passes of worker 1, …]``.
-    The process that owns the dataset writes the first two and zeroes the rest whenever it
-    sets the position (``set_epoch``, a pass of its own, a resume).  Each worker counts its own
-    passes, so the workers of one pass agree as long as their number stays the one the first
-    pass recorded (a changed number is refused: the counts would disagree); a worker's ``k``-th pass
-    since then reads epoch ``epoch + k`` (from ``consumed`` when ``k`` is 0).
+    Layout (int64): ``[epoch, consumed, workers, passes of worker 0, …]``.  The owner writes
+    the first two and zeroes the rest whenever it sets the position; a worker's ``k``-th pass
+    since then reads epoch ``epoch + k`` (a changed number of workers is refused).
     """
 
     def __init__(self) -> None:

@@ -40,8 +40,7 @@ def record_root(source: str, media_root: str | None) -> str:
 def header_size(file: Path | str) -> tuple[int, int]:
     """Return ``(width, height)`` from an image file's header, its pixels never decoded.
 
-    The common formats are read where they store their size
-    (:mod:`packshard.ingest.media.headers`); any other goes to Pillow's lazy ``Image.open``.
+    (:mod:`packshard.ingest.media.headers`, else Pillow's lazy ``Image.open``).
 
     Raises:
         RecordError: ``bad_media`` when neither can identify the file as an image.

@@ -476,11 +476,7 @@ def plan_packs_reference(
 ) -> RowPlan:
     """Plan like :func:`plan_packs`, one example at a time in plain Python (slow; for tests).
 
-    ``bfd``: take examples by decreasing length, then by index; put each into the open row
-    with the least room that still fits it, preferring among equals the row whose room
-    changed last; open a new row when none fits.  ``ffd``: the first row (in opening order)
-    that fits.  ``sequential``: in input order, the last row if it fits, else a new one.
-    ``wrapped``: cut the concatenated stream every ``max_seq_len`` tokens.
+    Each strategy as the module docstring states it, with no histogram, stack or tree.
     """
     values = [int(v) for v in _check_arguments(np.asarray(lengths), max_seq_len, strategy)]
     big = int(max_seq_len)

@@ -41,11 +41,9 @@ _SEGMENT_FIELDS = (
 class RowPlan:
     """Packed rows as segment arrays (one entry per segment, rows are contiguous slices).
 
-    Segment arrays are int32 wherever the values fit (:func:`finalize_plan` narrows them;
-    readers widen where they add): 24 bytes a segment.
-
-    Straight from the planner, ``seg_example`` indexes its lengths array and ``seg_part``,
-    ``seg_targets`` and ``example_id`` are zeros; :func:`finalize_plan` fills them.
+    Segment arrays are int32 wherever the values fit: 24 bytes a segment.  Straight from the
+    planner, ``seg_part``, ``seg_targets`` and ``example_id`` are zeros until
+    :func:`finalize_plan` fills them.
     """
 
     row_offsets: np.ndarray  # int64 [rows + 1]
@@ -254,11 +252,8 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
 def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray | None = None) -> RowPlan:
     """Turn a planner's plan over ``spill.lengths[index]`` into a plan over the spill.
 
-    ``index`` None: the planner saw every spilled example once, in input order (no copy of
-    an index, and the planner's example array becomes the plan's, ids and all).
-
-    The plan comes back narrowed (:meth:`RowPlan.narrowed`): its segment arrays are int32
-    from here on wherever the values fit, so no later stage holds an int64 copy of them.
+    ``index`` None: the planner saw every spilled example once, in input order.  The plan
+    comes back narrowed (:meth:`RowPlan.narrowed`: int32 wherever the values fit).
     """
     row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
     if index is None and raw.strategy == "wrapped":

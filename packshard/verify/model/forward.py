@@ -105,12 +105,9 @@ def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) ->
 def load_model(spec: str, vocab_size: int, seed: int = 0, config: str | None = None) -> Any:
     """Return the model named by ``spec``: ``tiny``, or a local Hugging Face model folder.
 
-    ``tiny`` keeps at most :data:`TINY_VOCAB` vocabulary entries (larger ids are folded).
-    A folder is loaded offline, without remote code, in float32.  With ``config`` (a
-    ``config.json`` of any architecture transformers ships) the model is that architecture
-    shrunk to a few random layers (:func:`packshard.torch.layers.tiny.tiny_model`), with
-    :func:`packshard.torch.segment_layers` applied: rows are then fed as a trainer feeds
-    them, restarting ``position_ids`` and no mask.
+    A folder is loaded offline, without remote code, in float32.  With ``config`` the model
+    is that architecture shrunk (:func:`packshard.torch.layers.tiny.tiny_model`) with
+    :func:`packshard.torch.segment_layers` applied, fed as a trainer feeds it.
     """
     if config is not None:
         with quiet_libraries():
