@@ -142,11 +142,8 @@ def read_rows(
 ) -> Iterator[Rows]:
     """Yield the rows of ``out`` shard by shard, each shard checked (see module doc).
 
-    The manifest is checked against its schema first, and every shard path must be a regular
-    file inside ``out`` (:func:`~packshard.format.folder.paths.inside_folder`).  Only the shards
-    of ``splits`` are read (by default the train shards).  ``columns`` (at least
-    :data:`COLUMNS`) reads only those.  ``by_group`` yields each shard's row groups one at a
-    time, checked alike.
+    Only the shards of ``splits`` are read (by default the train shards); ``columns`` (at least
+    :data:`COLUMNS`) reads only those; ``by_group`` yields each row group, checked alike.
     """
     manifest = load_source(out)
     dataset_id = str(manifest["dataset_id"])

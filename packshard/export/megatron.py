@@ -120,11 +120,9 @@ def megatron_table(
 def aligned_lengths(lengths: np.ndarray, multiple: int) -> np.ndarray:
     """Return each sequence's stored length once its run-time length is a multiple.
 
-    Megatron-Bridge trains ``n − 1`` tokens of a stored sequence of ``n`` (inputs and targets
-    are shifted), so a sequence is padded to ``⌈(n − 1)/m⌉·m + 1`` stored tokens, as its own
-    packer does for ``pad_seq_to_mult``.  Each is at most the pack's padded length ``⌈n/m⌉·m``
-    plus one, and the run-time row (Σ of ``⌈(n − 1)/m⌉·m``) at most the padded row: within
-    ``max_seq_len``.
+    Megatron-Bridge trains ``n − 1`` tokens of a stored ``n``, so a sequence is padded to
+    ``⌈(n − 1)/m⌉·m + 1`` stored tokens, as its packer does; the run-time row stays within the
+    padded row, hence ``max_seq_len``.
     """
     return padded_lengths(np.asarray(lengths, dtype=np.int64) - 1, multiple) + 1
 

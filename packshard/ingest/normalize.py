@@ -166,11 +166,9 @@ def normalize_record(
 ) -> Conversation:
     """Return the record as a :class:`Conversation`; raise :class:`RecordError` at its place.
 
-    ``fmt`` is ``"auto"`` (detect per record) or one of :data:`~packshard.options.FORMATS`.
-    A chat record's images resolve against ``media_root``, else the record's folder
-    (:mod:`packshard.ingest.media.parts`).
-    The domain is ``value[domain_field]`` when that is a non-empty string, else the file's.
-    A record read with an error re-raises that error.
+    ``fmt`` is ``"auto"`` or one of :data:`~packshard.options.FORMATS`; images resolve against
+    ``media_root``, else the record's folder.  The domain is ``value[domain_field]`` when a
+    non-empty string, else the file's.
     """
     if raw.error is not None:
         raise raw.error

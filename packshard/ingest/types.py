@@ -174,10 +174,8 @@ class TokenizedBatch:
     """Tokenized examples in columnar form.
 
     Example ``i`` owns ``input_ids[offsets[i]:offsets[i+1]]`` and the same slice of
-    ``labels`` (unshifted; ``IGNORE_INDEX`` where no loss).  ``refs``, ``domains`` and
-    ``formats`` (the record format each example came from) hold one entry per example.  With
-    ``--turns expand`` one record gives consecutive examples with the same ref, told apart by
-    ``turns``; a preference pair gives two, chosen then rejected, told apart by ``pairs``.
+    ``labels`` (unshifted).  ``refs``, ``domains`` and ``formats`` hold one entry per example;
+    examples of one record are told apart by ``turns`` and ``pairs``.
     """
 
     input_ids: np.ndarray  # int32, flat

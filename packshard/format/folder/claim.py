@@ -279,11 +279,9 @@ def claim_out(
 def amend_out(out: str | os.PathLike[str], name: str, command: str) -> Iterator[Path]:
     """Lock a finished OUT to add the file ``name`` to it; yield OUT resolved.
 
-    For a command that adds a sidecar to a pack instead of writing a folder: it takes OUT's
-    lock (a pack or export of the same OUT waits out or is refused, as between two runs),
-    proves packshard wrote OUT, then lets the caller write ``name`` through
-    :func:`publish_file` and rewrite the manifest (itself written by a rename).  A ``name``
-    left unlisted by an interrupted earlier amend is the one file tolerated.
+    It takes OUT's lock, proves packshard wrote OUT, then lets the caller write ``name``
+    through :func:`publish_file` and rewrite the manifest.  A ``name`` left unlisted by an
+    interrupted earlier amend is the one file tolerated.
     """
     place = resolve_out(out)
     if not (place / "manifest.json").is_file():

@@ -104,9 +104,8 @@ def render_examples(
 ) -> tuple[Rendered, ...]:
     """Render one record as its examples: one, or one per trained turn (``--turns expand``).
 
-    A preference pair gives two examples, its chosen then its rejected branch, each the
-    conversation ``prompt + [answer]`` with its final assistant turn trained (a KTO record
-    one, labelled the same way); ``Rendered.pair`` tells them apart.
+    A preference pair gives two, chosen then rejected, each ``prompt + [answer]`` with its
+    final turn trained; ``Rendered.pair`` tells them apart.
 
     Raises what :func:`render_example` raises.
     """

@@ -292,11 +292,9 @@ def plain_turns(
 def search_anchors(chat: Chat, wanted: list[int]) -> Anchors | None:
     """Anchors by search, when every piece of every wanted message occurs exactly once.
 
-    A plain content is searched as it is; otherwise the cores of the message's reasoning
-    (absent: the template dropped it), answer and tool-call arguments (as ``tojson`` writes
-    them), in that order and within one turn (no header or end marker between them).
-    Anything else — a piece found twice, out of order, an empty turn — is left to the
-    probe (``None``).
+    The cores of the message's reasoning, answer and tool-call arguments (as ``tojson`` writes
+    them), in order, within one turn; a piece found twice, out of order or empty is left to
+    the probe (``None``).
     """
     text, frame, markers, field = chat.text, chat_frame(chat), chat.markers, chat_field(chat)
     messages = chat.messages

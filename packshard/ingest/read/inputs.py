@@ -162,11 +162,9 @@ def _glob(pattern: str) -> list[str]:
 def _below(root: str) -> Iterator[tuple[str, int | None, bool]]:
     """Yield every non-hidden entry below ``root``: path, mode (None: broken or gone), link.
 
-    Iterative, and each folder is listed once by identity, so a link back to a parent
-    neither loops nor recurses without bound.  A regular file or folder that is no link
-    takes its type from the listing itself (the entry's ``d_type``; only its file-type bits
-    are then set), with no ``stat`` of its own; a link, or anything else (a FIFO, a device),
-    is ``stat``-ed through, as :func:`os.stat` follows links.
+    Iterative, each folder listed once by identity (a link back to a parent cannot loop).  A
+    regular file or folder takes its type from the listing (``d_type``), no ``stat``; a link
+    or anything else is ``stat``-ed through.
     """
     stack, seen = [root], set()
     while stack:

@@ -123,11 +123,8 @@ class InputRange:
 def auto_split_bytes(files: Sequence[InputFile]) -> int:
     """Return the unit size when none is given: the inputs' bytes over 64, within 16–64 MiB.
 
-    It depends on the inputs alone, never on the number of workers, so that a ``--resume``
-    with other workers keeps the units.  Inputs under 16 MiB are one unit (``--workers auto``
-    keeps one process there anyway, :data:`MIN_SPLIT_BYTES` says why); a 1 GiB dataset makes
-    64 units of 16 MiB, a large one 64 MiB units.  Give ``--split-bytes`` to share a small
-    input among explicit ``--workers``.
+    It depends on the inputs alone, never on the workers, so that a ``--resume`` with other
+    workers keeps the units.  Inputs under 16 MiB are one unit (:data:`MIN_SPLIT_BYTES`).
     """
     return _unit_bytes(input_bytes(files))
 

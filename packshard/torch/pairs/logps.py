@@ -112,10 +112,8 @@ def _pairs(branch: torch.Tensor, segments: int) -> tuple[torch.Tensor, torch.Ten
 def pair_logps(logits: torch.Tensor, batch: Mapping[str, Any]) -> PairLogps:
     """Return the summed log-probabilities of every pair's chosen and rejected answers.
 
-    ``batch`` is :func:`~packshard.torch.collate.collate_varlen`'s or
-    :func:`~packshard.torch.collate.collate_padded`'s output for rows of a preference pack
-    (it carries ``branch``); ``logits`` the model's output on it, run block-causal with the
-    batch's ``position_ids``.  Only the trained tokens (labels != -100) count.
+    ``batch`` is a collator's output for preference rows (with ``branch``); ``logits`` the
+    model's, run block-causal.  Only the trained tokens count.
     """
     if "branch" not in batch:
         raise UsageError(
