@@ -74,10 +74,8 @@ class Rows:
 def load_source(out: Path) -> dict[str, Any]:
     """Load ``out``'s manifest, checking every value an export uses against the schema.
 
-    The dataset id, every shard entry (a contained relative path, counts, SHA-256),
-    ``config.max_seq_len`` and the whole ``tokenizer`` entry (``vocab_size`` bounds every
-    token id exported, ``pad_token_id`` pads); a violation is one line
-    (:class:`~packshard.errors.ManifestError`).
+    The dataset id, every shard entry, ``config.max_seq_len`` and the ``tokenizer`` entry; a
+    violation is one line (:class:`~packshard.errors.ManifestError`).
     """
     import jsonschema
 

@@ -63,10 +63,8 @@ def is_preference(value: dict[str, Any]) -> bool:
 def is_kto(value: dict[str, Any]) -> bool:
     """Tell whether a record is an unpaired KTO one (see the module notes).
 
-    A ``label`` with ``messages``, or with ``prompt`` and ``completion`` (TRL).  Any label
-    that is not null counts, boolean or not: a ``"false"`` or a ``0`` is a KTO record with a
-    label :func:`from_kto` refuses, never a plain conversation whose "bad answer" would
-    become a training target.
+    A ``label`` with ``messages``, or with ``prompt`` and ``completion``.  Any label that is not
+    null counts: a ``"false"`` is refused by :func:`from_kto`, never trained as an answer.
     """
     get = value.get
     if get("label") is None:

@@ -244,10 +244,8 @@ def claim_out(
 ) -> Iterator[Claim]:
     """Lock OUT, check it again, clean up after interrupted runs, and make the temp folder.
 
-    ``specs`` and ``files`` are the command's inputs (see
-    :func:`~packshard.format.folder.outdir.check_overlap`).  What the clean-up did goes to
-    ``notify`` as it happens (else to ``Claim.notes``).  On leaving, the temp folder is removed
-    (it is gone already once published) and the lock released.
+    ``specs`` and ``files`` are the command's inputs.  The clean-up's notes go to ``notify``
+    (else ``Claim.notes``).  On leaving, the temp folder is removed and the lock released.
     """
     path = Path(out)
     for above in (path, *path.parents):  # a file on the way: say so before resolving

@@ -267,10 +267,8 @@ def plain_turns(
 ) -> list[tuple[int, int]] | None:
     """Tier 2 for a conversation of plain messages: the ``[lo, hi)`` of each wanted turn.
 
-    What :func:`locate_turns` gives when :func:`search_anchors` places every wanted message
-    by its content alone (no reasoning, tool calls or other fields anywhere), without the
-    :class:`~packshard.ingest.label.chat.Chat` around it.  ``None`` where search cannot
-    place them; the record then goes through every tier.
+    What :func:`locate_turns` gives when search places every wanted message by its content
+    alone, without a :class:`~packshard.ingest.label.chat.Chat`; ``None`` otherwise.
     """
     found = []
     last = 0

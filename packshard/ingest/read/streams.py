@@ -206,9 +206,7 @@ class TextBuffer:
         """Decode the value at the position.
 
         Returns ``(value, None, False)``; or ``(None, (code, why), fatal)``: a fatal error
-        leaves the position at the error (the text cannot be resynchronized), any other has
-        skipped the value (larger than ``limit`` characters, nested too deeply, a repeated
-        key, a number Python cannot convert) so reading can go on after it.
+        leaves the position there, any other has skipped the value so reading goes on.
         """
         while True:
             try:

@@ -79,10 +79,9 @@ KINDS = ("bytes", "rows", "file")
 class InputRange:
     """One range of an input: input ``index``, and ``[start, stop)`` in bytes or row groups.
 
-    ``kind`` is ``bytes`` (a JSONL range), ``rows`` (Parquet row groups, the first of which
-    begins at 0-based row ``first_row``) or ``file`` (read whole).  ``size`` is its share of
-    the input's bytes (what progress counts; a row group's share of a Parquet file is in
-    proportion to its data), so the ranges of an input add up to the file's size.
+    ``kind`` is ``bytes`` (JSONL), ``rows`` (Parquet row groups from 0-based row
+    ``first_row``) or ``file``.  ``size`` is its share of the input's bytes (what progress
+    counts).
     """
 
     index: int
@@ -374,10 +373,9 @@ class WorkUnit:
 def plan_units(files: Sequence[InputFile], target_bytes: int = 0) -> list[WorkUnit]:
     """Cut ``files`` into ranges (:func:`plan_ranges`), then gather the small whole inputs.
 
-    A split that is its input's only one and smaller than the unit size joins the run of
-    such ranges before it while their bytes stay within the unit size (and no input path
-    repeats in it); any other split is a unit of its own (module docstring).  Like the
-    ranges, the units depend on the inputs and the unit size alone.
+    A whole small input joins the run of such inputs before it while their bytes stay within
+    the unit size; any other split is a unit of its own.  Units depend on the inputs and the
+    unit size alone.
     """
     ranges, target_bytes = _cut(files, target_bytes)
     per_input = Counter(s.index for s in ranges)

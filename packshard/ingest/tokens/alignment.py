@@ -60,10 +60,8 @@ def align(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Byte range of every token within its example's text, and which examples parsed.
 
-    ``ids[token_offsets[e]:token_offsets[e + 1]]`` are the ids of example ``e`` (as encoded,
-    without an inserted BOS), whose text is ``text[text_offsets[e]:text_offsets[e + 1]]``.
-    Returns ``(start, end, ok)``: int64 byte positions relative to each example's text, and
-    a bool per example, false where the ids do not spell the text exactly.
+    Example ``e``'s ids and text are the offsets' slices.  Returns ``(start, end, ok)``: int64
+    byte positions within each text, and per example whether its ids spell it exactly.
     """
     start = np.zeros(len(ids), dtype=np.int64)
     end = np.zeros(len(ids), dtype=np.int64)

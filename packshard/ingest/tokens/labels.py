@@ -84,10 +84,8 @@ def encode_rendered(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Tokenize rendered examples in one ``encode_batch`` call and label their trained spans.
 
-    Returns flat ``(input_ids int32, labels int32, offsets int64)``; example ``i`` owns
-    ``[offsets[i], offsets[i+1])``.  An example whose ``label_path`` is ``"none"`` is trained on
-    every token; otherwise a token is trained when it overlaps one of ``spans``.  An example
-    with ``bos_chars`` gets the BOS id, then the tokens of the text after those characters.
+    Returns flat ``(input_ids int32, labels int32, offsets int64)``.  A token is trained when
+    it overlaps one of ``spans`` (every token under ``label_path`` ``"none"``).
     """
     return label_encodings(bundle, rendered, encode_texts(bundle, rendered))
 

@@ -112,10 +112,9 @@ def _pick_chat_template(value: Any) -> str | None:
 def _prefix_once(tok: tokenizers.Tokenizer, spec: dict[str, Any], config: dict[str, Any]) -> str:
     """Apply the SentencePiece prefix rule ``transformers`` applies; return a note, or ''.
 
-    ``transformers`` 5 rebuilds a ``LlamaTokenizer`` as a ``Metaspace`` pre-tokenizer whose
-    prepend scheme comes from the config (``first``, or ``always`` with ``legacy: true``,
-    ``never`` with ``add_prefix_space: false``), whatever the tokenizer.json says; another
-    class keeps the file's pipeline unless the config says ``legacy: false``.
+    ``transformers`` 5 rebuilds a ``LlamaTokenizer`` with a prepend scheme from the config
+    (``first``; ``always`` with ``legacy: true``; ``never`` with ``add_prefix_space: false``);
+    another class keeps the file's pipeline unless the config says ``legacy: false``.
     """
     norm = spec.get("normalizer") or {}
     steps = norm.get("normalizers", []) if norm.get("type") == "Sequence" else [norm]

@@ -154,9 +154,7 @@ class RowPlan:
         """Reorder rows so that new row ``r`` is old row ``order[r]``.
 
         ``consume``: the caller gives this plan up, so its segment arrays are reordered in
-        place, one at a time through one temporary (the peak is the plan, an int32 gather
-        and one array's copy, not two plans); an array that is not its own (a view, read
-        only) is copied as without it.
+        place, one at a time through one temporary (never two plans at once).
         """
         counts = np.diff(self.row_offsets)[order]
         new_offsets = exclusive_cumsum(counts)

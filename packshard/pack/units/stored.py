@@ -39,10 +39,8 @@ ARRAYS = "meta.npz"
 class SpillPart:
     """What a map task keeps of its unit: the per-example integers, counts and rejects.
 
-    ``arrays`` holds ``lengths`` and the spill's per-example arrays (lines relative to the
-    unit's range, source codes into ``unit.ranges``, domain and format codes into
-    ``counts.domains`` and ``counts.formats``), plus ``record_lines`` (the line of every
-    record ingest accepted); ``folder`` is the unit's part.
+    ``arrays`` holds ``lengths``, the spill's per-example arrays (lines and codes local to the
+    unit) and ``record_lines`` (every accepted record's line); ``folder`` is the unit's part.
     """
 
     folder: str
