@@ -1,10 +1,8 @@
 r"""The fast renderer: ``minijinja`` for the templates it provably renders like the sandbox.
 
-``--backend`` chooses the renderer as it chooses the encoder
-(:mod:`packshard.ingest.tokens.backends`).  The reference is Jinja's immutable sandbox
-(:mod:`packshard.ingest.template.sandbox`); the fast one is ``minijinja`` (Rust, by Jinja's
-author; ``pip install 'packshard[fast]'``), about 6× faster on Qwen3's template.  Whether a
-template may use it is decided once per template and backend, in three gates::
+``--backend`` chooses the renderer as it chooses the encoder: the sandbox, or ``minijinja``
+(``pip install 'packshard[fast]'``, about 6× faster on Qwen3's template), decided once per
+template and backend, in three gates::
 
     template ──► minijinja installed? ── no ──► sandbox ("not installed")
                    │ yes

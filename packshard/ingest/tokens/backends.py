@@ -3,12 +3,8 @@ r"""Which library encodes rendered text: the reference (``tokenizers``) or a fas
 ``--backend`` (``pack``, ``profile``) picks the encoder, in this one place:
 
 * ``reference``: Hugging Face ``tokenizers``, as the tokenizer was loaded.
-* ``fast``: a fast library (``pip install 'packshard[fast]'``) built from the same tokenizer
-  (the JSON of the loaded tokenizer, packshard's adjustments included): gigatoken first for
-  a SentencePiece vocabulary, fastokens first for byte-level BPE, gigatoken first for any
-  vocabulary in a job under
-  :data:`~packshard.ingest.types.SMALL_JOB_BYTES` of input (:func:`libraries`, chosen
-  by measurement, :mod:`packshard.ingest.tokens.giga`).  Forced: no canary; a tokenizer no
+* ``fast``: a fast library (``pip install 'packshard[fast]'``) built from the loaded
+  tokenizer's JSON, in the order of :func:`libraries`.  Forced: no canary; a tokenizer no
   library can load, or labels that need offsets, stop the run with one line.
 * ``auto`` (the command line's default): ``fast`` only where it proves itself, otherwise
   ``reference`` and one line saying why::
