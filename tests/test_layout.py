@@ -70,7 +70,6 @@ LONG_MODULES = {
     "cli/options.py": "every command-line option with its default, choices and help, by command",
     "cli/tables.py": "every command's terminal tables and the one console that prints them safely",
     "torch/dataset.py": "PackedDataset: a pack's rows, local or stored, served as recorded",
-    "ingest/read/units.py": "work units: inputs cut at line starts, row groups or whole, gathered",
 }
 """Modules over ``LONG_LINES`` lines, each with its one idea: files are sized by idea."""
 LONG_LINES = 400

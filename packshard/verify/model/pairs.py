@@ -20,8 +20,8 @@ rejected right after its chosen), the forwards the model stage already ran
 
 ``atol`` is the model stage's 1e-4 (float32).  The control is judged on each token and each
 sum: on a small random model a leak's signed moves can cancel in a sum, while on a long
-answer many small moves of one sign add up in it (``docs/performance.md``, "What a leak
-moves in a pair").
+answer many small moves of one sign add up in it (``docs/verify.md``, "What a leak moves
+in a pair").
 
 The DPO loss is taken with ``β = 0.1`` against a zero reference (the reference's sums are
 constants of the pair).  Under the naive control every rejected branch sees its chosen one,
