@@ -11,11 +11,11 @@ Examples, segments and rows are all *ranges* of a flat array, given by offsets
 ``count_trained`` is the loss-token count everywhere in packshard (ingest, the spill, the
 planner's rows, the shards, verify, the reader): once packed, the first label of every segment
 is masked at its seam, so a target in that place never trains.  It finds the positions of
-the rarer kind of label and counts them per range by binary search: a summed copy of the flags
-(``np.add.reduceat``) writes 8 bytes a token, and under ``pack``'s fixed mmap threshold
-(:mod:`packshard.engine.heap`) every such copy is fresh pages (457 page faults an ingest chunk
-of 234,000 tokens); counting positions costs a tenth to a half of that
-(``docs/performance.md``, "Counting trained labels").
+the rarer kind of label and counts them per range by binary search, with no summed copy of
+the flags (``docs/performance.md``, "Counting trained labels").
+
+``IGNORE_INDEX`` is defined here, with the one function that counts around it, so that this
+module is a leaf; :mod:`packshard.records` names it again for every stage.
 
 Capacity figures use one definition too: ``fill_rate`` is tokens over ``rows ×
 max_seq_len`` (0.0 with no rows) and ``lower_bound_rows`` is ``⌈tokens / max_seq_len⌉``.
@@ -23,9 +23,8 @@ Names (sources, domains, formats) travel as small integer codes (:class:`NameCod
 their counts as arrays (:func:`add_counts`).
 
 Arrow columns are made from numpy buffers (:func:`arrow_array`, :func:`arrow_strings`) rather
-than by ``pa.array``: that call asks pandas whether its argument is a categorical, which
-imports pandas — about 0.2 CPU-seconds of every ``pack`` process, for a library it never uses.
-The arrays are the same (same type, values, no nulls), so the Parquet bytes are too.
+than by ``pa.array``, which imports pandas (about 0.2 CPU-s of every ``pack`` process) to ask
+whether its argument is a categorical.  The arrays, hence the Parquet bytes, are the same.
 """
 
 from __future__ import annotations
@@ -35,10 +34,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from packshard.records import IGNORE_INDEX
-
 if TYPE_CHECKING:
     import pyarrow as pa
+
+IGNORE_INDEX = -100
+"""Label value meaning "no loss here" (the Hugging Face / PyTorch convention)."""
 
 
 def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
@@ -71,6 +71,14 @@ def count_trained(labels: np.ndarray, offsets: np.ndarray, skip_first: bool = Tr
         nonempty = ends[1:] > starts
         counts[nonempty] -= trained[starts[nonempty]]
     return counts
+
+
+def invert(order: np.ndarray) -> np.ndarray:
+    """Return the inverse of the permutation ``order`` of ``0 … n-1`` (int32 while n fits)."""
+    n = len(order)
+    inverse = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+    inverse[order] = np.arange(n, dtype=inverse.dtype)
+    return inverse
 
 
 def fill_rate(tokens: int, rows: int, max_seq_len: int) -> float:
@@ -166,13 +174,10 @@ CODED_WIDTH = 256
 def arrow_coded_strings(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
     """Return ``names[codes[i]]`` for every i as an Arrow string array, built from buffers.
 
-    The same array as a dictionary array cast to strings, without ``pyarrow.compute``
-    (importing it costs 0.1-0.2 CPU-s at every start of a command that writes an index).
-    The values' bytes are written one byte position at a time: byte ``k`` of every value
-    at least ``k + 1`` bytes long, from a table of the names' bytes, so the temporaries are
-    a few integers a value, never an index per byte (131,072 paths of 28 bytes: three
-    int64 arrays of 3.7M entries, 88 MiB, where this holds about 3 MiB); one name used by
-    every value is tiled.
+    The same array as a dictionary array cast to strings, without ``pyarrow.compute`` (0.1-0.2
+    CPU-s to import).  The values' bytes are written one byte position at a time (byte ``k``
+    of every value at least ``k + 1`` long), so the temporaries are a few integers a value,
+    never an index per byte (3 MiB instead of 88 for 131,072 paths of 28 bytes).
     """
     import pyarrow as pa
 

@@ -3,9 +3,8 @@
 numba runs every ``numba_extensions`` entry point installed, once, on the first compile or
 cache load of any jitted function in a process.  awkward (installed with gigatoken) registers
 one, so the first call of one of packshard's kernels (the aligner, the planner, the part
-cutter) imports all of awkward: 0.6-1.0 CPU-s, about a third of a 3-record ``pack``, in the
-driver and again in every worker.  packshard's kernels use plain numpy arrays and integers,
-none of another package's types, so a process that runs nothing else skips the entry points::
+cutter) imports all of awkward (0.6-1.0 CPU-s a process).  packshard's kernels use plain
+numpy arrays and integers, so a process that runs nothing else skips the entry points::
 
     packshard process (console entry)   own_process(): env PACKSHARD_OWN_PROCESS=1; skipped
                                         once the command has imported numba (before a kernel)
@@ -18,18 +17,13 @@ since that program may jit functions over awkward arrays itself.  Compiled code 
 either way: the extensions add types, not behaviour to existing ones.
 
 **Cached kernels loaded without numba's registries.**  Before it loads a kernel from its cache,
-numba refreshes its target context: it imports and installs the implementations of everything
-it can compile (strings, lists, dicts, random numbers, linear algebra, cffi, datetimes…), 0.25
-CPU-s in a fresh process, the largest part of a first plan.  Loading machine code needs none of
-it, only the symbols that code calls: numba's C helpers, the math functions and the
-interpreter's exceptions (installed when the context is made), the runtime's allocator
-(``rtsys.initialize``) and the hash secret (the one symbol set a registry module installs, by
-being imported).  So an own process loads cached kernels after those two steps alone; a kernel
-that must be compiled (no cache yet, another CPU) goes through numba's compiler, which refreshes
-the whole context itself.  The planner's first plan in the command's own process
-(``scripts/bench_startup.py``, median of 5): 0.108 CPU-s, against 0.333 with numba's refresh
-(and 0.543 in a library caller's process, which loads the extensions too); the same rows, and
-the same shards byte for byte from whole ``pack`` processes::
+numba imports the implementations of everything it can compile (0.25 CPU-s in a fresh
+process).  Loading machine code needs only the symbols that code calls: numba's C helpers, the
+math functions and exceptions (installed when the context is made), the runtime's allocator
+(``rtsys.initialize``) and the hash secret.  So an own process loads cached kernels after those
+two steps alone (a first plan: 0.108 CPU-s against 0.333, ``docs/performance.md``, "numba in
+packshard's own processes"); a kernel that must be compiled goes through numba's compiler,
+which refreshes the whole context itself::
 
     first kernel of an own process     numba's load          the light load
     refresh: registries imported       yes (0.2-0.25 CPU-s)  no

@@ -1,10 +1,8 @@
 """Every option vocabulary and resource limit, defined once, with the one check of each.
 
-**Vocabularies** (the command line offers exactly these choices): ``--format``, ``--loss``
-(and what ``auto`` resolves to per record format), ``--on-error``, ``--strategy``,
-``--overlong``, ``--compression``, ``--reasoning``, ``--empty-reasoning``, ``--turns``,
-``export --to``, and the label paths and roles records are labelled with.  Every stage
-validates its options against these with :func:`check_choice`.
+**Vocabularies**: the choices the command line offers (``--format``, ``--loss`` and what
+``auto`` resolves to, ``--strategy`` …), the label paths and roles; every stage validates its
+options against them with :func:`check_choice`.
 
 **Limits** ingest honours (:data:`LIMIT_DEFAULTS`, docs/limits.md):
 

@@ -4,6 +4,8 @@ Ingest, pack, verify, the reader and the exporters all speak of records by
 :class:`SourceRef` (``file:line``) and of unusable ones as :class:`Reject` values, each with a
 registered ``code`` (:data:`packshard.errors.REJECT_CODES`); a shard row is a
 :class:`PackedRow`.  The values only ingest makes are in :mod:`packshard.ingest.types`.
+``IGNORE_INDEX`` is defined by :mod:`packshard.arrays` (the leaf that counts trained labels)
+and named here too, where the stages import it.
 
 The values made once per record or turn are :func:`quick` records: frozen and slotted like
 every value here, built by an ``__init__`` that fills the slots directly (see there).
@@ -18,10 +20,8 @@ from typing import Any, TypeVar, overload
 
 import numpy as np
 
+from packshard.arrays import IGNORE_INDEX as IGNORE_INDEX
 from packshard.errors import REJECT_CODES
-
-IGNORE_INDEX = -100
-"""Label value meaning "no loss here" (the Hugging Face / PyTorch convention)."""
 
 T = TypeVar("T")
 
@@ -29,13 +29,10 @@ T = TypeVar("T")
 def quick(cls: type[T]) -> type[T]:
     """Give a frozen, slotted dataclass an ``__init__`` that fills its slots directly.
 
-    A frozen dataclass's own ``__init__`` stores each field through ``object.__setattr__``,
-    since its ``__setattr__`` refuses; this one calls each slot's descriptor, which costs less
-    than half as much: five fields take 370 instead of 950 ns (Python 3.11), and ingest makes
-    about ten such values per record.  Only ``__init__`` changes: same parameters and
-    defaults, and the instance stays frozen (assignment still raises ``FrozenInstanceError``).
-    Keyword-only fields stay keyword-only; fields with a ``default_factory`` or ``init=False``
-    are not supported.
+    A frozen dataclass's own ``__init__`` stores each field through ``object.__setattr__``;
+    this one calls each slot's descriptor (five fields: 370 instead of 950 ns).  Only
+    ``__init__`` changes, and the instance stays frozen; fields with a ``default_factory`` or
+    ``init=False`` are not supported.
     """
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     namespace: dict[str, Any] = {}

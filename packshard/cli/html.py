@@ -1,11 +1,8 @@
 """HTML pages: the profile (charts and tables) and an inspected row, each self-contained.
 
-Pages use inline CSS and SVG, no script, nothing fetched.  The profile page reads top to
-bottom: the verdict, the advice (a length that keeps most examples whole, rows per optimizer
-step, row fill and trained tokens per step: the lines the terminal prints), a bar chart of
-the useful-token share under each strategy, the tables (among them what max_seq_len and
-``--overlong`` do to each domain), then one length histogram per domain.  Histograms share
-the report's log-spaced bins (≈4 per doubling), so their x axes line up across domains::
+Pages use inline CSS and SVG, no script, nothing fetched.  The profile page: the verdict, the
+advice the terminal prints, the useful-token share per strategy, the tables, then one length
+histogram per domain on the report's log-spaced bins (≈4 per doubling, aligned)::
 
     count ▲            ┊ max_seq_len 4096
           │    ▆█▅     ┊

@@ -5,9 +5,7 @@
 ``pack``): tokenizer, template and row capacity; how records are read and labelled (format,
 domain, loss, reasoning and turn policies); what a bad record does; the resource limits;
 the progress bar.  Choices are the vocabularies of :mod:`packshard.options`, defaults the
-library's.  ``--help`` shows every default (``show_default`` of the ``packshard`` group); an
-option that states its own (``[default: 256 MiB]``, or in words) or has none to show turns it
-off.
+library's; ``--help`` shows every default.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The reject rate of a run: exit 1 when most records were rejected, a warning above 10 %.
 
-A run that rejects most of its records is almost always a mistake (a forced ``--format`` on
-mixed data, a wrong field name, a JSON array saved as ``.jsonl``), yet it writes a valid
-output.  After ``pack`` and ``profile`` the share of records *rejected* (bad input; records a
-policy dropped are not counted) is compared with a limit::
+A run that rejects most of its records is almost always a mistake (a forced ``--format``, a
+wrong field name), yet it writes a valid output.  The share *rejected* (bad input, not policy
+drops) is compared with a limit::
 
     rate = rejected / records read
     --max-reject-rate F given:  rate > F             → error line, exit 1 (the output is kept

@@ -1,9 +1,7 @@
 """``--help`` in sections by theme, and byte counts people can read.
 
-``pack`` takes some forty options; one flat list hides which belong together (``--workers``
-processes beside ``--num-workers`` tokenizer threads).  :class:`SectionedCommand` lists a
-command's options under the headings of :data:`PACK_SECTIONS` (an option no section names
-lands under "Other options", so none is ever hidden)::
+:class:`SectionedCommand` lists ``pack``'s forty options under the headings of
+:data:`PACK_SECTIONS` (an option no section names lands under "Other options")::
 
     Input and template:
       -t, --tokenizer TEXT   tokenizer.json, or a folder holding it …

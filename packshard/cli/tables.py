@@ -1,17 +1,10 @@
 """Terminal tables of ``profile``, ``pack`` and ``verify`` results (rich renderables).
 
-Kept apart from the commands so that tests can render them to text and assert their content,
-and so that library users can print the same tables.  A profile's tables (counts,
-reasoning, lengths, utilization, its rejects) have one row per domain and a bold total row;
-they are also drawn into its HTML page (:mod:`packshard.cli.html`).
-
-Where they print: a rich console on a terminal, plain unwrapped text in a pipe.
-
-On a terminal, tables fit its width and colours carry meaning.  In a pipe or a log, rich
-would wrap every table at 80 columns (a long domain name over three lines) and drop the
-colours; so when stdout is not a terminal the console is as wide as the longest line
-(:data:`PIPE_WIDTH`), has no colour, and what colour alone meant is written out in text
-(``inspect`` brackets trained text: :data:`packshard.cli.inspect.TRAINED_MARKS`)::
+A profile's tables have one row per domain and a bold total row; they are also drawn into its
+HTML page (:mod:`packshard.cli.html`).  On a terminal, tables fit its width and colours carry
+meaning; in a pipe the console is as wide as the longest line (:data:`PIPE_WIDTH`), has no
+colour, and what colour alone meant is written out (``inspect`` brackets trained text:
+:data:`packshard.cli.inspect.TRAINED_MARKS`)::
 
     terminal: │ records read         │   65 │   (wrapped to the window, coloured)
     pipe:     one line per row, however long; no escape codes
@@ -478,10 +471,8 @@ def plain() -> bool:
 class SafeConsole(Console):
     """A console that escapes, in every piece of text it renders, what a terminal acts on.
 
-    Tables and lines hold strings from manifests and inputs (domains, sources, findings):
-    each rendered segment's text passes through :func:`~packshard.cli.errors.printable`, and
-    only the console's own control segments (its colours, its cursor) reach the terminal
-    as they are.
+    Strings from manifests and inputs pass through :func:`~packshard.cli.errors.printable`;
+    only the console's own control segments reach the terminal as they are.
     """
 
     def render(self, renderable: Any, options: Any = None) -> Iterator[Segment]:

@@ -4,25 +4,20 @@ glibc serves an allocation above its mmap threshold with a mapping of its own, r
 the system when freed; below it, from the heap, which keeps freed memory for reuse.  The
 threshold starts at 128 KiB but rises to the size of every mapped block freed (up to 32 MiB),
 so after the first large temporary array is freed, the next ones come from the heap and stay
-resident after the stage that needed them.  Each stage's temporaries (the merge's unit copies,
-the planner's scratch, a write task's row group) would then add up in the driver's RSS
-instead of being reused: measured on 2M one-token records, about 20 bytes an example.
+resident after the stage that needed them: each stage's temporaries would add up in the
+driver's RSS instead of being reused.
 
 :func:`return_freed_memory` fixes the threshold (``mallopt(M_MMAP_THRESHOLD, 256 KiB)``),
 which also stops it rising, and has Arrow allocate from the same heap (its default pool,
 mimalloc, keeps what it frees too).  Elsewhere than glibc it does nothing.
 
 A fixed threshold also keeps glibc's trim threshold at 128 KiB, so the top of the heap is
-given back after every batch and faulted in again by the next: 1.07M page faults and 3.3
-system CPU-seconds packing 20.6M tokens of phi-3 chat data.  Where that churn is — the
-map tasks (ingest, spill) and the write tasks (a shard's row groups) — :func:`pad_heap`
-keeps ``BUSY_PAD`` (64 MiB, ``M_TOP_PAD``) at the top of the heap: 0.25M faults and 1.3
-system CPU-seconds on the same pack (16 MiB: 0.42M and 2.3 s; 128 MiB: no better than 64).
-The driver takes the pad away (and trims) once the map is done, so the planning, statistics
-and index stages, where its peak RSS is, hold no pad: a pad kept for the whole run held
-about 30 MiB more at that peak on 2M one-token records (``scripts/measure_driver_memory.py``).
-A write task the driver runs itself (``--workers 1``) sets no pad either: with it, the
-row groups of a 2M-record shard held up to 64 MiB more at the driver's peak.
+given back after every batch and faulted in again by the next.  Where that churn is (map
+and write tasks) :func:`pad_heap` keeps ``BUSY_PAD`` (64 MiB, ``M_TOP_PAD``) at the top of
+the heap: 0.25M page faults instead of 1.07M on a 20.6M-token pack.  The driver takes the
+pad away (and trims) once the map is done, and sets none for a write task it runs itself,
+so its planning, statistics and index stages, where its peak RSS is, hold no pad
+(``docs/performance.md``, "The heap's thresholds").
 """
 
 from __future__ import annotations
@@ -81,8 +76,7 @@ def trim_heap() -> bool:
     """Give the heap's free pages back to the system (``malloc_trim(0)``); glibc only.
 
     Between stages: what a stage freed below the mmap threshold, scattered between live
-    blocks, stays resident otherwise and adds to the next stage's peak (measured on 2M
-    one-token records: the examples index stage peaked 56 MiB lower with it, about 29 bytes
-    an example).
+    blocks, stays resident otherwise and adds to the next stage's peak (about 29 bytes an
+    example at the examples index stage).
     """
     return _call("malloc_trim", 0)

@@ -10,10 +10,8 @@ label of every segment is -100; every other label is -100 or its own token)::
     ids       t t t t t t t | t t t t t …    row r = ids[tok_off[r]:tok_off[r + 1]]
     seg_len   3 4 | 5 …                       row r's segments: seg_len[seg_off[r]:seg_off[r + 1]]
 
-An export's folder is claimed like ``pack``'s (:mod:`packshard.format.folder.claim`: never the input
-pack nor inside it, never a folder packshard did not write, locked, written into
-``.DIR.partial-PID`` and renamed into place when complete); ``export.json`` (the source
-dataset, the target, every file's SHA-256) is written last.
+An export's folder is claimed like ``pack``'s (:mod:`packshard.format.folder.claim`);
+``export.json`` is written last.
 """
 
 from __future__ import annotations
@@ -76,10 +74,8 @@ class Rows:
 def load_source(out: Path) -> dict[str, Any]:
     """Load ``out``'s manifest, checking every value an export uses against the schema.
 
-    The dataset id, every shard entry (a contained relative path, counts, SHA-256),
-    ``config.max_seq_len`` and the whole ``tokenizer`` entry (``vocab_size`` bounds every
-    token id exported, ``pad_token_id`` pads); a violation is one line
-    (:class:`~packshard.errors.ManifestError`).
+    The dataset id, every shard entry, ``config.max_seq_len`` and the ``tokenizer`` entry; a
+    violation is one line (:class:`~packshard.errors.ManifestError`).
     """
     import jsonschema
 
@@ -118,11 +114,9 @@ def load_source(out: Path) -> dict[str, Any]:
 def preference_refusal(manifest: dict[str, Any], target: str) -> str | None:
     """Return why ``target`` cannot take this pack's pairs or KTO records, or None.
 
-    A pack holds them when its manifest counts packed pairs (``stats.pairs.packed``) or KTO
-    labels (``stats.kto``).  Megatron's and torchtune's packed datasets feed SFT recipes: every
-    segment would be trained as a plain answer (the rejected branch too, a KTO label lost), and
-    their fixed layouts have no column for ``branch``.  ``unpacked`` and ``mds`` carry
-    ``branch`` and ``kto_label`` beside the tokens, so they take such a pack.
+    A pack holds them when its manifest counts packed pairs or KTO labels.  Megatron's and
+    torchtune's packed SFT layouts would train every branch as an answer; ``unpacked`` and
+    ``mds`` carry ``branch`` and ``kto_label``.
     """
     stats = manifest.get("stats") or {}
     pairs = (stats.get("pairs") or {}).get("packed", 0)
@@ -146,14 +140,8 @@ def read_rows(
 ) -> Iterator[Rows]:
     """Yield the rows of ``out`` shard by shard, each shard checked (see module doc).
 
-    The manifest is checked against its schema first, and every shard path it names must
-    be a regular file inside ``out`` (:func:`~packshard.format.folder.paths.inside_folder`): nothing
-    from outside the folder is read.  Only the shards of ``splits`` are read: by default the
-    train shards, as an eval split (``pack --eval-fraction``) is held out of every training
-    export; ``repack`` reads both.  ``columns`` (at least :data:`COLUMNS`) reads only those,
-    their types unchecked beyond the SHA-256 (``repack`` leaves out ``position_ids``).
-    ``by_group`` yields each shard's row groups one at a time, checked alike:
-    less memory and fewer fresh pages for a reader that does not need a shard's rows together.
+    Only the shards of ``splits`` are read (by default the train shards); ``columns`` (at least
+    :data:`COLUMNS`) reads only those; ``by_group`` yields each row group, checked alike.
     """
     manifest = load_source(out)
     dataset_id = str(manifest["dataset_id"])

@@ -8,12 +8,10 @@ and a sample is the ``uint32`` byte size of every variable-size column, then eve
 bytes, columns in name order.  ``ndarray:int32`` (a static dtype, dynamic shape) is stored as
 one byte ``ndim << 2 | shape type`` (0/1/2 = uint8/16/32), the shape in that type, then the
 values; ``int32`` as its 4 bytes.  A shard is closed before a sample would take it past
-``size_limit`` bytes (counting 4 bytes per sample for its offset), and each shard's entry in
-``index.json`` repeats the config with the shard's file name, size and sample count; keys
-are sorted.  This is what ``streaming.MDSWriter`` writes without compression or hashes (its
-one difference: when the first sample alone exceeds ``size_limit`` it writes an empty shard
-first), and ``streaming.StreamingDataset(local=DIR)`` reads it.  The samples carry the shard
-columns under the same names, so a reader keeps every seam.
+``size_limit`` bytes, and each shard's entry in ``index.json`` repeats the config with its
+file name, size and sample count.  This is what ``streaming.MDSWriter`` writes without
+compression or hashes, and ``streaming.StreamingDataset(local=DIR)`` reads it; the samples
+carry the shard columns under the same names, so a reader keeps every seam.
 
 A pack with preference pairs or KTO records adds its per-segment shard columns ``branch``
 and ``kto_label`` (``ndarray:int8``, :data:`PAIR_COLUMNS`) to every sample: a row is one

@@ -1,9 +1,7 @@
 """Megatron-Bridge packed-sequence Parquet: ``input_ids``, ``seq_start_id``, ``loss_mask``.
 
-This is ``--to megatron``, the form released Megatron-Bridge reads: ``GPTSFTPackedParquetDataset``
-in ``megatron.bridge.data.packing.parquet`` (0.6.0 onward; 0.4.0 to 0.5.x have the same class in
-``megatron.bridge.data.datasets.packed_parquet``).  Those releases deprecate the ``.npy`` form;
-releases up to 0.3.1 read only that, ``--to megatron-npy`` (:mod:`packshard.export.megatron_npy`).
+This is ``--to megatron``, read by Megatron-Bridge's ``GPTSFTPackedParquetDataset`` from
+0.4.0 on; releases up to 0.3.1 read ``--to megatron-npy`` (:mod:`packshard.export.megatron_npy`).
 
 The reader takes files ending ``.idx.parquet`` (or a folder or glob of ``.parquet``), requires
 these three columns (others are ignored), reads one row group at a time and slices each segment
@@ -17,28 +15,21 @@ these three columns (others are ignored), reads one row group at a time and slic
     seq_start_id   [0, 3]                  cu_seqlens[:-1]
     loss_mask      1 1 0 | 0 1 1 0         labels[p + 1] != -100, 0 at every segment's end
 
-so the trained (context → target) pairs are packshard's exactly.  Because the first label of
-every segment is -100, the whole-row shift ``loss_mask = (labels[1:] != -100) + [0]`` already
-gives 0 at every segment's end.  A segment of one token has no target and would become an
-empty sequence at run time: its token is dropped (counted in ``export.json``).  The collator
-also zeroes the loss where the *input* token is the tokenizer's EOS id (it pads with EOS); a
-trained target after an EOS inside a sequence would lose its loss there, so those are counted
-(``targets_after_eos``, 0 for templates whose turns end with EOS: the next token is context).
+so the trained (context → target) pairs are packshard's exactly (the first label of every
+segment is -100, so the whole-row shift gives 0 at every segment's end).  A one-token segment
+has no target: its token is dropped (counted in ``export.json``).  The collator zeroes the
+loss where the *input* is EOS (it pads with EOS), so trained targets after an EOS inside a
+sequence are counted (``targets_after_eos``).
 
-An aligned pack (``pack --cp N``, ``--pad-multiple``) is written in the form Megatron-Bridge's
-context-parallel path reads, as its packer writes it for ``pad_seq_to_mult = m``: every
-sequence's run-time length ``n − 1`` padded with EOS to a multiple of ``m`` (loss 0 on the
-pads).  Its collator then takes ``cu_seqlens_padded`` from ``seq_start_id`` and each logical
-length up to the last non-EOS input, so the pads neither train nor hold a real token.  For
-``m = 4`` and a segment ``a b c d e f`` (run-time 5)::
+An aligned pack (``pack --cp N``, ``--pad-multiple``) is written as Megatron-Bridge's packer
+writes it for ``pad_seq_to_mult = m``: every sequence's run-time length ``n − 1`` padded with
+EOS to a multiple of ``m`` (loss 0 on the pads).  For ``m = 4`` and ``a b c d e f``::
 
     input_ids   a b c d e f E E E      stored 9 = 8 + 1, run-time 8 = 2·4
     loss_mask   … shifted …   0 0 0 0  E = EOS
 
 Files, as Megatron-Bridge's builder names them: ``training_{N}.idx.parquet`` (row groups of
-500 rows, its writer's default) and ``{N}_metadata.jsonl`` (one JSON array with one object per
-split, lengths at run time: a segment of ``n`` tokens is ``n - 1`` there), ``N`` = packshard's
-``max_seq_len`` = ``packed_sequence_size``.
+500 rows) and ``{N}_metadata.jsonl`` (lengths at run time, ``n - 1``), ``N`` = ``max_seq_len``.
 """
 
 from __future__ import annotations
@@ -129,11 +120,9 @@ def megatron_table(
 def aligned_lengths(lengths: np.ndarray, multiple: int) -> np.ndarray:
     """Return each sequence's stored length once its run-time length is a multiple.
 
-    Megatron-Bridge trains ``n − 1`` tokens of a stored sequence of ``n`` (inputs and targets
-    are shifted), so a sequence is padded to ``⌈(n − 1)/m⌉·m + 1`` stored tokens, as its own
-    packer does for ``pad_seq_to_mult``.  Each is at most the pack's padded length ``⌈n/m⌉·m``
-    plus one, and the run-time row (Σ of ``⌈(n − 1)/m⌉·m``) at most the padded row: within
-    ``max_seq_len``.
+    Megatron-Bridge trains ``n − 1`` tokens of a stored ``n``, so a sequence is padded to
+    ``⌈(n − 1)/m⌉·m + 1`` stored tokens, as its packer does; the run-time row stays within the
+    padded row, hence ``max_seq_len``.
     """
     return padded_lengths(np.asarray(lengths, dtype=np.int64) - 1, multiple) + 1
 

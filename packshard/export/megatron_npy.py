@@ -1,20 +1,18 @@
 """Megatron-Bridge's older packed-sequence file: ``training_{N}.npy`` and its metadata.
 
 This is ``--to megatron-npy``, for Megatron-Bridge releases up to 0.3.1, which train packed SFT
-data only from a ``.npy`` file (``PackedSequenceSpecs`` asserts the suffix;
-``GPTSFTPackedDataset`` loads it with ``np.load(path, allow_pickle=True)``).  From 0.4.0 the
-releases read Parquet (``--to megatron``, :mod:`packshard.export.megatron`) and 0.6.0 warns that
-the ``.npy`` form is deprecated.  The file is a one-dimensional NumPy *object* array, one
-``dict`` per packed row, as that release's own ``fill_packing_strategy`` writes it::
+data only from a ``.npy`` file (``GPTSFTPackedDataset`` loads it with ``np.load(path,
+allow_pickle=True)``; later releases read ``--to megatron``'s Parquet).  The file is a
+one-dimensional NumPy *object* array, one ``dict`` per packed row, as that release's own
+``fill_packing_strategy`` writes it::
 
     {"input_ids": [a, b, c, d, e, f, g],     Python lists of ints
      "loss_mask": [1, 1, 0, 0, 1, 1, 0],     shifted: loss_mask[p] trains the target at p + 1
      "seq_start_id": [0, 3]}                 each sequence's start (a list: the reader appends
                                              len(input_ids) with +)
 
-The reader slices each sequence ``[s, e)`` itself (inputs ``input_ids[s:e-1]``, targets
-``input_ids[s+1:e]``, loss ``loss_mask[s:e-1]``), exactly as the Parquet form does, so the
-rows are :func:`packshard.export.megatron.megatron_table`'s, written as dicts.  Beside it,
+The reader slices each sequence as the Parquet form's does, so the rows are
+:func:`packshard.export.megatron.megatron_table`'s, written as dicts.  Beside it,
 ``{N}_metadata.jsonl`` (a JSON list of one object: ``max_samples_per_bin``,
 ``dataset_max_seqlen``, ``min_packed_seqlen`` … which the collator reads with
 ``pad_cu_seqlens``), ``N`` = packshard's ``max_seq_len`` = ``packed_sequence_size``.

@@ -1,10 +1,8 @@
 """Library versions a plain install gets wrong for a target, named when they break it.
 
-``torchtune`` 0.6.1 (the release the torchtune export is tested with) imports
-``torchao.dtypes.nf4tensor``, which ``torchao`` 0.18 removed; ``pip install torchtune`` takes
-the newest ``torchao`` and ``import torchtune`` then fails before any recipe runs.  The export
-itself needs neither library, so :func:`torchtune_problem` tries the import once the files are
-written and returns one line naming the pin (``packshard[torchtune]`` installs it)::
+``torchtune`` 0.6.1 imports ``torchao.dtypes.nf4tensor``, which ``torchao`` 0.18 removed, so a
+plain install fails at ``import torchtune``.  :func:`torchtune_problem` tries the import once
+the files are written and returns one line naming the pin::
 
     torchtune cannot be imported here (ImportError: …nf4tensor…): torchtune 0.6.1 needs
     torchao==0.17.0 (pip install 'torchao==0.17.0', or pip install 'packshard[torchtune]')

@@ -10,14 +10,10 @@ Targets (:data:`packshard.options.EXPORT_TARGETS`), each a module of this packag
     mds         MosaicML streaming MDS, one sample per packed row
     unpacked    one row per example (input_ids, attention_mask, labels): Axolotl, LitGPT
 
-The input is read the way ``verify`` reads it: the manifest against its schema, every path
-it names contained in the folder, every shard checked while it is read
-(:mod:`packshard.export.common`); any problem is one line.  The destination gets ``pack``'s
-output-folder guard (:mod:`packshard.format.folder.outdir`, :mod:`packshard.format.folder.claim`):
-never the
-input pack, inside it or holding it, never a folder packshard did not write, locked, written
-into a hidden folder renamed into place when complete; ``export.json`` (source dataset,
-target, counts, every file's SHA-256) is written last.
+The input is read and checked as ``verify`` reads it (:mod:`packshard.export.common`); any
+problem is one line.  The destination gets ``pack``'s
+output-folder guard (:mod:`packshard.format.folder.outdir`), and ``export.json`` (source
+dataset, target, counts, every file's SHA-256) is written last.
 
 A pack with preference pairs or KTO records goes only to the targets that carry ``branch`` and
 ``kto_label`` (``unpacked``, ``mds``); the packed SFT layouts refuse it in one line

@@ -10,10 +10,9 @@ the export writes the samples it would build, one per packshard row, padded to
     input_pos   0 1 2 0 1 2 3 4       padding continues the last position (clipped to L-1)
     seq_lens    [3, 2, 3]             the padding is a sequence of its own
 
-``padded_collate_packed`` turns ``seq_lens`` into a block-causal mask, so no segment attends to
-another and the padding to none of them.  torchtune's main branch shifts labels in the
-dataset instead (``labels="shifted"``: ``labels[1:] + [-100]``); both give packshard's
-(context → target) pairs exactly, since every segment's first label is -100.
+``padded_collate_packed`` turns ``seq_lens`` into a block-causal mask.  torchtune's main
+branch shifts labels in the dataset instead (``labels="shifted"``); both give packshard's
+(context → target) pairs exactly.
 
 Files: ``train-00000-of-0000K.parquet``, one per packshard shard, int32 list columns.
 :func:`packed_dataset` is the builder a recipe's config names::

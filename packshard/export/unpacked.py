@@ -8,11 +8,8 @@ rows.  Every segment of every packed row becomes its own row, tokens and labels 
     rows         a b c              labels  - b c              attention_mask 1 1 1
                  d e                        - e                               1 1
 
-The (context → target) pairs stay packshard's exactly; what is lost is the packing itself: which
-examples share a row, the row order, the per-row token budget (a trainer that packs again makes
-its own rows, steps and loss normalisation).  Files: ``train-00000-of-0000K.parquet``, one per
-packshard shard, examples in the shard's order; the lists are slices of the shard's own
-buffers (no per-example copy).
+The (context → target) pairs stay packshard's exactly; the packing itself is lost.  Files:
+``train-00000-of-0000K.parquet``, one per shard, examples in the shard's order.
 
 A pack with preference pairs or KTO records adds, per example, the columns of its
 ``examples.parquet`` (:data:`PAIR_SCHEMA`): ``example_id``, ``pair_id`` (the chosen branch's

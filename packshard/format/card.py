@@ -17,17 +17,14 @@ so ``load_dataset(OUT)`` gives the packed rows and ``load_dataset(OUT, "examples
 A pack with an eval split (``--eval-fraction``, ``--eval``) has a third, ``eval``, naming the
 ``eval-shard-*`` files (``load_dataset(OUT, "eval", split="eval")``); ``default`` keeps the
 train shards only.
-Every configuration is one JSON object on one line (valid YAML flow style), which is what
-:func:`card_configs` reads back without a YAML library.  The shards are listed by name, not by
-glob, so a stray file in the folder is never loaded.  Each ``description`` is 16 hex digits of
-the SHA-256 of its files' SHA-256s: ``datasets`` caches a local folder under the folder's name
-and a hash of the card's configurations, so without it every folder named ``out`` would share
-one cache entry and the second to load would get the first one's rows (and a folder packed
-again with ``--overwrite`` its old rows).  Below the front matter the card tells a
-person what the folder is: tokenizer, template, policies, counts, fill rate, how to verify and
-how to train on it.  It is rendered from the manifest alone (never from ``created_at``), so the
-same inputs and options give the same card bytes; ``pack`` writes it before the manifest, which
-lists it with its SHA-256, and ``verify`` checks its configurations (:func:`card_problem`).
+Every configuration is one JSON object on one line (YAML flow style), read back by
+:func:`card_configs` without a YAML library.  Shards are listed by name, never by glob.  Each
+``description`` is 16 hex digits of the SHA-256 of its files' SHA-256s: ``datasets`` caches a
+local folder by its name and its card's configurations, so two folders named ``out`` would
+otherwise share one cache entry.  Below the front matter the card tells a person what the
+folder is and how to verify and train on it.  It is rendered from the manifest alone (never
+``created_at``), so the same inputs give the same bytes; ``pack`` writes it before the
+manifest, which lists it, and ``verify`` checks it (:func:`card_problem`).
 """
 
 from __future__ import annotations

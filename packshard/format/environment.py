@@ -16,15 +16,11 @@ their versions, the Python version and the template-rendering conventions it app
                               "reason": "canary equal"}}
     }
 
-(``packshard_version`` stays where it was, at the top of the manifest.)  ``verify`` collects
-the same versions from the interpreter it runs in, adds ``torch`` and ``transformers`` for
-its model stage, and compares: every recorded item whose value differs is one
-:class:`Drift`.  Drift alone is no finding (an upgrade that changes nothing must re-verify
-cleanly); when the source stage then finds a segment that differs, its finding names the
-drifted libraries as the likely cause.  A manifest written before the environment was
-recorded has none, and drift cannot be named for it.  ``backends`` names the libraries that
-rendered and encoded (``--backend``); ``verify`` always re-encodes with the reference, and a
-changed segment of a pack encoded by another library names it (:func:`encoded_by`).
+``verify`` collects the same versions where it runs and compares: every recorded item that
+differs is one :class:`Drift`.  Drift alone is no finding (an upgrade that changes nothing
+must re-verify cleanly); a segment the source stage finds changed names the drifted
+libraries as the likely cause, and the fast encoder that made it, if any (:func:`encoded_by`:
+``verify`` always re-encodes with the reference).
 """
 
 from __future__ import annotations

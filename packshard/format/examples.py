@@ -71,7 +71,7 @@ SPLITS = ("train", "eval")
 SPLIT_SCHEMA = EXAMPLES_SCHEMA.append(pa.field("split", pa.string()))
 """The index of a pack with an eval split: one more column, ``split``, after the others."""
 REPEAT_FIELD = pa.field("repeat", pa.int32())
-"""The last column of a ``--mix`` pack's index (:mod:`packshard.pack.plan.mixed`)."""
+"""The last column of a ``--mix`` pack's index (:mod:`packshard.pack.plan.mix`)."""
 PAIR_FIELDS = (
     pa.field("pair_id", pa.int64()),
     pa.field("branch", pa.string()),

@@ -50,13 +50,13 @@ if TYPE_CHECKING:  # the same names, for the type checker: `as` marks each expor
     from packshard.ingest.stage.open import StageEntries as StageEntries
     from packshard.ingest.stage.open import open_stage as open_stage
     from packshard.ingest.stage.open import sharing_stage as sharing_stage
-    from packshard.ingest.stage.unit import UnitError as UnitError
-    from packshard.ingest.stage.unit import UnitRead as UnitRead
-    from packshard.ingest.stage.unit import UnitResult as UnitResult
-    from packshard.ingest.stage.unit import UnitSink as UnitSink
-    from packshard.ingest.stage.unit import UnitTask as UnitTask
-    from packshard.ingest.stage.unit import UnitWriter as UnitWriter
-    from packshard.ingest.stage.unit import in_order as in_order
+    from packshard.ingest.stage.task import UnitError as UnitError
+    from packshard.ingest.stage.task import UnitRead as UnitRead
+    from packshard.ingest.stage.task import UnitResult as UnitResult
+    from packshard.ingest.stage.task import UnitSink as UnitSink
+    from packshard.ingest.stage.task import UnitTask as UnitTask
+    from packshard.ingest.stage.task import UnitWriter as UnitWriter
+    from packshard.ingest.stage.task import in_order as in_order
     from packshard.ingest.stage.unit import run_unit as run_unit
     from packshard.ingest.stage.unit import warm_stage as warm_stage
     from packshard.ingest.template.sandbox import ChatTemplate as ChatTemplate
@@ -75,7 +75,7 @@ FACE = {
         "open_stage",
         "sharing_stage",
     ),
-    "packshard.ingest.stage.unit": (
+    "packshard.ingest.stage.task": (
         "UnitError",
         "UnitRead",
         "UnitResult",
@@ -83,9 +83,8 @@ FACE = {
         "UnitTask",
         "UnitWriter",
         "in_order",
-        "run_unit",
-        "warm_stage",
     ),
+    "packshard.ingest.stage.unit": ("run_unit", "warm_stage"),
     "packshard.ingest.stage.loaded": ("load_early",),
     "packshard.ingest.read.inputs": ("InputFile", "expand_inputs"),
     "packshard.ingest.read.sources": ("read_records",),

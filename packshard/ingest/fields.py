@@ -8,10 +8,10 @@ all read, in this order of precedence, and kept as ``Message.reasoning``::
     thinking            gpt-oss and LFM templates, Ollama
     content parts       [{"type": "thinking", "thinking": "…"}, {"type": "text", …}]
 
-Two sources that disagree are a reject (``invalid_reasoning``), as is a reasoning value that
-is not a string; an inline ``<think>…</think>`` block at the start of ``content`` stays in
-the content (:mod:`packshard.ingest.label.reasoning` reads it).  Only assistant messages carry
-reasoning: on other roles these fields travel to the template untouched.
+Two sources that disagree, or a value that is not a string, are a reject
+(``invalid_reasoning``); an inline block stays in the content
+(:mod:`packshard.ingest.label.reasoning`).  On other roles than assistant these fields travel
+to the template untouched.
 
 Training flags override the loss policy for one message (``Message.train``), in every
 per-message convention of the formats read::
@@ -20,12 +20,10 @@ per-message convention of the formats read::
     "weight": 0 | 1            OpenAI's fine-tuning format
     "loss_weight": 0.0 | 1.0   LLaMA-Factory's v1 format (on every message), preference sets
 
-A weight reads the same under either name, on any role: 0 = context only (on a turn the
-policy does not train anyway, such as a user turn, it says what already holds); 1 on an
-assistant message = the default (the loss policy decides); 1 on another role trains that
-message, as ``"train": true`` does.  ``train`` wins over a weight; ``weight`` and
-``loss_weight`` that disagree are a reject (``invalid_flag``), and so is any other value:
-a token is trained or not, so a fractional weight (0.5) cannot be honoured.
+A weight reads the same under either name, on any role: 0 = context only; 1 = the default on
+an assistant message, trained on another role.  ``train`` wins over a weight; disagreeing
+weights, or any other value (a token is trained or not: 0.5 cannot be honoured), are a reject
+(``invalid_flag``).
 """
 
 from __future__ import annotations

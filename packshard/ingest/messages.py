@@ -2,11 +2,9 @@ r"""Message lists: the turns of every chat-shaped record format, read one way.
 
 ``read_messages`` reads a list of turns in one of two forms: OpenAI ``role``/``content``
 (:data:`MESSAGE_FORM`) or ShareGPT ``from``/``value`` (:data:`SHAREGPT_FORM`, which also reads
-``role``/``content`` turns).  Roles end up in :data:`~packshard.options.ROLES`; the accepted
-spellings and the fields a turn may carry are described in :mod:`packshard.ingest.normalize`.
-``with_system`` adds a top-level ``system`` string; ``tools_of`` reads ``tools``.  Both the
-chat formats (:mod:`packshard.ingest.normalize`) and preference pairs
-(:mod:`packshard.ingest.pairs`) build on these, so a turn reads the same in every layout.
+``role``/``content`` turns; spellings in :mod:`packshard.ingest.normalize`).  ``with_system``
+adds a top-level ``system`` string; ``tools_of`` reads ``tools``.  Chat formats and preference
+pairs (:mod:`packshard.ingest.pairs`) build on these, so a turn reads the same everywhere.
 """
 
 from __future__ import annotations

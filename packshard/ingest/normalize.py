@@ -24,18 +24,16 @@ joined with no separator; a chat record's images (an ``images`` list with ``<ima
 placeholders, image content parts, LLaVA's ``image``) become image parts and sized files
 (:mod:`packshard.ingest.media.parts`); empty strings are kept (templates handle them).  A
 turn's other fields (``tool_calls``, ``tool_call_id``, ``name`` …, ``null`` ones dropped) travel in
-``Message.extra`` to the template, as ``transformers`` passes them, except the reasoning
-fields and training flags :mod:`packshard.ingest.fields` reads; a turn with ``tool_calls``
-may have ``content: null`` (OpenAI style), read as ``""``.  A top-level ``system``
-string becomes a leading system message when the conversation has none (an empty one is
-ignored).  ``tools`` may be a list or a JSON string of one (``"[]"`` counts as no tools).
+``Message.extra`` to the template, as ``transformers`` passes them (reasoning and flags aside:
+:mod:`packshard.ingest.fields`); ``content: null`` with ``tool_calls`` reads as ``""``.  A
+top-level ``system`` string leads when the conversation has none; ``tools`` may be a list or
+a JSON string of one.
 
 Alpaca becomes ``[system] + history pairs + user(instruction["\n" + input]) + assistant(output)``.
 Prompt/completion strings stay plain (no template); message lists become
 ``messages = prompt + completion`` with ``completion_start = len(prompt)``.
 
-Whether a conversation has an assistant turn to learn from depends on the loss policy, so it is
-checked later, not here.  Normalization is a few dict lookups per message: no copies of values.
+Whether a conversation has a turn to learn from depends on the loss policy: checked later.
 """
 
 from __future__ import annotations
@@ -168,11 +166,9 @@ def normalize_record(
 ) -> Conversation:
     """Return the record as a :class:`Conversation`; raise :class:`RecordError` at its place.
 
-    ``fmt`` is ``"auto"`` (detect per record) or one of :data:`~packshard.options.FORMATS`.
-    A chat record's images resolve against ``media_root``, else the record's folder
-    (:mod:`packshard.ingest.media.parts`).
-    The domain is ``value[domain_field]`` when that is a non-empty string, else the file's.
-    A record read with an error re-raises that error.
+    ``fmt`` is ``"auto"`` or one of :data:`~packshard.options.FORMATS`; images resolve against
+    ``media_root``, else the record's folder.  The domain is ``value[domain_field]`` when a
+    non-empty string, else the file's.
     """
     if raw.error is not None:
         raise raw.error

@@ -14,29 +14,21 @@ message, so that each branch renders as its own conversation ``prompt + [answer]
       (LLaMA-Factory)                                                        (from/value) or strings
     chosen_messages + rejected_messages       as the implicit prompt (or ``prompt`` when given)
 
-A top-level ``system`` string and ``tools`` apply as for chat
-(:mod:`packshard.ingest.messages`).  What is left of each conversation after the prompt must
-be exactly one assistant message (``invalid_pair`` otherwise); two identical conversations
-are an ``identical_pair``.  Per-message ``train``/``weight``/``loss_weight`` flags are read as for
-chat.
+``system``, ``tools`` and per-message flags apply as for chat.  What follows the prompt must
+be exactly one assistant message (``invalid_pair``); two identical conversations are an
+``identical_pair``.
 
-An unpaired record (a ``label`` with ``messages``, or with ``prompt`` and
-``completion`` as TRL's unpaired layout spells it; a label that is not a boolean is
-refused, under ``--format auto`` as under ``--format kto``) becomes ``Conversation(messages,
-kto_label=label)``: one example, its label carried to the reader.  ``prompt`` and
-``completion`` read as a pair's prompt and answer: strings are one user turn and one
-assistant turn, message lists are read as messages, and the completion must be one
-assistant message::
+An unpaired record (a boolean ``label`` with ``messages``, or with ``prompt`` and
+``completion`` as in TRL's unpaired layout, read as a pair's prompt and one answer) becomes
+``Conversation(messages, kto_label=label)``: one example, its label carried to the reader::
 
     {"prompt": "Capital of France?", "completion": "Paris.", "label": true}
     -> [user "Capital of France?", assistant "Paris."], kto_label True
 
 Rendered, each example carries a pair code (``Rendered.pair``: 0 plain, 1 chosen, 2 rejected,
 3 KTO undesirable, 4 KTO desirable); shards carry it as ``branch`` (0, 1, 2) and ``kto_label``
-(−1 none, 0, 1).  Packed, a pair is a unit: its chosen segment is immediately followed by its
-rejected one in the same row (:func:`packshard.pack.overlong.police_pairs`,
-:mod:`packshard.pack.plan.pairs`); :func:`~packshard.ingest.types.pair_starts` finds the
-pairs among the codes.
+(−1 none, 0, 1).  Packed, a pair is a unit, chosen then rejected in one row
+(:mod:`packshard.pack.plan.pairs`).
 """
 
 from __future__ import annotations
@@ -71,10 +63,8 @@ def is_preference(value: dict[str, Any]) -> bool:
 def is_kto(value: dict[str, Any]) -> bool:
     """Tell whether a record is an unpaired KTO one (see the module notes).
 
-    A ``label`` with ``messages``, or with ``prompt`` and ``completion`` (TRL).  Any label
-    that is not null counts, boolean or not: a ``"false"`` or a ``0`` is a KTO record with a
-    label :func:`from_kto` refuses, never a plain conversation whose "bad answer" would
-    become a training target.
+    A ``label`` with ``messages``, or with ``prompt`` and ``completion``.  Any label that is not
+    null counts: a ``"false"`` is refused by :func:`from_kto`, never trained as an answer.
     """
     get = value.get
     if get("label") is None:

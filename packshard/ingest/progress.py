@@ -9,11 +9,9 @@ A long ``pack`` or ``profile`` says how far it is wherever its stderr goes::
       5.2M tokens/s), about 15 s left
     --no-progress, --quiet: nothing
 
-Counts grow as work units finish (a unit is the smallest piece a worker reports).  The
-share done is the bytes of the finished units over the bytes of every input, so the estimate
-is ``elapsed × (total − done) / done``: it assumes the rest reads as fast as what is done, and
-is left out until the first unit has finished.  A log run that printed at least one line also
-prints a last one when the ingest ends (``done``), so a short run prints nothing.
+Counts grow as work units finish.  The share done is the finished units' bytes over every
+input's, so the estimate is ``elapsed × (total − done) / done`` (none before the first unit).
+A log run that printed a line prints a last one at the end; a short run prints nothing.
 """
 
 from __future__ import annotations

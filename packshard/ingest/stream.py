@@ -17,16 +17,12 @@ A chunk covers ``batch_size`` consecutive input records (the last one fewer), so
 ``chunk.records == len(chunk.batch) + len(chunk.rejects)`` and summing ``records`` over the
 stream counts every record read.  Examples keep input order; so do rejects.
 
-Encoding and labelling (:func:`~packshard.ingest.tokens.labels.encode_and_label`) leave the
-main thread: the tokenizers and the numba kernels that place tokens in the text release the
-GIL, so they run on the second core while the main thread reads and renders the next records,
-which is what bounds a pack's wall time.  The thread is worth a core of its own: where the
-engine gives a worker one core (two workers on two cores, a Ray task), ``threads`` is 1
-(:func:`~packshard.engine.worker_cores`) and the chunks are encoded in place on the main
-thread, since two threads there only take turns.  With a second thread, the first chunk is
-encoded in pieces of ``FIRST_PIECE`` records so the cores start at once (on one thread the
-pieces only cost each call's overhead).  What each of these choices measured is in
-``docs/performance.md`` ("The ingest stream")::
+Encoding and labelling (:func:`~packshard.ingest.tokens.labels.encode_and_label`) release
+the GIL, so they run on a second thread while the main thread reads and renders the next
+records, which bounds a pack's wall time.  Where a worker has one core, ``threads`` is 1
+(:func:`~packshard.engine.worker_cores`) and chunks are encoded in place.  With a second
+thread the first chunk is encoded in pieces of ``FIRST_PIECE`` records, so both cores start
+at once (``docs/performance.md``, "The ingest stream")::
 
     tokenize thread       [0a][0b]..[0h][encode+label 1     ][encode+label 2     ]..
     main thread      [r0a][r0b][r0c]..[r0h][render 1][check 0, yield][render 2][check 1]..
@@ -35,10 +31,8 @@ Templates render within ``max_record_bytes`` characters and ``template_timeout``
 template that runs out of time or steps on each of the first :data:`RUNAWAY_RECORDS` records,
 none rendered, stops the run at once (it would on every record).
 
-An example is rejected as ``no_trainable_tokens`` when every label after its first token is
-``IGNORE_INDEX``: once packed, the first label of a segment is masked at the seam, so such an
-example would contribute nothing to the loss.  ``chunk.loss_tokens`` holds, per example, the
-number of trained labels after the first token (what the packed row will count).
+An example whose every label after the first is ``IGNORE_INDEX`` trains nothing once packed:
+a ``no_trainable_tokens`` reject.  ``chunk.loss_tokens`` counts those labels per example.
 """
 
 from __future__ import annotations
@@ -325,10 +319,8 @@ def ingest(
     ``read`` turns each item of ``files`` into its records: :func:`read_records` for input
     files, :func:`packshard.ingest.read.units.read_range` for a work unit.
 
-    Chunk ``k`` is tokenized on a worker thread (``encode_batch`` releases the GIL) while
-    chunk ``k + 1`` is rendered and chunk ``k - 1`` is labelled and consumed on this one;
-    at most ``IN_FLIGHT`` chunks are rendered ahead of the consumer.  With ``threads=1``
-    (the cores this process may use) each chunk is tokenized on this thread instead.
+    Chunk ``k`` is tokenized on a worker thread while chunk ``k + 1`` is rendered and chunk
+    ``k - 1`` labelled here (at most ``IN_FLIGHT`` ahead); with ``threads=1`` on this thread.
 
     Raises:
         RecordError: the first bad record, when ``options.on_error == "fail"``.

@@ -1,11 +1,8 @@
 """The values ingest makes and hands on, stage by stage.
 
-``read_records`` yields :class:`RawRecord` (a parsed JSON value, or the reason it could not be
-parsed, with its place).  ``normalize_record`` turns a value into a :class:`Conversation`;
-rendering makes a :class:`Rendered`; tokenization and labelling produce
-:class:`TokenizedBatch` — flat int32 token and label arrays with an offsets array, never Python
-lists of ints — which :func:`packshard.ingest.stream.ingest` hands on as :class:`IngestChunk`
-values.  :class:`IngestOptions` says how records are read, labelled and batched.
+:class:`RawRecord` (read) ─► :class:`Conversation` (normalized) ─► :class:`Rendered` ─►
+:class:`TokenizedBatch` (flat int32 tokens and labels with offsets) ─► :class:`IngestChunk`;
+:class:`IngestOptions` says how records are read, labelled and batched.
 """
 
 from __future__ import annotations
@@ -65,9 +62,7 @@ class Message:
 
     ``extra`` holds the turn's other fields as ``(key, value)`` pairs, in record order
     (``tool_calls``, ``tool_call_id``, ``name`` …); the template sees them beside ``role`` and
-    ``content``, as ``transformers`` shows a message dict.  Values may be lists or dicts, so a
-    message is not hashable when it has them.  ``reasoning`` and ``train`` come from the
-    fields :mod:`packshard.ingest.fields` reads (they are not in ``extra``).
+    ``content``.  ``reasoning`` and ``train`` come from :mod:`packshard.ingest.fields`.
     """
 
     role: str
@@ -120,11 +115,8 @@ class Rendered:
     """One rendered example: its text and the character spans ``[lo, hi)`` to train on.
 
     ``label_path`` is one of :data:`~packshard.options.LABEL_PATHS`.  ``bos_chars`` > 0: the text
-    starts with the tokenizer's BOS, put there for the tokenizer (plain records), so it becomes
-    the BOS id and the rest is encoded as if alone — what ``add_special_tokens=True`` gives; a
-    SentencePiece "first" prefix then lands on the text.  ``reasoning`` lists the rendered
-    reasoning blocks (trained or not, for counting); ``turn`` is set on ``--turns expand``
-    examples.
+    starts with the BOS, encoded as ``add_special_tokens=True`` gives it.  ``reasoning`` lists
+    the rendered reasoning blocks; ``turn`` is set on ``--turns expand`` examples.
     """
 
     text: str
@@ -182,10 +174,8 @@ class TokenizedBatch:
     """Tokenized examples in columnar form.
 
     Example ``i`` owns ``input_ids[offsets[i]:offsets[i+1]]`` and the same slice of
-    ``labels`` (unshifted; ``IGNORE_INDEX`` where no loss).  ``refs``, ``domains`` and
-    ``formats`` (the record format each example came from) hold one entry per example.  With
-    ``--turns expand`` one record gives consecutive examples with the same ref, told apart by
-    ``turns``; a preference pair gives two, chosen then rejected, told apart by ``pairs``.
+    ``labels`` (unshifted).  ``refs``, ``domains`` and ``formats`` hold one entry per example;
+    examples of one record are told apart by ``turns`` and ``pairs``.
     """
 
     input_ids: np.ndarray  # int32, flat
@@ -217,16 +207,12 @@ class TokenizedBatch:
 SMALL_JOB_BYTES = 32 << 20
 """Input bytes under which a job tries the fast library that builds soonest first.
 
-Building Qwen3's encoder takes fastokens 1.85 CPU-s and gigatoken 0.71, and fastokens then
-encodes about 0.03 CPU-s a million tokens faster (:mod:`packshard.ingest.tokens.giga`).
-Whole ``pack`` processes of Qwen3 with the training template, alternating: 2.04M tokens
-(8.8 MB of input) took 4.39 CPU-s with gigatoken first against 7.04 with fastokens, 17.1M
-tokens (about 70 MB) 19.8 against 17.1.  The line between, 32 MiB, is decided from the
-input's bytes before anything starts (:func:`packshard.pack.units.early.sized_config`), so
-every process that encodes a unit of the job, whatever the number of workers, tries the same
-library first and the manifest names the same one (the order:
-:func:`packshard.ingest.tokens.backends.libraries`).  gigatoken also builds phi-3's encoder
-sooner (0.10 CPU-s against 0.44) and is tried first there whatever the size.
+gigatoken builds Qwen3's encoder sooner (0.71 CPU-s against fastokens' 1.85), fastokens
+then encodes a little faster: a 2.04M-token pack took 4.39 CPU-s with gigatoken first against
+7.04, a 17.1M-token one 19.8 against 17.1 (``docs/performance.md``, "Which fast library
+first").  The line is decided from the input's bytes before anything starts
+(:func:`packshard.pack.units.early.sized_config`), so every process of the job tries the same
+library first (:func:`packshard.ingest.tokens.backends.libraries`).
 """
 
 
@@ -300,11 +286,9 @@ class IngestOptions:
 class IngestChunk:
     """The examples and rejects of ``records`` consecutive input records.
 
-    ``label_paths`` counts the examples per label path, so a manifest can say how labels were
-    found.  ``loss_tokens`` holds, per example, its trained labels after the first token
-    (:func:`packshard.arrays.count_trained`); ``reasoning_tokens`` and ``reasoning_loss``
-    count the same way inside rendered reasoning blocks.  With ``--turns expand``
-    ``records`` counts records, not examples.
+    ``label_paths`` counts the examples per label path.  ``loss_tokens`` holds, per example,
+    its trained labels after the first (:func:`packshard.arrays.count_trained`);
+    ``reasoning_tokens`` and ``reasoning_loss`` count inside reasoning blocks.
     """
 
     batch: TokenizedBatch

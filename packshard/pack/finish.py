@@ -46,7 +46,7 @@ from packshard.pack.counts import (
 )
 from packshard.pack.media import cap_drops, example_vision, media_lists, vision_stats
 from packshard.pack.plan.balance import balance_stats, balanced_order, plan_costs
-from packshard.pack.plan.mixed import example_repeats, mix_drops, mix_examples, mix_stats
+from packshard.pack.plan.mix import example_repeats, mix_drops, mix_examples, mix_stats
 from packshard.pack.plan.pairs import plan_pair_units
 from packshard.pack.plan.rows import RowPlan, ordering_stats
 from packshard.pack.plan.schedule import (

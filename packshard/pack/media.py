@@ -9,9 +9,8 @@ the same files in the same order) and each example gets one entry per image::
         {root: "data", path: "imgs/1.jpg", bytes: 12324, sha256: "95d2…", width: 300,
          height: 168, grid_t: 1, grid_h: 12, grid_w: 22},  …]
 
-A ``--turns expand`` example holds the first ``images`` images of its record (the
-conversation up to its turn).  Packs without images never get the column (their bytes are
-those of before).
+A ``--turns expand`` example holds the images of its record up to its turn.  Packs without
+images never get the column.
 """
 
 from __future__ import annotations
@@ -111,9 +110,8 @@ def cap_drops(
     """One ``over_vision_cap`` reject per record whose every example alone exceeds a cap.
 
     An example with images is never cut, so every ``--overlong`` policy but ``error`` drops
-    it; ``error`` stops at the first.  A record with an example that fits (another turn of
-    ``--turns expand``) is packed and not rejected; ``copies`` (``--mix``, per record) leaves
-    out the records the mixture dropped, which are rejected once already.
+    it.  A record with an example that fits is not rejected; ``copies`` (``--mix``) leaves
+    out the records the mixture dropped already.
 
     Raises:
         RecordError: ``over_vision_cap`` under ``--overlong error``, at the first such example.

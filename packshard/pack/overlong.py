@@ -23,9 +23,8 @@ shorter answer stays whole when it fits in half::
 
 A pair whose prompts leave fewer than 2 answer tokens (one each) is dropped as ``too_long``.
 
-"Target" counts labels other than the example's first, which packing always masks.  With
-the ``wrapped`` strategy the planner splits at row ends instead, so nothing is cut here.
-Everything is vectorised over the chunk; an example of ``n`` tokens split into parts::
+"Target" counts labels other than the example's first, which packing always masks.  Under
+``wrapped`` the planner cuts at row ends instead.  Vectorised over the chunk; split parts::
 
     tokens   [0 ........................ n)
     parts    [0, L) [L, 2L) … [kL, n)          part p starts at p·L within the example
@@ -74,10 +73,8 @@ def apply_overlong(
     """Apply ``policy`` to the examples of ``batch`` longer than ``max_seq_len``.
 
     ``cut=False`` (the ``wrapped`` strategy) keeps every example whole.  ``records`` numbers
-    the record of each example (``--turns expand`` gives one record several examples; by
-    default each example is its own record): ``drop`` drops each example that is too long on
-    its own (a turn example that fits is kept; the others count in ``parts_dropped``), and a
-    record is dropped (one reject) only when none of its examples is left.
+    each example's record: ``drop`` drops each example too long on its own, and a record is
+    dropped (one reject) only when none of its examples is left.
     """
     ids, labels, offsets = batch.input_ids, batch.labels, batch.offsets
     lengths = np.diff(offsets)

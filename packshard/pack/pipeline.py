@@ -16,31 +16,22 @@ groups; tokens wait on disk in the spill, and the per-example columns (token off
 included) in files mapped and handed back after each stage
 (:mod:`packshard.pack.units.columns`).  Each stage drops the columns no later stage reads
 (:meth:`~packshard.pack.spill.Spill.without`, :meth:`~packshard.pack.plan.rows.RowPlan.without`)
-and the heap is trimmed between stages (:func:`~packshard.engine.heap.trim_heap`).  Measured
-(``scripts/measure_driver_memory.py``: peak RSS packing 2M one-token records minus that at
-200k, over 1.8M, ``--workers 1``): 13-30 bytes an example from run to run (the difference
-of two mostly fixed peaks), about 22 from 2M to 4M, where planning and the row shuffle hold
-their 20-22 bytes an example (``docs/scale.md``: what each byte is, every run, and the plan
-for 1B examples).  Each stage
-returns a typed value (the spill with what it accepted, the rejects file's tally, the
-plan, the shards' entries) and :func:`~packshard.pack.counts.pack_stats` combines them once.
+and the heap is trimmed between stages (:func:`~packshard.engine.heap.trim_heap`): about 22
+bytes an example at the driver's peak (``docs/scale.md`` has each byte).  Each stage returns a
+typed value (the spill with what it accepted, the rejects file's tally, the plan, the shards'
+entries) and :func:`~packshard.pack.counts.pack_stats` combines them once.
 
-Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``; the manifest is
-written last; the folder is renamed to ``OUT`` only when complete.  An interrupted run leaves
-at most a ``.partial`` folder with no manifest, never an ``OUT`` that looks complete.  What
-may be replaced, the lock on ``OUT`` and the temporary names are
-:mod:`packshard.format.folder`'s, shared with ``export``.
-A run that packs nothing (every record rejected or dropped) fails and writes no ``OUT``.
+Atomicity: everything is written into ``.NAME.partial-PID`` beside ``OUT``, the manifest last,
+and renamed to ``OUT`` only when complete (:mod:`packshard.format.folder`).  A run that packs
+nothing fails and writes no ``OUT``.
 
 Determinism: the same inputs and options give byte-identical shards and examples index; only
 the manifest's ``created_at`` differs.  Example ids number the packed examples in input order
 (record order, then part).
 
 The ingest and the shard writing run as tasks on an engine (:mod:`packshard.pack.units.scale`),
-whatever ``--workers``: the inputs are mapped unit by unit and merged into one spill, rejects
-in (input, line) order; each shard is written by a task; every other stage is this module's,
-so any engine and any worker count give the same bytes.  ``--workers 1`` runs the tasks in
-this process on the driver's tokenizer and template.
+whatever ``--workers``; every other stage is this module's, so any engine and any worker
+count give the same bytes.
 """
 
 from __future__ import annotations
@@ -78,8 +69,8 @@ from packshard.pack.config import PackConfig, check_config
 from packshard.pack.finish import PackResult, Provenance, pack_spill
 from packshard.pack.plan.schedule import check_eval_files
 from packshard.pack.units.early import ListedInputs, list_inputs, sized_config
-from packshard.pack.units.map import MappedUnit
 from packshard.pack.units.scale import driver_load, engine_for, hash_inputs, map_inputs
+from packshard.pack.units.stored import MappedUnit
 from packshard.store import claim_store, is_url, publish_store
 
 
@@ -91,14 +82,9 @@ def pack_dataset(
 ) -> PackResult:
     """Run the whole ``pack`` job and return the written folder and manifest.
 
-    ``progress`` is a mode of :func:`~packshard.ingest.progress.progress_mode` (True: the
-    bar, None: the bar on a terminal, plain lines otherwise).
-
-    ``notify`` hears at once what was done beside OUT (leftovers of interrupted runs
-    removed); without it those notes come back among the result's warnings.
-
-    ``inputs`` is ``config``'s inputs as :func:`~packshard.pack.units.early.start_early`
-    listed them (listed here when None).
+    ``progress`` is a mode of :func:`~packshard.ingest.progress.progress_mode`.  ``notify``
+    hears at once what was done beside OUT (else it comes back among the warnings).
+    ``inputs`` is ``config``'s inputs as already listed (listed here when None).
     """
     if is_url(config.out):
         return _pack_to_store(config, progress, notify)

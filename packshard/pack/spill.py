@@ -10,15 +10,11 @@ length, loss tokens, source, line, part, start, domain, format, truncated, recor
      ^   ^   ^          ^
      offsets (int64, in memory, one per example + 1)
 
-Peak memory is those per-example arrays (42 bytes an example, int32 wherever values fit,
-see ``narrow``; 30 once ``pack`` keeps source, domain, start and turn codes in their
-:func:`smallest` type, one byte each for one input, one domain, no split) plus one chunk.
-The tokens are never read back here: the returned spill names its folder as a part
-(:class:`~packshard.pack.units.parts.PartFiles`), read one shard at a time with positioned
-reads (:meth:`Spill.read_ranges`), never through a memory map, so the resident set does not
-grow to the size of the spill.  :class:`SpillWriter` owns what it counts (records and tokens
-accepted per input and domain, what the overlong policy did) and returns it in the
-:class:`Spill`, as :class:`SpillCounts`.
+Peak memory is those per-example arrays (30 to 42 bytes an example, each in its
+:func:`smallest` type) plus one chunk.  The tokens are read back one shard at a time with
+positioned reads (:meth:`Spill.read_ranges`), never through a memory map, so the resident
+set does not grow to the size of the spill.  :class:`SpillWriter` owns what it counts
+(:class:`SpillCounts`) and returns it in the :class:`Spill`.
 """
 
 from __future__ import annotations
@@ -210,11 +206,9 @@ def whole_images(batch: TokenizedBatch, max_seq_len: int, overlong: str, wrapped
 class SpillWriter:
     """Append tokenized chunks to a spill folder, applying the overlong policy.
 
-    ``sources`` are the input paths, in order; every example's ``ref.source`` is one of them.
-    ``split_at_rows`` (the ``wrapped`` strategy) keeps overlong examples whole.  ``compact``
-    keeps each chunk's per-example arrays in their :func:`smallest` types (a work unit's,
-    which the merge widens): about 20 bytes an example of ``{"text": …}`` records instead of
-    67 until the unit is done, and its offsets int32 while its tokens fit.
+    ``sources`` are the input paths, in order.  ``split_at_rows`` (``wrapped``) keeps overlong
+    examples whole.  ``compact`` keeps each chunk's per-example arrays in their
+    :func:`smallest` types (a work unit's, which the merge widens).
     """
 
     def __init__(

@@ -46,10 +46,8 @@ class ProfileConfig:
     def build(cls, **flat: Any) -> ProfileConfig:
         """Build from flat keywords: the config's own first, then each part's by field name.
 
-        ``ray_address`` is :class:`EngineOptions`' ``address``; ``fmt`` is ``format``.
-        ``backend`` defaults to ``auto`` here, as on the command line and in
-        :meth:`PackConfig.build <packshard.pack.config.PackConfig.build>` (every backend gives
-        the same tokens).
+        ``ray_address`` is :class:`EngineOptions`' ``address``; ``fmt`` is ``format``;
+        ``backend`` defaults to ``auto``, as on the command line.
         """
         renames = {"ray_address": "address", "fmt": "format"}
         flat = {renames.get(k, k): v for k, v in flat.items()}

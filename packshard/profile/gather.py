@@ -1,16 +1,12 @@
 """What a profile keeps of the ingest stream, gathered by each unit's task and by the driver.
 
-A profile keeps a few integers per example, never the tokens: its length, its loss tokens, its
-domain's code, its reasoning tokens and the trained ones, and whether it starts a record
-(``--turns expand`` makes several examples of one record).  Beside them it keeps rejected
-records per domain and per code, the first :data:`MAX_LISTED_REJECTS` rejects with their
-``file:line``, and how many examples each label path labelled.
+A profile keeps a few integers per example, never the tokens (length, loss tokens, domain
+code, reasoning tokens and the trained ones, whether it starts a record), rejects per domain
+and code, the first :data:`MAX_LISTED_REJECTS` rejects and the label paths' counts.
 
-:class:`ProfileParts` gathers all of it from ingest chunks (:meth:`ProfileParts.add_chunk`: a
-task on its unit, :mod:`packshard.profile.units`) and from what units returned
-(:meth:`ProfileParts.add_unit`: the driver, which makes domain codes global and lines
-absolute), and :meth:`ProfileParts.report` concatenates once and computes the report
-(:func:`~packshard.profile.report.profile_lengths`).
+:class:`ProfileParts` gathers it from ingest chunks (:meth:`~ProfileParts.add_chunk`, a task)
+and from units' results (:meth:`~ProfileParts.add_unit`, the driver), then computes the report
+once (:func:`~packshard.profile.report.profile_lengths`).
 """
 
 from __future__ import annotations

@@ -19,8 +19,7 @@ Worked example, lengths ``[5, 2, 1]``, ``L = 8``, ``batch_size = 3`` (U = 8)::
 Batches hold ``batch_size`` consecutive examples; the last one may be smaller and is not
 filled with padding examples.  Random batches follow
 ``numpy.random.default_rng(seed).permutation(n)``; bucketed batches follow ``np.sort``
-(ascending; with full batches this grouping computes the fewest tokens, a short last batch
-of the longest examples can make it lose to a lucky shuffle on tiny inputs).  Packing is
+(ascending).  Packing is
 ``plan_packs(clipped, L, "bfd")`` — the planner ``pack`` uses — and its lower bound is
 ⌈U / L⌉ rows.
 """

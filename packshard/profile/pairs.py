@@ -11,10 +11,8 @@ branch lengths ``(c_i, r_i)``, all of them useful tokens::
                           pairs drawn with --seed, padded to their longest (TRL's collator)
     packed                rows · max_seq_len                  BFD over pair units
 
-Each branch renders the prompt again, so the prompt share counts it twice, as training does:
-``prompt`` tokens are those before a branch's first trained token, ``answer`` tokens the rest.
-Pairs longer than ``max_seq_len`` together are left out of every figure and counted
-(``over_max``), as ``pack --overlong drop`` would leave them out.
+The prompt share counts each branch's prompt, as training does.  Pairs longer than
+``max_seq_len`` together are left out and counted (``over_max``), as ``pack`` drops them.
 """
 
 from __future__ import annotations

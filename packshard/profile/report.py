@@ -1,20 +1,13 @@
 """The profile of a dataset: per-domain counts, lengths and utilization, from the ingest stream.
 
-``profile_lengths`` works on per-example arrays (token count, loss-token count, domain code,
-reasoning tokens, record starts); :mod:`packshard.profile.gather` builds them from the ingest
-stream, keeping only those arrays and never the tokens.  The report has one
-:class:`DomainProfile` for the whole input and one per domain (a domain whose records were all
-rejected still gets a row).  Loss tokens are labels ``!= IGNORE_INDEX`` excluding each example's
-first token (its label is masked at every seam once packed); prompt tokens = tokens − loss
-tokens. Per-domain utilization treats each domain as if it were profiled alone, so per-domain
-rows do not add up to the total's rows; records, rejects and token counts do add up.
+``profile_lengths`` works on per-example arrays (:mod:`packshard.profile.gather`, never the
+tokens).  The report has one :class:`DomainProfile` for the whole input and one per domain.
+Loss tokens exclude each example's first label; prompt tokens = tokens − loss tokens.
+Per-domain utilization treats each domain as if profiled alone.
 
-The report also advises (:func:`overlong_effect`, :func:`describe_fit`): for each domain, what
-``max_seq_len`` L and the ``--overlong`` policy pack would use do to its overlong examples
-(drop them and their tokens, cut ``Σ (len − L)`` tokens, split each into ``⌈len / L⌉`` parts,
-or stop), the smallest length that keeps :data:`KEEP_SHARE` of its examples whole (the
-example at rank ``⌈share × n⌉`` of the sorted lengths), and how many rows and examples an
-optimizer step of ``batch_size`` packed rows takes.
+The report also advises (:func:`overlong_effect`, :func:`describe_fit`): per domain, what
+``--overlong`` does to its overlong examples, the smallest length that keeps
+:data:`KEEP_SHARE` of them whole, and what an optimizer step of ``batch_size`` rows takes.
 """
 
 from __future__ import annotations
@@ -136,13 +129,10 @@ def profile_lengths(
 ) -> ProfileReport:
     """Profile examples given as arrays: ``domain_names[domain_codes[i]]`` is example i's domain.
 
-    ``rejected`` counts rejected records per domain name; names missing from ``domain_names``
-    become domains of their own.  ``reasoning`` holds per example its reasoning tokens and
-    the trained ones; ``first`` marks the first example of each record (``--turns expand``
-    gives a record several; by default each example is a record); ``overlong`` is the
-    ``--overlong`` policy the advice describes.  Raises
-    :class:`UsageError` on a non-positive ``max_seq_len`` or ``batch_size`` and on arrays of
-    different lengths.
+    ``rejected`` counts rejected records per domain name (unknown names become domains).
+    ``reasoning`` holds per example its reasoning tokens and the trained ones; ``first`` marks
+    each record's first example; ``overlong`` is the policy the advice describes.  Raises
+    :class:`UsageError` on a non-positive size and on arrays of different lengths.
     """
     if max_seq_len <= 0 or batch_size <= 0:
         raise UsageError(

@@ -1,18 +1,14 @@
 """``profile`` on an engine: every work unit profiled by a task, the arrays merged in order.
 
-``profile`` cuts the inputs into the same units as ``pack`` (:mod:`packshard.ingest.read.units`:
-byte ranges, row groups, small whole inputs gathered) and runs one task per unit on the engine
-``--workers`` / ``--engine`` name (``--workers 1``: in this process, on the driver's tokenizer
-and template)::
+``profile`` cuts the inputs into the same units as ``pack`` (:mod:`packshard.ingest.read.units`)
+and runs one task per unit on the engine::
 
     driver: open_stage ─► plan_units ─► engine.run(profile_unit, UnitTask per unit)
     task:   run_unit into a ProfileSink ─► ProfileParts.to_unit (a few integers per example)
     driver: in_order ─► ProfileParts.add_unit (lines absolute, domain codes global) ─► report
 
-A task returns only the few integers per example the report needs (length, loss tokens,
-domain code, reasoning tokens and the trained ones, whether it starts a record), its first
-rejects and its reject counts.  Both sides gather with
-:class:`~packshard.profile.gather.ProfileParts`.
+A task returns only the few integers per example the report needs, its first rejects and its
+reject counts (:class:`~packshard.profile.gather.ProfileParts`).
 """
 
 from __future__ import annotations
@@ -88,9 +84,7 @@ def profile_inputs(
 ) -> ProfileReport:
     """Profile ``files`` (``config.inputs`` expanded) unit by unit on ``config.engine``.
 
-    Tasks load ``config.tokenizer`` and ``config.template`` by spec; ``stage`` is the stage
-    the caller already opened for them (opened here otherwise), which tasks run in this
-    process share.  See the module docstring.
+    ``stage`` is the stage the caller already opened (opened here otherwise).
 
     Raises:
         RecordError: the first unit error in input order (``--on-error fail``).

@@ -1,9 +1,7 @@
 r"""What images cost: vision tokens, image sizes, and the padding of a padded VLM batch.
 
-An image reaches the language model as placeholder tokens, one per merged patch
-(:mod:`packshard.ingest.media.grid`), which are part of every example's length; the vision
-encoder computes the same patches.  From per-example counts (images, vision tokens) and
-per-image sizes (width, height, bytes, each occurrence of a file counted), the profile
+An image reaches the model as one placeholder token per merged patch
+(:mod:`packshard.ingest.media.grid`).  From per-example counts and per-image sizes the profile
 reports::
 
     vision share        Σ vision tokens / Σ tokens                   of the accepted examples
@@ -14,10 +12,8 @@ reports::
                         tokens padded to the batch's longest:  1 − useful / computed
     vision tokens a batch   max / mean over those batches (the encoder's work per step)
 
-Six LLaMA-Factory demo records (3 files, 8 images) with Qwen2-VL's rule: 550 of 1,025 tokens
-are vision (53.7 %), 66 to 132 vision tokens an example.  In the padded batches examples
-longer than ``max_seq_len`` are clipped, as every strategy of :mod:`packshard.profile.lengths`
-clips them; the share counts every token.
+In the padded batches examples longer than ``max_seq_len`` are clipped, as in
+:mod:`packshard.profile.lengths`; the share counts every token.
 """
 
 from __future__ import annotations

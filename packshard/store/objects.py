@@ -214,9 +214,8 @@ def read_hashed_object(url: StoreUrl) -> tuple[bytearray, str]:
 def child_object(folder: StoreUrl, rel: object) -> StoreUrl:
     """Return the object ``rel`` names below ``folder``, where ``rel`` is a plain relative key.
 
-    A manifest may come from anyone: a name that is absolute, climbs (``..``), has empty or
-    ``.`` levels or backslashes is refused, as :mod:`packshard.format.folder.paths` refuses
-    it in a local folder.
+    A name that is absolute, climbs (``..``), has empty or ``.`` levels or backslashes is
+    refused, as :mod:`packshard.format.folder.paths` refuses it locally.
 
     Raises:
         FormatError: ``rel`` is not a plain relative key.

@@ -12,12 +12,10 @@ manifest is a pack") true at every moment::
     5 manifest.json created If-None-Match: *           the pack appears, whole, at once
     6 the lock deleted (only if it is still this job's)
 
-A job interrupted anywhere before 5 leaves no manifest, so no reader takes what it left for a
-pack (``verify``, ``export`` and the reader all start from the manifest); one killed outright
-leaves its lock too, and the next writer is refused, naming the lock, until someone who
-knows that job is gone deletes it (fail closed: a lock is never broken by a guess).  An OUT
-holding objects but no manifest (not a pack, or an interrupted one) is refused rather than
-mixed with.
+A job interrupted before 5 leaves no manifest, so no reader takes what it left for a pack;
+one killed outright leaves its lock, and the next writer is refused, naming it, until someone
+deletes it (a lock is never broken by a guess).  An OUT holding objects but no manifest is
+refused rather than mixed with.
 """
 
 from __future__ import annotations

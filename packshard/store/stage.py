@@ -1,16 +1,13 @@
 """Local copies of store objects for the stages that read local files.
 
-``pack``, ``profile`` and the source check of ``verify`` hash every input and cut it into
-units at line starts; they do it on local files.  An ``s3://`` input is fetched once per
-process into a staging folder (``$TMPDIR/packshard-inputs-*``, removed when the process
-ends) and read from there; the recorded ``source`` stays the URL.  ``verify`` and ``export``
-of an OUT on a store fetch the pack whole (they read every byte anyway: checksums, every row)::
+Stages that hash and cut inputs on local files fetch an ``s3://`` input once per process into
+a staging folder (removed when the process ends; the recorded ``source`` stays the URL);
+``verify`` and ``export`` of an OUT on a store fetch the pack whole::
 
     s3://bucket/in/a.jsonl ──fetch──► $TMPDIR/packshard-inputs-XXXX/3f2a…/a.jsonl  (source: URL)
     s3://bucket/out/       ──fetch──► $TMPDIR/packshard-out-XXXX/out/…              (manifest first)
 
-The local disk must hold the inputs (or the pack) once.  A Ray worker on another node needs
-none of this: it reads its unit's byte range where it runs
+A Ray worker on another node reads its unit's byte range where it runs instead
 (:func:`packshard.store.objects.read_range`).
 """
 
@@ -67,8 +64,7 @@ def fetch_input(url: StoreUrl) -> Path:
 def fetched_out(spec: str) -> Iterator[Path]:
     """Fetch the pack at the URL ``spec`` into a local folder for the block, then remove it.
 
-    The manifest is looked for first: no manifest, no pack (a pack being written or
-    interrupted has none), and nothing else is fetched.
+    The manifest is looked for first: no manifest, no pack, nothing fetched.
 
     Raises:
         ManifestError: there is no ``manifest.json`` at ``spec``.

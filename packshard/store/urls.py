@@ -6,13 +6,10 @@ A store URL is ``SCHEME://BUCKET/KEY``::
     gs://bucket/in/chat.jsonl      Google Cloud Storage
     az://container/in/chat.jsonl   Azure Blob Storage (account from AZURE_STORAGE_ACCOUNT_NAME)
 
-Anything else with ``://`` (``http://``, ``hdfs://``, ``file://``) is refused by name: a path
-without a scheme is a local path, as before.  A URL may carry neither credentials nor options
-(``s3://KEY:SECRET@bucket``, ``?endpoint_override=…``): both would end up in the manifest, in
-logs and in the shell's history, so the store's credentials, region and endpoint come from the
-environment and the user's usual configuration (``AWS_ACCESS_KEY_ID``, ``~/.aws/config``,
-``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS`` …), as every client of that store reads
-them.
+Anything else with ``://`` is refused by name; a path without a scheme is local.  A URL may
+carry neither credentials nor options (``s3://KEY:SECRET@bucket``, ``?endpoint_override=…``):
+they would end up in the manifest and in logs, so credentials, region and endpoint come from
+the environment and the store's usual configuration.
 """
 
 from __future__ import annotations

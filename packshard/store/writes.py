@@ -9,14 +9,11 @@ exists, 409 while another conditional write of it is in flight)::
     the pack  OUT/manifest.json     published once: never written over another's
 
 pyarrow's filesystems have no conditional write, so publishing goes through boto3 (the ``s3``
-extra), with the same credentials and endpoint from the environment; its uploads are also
-the faster ones measured (multipart, parts in parallel: ``docs/object-stores.md``), and an
-object appears only once its upload completes.  A store that ignores the header would let
-two writers both "win"; :func:`check_conditional` therefore creates the lock's key a second
-time right after the first create and requires that second create to be refused (the
-control), and stops when it is not.  ``gs://`` and ``az://`` have their own conditions
-(``ifGenerationMatch=0``, Azure's ``If-None-Match``) that no client here sends yet:
-publishing there is refused, reading is not.
+extra; its multipart uploads are also the faster, ``docs/object-stores.md``).  A store that
+ignores the header would let two writers both "win", so :func:`check_conditional` creates the
+lock's key a second time and requires that create to be refused (the control).  ``gs://``
+and ``az://`` have their own conditions that no client here sends yet: publishing there is
+refused, reading is not.
 """
 
 from __future__ import annotations
@@ -102,8 +99,7 @@ def check_conditional(url: StoreUrl, body: bytes) -> None:
 def delete_created(url: StoreUrl) -> None:
     """Delete the object at ``url`` (the lock, a replaced pack's file) with the same client.
 
-    Deleted by key alone: pyarrow's ``delete_file`` would leave an empty ``OUT/`` marker
-    object behind to keep the "folder" (a listing would then show OUT as not empty).
+    Deleted by key alone (pyarrow's ``delete_file`` would leave an ``OUT/`` marker behind).
 
     Raises:
         OutputError: the store refused the delete.

@@ -11,21 +11,17 @@ segments of 3+2, 4 and 1+2 tokens, padded to a multiple of 8::
     cu_seqlens    [0, 3, 5, 9, 10, 12, 16]                  max_seqlen = 4
 
 Padding (``pad_to_multiple_of``) forms its own last segment with positions 0, 1, … and no
-loss, so flash-attention varlen kernels, position-id based packing detection (Hugging Face)
-and SSM ``seq_idx`` all see a well-formed sequence.  ``static_cu_seqlens_len`` repeats the last
-boundary (empty segments) so the tensor keeps one shape across steps, as CUDA graphs and
-context parallelism need.
+loss.  ``static_cu_seqlens_len`` repeats the last boundary so the tensor keeps one shape
+across steps (CUDA graphs, context parallelism).
 
 Padded (:func:`collate_padded`): ``[B, max_seq_len]`` tensors, padding in no segment
 (``seq_idx`` -1, label -100, ``attention_mask`` 0); pair with ``masks.padded_block_causal_mask``.
 
-Loss.  Packing changes the effective batch: a step holds as many examples as fit, not a fixed
-count.  The usual token mean (sum of token losses / loss tokens in the batch) weights every
-*token* equally, so long examples weigh more than in an unpacked per-example mean.  To keep
-either objective exact across micro-batches and ranks, divide summed losses by a global count:
-:func:`loss_normalizers` gives the loss-token and example counts, :func:`segment_mean_loss`
-the per-example mean.  Labels are unshifted: token ``t`` is predicted from logits ``t-1``; the
-first label of every segment is -100, so no prediction crosses a seam.
+Loss.  A packed step holds as many examples as fit, so to keep the token mean or the
+per-example mean exact across micro-batches and ranks, divide summed losses by a global
+count: :func:`loss_normalizers` gives the loss-token and example counts,
+:func:`segment_mean_loss` the per-example mean.  Labels are unshifted and the first label of
+every segment is -100, so no prediction crosses a seam.
 """
 
 from __future__ import annotations
@@ -52,12 +48,9 @@ SEGMENT_FILL = {"branch": 0, "kto_label": -1}
 def packed_row(feature: Mapping[str, Any]) -> Row:
     """Return a row as the collators take it: tensors, with its segment boundaries.
 
-    Rows come from :class:`~packshard.torch.PackedDataset` (tensors), ``load_dataset(OUT)``
-    (lists) or a trainer that dropped the columns its model does not take (Hugging Face's
-    ``remove_unused_columns`` keeps ``input_ids``, ``labels``, ``position_ids``).  The
-    boundaries are ``cu_seqlens``, else ``seq_lengths``, else where ``position_ids`` restart;
-    a row with none of them cannot be packed safely and is refused.  A reader row (every key
-    a tensor) is returned as it is.
+    Rows come from the reader (returned as they are), ``load_dataset(OUT)`` or a trainer that
+    dropped columns.  The boundaries are ``cu_seqlens``, else ``seq_lengths``, else where
+    ``position_ids`` restart; a row with none of them is refused.
     """
     extra = {
         k: torch.as_tensor(feature[k]).to(torch.int8)

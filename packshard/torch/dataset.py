@@ -1,10 +1,7 @@
 """Read packed shards as torch datasets: random access and exact, resumable streaming.
 
-An output folder ``OUT`` holds ``shard-00000.parquet …`` and ``manifest.json``.  Each shard row
-is one packed row (``input_ids``, ``labels``, ``position_ids``, ``cu_seqlens``, ``example_ids``).
-Opening a folder reads only the manifest: the number of rows, hence the number of steps, is
-known before any shard is touched.  A shard is decoded on first use into Arrow buffers (one per
-column, never Python lists) and each row is a slice of them::
+Opening a folder reads only the manifest (the number of rows is known before any shard is
+touched).  A shard is decoded on first use into Arrow buffers and each row is a slice::
 
     input_ids.values  [t t t t t t t t t t t t …]      row i = values[offsets[i]:offsets[i+1]]
     input_ids.offsets [0     5        12    …]
@@ -12,44 +9,31 @@ column, never Python lists) and each row is a slice of them::
 A preference pack's shards also hold ``branch`` and ``kto_label`` (one int8 per segment, parallel
 to ``example_ids``); rows then carry them too, and the collators pass them on per segment.
 
-``__getitem__`` copies the slice once, widening ``input_ids``/``labels``/``position_ids`` to
-int64 (what Hugging Face models index embeddings and compute losses with); ``cu_seqlens`` stays
-int32 (what flash-attention varlen kernels take).  The copy keeps the shard buffers immutable
-(Arrow's are read-only; torch tensors over them would not be).  When the manifest records the
-position policy ``reset`` (the contract's only one, proven by ``verify``), ``position_ids`` is
-computed from ``cu_seqlens`` instead of decoded: Parquet decoding is the slow part of a cold
-read (about a third less work).  ``cache_dir`` keeps an uncompressed Arrow IPC copy of each
-decoded shard and memory-maps it, so later processes, DataLoader workers and epochs skip the
-decode and share one copy through the page cache.
+``__getitem__`` copies the slice once (the shard buffers stay immutable), widening
+``input_ids``/``labels``/``position_ids`` to int64 (what Hugging Face models index and compute
+losses with); ``cu_seqlens`` stays int32 (what varlen kernels take).  Under the position
+policy ``reset`` (the contract's only one) ``position_ids`` is computed from ``cu_seqlens``, not
+decoded: about a third less work on a cold read.  ``cache_dir`` keeps an uncompressed Arrow IPC
+copy of each decoded shard and memory-maps it, shared by processes, workers and epochs.
 
-A folder may come from anyone, and what the reader serves is what trains the model, so it
-checks what it serves: the manifest's shards and tokenizer entries are schema-checked, every
-shard path must be a regular file inside ``OUT`` (:mod:`packshard.format.folder.paths`), each
-shard's row count is read from its Parquet footer before any array is sized by it.  When a
-shard is opened for reading (its first row asked for, in each process) it is read once, its
-SHA-256 computed as it streams in and compared with the manifest's, and the bytes checked are
-the bytes decoded; then its dataset id, its rows' boundaries, its token ids (inside the
-manifest's ``vocab_size``) and its labels (-100 or their own token) are checked.  Cache files
-are named by the SHA-256 the reader found and by their own.  Any failure is a
-:class:`~packshard.errors.FormatError` naming the file and the fix.
+A folder may come from anyone, so the reader checks what it serves: the manifest's entries
+are schema-checked, every shard path must be a regular file inside ``OUT``
+(:mod:`packshard.format.folder.paths`), each shard's row count comes from its footer before any
+array is sized by it.  A shard opened for reading is read once, hashed as it streams in and
+compared with the manifest's SHA-256, and the bytes checked are the bytes decoded; then its
+dataset id, row boundaries, token ids (inside ``vocab_size``) and labels (-100 or their own
+token) are checked.  Any failure is a :class:`~packshard.errors.FormatError` naming the file
+and the fix.
 
-Why a full hash for shards and a recorded fingerprint for cache entries (measured with
-``scripts/bench_reader_check.py``, figures in ``docs/performance.md``): a shard is about 2.2
-bytes a token and must be decoded anyway, so hashing it as it is read adds about 15% to its
-decode (the token check about as much: +25-36% on the first batch, +5-12% CPU on an epoch);
-a cache entry is about 12 bytes a token and is served by a memory map that
-costs almost nothing, so hashing it, or the shard it was made from, at every open would
-multiply the cached first batch's latency several times.  With a cache, each file (the shard,
-its entry) is hashed in full once, its status recorded in the cache folder, and hashed again
-whenever that status changes (:func:`_stamp`).
+A shard is hashed in full as it is read (it is decoded anyway: about 15% more); a cache entry,
+served by a memory map, is hashed in full once, its file status recorded in the cache
+folder, and hashed again whenever that status changes (:func:`_stamp`); ``docs/performance.md``
+("Reader checks") has the figures.
 
 ``out`` may be a store URL (``s3://bucket/out``, :mod:`packshard.store`): the manifest is one
-GET (no manifest, no pack: a pack being published has none yet), each shard's footer a ranged
-read of its own size at open, and a shard, when its first row is asked for, is read in ranged
-requests of 8 MiB, hashed as they arrive and checked like a local one; rows, placement over
-ranks and workers, and resume are the same.  With ``cache_dir`` the decoded copy is kept as for
-a local shard, but the shard is read and hashed again at each open (a store object has no
-file status to trust).
+GET, each shard's footer a ranged read at open, a shard read in ranged requests of 8 MiB when
+its first row is asked for, hashed and checked like a local one (again at each open, even
+with ``cache_dir``: a store object has no file status to trust).
 
 Streaming, shuffled and split over ranks and workers, is :mod:`packshard.torch.stream`.
 """
@@ -126,12 +110,9 @@ def _read_table(data: PackedDataset, k: int, columns: list[str]) -> pa.Table:
     bytes are what is decoded: a shard replaced, rewritten in place or tampered with, before
     the dataset was opened or after, is refused by name, never served.
 
-    With ``cache_dir``, a shard found equal to the manifest's SHA-256 has its file status
-    recorded there (``SHA.shard.checked``, :func:`_stamp`); a later open whose shard has
-    that very status, and whose cache entry exists, maps the entry without reading the shard
-    (a shard written over since has another status, and is read and hashed again).  The
-    entry is named by the shard's SHA-256 and by the SHA-256 of its own bytes as written,
-    and checked against the latter when it is mapped (:func:`_mapped`).
+    With ``cache_dir``, a checked shard's file status is recorded (:func:`_stamp`); a later
+    open whose shard has that very status maps the cache entry without reading the shard.
+    The entry is named by both SHA-256s and checked when it is mapped (:func:`_mapped`).
     """
     path, cache_dir = data.where(k), data.cache_dir
     expected = data.shard_sha256[k]
@@ -318,22 +299,16 @@ class PackedDataset(Dataset[Row]):
         expected_tokenizer_sha256: refuse the folder unless it was packed with this tokenizer.
         tokenizer: a ``tokenizer.json`` or its folder; its SHA-256 is compared the same way.
         cache_dir: keep an uncompressed Arrow IPC copy of every shard here (about 12 bytes a
-            token, named by the shard's SHA-256 and its own) and memory-map it: decoded once,
-            then shared through the page cache by all workers, epochs and runs, and hashed
-            at each open (an entry modified since it was written is refused).
+            token) and memory-map it: decoded once, shared by workers, epochs and runs.
         grad_accum, batch_size, world_size: every row carries ``num_items_in_step``, the
-            trained tokens of its whole optimizer step (``grad_accum`` micro-batches of
-            ``batch_size`` rows on each of ``world_size`` ranks, default torch.distributed's),
-            read in index order (see :mod:`packshard.torch.steps`; a DataLoader batching another
-            number of rows is refused when it fetches).
-        split: read the shards of this split only (``train``, the default, or ``eval``: a
-            pack with ``--eval-fraction`` or ``--eval`` holds both); None reads every shard.
-        padded: serve each segment padded to the pack's alignment (``pack --cp``/
-            ``--pad-multiple``, :mod:`packshard.format.topology.aligned`): pads of the EOS id
-            after each segment's tokens, label -100, positions running on; ``cu_seqlens`` the
-            padded boundaries and ``cu_seqlens_unpadded`` the real ones.  Default: padded when
-            the pack records an alignment; ``False`` serves the real tokens with
-            ``cu_seqlens_padded`` beside them.
+            trained tokens of its whole optimizer step, read in index order
+            (:mod:`packshard.torch.steps`).
+        split: read the shards of this split only (``train``, the default, or ``eval``);
+            None reads every shard.
+        padded: serve each segment padded to the pack's alignment
+            (:mod:`packshard.format.topology.aligned`), ``cu_seqlens_unpadded`` beside;
+            default: padded when the pack records an alignment; ``False`` serves the real
+            tokens with ``cu_seqlens_padded`` beside them.
 
     """
 

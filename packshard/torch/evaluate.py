@@ -9,10 +9,8 @@ segment, never across one::
     token loss  0 x x | 0 y | 0 z z z       loss of label t from the logits of t - 1
     per example loss_sum = Σ x, num_tokens = 2; loss_sum = y, 1; …   loss_mean = sum / tokens
 
-so each example's numbers are those of the example run alone (to float rounding).  The
-manifest's shard entries name their split (``"split"``, ``train`` when absent); ``split``
-selects the shards read.  Records carry ``example_id`` and the examples index's ``source``
-and ``line``.
+so each example's numbers are those of the example run alone (to float rounding).  ``split``
+selects the shards read; records carry ``example_id``, ``source`` and ``line``.
 """
 
 from __future__ import annotations
@@ -51,10 +49,9 @@ def evaluate(
 ) -> list[dict[str, Any]]:
     """Return one record per example of ``split``: its loss summed and averaged over its tokens.
 
-    Each record holds ``example_id``, ``source``, ``line``, ``loss_sum`` (fp64 sum of the
-    token cross-entropies), ``num_tokens`` (trained tokens) and ``loss_mean`` (``nan`` for
-    an example without trained tokens), in example-id order.  The model runs in eval mode
-    without gradients; its mode is restored.
+    Each record holds ``example_id``, ``source``, ``line``, ``loss_sum`` (fp64),
+    ``num_tokens`` and ``loss_mean`` (``nan`` without trained tokens), in example-id order.
+    The model runs in eval mode without gradients; its mode is restored.
     """
     positive_int("batch_size", batch_size)
     data = PackedDataset(out, split=None)  # every shard: split_shards picks them

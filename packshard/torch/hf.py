@@ -2,9 +2,8 @@
 
 :func:`collate_hf` is what ``Trainer(data_collator=…)`` takes: rows laid end to end as one
 ``[1, T]`` sequence with ``position_ids`` restarting in every segment and no attention mask, so
-transformers separates the segments itself (sdpa, eager, flex; flash attention via the
-``cu_seq_lens_*`` keys).  It works after ``remove_unused_columns`` has dropped ``cu_seqlens``:
-the boundaries are read back from ``position_ids`` (:func:`~packshard.torch.collate.packed_row`).
+transformers separates the segments itself; boundaries dropped by ``remove_unused_columns``
+are read back from ``position_ids``.
 
 :func:`check_trainer` answers, before training, "will the model see the rows' segments?".  It
 collates the first rows the way the trainer would (its column removal, its collator) and
@@ -41,10 +40,8 @@ def collate_hf(rows: list[Mapping[str, Any]], flash: bool = False) -> dict[str, 
     """Build a varlen batch with only the keys a Hugging Face model's ``forward`` accepts.
 
     For ``Trainer(data_collator=collate_hf)``: ``input_ids``, ``labels`` and ``position_ids``
-    as ``[1, T]``, plus the flash-attention boundaries when ``flash`` is true.  Rows may be
-    tensors or lists, with or without ``cu_seqlens`` (see :func:`packed_row`).  Segments are
-    told apart by the position restarts, which transformers detects only when no KV cache is
-    built (``Trainer`` switches it off; in your own loop pass ``use_cache=False``).
+    as ``[1, T]``, plus the flash-attention boundaries when ``flash`` is true.  Segments are
+    told apart by the position restarts (in your own loop pass ``use_cache=False``).
     """
     batch = collate_varlen(rows)
     out = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
@@ -133,12 +130,10 @@ def _fix(trainer: Any) -> str:
 def check_trainer(trainer: Any, rows: int = 4) -> None:
     """Raise :class:`UsageError` unless ``trainer`` will keep every segment of the rows apart.
 
-    ``trainer`` is a built ``transformers.Trainer`` or ``trl.SFTTrainer`` whose train
-    dataset holds packshard rows.  Its first ``rows`` rows are collated as the trainer would
-    (after its column removal) and the sequences the model separates are compared with the
-    rows' segments; then :func:`~packshard.torch.seams.check_model` runs the trainer's model
-    on the first collated row and on each of its segments alone.  Call it once, before
-    ``trainer.train()``.
+    ``trainer`` is a built ``transformers.Trainer`` or ``trl.SFTTrainer`` over packshard rows.
+    Its first ``rows`` rows are collated as it would, the sequences the model separates
+    compared with the rows' segments, then :func:`~packshard.torch.seams.check_model` run on the
+    first row.  Call it once, before ``trainer.train()``.
     """
     args = trainer.args
     is_trl = type(trainer).__name__ == "SFTTrainer"

@@ -14,12 +14,9 @@ A query may attend to a key when both are in the same segment and the key is not
     q 6      . . . . . . 1 .     padding attends only to itself: no all-False row, no NaN
     q 7      . . . . . . . 1
 
-Dense masks cost ``T²`` booleans (256 MiB at T = 16k): use them for SDPA on short rows and in
-tests.  On long rows, pass ``cu_seqlens`` to a varlen kernel, or build a FlexAttention
-``BlockMask`` (:func:`flex_block_mask`), which stores only which 128×128 blocks are needed.
-``seq_idx`` (from either collator) is the common input: segment index per token, -1 for
-padding.  A ``[B, 1, L, L]`` boolean mask goes to ``scaled_dot_product_attention`` as is and to
-Hugging Face models as ``attention_mask`` (a 4-D mask is used unchanged).
+Dense masks cost ``T²`` booleans (256 MiB at T = 16k): for short rows and tests.  On long rows
+pass ``cu_seqlens`` to a varlen kernel or build a FlexAttention ``BlockMask``
+(:func:`flex_block_mask`).  ``seq_idx`` (from either collator) is the common input.
 """
 
 from __future__ import annotations

@@ -3,31 +3,23 @@
 A :class:`~packshard.torch.stream.PackedIterableDataset` decides what to yield when a pass
 starts, never when it is built::
 
-    rank     torch.distributed's rank and world size, read when a pass starts.  Datasets are
-             often built before the process group exists (Lightning runs a DataModule's
-             __init__ before DDP starts): a rank read then is 0 of 1 on every process, and
-             every process would train every row.
-    wrapper  accelerate splits iterable datasets itself.  IterableDatasetShard
-             (dispatch_batches=False) reads the whole stream on every process and keeps its
-             slice of each block of batch_size × processes rows; DataLoaderDispatcher (its
-             default) reads on process 0 and scatters.  Under either, the dataset yields the
-             whole epoch cut to whole blocks and lets the wrapper split: split by rank as
-             well, the rows would be split twice and most never trained.
-    epoch    DataLoader worker processes hold copies of the dataset that cannot report back,
-             so without set_epoch() every pass would replay epoch 0.  Each worker counts its
-             passes in shared memory (:class:`PassCounter`): the first pass after set_epoch()
-             is that epoch, every later one the next.
+    rank     torch.distributed's rank and world size, read when a pass starts (a dataset
+             built before the process group exists, as Lightning builds it, would read 0 of 1)
+    wrapper  accelerate's IterableDatasetShard and DataLoaderDispatcher split the stream
+             themselves: the dataset yields the whole epoch cut to whole blocks of
+             batch_size × processes rows (split by rank too, most rows would never train)
+    epoch    DataLoader workers hold copies that cannot report back: each counts its passes
+             in shared memory (:class:`PassCounter`), the first after set_epoch() is that
+             epoch, every later one the next
 
 A wrapper is found on the call stack: the dataset's ``__iter__`` and ``__len__`` run inside the
 wrapper's (also in worker processes, which iterate the wrapper, and in workers forked by the
 dispatcher).  Spawned workers get what the main process found when it pickled the dataset.
 
 A launch whose ranks would not train one model is refused first, with the launch that works.
-
-A launcher (``torchrun``, ``accelerate launch``) starts ``WORLD_SIZE`` processes; they train
-one model only when a process group joins them and the model syncs its gradients over it.
-Accelerate decides that for itself, and on a CPU host it decides "one process" unless told
-otherwise::
+A launcher starts ``WORLD_SIZE`` processes; they train one model only when a process group
+joins them and the model syncs its gradients over it.  Accelerate decides that for itself,
+and on a CPU host it decides "one process" unless told otherwise::
 
     torchrun --nproc_per_node 2 train.py          accelerate: DistributedType.NO, 1 process,
                                                   no group → 2 models, each on its rows
@@ -35,17 +27,12 @@ otherwise::
     accelerate launch --cpu --num_processes 2     starts ONE process (--cpu uses the simple
                                                   launcher; nothing to detect from inside)
 
-:func:`check_launch` runs where the rows are read, before a pass reads any: the launcher's
-world size is the larger of ``WORLD_SIZE`` and the process group's size, read from the
-environment and from ``torch.distributed``, never from accelerate alone.  Under the plain
-torchrun line above the two ranks still join a live gloo group of 2, yet accelerate's state
-says ``DistributedType.NO``, 1 process: the group gives each rank its half of the rows and no
-model syncs a gradient over it (measured: 28 and 30 of 58 examples trained apart, parameters
-differing after the epoch).  When accelerate reads the rows (one of its loaders on the call
-stack: a pass, or its ``set_epoch`` call in the main process when DataLoader workers read) and
-counts fewer processes than the launch, that is a :class:`UsageError` naming the fix.
-``WORLD_SIZE`` > 1 without any process group is refused by
-:func:`packshard.torch.placement.resolve_placement`.
+:func:`check_launch` runs before a pass reads any row: the launch's world size is the larger
+of ``WORLD_SIZE`` and the process group's, never accelerate's alone.  When accelerate reads
+the rows (one of its loaders on the call stack) and counts fewer processes than the launch
+(the plain torchrun line above: each rank trains its half, no gradient synced), that is a
+:class:`UsageError` naming the fix; ``WORLD_SIZE`` > 1 without any process group is refused
+by :func:`resolve_placement`.
 """
 
 from __future__ import annotations
@@ -172,12 +159,9 @@ def epoch_rows(
 ) -> np.ndarray:
     """Return the ``[world_size, rows_per_rank]`` row indices of one epoch.
 
-    See :mod:`packshard.torch.stream` for the order; ranks take every ``world_size``-th row.
-    ``step_rows`` > 0 (a pack balanced for this world size) shuffles whole steps of that many
-    rows, never a row (:func:`~packshard.format.topology.step_permutation`).
-
-    With ``block`` > 1 (a wrapper splits the stream in blocks) ``drop_remainder`` cuts the
-    epoch to whole blocks of ``world_size × block`` rows.
+    The order is :mod:`packshard.torch.stream`'s.  ``step_rows`` > 0 shuffles whole steps
+    (:func:`~packshard.format.topology.step_permutation`); with ``block`` > 1
+    ``drop_remainder`` cuts the epoch to whole blocks of ``world_size × block`` rows.
     """
     if shuffle:
         rng = np.random.Generator(np.random.PCG64([seed, epoch]))
@@ -198,12 +182,9 @@ SLOTS = 256
 class PassCounter:
     """The epoch of each DataLoader worker's pass, in memory the workers share.
 
-    Layout (int64): ``[epoch, consumed, workers, passes of worker 0, passes of worker 1, …]``.
-    The process that owns the dataset writes the first two and zeroes the rest whenever it
-    sets the position (``set_epoch``, a pass of its own, a resume).  Each worker counts its own
-    passes, so the workers of one pass agree as long as their number stays the one the first
-    pass recorded (a changed number is refused: the counts would disagree); a worker's ``k``-th pass
-    since then reads epoch ``epoch + k`` (from ``consumed`` when ``k`` is 0).
+    Layout (int64): ``[epoch, consumed, workers, passes of worker 0, …]``.  The owner writes
+    the first two and zeroes the rest whenever it sets the position; a worker's ``k``-th pass
+    since then reads epoch ``epoch + k`` (a changed number of workers is refused).
     """
 
     def __init__(self) -> None:

@@ -1,24 +1,17 @@
 """Does the user's own model keep a packed row's segments apart?  Two forwards tell.
 
-A batch can be right and training still leak: the model, its attention implementation, its
-dtype, a wrapper or the loop decide whether segments stay apart.  An all-ones 2-D
-``attention_mask`` passed with restarting ``position_ids`` switches off transformers'
-packed-sequence detection on SDPA and eager (each row becomes one causal sequence); a model
-or wrapper that builds its own mask does the same out of sight; some architectures ignore
-``position_ids`` altogether.  :func:`check_model` runs the model once on the batch's first row,
-exactly as the loop feeds it, and once on each of that row's segments alone, then compares
-the logits::
+A batch can be right and training still leak: an all-ones 2-D ``attention_mask`` switches
+off transformers' packed-sequence detection, a wrapper may build its own mask, some models
+ignore ``position_ids``.  :func:`check_model` runs the batch's first row as the loop feeds it
+and each of its segments alone, then compares the logits::
 
     row fed        [a a a | b b | c c c c]   one forward, the loop's own keyword arguments
     alone          [a a a] [b b] [c c c c]   one forward each, positions 0, 1, …, no mask
     compare        max |logits_row[seg] - logits_alone|  ≤  tol(dtype) × max(1, max |logits|)
 
-``tol`` is 1e-4 for fp32/fp64, 1e-2 for fp16, 5e-2 for bf16 (on the two-layer test model a
-leak moves logits by 0.41, a right setup agrees to 1e-7).  On a difference it names the cause
-from what the loop passed: a 2-D mask, or a 4-D boolean one on eager attention, which adds
-it to the scores (``mask``), no ``position_ids`` (``positions``), a KV cache, or else the
-attention implementation (the model itself does not separate segments where positions
-restart).  Cost: one row, plus one short forward per segment, without gradients.
+``tol`` is 1e-4 for fp32/fp64, 1e-2 for fp16, 5e-2 for bf16 (a leak moves the two-layer test
+model's logits by 0.41).  On a difference it names the cause from what the loop passed (a
+mask, no ``position_ids``, a KV cache), else the attention implementation.
 """
 
 from __future__ import annotations
@@ -142,13 +135,10 @@ def check_model(model: Any, batch: Mapping[str, Any]) -> float:
     given and each of its segments alone, in eval mode, without gradients; the model's mode
     is restored.  Returns the largest logit difference found (within the dtype's tolerance).
 
-    A batch that does not say ``use_cache`` is run with ``use_cache=False``: collators never
-    put it in a batch, and packshard's own forwards and every loop in its docs pass it beside
-    the batch.  The config's default would not do: a stock ``LlamaForCausalLM`` says True, and
-    transformers then builds a KV cache, in train mode as in eval mode (only gradient
-    checkpointing drops it), which turns packed-sequence detection off.  A loop that leaves
-    ``use_cache`` to such a config mixes segments: check the batch it feeds with
-    ``use_cache=True`` in it, and it is refused with that cause.
+    A batch that does not say ``use_cache`` is run with ``use_cache=False``, as the loops in the
+    docs pass it: a config's default (True for a stock ``LlamaForCausalLM``) builds a KV cache
+    in train mode too, which turns packed-sequence detection off; a batch with
+    ``use_cache=True`` is refused with that cause.
     """
     rows = int(torch.as_tensor(batch["input_ids"]).shape[0])
     inputs = {k: _first_row(v, rows) for k, v in batch.items() if k not in BOOKKEEPING}

@@ -1,10 +1,9 @@
 """The trained tokens of a whole optimizer step, read from the plan: ``num_items_in_step``.
 
 The token-mean loss of one optimizer step divides the summed token losses of every micro-batch
-on every rank by the trained tokens of the whole step.  Dividing each micro-batch by its own
-count weights short micro-batches more, and packed micro-batches are unequal.  The reader
-knows every rank's rows in advance (:func:`~packshard.torch.placement.epoch_rows`), and each
-shard row stores ``num_loss_tokens``, so the step's count needs no collective.  With
+on every rank by the trained tokens of the whole step (packed micro-batches are unequal).  The
+reader knows every rank's rows in advance (:func:`~packshard.torch.placement.epoch_rows`) and
+each row stores ``num_loss_tokens``, so the count needs no collective.  With
 ``world_size`` 2, ``batch_size`` 1 and ``grad_accum`` 2 (unit = 2 rows a rank)::
 
     rank 0 rows   r7 r2 | r4 r0        num_loss_tokens  r7=9 r2=4 | r4=6 r0=3
@@ -12,22 +11,16 @@ shard row stores ``num_loss_tokens``, so the step's count needs no collective.  
     step          0     | 1
     num_items     9+4+2+8 = 23 | 6+3+7+5 = 21      (every micro-batch of the step, both ranks)
 
-A row read from position ``p`` of its rank's list belongs to step ``p // unit`` with ``unit =
-batch_size × grad_accum`` (or, when accelerate splits the stream in blocks of ``block`` rows,
-``block × grad_accum`` positions of the one whole stream).  The last step of an epoch may hold
-fewer micro-batches; its count is theirs.  Map-style access
-(:class:`~packshard.torch.dataset.PackedDataset`) reads the rows in index order, as
-``DistributedSampler(shuffle=False)`` and accelerate's batch sharding do: step ``s`` is rows
-``[s·W·B·K, (s+1)·W·B·K)`` (the pack already shuffled its rows).
+A row at position ``p`` of its rank's list belongs to step ``p // unit``, ``unit =
+batch_size × grad_accum`` (under accelerate's blocks, ``block × grad_accum`` positions of the
+whole stream); a short last step counts its own.  Map-style access reads rows in index order,
+as ``DistributedSampler(shuffle=False)`` does: step ``s`` is rows ``[s·W·B·K, (s+1)·W·B·K)``.
 
-The unit is only right if ``batch_size`` is the DataLoader's: told 1 while the loader batches 2
-rows (``grad_accum`` 4, 2 ranks), a step's micro-batches would carry 63, 63, 59, 59 for a true
-122.  So the count checks the batch size where it reaches the rows: a DataLoader fetching
-with automatic batching has the batch's indices on the call stack (its fetcher's
-``possibly_batched_index``; an iterable dataset's is always the loader's ``batch_size`` long),
-and a batch size other than the dataset's is refused with the fix.  Map-style batches are
-refused when longer than told, or shorter anywhere but at the end of the rank's rows (a last
-batch may be short).  Under accelerate's wrappers the block decides, not ``batch_size``.
+The unit is only right if ``batch_size`` is the DataLoader's, so the count checks it where it
+reaches the rows: a fetching DataLoader has the batch's indices on the call stack (its
+fetcher's ``possibly_batched_index``), and another batch size is refused with the fix
+(map-style: longer than told, or short anywhere but at the end).  Under accelerate's
+wrappers the block decides.
 
 Labels are unshifted and the first label of every segment is -100, so ``num_loss_tokens`` is
 also what transformers counts (``labels[..., 1:] != -100``) as ``num_items_in_batch``.

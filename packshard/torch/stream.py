@@ -10,20 +10,15 @@ Streaming order (:class:`PackedIterableDataset`), for ``N`` rows, ``world_size``
     worker  = the rank's list from the resume offset, cut into chunks of batch_size,
               chunk c going to DataLoader worker c % num_workers
 
-DataLoader collects worker batches round-robin (worker 0, 1, …, 0, 1, …), so with
-``batch_size`` equal to the loader's the training loop sees the rank's list strictly in order,
-whatever ``num_workers`` is.  The whole position is therefore ``(epoch, consumed)``: rows this
-rank has handed to the loop in this epoch.  ``state_dict()`` stores it and a resumed run starts
-at exactly the next row.  With ``num_workers=0`` the dataset counts rows itself; with worker
-processes their copies cannot report back, so use :class:`ResumableLoader` (it counts batches
-as they arrive) or pass ``consumed=`` to :meth:`PackedIterableDataset.state_dict`.  The dropped
-rows under ``drop_remainder`` differ from epoch to epoch because the permutation does.
+DataLoader collects worker batches round-robin, so with ``batch_size`` equal to the loader's
+the loop sees the rank's list strictly in order.  The whole position is ``(epoch,
+consumed)``: ``state_dict()`` stores it and a resumed run starts at exactly the next row.
+Worker processes cannot report back, so use :class:`ResumableLoader` (it counts batches) or
+pass ``consumed=`` to :meth:`PackedIterableDataset.state_dict`.
 
-A pack balanced for ``dp`` ranks (``pack --dp``, :mod:`packshard.format.topology.steps`) read
-by ``world_size == dp`` ranks keeps its steps: the epoch's permutation moves whole steps of
-``dp × micro_batch × grad_accum`` rows, so each step's rows reach the ranks the balance chose
-(row ``j·dp + r`` of a step to rank ``r``).  Read by another world size it warns once and
-shuffles rows as above.
+A pack balanced for ``dp`` ranks (:mod:`packshard.format.topology.steps`) read by ``dp`` ranks
+keeps its steps: the permutation moves whole steps, so each row reaches the rank the balance
+chose.  Read by another world size it warns once and shuffles rows.
 """
 
 from __future__ import annotations
@@ -65,22 +60,16 @@ class PackedIterableDataset(IterableDataset[Row]):
         shuffle: draw a new row permutation every epoch from ``(seed, epoch)``.
         seed: the permutation seed, identical on every rank.
         rank, world_size: this process's place; default: torch.distributed's when a pass
-            starts (not when the dataset is built), else 0 of 1.  Under accelerate's
-            ``IterableDatasetShard`` or ``DataLoaderDispatcher`` the dataset yields the whole
-            epoch and accelerate splits it (see :mod:`packshard.torch.placement`).
+            starts, else 0 of 1 (:mod:`packshard.torch.placement`).
         drop_remainder: ``True`` (default) drops the last ``N % world_size`` rows of each
             epoch's permutation; ``False`` repeats its first rows instead, so no row is skipped.
         batch_size: the DataLoader's batch size; needed for an exact order with worker
             processes (:class:`ResumableLoader` sets it).
-        expected_tokenizer_sha256, tokenizer, cache_dir, split: as for :class:`PackedDataset`
-            (``split`` defaults to ``train``: the eval shards are never streamed for training).
-        grad_accum: every row carries ``num_items_in_step``, the trained tokens of its whole
-            optimizer step on all ranks (:mod:`packshard.torch.steps`; set ``batch_size``: a
-            DataLoader batching another number of rows is refused when it fetches).
+        expected_tokenizer_sha256, tokenizer, cache_dir, split: as for :class:`PackedDataset`.
+        grad_accum: every row carries ``num_items_in_step`` (:mod:`packshard.torch.steps`;
+            set ``batch_size``).
 
-    Without ``set_epoch``, a pass that finished its epoch moves on to the next one; a pass
-    read by DataLoader worker processes always starts the next epoch (they cannot report how
-    far the loop got: :class:`ResumableLoader` can).
+    Without ``set_epoch``, each pass starts the next epoch.
 
     """
 

@@ -112,10 +112,8 @@ PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not run"
 class CheckResult:
     """What one verify check found: its findings and the figures it measured.
 
-    ``skipped`` is why the check did not run because the user opted out (``--no-source``,
-    ``--model none``); ``not_run`` is why it could not run although asked (inputs not found,
-    torch not installed).  A check that did not run is never reported as passed, and a
-    ``not_run`` one keeps the whole run from ending OK.  The status is derived, never stored.
+    ``skipped``: the user opted out; ``not_run``: it could not run although asked (which keeps
+    the run from ending OK).  A check that did not run is never reported as passed.
     """
 
     name: str

@@ -1,21 +1,16 @@
 """The integrity stage of ``verify``: files, checksums, metadata and the counting rule.
 
-The manifest validates against its schema and format version; every file it names exists with
-the recorded size and SHA-256; every Parquet file carries this dataset's id and format version
-in its metadata (a file from another pack is refused); a reference log-probability sidecar
-holds one finite value per scored example, no more, with its metadata
-(:mod:`packshard.format.sidecars.reference`, the check its trainer-side reader runs); the
-dataset card names the manifest's shards and index (what ``load_dataset(OUT)`` reads);
-per-shard and total counts agree; and the counting rule holds::
+The manifest validates against its schema and format version; every file it names has the
+recorded size and SHA-256; every Parquet file carries this dataset's id; a reference sidecar
+holds one finite value per scored example (:mod:`packshard.format.sidecars.reference`); the
+dataset card names the shards and index; counts agree; and the counting rule holds::
 
     records = records_packed + rejected + dropped        lines(rejects.jsonl) = rejected + dropped
 
 in total and per domain.  Files the manifest does not name are never read, nor any it names
-outside the folder (a ``..``, an absolute path, a link leaving it) or that is no regular file:
-each of those is a finding (:mod:`packshard.format.folder.paths`).  A manifest that breaks its
-schema is a finding and nothing it names is opened.  The files stage (:func:`check_files`)
-opens the shards and the examples index for the later stages; the counts stage
-(:func:`check_counts`) runs after the structural audit, whose per-shard totals it needs.
+outside the folder or that is no regular file: each is a finding
+(:mod:`packshard.format.folder.paths`); a manifest that breaks its schema opens nothing.  The
+counts stage (:func:`check_counts`) runs after the structural audit, whose totals it needs.
 """
 
 from __future__ import annotations

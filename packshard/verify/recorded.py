@@ -1,10 +1,8 @@
 """Find what a manifest recorded — inputs, tokenizer, template — again, and check their hashes.
 
-Each recorded file is looked for under ``--source-root`` first (by its recorded path, then by
-name), then at the absolute path ``pack`` resolved (``resolved``: verify finds the files from
-any working directory), then at the path as recorded.  Only a regular file (a folder for the
-tokenizer) counts, so a device or FIFO a manifest names is never opened.  A file found whose
-SHA-256 differs from the recorded one is a :class:`Mismatch`.
+Each recorded file is looked for as :mod:`packshard.verify.source` says; only a regular file
+(a folder for the tokenizer) counts, and one whose SHA-256 differs from the recorded one is a
+:class:`Mismatch`.
 
 The files found are opened as a stage (:func:`~packshard.ingest.stage.open.open_stage`), with
 the checks ``pack`` and ``profile`` run, on the options the manifest records::
@@ -38,11 +36,9 @@ def locate(
 ) -> tuple[Path | None, bool]:
     """Find a recorded file; with ``sha256``, the first candidate holding those bytes.
 
-    Candidates, in order: under ``--source-root`` (by recorded path, then by name), the
-    recorded path, the path pack resolved.  Only a regular file (or, with ``folder_ok``, a
-    folder) counts: a device or FIFO named by a manifest is never opened.  When no candidate
-    matches ``sha256`` the first existing one is returned with ``False`` (the caller reports
-    the mismatch); ``(None, False)`` when nothing is found.
+    Candidates as the module says; only a regular file (or, with ``folder_ok``, a folder)
+    counts.  When none matches ``sha256`` the first existing one is returned with ``False``;
+    ``(None, False)`` when nothing is found.
     """
     candidates = []
     if root:

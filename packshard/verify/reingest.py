@@ -7,10 +7,8 @@ in this process, on the driver's tokenizer and template)::
 
     driver: count the lines of every byte range (cheap reads) ─► absolute lines
             hand each unit the examples of its records: (line, token offset, length, index row)
-    worker: re-ingest the unit (the ingest's one unit task, run_unit, into a DigestSink); for
-            each of those examples digest its slice of the ids and of
-            the labels (the first one masked); return the digests, the lines it accepted and
-            the lines it rejected (small: 32 bytes per example, 8 per record)
+    worker: run_unit into a DigestSink: digest each example's slice of the ids and labels
+            (the first masked); return digests and the lines accepted and rejected
     driver: digest each packed segment and compare: the findings of the one-process check
 
 Only digests come back, never tokens.  ``--sample K`` draws its records with the seed, the
@@ -179,9 +177,7 @@ def reingest_on_engine(
 ) -> list[UnitResult[UnitDigests]]:
     """Run :func:`source_unit` over every unit, in order; ``chosen`` masks the index rows.
 
-    Each unit is one split (a byte range, row groups, a whole input), so that its packed
-    examples are found by their lines.  ``progress`` shows the records and tokens
-    re-ingested, unit by unit.
+    A unit's packed examples are found by their lines.
 
     Raises:
         RecordError: the first unit error in input order.

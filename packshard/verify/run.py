@@ -18,11 +18,9 @@ pinned to shard, row, segment and source line):
    re-hashed, and a tiny Qwen2.5-VL gives the same logits packed (four-row positions) as
    alone, while three wrong position forms are caught.
 
-Before the checks, the versions verify runs with are compared with the ones the manifest
-recorded (:mod:`~packshard.format.environment`): each difference is one drift line, no finding
-by itself; the source check names the drifted libraries as the likely cause of any segment it
-finds changed.  The report records the versions verify ran with (torch and transformers for
-the model stage) and the model stage's tolerance.
+Before the checks, the running versions are compared with the recorded ones
+(:mod:`~packshard.format.environment`): each difference is one drift line, no finding by
+itself.  The report records the versions verify ran with and the model stage's tolerance.
 
 Statuses, the merged findings and the seam table (one entry per stored row: segments, seams,
 findings, model deltas) are computed once, at the end, from what the checks returned.  Exit

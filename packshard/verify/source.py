@@ -7,20 +7,14 @@ differs — a tokenizer swapped or a template edited after packing is a finding 
 and re-ingests the records with the recorded options.  Each packed segment must then equal
 its example's slice ``[token_offset, token_offset + num_tokens)``: same ids, same labels
 except the seam-masked first one, positions ``0 … n-1``.  Every record read must be in the
-examples index or in ``rejects.jsonl``; nothing may be missing or invented.  This module is
-the driver's side: it finds and checks the files and picks the records; the re-ingest runs
-as engine tasks, unit by unit, and the comparison is :mod:`packshard.verify.reingest`'s.
+examples index or in ``rejects.jsonl``.  This module finds and checks the files; the
+re-ingest and comparison run as engine tasks (:mod:`packshard.verify.reingest`).
 
-Files are looked for under ``--source-root`` first (by recorded path, then by name), then at
-the absolute path ``pack`` resolved (``resolved``, so verify finds them from any working
-directory), then at the path as recorded.  When the inputs cannot be found the stage is
-``not run`` — verify then cannot end OK — or, with ``--source``, a finding; only
-``--no-source`` skips it.
-
-The hashes pin the files, not the code that reads them: a tokenizers or jinja2 release can
-change what the same tokenizer and template produce.  When the running versions differ from
-the recorded ones (``drift``), every finding of a changed segment or record ends with the
-drifted libraries as its likely cause.
+Files are looked for under ``--source-root`` (by recorded path, then by name), then at the
+absolute path ``pack`` resolved, then as recorded.  Inputs not found make the stage ``not
+run`` (verify cannot end OK), a finding with ``--source``; only ``--no-source`` skips it.
+The hashes pin the files, not the code that reads them: a changed segment's finding names
+the libraries whose versions drifted (:mod:`packshard.format.environment`).
 """
 
 from __future__ import annotations

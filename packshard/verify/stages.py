@@ -1,7 +1,6 @@
 """The time each verify check takes, and a progress line per check on stderr.
 
-``verify`` runs four checks, of very different cost (on the demo: integrity and structure
-take milliseconds, source re-tokenizes every input, model runs a small network)::
+``verify`` runs checks of very different cost::
 
     verify: integrity …            ← when the check starts (stderr, a terminal only)
     verify: integrity done (0.04 s)

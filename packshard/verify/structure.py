@@ -1,9 +1,7 @@
 """The structure stage of ``verify``: a seam audit of every row, and every example once.
 
-Each shard is audited vectorised over all of its rows (:func:`audit_shard`):
-
-For a shard with rows ``r`` and segments ``s`` (``cu_seqlens`` slices), every check is a few
-numpy operations over the flat list values — no Python loop over tokens or rows:
+Each shard is audited vectorised over all of its rows (:func:`audit_shard`): every check is
+a few numpy operations over the flat list values, no Python loop over tokens or rows:
 
 * lists agree: ``input_ids``, ``labels`` and ``position_ids`` have the same offsets, and
   ``num_tokens`` equals the row's list length, ≤ ``max_seq_len``;

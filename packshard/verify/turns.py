@@ -11,11 +11,9 @@ recorded markers, and asks of the labels what the policies promise::
     --reasoning mask       no block token trained
     offsets label path     every answer token of a trained turn trained, end marker included
 
-An empty block follows ``--empty-reasoning`` the same way; a turn that opens a block and
-never closes it is never trained (ingest rejects it as ``invalid_reasoning``).  A turn
-counts as trained when a token of it outside its block is.  Tokens are placed by decoding
-each one alone, so a marker that a tokenizer splits across a multi-byte character would not
-be seen; markers and headers are ASCII in every known template.
+An empty block follows ``--empty-reasoning`` the same way.  A turn counts as trained when a
+token of it outside its block is.  Tokens are placed by decoding each one alone (markers and
+headers are ASCII in every known template).
 """
 
 from __future__ import annotations

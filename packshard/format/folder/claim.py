@@ -13,12 +13,10 @@ checks, on the place OUT was resolved to once::
     .NAME.rejects.jsonl beside OUT  the rejects of a run that packed nothing (it publishes
                                  no folder); removed by the next run that publishes
 
-``NAME`` is OUT's name, or for a name too long to take the suffixes within ``NAME_MAX``
-(255 bytes), its start and a hash of the whole.  Leftover ``.partial`` / ``.old`` folders of a
-process that is gone are removed by the next run of any command on the same OUT, which says
-so; an ``.old`` folder left where OUT itself is missing (a crash in the middle of the swap) is
-put back first.  A leftover that cannot be removed, or an old OUT that cannot be removed
-after the swap, stops the run with one line naming it: never a note that says it was removed.
+``NAME`` is OUT's name (or, too long for the suffixes within 255 bytes, its start and a
+hash).  Leftovers of a process that is gone are removed by the next run on the same OUT,
+which says so (an ``.old`` left where OUT is missing is put back first); one that cannot be
+removed stops the run with one line naming it.
 """
 
 from __future__ import annotations
@@ -124,9 +122,8 @@ class Claim:
 def _fill(tmp: Path, out: Path) -> None:
     """Move the finished files of ``tmp`` into the empty folder ``out``, the manifest last.
 
-    An empty OUT is kept, not swapped: it may be the current folder of the shell that runs
-    ``pack -o .``, which a rename would leave in a deleted folder.  Readers need the
-    manifest, and it comes last, so no reader sees a partial pack as a whole one.
+    An empty OUT is kept, not swapped (it may be the shell's current folder, ``pack -o .``);
+    the manifest comes last, so no reader sees a partial pack as a whole one.
     """
     names = sorted(os.listdir(tmp), key=lambda name: name == MANIFEST_NAME)
     for name in names:
@@ -247,10 +244,8 @@ def claim_out(
 ) -> Iterator[Claim]:
     """Lock OUT, check it again, clean up after interrupted runs, and make the temp folder.
 
-    ``specs`` and ``files`` are the command's inputs (see
-    :func:`~packshard.format.folder.outdir.check_overlap`).  What the clean-up did goes to
-    ``notify`` as it happens (else to ``Claim.notes``).  On leaving, the temp folder is removed
-    (it is gone already once published) and the lock released.
+    ``specs`` and ``files`` are the command's inputs.  The clean-up's notes go to ``notify``
+    (else ``Claim.notes``).  On leaving, the temp folder is removed and the lock released.
     """
     path = Path(out)
     for above in (path, *path.parents):  # a file on the way: say so before resolving
@@ -282,11 +277,9 @@ def claim_out(
 def amend_out(out: str | os.PathLike[str], name: str, command: str) -> Iterator[Path]:
     """Lock a finished OUT to add the file ``name`` to it; yield OUT resolved.
 
-    For a command that adds a sidecar to a pack instead of writing a folder: it takes OUT's
-    lock (a pack or export of the same OUT waits out or is refused, as between two runs),
-    proves packshard wrote OUT, then lets the caller write ``name`` through
-    :func:`publish_file` and rewrite the manifest (itself written by a rename).  A ``name``
-    left unlisted by an interrupted earlier amend is the one file tolerated.
+    It takes OUT's lock, proves packshard wrote OUT, then lets the caller write ``name``
+    through :func:`publish_file` and rewrite the manifest.  A ``name`` left unlisted by an
+    interrupted earlier amend is the one file tolerated.
     """
     place = resolve_out(out)
     if not (place / "manifest.json").is_file():

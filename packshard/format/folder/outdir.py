@@ -18,10 +18,8 @@ inputs given as plain paths (for ``export`` the input is the packed folder)::
     an export   export.json naming every other file (regular files only) with its SHA-256,
                 and each file's SHA-256 matching
 
-OUT is resolved once (:func:`resolve_out`: the real folder it lies in, and its name), and
-that place is what every later step uses, so ``-o ref/../ref`` or a parent swapped during the
-run cannot send a rename elsewhere.  Locking and publishing are
-:mod:`packshard.format.folder.claim`'s.
+OUT is resolved once (:func:`resolve_out`) and every later step uses that place, so a parent
+swapped during the run cannot send a rename elsewhere.
 """
 
 from __future__ import annotations
@@ -235,9 +233,8 @@ def check_overlap(
 def work_folder(out: Path) -> Path:
     """Where the units of a pack into ``out`` live: ``.OUT.units`` beside it.
 
-    OUT is resolved first (:func:`~packshard.format.folder.outdir.resolve_out`), so the name is
-    the real folder's: ``-o .`` gives ``../.NAME.units``, never ``./..units`` inside OUT.  A
-    name too long for that takes its start and a hash, as the ``.partial`` folder does.
+    OUT is resolved first (:func:`resolve_out`): ``-o .`` gives ``../.NAME.units``, never a
+    folder inside OUT; a name too long takes its start and a hash.
     """
     place = resolve_out(out)
     return place.parent / f".{temp_stem(place.name)}.units"

@@ -1,11 +1,9 @@
 """Paths a manifest names, contained: every file read from an output folder lies inside it.
 
-An output folder may come from anyone, so a path from its manifest is used only when it is
-a relative path without ``..``, resolves (links followed) to a place inside the folder, and
-names a regular file — never a device, FIFO or folder, which could block a reader or feed it
-endless bytes.  Readers (``verify``, ``inspect``, the torch reader) go through
-:func:`inside_folder`; a path that fails is a :class:`~packshard.errors.FormatError` naming
-it, and nothing behind it is opened.
+A path from a manifest is used only when it is relative without ``..``, resolves (links
+followed) inside the folder, and names a regular file (never a device, FIFO or folder).
+Readers go through :func:`inside_folder`; a path that fails is a
+:class:`~packshard.errors.FormatError` naming it, and nothing behind it is opened.
 """
 
 from __future__ import annotations
@@ -58,9 +56,8 @@ def inside_folder(folder: str | os.PathLike[str], rel: Any) -> Path:
 def open_inside(folder: str | os.PathLike[str], rel: Any) -> int:
     """Open ``folder/rel`` for reading and return the descriptor of what was checked.
 
-    The path is checked (:func:`inside_folder`), opened (never blocking: a FIFO swapped in
-    returns at once), then checked again and compared by device and inode with what was
-    opened, so a file swapped for a link between the check and the open is refused, not read.
+    The path is checked (:func:`inside_folder`), opened without blocking, then checked again
+    and compared by device and inode, so a file swapped in between is refused, not read.
 
     Raises:
         FormatError: as :func:`inside_folder`, or the file changed while it was opened.
@@ -85,9 +82,8 @@ def open_inside(folder: str | os.PathLike[str], rel: Any) -> int:
 def duplicate_paths(manifest: Any) -> str | None:
     """Say which path a manifest lists more than once (each file is listed once), or None.
 
-    Checked before anything else reads the entries: a manifest naming one shard 200,000
-    times would otherwise open it 200,000 times.  Entries of the wrong type are left to the
-    schema.
+    Checked before anything reads the entries (one shard named 200,000 times would be opened
+    200,000 times); entries of the wrong type are left to the schema.
     """
     if not isinstance(manifest, dict):
         return None

@@ -42,9 +42,8 @@ SCORE_AGAIN = "score it again with write_reference_logps"
 def scored_example_ids(tables: Iterable[pa.Table]) -> np.ndarray:
     """Return, sorted, the ids of the segments a reference scores, from the pack's shards.
 
-    A segment is scored when its ``branch`` is not 0 (a pair's chosen or rejected answer) or
-    its ``kto_label`` is not -1 (a KTO record): what the writer scores, read from the same
-    columns.  Each table needs ``example_ids`` and whichever of those two its shard has.
+    A segment is scored when its ``branch`` is not 0 or its ``kto_label`` not -1, as the writer
+    scores.  Each table needs ``example_ids`` and whichever of those two its shard has.
     """
     found = [np.zeros(0, dtype=np.int64)]
     for table in tables:

@@ -1,11 +1,8 @@
 """The training topology a pack was made for: context-parallel alignment, rank-balanced steps.
 
-Both are recorded in the manifest's ``config`` (``alignment``, ``topology``) only when asked,
-so a pack without them keeps its bytes and its dataset id.  ``pack`` writes them, ``verify``
-checks them, the reader and the Megatron export honour them:
-:mod:`~packshard.format.topology.aligned` (every segment padded to a multiple,
-``cu_seqlens_padded``) and :mod:`~packshard.format.topology.steps` (rows ordered into global
-steps whose slowest rank is close to the mean).
+Both are recorded in the manifest's ``config`` only when asked, so a pack without them keeps
+its bytes: :mod:`~packshard.format.topology.aligned` (segments padded to a multiple) and
+:mod:`~packshard.format.topology.steps` (rows ordered into rank-balanced steps).
 """
 
 from packshard.format.topology.aligned import (

@@ -1,10 +1,8 @@
 """Context-parallel alignment: every segment padded to a multiple, ``cu_seqlens_padded``.
 
-Context parallelism (CP) cuts each sequence of a packed row into ``2·CP`` chunks and gives
-rank ``i`` chunks ``i`` and ``2·CP−1−i`` (the causal work then balances), so every sequence's
-length must be a multiple of ``2·CP``; with tensor parallelism and sequence parallelism on, the
-sequence is also cut over ``CP·TP`` ranks.  Megatron-Bridge's rule (its ``pad_seq_to_mult``,
-computed in its config finalisation) is::
+Context parallelism cuts each sequence into ``2·CP`` chunks (rank ``i`` takes ``i`` and
+``2·CP−1−i``), and sequence parallelism over ``CP·TP`` ranks, so lengths must be multiples;
+Megatron-Bridge's rule (its ``pad_seq_to_mult``) is::
 
     multiple = lcm(2·CP if CP > 1 else 1,  CP·TP if sequence parallel and TP > 1 else 1,  N)
 
@@ -12,10 +10,9 @@ with ``N`` any further multiple asked for (``--pad-multiple``).  ``pack --cp 4``
 ``--cp 2 --tp 4`` gives lcm(4, 8) = 8, ``--cp 4 --tp 2`` lcm(8, 8) = 8, ``--cp 3 --tp 2``
 lcm(6, 6) = 6.
 
-A pack stores no padding (the contract's rule): its rows hold the real tokens, and an aligned
-pack adds ``cu_seqlens_padded`` beside ``cu_seqlens``, each segment's length rounded up to the
-multiple.  The planner plans the padded lengths, so a padded row never exceeds ``max_seq_len``
-(which must itself be a multiple).  For ``multiple = 4``::
+A pack stores no padding: an aligned pack adds ``cu_seqlens_padded`` beside ``cu_seqlens``,
+each length rounded up to the multiple; the planner plans padded lengths, so a padded row
+never exceeds ``max_seq_len`` (itself a multiple).  For ``multiple = 4``::
 
     input_ids            a a a a a | b b                     cu_seqlens        [0, 5, 7]
     cu_seqlens_padded    [0, 8, 12]                          each length ⌈n/4⌉·4: 5 → 8, 2 → 4
@@ -27,9 +24,7 @@ multiple.  The planner plans the padded lengths, so a padded row never exceeds `
     cu_seqlens           [0, 8, 12]                          the physical boundaries
     cu_seqlens_unpadded  [0, 5, 7]                           the real lengths (TE's cu_seqlens)
 
-Each segment's pads come after its last real token, and attention is causal within a segment
-and blocked between segments, so no real token ever attends a pad: the pads change nothing a
-real token computes, and their labels are -100.
+Pads come after a segment's last real token, so no real token attends one.
 """
 
 from __future__ import annotations

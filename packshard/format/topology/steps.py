@@ -14,17 +14,13 @@ that of its segments (lengths ``n``), by ``--balance-cost``:
     tokens       Σ n
     attention    Σ n + c·Σ n²        c = 1 / (12 · 4096) by default (``--attention-c``)
 
-The default ``c`` is a transformer layer's FLOPs for hidden size ``h`` = 4096: the dense
-matrices cost about 24·h² a token, causal attention about 2·h·n a token of an ``n``-token
-segment, so a segment costs 24·h²·(n + n²/(12·h)).  Pass your model's ``1/(12·h)``.
+The default ``c`` is a transformer layer's FLOPs for hidden size 4096 (dense matrices about
+24·h² a token, attention about 2·h·n: 24·h²·(n + n²/(12·h)) a segment).  The manifest records
+``Σ_steps max_rank / Σ_steps mean_rank`` (1.0: no time lost) and the worst step, beside the
+same figures for the seed's order.
 
-The figure that matters is the time a run loses to imbalance, ``Σ_steps max_rank / Σ_steps
-mean_rank`` (1.0: none), over the whole steps; the manifest records it with the worst single
-step, beside the same figures for the order the seed alone gives.
-
-The reader (:mod:`packshard.torch.stream`) keeps the balance for the recorded ``dp``: it shuffles
-whole steps per epoch, never rows.  Read with another world size, the steps no longer match
-the ranks: it warns and shuffles rows as for any pack (repack with ``--dp`` of the new size).
+The reader (:mod:`packshard.torch.stream`) keeps the balance for the recorded ``dp`` by
+shuffling whole steps; with another world size it warns and shuffles rows.
 """
 
 from __future__ import annotations

@@ -7,12 +7,9 @@ built by keyword once a record is rendered (:func:`~packshard.ingest.label.spans
          messages=as the template saw them, tools=…, options=…, has_reasoning=per message,
          everything=--loss all)
 
-It is a leaf of ``label/``: it imports no other labelling module, so every tier reads it
-side by side.  What a tier needs of the template beside it — its header and end markers
-(:func:`~packshard.ingest.label.frame.template_frame`), the field it reads reasoning from
-and whether it splits content on the closing marker
-(:mod:`~packshard.ingest.label.reasoning`) — comes from the template's caches and is
-passed in by :mod:`~packshard.ingest.label.tiers`, never stored per record.
+It is a leaf of ``label/``: it imports no other labelling module.  What a tier needs of the
+template beside it (header, end markers, reasoning field) comes from the template's caches
+and is passed in by :mod:`~packshard.ingest.label.tiers`, never stored per record.
 """
 
 from __future__ import annotations

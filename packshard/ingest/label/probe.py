@@ -10,9 +10,8 @@ its piece's place, and a stand-in missing from the probe is a piece the template
     probe   <|im_start|>assistant\n<think>\n\ue0000\ue001\n</think>\n\n\ue0001\ue001<|im_end|>
     text    <|im_start|>assistant\n<think>\nAdd.\n</think>\n\nIt is 4.<|im_end|>
 
-A first probe also stands in for empty contents (to place an empty turn); where that
-changes what the template renders, a second one leaves them alone.  Stand-in characters the
-text already holds are never used.
+A first probe also stands in for empty contents; where that changes the render, a second one
+leaves them alone.
 """
 
 from __future__ import annotations

@@ -18,15 +18,11 @@ What the template is given (:func:`template_messages`), per ``--reasoning``:
   the markers, before the content; inline blocks stay where they are;
 * ``drop``: no reasoning field, and the inline block cut from the content.
 
-A reasoning field together with an inline block, reasoning that holds the closing marker, an
-answer that starts with the opening marker and never closes it (trained, it would teach the
-model to open a block it never ends), or, under ``mask`` and ``drop``, a closing marker with
-no opening one that the template does not split on (the reasoning before it could be neither
-masked nor dropped: it would be trained as answer) is ambiguous and rejected
-(``invalid_reasoning``).
-Which tokens are reasoning is decided on the rendered text, not on the record: the block a
-rendered assistant turn starts with (:func:`find_block`), so a template that injects an
-empty block, or drops a turn's reasoning, is seen as it renders.
+Ambiguous reasoning is rejected (``invalid_reasoning``): a field together with an inline
+block, reasoning that holds the closing marker, an answer that opens a block it never closes,
+or, under ``mask`` and ``drop``, a closing marker alone that the template does not split on.
+Which tokens are reasoning is decided on the rendered text: the block a rendered assistant
+turn starts with (:func:`find_block`), so a template that injects or drops one is seen.
 """
 
 from __future__ import annotations

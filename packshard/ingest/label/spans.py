@@ -15,12 +15,10 @@ spans to train on, found on one of three label paths::
 Chat records are labelled turn by turn by the tiers of :mod:`packshard.ingest.label.tiers`;
 reasoning is given to the template as :mod:`packshard.ingest.label.reasoning` says. ``--turns
 expand`` makes one example per trained turn, the conversation up to and including it, that turn
-alone trained (``Rendered.turn`` is its 1-based message number). Plain records skip the
-template: prompt/completion renders ``prompt + completion + EOS`` and trains ``completion +
-EOS``; text renders ``[BOS] + text + EOS`` (BOS when the tokenizer adds one; no EOS when the
-tokenizer has none). Which turns are trained follows the loss policy, ``--loss auto`` resolved
-per record format (:data:`packshard.options.AUTO_LOSS`), then the messages' own
-``train``/``weight`` flags.
+alone trained (``Rendered.turn``).  Plain records skip the template: prompt/completion
+renders ``prompt + completion + EOS`` and trains ``completion + EOS``; text renders ``[BOS] +
+text + EOS``.  Trained turns follow the loss policy (:data:`packshard.options.AUTO_LOSS`),
+then the messages' own flags.
 """
 
 from __future__ import annotations
@@ -106,9 +104,8 @@ def render_examples(
 ) -> tuple[Rendered, ...]:
     """Render one record as its examples: one, or one per trained turn (``--turns expand``).
 
-    A preference pair gives two examples, its chosen then its rejected branch, each the
-    conversation ``prompt + [answer]`` with its final assistant turn trained (a KTO record
-    one, labelled the same way); ``Rendered.pair`` tells them apart.
+    A preference pair gives two, chosen then rejected, each ``prompt + [answer]`` with its
+    final turn trained; ``Rendered.pair`` tells them apart.
 
     Raises what :func:`render_example` raises.
     """

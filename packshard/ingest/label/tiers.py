@@ -18,31 +18,25 @@ their characters are, found by the first tier that can (this table is the labell
                                  to messages[:i] with the generation prompt;
                                  two renders per turn
 
-Tiers 2–4 place turns (:func:`locate_turns`): a trained turn runs from its header's end
-(:mod:`~packshard.ingest.label.frame`) through the end marker that closes it, plus a final
-EOS after the last one::
+Tiers 2–4 place turns (:func:`locate_turns`): from the header's end
+(:mod:`~packshard.ingest.label.frame`) through the end marker, plus a final EOS::
 
     <|im_start|>assistant\n<think>\nAdd.\n</think>\n\nIt is 4.<|im_end|>\n
     [header  (frame)      ][------------- the turn -----------------)
 
 **Span** (tiers 2 and 3): from the end of the last header before the first anchor (or the
 anchor, for a template without a header) to the end of the first end marker after the last
-anchor, as long as no other message's anchor and no header come first (else: to the last
-anchor).  Reasoning found nowhere is reasoning the template dropped.  A conversation of plain
-role/content messages (most records) takes tier 2 without a :class:`Chat` around it
-(:func:`plain_frame`, :func:`label_plain`); ``docs/performance.md`` has what that saves.
+anchor, unless another message's anchor or a header comes first (then: to the last anchor).
+Reasoning found nowhere is reasoning the template dropped.  Plain role/content conversations
+take tier 2 without a :class:`Chat` around them (:func:`label_plain`).
 
 On 5,412 real chat records (phi-3 and Qwen3 templates) search places 5,384 in one render
-and the probe the other 28 in two.  Tier 4 alone gives the same spans on all 5,412 and
-phi-3's generation masks, at two renders per trained turn: the last resort, for templates the
-others cannot read.
+and the probe the other 28; tier 4 (two renders a turn) is the last resort.
 
 Then the reasoning block a trained turn starts with
-(:func:`~packshard.ingest.label.reasoning.find_block`) follows ``--reasoning`` (``mask``: cut
-out of the spans; ``train``: in them, even where a template's tags leave it out) and, when it
-is empty, ``--empty-reasoning``.  A turn with reasoning that the template renders without it
-is counted (``Rendered.reasoning_dropped``) — unless it is the conversation's last message: a
-template that drops reasoning there cannot render it at all, and the record is rejected.
+(:func:`~packshard.ingest.label.reasoning.find_block`) follows ``--reasoning`` and, empty,
+``--empty-reasoning``.  Reasoning a template drops is counted (``Rendered.reasoning_dropped``),
+or rejected on the last message, which it then cannot render at all.
 """
 
 from __future__ import annotations
@@ -273,10 +267,8 @@ def plain_turns(
 ) -> list[tuple[int, int]] | None:
     """Tier 2 for a conversation of plain messages: the ``[lo, hi)`` of each wanted turn.
 
-    What :func:`locate_turns` gives when :func:`search_anchors` places every wanted message
-    by its content alone (no reasoning, tool calls or other fields anywhere), without the
-    :class:`~packshard.ingest.label.chat.Chat` around it.  ``None`` where search cannot
-    place them; the record then goes through every tier.
+    What :func:`locate_turns` gives when search places every wanted message by its content
+    alone, without a :class:`~packshard.ingest.label.chat.Chat`; ``None`` otherwise.
     """
     found = []
     last = 0
@@ -298,11 +290,9 @@ def plain_turns(
 def search_anchors(chat: Chat, wanted: list[int]) -> Anchors | None:
     """Anchors by search, when every piece of every wanted message occurs exactly once.
 
-    A plain content is searched as it is; otherwise the cores of the message's reasoning
-    (absent: the template dropped it), answer and tool-call arguments (as ``tojson`` writes
-    them), in that order and within one turn (no header or end marker between them).
-    Anything else — a piece found twice, out of order, an empty turn — is left to the
-    probe (``None``).
+    The cores of the message's reasoning, answer and tool-call arguments (as ``tojson`` writes
+    them), in order, within one turn; a piece found twice, out of order or empty is left to
+    the probe (``None``).
     """
     text, frame, markers, field = chat.text, chat_frame(chat), chat.markers, chat_field(chat)
     messages = chat.messages

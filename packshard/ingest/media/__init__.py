@@ -1,10 +1,7 @@
 """Images in chat records: found, sized from their headers, counted, expanded.
 
-A vision-language record names its images (LLaMA-Factory ``images`` with ``<image>``
-placeholders, content parts, LLaVA ``image``); ``parts`` reads them into content parts and
-:class:`~packshard.ingest.types.MediaFile` values, ``files`` finds each file and reads its
-size from the header alone (never the pixels), ``grid`` turns a size into the vision encoder's
-patch grid by the model family's resize rule (:class:`~packshard.options.VisionRule`), and
-``expand`` writes one placeholder token per merged patch into the rendered text.  The 3-D
-positions the model computes from them are the reader's (:mod:`packshard.torch.vision.rope`).
+``parts`` reads a record's images into content parts and
+:class:`~packshard.ingest.types.MediaFile` values, ``files`` sizes each from its header,
+``grid`` turns a size into the patch grid (:class:`~packshard.options.VisionRule`), ``expand``
+writes one placeholder token per merged patch into the rendered text.
 """

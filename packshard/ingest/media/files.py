@@ -10,12 +10,9 @@ file again::
         path  imgs/cat.png      (relative to root, as written)
         file  chat/imgs/cat.png  512 x 384, 48,213 bytes  ─► grid by the family's rule
 
-Only the header is read (:mod:`packshard.ingest.media.headers`, or Pillow's lazy
-``Image.open`` for other formats; ``.load()`` is never called), so sizing an image costs a
-``stat`` and a few hundred bytes read, whatever its size.
-A URL (``http://``, ``https://``, ``data:`` …) is refused: nothing is downloaded.  The
-SHA-256 of the bytes is taken when the examples index is written and checked by ``verify``
-and the reader, never at planning time.
+Only the header is read (:mod:`packshard.ingest.media.headers`, else Pillow's lazy
+``Image.open``), whatever the image's size.  A URL is refused: nothing is downloaded.  The
+SHA-256 is taken when the examples index is written, checked by ``verify`` and the reader.
 """
 
 from __future__ import annotations
@@ -43,8 +40,7 @@ def record_root(source: str, media_root: str | None) -> str:
 def header_size(file: Path | str) -> tuple[int, int]:
     """Return ``(width, height)`` from an image file's header, its pixels never decoded.
 
-    The common formats are read where they store their size
-    (:mod:`packshard.ingest.media.headers`); any other goes to Pillow's lazy ``Image.open``.
+    (:mod:`packshard.ingest.media.headers`, else Pillow's lazy ``Image.open``).
 
     Raises:
         RecordError: ``bad_media`` when neither can identify the file as an image.

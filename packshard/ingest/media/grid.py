@@ -10,9 +10,8 @@ closely as rounding allows (``smart_resize``).  The grid is then ``(t, h, w)`` p
     300 x 168 pixels ─ round to 28 ─► 308 x 168 ─► grid (1, 12, 22) ─► 12*22/4 = 66 tokens
     1411 x 1411      ─ over max ────► 980 x 980 ─► grid (1, 70, 70) ─► 1225 tokens
 
-Everything here is integer arithmetic on the header's size, the same Python ``round``
-(half to even) and ``math.floor``/``ceil`` as transformers' ``smart_resize``, so the counts
-equal ``image_grid_thw`` of ``Qwen2VLImageProcessor`` without decoding a pixel.
+Integer arithmetic as transformers' ``smart_resize`` does it, so the counts equal
+``image_grid_thw`` without decoding a pixel.
 """
 
 from __future__ import annotations

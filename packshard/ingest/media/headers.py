@@ -1,9 +1,8 @@
 r"""An image's width and height from its first bytes: PNG, JPEG, GIF, WebP, BMP.
 
-Planning needs only each image's size.  Pillow's ``Image.open`` reads it without decoding
-pixels, but builds an image object, tries its plugins and parses every marker on the way
-(about 0.3 ms a file on this machine, under load); reading the size where each format stores
-it costs a ``read`` of a few hundred bytes::
+Planning needs only each image's size.  Pillow's ``Image.open`` builds an image object and
+tries its plugins to find it (about 0.3 ms a file); reading it where each format stores it
+costs a ``read`` of a few hundred bytes::
 
     PNG   \x89PNG…  IHDR at byte 16: width, height (big-endian u32)
     GIF   GIF8?a    bytes 6-9: width, height (little-endian u16)
@@ -11,10 +10,9 @@ it costs a ``read`` of a few hundred bytes::
     WebP  RIFF…WEBP VP8 / VP8L / VP8X chunk header
     JPEG  \xff\xd8  markers walked to the first SOFn (EXIF and ICC segments skipped by length)
 
-Any other format, or a header these rules cannot read, goes to Pillow, which decides; the
-sizes agree with Pillow's ``.size`` on every shared image (``tests/ingest/media``).  EXIF
-orientation is not applied, as neither Pillow's ``.size`` nor transformers' processor given
-an opened image applies it.
+Any other format, or a header these rules cannot read, goes to Pillow; the sizes agree with
+Pillow's ``.size`` on every shared image.  EXIF orientation is not applied (neither Pillow's
+``.size`` nor transformers' processor applies it).
 """
 
 from __future__ import annotations

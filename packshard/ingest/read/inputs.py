@@ -6,11 +6,9 @@ and is deduplicated by real path.  Hidden entries (a name starting with ``.``) a
 folders and by wildcards, as the shell does; files of other types are skipped in folders.
 
 Nothing is skipped silently otherwise: a folder that cannot be listed, or a FIFO, socket or
-device with a supported name (reading one could block forever), is a usage error naming it,
-found before any record is read.  Globs are expanded here, not by :mod:`glob`, because
-``glob`` passes over folders it cannot read without a word.  Files are opened with
-:func:`~packshard.ingest.read.regular.open_regular`, which refuses anything but a regular
-file without blocking on it.
+device with a supported name, is a usage error naming it (globs are expanded here: ``glob``
+passes over unreadable folders without a word).  Files are opened with
+:func:`~packshard.ingest.read.regular.open_regular`.
 """
 
 from __future__ import annotations
@@ -122,9 +120,8 @@ def _walk(folder: str) -> list[tuple[str, bool]]:
 def _spelled(path: str, heads: dict[str, str]) -> str:
     """Return ``str(Path(path))`` for ``path`` = a folder joined with a plain entry name.
 
-    The folder is spelled by ``Path`` once (``heads`` remembers it: repeated
-    and trailing slashes and ``.`` parts dropped) and the name joined to it, where a
-    ``Path`` a file cost 10,000 parses for a folder of 10,000 files.
+    The folder is spelled by ``Path`` once (``heads`` remembers it) and the name joined to it,
+    not a ``Path`` parse per file.
     """
     head, name = os.path.split(path)
     spelled = heads.get(head)
@@ -165,11 +162,9 @@ def _glob(pattern: str) -> list[str]:
 def _below(root: str) -> Iterator[tuple[str, int | None, bool]]:
     """Yield every non-hidden entry below ``root``: path, mode (None: broken or gone), link.
 
-    Iterative, and each folder is listed once by identity, so a link back to a parent
-    neither loops nor recurses without bound.  A regular file or folder that is no link
-    takes its type from the listing itself (the entry's ``d_type``; only its file-type bits
-    are then set), with no ``stat`` of its own; a link, or anything else (a FIFO, a device),
-    is ``stat``-ed through, as :func:`os.stat` follows links.
+    Iterative, each folder listed once by identity (a link back to a parent cannot loop).  A
+    regular file or folder takes its type from the listing (``d_type``), no ``stat``; a link
+    or anything else is ``stat``-ed through.
     """
     stack, seen = [root], set()
     while stack:
@@ -197,11 +192,8 @@ def _below(root: str) -> Iterator[tuple[str, int | None, bool]]:
 def expand_inputs(specs: Sequence[str], fetch: bool = True) -> list[InputFile]:
     """Expand files, folders and globs into input files, in a deterministic order.
 
-    Folders contribute every supported file below them (sorted, hidden entries and other files
-    skipped); globs their sorted matches, each of which must be supported.  A file named twice
-    (or reached through two specs or links) is kept once, at its first place.  Store objects
-    are fetched to local files, or with ``fetch`` False listed with their sizes only
-    (:attr:`InputFile.in_store`).
+    See the module docstring; a file reached twice is kept once, at its first place.  Store
+    objects are fetched, or with ``fetch`` False listed with their sizes only.
 
     Raises:
         InputError: a spec matches nothing, names an unsupported or special file, or reaches
@@ -256,9 +248,7 @@ def expand_inputs(specs: Sequence[str], fetch: bool = True) -> list[InputFile]:
 def _store_inputs(spec: str) -> list[tuple[str, int]]:
     """Return the objects a URL spec names (an object, a prefix or a glob) and their sizes.
 
-    The same rules as local specs: a glob's matches must be supported inputs, a prefix gives
-    every supported object below it (hidden names skipped), nothing found is an error.  An
-    object's recorded ``source`` is its URL.
+    The same rules as local specs; an object's recorded ``source`` is its URL.
     """
     url = parse_url(spec)
     if _MAGIC & set(url.key):
@@ -290,9 +280,7 @@ def _resolved(path: str, folders: dict[str, Path], link: bool | None = None) -> 
     """Return ``Path(path).resolve()``, each folder resolved once (``folders`` remembers them).
 
     A name that is no link resolves to its resolved folder joined with the name: one
-    ``lstat`` instead of one per component of the path, which made expanding a folder of
-    10,000 small files take 0.9 s; and none where the folder's listing said so already
-    (``link`` False; None: not known, asked).
+    ``lstat`` (none when the listing said so, ``link`` False) instead of one per component.
     """
     head, name = os.path.split(path)
     if name in ("", ".", "..") or link or (link is None and os.path.islink(path)):

@@ -5,13 +5,10 @@ silently become an assistant turn.  :data:`DECODER` builds every object through 
 refuses a repeated key (:class:`DuplicateKeyError`); the record is rejected as
 ``duplicate_key`` instead.
 
-A JSON array's element can be valid JSON and still unusable: nested deeper than the parser's
-recursion limit, a number with more digits than Python converts, a duplicate key, or larger
-than ``--max-record-bytes``.  The element is rejected and reading goes on with the next one,
-so its end must be found without parsing it.  :class:`ValueScanner` walks the text with two
-regular expressions (the next structural character outside strings, the next quote or
-backslash inside one) and keeps its state between calls, so an element arriving in pieces is
-skipped in O(size) time and O(piece) memory::
+An unusable array element (too deep, too many digits, a duplicate key, too large) is
+rejected and reading goes on, so its end must be found without parsing it.
+:class:`ValueScanner` walks the text with two regular expressions and keeps its state between
+calls: an element arriving in pieces is skipped in O(size) time and O(piece) memory::
 
     [ {"a": [[[[ … 100k levels … ]]]]} , {"messages": …} ]
       ^ depth 1 ... depth 100k ... 0 ^   ^ parsing resumes here

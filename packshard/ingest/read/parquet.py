@@ -12,9 +12,7 @@ one :class:`RawRecord` numbered by its 1-based row.  The checks match the JSON r
   rows it had left), and reading goes on with the next group: the rows before it and after it
   are kept.
 
-The whole-file reader (:func:`packshard.ingest.read.sources.read_records`) and the row-group
-reader of a work unit (:mod:`packshard.ingest.read.units`) share :func:`parquet_records`, so a
-unit's records are the whole file's.
+The whole-file reader and a work unit's row groups share :func:`parquet_records`.
 """
 
 from __future__ import annotations
@@ -61,10 +59,7 @@ def parquet_records(
 ) -> Iterator[RawRecord]:
     """Yield the records of Parquet ``source`` (its ``row_groups``), rows numbered from ``row + 1``.
 
-    ``source`` is ``f``'s path or its open file.  A schema with a repeated field
-    (:func:`repeated_field`) makes every row a ``duplicate_key`` reject; a row over ``limit``
-    bytes is ``too_large`` (never turned into Python values); a row group that cannot be read
-    is one ``unreadable`` reject at its first unread row, naming its row range.
+    ``source`` is ``f``'s path or its open file; the rejects are the module docstring's.
 
     Raises:
         InputError: ``source`` is not a readable Parquet file.

@@ -49,9 +49,8 @@ def open_regular(path: str | os.PathLike[str], shown: str) -> BinaryIO:
 def open_regular_fd(path: str | os.PathLike[str], shown: str) -> int:
     """Return a descriptor of ``path`` open for reading, as :func:`open_regular` checks it.
 
-    For readers of a byte range (``os.pread``): no buffered file object, which cost more
-    than reading a small input's one record.  The caller closes it.  ``O_NONBLOCK`` is what
-    keeps the open from hanging on a FIFO; on a regular file it changes nothing, so it stays.
+    For readers of a byte range (``os.pread``); the caller closes it.  ``O_NONBLOCK`` keeps
+    the open from hanging on a FIFO.
 
     Raises:
         InputError: it cannot be opened, or is a FIFO, socket, device or folder.

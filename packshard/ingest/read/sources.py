@@ -14,18 +14,12 @@ truncated ``.gz``/``.zst`` is noticed instead of silently ending early::
 A record's ``line`` is the 1-based physical line for JSONL (blank lines skipped but counted), the
 1-based element index of a JSON array (1 for a lone object) and the 1-based Parquet row.
 
-Decompression and the growing JSON text buffer live in :mod:`packshard.ingest.read.streams`, JSON
-values (duplicate keys refused) in :mod:`packshard.ingest.read.jsonparse`, Parquet rows in
-:mod:`packshard.ingest.read.parquet`.
-
 Record-level problems never raise: the record carries a :class:`~packshard.errors.RecordError`
-(``invalid_json``,
-``invalid_utf8``, ``not_an_object``, ``duplicate_key``, ``too_large``, ``unreadable``).  A line,
-element or row over ``max_record_bytes`` is rejected unparsed (an oversized line is skipped,
-never held); an unusable array element is skipped and the next one read.  A broken array or
-compressed stream cannot be resynchronized, so one error record marks where reading stopped
-(every record before it is yielded: counts add up).  A file that cannot be opened, or that
-decompresses past its limits (its other records could not be counted), raises InputError.
+(``invalid_json``, ``invalid_utf8``, ``not_an_object``, ``duplicate_key``, ``too_large``,
+``unreadable``; see :mod:`packshard.ingest.read.streams`, ``jsonparse``, ``parquet``).  A
+record over ``max_record_bytes`` is rejected unparsed, never held.  A broken array or stream
+cannot be resynchronized: one error record marks where reading stopped.  A file that cannot
+be opened, or decompresses past its limits, raises InputError.
 """
 
 from __future__ import annotations

@@ -15,9 +15,8 @@ since "1." may be "1.5".
 Limits (the ``--max-…`` options): an element larger than ``limit`` characters, one nested
 too deeply, holding a repeated key or an unconvertible number is skipped with
 :class:`~packshard.ingest.read.jsonparse.ValueScanner` and reported, and reading goes on with the
-next element.  Decompression is bounded too: zlib is asked for at most ``chunk_size`` bytes per
-call, and zstd, which has no such argument, is fed ``ZSTD_FEED`` bytes at a time (a zstd block
-of a few bytes decodes to at most 128 KiB, so one call yields at most about 32 MiB).  A file
+next element.  Decompression is bounded too: zlib gives at most ``chunk_size`` bytes a call,
+zstd is fed ``ZSTD_FEED`` bytes at a time (at most about 32 MiB out a call).  A file
 decompressing to more than ``max_bytes``, or past ``EXPANSION_FLOOR`` to more than
 ``max_expansion`` times its compressed size (a decompression bomb), raises
 :class:`StreamLimitError`: the records past that point cannot be counted, so the run stops.
@@ -87,9 +86,8 @@ def iter_bytes(
 def _decompress(fh: BinaryIO, codec: str, chunk_size: int, read: list[int]) -> Iterator[bytes]:
     """Decompressed pieces of a multi-member gzip or multi-frame zstd stream, bounded in size.
 
-    Input is fed in slices (``ZSTD_FEED`` bytes for zstd, ``chunk_size`` for gzip, whose
-    output is capped by ``max_length``) and positions are tracked as offsets, so many small
-    members cost no copying.  ``read[0]`` counts the compressed bytes read so far.
+    Input is fed in slices, positions tracked as offsets (many small members cost no copy);
+    ``read[0]`` counts the compressed bytes read so far.
     """
     gz = codec == ".gz"
     feed = chunk_size if gz else ZSTD_FEED
@@ -208,9 +206,7 @@ class TextBuffer:
         """Decode the value at the position.
 
         Returns ``(value, None, False)``; or ``(None, (code, why), fatal)``: a fatal error
-        leaves the position at the error (the text cannot be resynchronized), any other has
-        skipped the value (larger than ``limit`` characters, nested too deeply, a repeated
-        key, a number Python cannot convert) so reading can go on after it.
+        leaves the position there, any other has skipped the value so reading goes on.
         """
         while True:
             try:

@@ -8,16 +8,11 @@ identity is its input's index and its range, never who runs it::
     rows.parquet [groups 0–3][groups 4–5]                                      whole row groups
     big.json.gz  [whole file]                                                  cannot be cut
 
-A JSONL cut point is the first line start at or after each ``target_bytes`` boundary (a
-line that begins with a UTF-8 byte order mark is never a cut point: only the file's first
-line may carry one).  Records are read with :mod:`packshard.ingest.read.sources`' own JSONL parser,
-so a range gives exactly the records, rejects and reasons the whole file gives.  Lines inside
-a byte range are numbered from 1 at its start; the driver knows how many lines every earlier
-range of the file held (:attr:`RangeRead.newlines`) and adds them, which makes every
-``file:line`` absolute without a pass over the file before the work starts.  Parquet ranges
-know their first row from the footer, so their rows are numbered absolutely from the start.
-A row group whose data cannot be decoded is the same one ``unreadable`` reject the whole file
-gives, and reading goes on with the next group, as the whole-file reader does.
+A JSONL cut point is the first line start at or after each ``target_bytes`` boundary (never a
+line that begins with a byte order mark).  A range gives exactly the records, rejects and
+reasons the whole file gives.  Its lines are numbered from 1 at its start; the driver adds
+the lines of the earlier ranges (:attr:`RangeRead.newlines`), so every ``file:line`` is
+absolute without a pass over the file first.  Parquet rows are numbered from the footer.
 
 Objects in a store (:attr:`~packshard.ingest.read.inputs.InputFile.in_store`) are cut by
 their sizes alone, in nominal ranges ``[k × target, (k + 1) × target)``; the worker mapping
@@ -34,10 +29,9 @@ unit size::
     a.jsonl (3 KB)  b.jsonl (5 KB)  c.jsonl (2 KB) │ big.jsonl [0 ── 16 MiB)[16 MiB ── 20 MiB)
     └──────── one unit: 00000-inputs-00002 ───────┘ └─ one unit each ──┘└────────────────┘
 
-A unit pays a fixed cost (a task, a spill folder, a marker, a part the shards read), so
-small inputs are gathered into one unit, as one file of the same records is
-(``docs/performance.md``, "Many small inputs").  The records and their order are the same
-however inputs are gathered, so the output is too.
+A unit pays a fixed cost (a task, a spill folder, a marker), so small inputs share one
+(``docs/performance.md``, "Many small inputs"); records and order, hence the output, are the
+same however inputs are gathered.
 """
 
 from __future__ import annotations
@@ -85,10 +79,9 @@ KINDS = ("bytes", "rows", "file")
 class InputRange:
     """One range of an input: input ``index``, and ``[start, stop)`` in bytes or row groups.
 
-    ``kind`` is ``bytes`` (a JSONL range), ``rows`` (Parquet row groups, the first of which
-    begins at 0-based row ``first_row``) or ``file`` (read whole).  ``size`` is its share of
-    the input's bytes (what progress counts; a row group's share of a Parquet file is in
-    proportion to its data), so the ranges of an input add up to the file's size.
+    ``kind`` is ``bytes`` (JSONL), ``rows`` (Parquet row groups from 0-based row
+    ``first_row``) or ``file``.  ``size`` is its share of the input's bytes (what progress
+    counts).
     """
 
     index: int
@@ -129,11 +122,8 @@ class InputRange:
 def auto_split_bytes(files: Sequence[InputFile]) -> int:
     """Return the unit size when none is given: the inputs' bytes over 64, within 16–64 MiB.
 
-    It depends on the inputs alone, never on the number of workers, so that a ``--resume``
-    with other workers keeps the units.  Inputs under 16 MiB are one unit (``--workers auto``
-    keeps one process there anyway, :data:`MIN_SPLIT_BYTES` says why); a 1 GiB dataset makes
-    64 units of 16 MiB, a large one 64 MiB units.  Give ``--split-bytes`` to share a small
-    input among explicit ``--workers``.
+    It depends on the inputs alone, never on the workers, so that a ``--resume`` with other
+    workers keeps the units.  Inputs under 16 MiB are one unit (:data:`MIN_SPLIT_BYTES`).
     """
     return _unit_bytes(input_bytes(files))
 
@@ -335,9 +325,8 @@ def _range_bytes(
 ) -> Iterator[bytes]:
     """Yield the bytes ``[at, stop)`` of ``split``'s input, at most ``CHUNK_SIZE`` a piece.
 
-    ``read(n, offset)`` reads a local file with ``os.pread`` on its descriptor (a small input
-    is one read of its size, where a buffered file object cost its construction, a seek and
-    a 1 MiB buffer), or a store object with one ranged request.
+    ``read(n, offset)`` reads a local file with ``os.pread`` (no buffered file object), or a
+    store object with one ranged request.
     """
     while at < stop:
         chunk = bytes(read(min(CHUNK_SIZE, stop - at), at))
@@ -384,10 +373,9 @@ class WorkUnit:
 def plan_units(files: Sequence[InputFile], target_bytes: int = 0) -> list[WorkUnit]:
     """Cut ``files`` into ranges (:func:`plan_ranges`), then gather the small whole inputs.
 
-    A split that is its input's only one and smaller than the unit size joins the run of
-    such ranges before it while their bytes stay within the unit size (and no input path
-    repeats in it); any other split is a unit of its own (module docstring).  Like the
-    ranges, the units depend on the inputs and the unit size alone.
+    A whole small input joins the run of such inputs before it while their bytes stay within
+    the unit size; any other split is a unit of its own.  Units depend on the inputs and the
+    unit size alone.
     """
     ranges, target_bytes = _cut(files, target_bytes)
     per_input = Counter(s.index for s in ranges)

@@ -5,14 +5,12 @@ tokenizer and template by their specs (paths, ``builtin:NAME``) and asks :func:`
 for them::
 
     driver process                                  worker process (local or Ray)
-    sharing(specs, DriverLoad.result) ─┐            loaded(specs) ─► load once, keep
+    sharing(specs, load.result) ─┐                  loaded(specs) ─► load once, keep
     task in this process: loaded(specs) ┘─► the driver's objects (never loaded twice)
 
-The driver opens :func:`sharing` around its engine: a task the serial engine runs in the
-driver's process then gets the driver's own tokenizer and template (the driver needs them
-for the manifest anyway).  The entry is keyed by process id too, so that a process forked
-from the driver never waits on the driver's loading thread.  Elsewhere the first task of a
-process loads them and later tasks reuse them (four specs at most are kept).
+The entry :func:`sharing` opens is keyed by process id too, so that a process forked from
+the driver never waits on its loading thread.  Elsewhere the first task of a process loads
+them and later tasks reuse them (four specs at most are kept).
 """
 
 from __future__ import annotations
@@ -56,13 +54,10 @@ def load_early(specs: tuple[str, str | None, str] | tuple[str, str | None, str, 
     """Load the tokenizer, the template and the fast encoder of ``specs`` in this process.
 
     ``specs`` are the tokenizer, the template, ``--backend`` and, optionally, whether the job
-    is small (:data:`~packshard.ingest.types.SMALL_JOB_BYTES`: the encoder built
-    is then the one a small job tries first).  A worker's warm-up runs
-    this on a thread of the fork server while the server imports the rest
-    (:mod:`packshard.engine.forkwarm`): ``tokenizers`` and ``fastokens`` release the GIL
-    while they load, so the loads and the imports overlap.  The encoder is only built:
-    each worker still decides and proves it.  Best effort: what fails here fails again,
-    with its message, where the worker loads it.
+    is small (:data:`~packshard.ingest.types.SMALL_JOB_BYTES`).  Run on a thread of the fork
+    server while it imports the rest (:mod:`packshard.engine.forkwarm`): the loads release
+    the GIL.  The encoder is only built; each worker decides and proves it.  Best effort:
+    what fails here fails again where the worker loads it.
     """
     tokenizer, template, backend, *small = specs
     bundle, _ = loaded(tokenizer, template)

@@ -17,11 +17,9 @@ Which strings are markers (decided here, documented in docs/mistakes.md):
 * ``<start_of_turn>``, ``<end_of_turn>`` — Gemma's turn markers;
 * ``<s>``, ``</s>`` — SentencePiece BOS/EOS written by a template.
 
-Plain tags (``<think>``, ``<tools>``, ``<tool_call>``) and bracket forms (``[INST]``) are not
-checked: many tokenizers rightly treat them as text (Hermes-style tool tags are text outside
-Qwen; Llama 2's own template writes ``[INST]`` as text).
-The literals of the source catch markers on branches the probe does not take (tools); the
-probe catches markers the template builds from pieces (``'<|' + role + '|>'``).
+Plain tags (``<think>``, ``<tool_call>``) and bracket forms (``[INST]``) are not checked: many
+tokenizers rightly treat them as text.  The source's literals catch markers on branches the
+probe does not take; the probe catches markers built from pieces (``'<|' + role + '|>'``).
 
 A marker is one token when it is an added token of the tokenizer, or when encoding it alone
 gives one id (a leading SentencePiece ``▁`` piece aside).  ``--allow-split-markers`` turns

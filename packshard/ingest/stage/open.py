@@ -10,10 +10,8 @@ record is read, and every check runs here, in this order::
         ─► Stage(spec, bundle, template)
 
 The :class:`StageSpec` is what a worker needs to load the same stage again
-(:func:`~packshard.ingest.stage.loaded.loaded`); tasks run in the driver's process get the
-driver's objects through :meth:`Stage.shared`.  The manifest's tokenizer, template and
-backends entries come from the stage too (:meth:`Stage.entries`), so the three commands
-describe what they used one way.
+(:func:`~packshard.ingest.stage.loaded.loaded`).  The manifest's tokenizer, template and
+backends entries come from the stage too (:meth:`Stage.entries`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One work unit ingested in a worker, and the driver's one way of putting units in order.
+"""One work unit ingested in a worker: the unit task run into the command's sink.
 
 ``pack``, ``profile`` and ``verify`` cut their inputs into work units
 (:func:`~packshard.ingest.read.units.plan_units`) and run one :class:`UnitTask` per unit on
@@ -22,97 +22,22 @@ driver raises the first one in input order, whichever unit finished first.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from packshard.errors import PackshardError, RecordError
 from packshard.ingest.label.spans import render_example
 from packshard.ingest.normalize import normalize_record
-from packshard.ingest.read.units import RangeRead, WorkUnit, read_range
+from packshard.ingest.read.units import RangeRead, read_range
 from packshard.ingest.stage.loaded import load_early, loaded
+from packshard.ingest.stage.task import UnitError, UnitRead, UnitResult, UnitSink, UnitTask
 from packshard.ingest.stream import ingest
 from packshard.ingest.template.fast import renderer_for
-from packshard.ingest.template.render import ChatTemplate
 from packshard.ingest.tokens.backends import decided, warm_encoder
 from packshard.ingest.tokens.labels import encode_texts, label_encodings
-from packshard.ingest.tokens.tokenizer import TokenizerBundle
-from packshard.ingest.types import IngestChunk, RawRecord, StageSpec
+from packshard.ingest.types import RawRecord
 from packshard.records import SourceRef
 
 T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
-
-
-@dataclass(frozen=True, slots=True)
-class UnitError:
-    """A record error a unit met, at its line relative to the unit's range."""
-
-    code: str
-    reason: str
-    source: str
-    line: int
-
-    def at(self, base: int) -> RecordError:
-        """Return the error at its absolute line (``base``: lines before the unit's range)."""
-        return RecordError(self.code, self.reason, self.source, self.line + base)
-
-
-@dataclass(frozen=True, slots=True)
-class UnitRead:
-    """What ingesting a unit counted, whatever the command."""
-
-    records: int = 0  # every record read (accepted or rejected)
-    newlines: int = 0  # lines of a byte range (0 for row groups and whole inputs)
-    error: UnitError | None = None
-    reasoning_dropped: int = 0  # trained turns whose reasoning the template left out
-    pairs_read: int = 0  # preference records read (packed or rejected)
-    encode: dict[str, Any] | None = None  # what encoded the unit (backends.decided)
-
-
-@dataclass(frozen=True, slots=True)
-class UnitResult(Generic[T]):
-    """One unit's result: what ingest counted and what the command's sink kept (``value``)."""
-
-    unit: WorkUnit
-    read: UnitRead
-    value: T
-
-
-class UnitWriter(Protocol[T_co]):
-    """A command's side of one unit: fed each chunk, then finished once."""
-
-    def add(self, chunk: IngestChunk) -> None:
-        """Keep what the command needs of ``chunk``."""
-
-    def finish(self, read: UnitRead) -> T_co:
-        """Return what the unit's result carries back to the driver."""
-
-
-class UnitSink(Protocol[T_co]):
-    """What a command hands its unit tasks: picklable; opens a writer in the worker."""
-
-    def open(
-        self,
-        unit: WorkUnit,
-        spec: StageSpec,
-        bundle: TokenizerBundle,
-        template: ChatTemplate | None,
-    ) -> AbstractContextManager[UnitWriter[T_co]]:
-        """Open the unit's writer (closed, and cleaned up on failure, by the context)."""
-
-
-S = TypeVar("S", bound=UnitSink[Any], covariant=True)
-
-
-@dataclass(frozen=True, slots=True)
-class UnitTask(Generic[S]):
-    """One unit to ingest: the stage that loads it, the unit, the command's sink."""
-
-    stage: StageSpec
-    unit: WorkUnit
-    sink: S
 
 
 def run_unit(task: UnitTask[UnitSink[T]], threads: int) -> UnitResult[T]:
@@ -156,28 +81,6 @@ def run_unit(task: UnitTask[UnitSink[T]], threads: int) -> UnitResult[T]:
         return UnitResult(unit, read, writer.finish(read))
 
 
-def in_order(results: Sequence[UnitResult[T]], inputs: int) -> Iterator[tuple[UnitResult[T], int]]:
-    """Yield each unit's result with its line base, in unit order; raise the first error.
-
-    ``inputs`` is the number of input files the units were cut from.  The line base is what
-    turns the unit's relative lines absolute: the lines of the byte ranges before it in the
-    same input (0 for row groups and whole inputs, numbered from their start).
-
-    Raises:
-        RecordError: the first unit error in input order, at its absolute line.
-
-    """
-    line_base = [0] * inputs
-    for result in results:
-        first = result.unit.ranges[0]  # the only one, or the first of whole inputs (base 0)
-        base = line_base[first.index] if first.kind == "bytes" else 0
-        if not result.unit.gathered:
-            line_base[first.index] += result.read.newlines
-        if result.read.error is not None:
-            raise result.read.error.at(base)
-        yield result, base
-
-
 def warm_stage(specs: tuple[str, str | None, str] | tuple[str, str | None, str, bool]) -> None:
     """Load the tokenizer, the template and the run's backends, and label one tiny record.
 
@@ -185,11 +88,9 @@ def warm_stage(specs: tuple[str, str | None, str] | tuple[str, str | None, str, 
     job is small (:func:`~packshard.ingest.stage.loaded.load_early`).  The tiny record also loads
     every jitted kernel labelling uses; run in the fork server, all of it is in each worker
     before its first unit (:mod:`packshard.engine.forkwarm`).  So are the fast renderer and
-    encoder, which each worker would otherwise build again (0.25 CPU-s for phi-3's fastokens
-    encoder, 1.33 for Qwen3's).  The encoder is only built here, never used, so that no
-    state of its library's threads crosses the fork; each worker still decides and proves
-    it (canary, first records) as before.  The loads are
-    :func:`~packshard.ingest.stage.loaded.load_early`'s, already done when the server ran it.
+    encoder (1.33 CPU-s for Qwen3's fastokens encoder in each worker otherwise); the encoder
+    is only built here, never used, so that no state of its library's threads crosses the
+    fork: each worker still decides and proves it.
     """
     tokenizer, template_spec, backend, *_ = specs
     load_early(specs)

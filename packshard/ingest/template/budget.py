@@ -18,21 +18,15 @@ iterations and calls), held in the context-local :data:`BUDGET`.  The sandbox
     str.format                field widths and precisions checked
     the rendered text         counted piece by piece as it is produced (render_chat)
 
-Checks happen before the work, so one huge operation fails fast instead of allocating.
-Because the binary operators are intercepted, Jinja cannot fold ``'a' * 10**10`` into a
-constant at compile time, and a filter whose check fails is not folded either (it fails when
-rendered, for the record that reaches it).  A budget overrun raises
-:class:`TemplateBudgetError`, a :class:`~packshard.errors.TemplateError`: the record becomes a
-``template_error`` reject and the run goes on.  No thread or signal is involved; the deadline
-is read with ``time.monotonic`` at each step.
+Checks happen before the work, so one huge operation fails fast instead of allocating (nor
+can Jinja fold ``'a' * 10**10`` into a constant at compile time).  An overrun raises
+:class:`TemplateBudgetError`: the record becomes a ``template_error`` reject and the run goes
+on.  No thread or signal: the deadline is read with ``time.monotonic`` at each step.
 
-**Amplifying calls and filters.** ``'a'.ljust(10**10)``, ``'x'.replace('x', y)``,
-``(1).to_bytes(10**10)`` or ``s | indent(10**6)`` each ask for a result far larger than
-their input. :func:`check_call` (every call from a template goes through it, via the
-sandbox's ``call``) and the wrapped filters (:func:`check_filters`) compute the result's
-size from the arguments first and raise :class:`TemplateBudgetError` before anything is
-allocated. Filters that print their input (``string``, ``lower``, ``format`` …) check its
-printed size, which shared references can make huge (``[[x] * 1000] * 1000``).
+Amplifying calls and filters (:func:`check_call`, :func:`check_filters`) compute the
+result's size from the arguments; filters that print their input (``string``, ``lower``,
+``format`` …) check its printed size, which shared references can make huge
+(``[[x] * 1000] * 1000``).
 """
 
 from __future__ import annotations
@@ -148,10 +142,8 @@ def _stepped(iterable: Iterable[Any], budget: Budget) -> Iterator[Any]:
 def check_printed(value: Any, what: str = "printed value") -> Any:
     """Return ``value`` after refusing one whose printed form exceeds the budget.
 
-    The characters ``str(value)`` would have are counted, stopping once past the limit.
-    Shared references count each time they are printed (``[[x] * 1000] * 1000`` prints
-    ``x`` a million times), so containers are walked, not measured; the walk stops as soon
-    as the count passes the limit, which bounds its own cost.
+    The characters ``str(value)`` would have are counted, shared references each time they
+    are printed, stopping once past the limit (which bounds the walk's own cost).
     """
     if type(value) is str:
         return value

@@ -1,10 +1,8 @@
 r"""The fast renderer: ``minijinja`` for the templates it provably renders like the sandbox.
 
-``--backend`` chooses the renderer as it chooses the encoder
-(:mod:`packshard.ingest.tokens.backends`).  The reference is Jinja's immutable sandbox
-(:mod:`packshard.ingest.template.sandbox`); the fast one is ``minijinja`` (Rust, by Jinja's
-author; ``pip install 'packshard[fast]'``), about 6× faster on Qwen3's template.  Whether a
-template may use it is decided once per template and backend, in three gates::
+``--backend`` chooses the renderer as it chooses the encoder: the sandbox, or ``minijinja``
+(``pip install 'packshard[fast]'``, about 6× faster on Qwen3's template), decided once per
+template and backend, in three gates::
 
     template ──► minijinja installed? ── no ──► sandbox ("not installed")
                    │ yes
@@ -20,10 +18,6 @@ template may use it is decided once per template and backend, in three gates::
     the first FIRST_RENDERS renders of the input made both ways (auto only); the first
     difference puts the rest of the run on the sandbox
 
-**Screen**: :mod:`packshard.ingest.template.screen` lists what a template may use.  Every
-hostile template of the test suite fails it or fails in minijinja; either way the record is
-rendered again by the sandbox, which rejects it with its own code and message.
-
 **Each render** is the sandbox's render unless all of these hold; otherwise the sandbox renders
 that record (same text, same reject)::
 
@@ -36,10 +30,8 @@ that record (same text, same reject)::
         ▼
     the text is at most the template's max_chars
 
-``{% generation %}`` and ``{% endgeneration %}`` are rewritten to print U+FDD0 and U+FDD1 (the
-tags' whitespace control kept); the markers are cut out of the text and give the blocks' spans,
-exactly where the sandbox's recorder puts them.  ``tojson`` is Python's ``json.dumps`` with
-``ensure_ascii=False`` and keys in given order, as in the sandbox.
+``{% generation %}`` tags print U+FDD0 and U+FDD1, cut out of the text to give the blocks'
+spans where the sandbox's recorder puts them; ``tojson`` is the sandbox's.
 """
 
 from __future__ import annotations

@@ -1,23 +1,17 @@
 r"""Chat templates: load them, compile them in the sandbox, render conversations.
 
-A chat template is untrusted code (it ships with a downloaded tokenizer), so it runs exactly
-as Hugging Face ``transformers`` runs it — ``ImmutableSandboxedEnvironment(trim_blocks=True,
-lstrip_blocks=True)``, the ``raise_exception``/``strftime_now`` globals, a ``tojson`` filter
-that neither escapes HTML nor sorts keys — with one difference: reaching for an unsafe
-attribute (``__class__``, ``__globals__``, ``mro`` …) raises instead of rendering as empty, and
-that becomes a :class:`TemplateError` before anything runs
-(:mod:`packshard.ingest.template.sandbox`).
-Message content is passed as data: ``{{name}}`` inside a message renders literally.
+A chat template is untrusted code, so it runs in the sandbox as ``transformers`` runs it,
+except that an unsafe attribute raises (:mod:`packshard.ingest.template.sandbox`).  Message
+content is passed as data: ``{{name}}`` inside a message renders literally.
 
 A template comes from the tokenizer folder (``chat_template.jinja``, else the config's
 ``chat_template``), a ``.jinja`` file, or a built-in name (``chatml``).  :func:`render_chat`
 returns the text and, for templates with ``{% generation %}`` blocks, where each block's output
 landed; which characters are trained is decided in :mod:`packshard.ingest.label.spans`.
 
-Each render runs under its template's :class:`~packshard.ingest.template.budget.RenderLimits`
-(time and size); going over them is a :class:`TemplateError` for that record. Compiling is
-bounded too: a template text over ``MAX_TEMPLATE_BYTES``, or one too deeply nested to compile,
-is refused as a usage error before any record is read.
+Each render runs under its template's :class:`~packshard.ingest.template.budget.RenderLimits`;
+going over them is a :class:`TemplateError` for that record.  A template over
+``MAX_TEMPLATE_BYTES``, or too deeply nested to compile, is refused before any record is read.
 """
 
 from __future__ import annotations

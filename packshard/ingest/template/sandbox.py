@@ -1,10 +1,8 @@
 """The sandbox chat templates run in: Jinja's immutable sandbox, the way transformers sets it up.
 
-A chat template ships with a downloaded tokenizer, so it is untrusted code.  It runs in
-``ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`` with the globals and
-filters Hugging Face templates expect (``raise_exception``, ``strftime_now``, ``namespace``, a
-``tojson`` that neither escapes HTML nor sorts keys) and one stricter rule: touching an unsafe
-attribute (``__class__``, ``__globals__``, ``mro`` …) or an underscore name of a
+A chat template is untrusted code.  It runs in ``ImmutableSandboxedEnvironment(trim_blocks=True,
+lstrip_blocks=True)`` with the globals and filters Hugging Face templates expect, and one
+stricter rule: an unsafe attribute (``__class__``, ``mro`` …) or an underscore name of a
 ``namespace()`` raises :class:`TemplateSecurityError` instead of rendering as empty.
 
 ``{% generation %}…{% endgeneration %}`` blocks (the Hugging Face convention for the assistant
@@ -16,11 +14,9 @@ These conventions together are named :data:`CONVENTIONS_ID` and listed in
 reports a pack made under other conventions.  Any change of a rule (another ``tojson``, other
 whitespace control, a new global) bumps the number in the id.
 
-Every render is also bounded in time and size (:mod:`packshard.ingest.template.budget`): the sandbox
-routes calls, the ``+ * ** %`` operators, loops, joins, ``str.format`` and the amplifying
-filters through the running render's budget.  The generated code differs from Jinja's in two
-places only (:class:`_CheckedCode`): a loop iterates its iterable through the
-``packshard_loop`` filter, and ``a ~ b`` joins through ``environment.checked_join``.
+Every render is also bounded in time and size (:mod:`packshard.ingest.template.budget`); the
+generated code differs from Jinja's in two places only (:class:`_CheckedCode`): loops iterate
+through the ``packshard_loop`` filter and ``a ~ b`` joins through ``environment.checked_join``.
 """
 
 from __future__ import annotations

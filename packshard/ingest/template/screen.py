@@ -20,10 +20,9 @@ cannot grow faster than the record, which this screen proves from the parse tree
     {% generation %} at the top level         nested generation blocks, raw blocks, the
                                               marker characters U+FDD0/U+FDD1 anywhere
 
-``{% generation %}`` / ``{% endgeneration %}`` tags are then rewritten (:func:`rewrite`) to
-print :data:`OPEN` / :data:`CLOSE`, their whitespace control kept; the tags are counted
-outside comments first, and a count that differs from the parse tree's blocks (a tag inside
-a string) refuses the template.
+Generation tags are then rewritten (:func:`rewrite`) to print :data:`OPEN` / :data:`CLOSE`;
+a tag count that differs from the parse tree's blocks (a tag inside a string) refuses the
+template.
 """
 
 from __future__ import annotations

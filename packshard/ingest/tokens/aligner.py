@@ -111,13 +111,9 @@ def build_aligner(
 ) -> ByteAligner | None:
     """Build the byte table of ``tok``, or return ``None`` for a pipeline not modelled here.
 
-    ``model`` is the ``model`` object of the tokenizer.json ``tok`` was loaded from, when the
-    caller has it parsed already: its vocabulary is read from there (asking the tokenizer
-    for it costs tens of milliseconds).
-
-    Vectorised over the vocabulary (a 150k vocabulary takes milliseconds): the pieces are
-    joined into one string and converted at once; added tokens and byte-fallback pieces are
-    then pointed at bytes of their own.
+    ``model`` is the parsed tokenizer.json's ``model``, when the caller has it (its
+    vocabulary is read from there).  Vectorised over the vocabulary: the pieces are joined
+    into one string and converted at once.
     """
     found = _family(tok)
     if found is None:

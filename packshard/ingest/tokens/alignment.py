@@ -1,10 +1,9 @@
 r"""Where each token lies in its text, from the token ids alone (no tokenizer offsets).
 
-Labels need to know which tokens overlap the trained character spans.  ``encode_batch``
-answers with offsets, but computing them is a large share of tokenization time, which
-``encode_batch_fast`` skips (docs/performance.md gives the figures).  For the two tokenizer families
-nearly every chat model uses, each token id stands for a fixed byte string of the original
-text, so the byte range of every token follows from the ids:
+Labels need to know which tokens overlap the trained character spans.  Offsets are a large
+share of tokenization time; for the two tokenizer families nearly every chat model uses, each
+token id stands for a fixed byte string of the text, so every token's bytes follow from the
+ids:
 
 * byte-level BPE (GPT-2, Llama 3, Qwen, Phi-2 …): a piece is the bytes its characters encode
   through the byte-to-unicode table;
@@ -23,19 +22,16 @@ it is aligned with the section's first character, as the tokenizer aligns it::
     bytes   <|assistant|>\n   ␠Hi  ␠  F0      9F      98      80    <|end|>
             (content + the "\n" its rstrip swallows)
 
-:func:`align` walks the ids of each example and compares every byte it assigns with the text.
-An example whose tokens do not spell its text exactly (a normalizer rewrote it, an unknown
-token, a rule not modelled here) comes back not ``ok``; the caller encodes it again with
-offsets, so this path can make labels faster but never different.  A tokenizer outside the
-two families gets no :class:`~packshard.ingest.tokens.aligner.ByteAligner` at all (see
-:mod:`packshard.ingest.tokens.aligner`).
+:func:`align` compares every byte it assigns with the text; an example whose tokens do not
+spell it exactly comes back not ``ok`` and is encoded again with offsets, so labels can be
+faster but never different.  A tokenizer outside the two families gets no
+:class:`~packshard.ingest.tokens.aligner.ByteAligner`.
 
 :func:`span_tokens` turns character spans into token ranges with the rule the offsets path
 uses: a token belongs to a span when its bytes overlap the span's.
 
-It stays on for every family: with ``tokenizers`` it saves a fifth on SentencePiece and is
-even on byte-level BPE, and it is what lets the fast encoder, which gives no offsets, encode
-at all (``docs/performance.md``, "Token positions from the ids").
+It is what lets the fast encoder, which gives no offsets, label at all
+(``docs/performance.md``, "Token positions from the ids").
 """
 
 from __future__ import annotations
@@ -64,10 +60,8 @@ def align(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Byte range of every token within its example's text, and which examples parsed.
 
-    ``ids[token_offsets[e]:token_offsets[e + 1]]`` are the ids of example ``e`` (as encoded,
-    without an inserted BOS), whose text is ``text[text_offsets[e]:text_offsets[e + 1]]``.
-    Returns ``(start, end, ok)``: int64 byte positions relative to each example's text, and
-    a bool per example, false where the ids do not spell the text exactly.
+    Example ``e``'s ids and text are the offsets' slices.  Returns ``(start, end, ok)``: int64
+    byte positions within each text, and per example whether its ids spell it exactly.
     """
     start = np.zeros(len(ids), dtype=np.int64)
     end = np.zeros(len(ids), dtype=np.int64)

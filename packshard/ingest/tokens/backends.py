@@ -3,12 +3,8 @@ r"""Which library encodes rendered text: the reference (``tokenizers``) or a fas
 ``--backend`` (``pack``, ``profile``) picks the encoder, in this one place:
 
 * ``reference``: Hugging Face ``tokenizers``, as the tokenizer was loaded.
-* ``fast``: a fast library (``pip install 'packshard[fast]'``) built from the same tokenizer
-  (the JSON of the loaded tokenizer, packshard's adjustments included): gigatoken first for
-  a SentencePiece vocabulary, fastokens first for byte-level BPE, gigatoken first for any
-  vocabulary in a job under
-  :data:`~packshard.ingest.types.SMALL_JOB_BYTES` of input (:func:`libraries`, chosen
-  by measurement, :mod:`packshard.ingest.tokens.giga`).  Forced: no canary; a tokenizer no
+* ``fast``: a fast library (``pip install 'packshard[fast]'``) built from the loaded
+  tokenizer's JSON, in the order of :func:`libraries`.  Forced: no canary; a tokenizer no
   library can load, or labels that need offsets, stop the run with one line.
 * ``auto`` (the command line's default): ``fast`` only where it proves itself, otherwise
   ``reference`` and one line saying why::
@@ -30,14 +26,12 @@ r"""Which library encodes rendered text: the reference (``tokenizers``) or a fas
       first batch of the input (up to 256 rendered texts) — ids equal both ways?
                  │ yes: that library encodes the run     └─ no ──► reference for the run
 
-The decision is taken before any fast id is used, once per tokenizer and backend in each
-process that encodes (cached on the :class:`~packshard.ingest.tokens.tokenizer.TokenizerBundle`);
-each work unit reports what encoded it, and the manifest's entry is theirs
-(:func:`merged_entry`), so ``pack``'s driver never builds a fast encoder it would not use.
-Ids are all that is taken from the fast encoder: token positions for labels come from the
-ids (:mod:`packshard.ingest.tokens.alignment`), and an example whose ids do not spell its text
-is encoded again by the reference, with offsets.  ``verify`` re-encodes with the reference whatever
-encoded the pack, and the manifest's ``environment.backends`` names what did.
+The decision is taken once per tokenizer and backend in each process that encodes (cached on
+the :class:`~packshard.ingest.tokens.tokenizer.TokenizerBundle`); the units report what
+encoded them and the manifest's entry is theirs (:func:`merged_entry`).  Only ids are taken
+from a fast encoder: label positions come from the ids
+(:mod:`packshard.ingest.tokens.alignment`), and an example whose ids do not spell its text
+is encoded again by the reference.  ``verify`` re-encodes with the reference.
 """
 
 from __future__ import annotations
@@ -140,10 +134,8 @@ def libraries(bundle: TokenizerBundle, small_job: bool = False) -> tuple[str, ..
     """Return the fast libraries to try for ``bundle``, the fastest on its family first.
 
     By measurement (:mod:`packshard.ingest.tokens.giga`): gigatoken for a SentencePiece
-    vocabulary (a ``Metaspace`` pre-tokenizer or a BPE with byte fallback: phi-3, Llama 2,
-    Mistral, Gemma), fastokens for byte-level BPE, except in a ``small_job`` (under
-    :data:`~packshard.ingest.types.SMALL_JOB_BYTES` of input), where gigatoken, the sooner
-    built, goes first for every vocabulary.  Only installed ones are tried.
+    vocabulary, fastokens for byte-level BPE, gigatoken first for any in a ``small_job``
+    (:data:`~packshard.ingest.types.SMALL_JOB_BYTES`).  Only installed ones are tried.
     """
     tok = bundle.tokenizer
     sentencepiece = type(tok.pre_tokenizer).__name__ == "Metaspace" or bool(
@@ -349,11 +341,9 @@ def warm_encoder(bundle: TokenizerBundle, backend: str, small_job: bool = False)
     the first encode waits for the decision (:func:`encoder_for` holds its lock while it is
     made).  A failure is raised again by that first encode, where the run stops.
 
-    The thread is not a daemon: a run that stops early (a bad input, a decompression bomb)
-    waits for the load to finish before the interpreter exits.  A daemon thread would be
-    ended by the interpreter's shutdown in the middle of the native loader, whose C++ frames
-    catch the forced unwind and abort the process (``FATAL: exception not rethrown``, exit
-    134) after the error line was printed.
+    The thread is not a daemon: a run that stops early waits for the load before exiting; a
+    daemon ended by the shutdown mid-load aborts the process (``FATAL: exception not
+    rethrown``, exit 134) after the error line.
     """
 
     def decide() -> None:

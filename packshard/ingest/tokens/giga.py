@@ -1,10 +1,8 @@
 r"""gigatoken as a fast encoder: the tokenizer's own JSON, one call a text, ids returned flat.
 
-gigatoken reads the loaded tokenizer's JSON as ``tokenizers`` wrote it, packshard's
-adjustments included, and models SentencePiece's ``Metaspace`` itself: no emulation in Python
-(:mod:`packshard.ingest.tokens.metaspace` is fastokens' alone).  Measured on chat records seen
-once (``scripts/corpus.py``), ids equal to ``tokenizers`` on every text, CPU-seconds to encode
-the same texts on one thread::
+gigatoken reads the loaded tokenizer's JSON, packshard's adjustments included, and models
+``Metaspace`` itself.  CPU-seconds to encode the same chat texts on one thread
+(``scripts/corpus.py``; ids equal to ``tokenizers`` on every text)::
 
     family (vocabulary)          tokenizers   fastokens           gigatoken
     phi-3-mini (SentencePiece)   6.45         5.0 (+ emulation)   0.72      3.77M tokens
@@ -16,10 +14,8 @@ and fastokens first for byte-level ones, each behind the same canary.
 
 Each text is encoded by its own call (``encode``: a ``uint32`` array, the GIL released while it
 runs) and the arrays are joined into :class:`FlatIds`.  The batch calls return the same ids but
-import awkward on first use (0.5-1.5 s of a process's start, more than a 2M-token job's whole
-encoding) and, for the padded form, a matrix as wide as the longest text; one call a text cost
-0.31 CPU-s against 0.40-0.73 for the padded batches of 256 on 2.45M phi-3 tokens.  A forked
-worker encodes on its own thread either way, as it has one core.
+import awkward on first use (0.5-1.5 s of a process's start) and, padded, a matrix as wide as
+the longest text (0.40-0.73 CPU-s against 0.31 on 2.45M phi-3 tokens).
 """
 
 from __future__ import annotations

@@ -11,18 +11,14 @@ mask — so a special token that swallowed the following newline (``rstrip``) st
 
 Where the tokens lie comes from one of two places:
 
-* the ids alone, when the tokenizer is byte-level BPE or SentencePiece-style (nearly every
-  chat model): :mod:`packshard.ingest.tokens.alignment` parses each example's ids against its text,
-  so tokenization runs as ``encode_batch_fast``, without offsets (a quarter less work); an
+* the ids alone, for byte-level BPE and SentencePiece-style tokenizers
+  (:mod:`packshard.ingest.tokens.alignment`): ``encode_batch_fast``, without offsets; an
   example whose ids do not spell its text is encoded again with offsets;
-* the offsets of ``encode_batch`` otherwise: only the span edges are looked up
-  (``Encoding.char_to_token``), never every offset (converting all of them to numpy costs
-  about 30% of tokenization time).
+* the offsets of ``encode_batch`` otherwise, only at the span edges
+  (``Encoding.char_to_token``).
 
-Both give the same labels (``tests/test_alignment.py`` holds them equal on every shared
-tokenizer and dataset, the family imitations and random texts).  The per-token work is
-vectorised: span edges become +1/-1 marks in a difference array whose running sum is the
-label mask.  Token ids are int32 from end to end.
+Both give the same labels.  Span edges become +1/-1 marks in a difference array whose running
+sum is the label mask.  Token ids are int32 from end to end.
 """
 
 from __future__ import annotations
@@ -88,10 +84,8 @@ def encode_rendered(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Tokenize rendered examples in one ``encode_batch`` call and label their trained spans.
 
-    Returns flat ``(input_ids int32, labels int32, offsets int64)``; example ``i`` owns
-    ``[offsets[i], offsets[i+1])``.  An example whose ``label_path`` is ``"none"`` is trained on
-    every token; otherwise a token is trained when it overlaps one of ``spans``.  An example
-    with ``bos_chars`` gets the BOS id, then the tokens of the text after those characters.
+    Returns flat ``(input_ids int32, labels int32, offsets int64)``.  A token is trained when
+    it overlaps one of ``spans`` (every token under ``label_path`` ``"none"``).
     """
     return label_encodings(bundle, rendered, encode_texts(bundle, rendered))
 
@@ -114,12 +108,9 @@ def encode_texts(
 ) -> Sequence[Any]:
     """Run one ``encode_batch`` over rendered examples (the text after any ``bos_chars``).
 
-    This is the half of :func:`encode_rendered` that runs without the GIL, on all cores;
-    :func:`label_encodings` is the other half.  It skips the offsets (``encode_batch_fast``,
-    a quarter less work) unless :func:`offsets_needed`.  Without offsets, ``backend``
-    (``--backend``) chooses the library (:mod:`packshard.ingest.tokens.backends`; a
-    ``small_job`` tries the one built soonest first); only the ids and lengths of what it
-    returns are read.
+    The half of :func:`encode_rendered` that runs without the GIL (:func:`label_encodings` is
+    the other).  It skips the offsets unless :func:`offsets_needed`; then ``backend`` chooses
+    the library (:mod:`packshard.ingest.tokens.backends`).
     """
     texts = [r.text[r.bos_chars :] for r in rendered]
     if offsets_needed(bundle, rendered):

@@ -10,9 +10,8 @@ things to each piece of text between added tokens:
 
 ``fastokens`` has no ``Metaspace``.  So the fast tokenizer gets the same JSON with no
 normalizer and no pre-tokenizer, and :class:`MetaspaceEncoder` does both in Python: it
-replaces the spaces itself (``str.replace``, 1.2 µs a phi-3 chat text, where fastokens' own
-``Replace`` normalizer cost 6–7 µs of its 25) and puts the prefix on the text, where the
-reference would put it::
+replaces the spaces itself (``str.replace``: 1.2 µs a phi-3 chat text, fastokens' own
+``Replace`` 6–7 µs) and puts the prefix on the text, where the reference would put it::
 
     text                    reference pieces            fast: encodes
     "Hi there"              ▁Hi ▁there                  "▁Hi▁there"
@@ -24,13 +23,10 @@ added token (then no piece starts at character 0).  Whether a text starts with a
 guessed from its first characters and checked on the ids: a wrong guess is encoded again.
 
 Replacing before the added tokens are found is exact when no added token holds a space or a
-``▁`` (checked once), with one exception: an added token with ``rstrip`` (``lstrip``)
-swallows the whitespace after (before) it, spaces included, and a ``▁`` is no whitespace.  So
-a text where such a token meets a run of whitespace holding a space (``<|user|>\n Hi``) is
-encoded by the reference tokenizer instead (none of the 10,824 shared chat texts with phi-3's
-template is).  Only ``first`` and ``never`` are modelled, with no normalizer; anything else is
-:data:`None` (the reference encodes).  The canary of :mod:`packshard.ingest.tokens.backends`
-proves the rule on every run before it is trusted.
+``▁`` (checked once), except where an added token with ``rstrip``/``lstrip`` meets whitespace
+holding a space (``<|user|>\n Hi``): such a text is encoded by the reference.  Only ``first``
+and ``never`` are modelled; anything else is :data:`None`.  The canary of
+:mod:`packshard.ingest.tokens.backends` proves the rule on every run.
 """
 
 from __future__ import annotations
@@ -187,9 +183,8 @@ def _joined(pieces: list[np.ndarray]) -> FlatIds:
 def load_json(text: str | bytes) -> dict[str, Any]:
     """Parse a tokenizer's JSON (a ``tokenizer.json``, or what ``Tokenizer.to_str`` returns).
 
-    ``orjson`` parses it a little faster than the standard parser (0.11 against 0.12 CPU-s
-    for Qwen3's 4.6 MB); what only the standard parser accepts (integers beyond 64 bits, NaN)
-    falls back.  JSON that is not an object gives ``{}``.
+    ``orjson`` parses it first; what only the standard parser accepts (integers beyond 64
+    bits, NaN) falls back.  JSON that is not an object gives ``{}``.
     """
     try:
         value = orjson.loads(text)

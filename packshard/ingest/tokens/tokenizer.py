@@ -1,11 +1,8 @@
 r"""Load a tokenizer offline, with what rendering and the manifest need from its folder.
 
-Loading (:func:`load_tokenizer`) reads ``tokenizer.json`` with the Rust ``tokenizers`` library,
-never ``transformers``, and takes the special tokens, ``add_bos_token`` and the chat template
-from ``tokenizer_config.json`` (``special_tokens_map.json`` fills missing special tokens; a
-``chat_template.jinja`` file replaces the config's template).
-Three adjustments make the ids equal to what ``transformers`` (5.x) produces for the same
-folder, because that is what the model will see at inference:
+:func:`load_tokenizer` reads ``tokenizer.json`` with ``tokenizers`` (never ``transformers``) and
+the special tokens, ``add_bos_token`` and chat template from the folder's configs.  Three
+adjustments make the ids equal to what ``transformers`` (5.x) produces for the same folder:
 
 * truncation and padding stored in ``tokenizer.json`` are switched off (a shard never
   silently cuts an example);
@@ -115,10 +112,9 @@ def _pick_chat_template(value: Any) -> str | None:
 def _prefix_once(tok: tokenizers.Tokenizer, spec: dict[str, Any], config: dict[str, Any]) -> str:
     """Apply the SentencePiece prefix rule ``transformers`` applies; return a note, or ''.
 
-    ``transformers`` 5 rebuilds a ``LlamaTokenizer`` as a ``Metaspace`` pre-tokenizer whose
-    prepend scheme comes from the config (``first``, or ``always`` with ``legacy: true``,
-    ``never`` with ``add_prefix_space: false``), whatever the tokenizer.json says; another
-    class keeps the file's pipeline unless the config says ``legacy: false``.
+    ``transformers`` 5 rebuilds a ``LlamaTokenizer`` with a prepend scheme from the config
+    (``first``; ``always`` with ``legacy: true``; ``never`` with ``add_prefix_space: false``);
+    another class keeps the file's pipeline unless the config says ``legacy: false``.
     """
     norm = spec.get("normalizer") or {}
     steps = norm.get("normalizers", []) if norm.get("type") == "Sequence" else [norm]
@@ -197,10 +193,9 @@ def tokenizer_json_path(path: str) -> Path:
 def load_tokenizer(path: str) -> TokenizerBundle:
     """Load ``path`` (a ``tokenizer.json`` or a folder holding one) without any network access.
 
-    A ``tokenizer_config.json`` beside the ``tokenizer.json`` supplies the special tokens,
-    ``add_bos_token`` and the chat template; ``special_tokens_map.json`` fills the special
-    tokens the config lacks.  A ``chat_template.jinja`` there (how ``transformers`` saves
-    templates since 4.43) replaces the config's template, as it does in ``transformers``.
+    ``tokenizer_config.json`` supplies the special tokens, ``add_bos_token`` and the chat
+    template (``special_tokens_map.json`` fills gaps; ``chat_template.jinja`` replaces the
+    config's template, as in ``transformers``).
 
     Raises:
         TokenizerError: the file is missing, unreadable or not a tokenizer.

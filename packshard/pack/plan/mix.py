@@ -1,4 +1,4 @@
-"""Domain mixtures: how many copies of each record ``--mix`` keeps, by a seeded token budget.
+"""``--mix``: how many copies of each record a pack keeps, by a seeded token budget.
 
 ``pack --mix a=0.6,b=0.3,c=0.1 --mix-by trained_tokens --max-repeat K`` asks that domain
 ``a`` hold 60 % of the packed output's trained tokens, ``b`` 30 %, ``c`` 10 %.  The unit of
@@ -17,25 +17,31 @@ has and ``s_d`` its share::
 
 Each domain then takes ``c = ⌊B_d / W_d⌋`` full copies of every record and fills the rest,
 ``R = B_d − c·W_d``, with records in a seeded order (a permutation per domain, keyed by the
-seed and the domain's name), stopping at the prefix whose weight is nearest to ``R``.  The
-error is at most half a record per domain; e.g. on chat data of 2,000 records of about 100
-trained tokens a domain, ``R`` is met within 50 of some 200,000 tokens (0.025 pp); on the
-three-domain chat data of ``docs/mixtures.md``, 60/30/10 came out 60.06/30.03/9.92 %::
+seed and the domain's name), stopping at the prefix whose weight is nearest to ``R``: the
+error is at most half a record per domain (60/30/10 came out 60.06/30.03/9.92 % on the
+three-domain chat data of ``docs/mixtures.md``)::
 
     T = 300k, K = 2
     a: W = 100k, B = 180k → c = 1, R = 80k    every record once, 80k more by seeded order
-       order       r17  r3   r42  r9   …  r5      r88
-       cumulative   95  310  402  611  …  79,960  80,070
-                                          └─ nearest to 80,000: these records get copy 2
     b: W = 150k, B =  90k → c = 0, R = 90k    a seeded 90k subset; the rest dropped
     c: W =  50k, B =  30k → c = 0, R = 30k
 
-A record kept ``n`` times is packed ``n`` times: copy ``k`` gets its own example id and
-``repeat = k`` in the examples index (:mod:`packshard.pack.plan.mixed` does that and the
-stats).  A record kept 0 times is a ``mix_subsampled`` line of ``rejects.jsonl``, counted
-as dropped.  Same inputs, options and seed → the same copies; another seed → another choice
-of records, the same budgets.  ``profile --mix`` runs the same choice on its own arrays
-(:func:`predict_mixture`) and shows the table ``pack`` will record.
+In ``pack`` the choice is made in the driver, between the spill and the planner, once every
+length is known (whatever the engine and its workers)::
+
+    spill (records r0 r1 r2 …, each 1+ examples)
+      ─► choose_records                copies per record: r0×2, r1×0, r2×1 …
+      ─► mix_examples: index = spill examples, each repeated its record's copies
+             [e0 e0 e2 e3 …]           (r0 = e0, r1 = e1 dropped, r2 = e2 e3)
+      ─► plan_examples(…, index)       ids in input order; copies of one example adjacent
+      ─► example_repeats               per segment 0 for the first copy, then 1, 2 …
+
+A record kept 0 times is a ``mix_subsampled`` reject, counted as dropped (:func:`mix_drops`).
+:func:`mix_stats` is the manifest's ``stats.mix``: per domain the target, the input, the
+realised mixture (:func:`packshard.format.mixture.realised_mixture`, as ``verify`` recounts
+it), repeats and drops.  ``profile --mix`` runs the same choice on its own arrays
+(:func:`predict_mixture`).  The spill's and the plan's types are imported for the type
+checker alone, so that ``profile`` loads no planner (numba) through this module.
 """
 
 from __future__ import annotations
@@ -44,14 +50,19 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from packshard.arrays import exclusive_cumsum
+from packshard.arrays import exclusive_cumsum, invert
 from packshard.errors import UsageError
 from packshard.format.mixture import realised_mixture
 from packshard.options import MIX_BY, check_choice, check_range
+
+if TYPE_CHECKING:
+    from packshard.pack.plan.rows import RowPlan
+    from packshard.pack.spill import Spill
+    from packshard.records import Reject
 
 MIX_SHARE_TOLERANCE = 1e-6
 """How far the ``--mix`` shares may add up from 1 (written as decimals, they rarely do exactly)."""
@@ -285,6 +296,67 @@ def mixture_stats(
     }
 
 
+MIX_DROP_CODE = "mix_subsampled"
+
+
+@dataclass(frozen=True, slots=True)
+class Mixed:
+    """The mixture chosen for a spill: the examples to plan and each record's copies."""
+
+    target: MixTarget
+    index: np.ndarray  # int64, spilled examples to plan (repeated), ascending
+    choice: MixChoice  # per record (the spill's records in input order)
+    first_example: np.ndarray  # int64 [records], each record's first spilled example
+
+
+def mix_examples(spill: Spill, target: MixTarget, seed: int) -> Mixed:
+    """Choose the copies of every record and return the examples to plan."""
+    choice, first, record = choose_records(
+        spill.record_ids,
+        spill.domain_codes,
+        spill.lengths,
+        spill.loss_tokens,
+        spill.counts.domains,
+        target,
+        seed,
+    )
+    index = np.repeat(np.arange(len(spill), dtype=np.int64), choice.copies[record])
+    return Mixed(target, index, choice, first.astype(np.int64))
+
+
+def mix_drops(spill: Spill, mixed: Mixed) -> tuple[Reject, ...]:
+    """One ``mix_subsampled`` reject per record the mixture left out, in input order."""
+    why = "left out by --mix (a seeded choice: its domain is above its share)"
+    return spill.rejects(mixed.first_example[mixed.choice.copies == 0], MIX_DROP_CODE, why)
+
+
+def example_repeats(plan: RowPlan) -> np.ndarray:
+    """Per segment, which copy of its example it is: 0, then 1, 2 … (int32).
+
+    Copies of one example (same spilled example, same start) have consecutive ids
+    (:func:`packshard.pack.plan.rows.number_examples`), so a copy's repeat is its id minus
+    the first copy's.
+    """
+    order = invert(plan.example_id)  # the segments in example id order
+    ex, start = plan.seg_example[order], plan.seg_start[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (ex[1:] != ex[:-1]) | (start[1:] != start[:-1])
+    position = np.arange(len(order), dtype=np.int64)
+    first = np.maximum.accumulate(np.where(new, position, 0))
+    repeats = np.empty(len(order), dtype=np.int32)
+    repeats[order] = position - first
+    return repeats
+
+
+def mix_stats(spill: Spill, plan: RowPlan, repeats: np.ndarray, mixed: Mixed) -> dict[str, Any]:
+    """Return the manifest's ``stats.mix``: per domain target, input, realised, drops."""
+    ex = plan.seg_example
+    packed = (spill.domain_codes[ex], plan.seg_length, plan.seg_targets, repeats)
+    record_domain = spill.domain_codes[mixed.first_example]
+    names = spill.counts.domains
+    return mixture_stats(mixed.target, mixed.choice, names, record_domain, packed)
+
+
 def predict_mixture(
     columns: Mapping[str, np.ndarray],
     names: Sequence[str],
@@ -301,9 +373,7 @@ def predict_mixture(
         examples ─► keep length ≤ max_seq_len ─► records ─► choose_copies(seed)
           ─► copies expanded ─► mixture_stats (what pack records in stats.mix)
 
-    With ``--overlong drop`` (the default) and the same seed this is what ``pack``
-    records; under ``truncate`` or ``split`` overlong records count otherwise (near, not
-    exact).
+    Exact under ``--overlong drop`` (the default) and the same seed; near otherwise.
     """
     lengths, trained = columns["lengths"], columns["loss_tokens"]
     keep = lengths <= max_seq_len

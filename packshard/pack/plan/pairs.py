@@ -1,18 +1,14 @@
 r"""Preference pairs planned as units: a pair is never split across rows.
 
-Ingest gives a pair as two consecutive examples, chosen (code 1) then rejected (code 2)
-(:mod:`packshard.ingest.pairs`); the overlong policy has kept each pair within
-``max_seq_len`` as a unit (:func:`packshard.pack.overlong.police_pairs`).  The planner (BFD,
-FFD or sequential: the numba kernels, unchanged) sees one length per unit — a pair's is the
-sum of its branches — and each planned pair unit is expanded into its two segments, chosen
-first, adjacent::
+Ingest gives a pair as two consecutive examples, chosen then rejected, kept within
+``max_seq_len`` as a unit (:func:`packshard.pack.overlong.police_pairs`).  The planner sees
+one length per unit (a pair's is its branches' sum); each pair unit is expanded into its two
+segments, chosen first, adjacent::
 
     examples  [c0 r0] x1 [c2 r2]     units  u0 = c0 + r0, u1 = x1, u2 = c2 + r2
     planned   row 0: u2 u1 | row 1: u0      →  row 0: c2 r2 x1 | row 1: c0 r0
 
-Rows stay as close to the lower bound as the plain planner keeps them (on the 300 shared
-pairs at 4,096 tokens with phi-3: docs/preference.md).  ``wrapped`` cuts rows anywhere, so it
-refuses preference records.
+``wrapped`` cuts rows anywhere, so it refuses preference records.
 """
 
 from __future__ import annotations

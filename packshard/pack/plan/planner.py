@@ -1,17 +1,14 @@
 """Plan packed rows from example lengths alone: best/first-fit decreasing, sequential, wrapped.
 
-The planner never sees tokens. It takes the lengths array (one entry per example, after the
-overlong policy) and returns a :class:`~packshard.pack.plan.rows.RowPlan`: for every row, its
-segments in order, each segment naming an example, where in that example it starts, and how
-long it is.
+The planner sees only the lengths array and returns a
+:class:`~packshard.pack.plan.rows.RowPlan`: per row, its segments (example, start, length).
 
-Best-fit decreasing (``bfd``, the default) places examples longest first; each goes into the
-open row with the *least* room that still fits it, or opens a new row.  Ties (rows with equal
-room) go to the row that reached that room most recently.  First-fit decreasing (``ffd``)
-takes the *earliest* row that fits instead.  Equal lengths are taken in example order, so the
-plan is a pure function of ``(lengths, max_seq_len, strategy)``.  ``wrapped`` concatenates the
-examples in input order and cuts the stream every ``max_seq_len`` tokens; an example crossing
-a cut becomes consecutive segments (``seg_start`` > 0 for the later parts).
+Best-fit decreasing (``bfd``, the default) places examples longest first, each into the open
+row with the *least* room that still fits it (ties: the row that reached that room last), or a
+new row; first-fit decreasing (``ffd``) takes the *earliest* row that fits.  Equal lengths go
+in example order, so the plan is a pure function of ``(lengths, max_seq_len, strategy)``.
+``wrapped`` cuts the examples' stream every ``max_seq_len`` tokens (``seg_start`` > 0 for the
+later parts of a cut example).
 
 How ``bfd`` runs in O(n + runs + L) for L = ``max_seq_len``, with no comparison sort::
 
@@ -31,30 +28,19 @@ How ``bfd`` runs in O(n + runs + L) for L = ``max_seq_len``, with no comparison 
               run (row, slot, q) of length l:  p = row_offsets[row] + slot
               seg_example[p : p+q] = order[src : src+q];  seg_length[p : p+q] = l
 
-Steps 3 and 4 write where the hardware cannot guess (one stream per length; a random row per
-run), so they prefetch: the sort fetches each stream's next cache line as it enters one, the
-copy fetches the destination 16 runs ahead. From 2M examples on, every step but 2 is cut into 8
-parts that a thread pool takes in turn (the kernels release the GIL): count and sort by input
-range, each part with its own histogram so its slots in ``order`` are known; copy by length
-range, found from ``first_run[l]`` and the count of longer examples. Parts write disjoint
-slots: the plan does not depend on the number of threads.
+Steps 3 and 4 prefetch; from 2M examples on, steps 1, 3 and 4 run in 8 parts on a thread pool,
+writing disjoint slots (the plan does not depend on the number of threads).  ``ffd`` keeps a
+max segment tree over the rows' room (O(n log rows)), with the same steps 1, 3 and 4.  Any-fit
+packers leave at most one row half empty, so rows ≤ 2·⌈Σlen / L⌉ + 1 bounds every array.
 
-``ffd`` keeps a max segment tree over the rows' room (leaves beyond the open rows hold L,
-so "the leftmost leaf ≥ l" is either an open row or the next new one): O(n log rows); its
-steps 1, 3 and 4 are those of ``bfd``.  Any-fit packers leave at most one row half empty,
-so rows ≤ 2·⌈Σlen / L⌉ + 1 bounds every array up front.
-
-``sequential`` keeps input order: next-fit, each example appended to the open row while it fits,
-else a new row is opened.  Read row after row, the examples come in input order, for curricula
-and ordered data.  It needs no look-ahead: with the order fixed, the only choice is where to cut,
-and cutting as late as possible gives the fewest rows (after k rows, greedy has placed at least
-as many examples as any cut that keeps the order), so a window would change nothing::
+``sequential`` keeps input order (curricula, ordered data): next-fit, each example appended to
+the open row while it fits.  With the order fixed the only choice is where to cut, and cutting
+as late as possible gives the fewest rows, so no look-ahead would help::
 
     lengths  300 500 3600 200 100 ...        L = 4096
     rows     [300 500 ····]  [3600 200 100 ···] ...   fill = Σlen / (rows · L)
 
-``plan_packs_reference`` is the obviously-correct quadratic twin that the tests hold the
-kernels to, plan for plan.
+``plan_packs_reference`` is the quadratic twin the tests hold the kernels to.
 """
 
 from __future__ import annotations
@@ -481,11 +467,7 @@ def plan_packs_reference(
 ) -> RowPlan:
     """Plan like :func:`plan_packs`, one example at a time in plain Python (slow; for tests).
 
-    ``bfd``: take examples by decreasing length, then by index; put each into the open row
-    with the least room that still fits it, preferring among equals the row whose room
-    changed last; open a new row when none fits.  ``ffd``: the first row (in opening order)
-    that fits.  ``sequential``: in input order, the last row if it fits, else a new one.
-    ``wrapped``: cut the concatenated stream every ``max_seq_len`` tokens.
+    Each strategy as the module docstring states it, with no histogram, stack or tree.
     """
     values = [int(v) for v in _check_arguments(np.asarray(lengths), max_seq_len, strategy)]
     big = int(max_seq_len)

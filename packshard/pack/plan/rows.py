@@ -1,12 +1,9 @@
 """Row plans: which example segments go into which packed row, in which order.
 
-:class:`RowPlan` is the one plan type.  The planner (:func:`packshard.pack.plan.planner.plan_packs`)
-sees only lengths and returns a plan whose segments name positions in its lengths array, with
-parts, targets and example ids not yet known.  :func:`finalize_plan` maps segments back to
-spilled examples, numbers the parts of split examples, drops parts left without a target
-(possible when ``wrapped`` cuts an example so that its only target becomes a masked segment
-start) and assigns example ids in input order; :meth:`RowPlan.permute_rows` shuffles rows with
-the seed so that training order is not sorted by length.
+:class:`RowPlan` is the one plan type.  The planner
+(:func:`packshard.pack.plan.planner.plan_packs`) sees only lengths; :func:`finalize_plan` maps
+segments back to spilled examples, numbers split parts, drops parts left without a target and
+assigns example ids in input order; :meth:`RowPlan.permute_rows` shuffles rows with the seed.
 
 All operations are vectorised over segment arrays; row ``r`` is the slice
 ``row_offsets[r]:row_offsets[r + 1]`` of the segment arrays::
@@ -26,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from packshard.arrays import count_trained, exclusive_cumsum, fill_rate, lower_bound_rows
+from packshard.arrays import count_trained, exclusive_cumsum, fill_rate, invert, lower_bound_rows
 from packshard.pack.spill import Spill, narrow, smallest
 
 TARGET_BLOCK_TOKENS = 1 << 22
@@ -44,11 +41,9 @@ _SEGMENT_FIELDS = (
 class RowPlan:
     """Packed rows as segment arrays (one entry per segment, rows are contiguous slices).
 
-    Segment arrays are int32 wherever the values fit (:func:`finalize_plan` narrows them;
-    readers widen where they add): 24 bytes a segment.
-
-    Straight from the planner, ``seg_example`` indexes its lengths array and ``seg_part``,
-    ``seg_targets`` and ``example_id`` are zeros; :func:`finalize_plan` fills them.
+    Segment arrays are int32 wherever the values fit: 24 bytes a segment.  Straight from the
+    planner, ``seg_part``, ``seg_targets`` and ``example_id`` are zeros until
+    :func:`finalize_plan` fills them.
     """
 
     row_offsets: np.ndarray  # int64 [rows + 1]
@@ -159,9 +154,7 @@ class RowPlan:
         """Reorder rows so that new row ``r`` is old row ``order[r]``.
 
         ``consume``: the caller gives this plan up, so its segment arrays are reordered in
-        place, one at a time through one temporary (the peak is the plan, an int32 gather
-        and one array's copy, not two plans); an array that is not its own (a view, read
-        only) is copied as without it.
+        place, one at a time through one temporary (never two plans at once).
         """
         counts = np.diff(self.row_offsets)[order]
         new_offsets = exclusive_cumsum(counts)
@@ -235,14 +228,6 @@ def number_examples(plan: RowPlan) -> RowPlan:
     return replace(plan, example_id=invert(np.lexsort((plan.seg_start, plan.seg_example))))
 
 
-def invert(order: np.ndarray) -> np.ndarray:
-    """Return the inverse of the permutation ``order`` of ``0 … n-1`` (int32 while n fits)."""
-    n = len(order)
-    inverse = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
-    inverse[order] = np.arange(n, dtype=inverse.dtype)
-    return inverse
-
-
 def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Count targets per token range of the spill (first label of each range excluded).
 
@@ -265,11 +250,8 @@ def segment_targets(spill: Spill, starts: np.ndarray, lengths: np.ndarray) -> np
 def finalize_plan(spill: Spill, raw: RowPlan, index: np.ndarray | None = None) -> RowPlan:
     """Turn a planner's plan over ``spill.lengths[index]`` into a plan over the spill.
 
-    ``index`` None: the planner saw every spilled example once, in input order (no copy of
-    an index, and the planner's example array becomes the plan's, ids and all).
-
-    The plan comes back narrowed (:meth:`RowPlan.narrowed`): its segment arrays are int32
-    from here on wherever the values fit, so no later stage holds an int64 copy of them.
+    ``index`` None: the planner saw every spilled example once, in input order.  The plan
+    comes back narrowed (:meth:`RowPlan.narrowed`: int32 wherever the values fit).
     """
     row_offsets = np.asarray(raw.row_offsets, dtype=np.int64)
     if index is None and raw.strategy == "wrapped":

@@ -7,12 +7,9 @@ split when there is an eval split; each plan's rows are then shuffled with the s
     spill ─► [eval split: train | eval] ─► [groups] ─► planner per group ─► joined plan
           ─► row_order: rows shuffled with --seed, train rows and eval rows apart
 
-**The eval split.** ``pack --eval-fraction F`` draws whole records, never segments: a record is
-``eval`` when a 64-bit hash of (``--seed``, its input path as given, its line) falls below
-``F``, so every example, part and turn-example of one record lands in the same split, the draw
-does not depend on the other records, on the workers or on the order of the inputs, and
-another seed draws another split.  ``--eval FILE…`` adds inputs whose records are all
-``eval``::
+**The eval split.** ``pack --eval-fraction F`` draws whole records: a record is ``eval`` when a
+64-bit hash of (``--seed``, its input path, its line) falls below ``F``, whatever the other
+records, the workers or the input order.  ``--eval FILE…`` adds inputs that are all ``eval``::
 
     key(source)  = first 8 bytes of BLAKE2b(seed, NUL, path)           one per input file
     h(record)    = splitmix64(key(source) XOR line × 0x9E3779B97F4A7C15)   numpy, vectorised
@@ -113,11 +110,9 @@ def plan_examples(
 ) -> RowPlan:
     """Plan the spill, the train and eval examples apart when there is an eval split.
 
-    ``mixed`` (``--mix``, never with an eval split) lists the spilled examples to plan, an
-    example once per copy; without it every example is planned once.  ``vision`` (a pack
-    with images and caps) holds each spilled example's images and vision tokens: the rows
-    keep within ``--max-images-per-row`` and ``--max-vision-tokens-per-row``, and an example
-    over a cap alone is left out (:func:`packshard.pack.media.cap_drops` rejects it).
+    ``mixed`` (``--mix``) lists the spilled examples to plan, once per copy.  ``vision`` holds
+    each example's images and vision tokens for the row caps (an example over a cap alone is
+    left out: :func:`packshard.pack.media.cap_drops`).
     """
     if is_eval is None:
         return _plan(spill, config, None, mixed, vision)

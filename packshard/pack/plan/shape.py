@@ -1,17 +1,14 @@
 """The shape of the packed rows: how full they are, and what one optimizer step trains.
 
-A mean fill rate hides the tail: 97% on average can be most rows full and a few a third
-full, and each short row is a short micro-batch.  The manifest therefore records the
-distribution of row fill (tokens / ``max_seq_len`` per row, nearest-rank quantiles, numpy's
-``inverted_cdf``) and of the trained tokens per optimizer step, for a step of ``R`` rows
-(``R = batch_size × grad_accum × world_size``) taken as consecutive rows in shard order::
+A mean fill rate hides the tail (each short row is a short micro-batch), so the manifest
+records the distribution of row fill (nearest-rank quantiles) and of the trained tokens per
+optimizer step of ``R`` consecutive rows (``R = batch_size × grad_accum × world_size``)::
 
     row loss tokens   40 12 35 38 | 9 41 30 33 | 36 …      R = 4
     per step          125         | 113        | …       min / median / max over full steps
 
-The reader shuffles rows per epoch, so its steps are other draws of the same rows; the spread
-is what matters: a step normalised by its own count (not ``num_items_in_step``) weights its
-tokens by 1 / count.  Only full steps are counted (a shorter last step is not a step size).
+The reader shuffles rows per epoch, so its steps are other draws of the same rows: the spread
+is what matters.  Only full steps are counted.
 """
 
 from __future__ import annotations

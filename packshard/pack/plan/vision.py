@@ -1,10 +1,8 @@
 r"""Rows capped in images and vision tokens: best-fit decreasing over three capacities.
 
-A vision-language row costs the language model its tokens and the vision encoder its images'
-patches.  ``--max-images-per-row`` and ``--max-vision-tokens-per-row`` bound the second, so
-that no row (and no rank holding it) gets far more encoder work than the others.  Each row
-then has three rooms: tokens (``max_seq_len``), images and vision tokens (the caps; an unset
-cap is ``max_seq_len``, which no row can pass, since every image is at least one token of it).
+``--max-images-per-row`` and ``--max-vision-tokens-per-row`` bound a row's vision-encoder work,
+so each row has three rooms: tokens (``max_seq_len``), images and vision tokens (an unset cap
+is ``max_seq_len``, which no row can pass).
 
 ``bfd`` takes the examples by decreasing length, then by index, as the plain planner does,
 and puts each into the row with the least *token* room that also has the image and vision
@@ -30,10 +28,8 @@ stack's true maximum when a scan of it finds no row that fits::
            └─ leftmost leaf ≥ vis, from l ─┘   descend the tree, then scan stack c
 
 Text examples cost O(log L); an example with images O(log L) plus the rows it scans past that
-lack image room (rare: a row with no image left leaves the vision-open stacks).  Rows are
-numbered in opening order and a row's segments in placement order, as in the plain planner;
-without a binding cap the plan is the plain ``bfd`` plan (``tests/pack/plan/test_vision.py``).
-``sequential`` is next-fit with the three rooms.  ``ffd`` and ``wrapped`` do not take caps.
+lack image room.  Without a binding cap the plan is the plain ``bfd`` plan.  ``sequential`` is
+next-fit with the three rooms; ``ffd`` and ``wrapped`` take no caps.
 :func:`plan_capped_reference` is the quadratic twin the kernel is held to.
 """
 

@@ -1,10 +1,8 @@
 """The merged per-example columns kept in files, resident only while a stage reads them.
 
-After the merge, every per-example column of the spill (token offsets, codes, lines, parts,
-starts, loss tokens, record ids, flags) is written once to ``NAME.npy`` in the work
-folder's ``_columns`` and mapped read-only.  A stage that reads a column faults its pages
-in from the page cache; :func:`release_columns` hands them back (``MADV_DONTNEED`` on the
-clean mapping: the next read faults them in again, nothing is written)::
+After the merge, every per-example column of the spill is written once to ``NAME.npy`` in the
+work folder's ``_columns`` and mapped read-only; :func:`release_columns` hands a stage's pages
+back (``MADV_DONTNEED`` on the clean mapping: nothing is written)::
 
     merge ─► columns ─► write NAME.npy, map read-only          resident: none of them
     plan        reads offsets, parts, loss tokens, pair codes (10 bytes an example)
@@ -14,11 +12,9 @@ clean mapping: the next read faults them in again, nothing is written)::
     shards      each write task's offsets, released once its segments' starts are made
     index       reads a chunk's rows of its columns, released after each chunk
 
-So the columns cost the driver what the stage at hand reads, not all of them at once: on
-``{"text":"a"}`` records (one input, one domain) 25 bytes an example of columns become
-resident only where read (the offsets 4 of them: int32 while the tokens fit).  The values
-and their types are those the merge made, so the output's bytes do not change.  A spill
-made elsewhere (``repack``, tests) keeps its columns in memory; releasing them does nothing.
+So the columns cost the driver what the stage at hand reads, not all of them at once.  The
+values and types are the merge's, so the output's bytes do not change; a spill made
+elsewhere (``repack``, tests) keeps its columns in memory.
 """
 
 from __future__ import annotations

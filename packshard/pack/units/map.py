@@ -9,85 +9,53 @@ one unit task (:func:`~packshard.ingest.stage.unit.run_unit`) with the spill as 
         │                                   tokens.bin, labels.bin ◄─┘  (the unit's spill part)
         └─► UnitResult[SpillPart]: per-example integers, rejects, counts ──► back to the driver
 
-Only small things travel back: the per-example integers the driver plans with, each in its
-smallest type (about 20 bytes an example of one-input, one-domain records; 67 in the
-spill's own types), the rejects and counts.  The driver lets go of them once it has counted
-the unit and reads them back from ``meta.npz`` when it merges that unit.  Lines of a byte
-range are relative to its start, and codes of inputs, domains and formats local to the unit
-(its inputs are codes 0, 1, … in unit order: what a unit writes and returns never lists the
-job's inputs); the driver makes them global (:mod:`packshard.pack.units.merge`).
+Only small things travel back: the per-example integers, each in its smallest type (about 20
+bytes an example), the rejects and counts (:mod:`packshard.pack.units.stored`).  Lines are
+relative to the unit's range and codes of inputs, domains and formats local to the unit; the
+driver makes them global (:mod:`packshard.pack.units.merge`).
 
 Idempotent and resumable: the part is written into an attempt folder and renamed to the
 unit's own name (``00003-bytes-0-4194304``) only when complete, with ``unit.json`` as its
-completion marker.  A retried or resumed task that finds the marker returns what it holds
-instead of working again.  Tokenizer and template are loaded once per worker process and
-kept for its later tasks; in the driver's own process (``--workers 1``) the tasks use the
-driver's load (:func:`packshard.ingest.stage.loaded.sharing`), so that nothing is loaded twice.
+completion marker: a retried or resumed task that finds it returns what it holds.  Tokenizer
+and template are loaded once per process (:func:`packshard.ingest.stage.loaded.sharing`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import uuid
-import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import ne
 from pathlib import Path
-from typing import Any, BinaryIO
 
 import numpy as np
 
-from packshard.digests import sha256_path
 from packshard.engine import worker_cores
 from packshard.engine.faults import inject
 from packshard.engine.heap import BUSY_PAD, pad_heap
 from packshard.ingest import (
     ChatTemplate,
     TokenizerBundle,
-    UnitError,
     UnitRead,
-    UnitResult,
     UnitTask,
     WorkUnit,
     run_unit,
     warm_stage,
 )
 from packshard.ingest.types import IngestChunk, StageSpec
-from packshard.pack.spill import PER_EXAMPLE, SpillCounts, SpillWriter, smallest
-from packshard.records import Reject, SourceRef
-
-MARKER = "unit.json"
-ARRAYS = "meta.npz"
-
-
-@dataclass(frozen=True, slots=True)
-class SpillPart:
-    """What a map task keeps of its unit: the per-example integers, counts and rejects.
-
-    ``arrays`` holds ``lengths`` and the spill's per-example arrays (lines relative to the
-    unit's range, source codes into ``unit.ranges``, domain and format codes into
-    ``counts.domains`` and ``counts.formats``), plus ``record_lines`` (the line of every
-    record ingest accepted); ``folder`` is the unit's part.
-    """
-
-    folder: str
-    arrays: dict[str, np.ndarray]
-    counts: SpillCounts
-    rejects: tuple[Reject, ...]
-
-    @property
-    def tokens(self) -> int:
-        """Tokens spilled by the unit."""
-        return int(self.arrays["lengths"].sum())
-
-
-MappedUnit = UnitResult[SpillPart]
-"""A map task's result: the ingest's counts and the unit's spill part."""
+from packshard.pack.spill import PER_EXAMPLE, SpillWriter, smallest
+from packshard.pack.units.stored import (
+    MARKER,
+    MappedUnit,
+    SpillPart,
+    load_unit,
+    save_unit,
+    unit_result,
+)
+from packshard.records import Reject
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,141 +156,3 @@ def map_unit(task: MapTask) -> MappedUnit:
             shutil.rmtree(final, ignore_errors=True)
     pad_heap(BUSY_PAD)  # batches come and go: keep the heap's top (packshard.engine.heap)
     return run_unit(task, worker_cores())
-
-
-def unit_files(folder: Path, written: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return the SHA-256 of every file of a unit's folder but its marker.
-
-    ``written`` holds the digests of files hashed as they were written (the spill's, the
-    arrays'): those are not read back; any other file is read and hashed.
-    """
-    known = written or {}
-    found = sorted(p for p in folder.iterdir() if p.is_file() and p.name != MARKER)
-    return {p.name: known.get(p.name) or sha256_path(p) for p in found if p.name[0] != "."}
-
-
-class _HashedStream:
-    """A write-only stream that hashes what it passes on to ``fh``.
-
-    It can neither tell nor seek, so the zip writer writes each member once, front to back
-    (sizes in data descriptors), and the bytes hashed are the file's.  No copy of the arrays
-    is made in memory: a ``BytesIO`` and its ``getvalue()`` held two, about 2 × 63 bytes an
-    example of the unit, in the driver itself with ``--workers 1`` (where the peak of the
-    map stage was, sampled by ``scripts/measure_driver_memory.py --stages``).
-    """
-
-    def __init__(self, fh: BinaryIO) -> None:
-        self._fh, self._hash = fh, hashlib.sha256()
-
-    def write(self, data: bytes, /) -> int:
-        self._hash.update(data)
-        return self._fh.write(data)
-
-    def flush(self) -> None:
-        self._fh.flush()
-
-    def close(self) -> None:
-        """Leave ``fh`` open: its owner closes it."""
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
-
-
-def save_unit(
-    folder: Path, read: UnitRead, part: SpillPart, written: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """Write a unit's result beside its part; ``unit.json`` last, as the completion marker.
-
-    The input list is not repeated (the job knows it): the records per input are those of
-    the unit's own inputs, in unit order, as its source codes are.
-
-    The marker records every file's SHA-256, so that ``--resume`` reuses only the files the
-    unit wrote (:mod:`packshard.pack.units.resume`): ``written`` gives those of the spill
-    files, hashed as the spill writer wrote them, and the arrays are hashed as they are
-    written (:class:`_HashedStream`), so no file is read back.  Returns the marker's
-    content, as read back.
-    """
-    arrays: dict[str, Any] = part.arrays
-    with open(folder / ARRAYS, "wb") as fh:
-        stream = _HashedStream(fh)
-        with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED, allowZip64=True) as npz:
-            for name, values in arrays.items():  # what numpy.savez writes, streamed
-                with npz.open(f"{name}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asanyarray(values), allow_pickle=False)
-    written = {**(written or {}), ARRAYS: stream.hexdigest()}
-    counts = {k: getattr(part.counts, k) for k in SpillCounts.__slots__ if k != "sources"}
-    counts["records_per_source"] = list(part.counts.records_per_source)  # its own inputs
-    error = read.error
-    doc: dict[str, Any] = {
-        "counts": counts,
-        "rejects": [[r.ref.source, r.ref.line, r.domain, r.code, r.reason] for r in part.rejects],
-        "records": read.records,
-        "newlines": read.newlines,
-        "error": None if error is None else [error.code, error.reason, error.source, error.line],
-        "reasoning_dropped": read.reasoning_dropped,
-        "pairs_read": read.pairs_read,
-        "encode": read.encode,
-        "files": unit_files(folder, written),
-    }
-    text = json.dumps(doc, ensure_ascii=False)
-    tmp = folder / f".{MARKER}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, folder / MARKER)
-    return json.loads(text)
-
-
-def load_unit(folder: Path, unit: WorkUnit) -> MappedUnit:
-    """Read back a completed unit (its marker and arrays; never the tokens)."""
-    doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-    with np.load(folder / ARRAYS, allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
-    return unit_result(doc, arrays, folder, unit)
-
-
-def unit_arrays(result: MappedUnit) -> dict[str, np.ndarray]:
-    """Return a unit's per-example arrays: those it came back with, else read from its folder.
-
-    The driver lets go of each unit's arrays once it has counted it (:func:`drop_arrays`),
-    so that only the unit being merged is in memory, never every unit's at once.
-    """
-    part = result.value
-    if part.arrays:
-        return part.arrays
-    with np.load(Path(part.folder) / ARRAYS, allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
-
-
-def unit_examples(result: MappedUnit) -> int:
-    """Return how many examples a unit spilled (its ``lengths`` read back if dropped)."""
-    part = result.value
-    if part.arrays:
-        return int(part.arrays["lengths"].shape[0])
-    with np.load(Path(part.folder) / ARRAYS, allow_pickle=False) as npz:
-        return int(npz["lengths"].shape[0])
-
-
-def drop_arrays(result: MappedUnit) -> MappedUnit:
-    """Let go of a unit's per-example arrays (they are in its folder's ``meta.npz``)."""
-    result.value.arrays.clear()
-    return result
-
-
-def unit_result(
-    doc: dict[str, Any], arrays: dict[str, np.ndarray], folder: Path, unit: WorkUnit
-) -> MappedUnit:
-    """Return the unit of marker content ``doc`` and ``arrays`` (those ``meta.npz`` holds)."""
-    fields: dict[str, Any] = {
-        k: tuple(v) if isinstance(v, list) else v for k, v in doc["counts"].items()
-    }
-    counts = SpillCounts(**fields)
-    rejects = tuple(Reject(SourceRef(s, ln), d, c, why) for s, ln, d, c, why in doc["rejects"])
-    error = None if doc["error"] is None else UnitError(*doc["error"])
-    read = UnitRead(
-        records=doc["records"],
-        newlines=doc["newlines"],
-        error=error,
-        reasoning_dropped=doc.get("reasoning_dropped", 0),
-        pairs_read=doc.get("pairs_read", 0),
-        encode=doc.get("encode"),
-    )
-    return UnitResult(unit, read, SpillPart(str(folder), arrays, counts, rejects))

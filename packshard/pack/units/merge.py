@@ -12,17 +12,15 @@ made::
     unit        tokens             laid after the earlier units' (PartFiles bases)
 
 The driver holds one unit's arrays at a time (read back from its folder,
-:func:`~packshard.pack.units.map.unit_arrays`) and fills merged columns in their smallest
+:func:`~packshard.pack.units.stored.unit_arrays`) and fills merged columns in their smallest
 types, widened only when a unit's values outgrow them (:data:`START`); the token offsets
 are int32 while the tokens fit.  Merged, the columns go to files
 (:mod:`packshard.pack.units.columns`).
 
-Rejects are put in (input, line) order: units come in input order and byte order, so a
-stable sort of each unit's rejects by (its input, line) (what ingest rejected and what the
-overlong policy dropped are interleaved by record; a record's own rejects keep their order)
-gives the order of the whole job, whatever the unit size or the chunk size.  Gathered whole
-inputs need no line base: each is read from its start.  With ``--on-error
-fail`` the first unit (in input order) holding an error raises it, at its absolute line.
+Rejects are put in (input, line) order: units come in input and byte order, so a stable sort
+of each unit's rejects by (input, line) gives the whole job's order, whatever the unit or
+chunk size.  With ``--on-error fail`` the first unit holding an error raises it, at its
+absolute line.
 """
 
 from __future__ import annotations
@@ -35,8 +33,8 @@ import numpy as np
 from packshard.arrays import NameCodes, add_counts, exclusive_cumsum
 from packshard.ingest import in_order
 from packshard.pack.spill import PER_EXAMPLE, Spill, SpillCounts, narrow, smallest
-from packshard.pack.units.map import MappedUnit, unit_arrays, unit_examples
 from packshard.pack.units.parts import PartFiles
+from packshard.pack.units.stored import MappedUnit, unit_arrays, unit_examples
 from packshard.records import Reject, SourceRef
 
 

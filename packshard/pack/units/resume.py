@@ -34,7 +34,7 @@ from packshard.errors import OutputError
 from packshard.format.environment import CONTENT_LIBRARIES, library_versions
 from packshard.format.version import FORMAT_VERSION
 from packshard.ingest import WorkUnit, template_conventions
-from packshard.pack.units.map import MARKER, MappedUnit, load_unit, unit_files
+from packshard.pack.units.stored import MARKER, MappedUnit, load_unit, unit_files
 
 JOB = "job.json"
 PART_NAMES = {

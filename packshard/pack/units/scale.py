@@ -18,11 +18,8 @@ completion markers, under a ``job.json`` fingerprint of everything that decides 
 content (options, library versions, input hashes, tokenizer and template, unit size).
 ``--resume`` keeps the units of a folder whose fingerprint matches and whose files hash as
 recorded (:mod:`packshard.pack.units.resume`); any other run starts it afresh.  It is removed
-once the output is published, and when a run stops on bad data or options (the same units
-would fail again) or on a limit of the machine (file too large, disk full); it is kept when
-a task keeps failing or the run is interrupted, so that ``--resume`` can continue.
-Driver memory holds the per-example integers (:mod:`packshard.pack.spill`), the plan and the
-rejects; tokens stay in the parts.
+once the output is published or a run stops on bad data, options or a machine limit, and
+kept when a task keeps failing or the run is interrupted, so that ``--resume`` can continue.
 """
 
 from __future__ import annotations
@@ -58,9 +55,10 @@ from packshard.pack.plan.planner import warm_planner
 from packshard.pack.spill import Spill
 from packshard.pack.units.columns import COLUMNS, map_columns
 from packshard.pack.units.early import warm_up
-from packshard.pack.units.map import MappedUnit, SpillSink, drop_arrays, map_unit
+from packshard.pack.units.map import SpillSink, map_unit
 from packshard.pack.units.merge import merge_units
 from packshard.pack.units.resume import job_parts, open_work, reusable_unit
+from packshard.pack.units.stored import MappedUnit, drop_arrays
 from packshard.store import hash_object, is_url
 
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
@@ -72,15 +70,11 @@ def driver_load(config: PackConfig, pool: ThreadPoolExecutor) -> Beside[Stage]:
     """Load the driver's stage (the manifest needs its tokenizer and template) beside the map.
 
     Workers in other processes load their own; :func:`map_inputs` starts this load when its
-    tasks are handed out, :func:`hash_inputs` earlier while the workers are still starting
-    (:class:`~packshard.engine.startup.Beside`).  The planner's kernels are loaded after it
-    (:func:`~packshard.pack.plan.planner.warm_planner`).  It decides no encoder: each process
-    that encodes does, and the units report what encoded them (building the fast encoder
-    takes 0.27 CPU-s for phi-3 and 1.4 for Qwen3, which the driver would spend while its
-    workers map).  Tasks run in the driver's process (the serial engine) use this load
-    through :func:`~packshard.ingest.stage.loaded.sharing`: the first of them waits for it.
-    The load and its checks are the stage's (:func:`~packshard.ingest.stage.open.open_stage`),
-    as in ``profile`` and ``verify``.
+    tasks are handed out, :func:`hash_inputs` earlier while the workers still start
+    (:class:`~packshard.engine.startup.Beside`); the planner's kernels follow it.  It builds
+    no encoder: the units report what encoded them.  Tasks run in the driver's process use
+    this load (:func:`~packshard.ingest.stage.loaded.sharing`); the load and its checks are
+    the stage's (:func:`~packshard.ingest.stage.open.open_stage`).
     """
     c = config
     load = partial(open_stage, c.tokenizer, c.template, c.ingest, c.allow_split_markers)
@@ -132,14 +126,12 @@ def hash_inputs(
 ) -> list[str]:
     """SHA-256 of every input: the driver's own while its workers start, the rest theirs.
 
-    The driver hashes the inputs in order while the engine's workers are starting
-    (:func:`~packshard.engine.startup.while_starting`; hashing releases the GIL) and leaves
-    the file in hand within a chunk (1 MiB) once they are up; the rest go to the workers, in
-    a few tasks per worker of consecutive files (one task a file cost a round trip each: 0.62 s
-    of wall time for 152 files of 0.5 MB).  ``meanwhile`` is called once if the workers are
-    found starting (the driver's own loads).  The driver never reads a store object: it
-    stops at the first one, and those from there on are hashed by the workers, in ranged
-    reads on their nodes (:func:`~packshard.store.objects.hash_object`).
+    The driver hashes the inputs in order while the workers start
+    (:func:`~packshard.engine.startup.while_starting`) and leaves the file in hand within a
+    chunk (1 MiB) once they are up; the rest go to the workers, a few tasks of consecutive
+    files per worker.  ``meanwhile`` is called once if the workers are found starting.  The
+    driver stops at the first store object; workers hash those in ranged reads
+    (:func:`~packshard.store.objects.hash_object`).
     """
     digests = while_starting(engine, files, _own_hash, meanwhile)
     rest = files[len(digests) :]

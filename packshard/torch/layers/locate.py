@@ -11,8 +11,7 @@ mixer, in the order they ran, whose output differs is the culprit::
     Δ output (seg 2)   2e-7     2e-7       0.091    0.12      ← enters at layer 2
     inside layer 2     input_layernorm 0,  linear_attn 0.088   ← Qwen3NextGatedDeltaNet
 
-A difference that appears in a decoder layer but in none of its mixers is reported against
-the layer itself (a norm or an MLP that mixes tokens is unusual; the message says so).
+A difference in a decoder layer but in none of its mixers is reported against the layer.
 """
 
 from __future__ import annotations

@@ -10,10 +10,9 @@ segments alone, max |Δlogit| in float32 on the CPU::
     control   packed, with the seams withheld from the recurrent,  → must leak, and
               state-space and convolutional layers                  name that layer's class
 
-A family passes when ``packed`` holds and, for a hybrid, the control leaks at a layer of a
-stateful kind; otherwise :func:`~packshard.torch.seams.check_model` refuses it, and the
-refusal (its first leaking layer and the fix) is the row's verdict.  ``scripts/family_matrix.py``
-prints the table; docs/families.md shows it.
+A family passes when ``packed`` holds and, for a hybrid, the control leaks at a stateful
+layer; otherwise the refusal of :func:`~packshard.torch.seams.check_model` is its verdict
+(docs/families.md).
 """
 
 from __future__ import annotations

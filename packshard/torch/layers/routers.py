@@ -7,12 +7,10 @@ every token the forward sees, summed over the MoE layers::
     P_e = mean router probability of expert e                     (the same tokens)
     aux = E · Σ_e f_e · P_e
 
-Routing is per token, so a packed row's router logits equal each example's alone (the
-model check proves the hidden states equal).  What changes is the *population*: the loss of
-a packed row is a statistic of all its examples together.  It equals the loss of the same
-examples in an unpacked padded batch (padding masked out): both pool the same tokens.  It
-does not equal the mean of each example's loss alone, because a product of means is not a
-mean of products; docs/families.md gives the measured gap.  :func:`segment_balance_loss`
+Routing is per token, so a packed row's router logits equal each example's alone; what
+changes is the *population*.  A packed row's loss equals that of the same examples in a
+padded batch (both pool the same tokens), not the mean of each example's loss alone (a
+product of means is no mean of products; docs/families.md).  :func:`segment_balance_loss`
 computes the loss per segment from the packed router logits and averages the segments, which
 equals the mean over the examples run alone (a sequence-level balance loss).
 """

@@ -13,9 +13,7 @@ the end of one example is the start of the next::
 :mod:`packshard.torch.layers.kinds` in :data:`~packshard.torch.layers.kinds.STATEFUL`) so that
 its forward runs on each segment's slice of the hidden states and concatenates the results.
 Each slice is computed exactly as the example alone would be (same kernels, zero initial
-state, the convolution padded with zeros), so the path is exact by construction, on any
-device, at the cost of one kernel call per segment in those layers (the attention and MLP
-layers still see the whole row).
+state), at one kernel call per segment in those layers.
 
 Where the seams come from, first match wins:
 
@@ -263,13 +261,10 @@ def _probe(model: Any) -> float | None:
 def segment_layers(model: Any) -> SegmentedLayers:
     """Make ``model`` keep a packed row's seams in every layer; return what was done.
 
-    Every recurrent, state-space and convolutional mixer is wrapped to run one segment at a
-    time (see the module docstring).  Then a two-segment probe row is run: where the model's
-    attention does not separate segments from restarting ``position_ids`` (a model that
-    builds its masks without them, such as gpt-oss), block-causal masks per layer type
-    (sliding windows kept) are passed to it from then on, on eager and sdpa attention.
-    Call it once, before wrapping the model for distributed training; again is a no-op.
-    The weights, dtype, device and state dict are unchanged.
+    Every stateful mixer is wrapped to run one segment at a time.  Then a two-segment probe
+    row is run: where attention does not separate segments from restarting ``position_ids``
+    (gpt-oss), block-causal masks per layer type are passed to it from then on.  Call it
+    once, before wrapping the model for distributed training; the weights are unchanged.
     """
     if model in _INSTALLED:
         seams = _INSTALLED[model]

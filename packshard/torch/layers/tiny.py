@@ -17,6 +17,9 @@ how tokens are mixed, and shrinks what only decides the size::
 The layer pattern is cut to its shortest prefix that holds every kind of layer at least
 once (at least two layers).  Nothing is downloaded, no remote code runs: the architecture
 must be one transformers ships (``model_type`` known to ``AutoConfig``).
+
+Where the weights do matter (the reference model of a preference pack, ``verify --model
+FOLDER``), :func:`local_causal_lm` loads a local model folder whole, under the same rules.
 """
 
 from __future__ import annotations
@@ -244,3 +247,18 @@ def tiny_model(
                 f"({str(exc).splitlines()[0][:200]})"
             ) from None
     return model.float().eval()
+
+
+def local_causal_lm(path: Path) -> Any:
+    """Load the causal LM of a checked model folder: float32, offline, no remote code, eval."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        path,
+        local_files_only=True,
+        trust_remote_code=False,
+        dtype=torch.float32,
+        attn_implementation="sdpa",
+    )
+    return model.eval()

@@ -10,12 +10,10 @@ A preference row holds pairs as adjacent segments, chosen (branch 1) then reject
 
 :func:`segment_logps` sums ``logp_t`` over every segment (one ``index_add`` over the batch, the
 segment of token ``t`` found by a ``searchsorted`` of ``cu_seqlens``) and counts its trained
-tokens.  Labels are read at ``t`` and logits at ``t - 1`` inside the segment only: the first
-label of a segment is -100, so the seam's prediction (last token of one segment → first of
-the next) never counts.  :func:`pair_logps` then takes every branch-1 segment and the
-branch-2 segment right after it in the same row; anything else (a chosen without its
-rejected, two chosen in a row, a pair across rows) is refused: the batch was cut or
-reordered, and a DPO loss over it would be silently wrong.
+tokens; the first label of a segment is -100, so no prediction across a seam counts.
+:func:`pair_logps` takes every branch-1 segment and the branch-2 segment right after it in
+the same row; anything else (a chosen without its rejected, a pair across rows) is refused:
+the batch was cut or reordered.
 
 Both batch shapes work: varlen (``logits [1, T, V]``, ``cu_seqlens [S + 1]``, ``branch [S]``)
 and padded (``logits [B, L, V]``, ``cu_seqlens [B, S + 1]``, ``branch [B, S]``; padding sits
@@ -75,8 +73,7 @@ def segment_logps(
 
     ``logits [R, L, V]``, ``labels [R, L]``, ``cu_seqlens [S + 1]`` (varlen, ``R`` = 1) or
     ``[R, S + 1]`` (padded).  Returns float64 ``[R·S]`` sums and int64 ``[R·S]`` counts, in
-    row-major segment order.  The sums are accumulated in float64: an answer of 500 tokens
-    sums to about -4000, where float32's spacing is 5e-4, coarser than the proof's 1e-4.
+    row-major segment order, accumulated in float64 (float32's spacing at -4000 is 5e-4).
     """
     cu = cu_seqlens.to(torch.int64).reshape(-1, cu_seqlens.shape[-1]).to(logits.device)
     rows, segments = cu.shape[0], cu.shape[1] - 1
@@ -115,10 +112,8 @@ def _pairs(branch: torch.Tensor, segments: int) -> tuple[torch.Tensor, torch.Ten
 def pair_logps(logits: torch.Tensor, batch: Mapping[str, Any]) -> PairLogps:
     """Return the summed log-probabilities of every pair's chosen and rejected answers.
 
-    ``batch`` is :func:`~packshard.torch.collate.collate_varlen`'s or
-    :func:`~packshard.torch.collate.collate_padded`'s output for rows of a preference pack
-    (it carries ``branch``); ``logits`` the model's output on it, run block-causal with the
-    batch's ``position_ids``.  Only the trained tokens (labels != -100) count.
+    ``batch`` is a collator's output for preference rows (with ``branch``); ``logits`` the
+    model's, run block-causal.  Only the trained tokens count.
     """
     if "branch" not in batch:
         raise UsageError(

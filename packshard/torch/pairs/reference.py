@@ -10,13 +10,10 @@ computed once and read back as data::
         num_tokens   int32         its trained tokens
     manifest.json  files.reference_logps = {path, bytes, sha256}   (integrity checks it)
 
-:func:`write_reference_logps` runs the model over every row of OUT packed, exactly as training
-does (block-causal mask, positions restarting per segment; the sums are
-:func:`~packshard.torch.pairs.logps.segment_logps`), writes the file atomically under OUT's
-lock (:func:`~packshard.format.folder.claim.amend_out`) and lists it in the manifest.  The
-model comes from a local folder only, never with remote code.  :class:`ReferenceLogps` reads
-it back and :meth:`ReferenceLogps.for_pairs` gives a batch's ``(chosen, rejected)`` sums for
-:func:`~packshard.torch.pairs.logps.dpo_loss`, refusing an example it does not hold.
+:func:`write_reference_logps` runs the model over every row of OUT packed, as training does,
+writes the file atomically under OUT's lock (:func:`~packshard.format.folder.claim.amend_out`)
+and lists it in the manifest.  :meth:`ReferenceLogps.for_pairs` gives a batch's ``(chosen,
+rejected)`` sums for :func:`~packshard.torch.pairs.logps.dpo_loss`.
 """
 
 from __future__ import annotations
@@ -45,22 +42,9 @@ from packshard.format.sidecars.reference import (
 )
 from packshard.format.version import META_DATASET_ID, META_FORMAT_VERSION
 from packshard.torch.dataset import PackedDataset
+from packshard.torch.layers.tiny import local_causal_lm
 from packshard.torch.masks import block_causal_mask
 from packshard.torch.pairs.logps import PairLogps, segment_logps
-
-
-def local_causal_lm(path: Path) -> Any:
-    """Load the causal LM of a checked model folder: float32, offline, no remote code, eval."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        path,
-        local_files_only=True,
-        trust_remote_code=False,
-        dtype=torch.float32,
-        attn_implementation="sdpa",
-    )
-    return model.eval()
 
 
 def row_reference(model: Any, row: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
@@ -137,10 +121,9 @@ def write_reference_logps(out: str | os.PathLike[str], model: Any | str | os.Pat
 class ReferenceLogps:
     """The sidecar of OUT, read back: reference sums by example id.
 
-    Refuses a sidecar the manifest does not list, whose SHA-256 differs from the manifest's,
-    or whose contents break :func:`~packshard.format.sidecars.reference.reference_problem`
-    (another pack's, a NaN or infinite sum, a duplicated or missing example, metadata gone):
-    what it serves goes straight into the loss.
+    Refuses a sidecar the manifest does not list, whose SHA-256 differs, or whose contents
+    break :func:`~packshard.format.sidecars.reference.reference_problem`: it goes straight into
+    the loss.
     """
 
     def __init__(self, out: str | os.PathLike[str]) -> None:

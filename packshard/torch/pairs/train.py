@@ -19,10 +19,8 @@ pair branch's summed log-probability from the packed forward against the same br
 unpadded on its own (positions 0…n-1, no mask), for the policy and for a reference model; a
 difference above ``tolerance`` (1e-4 nats, float32) raises
 :class:`~packshard.torch.seams.SeamLeakError`.  It compares the sums, never the loss: at step
-0 of every DPO run the policy equals the reference, every margin is 0 and the loss is ln 2
-whatever the model sees, so a loss comparison cannot fail there.  On the tests' tiny Llama,
-positions regenerated over the row (a full causal leak) move branch sums by 0.004 to 0.57
-nats; a right setup agrees to about 1e-6.
+0 the policy equals the reference and the loss is ln 2 whatever the model sees.  A full causal
+leak moves a tiny Llama's branch sums by 0.004 to 0.57 nats; a right setup agrees to 1e-6.
 """
 
 from __future__ import annotations
@@ -130,11 +128,8 @@ def check_pair_loss(
     ``batch`` is a :func:`~packshard.torch.collate.collate_varlen` batch of preference rows
     (it needs ``example_ids``).  Each branch's summed log-probability from the packed forward
     is compared with the branch run alone, for ``model`` and for ``reference`` when it is a
-    model (a :class:`ReferenceLogps` sidecar was scored block-causal, as data).  The loss is
-    never compared: at step 0 the policy equals the reference and every DPO loss is ln 2,
-    leak or not.  Runs in eval mode without gradients (modes are restored) and returns the
-    largest ``|packed - alone|`` in nats.  ``tolerance`` suits float32; half precision
-    needs more.
+    model.  Runs in eval mode without gradients (modes are restored) and returns the largest
+    ``|packed - alone|`` in nats; ``tolerance`` suits float32.
     """
     if "example_ids" not in batch or "branch" not in batch:
         raise UsageError("check_pair_loss needs a collate_varlen batch of preference rows")
@@ -159,13 +154,10 @@ class PackedDPOTrainer(Trainer):
     """``transformers.Trainer`` that trains DPO on packed preference rows.
 
     Pass a :class:`~packshard.torch.PackedDataset` of a preference pack as ``train_dataset``
-    and ``TrainingArguments(remove_unused_columns=False)`` (the loss reads the batch's
-    ``branch`` and ``example_ids``, which the model does not take); rows are batched whole by
-    :func:`~packshard.torch.collate.collate_varlen` (the default collator here).
-    ``reference``: a frozen model run on every batch, a :class:`ReferenceLogps` sidecar, or
-    None for ``simpo``.  Before the first step the first
-    batch is checked with :func:`check_pair_loss` (``check=False`` skips it); the figure is
-    ``self.pair_check_delta``.
+    and ``TrainingArguments(remove_unused_columns=False)`` (the loss reads ``branch`` and
+    ``example_ids``); rows are batched by :func:`~packshard.torch.collate.collate_varlen`.
+    ``reference``: a frozen model, a :class:`ReferenceLogps` sidecar, or None for ``simpo``.
+    The first batch is checked with :func:`check_pair_loss` (``check=False`` skips it).
     """
 
     def __init__(

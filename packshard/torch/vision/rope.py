@@ -10,12 +10,10 @@ text after it resumes at that start plus ``max(h, w) / merge`` (transformers'
     h        0 … 9  10    11 11 12 12                        13    14  15
     w        0 … 9  10    11 12 11 12                        13    14  15
 
-Packed, every segment restarts at 0, and the model must also see where segments start: the
-form transformers reads for that is four rows, the plain ``position_ids`` (0 at each seam)
-stacked on the three rotary rows; from those its flash-attention and mask builders find the
-seams.  Without the text row the rotary rows are read as one sequence, and the example
-attends across the seam.  Positions are derived from the ids and the recorded grids,
-deterministically, so the shards need not store them.
+Packed, every segment restarts at 0, and transformers finds the seams from four rows: the
+plain ``position_ids`` (0 at each seam) stacked on the three rotary rows (without it, the
+example attends across the seam).  Positions are derived from the ids and the recorded
+grids, so the shards need not store them.
 """
 
 from __future__ import annotations

@@ -9,11 +9,9 @@ The shards hold tokens only; ``examples.parquet`` holds each example's images by
     position_ids    (4, tokens)           row 0: 0 at every seam; rows 1-3: the 3-D rotary
                                           positions of each segment alone (``rope``)
 
-It runs in ``__getitem__``, so in the DataLoader's workers: nothing is decoded before a row
-is asked for.  Each file is read once, its bytes hashed and compared with the recorded
-SHA-256 and size, and those same bytes are decoded; a missing or changed file is a
-:class:`~packshard.errors.FormatError` that names it, its example and ``source:line``.  Files
-resolve as ``root / path`` from the index, or ``media_root / path`` when the folder moved.
+It runs in ``__getitem__`` (in the DataLoader's workers).  Each file is read once, hashed and
+compared with the recorded SHA-256, and those bytes are decoded; a missing or changed file is
+a :class:`~packshard.errors.FormatError` naming it and ``source:line``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """The model stage of ``verify``: sampled rows through the tiny model, findings pinned to them.
 
-Picks sound rows (:func:`~packshard.verify.model.forward.pick_rows`), pads them where the pack
-is aligned (:func:`served_row`), crops them, loads the
-model, runs :func:`~packshard.verify.model.equivalence.check_rows` and turns its issues into
-findings at ``shard/row/segment`` and the example's ``file:line``.  On a preference pack (shards
-with ``branch``) the same forwards also prove each pair's log-probabilities and DPO loss
-(:mod:`packshard.verify.model.pairs`); their figures are the detail's ``pairs``.  Without torch and
-transformers the stage is reported as not run, never as passed.
+Picks rows (:func:`~packshard.verify.model.forward.pick_rows`), pads them where the pack is
+aligned (:func:`served_row`), crops them, runs
+:func:`~packshard.verify.model.equivalence.check_rows` (on a preference pack also the pairs,
+:mod:`packshard.verify.model.pairs`) and pins its issues to ``shard/row/segment`` and
+``file:line``.  Without torch and transformers the stage is not run, never passed.
 """
 
 from __future__ import annotations

@@ -18,27 +18,21 @@ Checks, for each row (all in float32 unless the caller passes another model):
 1. packed vs alone: max |logit delta| over every token and vocabulary entry of a segment,
    and |loss delta| (mean cross entropy of the segment's labels, shifted by one, ``-100``
    ignored; the segment's first label is ``-100`` by contract, so no label crosses a seam).
-2. mutation: two more packed forwards, one keeping the even segments and replacing every
-   token of the odd ones with a different random token, one the other way round; a kept
-   segment's logits must not move (both neighbours of every segment are mutated).
+2. mutation: two more packed forwards, the odd (then the even) segments' tokens replaced at
+   random; a kept segment's logits must not move.
 3. control: segments after the first must differ from alone by more than
-   ``max(100 * atol, 1e-3)`` under the naive mask.  If they do not, the model cannot see
-   leakage, and a passing check 1 would prove nothing; that is an issue too.  A row with one
-   segment cannot leak and its control is "not applicable".
+   ``max(100 * atol, 1e-3)`` under the naive mask, else check 1 would prove nothing (an
+   issue too).  A row of one segment has no control ("not applicable").
 
-Tolerance: ``atol = 1e-4`` on logits and loss.  The forwards run the same float32 kernels on
-the same tokens; they differ only in matrix shapes and masked-out terms, whose softmax weight
-is exactly 0, so the packed-vs-alone noise sits decades below ``atol`` and the naive leak
-decades above it (docs/verify.md gives the measured figures).  A random model's loss stays near
-ln(vocab) either way, so the logit leak, not the loss gap, is the control's signal.
+Tolerance: ``atol = 1e-4`` on logits and loss: the forwards differ only in matrix shapes and
+masked-out terms (softmax weight exactly 0), so packed-vs-alone noise sits decades below it
+and the naive leak decades above (docs/verify.md).  A random model's loss stays near
+ln(vocab) either way, so the logit leak is the control's signal.
 
-Rotary attention depends only on position differences, so a segment whose stored positions
-are shifted by a constant gives the same logits; position resets are therefore also checked
-directly (stored positions of each segment must be ``0..n-1``).  The block-causal mask is
-:func:`packshard.torch.masks.block_causal_mask`, the one the reader gives trainers.  The "alone"
-forwards run one segment at a time: a padded batch of skewed lengths would hold segments ×
-longest × vocab logits.  Problems come back as :class:`~packshard.verify.findings.Issue` values
-(row, segment, message), never as strings to parse.
+Rotary attention sees only position differences, so resets are also checked directly (each
+segment's stored positions must be ``0..n-1``).  The mask is the reader's
+(:func:`packshard.torch.masks.block_causal_mask`); "alone" forwards run one segment at a time.
+Problems come back as :class:`~packshard.verify.findings.Issue` values.
 """
 
 from __future__ import annotations

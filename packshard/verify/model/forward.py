@@ -1,15 +1,11 @@
 """The model stage of ``verify``: pick rows, crop them, build the model, run the proof.
 
-Rows are sampled with the seed, preferring rows with two or more segments (a row holding one
-example has no seam to leak across).  A row longer than ``model_max_tokens`` is cut after its
-last whole segment that fits: attention is causal, so logits of a prefix do not depend on what
-follows, and the cut row is still a valid packed row.  The default model is a random
-``LlamaForCausalLM`` (rotary positions, float32) whose vocabulary keeps at most
-:data:`TINY_VOCAB` entries: larger token ids are folded modulo its size, which keeps a
-2,048-token forward cheap on a CPU.  :func:`run_forwards` runs a row the ways the proof
-(:mod:`packshard.verify.model.equivalence`) compares.  torch and transformers are imported only
-inside these functions, so ``verify --model none`` and the other checks work without them, and
-a missing install is reported as the stage not run, in one line.
+Rows are sampled with the seed, preferring rows with a seam.  A row longer than
+``model_max_tokens`` is cut after its last whole segment that fits (a causal prefix's logits do
+not depend on what follows).  The default model is a random ``LlamaForCausalLM`` (float32)
+with at most :data:`TINY_VOCAB` ids, larger ones folded modulo its size.  torch and
+transformers are imported only inside these functions: without them the stage is reported as
+not run, in one line.
 """
 
 from __future__ import annotations
@@ -109,12 +105,9 @@ def build_tiny_model(vocab_size: int, seed: int = 0, max_seq_len: int = 8192) ->
 def load_model(spec: str, vocab_size: int, seed: int = 0, config: str | None = None) -> Any:
     """Return the model named by ``spec``: ``tiny``, or a local Hugging Face model folder.
 
-    ``tiny`` keeps at most :data:`TINY_VOCAB` vocabulary entries (larger ids are folded).
-    A folder is loaded offline, without remote code, in float32.  With ``config`` (a
-    ``config.json`` of any architecture transformers ships) the model is that architecture
-    shrunk to a few random layers (:func:`packshard.torch.layers.tiny.tiny_model`), with
-    :func:`packshard.torch.segment_layers` applied: rows are then fed as a trainer feeds
-    them, restarting ``position_ids`` and no mask.
+    A folder is loaded offline, without remote code, in float32.  With ``config`` the model
+    is that architecture shrunk (:func:`packshard.torch.layers.tiny.tiny_model`) with
+    :func:`packshard.torch.segment_layers` applied, fed as a trainer feeds it.
     """
     if config is not None:
         with quiet_libraries():
@@ -134,7 +127,7 @@ def load_model(spec: str, vocab_size: int, seed: int = 0, config: str | None = N
     with quiet_libraries():
         from transformers import AutoModelForCausalLM  # noqa: F401 - its import warnings hushed
 
-    from packshard.torch.pairs.reference import local_causal_lm
+    from packshard.torch.layers.tiny import local_causal_lm
 
     return local_causal_lm(folder)
 

@@ -18,23 +18,16 @@ rejected right after its chosen), the forwards the model stage already ran
                alone|, and max(|c_naive - c_alone|, |r_naive - r_alone|)  ≥ 1e-2 for ≥ 95%
                of pairs
 
-``atol`` is the model stage's 1e-4 (float32).  The control is judged on both quantities the
-check compares, each token and each sum: a leak moves each token's log-probability up or
-down, and on a small random model the signed moves can cancel in a sum (measured on the
-tests' pairs: per-token moves 0.03 to 0.19, their sums 0.01 to 0.47), while on a long answer
-many small moves of one sign add up in the sum (Qwen3 on the shared pairs: a pair alone in
-its row moved 0.009 per token at most, its summed log-probability by more).  Either way the
-moved quantity is the one a packing error would move past the 1e-4 the check allows.
+``atol`` is the model stage's 1e-4 (float32).  The control is judged on each token and each
+sum: on a small random model a leak's signed moves can cancel in a sum, while on a long
+answer many small moves of one sign add up in it (``docs/verify.md``, "What a leak moves
+in a pair").
 
-The DPO loss is taken with ``β = 0.1`` against a zero reference (``-log σ(β (c - r))``): the
-reference's sums are constants of the pair, so a packing error shows in the policy's terms
-alone.  Under the naive control the rejected branch always sees its chosen one (it follows
-it in the row), so every pair can move; a model whose control moves fewer than 95% of pairs
-by 1e-2 cannot see leakage, and the stage fails rather than report a proof that did not run.
-The sums are :func:`packshard.torch.pairs.logps.segment_logps`, the reader's function, so the
-check also proves the function a training loop calls.  The crop keeps pairs whole (a chosen
-branch kept keeps its rejected); a chosen not followed by its rejected is an issue, and so is a
-run in which no whole pair was checked.
+The DPO loss is taken with ``β = 0.1`` against a zero reference (the reference's sums are
+constants of the pair).  Under the naive control every rejected branch sees its chosen one,
+so a model that moves fewer than 95% of pairs by 1e-2 cannot see leakage, and the stage
+fails.  The sums are the reader's own :func:`packshard.torch.pairs.logps.segment_logps`.  The
+crop keeps pairs whole; a torn pair is an issue, and so is a run that checked no pair.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Library warnings a user cannot act on, kept off the terminal while the model check loads.
 
-Importing ``transformers``' model classes may import ``torchao`` where it is installed (the
-torchtune extra), and that logs a line per native kernel it cannot load on this machine
-(``Failed to load …/_C_mxfp8….so``) and a deprecation per enum it registers with torch
-(``… is an Enum subclass and is now natively supported …``).  Neither says anything about the
-pack or the check; :func:`quiet_libraries` raises those loggers to ERROR for the duration of
-the import and the model's construction, and restores them after.  Errors still show.
+Importing ``transformers``' model classes may import ``torchao``, which logs a line per native
+kernel it cannot load and a deprecation per enum it registers.  :func:`quiet_libraries` raises
+those loggers to ERROR during the import and the model's construction; errors still show.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import numpy as np
 
 from packshard.ingest import UnitRead
 from packshard.pack.spill import SpillCounts
-from packshard.pack.units.map import ARRAYS, MARKER, SpillPart, load_unit, save_unit
+from packshard.pack.units.stored import ARRAYS, MARKER, SpillPart, load_unit, save_unit
 
 
 def test_saved_arrays_read_back_and_hash_as_recorded(tmp_path):

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from packshard.errors import UsageError
-from packshard.pack.plan.mix import MixTarget, choose_copies, parse_mix
+from packshard.pack.plan.mix import MixTarget, choose_copies, example_repeats, parse_mix
+from packshard.pack.plan.rows import RowPlan
 from tests.helpers import check_pack_output
 
 DOMAINS = {
@@ -80,6 +81,18 @@ def test_choose_copies_names_the_limiting_domain_or_shrinks_with_best_effort():
     choice = choose_copies(domain, weight, ["small", "big"], best, seed=0)
     assert choice.note is not None
     assert np.bincount(domain, weights=choice.copies).tolist() == [20, 20]  # 40 in all
+
+
+def test_example_repeats_number_the_copies_of_each_example_by_id():
+    """Copies of one example (same spilled example and start) have consecutive ids."""
+    # segments in row order: example 4 (3 copies), example 7 split at 0 and 5, example 9
+    seg_example = np.array([4, 7, 4, 9, 7, 4], dtype=np.int32)
+    seg_start = np.array([0, 0, 0, 0, 5, 0], dtype=np.int32)
+    example_id = np.array([1, 3, 0, 5, 4, 2], dtype=np.int32)
+    zeros = np.zeros(6, dtype=np.int32)
+    plan = RowPlan(np.array([0, 3, 6]), seg_example, seg_start, zeros, zeros, zeros, example_id, 8)
+    # by id: 0,1,2 are example 4 (copies 0,1,2); 3 is 7@0; 4 is 7@5; 5 is 9
+    assert example_repeats(plan).tolist() == [1, 0, 0, 0, 0, 2]
 
 
 def test_mix_options_without_mix_and_unknown_domains_are_refused(
