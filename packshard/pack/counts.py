@@ -17,6 +17,7 @@ it packed, and :func:`pack_stats` combines the three.  Per-domain counts add up 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -123,17 +124,14 @@ def _columns(
     a row's shard and place in it come from :func:`row_places`.
     """
     turns = spill.turns
-    kept: dict[str, np.ndarray] = {}
 
+    @cache  # each made once a chunk, kept while its columns are made
     def ex() -> np.ndarray:
-        if "ex" not in kept:
-            kept["ex"] = plan.seg_example[order]
-        return kept["ex"]
+        return plan.seg_example[order]
 
-    def rows() -> np.ndarray:  # each segment's row, found in the row offsets: no array of
-        if "rows" not in kept:  # every segment's
-            kept["rows"] = np.searchsorted(plan.row_offsets, order, side="right") - 1
-        return kept["rows"]
+    @cache
+    def rows() -> np.ndarray:  # each segment's row, found in the row offsets
+        return np.searchsorted(plan.row_offsets, order, side="right") - 1
 
     def shard() -> np.ndarray:
         return places[0][rows()]

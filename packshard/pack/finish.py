@@ -26,7 +26,7 @@ from packshard.arrays import fill_rate
 from packshard.digests import sha256_path
 from packshard.engine import Engine
 from packshard.engine.faults import FAULTS_ENV, parse_faults
-from packshard.engine.heap import BUSY_PAD, trim_heap
+from packshard.engine.heap import trim_heap
 from packshard.errors import REJECTED, NothingToPackError, UsageError, reject_kind
 from packshard.format.card import write_card
 from packshard.format.causes import likely_cause
@@ -230,10 +230,6 @@ def pack_spill(
         # the index is written while the workers write the shards (after them, in process)
         meanwhile=partial(write_examples, tmp / EXAMPLES_NAME, tables, dataset_id),
         multiple=config.plan.alignment(),
-        # repack's peak is its lay-out, before the shards: in this process the shards keep
-        # the heap's top between row groups (1M examples: 16,300 page faults of assembly
-        # down to 6,700, the peak RSS the same)
-        driver_pad=BUSY_PAD if lay_out is not None else 0,
     )
     split = is_eval is not None
     del spill, to_shards, plan, is_eval, tables, repeats  # what is left holds no per-example state

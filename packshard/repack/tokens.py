@@ -136,9 +136,10 @@ def scatter_parent(
     folder.mkdir(parents=True)
     examples = len(lengths)
     seen = np.zeros(examples, np.bool_)
-    none = np.zeros(0, np.int32)
+    none = np.zeros(0, np.int32)  # an empty file, or no labels file when folded
     files = [_mapped(folder / name, total) for name in (FILES[:1] if folded else FILES)]
-    out_ids, out_labels = (none if out is None else out for out in [*files, None][:2])
+    out = [none if f is None else f for f in files]
+    out_ids, out_labels = out[0], out[1] if len(out) > 1 else none
     for rows in read_rows(parent, ("train", "eval"), COLUMNS, by_group=True):
         ids = rows.example_ids
         if ids.size and (ids.min() < 0 or ids.max() >= examples or seen[ids].any()):
@@ -168,7 +169,7 @@ def scatter_parent(
                 f"on its targets ({int(trained[bad])} vs {int(targets[ids[bad]])})",
             )
     # unmapped, unsynced: the pages stay in the page cache for the shard writer
-    del files, out_ids, out_labels
+    del files, out, out_ids, out_labels
     if not seen.all():
         missing = int(np.flatnonzero(~seen)[0])
         raise FormatError(str(parent), f"example {missing} of the index is in no shard")

@@ -110,8 +110,7 @@ class WriteTask:
     faults: tuple[tuple[str, str, int], ...]
     codes: np.ndarray | None  # int8 [segments]: pair codes (a preference pack only)
     multiple: int = 1  # --cp / --pad-multiple: cu_seqlens_padded's segment multiple
-    driver: int = 0  # the driver's process id: a task run there keeps ``driver_pad``
-    driver_pad: int = 0  # heap pad (bytes) of a task run in the driver
+    driver: int = 0  # the driver's process id: a task run there keeps no heap pad
 
 
 PIECE_SEGMENTS = 1 << 16
@@ -144,11 +143,10 @@ def write_task(task: WriteTask) -> ShardInfo:
     """Write one shard from the spill parts (runs in a worker)."""
     inject(task.name, task.faults, Path(task.work) / "_faults")
     # row groups come and go: keep the heap's top (packshard.engine.heap), in a worker; in
-    # pack's driver (--workers 1) the pad would hold each freed row group resident at its
-    # peak, and one row group at a time keeps the driver's peak one row group lower;
-    # repack's driver peaks earlier (laying out the parent) and keeps it (driver_pad)
+    # the driver (--workers 1) the pad would hold each freed row group resident at its peak,
+    # and one row group at a time keeps the driver's peak one row group lower
     in_driver = os.getpid() == task.driver
-    pad_heap(task.driver_pad if in_driver else BUSY_PAD)
+    pad_heap(0 if in_driver else BUSY_PAD)
     read = partial(read_part_ranges, task.parts)
 
     offsets = task.row_offsets
@@ -210,13 +208,11 @@ def write_shards_on(
     names: list[str],
     meanwhile: Callable[[], None],
     multiple: int = 1,
-    driver_pad: int = 0,
 ) -> list[ShardInfo]:
     """Write every shard with ``engine``'s tasks; entries come back in shard order.
 
     ``names`` are the shards' file names; ``meanwhile`` runs here once the tasks are handed
-    out (the engine's ``on_started``); ``multiple`` > 1 adds ``cu_seqlens_padded``;
-    ``driver_pad`` is the heap pad of a task run in this process (:func:`write_task`).
+    out (the engine's ``on_started``); ``multiple`` > 1 adds ``cu_seqlens_padded``.
     """
     assert spill.part_files is not None, "tasks read the work units' spill parts"
     codes = spill.pair_codes if spill.pair_codes is not None and spill.pair_codes.any() else None
@@ -243,7 +239,6 @@ def write_shards_on(
             codes=codes[sub.seg_example] if codes is not None else None,
             multiple=multiple,
             driver=os.getpid(),
-            driver_pad=driver_pad,
         )
         release_columns(spill)  # the offsets' pages this task's starts read (mapped)
         return made
